@@ -1,0 +1,8 @@
+//! Output: the JSON Lines records Weir writes (results, enriched events, late events, dead
+//! letters) and the sinks that receive them.
+
+mod record;
+mod sink;
+
+pub use record::{OperatorLabel, dead_letter_record, event_record, late_record, result_record};
+pub use sink::{SinkError, SinkWriter};

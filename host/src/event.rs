@@ -1,0 +1,176 @@
+//! Events and their decoding from JSON Lines. A line that cannot become an event becomes a
+//! [`DeadLetter`] with the reason; decoding never fails the run.
+//!
+//! Depends on `value` and `time` only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::time::{Millis, parse_timestamp};
+use crate::value::Value;
+
+/// One input event: its key, its event time and all of its fields (key and timestamp included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Where the event came from: its 1-based line number in the source.
+    pub line: u64,
+    /// The value of the spec's key field, as text.
+    pub key: Arc<str>,
+    /// Event time.
+    pub timestamp: Millis,
+    /// Every field of the event, in input order.
+    pub fields: Vec<(Arc<str>, Value)>,
+}
+
+impl Event {
+    /// The event as a JSON object, for late and dead-letter output.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.fields
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_json()))
+                .collect(),
+        )
+    }
+}
+
+/// A line of input that could not be processed, with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// 1-based line number in the source.
+    pub line: u64,
+    /// The raw line (lossily decoded if it was not UTF-8), or the events' JSON for operator
+    /// failures.
+    pub raw: String,
+    /// Why it was rejected.
+    pub reason: String,
+}
+
+/// Turns JSON Lines into events, given which fields hold the key and the timestamp.
+#[derive(Debug)]
+pub struct Decoder {
+    key_field: String,
+    timestamp_field: String,
+    max_line_bytes: usize,
+    /// Field names seen so far, shared between events to save an allocation per field.
+    names: HashMap<String, Arc<str>>,
+}
+
+/// The default cap on one input line: 1 MiB. Longer lines become dead letters instead of
+/// growing the host's memory without bound.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
+
+impl Decoder {
+    /// A decoder reading the key from `key_field` and event time from `timestamp_field`.
+    pub fn new(key_field: &str, timestamp_field: &str) -> Self {
+        Decoder {
+            key_field: key_field.to_owned(),
+            timestamp_field: timestamp_field.to_owned(),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            names: HashMap::new(),
+        }
+    }
+
+    /// Decodes one line. Errors are dead letters carrying the line and the reason.
+    pub fn decode(&mut self, line_no: u64, bytes: &[u8]) -> Result<Event, DeadLetter> {
+        let dead = |reason: String| DeadLetter {
+            line: line_no,
+            raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
+            reason,
+        };
+        if bytes.len() > self.max_line_bytes {
+            return Err(dead(format!(
+                "line is {} bytes, more than the limit of {} bytes",
+                bytes.len(),
+                self.max_line_bytes
+            )));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|e| dead(format!("line is not valid UTF-8 ({e})")))?;
+        let json: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| dead(format!("line is not valid JSON ({e})")))?;
+        let serde_json::Value::Object(object) = json else {
+            return Err(dead("line is not a JSON object".into()));
+        };
+        let key: Arc<str> = match object.get(&self.key_field) {
+            None => return Err(dead(format!("missing key field `{}`", self.key_field))),
+            Some(serde_json::Value::String(s)) if s.is_empty() => {
+                return Err(dead(format!("key field `{}` is empty", self.key_field)));
+            }
+            Some(serde_json::Value::String(s)) => s.as_str().into(),
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string().into(),
+            Some(other) => {
+                return Err(dead(format!(
+                    "key field `{}` must be text or an integer, not {other}",
+                    self.key_field
+                )));
+            }
+        };
+        let timestamp = match object.get(&self.timestamp_field) {
+            None => return Err(dead(format!("missing timestamp field `{}`", self.timestamp_field))),
+            Some(ts) => parse_timestamp(ts).map_err(dead)?,
+        };
+        let fields = object
+            .iter()
+            .map(|(name, value)| (self.intern(name), Value::from_json(value)))
+            .collect();
+        Ok(Event { line: line_no, key, timestamp, fields })
+    }
+
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(name) = self.names.get(name) {
+            return name.clone();
+        }
+        let interned: Arc<str> = name.into();
+        self.names.insert(name.to_owned(), interned.clone());
+        interned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(line: &str) -> Result<Event, DeadLetter> {
+        Decoder::new("user", "ts").decode(7, line.as_bytes())
+    }
+
+    #[test]
+    fn decodes_a_well_formed_event() {
+        let event = decode(r#"{"user":"ann","ts":1000,"amount":3}"#).unwrap();
+        assert_eq!(&*event.key, "ann");
+        assert_eq!(event.timestamp, 1000);
+        assert_eq!(event.line, 7);
+        assert_eq!(event.fields.len(), 3);
+    }
+
+    #[test]
+    fn integer_keys_become_text() {
+        assert_eq!(&*decode(r#"{"user":42,"ts":1}"#).unwrap().key, "42");
+    }
+
+    #[test]
+    fn bad_lines_become_dead_letters_with_reasons() {
+        let cases = [
+            ("not json", "not valid JSON"),
+            ("[1,2]", "not a JSON object"),
+            (r#"{"ts":1}"#, "missing key field `user`"),
+            (r#"{"user":"","ts":1}"#, "is empty"),
+            (r#"{"user":1.5,"ts":1}"#, "must be text or an integer"),
+            (r#"{"user":"a"}"#, "missing timestamp field `ts`"),
+            (r#"{"user":"a","ts":"soon"}"#, "not RFC 3339"),
+            (r#"{"user":"a","ts":99999999999999999}"#, "out of range"),
+        ];
+        for (line, reason) in cases {
+            let dead = decode(line).unwrap_err();
+            assert!(dead.reason.contains(reason), "{line}: {}", dead.reason);
+            assert_eq!(dead.raw, line);
+            assert_eq!(dead.line, 7);
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_dead_letter() {
+        let dead = Decoder::new("user", "ts").decode(1, b"{\"user\":\"\xff\"}").unwrap_err();
+        assert!(dead.reason.contains("UTF-8"));
+    }
+}

@@ -1,0 +1,76 @@
+//! Operators: the host-side traits every operator implements, the WebAssembly components that
+//! implement them for users, and native operators used as a benchmark baseline.
+//!
+//! Three outcomes are kept apart (see [`OperatorError`]): the operator rejects its input (a dead
+//! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
+//! Depends on `state`, `value`, `event` and `window` (for the [`Window`] type only).
+
+mod native;
+pub mod scope_slot;
+mod wasm;
+
+use std::sync::Arc;
+
+pub use native::NativeCountSum;
+pub use wasm::{ComponentKind, Limits, LoadError, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime};
+
+use crate::event::Event;
+use crate::state::ScopeState;
+use crate::time::Millis;
+use crate::value::{Fields, Value};
+use crate::window::Window;
+
+/// What one operator call sees: the key it is about and that key's (and window's) state.
+#[derive(Debug, Default, Clone)]
+pub struct Scope {
+    /// The key.
+    pub key: Arc<str>,
+    /// The state the host scoped to this call.
+    pub state: ScopeState,
+}
+
+/// Why an operator call did not succeed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum OperatorError {
+    /// The operator returned an error for its input; the input becomes dead letters.
+    #[error("operator rejected the input: {0}")]
+    Rejected(String),
+    /// The guest trapped (a panic, an invalid memory access, the time or memory limit); its
+    /// instance was replaced and the call's state changes were discarded.
+    #[error("operator trapped: {0}")]
+    Trapped(String),
+    /// The host failed around the call.
+    #[error("host error around an operator call: {0}")]
+    Host(String),
+}
+
+/// `Result` for operator calls.
+pub type Result<T, E = OperatorError> = std::result::Result<T, E>;
+
+/// A mergeable windowed aggregation.
+pub trait AggregateOperator: Send {
+    /// Adds events (all of `scope`'s key, in arrival order) to the window's state.
+    fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()>;
+    /// Folds `source`'s partial state into `target`'s.
+    fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()>;
+    /// Produces the window's output record from its state.
+    fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields>;
+}
+
+/// One event produced by an enrichment operator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enriched {
+    /// Index, in the call's input, of the event it came from.
+    pub origin: usize,
+    /// Its event time.
+    pub timestamp: Millis,
+    /// Its fields.
+    pub fields: Vec<(Arc<str>, Value)>,
+}
+
+/// A per-key event transformer.
+pub trait EnrichOperator: Send {
+    /// Turns events of `scope`'s key into zero or more events each.
+    fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>>;
+}

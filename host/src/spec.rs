@@ -1,0 +1,561 @@
+//! The pipeline spec: what a user writes in `pipeline.toml` (or sends as JSON), parsed and
+//! checked into a [`PipelineSpec`] with durations in milliseconds and paths resolved against the
+//! spec's directory. Every mistake is reported with the field it concerns and what to write.
+//!
+//! Depends on `time` only.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::time::{Millis, parse_duration};
+
+/// Errors in a pipeline spec.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    /// The spec file could not be read.
+    #[error("cannot read pipeline spec {path}: {source}")]
+    Read {
+        /// The spec's path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The spec is not valid TOML or JSON, or has unknown or missing fields.
+    #[error("pipeline spec {path} is not valid: {message}")]
+    Syntax {
+        /// The spec's path.
+        path: PathBuf,
+        /// The parser's message, which names the field.
+        message: String,
+    },
+    /// The spec parses but a value is not acceptable.
+    #[error("pipeline spec: {0}")]
+    Invalid(String),
+}
+
+/// `Result` for spec loading.
+pub type Result<T, E = SpecError> = std::result::Result<T, E>;
+
+/// A checked pipeline spec.
+#[derive(Debug, Clone)]
+pub struct PipelineSpec {
+    /// The pipeline's name (used in output ids and the data directory).
+    pub name: String,
+    /// Where events come from.
+    pub source: SourceSpec,
+    /// The field holding each event's key.
+    pub key_field: String,
+    /// The field holding each event's timestamp.
+    pub timestamp_field: String,
+    /// The watermark's bound on out-of-orderness.
+    pub watermark_bound: Millis,
+    /// The windows, when the pipeline aggregates.
+    pub window: Option<WindowSpec>,
+    /// How long after a window's end late events still update it.
+    pub allowed_lateness: Millis,
+    /// Enrichment operators, applied in order.
+    pub enrichers: Vec<OperatorSpec>,
+    /// The windowed aggregate, if any.
+    pub aggregate: Option<OperatorSpec>,
+    /// Where state lives.
+    pub state: StateSpec,
+    /// Where output goes.
+    pub sinks: SinksSpec,
+    /// Number of shards; `None` means one per core.
+    pub shards: Option<usize>,
+    /// Events per batch handed from the source to the shards.
+    pub batch_size: usize,
+}
+
+/// Where events come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceSpec {
+    /// A JSON Lines file.
+    File(PathBuf),
+    /// JSON Lines on standard input.
+    Stdin,
+    /// A deterministic generator, for demos and benchmarks.
+    Generator(GeneratorSpec),
+}
+
+/// The generator's parameters. Events have the fields `key`, `ts` and `amount`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorSpec {
+    /// How many events to produce.
+    pub events: u64,
+    /// How many distinct keys (`k0`, `k1`, ...).
+    #[serde(default = "default_generator_keys")]
+    pub keys: u64,
+    /// Seed of the pseudo-random sequence.
+    #[serde(default)]
+    pub seed: u64,
+    /// Event time advances by this many milliseconds per event.
+    #[serde(default = "default_one")]
+    pub interval_ms: u64,
+    /// Each event's timestamp is moved back by up to this many milliseconds (disorder).
+    #[serde(default)]
+    pub max_delay_ms: u64,
+}
+
+fn default_generator_keys() -> u64 {
+    1000
+}
+fn default_one() -> u64 {
+    1
+}
+
+/// A window assigner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSpec {
+    /// Fixed, non-overlapping windows of `size`.
+    Tumbling {
+        /// Window length.
+        size: Millis,
+    },
+    /// Windows of `size` starting every `slide`.
+    Sliding {
+        /// Window length.
+        size: Millis,
+        /// Distance between window starts; at most `size`.
+        slide: Millis,
+    },
+    /// Per-key sessions closed by `gap` without events.
+    Session {
+        /// Inactivity that ends a session.
+        gap: Millis,
+    },
+}
+
+/// One operator of the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorSpec {
+    /// Name, as it appears in output records.
+    pub name: String,
+    /// Version, as it appears in output records.
+    pub version: String,
+    /// Where its code is.
+    pub code: OperatorCode,
+    /// Reference data loaded into each key's state (enrichment only).
+    pub reference: Option<ReferenceSpec>,
+    /// Only these fields are passed to the operator (all when `None`).
+    pub fields: Option<Vec<String>>,
+}
+
+/// Where an operator's code comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperatorCode {
+    /// A WebAssembly component file.
+    Component(PathBuf),
+    /// A built-in native operator, by name (used as the benchmark baseline).
+    Native(String),
+}
+
+/// Reference data for an enrichment operator: a JSON Lines file whose rows are loaded into the
+/// map `reference` of the state of the key found in field `key`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceSpec {
+    /// The JSON Lines file.
+    pub path: PathBuf,
+    /// The field of each row holding the key it belongs to.
+    pub key: String,
+}
+
+/// Which state backend to use.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateSpec {
+    /// State in memory only.
+    Memory,
+    /// State in a redb file inside this directory.
+    Redb(PathBuf),
+}
+
+/// Where output goes. `None` for a sink means standard output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinksSpec {
+    /// Window results (and enriched events when there is no aggregate).
+    pub results: Sink,
+    /// Events too late for all their windows.
+    pub late: Sink,
+    /// Input and operator failures.
+    pub dead_letters: Sink,
+}
+
+/// One output destination.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sink {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// A JSON Lines file, created (with its directory) or truncated at start.
+    File(PathBuf),
+    /// Discarded (benchmarks).
+    Discard,
+}
+
+// ---- The file format -------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: String,
+    source: RawSource,
+    event: RawEvent,
+    #[serde(default)]
+    watermark: RawWatermark,
+    window: Option<RawWindow>,
+    #[serde(default)]
+    operators: Vec<RawOperator>,
+    #[serde(default)]
+    state: RawState,
+    #[serde(default)]
+    sinks: RawSinks,
+    shards: Option<usize>,
+    batch_size: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum RawSource {
+    File { path: PathBuf },
+    Stdin,
+    Generator(GeneratorSpec),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvent {
+    key: String,
+    timestamp: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatermark {
+    bound: Option<RawDuration>,
+}
+
+/// A duration: integer milliseconds or text with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Millis(i64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    #[serde(rename = "type")]
+    kind: String,
+    size: Option<RawDuration>,
+    slide: Option<RawDuration>,
+    gap: Option<RawDuration>,
+    allowed_lateness: Option<RawDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperator {
+    name: String,
+    #[serde(default = "default_version")]
+    version: String,
+    kind: String,
+    module: Option<PathBuf>,
+    native: Option<String>,
+    reference: Option<RawReference>,
+    fields: Option<Vec<String>>,
+}
+
+fn default_version() -> String {
+    "0.0.0".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReference {
+    path: PathBuf,
+    key: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    backend: Option<String>,
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSinks {
+    results: Option<String>,
+    late: Option<String>,
+    dead_letters: Option<String>,
+}
+
+impl PipelineSpec {
+    /// Reads a spec file: TOML, or JSON when the name ends in `.json`.
+    pub fn load(path: &Path) -> Result<PipelineSpec> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let json = path.extension().is_some_and(|e| e == "json");
+        Self::parse(&text, json, base).map_err(|e| match e {
+            SpecError::Syntax { message, .. } => SpecError::Syntax { path: path.to_owned(), message },
+            other => other,
+        })
+    }
+
+    /// Parses spec text; relative paths are resolved against `base`.
+    pub fn parse(text: &str, json: bool, base: &Path) -> Result<PipelineSpec> {
+        let raw: RawSpec = if json {
+            serde_json::from_str(text).map_err(|e| SpecError::Syntax {
+                path: PathBuf::new(),
+                message: e.to_string(),
+            })?
+        } else {
+            toml::from_str(text).map_err(|e| SpecError::Syntax {
+                path: PathBuf::new(),
+                message: e.to_string(),
+            })?
+        };
+        raw.check(base)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> SpecError {
+    SpecError::Invalid(message.into())
+}
+
+fn duration(field: &str, raw: &RawDuration) -> Result<Millis> {
+    match raw {
+        RawDuration::Millis(ms) if *ms >= 0 => Ok(*ms),
+        RawDuration::Millis(ms) => Err(invalid(format!("{field} = {ms} must not be negative"))),
+        RawDuration::Text(text) => parse_duration(text).map_err(|e| invalid(format!("{field}: {e}"))),
+    }
+}
+
+fn positive(field: &str, raw: Option<&RawDuration>) -> Result<Millis> {
+    let raw = raw.ok_or_else(|| invalid(format!("{field} is required")))?;
+    match duration(field, raw)? {
+        0 => Err(invalid(format!("{field} must be greater than zero"))),
+        ms => Ok(ms),
+    }
+}
+
+fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<Sink> {
+    Ok(match raw.as_deref() {
+        None => default,
+        Some("stdout") | Some("-") => Sink::Stdout,
+        Some("stderr") => Sink::Stderr,
+        Some("discard") => Sink::Discard,
+        Some("") => return Err(invalid(format!("sinks.{field} must name a file, stdout, stderr or discard"))),
+        Some(path) => Sink::File(base.join(path)),
+    })
+}
+
+fn ident_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+impl RawSpec {
+    fn check(self, base: &Path) -> Result<PipelineSpec> {
+        if !ident_ok(&self.name) {
+            return Err(invalid(format!(
+                "name {:?} must be 1-64 characters of letters, digits, '-', '_' or '.'",
+                self.name
+            )));
+        }
+        let source = match self.source {
+            RawSource::File { path } => SourceSpec::File(base.join(path)),
+            RawSource::Stdin => SourceSpec::Stdin,
+            RawSource::Generator(g) => {
+                if g.keys == 0 {
+                    return Err(invalid("source.keys must be at least 1"));
+                }
+                SourceSpec::Generator(g)
+            }
+        };
+        let watermark_bound = match &self.watermark.bound {
+            Some(raw) => duration("watermark.bound", raw)?,
+            None => 0,
+        };
+        let (window, allowed_lateness) = match self.window {
+            None => (None, 0),
+            Some(w) => {
+                let lateness = match &w.allowed_lateness {
+                    Some(raw) => duration("window.allowed_lateness", raw)?,
+                    None => 0,
+                };
+                let spec = match w.kind.as_str() {
+                    "tumbling" => WindowSpec::Tumbling { size: positive("window.size", w.size.as_ref())? },
+                    "sliding" => {
+                        let size = positive("window.size", w.size.as_ref())?;
+                        let slide = positive("window.slide", w.slide.as_ref())?;
+                        if slide > size {
+                            return Err(invalid(format!(
+                                "window.slide ({slide} ms) must not exceed window.size ({size} ms): \
+                                 events between windows would belong to none"
+                            )));
+                        }
+                        WindowSpec::Sliding { size, slide }
+                    }
+                    "session" => WindowSpec::Session { gap: positive("window.gap", w.gap.as_ref())? },
+                    other => {
+                        return Err(invalid(format!(
+                            "window.type {other:?} is unknown: use tumbling, sliding or session"
+                        )));
+                    }
+                };
+                (Some(spec), lateness)
+            }
+        };
+        let mut enrichers = Vec::new();
+        let mut aggregate = None;
+        for (i, op) in self.operators.into_iter().enumerate() {
+            let at = format!("operators[{i}] ({:?})", op.name);
+            if !ident_ok(&op.name) {
+                return Err(invalid(format!("{at}: name must be 1-64 letters, digits, '-', '_' or '.'")));
+            }
+            let code = match (op.module, op.native) {
+                (Some(module), None) => OperatorCode::Component(base.join(module)),
+                (None, Some(native)) => OperatorCode::Native(native),
+                _ => return Err(invalid(format!("{at}: give exactly one of `module` (a component file) or `native`"))),
+            };
+            let reference = op.reference.map(|r| ReferenceSpec { path: base.join(r.path), key: r.key });
+            let spec = OperatorSpec { name: op.name, version: op.version, code, reference, fields: op.fields };
+            match op.kind.as_str() {
+                "enrich" if aggregate.is_some() => {
+                    return Err(invalid(format!("{at}: enrichment operators must come before the aggregate")));
+                }
+                "enrich" => enrichers.push(spec),
+                "aggregate" if aggregate.is_some() => {
+                    return Err(invalid(format!("{at}: a pipeline has at most one aggregate operator")));
+                }
+                "aggregate" => {
+                    if spec.reference.is_some() {
+                        return Err(invalid(format!("{at}: `reference` is for enrichment operators")));
+                    }
+                    aggregate = Some(spec)
+                }
+                other => return Err(invalid(format!("{at}: kind {other:?} is unknown: use enrich or aggregate"))),
+            }
+        }
+        match (&window, &aggregate) {
+            (Some(_), None) => return Err(invalid("a [window] needs an operator of kind = \"aggregate\"")),
+            (None, Some(_)) => return Err(invalid("an aggregate operator needs a [window]")),
+            _ => {}
+        }
+        let state = match self.state.backend.as_deref() {
+            None | Some("redb") => StateSpec::Redb(match self.state.dir {
+                Some(dir) => base.join(dir),
+                None => PathBuf::from("weir-data").join(&self.name),
+            }),
+            Some("memory") => StateSpec::Memory,
+            Some(other) => return Err(invalid(format!("state.backend {other:?} is unknown: use redb or memory"))),
+        };
+        let sinks = SinksSpec {
+            results: sink("results", self.sinks.results, Sink::Stdout, base)?,
+            late: sink("late", self.sinks.late, Sink::Stderr, base)?,
+            dead_letters: sink("dead_letters", self.sinks.dead_letters, Sink::Stderr, base)?,
+        };
+        if self.shards == Some(0) {
+            return Err(invalid("shards must be at least 1"));
+        }
+        let batch_size = self.batch_size.unwrap_or(1024);
+        if batch_size == 0 {
+            return Err(invalid("batch_size must be at least 1"));
+        }
+        Ok(PipelineSpec {
+            name: self.name,
+            source,
+            key_field: self.event.key,
+            timestamp_field: self.event.timestamp,
+            watermark_bound,
+            window,
+            allowed_lateness,
+            enrichers,
+            aggregate,
+            state,
+            sinks,
+            shards: self.shards,
+            batch_size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = r#"
+        name = "demo"
+        [source]
+        type = "file"
+        path = "events.jsonl"
+        [event]
+        key = "user"
+        timestamp = "ts"
+        [watermark]
+        bound = "5s"
+        [window]
+        type = "sliding"
+        size = "1m"
+        slide = "30s"
+        allowed_lateness = 1000
+        [[operators]]
+        name = "avg"
+        kind = "aggregate"
+        module = "avg.wasm"
+    "#;
+
+    fn parse(text: &str) -> Result<PipelineSpec> {
+        PipelineSpec::parse(text, false, Path::new("/specs"))
+    }
+
+    #[test]
+    fn parses_a_full_spec_with_defaults() {
+        let spec = parse(SPEC).unwrap();
+        assert_eq!(spec.source, SourceSpec::File("/specs/events.jsonl".into()));
+        assert_eq!(spec.watermark_bound, 5_000);
+        assert_eq!(spec.window, Some(WindowSpec::Sliding { size: 60_000, slide: 30_000 }));
+        assert_eq!(spec.allowed_lateness, 1_000);
+        assert_eq!(spec.aggregate.unwrap().code, OperatorCode::Component("/specs/avg.wasm".into()));
+        assert_eq!(spec.state, StateSpec::Redb("weir-data/demo".into()));
+        assert_eq!(spec.sinks.results, Sink::Stdout);
+    }
+
+    #[test]
+    fn refuses_a_slide_larger_than_the_size() {
+        let err = parse(&SPEC.replace("slide = \"30s\"", "slide = \"2m\"")).unwrap_err();
+        assert!(err.to_string().contains("must not exceed window.size"), "{err}");
+    }
+
+    #[test]
+    fn names_unknown_fields() {
+        let err = parse(&SPEC.replace("bound = \"5s\"", "bund = \"5s\"")).unwrap_err();
+        assert!(err.to_string().contains("bund"), "{err}");
+    }
+
+    #[test]
+    fn refuses_an_aggregate_before_an_enricher() {
+        let text = format!("{SPEC}\n[[operators]]\nname = \"e\"\nkind = \"enrich\"\nmodule = \"e.wasm\"\n");
+        let err = parse(&text).unwrap_err();
+        assert!(err.to_string().contains("must come before the aggregate"), "{err}");
+    }
+
+    #[test]
+    fn parses_json_specs() {
+        let json = r#"{"name":"j","source":{"type":"stdin"},"event":{"key":"k","timestamp":"t"}}"#;
+        let spec = PipelineSpec::parse(json, true, Path::new(".")).unwrap();
+        assert_eq!(spec.source, SourceSpec::Stdin);
+        assert!(spec.window.is_none());
+    }
+}

@@ -1,0 +1,82 @@
+//! Event time: timestamps in milliseconds since the Unix epoch, durations, and the watermark's
+//! infinities. Depends on nothing else in Weir.
+
+/// Event time, in milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// The watermark before any event: every window is still open.
+pub const MINUS_INFINITY: Millis = Millis::MIN;
+/// The watermark at the end of a bounded input: every window is complete.
+pub const PLUS_INFINITY: Millis = Millis::MAX;
+
+/// The largest accepted timestamp magnitude: 8.64e15 ms (about 273,790 years either side of
+/// 1970, the range of a JavaScript `Date`). Keeping timestamps well inside `i64` means window
+/// arithmetic (`end + lateness`) cannot overflow.
+pub const MAX_TIMESTAMP: Millis = 8_640_000_000_000_000;
+
+/// Parses an event timestamp: integer milliseconds since the epoch, or RFC 3339 text.
+pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
+    let ms = match json {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(ms) => ms,
+            None => return Err(format!("timestamp {n} is not an integer number of milliseconds")),
+        },
+        serde_json::Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .map_err(|e| format!("timestamp {s:?} is not RFC 3339 ({e})"))?
+            .timestamp_millis(),
+        other => return Err(format!("timestamp {other} is neither milliseconds nor RFC 3339 text")),
+    };
+    if ms.abs() > MAX_TIMESTAMP {
+        return Err(format!("timestamp {ms} is out of range (|ms| <= {MAX_TIMESTAMP})"));
+    }
+    Ok(ms)
+}
+
+/// Parses a duration: an integer number of milliseconds, or a number with a unit
+/// (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`, `"5s"` or `"1h"`.
+pub fn parse_duration(text: &str) -> Result<Millis, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| format!("duration {text:?} must start with a whole number"))?;
+    let scale = match unit.trim() {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("duration {text:?} has unknown unit {other:?} (use ms, s, m, h or d)")),
+    };
+    n.checked_mul(scale)
+        .filter(|ms| *ms <= MAX_TIMESTAMP)
+        .ok_or_else(|| format!("duration {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_millis_and_rfc3339() {
+        assert_eq!(parse_timestamp(&json!(1500)), Ok(1500));
+        assert_eq!(parse_timestamp(&json!("1970-01-01T00:00:01.5Z")), Ok(1500));
+        assert_eq!(parse_timestamp(&json!("1970-01-01T01:00:00+01:00")), Ok(0));
+        assert!(parse_timestamp(&json!(1.5)).is_err());
+        assert!(parse_timestamp(&json!("yesterday")).is_err());
+        assert!(parse_timestamp(&json!(i64::MAX)).is_err());
+    }
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("250"), Ok(250));
+        assert_eq!(parse_duration("250ms"), Ok(250));
+        assert_eq!(parse_duration("5s"), Ok(5_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000));
+        assert_eq!(parse_duration("1d"), Ok(86_400_000));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-5s").is_err());
+    }
+}

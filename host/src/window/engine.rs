@@ -1,0 +1,527 @@
+//! [`WindowEngine`]: one shard's windows of one aggregate operator.
+//!
+//! The engine sees its shard's events in arrival order, interleaved with every watermark
+//! advance of the whole input (including those caused by other shards' events), so its results
+//! do not depend on the number of shards or on batch boundaries. For each event: lateness is
+//! judged against the current watermark, the event is added to its windows (sessions merge), and
+//! every window whose end the watermark has passed and that has unemitted changes fires. Adds
+//! are buffered per window and cross the Wasm boundary in one call per window, when the window
+//! fires or the batch ends.
+//!
+//! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::assign::{Window, assign};
+use crate::event::{DeadLetter, Event};
+use crate::operator::{AggregateOperator, OperatorError, Scope};
+use crate::spec::WindowSpec;
+use crate::state::{Namespace, StateBackend, StateError, StateKey, key_group};
+use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
+use crate::value::Fields;
+
+/// What kind of result record an emission is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EmissionKind {
+    /// Withdraws an earlier emission of a window that a session merge superseded.
+    Retract,
+    /// The first emission of a window.
+    Result,
+    /// A later emission of a window (a late event within the allowed lateness).
+    Update,
+}
+
+impl EmissionKind {
+    /// The name used in output records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EmissionKind::Retract => "retract",
+            EmissionKind::Result => "result",
+            EmissionKind::Update => "update",
+        }
+    }
+}
+
+/// One window result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emission {
+    /// Arrival index of the event whose processing caused it (`u64::MAX`: end of input).
+    pub trigger: u64,
+    /// The key.
+    pub key: Arc<str>,
+    /// The window.
+    pub window: Window,
+    /// Result, update or retract.
+    pub kind: EmissionKind,
+    /// 1 for the first emission of a window, then one more for each update. A retraction
+    /// carries the version it withdraws.
+    pub version: u64,
+    /// The operator's output (for a retraction: the withdrawn output).
+    pub value: Fields,
+}
+
+impl Emission {
+    /// The canonical output order: by trigger, retractions first, then window end, window
+    /// start and key.
+    pub fn order_key(&self) -> (u64, EmissionKind, Millis, Millis, &str) {
+        let rank = if self.kind == EmissionKind::Retract { EmissionKind::Retract } else { EmissionKind::Result };
+        (self.trigger, rank, self.window.end, self.window.start, &self.key)
+    }
+}
+
+/// An event too late for all of its windows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LateEvent {
+    /// Arrival index.
+    pub seq: u64,
+    /// The event.
+    pub event: Event,
+    /// The watermark when it arrived.
+    pub watermark: Millis,
+    /// Why it is late.
+    pub reason: String,
+}
+
+/// An event as the engine receives it: with its arrival index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Staged {
+    /// Arrival index in the whole input.
+    pub seq: u64,
+    /// The event.
+    pub event: Event,
+}
+
+/// Everything one batch produced.
+#[derive(Debug, Default)]
+pub struct EngineOutput {
+    /// Window results.
+    pub emissions: Vec<Emission>,
+    /// Late events.
+    pub late: Vec<LateEvent>,
+    /// Events an operator rejected or trapped on.
+    pub dead_letters: Vec<DeadLetter>,
+    /// Operator calls that trapped.
+    pub traps: u64,
+}
+
+type WindowId = u64;
+
+#[derive(Debug)]
+struct LiveWindow {
+    key: Arc<str>,
+    window: Window,
+    /// Emissions so far (0: never fired).
+    version: u64,
+    /// The last emitted output, for retraction.
+    last_output: Option<Fields>,
+    /// Indexes (into the current batch) of events waiting to be added.
+    pending: Vec<usize>,
+    /// Whether the state changed since the last emission.
+    changed: bool,
+    /// Whether the window waits in `due`.
+    queued: bool,
+}
+
+/// One shard's windows for one aggregate operator.
+pub struct WindowEngine {
+    spec: WindowSpec,
+    lateness: Millis,
+    operator_index: u16,
+    operator_label: String,
+    watermark: Millis,
+    next_id: WindowId,
+    windows: HashMap<WindowId, LiveWindow>,
+    by_key: HashMap<Arc<str>, Vec<WindowId>>,
+    /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
+    due: BTreeSet<(Millis, Millis, Arc<str>, WindowId)>,
+    /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
+    expiry: BTreeSet<(Millis, WindowId)>,
+    /// Windows with pending events.
+    dirty: Vec<WindowId>,
+    scratch: Vec<Window>,
+}
+
+impl std::fmt::Debug for WindowEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowEngine")
+            .field("watermark", &self.watermark)
+            .field("windows", &self.windows.len())
+            .finish()
+    }
+}
+
+/// A failure that stops the shard: the state store failed, or the host around an operator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The state backend failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The host failed around an operator call.
+    #[error("{0}")]
+    Host(String),
+}
+
+type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The operator and state a batch works with.
+pub struct Context<'a> {
+    /// The aggregate.
+    pub operator: &'a mut dyn AggregateOperator,
+    /// The shard's state.
+    pub state: &'a mut dyn StateBackend,
+}
+
+impl WindowEngine {
+    /// An engine for `spec` windows with `lateness`, running the operator at `operator_index`
+    /// of the chain (its state is kept apart from the others'), labelled `name@version` in
+    /// dead letters.
+    pub fn new(spec: WindowSpec, lateness: Millis, operator_index: u16, operator_label: String) -> Self {
+        WindowEngine {
+            spec,
+            lateness,
+            operator_index,
+            operator_label,
+            watermark: MINUS_INFINITY,
+            next_id: 0,
+            windows: HashMap::new(),
+            by_key: HashMap::new(),
+            due: BTreeSet::new(),
+            expiry: BTreeSet::new(),
+            dirty: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Open windows.
+    pub fn open_windows(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Processes one batch: this shard's `events` and all watermark `advances` of the batch
+    /// (`(arrival index, new watermark)`, ascending), then, if `end_of_input`, the final
+    /// advance to plus infinity. All pending adds are flushed before returning.
+    pub fn process(
+        &mut self,
+        events: &[Staged],
+        advances: &[(u64, Millis)],
+        end_of_input: bool,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let mut next_advance = 0;
+        for (index, staged) in events.iter().enumerate() {
+            while next_advance < advances.len() && advances[next_advance].0 < staged.seq {
+                let (seq, watermark) = advances[next_advance];
+                self.advance(seq, watermark, events, cx, out)?;
+                next_advance += 1;
+            }
+            self.accept(index, staged, events, cx, out)?;
+            self.fire(staged.seq, events, cx, out)?;
+        }
+        for &(seq, watermark) in &advances[next_advance..] {
+            self.advance(seq, watermark, events, cx, out)?;
+        }
+        if end_of_input {
+            self.advance(u64::MAX, PLUS_INFINITY, events, cx, out)?;
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            self.flush_pending(id, events, cx, out)?;
+        }
+        Ok(())
+    }
+
+    fn state_key(&self, key: &Arc<str>, window: Window) -> StateKey {
+        StateKey {
+            group: key_group(key),
+            operator: self.operator_index,
+            namespace: Namespace::Window { start: window.start, end: window.end },
+            key: key.clone(),
+        }
+    }
+
+    fn is_late(&self, window: &Window) -> bool {
+        self.watermark >= window.end.saturating_add(self.lateness)
+    }
+
+    fn late(&self, staged: &Staged, out: &mut EngineOutput) {
+        out.late.push(LateEvent {
+            seq: staged.seq,
+            event: staged.event.clone(),
+            watermark: self.watermark,
+            reason: format!(
+                "late: the watermark ({}) had passed the end of every window of the event plus the allowed lateness of {} ms",
+                self.watermark, self.lateness
+            ),
+        });
+    }
+
+    fn accept(&mut self, index: usize, staged: &Staged, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+        let event = &staged.event;
+        if let WindowSpec::Session { gap } = self.spec {
+            return self.accept_session(index, staged, gap, events, cx, out);
+        }
+        let mut windows = std::mem::take(&mut self.scratch);
+        assign(&self.spec, event.timestamp, &mut windows);
+        let mut accepted = false;
+        for window in &windows {
+            if self.is_late(window) {
+                continue;
+            }
+            accepted = true;
+            let existing = self
+                .by_key
+                .get(&event.key)
+                .and_then(|ids| ids.iter().find(|id| self.windows[id].window == *window).copied());
+            let id = match existing {
+                Some(id) => id,
+                None => self.open(event.key.clone(), *window, 0),
+            };
+            self.add_pending(id, index);
+        }
+        self.scratch = windows;
+        if !accepted {
+            self.late(staged, out);
+        }
+        Ok(())
+    }
+
+    fn accept_session(
+        &mut self,
+        index: usize,
+        staged: &Staged,
+        gap: Millis,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let event = &staged.event;
+        let own = Window { start: event.timestamp, end: event.timestamp + gap };
+        let mut touching: Vec<WindowId> = self
+            .by_key
+            .get(&event.key)
+            .map(|ids| ids.iter().copied().filter(|id| self.windows[id].window.overlaps_or_touches(&own)).collect())
+            .unwrap_or_default();
+        if touching.is_empty() {
+            if self.is_late(&own) {
+                self.late(staged, out);
+            } else {
+                let id = self.open(event.key.clone(), own, 0);
+                self.add_pending(id, index);
+            }
+            return Ok(());
+        }
+        let merged = touching.iter().fold(own, |acc, id| acc.cover(&self.windows[id].window));
+        if let [only] = touching[..]
+            && self.windows[&only].window == merged
+        {
+            self.add_pending(only, index);
+            return Ok(());
+        }
+        // The event bridges or extends sessions: combine their states into the merged window.
+        touching.sort_by_key(|id| self.windows[id].window.start);
+        for &id in &touching {
+            self.flush_pending(id, events, cx, out)?;
+        }
+        let key = event.key.clone();
+        let mut target = Scope { key: key.clone(), state: cx.state.take(&self.state_key(&key, self.windows[&touching[0]].window))? };
+        let mut sources = Vec::new();
+        let mut failure = None;
+        for &id in &touching[1..] {
+            let mut source = Scope { key: key.clone(), state: cx.state.take(&self.state_key(&key, self.windows[&id].window))? };
+            if failure.is_none()
+                && let Err(e) = cx.operator.merge(&mut target, &mut source)
+            {
+                failure = Some(e);
+            }
+            sources.push((id, source));
+        }
+        if let Some(error) = failure {
+            // Leave the sessions as they were and reject the event that would have merged them.
+            cx.state.put(self.state_key(&key, self.windows[&touching[0]].window), target.state)?;
+            for (id, source) in sources {
+                cx.state.put(self.state_key(&key, self.windows[&id].window), source.state)?;
+            }
+            return self.operator_failed(error, &[staged], out);
+        }
+        let changed = touching.iter().any(|id| self.windows[id].changed);
+        let mut version = 0;
+        for &id in &touching {
+            let old = self.close(id);
+            cx.state.remove(&self.state_key(&key, old.window))?;
+            version = version.max(old.version);
+            if old.version > 0
+                && let Some(value) = old.last_output
+            {
+                out.emissions.push(Emission {
+                    trigger: staged.seq,
+                    key: key.clone(),
+                    window: old.window,
+                    kind: EmissionKind::Retract,
+                    version: old.version,
+                    value,
+                });
+            }
+        }
+        let id = self.open(key.clone(), merged, version);
+        cx.state.put(self.state_key(&key, merged), target.state)?;
+        if changed || version > 0 {
+            self.mark_changed(id);
+        }
+        self.add_pending(id, index);
+        Ok(())
+    }
+
+    fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_key.entry(key.clone()).or_default().push(id);
+        self.expiry.insert((window.end.saturating_add(self.lateness), id));
+        self.windows.insert(
+            id,
+            LiveWindow { key, window, version, last_output: None, pending: Vec::new(), changed: false, queued: false },
+        );
+        id
+    }
+
+    fn close(&mut self, id: WindowId) -> LiveWindow {
+        let live = self.windows.remove(&id).expect("closing a live window");
+        if let Some(ids) = self.by_key.get_mut(&live.key) {
+            ids.retain(|other| *other != id);
+            if ids.is_empty() {
+                self.by_key.remove(&live.key);
+            }
+        }
+        self.expiry.remove(&(live.window.end.saturating_add(self.lateness), id));
+        if live.queued {
+            self.due.remove(&(live.window.end, live.window.start, live.key.clone(), id));
+        }
+        self.dirty.retain(|other| *other != id);
+        live
+    }
+
+    fn add_pending(&mut self, id: WindowId, index: usize) {
+        let live = self.windows.get_mut(&id).expect("a live window");
+        if live.pending.is_empty() {
+            self.dirty.push(id);
+        }
+        live.pending.push(index);
+        self.queue(id);
+    }
+
+    fn mark_changed(&mut self, id: WindowId) {
+        self.windows.get_mut(&id).expect("a live window").changed = true;
+        self.queue(id);
+    }
+
+    fn queue(&mut self, id: WindowId) {
+        let live = self.windows.get_mut(&id).expect("a live window");
+        if !live.queued {
+            live.queued = true;
+            self.due.insert((live.window.end, live.window.start, live.key.clone(), id));
+        }
+    }
+
+    fn flush_pending(&mut self, id: WindowId, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+        let Some(live) = self.windows.get_mut(&id) else { return Ok(()) };
+        if live.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut live.pending);
+        let (key, window) = (live.key.clone(), live.window);
+        let state_key = self.state_key(&key, window);
+        let mut scope = Scope { key, state: cx.state.take(&state_key)? };
+        let batch: Vec<&Event> = pending.iter().map(|&i| &events[i].event).collect();
+        let outcome = cx.operator.add(&mut scope, &batch);
+        cx.state.put(state_key, scope.state)?;
+        match outcome {
+            Ok(()) => {
+                self.windows.get_mut(&id).expect("a live window").changed = true;
+                Ok(())
+            }
+            Err(error) => {
+                let failed: Vec<&Staged> = pending.iter().map(|&i| &events[i]).collect();
+                self.operator_failed(error, &failed, out)
+            }
+        }
+    }
+
+    fn operator_failed(&self, error: OperatorError, events: &[&Staged], out: &mut EngineOutput) -> Result<()> {
+        if let OperatorError::Host(message) = error {
+            return Err(EngineError::Host(message));
+        }
+        if matches!(error, OperatorError::Trapped(_)) {
+            out.traps += 1;
+        }
+        let reason = format!("{} {error}", self.operator_label);
+        out.dead_letters.extend(events.iter().map(|staged| DeadLetter {
+            line: staged.event.line,
+            raw: staged.event.to_json().to_string(),
+            reason: reason.clone(),
+        }));
+        Ok(())
+    }
+
+    fn advance(&mut self, seq: u64, watermark: Millis, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+        self.watermark = self.watermark.max(watermark);
+        self.fire(seq, events, cx, out)?;
+        while let Some(&(expires, id)) = self.expiry.first() {
+            if expires > self.watermark {
+                break;
+            }
+            let live = self.close(id);
+            cx.state.remove(&self.state_key(&live.key, live.window))?;
+        }
+        Ok(())
+    }
+
+    /// Emits every queued window whose end the watermark has reached.
+    fn fire(&mut self, trigger: u64, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+        while let Some((end, _, _, id)) = self.due.first().cloned() {
+            if end > self.watermark {
+                break;
+            }
+            self.due.pop_first();
+            self.flush_pending(id, events, cx, out)?;
+            let live = self.windows.get_mut(&id).expect("a due window is live");
+            live.queued = false;
+            if !live.changed {
+                continue;
+            }
+            let (key, window) = (live.key.clone(), live.window);
+            let state_key = self.state_key(&key, window);
+            let mut scope = Scope { key: key.clone(), state: cx.state.take(&state_key)? };
+            let outcome = cx.operator.finish(&mut scope, window);
+            cx.state.put(state_key, scope.state)?;
+            match outcome {
+                Ok(value) => {
+                    let live = self.windows.get_mut(&id).expect("a due window is live");
+                    live.changed = false;
+                    live.version += 1;
+                    live.last_output = Some(value.clone());
+                    out.emissions.push(Emission {
+                        trigger,
+                        key,
+                        window,
+                        kind: if live.version == 1 { EmissionKind::Result } else { EmissionKind::Update },
+                        version: live.version,
+                        value,
+                    });
+                }
+                Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+                Err(error) => {
+                    if matches!(error, OperatorError::Trapped(_)) {
+                        out.traps += 1;
+                    }
+                    out.dead_letters.push(DeadLetter {
+                        line: 0,
+                        raw: serde_json::json!({"key": &*key, "window_start": window.start, "window_end": window.end}).to_string(),
+                        reason: format!("{} could not finish the window: {error}", self.operator_label),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,8 @@
+//! Event-time windows: which windows an event belongs to, and the per-shard engine that fires,
+//! updates, merges and drops them as the watermark advances.
+
+mod assign;
+mod engine;
+
+pub use assign::{Window, assign};
+pub use engine::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Staged, WindowEngine};

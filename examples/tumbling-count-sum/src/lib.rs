@@ -1,0 +1,115 @@
+//! Counts events and sums their `amount` per key and tumbling window.
+//!
+//! Build the component and run the sample pipeline from the workspace root:
+//!
+//! ```text
+//! cargo build --release --target wasm32-wasip2 -p weir-example-tumbling-count-sum
+//! cargo run -p weir-host -- run examples/tumbling-count-sum/pipeline.toml
+//! ```
+//!
+//! The component is `target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm`.
+//! Each window's output has `count` (int) and `sum`: an int while every `amount` was an int,
+//! a float once any was a float. A batch with an event lacking a numeric `amount` goes to
+//! the dead-letter output.
+
+use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
+
+/// The count-and-sum aggregate.
+pub struct CountSum;
+
+const NOT_NUMERIC: &str = "event without a numeric `amount` field";
+
+impl Aggregate for CountSum {
+    fn add(state: &State, batch: &Events) -> Result<(), String> {
+        let mut sum = state.get("sum").unwrap_or(Value::Int(0));
+        for amount in batch.values("amount") {
+            sum = amount
+                .and_then(|amount| sum.plus(amount))
+                .ok_or(NOT_NUMERIC)?;
+        }
+        state.add_int("count", batch.len() as i64);
+        state.put("sum", sum);
+        Ok(())
+    }
+
+    fn merge(target: &State, source: &State) -> Result<(), String> {
+        let (Some(count), Some(sum)) = (source.get_int("count"), source.get("sum")) else {
+            return Ok(()); // an empty source
+        };
+        let total = target.get("sum").unwrap_or(Value::Int(0)).plus(&sum);
+        target.put("sum", total.ok_or("state `sum` is not a number")?);
+        target.add_int("count", count);
+        Ok(())
+    }
+
+    fn finish(state: &State, _window: Window) -> Result<Output, String> {
+        Ok(Output::new()
+            .with("count", state.get_int("count").unwrap_or(0))
+            .with("sum", state.get("sum").unwrap_or(Value::Int(0))))
+    }
+}
+
+weir_sdk::export_aggregate!(CountSum);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_sdk::testing::MemoryState;
+
+    const WINDOW: Window = Window {
+        start: 0,
+        end: 60_000,
+    };
+
+    fn batch(amounts: &[Value]) -> Events {
+        amounts
+            .iter()
+            .fold(Events::new(["user", "amount"]), |batch, amount| {
+                batch.with_row(1_000, [Value::from("u1"), amount.clone()])
+            })
+    }
+
+    #[test]
+    fn sum_stays_int_until_a_float_arrives() {
+        let memory = MemoryState::new("u1");
+        CountSum::add(&memory.state(), &batch(&[2.into(), 3.into()])).unwrap();
+        let output = CountSum::finish(&memory.state(), WINDOW).unwrap();
+        assert_eq!(output, Output::new().with("count", 2).with("sum", 5));
+
+        CountSum::add(&memory.state(), &batch(&[0.5.into()])).unwrap();
+        let output = CountSum::finish(&memory.state(), WINDOW).unwrap();
+        assert_eq!(output, Output::new().with("count", 3).with("sum", 5.5));
+    }
+
+    #[test]
+    fn a_batch_with_a_bad_amount_is_rejected_whole() {
+        let memory = MemoryState::new("u1");
+        for bad in [Value::Null, Value::from("12")] {
+            let error = CountSum::add(&memory.state(), &batch(&[1.into(), bad])).unwrap_err();
+            assert_eq!(error, NOT_NUMERIC);
+        }
+        let no_amount = Events::new(["user"]).with_row(1_000, ["u1"]);
+        assert!(CountSum::add(&memory.state(), &no_amount).is_err());
+        assert_eq!(memory.get("count"), None);
+        assert_eq!(memory.get("sum"), None);
+    }
+
+    #[test]
+    fn merge_adds_counts_and_sums() {
+        let (target, source, empty) = (
+            MemoryState::new("u1"),
+            MemoryState::new("u1"),
+            MemoryState::new("u1"),
+        );
+        CountSum::add(&target.state(), &batch(&[1.into(), 2.into()])).unwrap();
+        CountSum::add(&source.state(), &batch(&[1.5.into()])).unwrap();
+        CountSum::merge(&target.state(), &source.state()).unwrap();
+        CountSum::merge(&target.state(), &empty.state()).unwrap();
+        let output = CountSum::finish(&target.state(), WINDOW).unwrap();
+        assert_eq!(output, Output::new().with("count", 3).with("sum", 4.5));
+
+        CountSum::merge(&empty.state(), &source.state()).unwrap();
+        assert_eq!(empty.get("sum"), Some(Value::Float(1.5)));
+        assert_eq!(empty.get("count"), Some(Value::Int(1)));
+    }
+}

@@ -1,0 +1,218 @@
+//! Write [Weir] stream operators in Rust and build them as WebAssembly components.
+//!
+//! A complete aggregate operator — a count and a sum per key and window — is one trait
+//! implementation and one macro call:
+//!
+//! ```
+//! use weir_sdk::{Aggregate, Events, Output, State, Window};
+//!
+//! /// Counts the events of each key and window and sums their `amount` field.
+//! struct CountSum;
+//!
+//! impl Aggregate for CountSum {
+//!     fn add(state: &State, batch: &Events) -> Result<(), String> {
+//!         let mut sum = state.get_float("sum").unwrap_or(0.0);
+//!         for amount in batch.values("amount") {
+//!             sum += amount.and_then(|v| v.as_float()).ok_or("event without a numeric `amount`")?;
+//!         }
+//!         state.add_int("count", batch.len() as i64);
+//!         state.put("sum", sum);
+//!         Ok(())
+//!     }
+//!
+//!     fn merge(target: &State, source: &State) -> Result<(), String> {
+//!         target.add_int("count", source.get_int("count").unwrap_or(0));
+//!         let sum = target.get_float("sum").unwrap_or(0.0) + source.get_float("sum").unwrap_or(0.0);
+//!         target.put("sum", sum);
+//!         Ok(())
+//!     }
+//!
+//!     fn finish(state: &State, _window: Window) -> Result<Output, String> {
+//!         Ok(Output::new()
+//!             .with("count", state.get_int("count").unwrap_or(0))
+//!             .with("sum", state.get_float("sum").unwrap_or(0.0)))
+//!     }
+//! }
+//!
+//! weir_sdk::export_aggregate!(CountSum);
+//! ```
+//!
+//! Build it as a component with `cargo build --release --target wasm32-wasip2` (the crate's
+//! `crate-type` must be `["cdylib"]`) and name the resulting `.wasm` file in a pipeline spec.
+//!
+//! # Concepts
+//!
+//! * An **aggregate** ([`Aggregate`], exported with [`export_aggregate!`]) folds the events of
+//!   one key and one window into [`State`] (`add`), combines two partial states (`merge`, used
+//!   when session windows merge or for pre-aggregation) and turns the state into an [`Output`]
+//!   record when the window closes (`finish`).
+//! * An **enricher** ([`Enrich`], exported with [`export_enrich!`]) turns each batch of events
+//!   of one key into zero or more events of the same key: joins with reference data (in the
+//!   state map `reference`), filtering, de-duplication.
+//! * The host owns all state. [`State`] is a window onto the state of exactly one key (and, for
+//!   aggregates, one window); it holds named [`Value`]s and named maps of values.
+//! * Events arrive in [batches](Events) of one key, with the field names sent once per batch:
+//!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
+//!
+//! If `add` or `process` returns an error (or traps), nothing the call wrote to the state is
+//! kept, and the host retries the batch's events one at a time, so that only the events the
+//! operator cannot take go to the dead-letter output, with the message.
+//!
+//! # Testing operators
+//!
+//! [`testing::MemoryState`] is an in-memory [`State`], so operator logic can be unit-tested
+//! natively with `cargo test`, without a host:
+//!
+//! ```
+//! use weir_sdk::testing::MemoryState;
+//! use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
+//!
+//! struct Count;
+//!
+//! impl Aggregate for Count {
+//!     fn add(state: &State, batch: &Events) -> Result<(), String> {
+//!         state.add_int("count", batch.len() as i64);
+//!         Ok(())
+//!     }
+//!     fn merge(target: &State, source: &State) -> Result<(), String> {
+//!         target.add_int("count", source.get_int("count").unwrap_or(0));
+//!         Ok(())
+//!     }
+//!     fn finish(state: &State, _window: Window) -> Result<Output, String> {
+//!         Ok(Output::new().with("count", state.get_int("count").unwrap_or(0)))
+//!     }
+//! }
+//!
+//! let memory = MemoryState::new("user-1");
+//! let batch = Events::new(["amount"]).with_row(1_000, [3]).with_row(2_000, [4]);
+//! Count::add(&memory.state(), &batch).unwrap();
+//! let output = Count::finish(&memory.state(), Window { start: 0, end: 60_000 }).unwrap();
+//! assert_eq!(output.get("count"), Some(&Value::Int(2)));
+//! ```
+//!
+//! [Weir]: https://example.invalid/weir
+#![deny(missing_docs)]
+
+// The generated bindings name this crate by its public name, as operator crates do.
+extern crate self as weir_sdk;
+
+#[doc(hidden)]
+pub mod bindings;
+mod events;
+mod output;
+mod state;
+pub mod testing;
+mod value;
+
+/// The `wit-bindgen` runtime, used by the generated bindings (not part of the public API).
+#[doc(hidden)]
+pub use wit_bindgen::rt;
+
+pub use bindings::aggregator::weir::operator::types::{
+    Event, Events, Field, OutputEvent, OutputEvents, Value, Window,
+};
+pub use output::Output;
+pub use state::State;
+
+use bindings::aggregator::exports::weir::operator::aggregate;
+use bindings::aggregator::weir::operator::state::Scope;
+use bindings::enricher::exports::weir::operator::enrich;
+
+/// A mergeable windowed aggregation: the logic of an `aggregator` component.
+///
+/// Every call sees the [`State`] of one key and one window. Implement it on a unit struct and
+/// export that with [`export_aggregate!`]. See the [crate documentation](crate) for an example.
+pub trait Aggregate {
+    /// Adds a batch of events (of the state's key, in arrival order) to the window's state.
+    ///
+    /// An error sends the whole batch to the dead-letter output with the message, so check
+    /// every event before writing to the state.
+    fn add(state: &State<'_>, batch: &Events) -> Result<(), String>;
+
+    /// Folds the partial state `source` into `target`, as when two session windows merge.
+    ///
+    /// Leave `source` unchanged.
+    fn merge(target: &State<'_>, source: &State<'_>) -> Result<(), String>;
+
+    /// Produces the output record of `window` from its state. Must not change the state.
+    fn finish(state: &State<'_>, window: Window) -> Result<Output, String>;
+}
+
+/// A per-key event transformer: the logic of an `enricher` component.
+///
+/// Every call sees the [`State`] of one key, which also holds that key's reference data in the
+/// map `reference` (one entry per field of the key's reference row). Implement it on a unit
+/// struct and export that with [`export_enrich!`].
+///
+/// ```
+/// use weir_sdk::{Enrich, Events, OutputEvents, State};
+///
+/// /// Adds the customer's `tier` from the reference data to every event.
+/// struct AddTier;
+///
+/// impl Enrich for AddTier {
+///     fn process(state: &State, batch: Events) -> Result<OutputEvents, String> {
+///         let tier = state.map_get("reference", "tier").unwrap_or_else(|| "none".into());
+///         let mut output = batch.into_output();
+///         let column = output.add_column("tier");
+///         for event in &mut output.rows {
+///             event.set(column, tier.clone());
+///         }
+///         Ok(output)
+///     }
+/// }
+///
+/// weir_sdk::export_enrich!(AddTier);
+/// ```
+pub trait Enrich {
+    /// Turns a batch of events of the state's key into zero or more events of the same key.
+    ///
+    /// Each output event names the input row it came from ([`OutputEvent::origin`], an index
+    /// into `batch.rows`); the host judges its lateness by its origin's. Start from
+    /// [`Events::into_output`] to keep, drop, change or add fields to the input events one for
+    /// one. The output may have different fields from the input. An error sends the whole batch
+    /// to the dead-letter output with the message.
+    fn process(state: &State<'_>, batch: Events) -> Result<OutputEvents, String>;
+}
+
+impl<T: Aggregate> aggregate::Guest for T {
+    fn add(state: &Scope, batch: Events) -> Result<(), String> {
+        <T as Aggregate>::add(&State::host(state), &batch)
+    }
+
+    fn merge(target: &Scope, source: &Scope) -> Result<(), String> {
+        <T as Aggregate>::merge(&State::host(target), &State::host(source))
+    }
+
+    fn finish(state: &Scope, window: Window) -> Result<Vec<Field>, String> {
+        <T as Aggregate>::finish(&State::host(state), window).map(Output::into_fields)
+    }
+}
+
+impl<T: Enrich> enrich::Guest for T {
+    fn process(state: &Scope, batch: Events) -> Result<OutputEvents, String> {
+        <T as Enrich>::process(&State::host(state), batch)
+    }
+}
+
+/// Exports a type implementing [`Aggregate`] as the component's `aggregate` interface.
+///
+/// Call it once, at the root of a `cdylib` crate, with the name of the type (a plain
+/// identifier, not a path). The component then implements the `aggregator` world.
+#[macro_export]
+macro_rules! export_aggregate {
+    ($ty:ident) => {
+        $crate::bindings::aggregator::export!($ty with_types_in $crate::bindings::aggregator);
+    };
+}
+
+/// Exports a type implementing [`Enrich`] as the component's `enrich` interface.
+///
+/// Call it once, at the root of a `cdylib` crate, with the name of the type (a plain
+/// identifier, not a path). The component then implements the `enricher` world.
+#[macro_export]
+macro_rules! export_enrich {
+    ($ty:ident) => {
+        $crate::bindings::enricher::export!($ty with_types_in $crate::bindings::enricher);
+    };
+}

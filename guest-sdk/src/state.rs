@@ -1,0 +1,191 @@
+//! [`State`]: the state of one key (and window), kept by the host.
+
+use crate::Value;
+use crate::bindings::aggregator::weir::operator::state::Scope;
+use crate::testing::MemoryState;
+
+/// The state of one key (and, for aggregates, one window), kept by the host.
+///
+/// It holds named [`Value`]s ([`get`](State::get), [`put`](State::put)) and named maps from
+/// entry names to values ([`map_get`](State::map_get), [`map_put`](State::map_put)). Every
+/// method is a call to the host; reads see earlier writes of the same call at once.
+///
+/// Operators receive it from the host; tests make one with [`MemoryState`].
+#[derive(Debug, Clone, Copy)]
+pub struct State<'a> {
+    backend: Backend<'a>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Backend<'a> {
+    Host(&'a Scope),
+    Memory(&'a MemoryState),
+}
+
+impl<'a> State<'a> {
+    /// The state behind a scope handed over by the host.
+    pub(crate) fn host(scope: &'a Scope) -> Self {
+        Self {
+            backend: Backend::Host(scope),
+        }
+    }
+
+    /// An in-memory state, for tests.
+    pub(crate) fn memory(memory: &'a MemoryState) -> Self {
+        Self {
+            backend: Backend::Memory(memory),
+        }
+    }
+
+    /// The key this state belongs to, as text.
+    pub fn key(&self) -> String {
+        match self.backend {
+            Backend::Host(scope) => scope.key(),
+            Backend::Memory(memory) => memory.key().to_owned(),
+        }
+    }
+
+    /// The value named `name`, or `None` if there is none.
+    pub fn get(&self, name: &str) -> Option<Value> {
+        match self.backend {
+            Backend::Host(scope) => scope.get(name),
+            Backend::Memory(memory) => memory.get(name),
+        }
+    }
+
+    /// The integer named `name`; `None` if there is none or it is not an integer.
+    pub fn get_int(&self, name: &str) -> Option<i64> {
+        self.get(name)?.as_int()
+    }
+
+    /// The number named `name`, integers converted to floats; `None` if there is none or it is
+    /// not a number.
+    pub fn get_float(&self, name: &str) -> Option<f64> {
+        self.get(name)?.as_float()
+    }
+
+    /// The text named `name`; `None` if there is none or it is not text.
+    pub fn get_text(&self, name: &str) -> Option<String> {
+        match self.get(name)? {
+            Value::Text(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Sets the value named `name`.
+    pub fn put(&self, name: &str, value: impl Into<Value>) {
+        let value = value.into();
+        match self.backend {
+            Backend::Host(scope) => scope.put(name, &value),
+            Backend::Memory(memory) => memory.put(name, value),
+        }
+    }
+
+    /// Adds `delta` to the integer named `name` (0 if there is none, or it is not an integer)
+    /// and returns the new value. The addition saturates at the bounds of `i64`.
+    pub fn add_int(&self, name: &str, delta: i64) -> i64 {
+        let value = self.get_int(name).unwrap_or(0).saturating_add(delta);
+        self.put(name, value);
+        value
+    }
+
+    /// Removes the value named `name`, if any.
+    pub fn remove(&self, name: &str) {
+        match self.backend {
+            Backend::Host(scope) => scope.remove(name),
+            Backend::Memory(memory) => memory.remove(name),
+        }
+    }
+
+    /// The value of entry `entry` of the map named `map`, or `None` if there is none.
+    pub fn map_get(&self, map: &str, entry: &str) -> Option<Value> {
+        match self.backend {
+            Backend::Host(scope) => scope.map_get(map, entry),
+            Backend::Memory(memory) => memory.map_get(map, entry),
+        }
+    }
+
+    /// Sets entry `entry` of the map named `map`, creating the map if needed.
+    pub fn map_put(&self, map: &str, entry: &str, value: impl Into<Value>) {
+        let value = value.into();
+        match self.backend {
+            Backend::Host(scope) => scope.map_put(map, entry, &value),
+            Backend::Memory(memory) => memory.map_put(map, entry, value),
+        }
+    }
+
+    /// Removes entry `entry` of the map named `map`, if any.
+    pub fn map_remove(&self, map: &str, entry: &str) {
+        match self.backend {
+            Backend::Host(scope) => scope.map_remove(map, entry),
+            Backend::Memory(memory) => memory.map_remove(map, entry),
+        }
+    }
+
+    /// How many entries the map named `map` holds (0 if there is no such map).
+    pub fn map_len(&self, map: &str) -> u64 {
+        match self.backend {
+            Backend::Host(scope) => scope.map_len(map),
+            Backend::Memory(memory) => memory.map_len(map),
+        }
+    }
+
+    /// The entry names of the map named `map`, in ascending order.
+    pub fn map_entries(&self, map: &str) -> Vec<String> {
+        match self.backend {
+            Backend::Host(scope) => scope.map_entries(map),
+            Backend::Memory(memory) => memory.map_entries(map),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Value;
+    use crate::testing::MemoryState;
+
+    #[test]
+    fn typed_reads_only_match_their_kind() {
+        let memory = MemoryState::new("k");
+        let state = memory.state();
+        state.put("n", 3);
+        state.put("x", 1.5);
+        state.put("t", "hi");
+        assert_eq!(state.key(), "k");
+        assert_eq!(state.get_int("n"), Some(3));
+        assert_eq!(state.get_float("n"), Some(3.0));
+        assert_eq!(state.get_int("x"), None);
+        assert_eq!(state.get_float("x"), Some(1.5));
+        assert_eq!(state.get_text("t").as_deref(), Some("hi"));
+        assert_eq!(state.get_text("n"), None);
+        assert_eq!(state.get("missing"), None);
+        state.remove("n");
+        assert_eq!(state.get("n"), None);
+    }
+
+    #[test]
+    fn add_int_starts_from_zero_and_saturates() {
+        let memory = MemoryState::new("k");
+        let state = memory.state();
+        assert_eq!(state.add_int("count", 2), 2);
+        assert_eq!(state.add_int("count", 3), 5);
+        state.put("big", i64::MAX);
+        assert_eq!(state.add_int("big", 1), i64::MAX);
+    }
+
+    #[test]
+    fn maps_hold_sorted_entries() {
+        let memory = MemoryState::new("k");
+        let state = memory.state();
+        state.map_put("m", "b", 2);
+        state.map_put("m", "a", Value::Null);
+        state.map_put("other", "z", true);
+        assert_eq!(state.map_len("m"), 2);
+        assert_eq!(state.map_entries("m"), ["a", "b"]);
+        assert_eq!(state.map_get("m", "b"), Some(Value::Int(2)));
+        state.map_remove("m", "a");
+        assert_eq!(state.map_entries("m"), ["b"]);
+        assert_eq!(state.map_len("none"), 0);
+        assert!(state.map_entries("none").is_empty());
+    }
+}

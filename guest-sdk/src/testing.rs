@@ -1,0 +1,107 @@
+//! Running operators natively, without a host, for unit tests.
+//!
+//! ```
+//! use weir_sdk::testing::MemoryState;
+//!
+//! let memory = MemoryState::new("user-1");
+//! let state = memory.state();
+//! state.put("count", 2);
+//! state.map_put("seen", "apple", 1);
+//! assert_eq!(state.get_int("count"), Some(2));
+//! assert_eq!(memory.map_entries("seen"), ["apple"]);
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use crate::{State, Value};
+
+/// An in-memory stand-in for the state the host keeps for one key (and window).
+///
+/// [`state`](MemoryState::state) hands out the [`State`] to pass to an operator; the other
+/// methods inspect or prepare the contents directly.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct MemoryState {
+    key: String,
+    values: RefCell<BTreeMap<String, Value>>,
+    maps: RefCell<BTreeMap<String, BTreeMap<String, Value>>>,
+}
+
+impl MemoryState {
+    /// An empty state for the key `key`.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The [`State`] to hand to an operator.
+    pub fn state(&self) -> State<'_> {
+        State::memory(self)
+    }
+
+    /// The key this state belongs to.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The value named `name`.
+    pub fn get(&self, name: &str) -> Option<Value> {
+        self.values.borrow().get(name).cloned()
+    }
+
+    /// Sets the value named `name`.
+    pub fn put(&self, name: &str, value: impl Into<Value>) {
+        self.values
+            .borrow_mut()
+            .insert(name.to_owned(), value.into());
+    }
+
+    /// Removes the value named `name`.
+    pub fn remove(&self, name: &str) {
+        self.values.borrow_mut().remove(name);
+    }
+
+    /// The value of entry `entry` of the map named `map`.
+    pub fn map_get(&self, map: &str, entry: &str) -> Option<Value> {
+        self.maps.borrow().get(map)?.get(entry).cloned()
+    }
+
+    /// Sets entry `entry` of the map named `map`.
+    pub fn map_put(&self, map: &str, entry: &str, value: impl Into<Value>) {
+        self.maps
+            .borrow_mut()
+            .entry(map.to_owned())
+            .or_default()
+            .insert(entry.to_owned(), value.into());
+    }
+
+    /// Removes entry `entry` of the map named `map`.
+    pub fn map_remove(&self, map: &str, entry: &str) {
+        let mut maps = self.maps.borrow_mut();
+        if let Some(entries) = maps.get_mut(map) {
+            entries.remove(entry);
+            if entries.is_empty() {
+                maps.remove(map);
+            }
+        }
+    }
+
+    /// How many entries the map named `map` holds.
+    pub fn map_len(&self, map: &str) -> u64 {
+        self.maps
+            .borrow()
+            .get(map)
+            .map_or(0, |entries| entries.len() as u64)
+    }
+
+    /// The entry names of the map named `map`, in ascending order.
+    pub fn map_entries(&self, map: &str) -> Vec<String> {
+        self.maps
+            .borrow()
+            .get(map)
+            .map(|entries| entries.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}

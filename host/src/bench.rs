@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 
 use crate::pipeline::{self, PipelineError, Summary};
-use crate::spec::{GeneratorSpec, OperatorCode, OperatorSpec, PipelineSpec, Sink, SinksSpec, SourceSpec, StateSpec, WindowSpec};
+use crate::spec::{
+    GeneratorSpec, OperatorCode, OperatorSpec, PipelineSpec, Sink, SinksSpec, SourceSpec,
+    StateSpec, WindowSpec,
+};
 
 /// Benchmark parameters.
 #[derive(Debug, Clone)]
@@ -54,9 +57,19 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         window: Some(WindowSpec::Tumbling { size: 60_000 }),
         allowed_lateness: 0,
         enrichers: Vec::new(),
-        aggregate: Some(OperatorSpec { name: "count-sum".into(), version: "bench".into(), code, reference: None, fields: None }),
+        aggregate: Some(OperatorSpec {
+            name: "count-sum".into(),
+            version: "bench".into(),
+            code,
+            reference: None,
+            fields: None,
+        }),
         state: StateSpec::Memory,
-        sinks: SinksSpec { results: Sink::Discard, late: Sink::Discard, dead_letters: Sink::Discard },
+        sinks: SinksSpec {
+            results: Sink::Discard,
+            late: Sink::Discard,
+            dead_letters: Sink::Discard,
+        },
         shards: Some(options.shards),
         batch_size: options.batch_size,
     }
@@ -64,7 +77,10 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
 
 /// Runs both pipelines.
 pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
-    let wasm = pipeline::run(&spec(options, OperatorCode::Component(options.module.clone())))?;
+    let wasm = pipeline::run(&spec(
+        options,
+        OperatorCode::Component(options.module.clone()),
+    ))?;
     let native = pipeline::run(&spec(options, OperatorCode::Native("count-sum".into())))?;
     Ok(BenchReport { wasm, native })
 }

@@ -85,9 +85,10 @@ impl Decoder {
                 self.max_line_bytes
             )));
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| dead(format!("line is not valid UTF-8 ({e})")))?;
-        let json: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| dead(format!("line is not valid JSON ({e})")))?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| dead(format!("line is not valid UTF-8 ({e})")))?;
+        let json: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| dead(format!("line is not valid JSON ({e})")))?;
         let serde_json::Value::Object(object) = json else {
             return Err(dead("line is not a JSON object".into()));
         };
@@ -106,14 +107,24 @@ impl Decoder {
             }
         };
         let timestamp = match object.get(&self.timestamp_field) {
-            None => return Err(dead(format!("missing timestamp field `{}`", self.timestamp_field))),
+            None => {
+                return Err(dead(format!(
+                    "missing timestamp field `{}`",
+                    self.timestamp_field
+                )));
+            }
             Some(ts) => parse_timestamp(ts).map_err(dead)?,
         };
         let fields = object
             .iter()
             .map(|(name, value)| (self.intern(name), Value::from_json(value)))
             .collect();
-        Ok(Event { line: line_no, key, timestamp, fields })
+        Ok(Event {
+            line: line_no,
+            key,
+            timestamp,
+            fields,
+        })
     }
 
     fn intern(&mut self, name: &str) -> Arc<str> {
@@ -170,7 +181,9 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_a_dead_letter() {
-        let dead = Decoder::new("user", "ts").decode(1, b"{\"user\":\"\xff\"}").unwrap_err();
+        let dead = Decoder::new("user", "ts")
+            .decode(1, b"{\"user\":\"\xff\"}")
+            .unwrap_err();
         assert!(dead.reason.contains("UTF-8"));
     }
 }

@@ -43,14 +43,19 @@ enum Command {
         #[arg(long, default_value_t = 4_096)]
         batch_size: usize,
         /// The count-sum component.
-        #[arg(long, default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm")]
+        #[arg(
+            long,
+            default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
+        )]
         module: PathBuf,
     },
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -64,7 +69,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { spec, shards, batch_size } => {
+        Command::Run {
+            spec,
+            shards,
+            batch_size,
+        } => {
             let mut pipeline = weir::PipelineSpec::load(&spec)?;
             if let Some(shards) = shards {
                 anyhow::ensure!(shards > 0, "--shards must be at least 1");
@@ -74,20 +83,54 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::ensure!(batch_size > 0, "--batch-size must be at least 1");
                 pipeline.batch_size = batch_size;
             }
-            let summary = weir::run(&pipeline).with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
+            let summary = weir::run(&pipeline)
+                .with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
             eprintln!("weir: {summary}");
             Ok(())
         }
-        Command::Bench { events, keys, shards, batch_size, module } => {
-            anyhow::ensure!(shards > 0 && keys > 0 && batch_size > 0, "--shards, --keys and --batch-size must be at least 1");
-            let options = weir::bench::BenchOptions { events, keys, shards, module, batch_size };
-            println!("tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}");
+        Command::Bench {
+            events,
+            keys,
+            shards,
+            batch_size,
+            module,
+        } => {
+            anyhow::ensure!(
+                shards > 0 && keys > 0 && batch_size > 0,
+                "--shards, --keys and --batch-size must be at least 1"
+            );
+            let options = weir::bench::BenchOptions {
+                events,
+                keys,
+                shards,
+                module,
+                batch_size,
+            };
+            println!(
+                "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
+            );
             let report = weir::bench::run(&options)?;
-            let (wasm, native) = (weir::bench::BenchReport::rate(&report.wasm), weir::bench::BenchReport::rate(&report.native));
-            println!("wasm   {:>12.0} events/s  ({:.2} s, {} results)", wasm, report.wasm.elapsed.as_secs_f64(), report.wasm.results_out);
-            println!("native {:>12.0} events/s  ({:.2} s, {} results)", native, report.native.elapsed.as_secs_f64(), report.native.results_out);
+            let (wasm, native) = (
+                weir::bench::BenchReport::rate(&report.wasm),
+                weir::bench::BenchReport::rate(&report.native),
+            );
+            println!(
+                "wasm   {:>12.0} events/s  ({:.2} s, {} results)",
+                wasm,
+                report.wasm.elapsed.as_secs_f64(),
+                report.wasm.results_out
+            );
+            println!(
+                "native {:>12.0} events/s  ({:.2} s, {} results)",
+                native,
+                report.native.elapsed.as_secs_f64(),
+                report.native.results_out
+            );
             println!("wasm/native throughput ratio: {:.2}", wasm / native);
-            anyhow::ensure!(report.wasm.results_out == report.native.results_out, "the two runs disagree on the number of results");
+            anyhow::ensure!(
+                report.wasm.results_out == report.native.results_out,
+                "the two runs disagree on the number of results"
+            );
             Ok(())
         }
     }

@@ -306,7 +306,10 @@ impl PipelineSpec {
         let base = path.parent().unwrap_or(Path::new("."));
         let json = path.extension().is_some_and(|e| e == "json");
         Self::parse(&text, json, base).map_err(|e| match e {
-            SpecError::Syntax { message, .. } => SpecError::Syntax { path: path.to_owned(), message },
+            SpecError::Syntax { message, .. } => SpecError::Syntax {
+                path: path.to_owned(),
+                message,
+            },
             other => other,
         })
     }
@@ -336,7 +339,9 @@ fn duration(field: &str, raw: &RawDuration) -> Result<Millis> {
     match raw {
         RawDuration::Millis(ms) if *ms >= 0 => Ok(*ms),
         RawDuration::Millis(ms) => Err(invalid(format!("{field} = {ms} must not be negative"))),
-        RawDuration::Text(text) => parse_duration(text).map_err(|e| invalid(format!("{field}: {e}"))),
+        RawDuration::Text(text) => {
+            parse_duration(text).map_err(|e| invalid(format!("{field}: {e}")))
+        }
     }
 }
 
@@ -354,7 +359,11 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
         Some("stdout") | Some("-") => Sink::Stdout,
         Some("stderr") => Sink::Stderr,
         Some("discard") => Sink::Discard,
-        Some("") => return Err(invalid(format!("sinks.{field} must name a file, stdout, stderr or discard"))),
+        Some("") => {
+            return Err(invalid(format!(
+                "sinks.{field} must name a file, stdout, stderr or discard"
+            )));
+        }
         Some(path) => Sink::File(base.join(path)),
     })
 }
@@ -362,7 +371,9 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
 fn ident_ok(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
 impl RawSpec {
@@ -395,7 +406,9 @@ impl RawSpec {
                     None => 0,
                 };
                 let spec = match w.kind.as_str() {
-                    "tumbling" => WindowSpec::Tumbling { size: positive("window.size", w.size.as_ref())? },
+                    "tumbling" => WindowSpec::Tumbling {
+                        size: positive("window.size", w.size.as_ref())?,
+                    },
                     "sliding" => {
                         let size = positive("window.size", w.size.as_ref())?;
                         let slide = positive("window.slide", w.slide.as_ref())?;
@@ -407,7 +420,9 @@ impl RawSpec {
                         }
                         WindowSpec::Sliding { size, slide }
                     }
-                    "session" => WindowSpec::Session { gap: positive("window.gap", w.gap.as_ref())? },
+                    "session" => WindowSpec::Session {
+                        gap: positive("window.gap", w.gap.as_ref())?,
+                    },
                     other => {
                         return Err(invalid(format!(
                             "window.type {other:?} is unknown: use tumbling, sliding or session"
@@ -422,34 +437,63 @@ impl RawSpec {
         for (i, op) in self.operators.into_iter().enumerate() {
             let at = format!("operators[{i}] ({:?})", op.name);
             if !ident_ok(&op.name) {
-                return Err(invalid(format!("{at}: name must be 1-64 letters, digits, '-', '_' or '.'")));
+                return Err(invalid(format!(
+                    "{at}: name must be 1-64 letters, digits, '-', '_' or '.'"
+                )));
             }
             let code = match (op.module, op.native) {
                 (Some(module), None) => OperatorCode::Component(base.join(module)),
                 (None, Some(native)) => OperatorCode::Native(native),
-                _ => return Err(invalid(format!("{at}: give exactly one of `module` (a component file) or `native`"))),
+                _ => {
+                    return Err(invalid(format!(
+                        "{at}: give exactly one of `module` (a component file) or `native`"
+                    )));
+                }
             };
-            let reference = op.reference.map(|r| ReferenceSpec { path: base.join(r.path), key: r.key });
-            let spec = OperatorSpec { name: op.name, version: op.version, code, reference, fields: op.fields };
+            let reference = op.reference.map(|r| ReferenceSpec {
+                path: base.join(r.path),
+                key: r.key,
+            });
+            let spec = OperatorSpec {
+                name: op.name,
+                version: op.version,
+                code,
+                reference,
+                fields: op.fields,
+            };
             match op.kind.as_str() {
                 "enrich" if aggregate.is_some() => {
-                    return Err(invalid(format!("{at}: enrichment operators must come before the aggregate")));
+                    return Err(invalid(format!(
+                        "{at}: enrichment operators must come before the aggregate"
+                    )));
                 }
                 "enrich" => enrichers.push(spec),
                 "aggregate" if aggregate.is_some() => {
-                    return Err(invalid(format!("{at}: a pipeline has at most one aggregate operator")));
+                    return Err(invalid(format!(
+                        "{at}: a pipeline has at most one aggregate operator"
+                    )));
                 }
                 "aggregate" => {
                     if spec.reference.is_some() {
-                        return Err(invalid(format!("{at}: `reference` is for enrichment operators")));
+                        return Err(invalid(format!(
+                            "{at}: `reference` is for enrichment operators"
+                        )));
                     }
                     aggregate = Some(spec)
                 }
-                other => return Err(invalid(format!("{at}: kind {other:?} is unknown: use enrich or aggregate"))),
+                other => {
+                    return Err(invalid(format!(
+                        "{at}: kind {other:?} is unknown: use enrich or aggregate"
+                    )));
+                }
             }
         }
         match (&window, &aggregate) {
-            (Some(_), None) => return Err(invalid("a [window] needs an operator of kind = \"aggregate\"")),
+            (Some(_), None) => {
+                return Err(invalid(
+                    "a [window] needs an operator of kind = \"aggregate\"",
+                ));
+            }
             (None, Some(_)) => return Err(invalid("an aggregate operator needs a [window]")),
             _ => {}
         }
@@ -459,7 +503,11 @@ impl RawSpec {
                 None => PathBuf::from("weir-data").join(&self.name),
             }),
             Some("memory") => StateSpec::Memory,
-            Some(other) => return Err(invalid(format!("state.backend {other:?} is unknown: use redb or memory"))),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "state.backend {other:?} is unknown: use redb or memory"
+                )));
+            }
         };
         let sinks = SinksSpec {
             results: sink("results", self.sinks.results, Sink::Stdout, base)?,
@@ -525,9 +573,18 @@ mod tests {
         let spec = parse(SPEC).unwrap();
         assert_eq!(spec.source, SourceSpec::File("/specs/events.jsonl".into()));
         assert_eq!(spec.watermark_bound, 5_000);
-        assert_eq!(spec.window, Some(WindowSpec::Sliding { size: 60_000, slide: 30_000 }));
+        assert_eq!(
+            spec.window,
+            Some(WindowSpec::Sliding {
+                size: 60_000,
+                slide: 30_000
+            })
+        );
         assert_eq!(spec.allowed_lateness, 1_000);
-        assert_eq!(spec.aggregate.unwrap().code, OperatorCode::Component("/specs/avg.wasm".into()));
+        assert_eq!(
+            spec.aggregate.unwrap().code,
+            OperatorCode::Component("/specs/avg.wasm".into())
+        );
         assert_eq!(spec.state, StateSpec::Redb("weir-data/demo".into()));
         assert_eq!(spec.sinks.results, Sink::Stdout);
     }
@@ -535,7 +592,10 @@ mod tests {
     #[test]
     fn refuses_a_slide_larger_than_the_size() {
         let err = parse(&SPEC.replace("slide = \"30s\"", "slide = \"2m\"")).unwrap_err();
-        assert!(err.to_string().contains("must not exceed window.size"), "{err}");
+        assert!(
+            err.to_string().contains("must not exceed window.size"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -546,9 +606,14 @@ mod tests {
 
     #[test]
     fn refuses_an_aggregate_before_an_enricher() {
-        let text = format!("{SPEC}\n[[operators]]\nname = \"e\"\nkind = \"enrich\"\nmodule = \"e.wasm\"\n");
+        let text = format!(
+            "{SPEC}\n[[operators]]\nname = \"e\"\nkind = \"enrich\"\nmodule = \"e.wasm\"\n"
+        );
         let err = parse(&text).unwrap_err();
-        assert!(err.to_string().contains("must come before the aggregate"), "{err}");
+        assert!(
+            err.to_string().contains("must come before the aggregate"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -19,15 +19,25 @@ pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
     let ms = match json {
         serde_json::Value::Number(n) => match n.as_i64() {
             Some(ms) => ms,
-            None => return Err(format!("timestamp {n} is not an integer number of milliseconds")),
+            None => {
+                return Err(format!(
+                    "timestamp {n} is not an integer number of milliseconds"
+                ));
+            }
         },
         serde_json::Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
             .map_err(|e| format!("timestamp {s:?} is not RFC 3339 ({e})"))?
             .timestamp_millis(),
-        other => return Err(format!("timestamp {other} is neither milliseconds nor RFC 3339 text")),
+        other => {
+            return Err(format!(
+                "timestamp {other} is neither milliseconds nor RFC 3339 text"
+            ));
+        }
     };
     if ms.abs() > MAX_TIMESTAMP {
-        return Err(format!("timestamp {ms} is out of range (|ms| <= {MAX_TIMESTAMP})"));
+        return Err(format!(
+            "timestamp {ms} is out of range (|ms| <= {MAX_TIMESTAMP})"
+        ));
     }
     Ok(ms)
 }
@@ -36,7 +46,9 @@ pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
 /// (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`, `"5s"` or `"1h"`.
 pub fn parse_duration(text: &str) -> Result<Millis, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: i64 = digits
         .parse()
@@ -47,7 +59,11 @@ pub fn parse_duration(text: &str) -> Result<Millis, String> {
         "m" | "min" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        other => return Err(format!("duration {text:?} has unknown unit {other:?} (use ms, s, m, h or d)")),
+        other => {
+            return Err(format!(
+                "duration {text:?} has unknown unit {other:?} (use ms, s, m, h or d)"
+            ));
+        }
     };
     n.checked_mul(scale)
         .filter(|ms| *ms <= MAX_TIMESTAMP)

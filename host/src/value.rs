@@ -72,7 +72,10 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
                 out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -92,7 +95,10 @@ mod tests {
     fn json_numbers_keep_their_type() {
         assert_eq!(Value::from_json(&serde_json::json!(3)), Value::Int(3));
         assert_eq!(Value::from_json(&serde_json::json!(2.5)), Value::Float(2.5));
-        assert_eq!(Value::from_json(&serde_json::json!({"a": 1})), Value::Text("{\"a\":1}".into()));
+        assert_eq!(
+            Value::from_json(&serde_json::json!({"a": 1})),
+            Value::Text("{\"a\":1}".into())
+        );
     }
 
     #[test]

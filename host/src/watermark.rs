@@ -16,7 +16,10 @@ pub struct BoundedOutOfOrderness {
 impl BoundedOutOfOrderness {
     /// A watermark that trails the highest timestamp seen by `bound` milliseconds.
     pub fn new(bound: Millis) -> Self {
-        BoundedOutOfOrderness { bound, current: MINUS_INFINITY }
+        BoundedOutOfOrderness {
+            bound,
+            current: MINUS_INFINITY,
+        }
     }
 
     /// The current watermark.

@@ -32,7 +32,11 @@ pub fn result_record(emission: &Emission, operator: &OperatorLabel) -> serde_jso
 /// An enriched event of a pipeline without an aggregate:
 /// `{"key", "timestamp", "value", "kind": "event", "operator", "operator_version"}`.
 pub fn event_record(event: &Event, operator: &OperatorLabel) -> serde_json::Value {
-    let fields: Fields = event.fields.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
+    let fields: Fields = event
+        .fields
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.clone()))
+        .collect();
     serde_json::json!({
         "key": &*event.key,
         "timestamp": event.timestamp,

@@ -23,7 +23,10 @@ pub struct SinkWriter {
 
 impl std::fmt::Debug for SinkWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SinkWriter").field("target", &self.target).field("records", &self.records).finish()
+        f.debug_struct("SinkWriter")
+            .field("target", &self.target)
+            .field("records", &self.records)
+            .finish()
     }
 }
 
@@ -31,30 +34,48 @@ impl SinkWriter {
     /// Opens a sink; a file is created (with its directory) or truncated.
     pub fn open(sink: &Sink) -> Result<SinkWriter, SinkError> {
         let (target, out): (String, Option<Box<dyn Write + Send>>) = match sink {
-            Sink::Stdout => ("standard output".into(), Some(Box::new(BufWriter::new(std::io::stdout())))),
+            Sink::Stdout => (
+                "standard output".into(),
+                Some(Box::new(BufWriter::new(std::io::stdout()))),
+            ),
             Sink::Stderr => ("standard error".into(), Some(Box::new(std::io::stderr()))),
             Sink::Discard => ("nowhere".into(), None),
             Sink::File(path) => {
                 let target = path.display().to_string();
-                let fail = |source| SinkError { target: target.clone(), source };
+                let fail = |source| SinkError {
+                    target: target.clone(),
+                    source,
+                };
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir).map_err(fail)?;
                 }
                 let file = File::create(PathBuf::from(path)).map_err(fail)?;
-                (target, Some(Box::new(BufWriter::with_capacity(1 << 16, file))))
+                (
+                    target,
+                    Some(Box::new(BufWriter::with_capacity(1 << 16, file))),
+                )
             }
         };
-        Ok(SinkWriter { target, out, records: 0 })
+        Ok(SinkWriter {
+            target,
+            out,
+            records: 0,
+        })
     }
 
     /// Writes one record as a line.
     pub fn write(&mut self, record: &serde_json::Value) -> Result<(), SinkError> {
         self.records += 1;
-        let Some(out) = self.out.as_mut() else { return Ok(()) };
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
         let result = serde_json::to_writer(&mut *out, record)
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n"));
-        result.map_err(|source| SinkError { target: self.target.clone(), source })
+        result.map_err(|source| SinkError {
+            target: self.target.clone(),
+            source,
+        })
     }
 
     /// Records written so far.
@@ -65,7 +86,10 @@ impl SinkWriter {
     /// Flushes buffered output.
     pub fn flush(&mut self) -> Result<(), SinkError> {
         match self.out.as_mut() {
-            Some(out) => out.flush().map_err(|source| SinkError { target: self.target.clone(), source }),
+            Some(out) => out.flush().map_err(|source| SinkError {
+                target: self.target.clone(),
+                source,
+            }),
             None => Ok(()),
         }
     }

@@ -12,7 +12,9 @@ mod wasm;
 use std::sync::Arc;
 
 pub use native::NativeCountSum;
-pub use wasm::{ComponentKind, Limits, LoadError, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime};
+pub use wasm::{
+    ComponentKind, Limits, LoadError, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime,
+};
 
 use crate::event::Event;
 use crate::state::ScopeState;

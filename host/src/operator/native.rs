@@ -24,7 +24,11 @@ impl AggregateOperator for NativeCountSum {
         for event in events {
             match event.fields.iter().find(|(name, _)| &**name == "amount") {
                 Some((_, Value::Int(amount))) => sum = sum.wrapping_add(*amount),
-                _ => return Err(OperatorError::Rejected("event without an integer `amount` field".into())),
+                _ => {
+                    return Err(OperatorError::Rejected(
+                        "event without an integer `amount` field".into(),
+                    ));
+                }
             }
         }
         let count = int(scope, "count") + events.len() as i64;
@@ -34,13 +38,19 @@ impl AggregateOperator for NativeCountSum {
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
-        let (count, sum) = (int(target, "count") + int(source, "count"), int(target, "sum") + int(source, "sum"));
+        let (count, sum) = (
+            int(target, "count") + int(source, "count"),
+            int(target, "sum") + int(source, "sum"),
+        );
         target.state.put("count", Value::Int(count));
         target.state.put("sum", Value::Int(sum));
         Ok(())
     }
 
     fn finish(&mut self, scope: &mut Scope, _window: Window) -> Result<Fields> {
-        Ok(vec![("count".into(), Value::Int(int(scope, "count"))), ("sum".into(), Value::Int(int(scope, "sum")))])
+        Ok(vec![
+            ("count".into(), Value::Int(int(scope, "count"))),
+            ("sum".into(), Value::Int(int(scope, "sum"))),
+        ])
     }
 }

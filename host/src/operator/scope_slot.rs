@@ -25,7 +25,12 @@ pub struct ScopeSlot {
 impl ScopeSlot {
     /// A slot over `base` for `key`.
     pub fn new(key: Arc<str>, base: ScopeState) -> Self {
-        ScopeSlot { key, base, values: BTreeMap::new(), maps: BTreeMap::new() }
+        ScopeSlot {
+            key,
+            base,
+            values: BTreeMap::new(),
+            maps: BTreeMap::new(),
+        }
     }
 
     /// Reads a named value.
@@ -69,7 +74,12 @@ impl ScopeSlot {
         let Some(changes) = self.maps.get(map) else {
             return self.base.map_entries(map);
         };
-        let mut names: BTreeSet<&String> = self.base.maps.get(map).map(|m| m.keys().collect()).unwrap_or_default();
+        let mut names: BTreeSet<&String> = self
+            .base
+            .maps
+            .get(map)
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
         for (entry, change) in changes {
             match change {
                 Some(_) => names.insert(entry),

@@ -61,7 +61,9 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The bytes are not a WebAssembly component (a core module, or not Wasm at all).
-    #[error("operator module {path} is not a WebAssembly component: {message}. Build it for the wasm32-wasip2 target (cargo build --release --target wasm32-wasip2)")]
+    #[error(
+        "operator module {path} is not a WebAssembly component: {message}. Build it for the wasm32-wasip2 target (cargo build --release --target wasm32-wasip2)"
+    )]
     NotAComponent {
         /// The module's path.
         path: PathBuf,
@@ -69,7 +71,9 @@ pub enum LoadError {
         message: String,
     },
     /// The component does not export the interface of the world the spec asks for.
-    #[error("operator module {path} does not implement the `{expected}` world of weir:operator@0.1.0 (it exports: {exports}); {hint}")]
+    #[error(
+        "operator module {path} does not implement the `{expected}` world of weir:operator@0.1.0 (it exports: {exports}); {hint}"
+    )]
     WrongWorld {
         /// The module's path.
         path: PathBuf,
@@ -81,7 +85,9 @@ pub enum LoadError {
         hint: &'static str,
     },
     /// The component imports something Weir does not provide.
-    #[error("operator module {path} cannot be linked: {message}. Operators may import only weir:operator/state and WASI")]
+    #[error(
+        "operator module {path} cannot be linked: {message}. Operators may import only weir:operator/state and WASI"
+    )]
     Link {
         /// The module's path.
         path: PathBuf,
@@ -124,7 +130,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { call_timeout: Duration::from_secs(1), memory_bytes: 64 << 20 }
+        Limits {
+            call_timeout: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+        }
     }
 }
 
@@ -148,7 +157,10 @@ impl WasmRuntime {
     /// The shared runtime, created on first use with its epoch ticker.
     pub fn shared() -> std::result::Result<WasmRuntime, LoadError> {
         static RUNTIME: OnceLock<std::result::Result<WasmRuntime, String>> = OnceLock::new();
-        RUNTIME.get_or_init(|| Self::new().map_err(|e| e.to_string())).clone().map_err(LoadError::Engine)
+        RUNTIME
+            .get_or_init(|| Self::new().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(LoadError::Engine)
     }
 
     fn new() -> wasmtime::Result<WasmRuntime> {
@@ -170,22 +182,38 @@ impl WasmRuntime {
                 }
             })
             .map_err(wasmtime::Error::from)?;
-        Ok(WasmRuntime { engine, linker: Arc::new(linker) })
+        Ok(WasmRuntime {
+            engine,
+            linker: Arc::new(linker),
+        })
     }
 
     /// Loads a component file and checks that it implements `kind`'s world and imports only
     /// what Weir provides.
-    pub fn load(&self, path: &Path, kind: ComponentKind) -> std::result::Result<WasmOperator, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    pub fn load(
+        &self,
+        path: &Path,
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         self.load_bytes(path, &bytes, kind)
     }
 
     /// Like [`load`](Self::load), from bytes; `path` only names the module in errors.
-    pub fn load_bytes(&self, path: &Path, bytes: &[u8], kind: ComponentKind) -> std::result::Result<WasmOperator, LoadError> {
-        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
-            path: path.to_owned(),
-            message: root_cause(&e),
-        })?;
+    pub fn load_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        let component =
+            Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
+                path: path.to_owned(),
+                message: root_cause(&e),
+            })?;
         let exports: Vec<String> = component
             .component_type()
             .exports(&self.engine)
@@ -212,11 +240,18 @@ impl WasmRuntime {
             return Err(LoadError::WrongWorld {
                 path: path.to_owned(),
                 expected: kind.world(),
-                exports: if exports.is_empty() { "nothing".into() } else { exports.join(", ") },
+                exports: if exports.is_empty() {
+                    "nothing".into()
+                } else {
+                    exports.join(", ")
+                },
                 hint,
             });
         }
-        let link = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), message: root_cause(&e) };
+        let link = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_owned(),
+            message: root_cause(&e),
+        };
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
         let instantiator = match kind {
             ComponentKind::Aggregate => {
@@ -226,7 +261,11 @@ impl WasmRuntime {
                 Instantiator::Enrich(enricher_bindings::EnricherPre::new(pre).map_err(link)?)
             }
         };
-        Ok(WasmOperator { engine: self.engine.clone(), instantiator, path: path.to_owned() })
+        Ok(WasmOperator {
+            engine: self.engine.clone(),
+            instantiator,
+            path: path.to_owned(),
+        })
     }
 }
 
@@ -256,19 +295,35 @@ pub struct WasmOperator {
 
 impl std::fmt::Debug for WasmOperator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmOperator").field("path", &self.path).finish()
+        f.debug_struct("WasmOperator")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
 impl WasmOperator {
-    /// A new aggregate instance. Panics if the component is an enricher (checked at load).
-    pub fn aggregate(&self, limits: Limits) -> std::result::Result<WasmAggregate, LoadError> {
-        Ok(WasmAggregate { guest: Guest::new(self.clone(), limits)? })
+    /// A new aggregate instance, passed only the `projection` fields if given (all otherwise).
+    pub fn aggregate(
+        &self,
+        limits: Limits,
+        projection: Option<Vec<String>>,
+    ) -> std::result::Result<WasmAggregate, LoadError> {
+        Ok(WasmAggregate {
+            guest: Guest::new(self.clone(), limits)?,
+            projection,
+        })
     }
 
-    /// A new enrichment instance.
-    pub fn enrich(&self, limits: Limits) -> std::result::Result<WasmEnrich, LoadError> {
-        Ok(WasmEnrich { guest: Guest::new(self.clone(), limits)? })
+    /// A new enrichment instance, passed only the `projection` fields if given.
+    pub fn enrich(
+        &self,
+        limits: Limits,
+        projection: Option<Vec<String>>,
+    ) -> std::result::Result<WasmEnrich, LoadError> {
+        Ok(WasmEnrich {
+            guest: Guest::new(self.clone(), limits)?,
+            projection,
+        })
     }
 }
 
@@ -281,7 +336,10 @@ pub struct HostData {
 
 impl WasiView for HostData {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -321,14 +379,23 @@ struct Guest {
 
 impl Guest {
     fn new(operator: WasmOperator, limits: Limits) -> std::result::Result<Guest, LoadError> {
-        let (store, bindings) = Self::instantiate(&operator, limits).map_err(|e| LoadError::Link {
-            path: operator.path.clone(),
-            message: root_cause(&e),
-        })?;
-        Ok(Guest { operator, limits, store, bindings })
+        let (store, bindings) =
+            Self::instantiate(&operator, limits).map_err(|e| LoadError::Link {
+                path: operator.path.clone(),
+                message: root_cause(&e),
+            })?;
+        Ok(Guest {
+            operator,
+            limits,
+            store,
+            bindings,
+        })
     }
 
-    fn instantiate(operator: &WasmOperator, limits: Limits) -> wasmtime::Result<(Store<HostData>, Bindings)> {
+    fn instantiate(
+        operator: &WasmOperator,
+        limits: Limits,
+    ) -> wasmtime::Result<(Store<HostData>, Bindings)> {
         let wasi = WasiCtx::builder()
             .wall_clock(FrozenClock)
             .monotonic_clock(FrozenClock)
@@ -339,7 +406,10 @@ impl Guest {
         let data = HostData {
             table: ResourceTable::new(),
             wasi,
-            limits: StoreLimitsBuilder::new().memory_size(limits.memory_bytes).instances(16).build(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(16)
+                .build(),
         };
         let mut store = Store::new(&operator.engine, data);
         store.limiter(|data| &mut data.limits);
@@ -357,20 +427,37 @@ impl Guest {
     fn call<R>(
         &mut self,
         scopes: &mut [&mut Scope],
-        call: impl FnOnce(&mut Store<HostData>, &Bindings, &[Resource<ScopeSlot>]) -> wasmtime::Result<std::result::Result<R, String>>,
+        call: impl FnOnce(
+            &mut Store<HostData>,
+            &Bindings,
+            &[Resource<ScopeSlot>],
+        ) -> wasmtime::Result<std::result::Result<R, String>>,
     ) -> Result<R> {
         let mut handles = Vec::with_capacity(scopes.len());
         for scope in scopes.iter_mut() {
             let slot = ScopeSlot::new(scope.key.clone(), std::mem::take(&mut scope.state));
-            let handle = self.store.data_mut().table.push(slot).map_err(|e| OperatorError::Host(e.to_string()))?;
+            let handle = self
+                .store
+                .data_mut()
+                .table
+                .push(slot)
+                .map_err(|e| OperatorError::Host(e.to_string()))?;
             handles.push(handle);
         }
-        let borrows: Vec<_> = handles.iter().map(|h| Resource::new_borrow(h.rep())).collect();
+        let borrows: Vec<_> = handles
+            .iter()
+            .map(|h| Resource::new_borrow(h.rep()))
+            .collect();
         self.store.set_epoch_deadline(deadline_ticks(self.limits));
         let outcome = call(&mut self.store, &self.bindings, &borrows);
         let mut slots = Vec::with_capacity(handles.len());
         for handle in handles {
-            let slot = self.store.data_mut().table.delete(handle).map_err(|e| OperatorError::Host(e.to_string()))?;
+            let slot = self
+                .store
+                .data_mut()
+                .table
+                .delete(handle)
+                .map_err(|e| OperatorError::Host(e.to_string()))?;
             slots.push(slot);
         }
         let committed = matches!(outcome, Ok(Ok(_)));
@@ -417,11 +504,14 @@ fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
 /// A per-shard instance of an aggregate component.
 pub struct WasmAggregate {
     guest: Guest,
+    projection: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for WasmAggregate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmAggregate").field("path", &self.guest.operator.path).finish()
+        f.debug_struct("WasmAggregate")
+            .field("path", &self.guest.operator.path)
+            .finish()
     }
 }
 
@@ -456,7 +546,10 @@ fn to_wit_events(events: &[&Event], projection: Option<&[String]>) -> wit::Event
                 .collect(),
         })
         .collect();
-    wit::Events { fields: fields.into_iter().map(str::to_owned).collect(), rows }
+    wit::Events {
+        fields: fields.into_iter().map(str::to_owned).collect(),
+        rows,
+    }
 }
 
 fn to_wit(value: Value) -> wit::Value {
@@ -490,41 +583,60 @@ fn aggregate_of(bindings: &Bindings) -> &bindings::exports::weir::operator::aggr
 
 impl AggregateOperator for WasmAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let batch = to_wit_events(events, None);
-        self.guest.call(&mut [scope], |store, b, scopes| aggregate_of(b).call_add(store, Resource::new_borrow(scopes[0].rep()), &batch))
+        let batch = to_wit_events(events, self.projection.as_deref());
+        self.guest.call(&mut [scope], |store, b, scopes| {
+            aggregate_of(b).call_add(store, Resource::new_borrow(scopes[0].rep()), &batch)
+        })
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
         self.guest.call(&mut [target, source], |store, b, scopes| {
-            aggregate_of(b).call_merge(store, Resource::new_borrow(scopes[0].rep()), Resource::new_borrow(scopes[1].rep()))
+            aggregate_of(b).call_merge(
+                store,
+                Resource::new_borrow(scopes[0].rep()),
+                Resource::new_borrow(scopes[1].rep()),
+            )
         })
     }
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
-        let window = wit::Window { start: window.start, end: window.end };
+        let window = wit::Window {
+            start: window.start,
+            end: window.end,
+        };
         let fields = self.guest.call(&mut [scope], |store, b, scopes| {
             aggregate_of(b).call_finish(store, Resource::new_borrow(scopes[0].rep()), window)
         })?;
-        Ok(fields.into_iter().map(|f| (f.name, from_wit(f.value))).collect())
+        Ok(fields
+            .into_iter()
+            .map(|f| (f.name, from_wit(f.value)))
+            .collect())
     }
 }
 
 /// A per-shard instance of an enrichment component.
 pub struct WasmEnrich {
     guest: Guest,
+    projection: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for WasmEnrich {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmEnrich").field("path", &self.guest.operator.path).finish()
+        f.debug_struct("WasmEnrich")
+            .field("path", &self.guest.operator.path)
+            .finish()
     }
 }
 
 impl EnrichOperator for WasmEnrich {
     fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let batch = to_wit_events(events, None);
+        let batch = to_wit_events(events, self.projection.as_deref());
         let output = self.guest.call(&mut [scope], |store, b, scopes| match b {
-            Bindings::Enrich(e) => e.weir_operator_enrich().call_process(store, Resource::new_borrow(scopes[0].rep()), &batch),
+            Bindings::Enrich(e) => e.weir_operator_enrich().call_process(
+                store,
+                Resource::new_borrow(scopes[0].rep()),
+                &batch,
+            ),
             Bindings::Aggregate(_) => unreachable!("checked at load: the component is an enricher"),
         })?;
         let names: Vec<Arc<str>> = output.fields.into_iter().map(Arc::from).collect();
@@ -546,8 +658,17 @@ impl EnrichOperator for WasmEnrich {
                         names.len()
                     )));
                 }
-                let fields = names.iter().cloned().zip(row.values.into_iter().map(from_wit)).filter(|(_, v)| *v != Value::Null).collect();
-                Ok(Enriched { origin, timestamp: row.timestamp, fields })
+                let fields = names
+                    .iter()
+                    .cloned()
+                    .zip(row.values.into_iter().map(from_wit))
+                    .filter(|(_, v)| *v != Value::Null)
+                    .collect();
+                Ok(Enriched {
+                    origin,
+                    timestamp: row.timestamp,
+                    fields,
+                })
             })
             .collect()
     }
@@ -560,11 +681,20 @@ impl wit_state::HostScope for HostData {
         Ok(self.table.get(&scope)?.key.to_string())
     }
 
-    fn get(&mut self, scope: Resource<ScopeSlot>, name: String) -> wasmtime::Result<Option<wit::Value>> {
+    fn get(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        name: String,
+    ) -> wasmtime::Result<Option<wit::Value>> {
         Ok(self.table.get(&scope)?.get(&name).map(to_wit))
     }
 
-    fn put(&mut self, scope: Resource<ScopeSlot>, name: String, value: wit::Value) -> wasmtime::Result<()> {
+    fn put(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        name: String,
+        value: wit::Value,
+    ) -> wasmtime::Result<()> {
         self.table.get_mut(&scope)?.put(name, from_wit(value));
         Ok(())
     }
@@ -574,16 +704,34 @@ impl wit_state::HostScope for HostData {
         Ok(())
     }
 
-    fn map_get(&mut self, scope: Resource<ScopeSlot>, map: String, entry: String) -> wasmtime::Result<Option<wit::Value>> {
+    fn map_get(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        map: String,
+        entry: String,
+    ) -> wasmtime::Result<Option<wit::Value>> {
         Ok(self.table.get(&scope)?.map_get(&map, &entry).map(to_wit))
     }
 
-    fn map_put(&mut self, scope: Resource<ScopeSlot>, map: String, entry: String, value: wit::Value) -> wasmtime::Result<()> {
-        self.table.get_mut(&scope)?.map_put(map, entry, from_wit(value));
+    fn map_put(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        map: String,
+        entry: String,
+        value: wit::Value,
+    ) -> wasmtime::Result<()> {
+        self.table
+            .get_mut(&scope)?
+            .map_put(map, entry, from_wit(value));
         Ok(())
     }
 
-    fn map_remove(&mut self, scope: Resource<ScopeSlot>, map: String, entry: String) -> wasmtime::Result<()> {
+    fn map_remove(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        map: String,
+        entry: String,
+    ) -> wasmtime::Result<()> {
         self.table.get_mut(&scope)?.map_remove(map, entry);
         Ok(())
     }
@@ -592,7 +740,11 @@ impl wit_state::HostScope for HostData {
         Ok(self.table.get(&scope)?.map_len(&map))
     }
 
-    fn map_entries(&mut self, scope: Resource<ScopeSlot>, map: String) -> wasmtime::Result<Vec<String>> {
+    fn map_entries(
+        &mut self,
+        scope: Resource<ScopeSlot>,
+        map: String,
+    ) -> wasmtime::Result<Vec<String>> {
         Ok(self.table.get(&scope)?.map_entries(&map))
     }
 

@@ -22,12 +22,21 @@ use tracing::{info, instrument};
 
 pub use shard::{Shard, ShardEnricher, ShardOutput};
 
-use crate::emit::{OperatorLabel, SinkError, SinkWriter, dead_letter_record, event_record, late_record, result_record};
+use crate::emit::{
+    OperatorLabel, SinkError, SinkWriter, dead_letter_record, event_record, late_record,
+    result_record,
+};
 use crate::event::{DEFAULT_MAX_LINE_BYTES, DeadLetter, Decoder};
-use crate::operator::{AggregateOperator, ComponentKind, EnrichOperator, Limits, LoadError, NativeCountSum, WasmOperator, WasmRuntime};
+use crate::operator::{
+    AggregateOperator, ComponentKind, EnrichOperator, Limits, LoadError, NativeCountSum,
+    WasmOperator, WasmRuntime,
+};
 use crate::source::{Generator, LineReader, Record, Source, SourceError};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
-use crate::state::{KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateError, StateKey, key_group};
+use crate::state::{
+    KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateError,
+    StateKey, key_group,
+};
 use crate::time::Millis;
 use crate::value::Value;
 use crate::watermark::BoundedOutOfOrderness;
@@ -104,7 +113,11 @@ impl std::fmt::Display for Summary {
             self.dead_letters,
             self.shards,
             secs,
-            if secs > 0.0 { self.events_in as f64 / secs } else { 0.0 }
+            if secs > 0.0 {
+                self.events_in as f64 / secs
+            } else {
+                0.0
+            }
         )
     }
 }
@@ -115,7 +128,11 @@ enum Code {
     NativeCountSum,
 }
 
-fn load(runtime: &mut Option<WasmRuntime>, spec: &OperatorSpec, kind: ComponentKind) -> Result<Code> {
+fn load(
+    runtime: &mut Option<WasmRuntime>,
+    spec: &OperatorSpec,
+    kind: ComponentKind,
+) -> Result<Code> {
     match &spec.code {
         OperatorCode::Component(path) => {
             let runtime = match runtime {
@@ -124,7 +141,9 @@ fn load(runtime: &mut Option<WasmRuntime>, spec: &OperatorSpec, kind: ComponentK
             };
             Ok(Code::Wasm(runtime.load(path, kind)?))
         }
-        OperatorCode::Native(name) if name == "count-sum" && kind == ComponentKind::Aggregate => Ok(Code::NativeCountSum),
+        OperatorCode::Native(name) if name == "count-sum" && kind == ComponentKind::Aggregate => {
+            Ok(Code::NativeCountSum)
+        }
         OperatorCode::Native(name) => Err(PipelineError::UnknownNative(name.clone())),
     }
 }
@@ -137,20 +156,39 @@ fn label(spec: &OperatorSpec) -> String {
 type ReferenceRows = Vec<(String, Vec<(String, Value)>)>;
 
 fn load_reference(path: &Path, key_field: &str) -> Result<ReferenceRows> {
-    let fail = |message: String| PipelineError::Reference { path: path.display().to_string(), message };
+    let fail = |message: String| PipelineError::Reference {
+        path: path.display().to_string(),
+        message,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let json: serde_json::Value = serde_json::from_str(line).map_err(|e| fail(format!("line {}: not JSON ({e})", i + 1)))?;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let json: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| fail(format!("line {}: not JSON ({e})", i + 1)))?;
         let serde_json::Value::Object(object) = json else {
             return Err(fail(format!("line {}: not a JSON object", i + 1)));
         };
         let key = match object.get(key_field) {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
-            _ => return Err(fail(format!("line {}: no text or integer key field `{key_field}`", i + 1))),
+            _ => {
+                return Err(fail(format!(
+                    "line {}: no text or integer key field `{key_field}`",
+                    i + 1
+                )));
+            }
         };
-        rows.push((key, object.iter().map(|(k, v)| (k.clone(), Value::from_json(v))).collect()));
+        rows.push((
+            key,
+            object
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                .collect(),
+        ));
     }
     Ok(rows)
 }
@@ -176,7 +214,10 @@ enum Part {
 #[instrument(skip_all, fields(pipeline = %spec.name))]
 pub fn run(spec: &PipelineSpec) -> Result<Summary> {
     let started = Instant::now();
-    let shards = spec.shards.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let shards = spec
+        .shards
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
 
     // Everything that can be refused is checked before any input is read.
     let mut runtime = None;
@@ -185,11 +226,20 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         .iter()
         .map(|op| load(&mut runtime, op, ComponentKind::Enrich))
         .collect::<Result<Vec<_>>>()?;
-    let aggregate_code = spec.aggregate.as_ref().map(|op| load(&mut runtime, op, ComponentKind::Aggregate)).transpose()?;
+    let aggregate_code = spec
+        .aggregate
+        .as_ref()
+        .map(|op| load(&mut runtime, op, ComponentKind::Aggregate))
+        .transpose()?;
     let references = spec
         .enrichers
         .iter()
-        .map(|op| op.reference.as_ref().map(|r| load_reference(&r.path, &r.key)).transpose())
+        .map(|op| {
+            op.reference
+                .as_ref()
+                .map(|r| load_reference(&r.path, &r.key))
+                .transpose()
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut results = SinkWriter::open(&spec.sinks.results)?;
     let mut late_sink = SinkWriter::open(&spec.sinks.late)?;
@@ -218,30 +268,47 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         let mut enrichers = Vec::new();
         for (position, (op, code)) in spec.enrichers.iter().zip(&enricher_code).enumerate() {
             let operator: Box<dyn EnrichOperator> = match code {
-                Code::Wasm(wasm) => Box::new(wasm.enrich(limits)?),
-                Code::NativeCountSum => return Err(PipelineError::UnknownNative("count-sum (as an enrichment)".into())),
+                Code::Wasm(wasm) => Box::new(wasm.enrich(limits, op.fields.clone())?),
+                Code::NativeCountSum => {
+                    return Err(PipelineError::UnknownNative(
+                        "count-sum (as an enrichment)".into(),
+                    ));
+                }
             };
             for (key, fields) in references[position].iter().flatten() {
                 let group = key_group(key);
                 if shard_of(group, shards) != index {
                     continue;
                 }
-                let state_key = StateKey { group, operator: position as u16, namespace: Namespace::Global, key: key.as_str().into() };
+                let state_key = StateKey {
+                    group,
+                    operator: position as u16,
+                    namespace: Namespace::Global,
+                    key: key.as_str().into(),
+                };
                 let mut scope = state.take(&state_key)?;
                 for (name, value) in fields {
                     scope.map_put("reference", name, value.clone());
                 }
                 state.put(state_key, scope)?;
             }
-            enrichers.push(ShardEnricher { label: label(op), operator });
+            enrichers.push(ShardEnricher {
+                label: label(op),
+                operator,
+            });
         }
         let aggregate = match (&spec.aggregate, &aggregate_code, &spec.window) {
             (Some(op), Some(code), Some(window)) => {
                 let operator: Box<dyn AggregateOperator> = match code {
-                    Code::Wasm(wasm) => Box::new(wasm.aggregate(limits)?),
+                    Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, op.fields.clone())?),
                     Code::NativeCountSum => Box::new(NativeCountSum),
                 };
-                let engine = WindowEngine::new(*window, spec.allowed_lateness, spec.enrichers.len() as u16, label(op));
+                let engine = WindowEngine::new(
+                    *window,
+                    spec.allowed_lateness,
+                    spec.enrichers.len() as u16,
+                    label(op),
+                );
                 Some((engine, operator))
             }
             _ => None,
@@ -262,7 +329,8 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
             .name(format!("weir-shard-{index}"))
             .spawn(move || -> std::result::Result<(), EngineError> {
                 while let Ok(batch) = rx.recv() {
-                    let output = shard.process(batch.events, &batch.advances, batch.end_of_input)?;
+                    let output =
+                        shard.process(batch.events, &batch.advances, batch.end_of_input)?;
                     if parts.send((batch.id, Part::Shard(output))).is_err() {
                         break;
                     }
@@ -273,17 +341,36 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         handles.push(handle);
     }
 
-    let result_label = spec.aggregate.as_ref().or(spec.enrichers.last()).map(|op| OperatorLabel { name: op.name.clone(), version: op.version.clone() });
+    let result_label = spec
+        .aggregate
+        .as_ref()
+        .or(spec.enrichers.last())
+        .map(|op| OperatorLabel {
+            name: op.name.clone(),
+            version: op.version.clone(),
+        });
     let collector = std::thread::Builder::new()
         .name("weir-collector".into())
         .spawn(move || -> Result<(u64, u64, u64, u64)> {
             let parts_per_batch = shards + 1;
-            let outcome = collect(part_rx, parts_per_batch, result_label, &mut results, &mut late_sink, &mut dead_sink);
+            let outcome = collect(
+                part_rx,
+                parts_per_batch,
+                result_label,
+                &mut results,
+                &mut late_sink,
+                &mut dead_sink,
+            );
             results.flush()?;
             late_sink.flush()?;
             dead_sink.flush()?;
             let traps = outcome?;
-            Ok((results.records(), late_sink.records(), dead_sink.records(), traps))
+            Ok((
+                results.records(),
+                late_sink.records(),
+                dead_sink.records(),
+                traps,
+            ))
         })
         .expect("spawning the collector thread");
 
@@ -338,15 +425,27 @@ fn route(
     let mut per_shard: Vec<Vec<Staged>> = (0..shards).map(|_| Vec::new()).collect();
     let mut advances = Vec::new();
     let mut dead = Vec::new();
-    let send = |per_shard: &mut Vec<Vec<Staged>>, advances: &mut Vec<(u64, Millis)>, dead: &mut Vec<DeadLetter>, end_of_input: bool, batch_id: u64| -> bool {
+    let send = |per_shard: &mut Vec<Vec<Staged>>,
+                advances: &mut Vec<(u64, Millis)>,
+                dead: &mut Vec<DeadLetter>,
+                end_of_input: bool,
+                batch_id: u64|
+     -> bool {
         let shared = Arc::new(std::mem::take(advances));
         for (shard, tx) in shard_txs.iter().enumerate() {
-            let batch = ShardBatch { id: batch_id, events: std::mem::take(&mut per_shard[shard]), advances: shared.clone(), end_of_input };
+            let batch = ShardBatch {
+                id: batch_id,
+                events: std::mem::take(&mut per_shard[shard]),
+                advances: shared.clone(),
+                end_of_input,
+            };
             if tx.send(batch).is_err() {
                 return false;
             }
         }
-        parts.send((batch_id, Part::Router(std::mem::take(dead)))).is_ok()
+        parts
+            .send((batch_id, Part::Router(std::mem::take(dead))))
+            .is_ok()
     };
     while let Some(record) = source.next_record()? {
         let event = match record {
@@ -395,10 +494,16 @@ fn collect(
     let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
     let mut next = 0u64;
     let mut traps = 0;
-    let label = label.unwrap_or(OperatorLabel { name: String::new(), version: String::new() });
+    let label = label.unwrap_or(OperatorLabel {
+        name: String::new(),
+        version: String::new(),
+    });
     while let Ok((id, part)) = parts.recv() {
         pending.entry(id).or_default().push(part);
-        while pending.get(&next).is_some_and(|p| p.len() == parts_per_batch) {
+        while pending
+            .get(&next)
+            .is_some_and(|p| p.len() == parts_per_batch)
+        {
             let batch = pending.remove(&next).expect("a complete batch");
             next += 1;
             let mut emissions = Vec::new();

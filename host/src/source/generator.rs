@@ -25,7 +25,13 @@ impl Generator {
     /// A generator for `spec`.
     pub fn new(spec: GeneratorSpec) -> Generator {
         let keys = (0..spec.keys).map(|k| Arc::from(format!("k{k}"))).collect();
-        Generator { rng: spec.seed, spec, next: 0, keys, names: ["key".into(), "ts".into(), "amount".into()] }
+        Generator {
+            rng: spec.seed,
+            spec,
+            next: 0,
+            keys,
+            names: ["key".into(), "ts".into(), "amount".into()],
+        }
     }
 
     /// SplitMix64.

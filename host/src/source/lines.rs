@@ -17,7 +17,10 @@ pub struct LineReader {
 
 impl std::fmt::Debug for LineReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LineReader").field("name", &self.name).field("line", &self.line).finish()
+        f.debug_struct("LineReader")
+            .field("name", &self.name)
+            .field("line", &self.line)
+            .finish()
     }
 }
 
@@ -25,18 +28,34 @@ impl LineReader {
     /// Reads the file at `path`.
     pub fn open(path: &Path, cap: usize) -> Result<LineReader, SourceError> {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|error| SourceError { source_name: name.clone(), error })?;
-        Ok(Self::new(name, Box::new(BufReader::with_capacity(1 << 16, file)), cap))
+        let file = std::fs::File::open(path).map_err(|error| SourceError {
+            source_name: name.clone(),
+            error,
+        })?;
+        Ok(Self::new(
+            name,
+            Box::new(BufReader::with_capacity(1 << 16, file)),
+            cap,
+        ))
     }
 
     /// Reads standard input.
     pub fn stdin(cap: usize) -> LineReader {
-        Self::new("standard input".into(), Box::new(BufReader::new(std::io::stdin())), cap)
+        Self::new(
+            "standard input".into(),
+            Box::new(BufReader::new(std::io::stdin())),
+            cap,
+        )
     }
 
     /// Reads any byte stream.
     pub fn new(name: String, input: Box<dyn BufRead + Send>, cap: usize) -> LineReader {
-        LineReader { name, input, line: 0, cap }
+        LineReader {
+            name,
+            input,
+            line: 0,
+            cap,
+        }
     }
 
     /// Reads one line into `out`, keeping at most `cap + 1` bytes (so an over-long line is
@@ -69,9 +88,10 @@ impl Source for LineReader {
     fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
         let mut bytes = Vec::new();
         loop {
-            let more = self
-                .read_line(&mut bytes)
-                .map_err(|error| SourceError { source_name: self.name.clone(), error })?;
+            let more = self.read_line(&mut bytes).map_err(|error| SourceError {
+                source_name: self.name.clone(),
+                error,
+            })?;
             if !more {
                 return Ok(None);
             }
@@ -86,7 +106,6 @@ impl Source for LineReader {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -104,7 +123,10 @@ mod tests {
     #[test]
     fn numbers_lines_and_skips_blank_ones() {
         let got = lines(b"a\n\nb\r\nc", 100);
-        assert_eq!(got, vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (4, b"c".to_vec())]);
+        assert_eq!(
+            got,
+            vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (4, b"c".to_vec())]
+        );
     }
 
     #[test]

@@ -85,7 +85,10 @@ mod tests {
         let at = |start: Millis| StateKey {
             group: 1,
             operator: 0,
-            namespace: Namespace::Window { start, end: start + 10 },
+            namespace: Namespace::Window {
+                start,
+                end: start + 10,
+            },
             key: "k".into(),
         };
         assert!(at(-5).encode() < at(3).encode());

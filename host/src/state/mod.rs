@@ -26,7 +26,9 @@ pub enum StateError {
         message: String,
     },
     /// A stored value could not be decoded: the file is corrupt or from an incompatible version.
-    #[error("state store {path}: a stored value is unreadable ({message}); the data directory is corrupt or from another Weir version")]
+    #[error(
+        "state store {path}: a stored value is unreadable ({message}); the data directory is corrupt or from another Weir version"
+    )]
     Corrupt {
         /// The database file.
         path: std::path::PathBuf,

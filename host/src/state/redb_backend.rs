@@ -26,10 +26,17 @@ impl RedbStore {
     /// Opens (or creates) `dir/state.redb`, creating the directory.
     pub fn open(dir: &Path) -> Result<RedbStore> {
         let path = dir.join("state.redb");
-        let store_err = |message: String| StateError::Store { path: path.clone(), message };
-        std::fs::create_dir_all(dir).map_err(|e| store_err(format!("cannot create the data directory: {e}")))?;
+        let store_err = |message: String| StateError::Store {
+            path: path.clone(),
+            message,
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| store_err(format!("cannot create the data directory: {e}")))?;
         let db = Database::create(&path).map_err(|e| store_err(e.to_string()))?;
-        Ok(RedbStore { db: Arc::new(db), path })
+        Ok(RedbStore {
+            db: Arc::new(db),
+            path,
+        })
     }
 
     /// Deletes all state: a run without recovery starts from nothing.
@@ -45,7 +52,10 @@ impl RedbStore {
     }
 
     fn error(&self, e: impl std::fmt::Display) -> StateError {
-        StateError::Store { path: self.path.clone(), message: e.to_string() }
+        StateError::Store {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
     }
 
     fn read(&self, key: &StateKey) -> Result<Option<ScopeState>> {
@@ -55,12 +65,18 @@ impl RedbStore {
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(self.error(e)),
         };
-        let Some(bytes) = table.get(key.encode().as_slice()).map_err(|e| self.error(e))? else {
+        let Some(bytes) = table
+            .get(key.encode().as_slice())
+            .map_err(|e| self.error(e))?
+        else {
             return Ok(None);
         };
         serde_json::from_slice(bytes.value())
             .map(Some)
-            .map_err(|e| StateError::Corrupt { path: self.path.clone(), message: e.to_string() })
+            .map_err(|e| StateError::Corrupt {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })
     }
 }
 
@@ -76,7 +92,11 @@ pub struct RedbBackend {
 impl RedbBackend {
     /// A backend over `store`.
     pub fn new(store: RedbStore) -> Self {
-        RedbBackend { store, hot: HashMap::new(), dirty: HashSet::new() }
+        RedbBackend {
+            store,
+            hot: HashMap::new(),
+            dirty: HashSet::new(),
+        }
     }
 }
 
@@ -107,7 +127,8 @@ impl StateBackend for RedbBackend {
         let store = &self.store;
         let mut txn = store.db.begin_write().map_err(|e| store.error(e))?;
         // Batches between checkpoints need not reach the disk one by one.
-        txn.set_durability(Durability::None).map_err(|e| store.error(e))?;
+        txn.set_durability(Durability::None)
+            .map_err(|e| store.error(e))?;
         {
             let mut table = txn.open_table(STATE).map_err(|e| store.error(e))?;
             for key in self.dirty.drain() {
@@ -115,10 +136,14 @@ impl StateBackend for RedbBackend {
                 match self.hot.get(&key) {
                     Some(state) => {
                         let bytes = serde_json::to_vec(state).map_err(|e| store.error(e))?;
-                        table.insert(encoded.as_slice(), bytes.as_slice()).map_err(|e| store.error(e))?;
+                        table
+                            .insert(encoded.as_slice(), bytes.as_slice())
+                            .map_err(|e| store.error(e))?;
                     }
                     None => {
-                        table.remove(encoded.as_slice()).map_err(|e| store.error(e))?;
+                        table
+                            .remove(encoded.as_slice())
+                            .map_err(|e| store.error(e))?;
                     }
                 }
             }
@@ -149,7 +174,12 @@ mod tests {
     #[test]
     fn flushed_state_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        let key = StateKey { group: 3, operator: 0, namespace: Namespace::Global, key: "ann".into() };
+        let key = StateKey {
+            group: 3,
+            operator: 0,
+            namespace: Namespace::Global,
+            key: "ann".into(),
+        };
         {
             let mut backend = RedbBackend::new(RedbStore::open(dir.path()).unwrap());
             let mut state = backend.take(&key).unwrap();
@@ -160,7 +190,10 @@ mod tests {
             backend.store.sync().unwrap();
         }
         let mut backend = RedbBackend::new(RedbStore::open(dir.path()).unwrap());
-        assert_eq!(backend.take(&key).unwrap().get("count"), Some(&Value::Int(2)));
+        assert_eq!(
+            backend.take(&key).unwrap().get("count"),
+            Some(&Value::Int(2))
+        );
         backend.remove(&key).unwrap();
         backend.flush().unwrap();
         assert!(backend.take(&key).unwrap().is_empty());

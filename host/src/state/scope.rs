@@ -76,6 +76,8 @@ impl ScopeState {
 
     /// Entry names of a named map, ascending.
     pub fn map_entries(&self, map: &str) -> Vec<String> {
-        self.maps.get(map).map_or_else(Vec::new, |m| m.keys().cloned().collect())
+        self.maps
+            .get(map)
+            .map_or_else(Vec::new, |m| m.keys().cloned().collect())
     }
 }

@@ -23,7 +23,10 @@ impl Window {
 
     /// The smallest window covering both.
     pub fn cover(&self, other: &Window) -> Window {
-        Window { start: self.start.min(other.start), end: self.end.max(other.end) }
+        Window {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
     }
 }
 
@@ -34,7 +37,10 @@ pub fn assign(spec: &WindowSpec, ts: Millis, out: &mut Vec<Window>) {
     match *spec {
         WindowSpec::Tumbling { size } => {
             let start = ts - ts.rem_euclid(size);
-            out.push(Window { start, end: start + size });
+            out.push(Window {
+                start,
+                end: start + size,
+            });
         }
         WindowSpec::Sliding { size, slide } => {
             let last = ts - ts.rem_euclid(slide);
@@ -44,11 +50,17 @@ pub fn assign(spec: &WindowSpec, ts: Millis, out: &mut Vec<Window>) {
             }
             start += slide;
             while start <= last {
-                out.push(Window { start, end: start + size });
+                out.push(Window {
+                    start,
+                    end: start + size,
+                });
                 start += slide;
             }
         }
-        WindowSpec::Session { gap } => out.push(Window { start: ts, end: ts + gap }),
+        WindowSpec::Session { gap } => out.push(Window {
+            start: ts,
+            end: ts + gap,
+        }),
     }
 }
 
@@ -77,8 +89,20 @@ mod tests {
         assert_eq!(windows(spec, 7), [(0, 10), (5, 15)]);
         assert_eq!(windows(spec, 10), [(5, 15), (10, 20)]);
         assert_eq!(windows(spec, -3), [(-10, 0), (-5, 5)]);
-        assert_eq!(windows(WindowSpec::Sliding { size: 10, slide: 10 }, 3), [(0, 10)]);
-        assert_eq!(windows(WindowSpec::Sliding { size: 10, slide: 3 }, 10), [(3, 13), (6, 16), (9, 19)]);
+        assert_eq!(
+            windows(
+                WindowSpec::Sliding {
+                    size: 10,
+                    slide: 10
+                },
+                3
+            ),
+            [(0, 10)]
+        );
+        assert_eq!(
+            windows(WindowSpec::Sliding { size: 10, slide: 3 }, 10),
+            [(3, 13), (6, 16), (9, 19)]
+        );
     }
 
     proptest! {

@@ -65,8 +65,18 @@ impl Emission {
     /// The canonical output order: by trigger, retractions first, then window end, window
     /// start and key.
     pub fn order_key(&self) -> (u64, EmissionKind, Millis, Millis, &str) {
-        let rank = if self.kind == EmissionKind::Retract { EmissionKind::Retract } else { EmissionKind::Result };
-        (self.trigger, rank, self.window.end, self.window.start, &self.key)
+        let rank = if self.kind == EmissionKind::Retract {
+            EmissionKind::Retract
+        } else {
+            EmissionKind::Result
+        };
+        (
+            self.trigger,
+            rank,
+            self.window.end,
+            self.window.start,
+            &self.key,
+        )
     }
 }
 
@@ -177,7 +187,12 @@ impl WindowEngine {
     /// An engine for `spec` windows with `lateness`, running the operator at `operator_index`
     /// of the chain (its state is kept apart from the others'), labelled `name@version` in
     /// dead letters.
-    pub fn new(spec: WindowSpec, lateness: Millis, operator_index: u16, operator_label: String) -> Self {
+    pub fn new(
+        spec: WindowSpec,
+        lateness: Millis,
+        operator_index: u16,
+        operator_label: String,
+    ) -> Self {
         WindowEngine {
             spec,
             lateness,
@@ -236,7 +251,10 @@ impl WindowEngine {
         StateKey {
             group: key_group(key),
             operator: self.operator_index,
-            namespace: Namespace::Window { start: window.start, end: window.end },
+            namespace: Namespace::Window {
+                start: window.start,
+                end: window.end,
+            },
             key: key.clone(),
         }
     }
@@ -257,7 +275,14 @@ impl WindowEngine {
         });
     }
 
-    fn accept(&mut self, index: usize, staged: &Staged, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+    fn accept(
+        &mut self,
+        index: usize,
+        staged: &Staged,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         let event = &staged.event;
         if let WindowSpec::Session { gap } = self.spec {
             return self.accept_session(index, staged, gap, events, cx, out);
@@ -270,10 +295,11 @@ impl WindowEngine {
                 continue;
             }
             accepted = true;
-            let existing = self
-                .by_key
-                .get(&event.key)
-                .and_then(|ids| ids.iter().find(|id| self.windows[id].window == *window).copied());
+            let existing = self.by_key.get(&event.key).and_then(|ids| {
+                ids.iter()
+                    .find(|id| self.windows[id].window == *window)
+                    .copied()
+            });
             let id = match existing {
                 Some(id) => id,
                 None => self.open(event.key.clone(), *window, 0),
@@ -297,11 +323,19 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let event = &staged.event;
-        let own = Window { start: event.timestamp, end: event.timestamp + gap };
+        let own = Window {
+            start: event.timestamp,
+            end: event.timestamp + gap,
+        };
         let mut touching: Vec<WindowId> = self
             .by_key
             .get(&event.key)
-            .map(|ids| ids.iter().copied().filter(|id| self.windows[id].window.overlaps_or_touches(&own)).collect())
+            .map(|ids| {
+                ids.iter()
+                    .copied()
+                    .filter(|id| self.windows[id].window.overlaps_or_touches(&own))
+                    .collect()
+            })
             .unwrap_or_default();
         if touching.is_empty() {
             if self.is_late(&own) {
@@ -312,7 +346,9 @@ impl WindowEngine {
             }
             return Ok(());
         }
-        let merged = touching.iter().fold(own, |acc, id| acc.cover(&self.windows[id].window));
+        let merged = touching
+            .iter()
+            .fold(own, |acc, id| acc.cover(&self.windows[id].window));
         if let [only] = touching[..]
             && self.windows[&only].window == merged
         {
@@ -325,11 +361,21 @@ impl WindowEngine {
             self.flush_pending(id, events, cx, out)?;
         }
         let key = event.key.clone();
-        let mut target = Scope { key: key.clone(), state: cx.state.take(&self.state_key(&key, self.windows[&touching[0]].window))? };
+        let mut target = Scope {
+            key: key.clone(),
+            state: cx
+                .state
+                .take(&self.state_key(&key, self.windows[&touching[0]].window))?,
+        };
         let mut sources = Vec::new();
         let mut failure = None;
         for &id in &touching[1..] {
-            let mut source = Scope { key: key.clone(), state: cx.state.take(&self.state_key(&key, self.windows[&id].window))? };
+            let mut source = Scope {
+                key: key.clone(),
+                state: cx
+                    .state
+                    .take(&self.state_key(&key, self.windows[&id].window))?,
+            };
             if failure.is_none()
                 && let Err(e) = cx.operator.merge(&mut target, &mut source)
             {
@@ -339,9 +385,13 @@ impl WindowEngine {
         }
         if let Some(error) = failure {
             // Leave the sessions as they were and reject the event that would have merged them.
-            cx.state.put(self.state_key(&key, self.windows[&touching[0]].window), target.state)?;
+            cx.state.put(
+                self.state_key(&key, self.windows[&touching[0]].window),
+                target.state,
+            )?;
             for (id, source) in sources {
-                cx.state.put(self.state_key(&key, self.windows[&id].window), source.state)?;
+                cx.state
+                    .put(self.state_key(&key, self.windows[&id].window), source.state)?;
             }
             return self.operator_failed(error, &[staged], out);
         }
@@ -377,10 +427,19 @@ impl WindowEngine {
         let id = self.next_id;
         self.next_id += 1;
         self.by_key.entry(key.clone()).or_default().push(id);
-        self.expiry.insert((window.end.saturating_add(self.lateness), id));
+        self.expiry
+            .insert((window.end.saturating_add(self.lateness), id));
         self.windows.insert(
             id,
-            LiveWindow { key, window, version, last_output: None, pending: Vec::new(), changed: false, queued: false },
+            LiveWindow {
+                key,
+                window,
+                version,
+                last_output: None,
+                pending: Vec::new(),
+                changed: false,
+                queued: false,
+            },
         );
         id
     }
@@ -393,9 +452,11 @@ impl WindowEngine {
                 self.by_key.remove(&live.key);
             }
         }
-        self.expiry.remove(&(live.window.end.saturating_add(self.lateness), id));
+        self.expiry
+            .remove(&(live.window.end.saturating_add(self.lateness), id));
         if live.queued {
-            self.due.remove(&(live.window.end, live.window.start, live.key.clone(), id));
+            self.due
+                .remove(&(live.window.end, live.window.start, live.key.clone(), id));
         }
         self.dirty.retain(|other| *other != id);
         live
@@ -419,35 +480,63 @@ impl WindowEngine {
         let live = self.windows.get_mut(&id).expect("a live window");
         if !live.queued {
             live.queued = true;
-            self.due.insert((live.window.end, live.window.start, live.key.clone(), id));
+            self.due
+                .insert((live.window.end, live.window.start, live.key.clone(), id));
         }
     }
 
-    fn flush_pending(&mut self, id: WindowId, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
-        let Some(live) = self.windows.get_mut(&id) else { return Ok(()) };
+    fn flush_pending(
+        &mut self,
+        id: WindowId,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let Some(live) = self.windows.get_mut(&id) else {
+            return Ok(());
+        };
         if live.pending.is_empty() {
             return Ok(());
         }
         let pending = std::mem::take(&mut live.pending);
         let (key, window) = (live.key.clone(), live.window);
         let state_key = self.state_key(&key, window);
-        let mut scope = Scope { key, state: cx.state.take(&state_key)? };
+        let mut scope = Scope {
+            key,
+            state: cx.state.take(&state_key)?,
+        };
         let batch: Vec<&Event> = pending.iter().map(|&i| &events[i].event).collect();
-        let outcome = cx.operator.add(&mut scope, &batch);
-        cx.state.put(state_key, scope.state)?;
-        match outcome {
-            Ok(()) => {
-                self.windows.get_mut(&id).expect("a live window").changed = true;
-                Ok(())
+        let mut changed = false;
+        match cx.operator.add(&mut scope, &batch) {
+            Ok(()) => changed = true,
+            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+            // A failed call changed nothing. Retry its events one by one, so that only the events
+            // the operator cannot take become dead letters, whatever the batch boundaries were.
+            Err(error) if batch.len() == 1 => {
+                self.operator_failed(error, &[&events[pending[0]]], out)?
             }
-            Err(error) => {
-                let failed: Vec<&Staged> = pending.iter().map(|&i| &events[i]).collect();
-                self.operator_failed(error, &failed, out)
+            Err(_) => {
+                for &i in &pending {
+                    match cx.operator.add(&mut scope, &[&events[i].event]) {
+                        Ok(()) => changed = true,
+                        Err(error) => self.operator_failed(error, &[&events[i]], out)?,
+                    }
+                }
             }
         }
+        cx.state.put(state_key, scope.state)?;
+        if changed {
+            self.windows.get_mut(&id).expect("a live window").changed = true;
+        }
+        Ok(())
     }
 
-    fn operator_failed(&self, error: OperatorError, events: &[&Staged], out: &mut EngineOutput) -> Result<()> {
+    fn operator_failed(
+        &self,
+        error: OperatorError,
+        events: &[&Staged],
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         if let OperatorError::Host(message) = error {
             return Err(EngineError::Host(message));
         }
@@ -455,15 +544,23 @@ impl WindowEngine {
             out.traps += 1;
         }
         let reason = format!("{} {error}", self.operator_label);
-        out.dead_letters.extend(events.iter().map(|staged| DeadLetter {
-            line: staged.event.line,
-            raw: staged.event.to_json().to_string(),
-            reason: reason.clone(),
-        }));
+        out.dead_letters
+            .extend(events.iter().map(|staged| DeadLetter {
+                line: staged.event.line,
+                raw: staged.event.to_json().to_string(),
+                reason: reason.clone(),
+            }));
         Ok(())
     }
 
-    fn advance(&mut self, seq: u64, watermark: Millis, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+    fn advance(
+        &mut self,
+        seq: u64,
+        watermark: Millis,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
         self.fire(seq, events, cx, out)?;
         while let Some(&(expires, id)) = self.expiry.first() {
@@ -477,7 +574,13 @@ impl WindowEngine {
     }
 
     /// Emits every queued window whose end the watermark has reached.
-    fn fire(&mut self, trigger: u64, events: &[Staged], cx: &mut Context<'_>, out: &mut EngineOutput) -> Result<()> {
+    fn fire(
+        &mut self,
+        trigger: u64,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         while let Some((end, _, _, id)) = self.due.first().cloned() {
             if end > self.watermark {
                 break;
@@ -491,7 +594,10 @@ impl WindowEngine {
             }
             let (key, window) = (live.key.clone(), live.window);
             let state_key = self.state_key(&key, window);
-            let mut scope = Scope { key: key.clone(), state: cx.state.take(&state_key)? };
+            let mut scope = Scope {
+                key: key.clone(),
+                state: cx.state.take(&state_key)?,
+            };
             let outcome = cx.operator.finish(&mut scope, window);
             cx.state.put(state_key, scope.state)?;
             match outcome {
@@ -504,7 +610,11 @@ impl WindowEngine {
                         trigger,
                         key,
                         window,
-                        kind: if live.version == 1 { EmissionKind::Result } else { EmissionKind::Update },
+                        kind: if live.version == 1 {
+                            EmissionKind::Result
+                        } else {
+                            EmissionKind::Update
+                        },
                         version: live.version,
                         value,
                     });

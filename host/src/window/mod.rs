@@ -5,4 +5,6 @@ mod assign;
 mod engine;
 
 pub use assign::{Window, assign};
-pub use engine::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Staged, WindowEngine};
+pub use engine::{
+    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Staged, WindowEngine,
+};

@@ -1,0 +1,184 @@
+//! The bundled examples, run exactly as the README tells a user to: `weir run
+//! examples/<name>/pipeline.toml`, each with its own component and sample data.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::{component, workspace};
+
+struct ExampleRun {
+    stdout: String,
+    stderr: String,
+    results: Vec<Value>,
+    late: Vec<Value>,
+    dead_letters: Vec<Value>,
+}
+
+fn lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+fn run_example(name: &str, component_name: &str) -> ExampleRun {
+    component(component_name);
+    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(workspace())
+        .args([
+            "run",
+            &format!("examples/{name}/pipeline.toml"),
+            "--shards",
+            "2",
+        ])
+        .output()
+        .expect("running weir");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "examples/{name} failed:\n{stderr}");
+    let out = workspace().join("target/weir-out").join(name);
+    let read = |file: &str| {
+        std::fs::read_to_string(out.join(file))
+            .map(|t| lines(&t))
+            .unwrap_or_default()
+    };
+    ExampleRun {
+        results: read("results.jsonl"),
+        late: read("late.jsonl"),
+        dead_letters: read("dead-letters.jsonl"),
+        stdout,
+        stderr,
+    }
+}
+
+#[test]
+fn tumbling_count_sum_example_counts_every_accepted_event() {
+    let run = run_example("tumbling-count-sum", "tumbling-count-sum");
+    assert_eq!(
+        run.dead_letters.len(),
+        3,
+        "the sample has three malformed lines: {:?}",
+        run.dead_letters
+    );
+    assert!(!run.late.is_empty(), "the sample has late events");
+    assert!(run.results.iter().all(|r| r["operator"] == "count-sum"));
+    // Every event is either late, a dead letter, or counted exactly once in the latest version
+    // of its window.
+    let mut latest: std::collections::HashMap<(String, i64), (u64, i64)> = Default::default();
+    for r in &run.results {
+        let slot = latest
+            .entry((
+                r["key"].as_str().unwrap().into(),
+                r["window_start"].as_i64().unwrap(),
+            ))
+            .or_default();
+        let version = r["version"].as_u64().unwrap();
+        if version > slot.0 {
+            *slot = (version, r["value"]["count"].as_i64().unwrap());
+        }
+    }
+    let counted: i64 = latest.values().map(|(_, count)| count).sum();
+    let lines =
+        std::fs::read_to_string(workspace().join("examples/tumbling-count-sum/events.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+    assert_eq!(
+        counted as usize + run.late.len() + run.dead_letters.len(),
+        lines
+    );
+    assert!(
+        run.stderr.contains(&format!("{} events in", lines - 3)),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn sliding_average_example_averages_rfc3339_readings() {
+    let run = run_example("sliding-average", "sliding-average");
+    assert!(!run.results.is_empty());
+    for r in &run.results {
+        let (count, sum, avg) = (
+            r["value"]["count"].as_f64().unwrap(),
+            r["value"]["sum"].as_f64().unwrap(),
+            r["value"]["avg"].as_f64().unwrap(),
+        );
+        assert!((sum / count - avg).abs() < 1e-9, "{r}");
+        assert_eq!(
+            r["window_end"].as_i64().unwrap() - r["window_start"].as_i64().unwrap(),
+            60_000
+        );
+        assert_eq!(r["window_start"].as_i64().unwrap() % 15_000, 0);
+    }
+}
+
+#[test]
+fn session_summary_example_reports_sessions_separated_by_the_gap() {
+    let run = run_example("session-summary", "session-summary");
+    let finals: Vec<_> = run
+        .results
+        .iter()
+        .filter(|r| r["kind"] != "retract")
+        .collect();
+    assert!(!finals.is_empty());
+    for r in finals {
+        let v = &r["value"];
+        assert_eq!(
+            v["duration_ms"].as_i64().unwrap(),
+            v["last"].as_i64().unwrap() - v["first"].as_i64().unwrap()
+        );
+        assert_eq!(
+            r["window_start"].as_i64().unwrap(),
+            v["first"].as_i64().unwrap()
+        );
+        assert_eq!(
+            r["window_end"].as_i64().unwrap(),
+            v["last"].as_i64().unwrap() + 30_000
+        );
+    }
+}
+
+#[test]
+fn distinct_count_example_counts_items_once() {
+    let run = run_example("distinct-count", "distinct-count");
+    assert!(!run.results.is_empty());
+    for r in &run.results {
+        let (distinct, events) = (
+            r["value"]["distinct"].as_i64().unwrap(),
+            r["value"]["events"].as_i64().unwrap(),
+        );
+        assert!(distinct >= 1 && distinct <= events, "{r}");
+    }
+}
+
+#[test]
+fn enrichment_example_joins_the_reference_table_and_drops_duplicates() {
+    let run = run_example("enrich-customers", "enrich-customers");
+    let events = lines(&run.stdout);
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| e["kind"] == "event"));
+    let named = events
+        .iter()
+        .filter(|e| e["value"]["customer_name"] != "unknown")
+        .count();
+    assert!(
+        named > 0 && named < events.len(),
+        "some customers are in the reference table, some are not"
+    );
+    let mut orders: Vec<&str> = events
+        .iter()
+        .map(|e| e["value"]["order_id"].as_str().unwrap())
+        .collect();
+    let before = orders.len();
+    orders.sort_unstable();
+    orders.dedup();
+    assert_eq!(orders.len(), before, "duplicate orders were dropped");
+    let input = std::fs::read_to_string(workspace().join("examples/enrich-customers/orders.jsonl"))
+        .unwrap();
+    assert!(
+        input.lines().count() > events.len(),
+        "the sample has duplicates to drop"
+    );
+}

@@ -1,0 +1,11 @@
+//! End-to-end tests: the real `weir` binary, real components built from `examples/`, real redb
+//! files, checked against an independent reference model of the window semantics.
+//!
+//! One test binary, a module per topic (like wasmtime's `tests/all`).
+
+mod errors;
+mod examples;
+mod properties;
+mod reference;
+mod support;
+mod windows;

@@ -1,0 +1,194 @@
+//! Shared fixtures: the example components (built once per test run), a temporary pipeline
+//! directory, and running `weir run` on it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::reference::{Emission, Ev, ModelOutput, ModelSpec, WindowKind};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// The example operators, each a component built for wasm32-wasip2:
+/// `count_sum` (count and sum of `amount`), `sliding_average`, `session_summary`,
+/// `distinct_count` and `enrich_customers`.
+pub fn component(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut command = Command::new(cargo);
+            command.current_dir(workspace()).args(["build", "--release", "--target", "wasm32-wasip2"]);
+            for example in EXAMPLES {
+                command.args(["-p", &format!("weir-example-{example}")]);
+            }
+            let output = command.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "building the example components failed (is the wasm32-wasip2 target installed? \
+                     `rustup target add wasm32-wasip2`):\n{}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+        })
+        .as_ref()
+        .expect("example components build");
+    let path = workspace()
+        .join("target/wasm32-wasip2/release")
+        .join(format!("weir_example_{}.wasm", name.replace('-', "_")));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+const EXAMPLES: [&str; 5] = [
+    "tumbling-count-sum",
+    "sliding-average",
+    "session-summary",
+    "distinct-count",
+    "enrich-customers",
+];
+
+/// The outcome of one `weir run`.
+#[derive(Debug)]
+pub struct Run {
+    pub success: bool,
+    pub stderr: String,
+    pub results: Vec<Value>,
+    pub late: Vec<Value>,
+    pub dead_letters: Vec<Value>,
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: bad JSON line {line:?}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// A pipeline directory with an input file and a spec whose sinks are files in it.
+pub struct Pipeline {
+    pub dir: tempfile::TempDir,
+}
+
+impl Pipeline {
+    /// Writes `events.jsonl` and `pipeline.toml`, whose sections `body` gives (everything but
+    /// the name, source, state and sinks).
+    pub fn new(body: &str, events: &str) -> Pipeline {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("events.jsonl"), events).expect("writing events");
+        let spec = format!(
+            "name = \"test\"\n\
+             [source]\ntype = \"file\"\npath = \"events.jsonl\"\n\
+             [state]\ndir = \"data\"\n\
+             [sinks]\nresults = \"out/results.jsonl\"\nlate = \"out/late.jsonl\"\ndead_letters = \"out/dead.jsonl\"\n\
+             {body}\n"
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), spec).expect("writing the spec");
+        Pipeline { dir }
+    }
+
+    /// Runs `weir run pipeline.toml` with extra arguments.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("run")
+            .arg(self.dir.path().join("pipeline.toml"))
+            .args(args)
+            .output()
+            .expect("running weir");
+        let out = self.dir.path().join("out");
+        Run {
+            success: output.status.success(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            results: read_lines(&out.join("results.jsonl")),
+            late: read_lines(&out.join("late.jsonl")),
+            dead_letters: read_lines(&out.join("dead.jsonl")),
+        }
+    }
+}
+
+/// Spec sections for a count-sum aggregate over `key`/`ts` with these windows.
+pub fn count_sum_body(spec: &ModelSpec) -> String {
+    let window = match spec.window {
+        WindowKind::Tumbling { size } => format!("type = \"tumbling\"\nsize = {size}"),
+        WindowKind::Sliding { size, slide } => {
+            format!("type = \"sliding\"\nsize = {size}\nslide = {slide}")
+        }
+        WindowKind::Session { gap } => format!("type = \"session\"\ngap = {gap}"),
+    };
+    format!(
+        "[event]\nkey = \"key\"\ntimestamp = \"ts\"\n\
+         [watermark]\nbound = {}\n\
+         [window]\n{window}\nallowed_lateness = {}\n\
+         [[operators]]\nname = \"count-sum\"\nversion = \"1.0.0\"\nkind = \"aggregate\"\nmodule = {:?}\n",
+        spec.bound,
+        spec.lateness,
+        component("tumbling-count-sum").display().to_string(),
+    )
+}
+
+/// Events as JSON Lines.
+pub fn to_jsonl(events: &[Ev]) -> String {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{{\"key\":{:?},\"ts\":{},\"amount\":{}}}\n",
+                e.key, e.ts, e.amount
+            )
+        })
+        .collect()
+}
+
+/// Result records as the model's emissions.
+pub fn emissions(results: &[Value]) -> Vec<Emission> {
+    results
+        .iter()
+        .map(|r| Emission {
+            key: r["key"].as_str().expect("key").to_owned(),
+            start: r["window_start"].as_i64().expect("window_start"),
+            end: r["window_end"].as_i64().expect("window_end"),
+            kind: r["kind"].as_str().expect("kind").to_owned(),
+            version: r["version"].as_u64().expect("version"),
+            count: r["value"]["count"].as_i64().expect("count"),
+            sum: r["value"]["sum"].as_i64().expect("sum"),
+        })
+        .collect()
+}
+
+/// Asserts that a run's results and late events are exactly the model's, in order.
+pub fn assert_matches_model(run: &Run, expected: &ModelOutput) {
+    assert!(run.success, "weir failed:\n{}", run.stderr);
+    assert_eq!(
+        emissions(&run.results),
+        expected.emissions,
+        "results differ from the reference model"
+    );
+    let late_lines: Vec<usize> = run
+        .late
+        .iter()
+        .map(|l| l["line"].as_u64().expect("line") as usize - 1)
+        .collect();
+    assert_eq!(
+        late_lines, expected.late,
+        "late events differ from the reference model"
+    );
+    assert!(
+        run.dead_letters.is_empty(),
+        "unexpected dead letters: {:?}",
+        run.dead_letters
+    );
+}

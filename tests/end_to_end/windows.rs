@@ -1,0 +1,197 @@
+//! Window semantics through the real binary: out-of-order input, late events, updates within
+//! the allowed lateness, session merges and retractions, compared with the reference model.
+
+use crate::reference::{Ev, ModelSpec, WindowKind, run_model};
+use crate::support::{Pipeline, assert_matches_model, count_sum_body, to_jsonl};
+
+fn ev(key: &str, ts: i64, amount: i64) -> Ev {
+    Ev {
+        key: key.into(),
+        ts,
+        amount,
+    }
+}
+
+fn check(spec: ModelSpec, events: &[Ev], args: &[&str]) -> crate::support::Run {
+    let pipeline = Pipeline::new(&count_sum_body(&spec), &to_jsonl(events));
+    let run = pipeline.run(args);
+    assert_matches_model(&run, &run_model(&spec, events));
+    run
+}
+
+/// A deterministic out-of-order stream: timestamps advance with jitter, and every 17th event is
+/// far behind (late, or within the lateness).
+fn disordered(n: usize, keys: usize) -> Vec<Ev> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|i| {
+            let jitter = (next() % 40) as i64;
+            let behind = if i % 17 == 0 {
+                (next() % 300) as i64
+            } else {
+                0
+            };
+            ev(
+                &format!("user-{}", next() % keys as u64),
+                i as i64 * 10 - jitter - behind,
+                (next() % 100) as i64,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn tumbling_windows_fire_on_the_watermark_and_update_within_lateness() {
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 10 },
+        bound: 5,
+        lateness: 5,
+    };
+    let events = [
+        ev("a", 1, 1),
+        ev("b", 3, 2),
+        ev("a", 12, 3),
+        ev("a", 16, 4), // W = 11: [0,10) fires for a and b
+        ev("a", 8, 5),  // within lateness: [0,10) of a updated, version 2
+        ev("a", 25, 6), // W = 20: [10,20) fires; [0,10) dropped
+        ev("a", 2, 7),  // late
+    ];
+    let run = check(spec, &events, &[]);
+    let kinds: Vec<_> = run
+        .results
+        .iter()
+        .map(|r| {
+            (
+                r["window_start"].as_i64().unwrap(),
+                r["kind"].as_str().unwrap().to_owned(),
+                r["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (0, "result".into(), 1),
+            (0, "result".into(), 1),
+            (0, "update".into(), 2),
+            (10, "result".into(), 1),
+            (20, "result".into(), 1)
+        ]
+    );
+    assert_eq!(run.late.len(), 1);
+    assert!(run.late[0]["reason"].as_str().unwrap().contains("late"));
+    assert_eq!(run.results[0]["operator"], "count-sum");
+    assert_eq!(run.results[0]["operator_version"], "1.0.0");
+    assert!(
+        run.stderr
+            .contains("7 events in, 5 results out, 1 late, 0 dead letters"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn sliding_events_late_for_some_windows_join_the_others() {
+    let spec = ModelSpec {
+        window: WindowKind::Sliding {
+            size: 20,
+            slide: 10,
+        },
+        bound: 0,
+        lateness: 0,
+    };
+    // ts 15 arrives at W = 20: late for [0,20) but not for [10,30).
+    check(
+        spec,
+        &[
+            ev("a", 5, 1),
+            ev("a", 20, 2),
+            ev("a", 15, 4),
+            ev("a", 31, 8),
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn sessions_merge_and_retract_superseded_results() {
+    let spec = ModelSpec {
+        window: WindowKind::Session { gap: 10 },
+        bound: 0,
+        lateness: 100,
+    };
+    let events = [
+        ev("a", 0, 1),   // [0,10)
+        ev("a", 30, 2),  // W = 30: [0,10) fires (v1); [30,40)
+        ev("a", 50, 4),  // W = 50: [30,40) fires (v1); [50,60)
+        ev("a", 15, 8), // [15,25) bridges nothing but touches none... opens a session within lateness
+        ev("a", 22, 16), // [22,32) bridges [15,25) and [30,40): retract [30,40) v1, merged fires v2
+        ev("a", 5, 32), // [5,15) touches [0,10) and [15,40): retracts, then v3 of [0,40)
+    ];
+    let run = check(spec, &events, &[]);
+    assert!(
+        run.results.iter().any(|r| r["kind"] == "retract"),
+        "{:#?}",
+        run.results
+    );
+}
+
+#[test]
+fn results_do_not_depend_on_shards_or_batch_size() {
+    let events = disordered(3_000, 40);
+    for window in [
+        WindowKind::Tumbling { size: 100 },
+        WindowKind::Sliding {
+            size: 150,
+            slide: 50,
+        },
+        WindowKind::Session { gap: 60 },
+    ] {
+        let spec = ModelSpec {
+            window,
+            bound: 50,
+            lateness: 120,
+        };
+        let pipeline = Pipeline::new(&count_sum_body(&spec), &to_jsonl(&events));
+        let expected = run_model(&spec, &events);
+        assert!(
+            !expected.late.is_empty() && expected.emissions.iter().any(|e| e.kind == "update"),
+            "the stream exercises lateness"
+        );
+        for args in [
+            &["--shards", "1"][..],
+            &["--shards", "4", "--batch-size", "7"],
+            &["--shards", "3", "--batch-size", "1000"],
+        ] {
+            let run = pipeline.run(args);
+            assert_matches_model(&run, &expected);
+        }
+    }
+}
+
+#[test]
+fn rfc3339_timestamps_mean_the_same_as_milliseconds() {
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 60_000 },
+        bound: 1_000,
+        lateness: 0,
+    };
+    let millis = [
+        ev("a", 1_000, 1),
+        ev("a", 61_000, 2),
+        ev("a", 59_999, 4),
+        ev("a", 200_000, 8),
+    ];
+    let rfc3339 = "{\"key\":\"a\",\"ts\":\"1970-01-01T00:00:01Z\",\"amount\":1}\n\
+                   {\"key\":\"a\",\"ts\":\"1970-01-01T00:01:01Z\",\"amount\":2}\n\
+                   {\"key\":\"a\",\"ts\":\"1970-01-01T01:00:59.999+01:00\",\"amount\":4}\n\
+                   {\"key\":\"a\",\"ts\":\"1970-01-01T00:03:20Z\",\"amount\":8}\n";
+    let run = Pipeline::new(&count_sum_body(&spec), rfc3339).run(&[]);
+    assert_matches_model(&run, &run_model(&spec, &millis));
+}

@@ -7,5 +7,6 @@ mod errors;
 mod examples;
 mod properties;
 mod reference;
+mod sources;
 mod support;
 mod windows;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 pub use native::NativeCountSum;
 pub use wasm::{
-    ComponentKind, Limits, LoadError, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime,
+    ComponentKind, Limits, LoadError, Projection, WasmAggregate, WasmEnrich, WasmOperator,
+    WasmRuntime,
 };
 
 use crate::event::Event;

@@ -302,11 +302,11 @@ impl std::fmt::Debug for WasmOperator {
 }
 
 impl WasmOperator {
-    /// A new aggregate instance, passed only the `projection` fields if given (all otherwise).
+    /// A new aggregate instance, passed the fields `projection` selects.
     pub fn aggregate(
         &self,
         limits: Limits,
-        projection: Option<Vec<String>>,
+        projection: Projection,
     ) -> std::result::Result<WasmAggregate, LoadError> {
         Ok(WasmAggregate {
             guest: Guest::new(self.clone(), limits)?,
@@ -314,11 +314,11 @@ impl WasmOperator {
         })
     }
 
-    /// A new enrichment instance, passed only the `projection` fields if given.
+    /// A new enrichment instance, passed the fields `projection` selects.
     pub fn enrich(
         &self,
         limits: Limits,
-        projection: Option<Vec<String>>,
+        projection: Projection,
     ) -> std::result::Result<WasmEnrich, LoadError> {
         Ok(WasmEnrich {
             guest: Guest::new(self.clone(), limits)?,
@@ -504,7 +504,7 @@ fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
 /// A per-shard instance of an aggregate component.
 pub struct WasmAggregate {
     guest: Guest,
-    projection: Option<Vec<String>>,
+    projection: Projection,
 }
 
 impl std::fmt::Debug for WasmAggregate {
@@ -515,15 +515,32 @@ impl std::fmt::Debug for WasmAggregate {
     }
 }
 
+/// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
+/// allocation for text), so aggregates by default skip the key and timestamp fields, which the
+/// guest has as `scope.key()` and `event.timestamp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Projection {
+    /// Every field of the events.
+    All,
+    /// Every field but these.
+    Except(Vec<String>),
+    /// Only these fields, in this order (`null` where an event lacks one).
+    Only(Vec<String>),
+}
+
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
-fn to_wit_events(events: &[&Event], projection: Option<&[String]>) -> wit::Events {
+fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::Events {
     let mut fields: Vec<&str> = Vec::new();
     match projection {
-        Some(names) => fields.extend(names.iter().map(String::as_str)),
-        None => {
+        Projection::Only(names) => fields.extend(names.iter().map(String::as_str)),
+        Projection::All | Projection::Except(_) => {
+            let skip: &[String] = match projection {
+                Projection::Except(skip) => skip,
+                _ => &[],
+            };
             for event in events {
                 for (name, _) in &event.fields {
-                    if !fields.contains(&&**name) {
+                    if !fields.contains(&&**name) && !skip.iter().any(|s| s == &**name) {
                         fields.push(name);
                     }
                 }
@@ -583,7 +600,7 @@ fn aggregate_of(bindings: &Bindings) -> &bindings::exports::weir::operator::aggr
 
 impl AggregateOperator for WasmAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let batch = to_wit_events(events, self.projection.as_deref());
+        let batch = to_wit_events(events, &self.projection);
         self.guest.call(&mut [scope], |store, b, scopes| {
             aggregate_of(b).call_add(store, Resource::new_borrow(scopes[0].rep()), &batch)
         })
@@ -617,7 +634,7 @@ impl AggregateOperator for WasmAggregate {
 /// A per-shard instance of an enrichment component.
 pub struct WasmEnrich {
     guest: Guest,
-    projection: Option<Vec<String>>,
+    projection: Projection,
 }
 
 impl std::fmt::Debug for WasmEnrich {
@@ -630,7 +647,7 @@ impl std::fmt::Debug for WasmEnrich {
 
 impl EnrichOperator for WasmEnrich {
     fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let batch = to_wit_events(events, self.projection.as_deref());
+        let batch = to_wit_events(events, &self.projection);
         let output = self.guest.call(&mut [scope], |store, b, scopes| match b {
             Bindings::Enrich(e) => e.weir_operator_enrich().call_process(
                 store,

@@ -29,7 +29,7 @@ use crate::emit::{
 use crate::event::{DEFAULT_MAX_LINE_BYTES, DeadLetter, Decoder};
 use crate::operator::{
     AggregateOperator, ComponentKind, EnrichOperator, Limits, LoadError, NativeCountSum,
-    WasmOperator, WasmRuntime,
+    Projection, WasmOperator, WasmRuntime,
 };
 use crate::source::{Generator, LineReader, Record, Source, SourceError};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
@@ -268,7 +268,10 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         let mut enrichers = Vec::new();
         for (position, (op, code)) in spec.enrichers.iter().zip(&enricher_code).enumerate() {
             let operator: Box<dyn EnrichOperator> = match code {
-                Code::Wasm(wasm) => Box::new(wasm.enrich(limits, op.fields.clone())?),
+                Code::Wasm(wasm) => Box::new(wasm.enrich(
+                    limits,
+                    op.fields.clone().map_or(Projection::All, Projection::Only),
+                )?),
                 Code::NativeCountSum => {
                     return Err(PipelineError::UnknownNative(
                         "count-sum (as an enrichment)".into(),
@@ -300,7 +303,18 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         let aggregate = match (&spec.aggregate, &aggregate_code, &spec.window) {
             (Some(op), Some(code), Some(window)) => {
                 let operator: Box<dyn AggregateOperator> = match code {
-                    Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, op.fields.clone())?),
+                    Code::Wasm(wasm) => Box::new(wasm.aggregate(
+                        limits,
+                        op.fields.clone().map_or_else(
+                            || {
+                                Projection::Except(vec![
+                                    spec.key_field.clone(),
+                                    spec.timestamp_field.clone(),
+                                ])
+                            },
+                            Projection::Only,
+                        ),
+                    )?),
                     Code::NativeCountSum => Box::new(NativeCountSum),
                 };
                 let engine = WindowEngine::new(
@@ -405,6 +419,15 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         shards,
         elapsed: started.elapsed(),
     };
+    info!(
+        events_in = summary.events_in,
+        results_out = summary.results_out,
+        late = summary.late,
+        dead_letters = summary.dead_letters,
+        traps = summary.traps,
+        elapsed_ms = summary.elapsed.as_millis() as u64,
+        "pipeline finished"
+    );
     Ok(summary)
 }
 

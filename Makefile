@@ -12,7 +12,7 @@ components: setup
 	cargo build --release --target wasm32-wasip2 $(addprefix -p weir-example-,$(EXAMPLES))
 
 demo: components
-	cargo run -p weir-host -- run examples/tumbling-count-sum/pipeline.toml
+	cargo run -p weir-host -- run --fresh examples/tumbling-count-sum/pipeline.toml
 	@echo "first results (all in target/weir-out/tumbling-count-sum/, with late.jsonl and dead-letters.jsonl):"
 	@head -n 5 target/weir-out/tumbling-count-sum/results.jsonl
 

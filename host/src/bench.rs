@@ -72,6 +72,8 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         },
         shards: Some(options.shards),
         batch_size: options.batch_size,
+        checkpoint_interval: None,
+        memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
     }
 }
 

@@ -21,6 +21,7 @@
 //! [`pipeline`], which wires a [`spec`] into all of them.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod emit;
 pub mod event;
 pub mod operator;
@@ -33,6 +34,6 @@ pub mod value;
 pub mod watermark;
 pub mod window;
 
-pub use pipeline::{PipelineError, Summary, run};
+pub use pipeline::{PipelineError, RunOptions, Summary, run, run_with};
 pub use spec::{PipelineSpec, SpecError};
 pub use value::Value;

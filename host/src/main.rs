@@ -27,6 +27,25 @@ enum Command {
         /// Events per batch (overrides the spec).
         #[arg(long)]
         batch_size: Option<usize>,
+        /// Time between checkpoints, e.g. 500ms or 2s, or "off" (overrides the spec).
+        #[arg(long)]
+        checkpoint_interval: Option<String>,
+        /// Discard any checkpoint in the data directory and start from the beginning.
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// Named copies of a pipeline's last checkpoint: create, list, restore.
+    Savepoint {
+        #[command(subcommand)]
+        action: SavepointAction,
+    },
+    /// Show the state in a data directory (offline, read-only), as JSON lines.
+    State {
+        /// A pipeline spec (its data directory is used) or a data directory.
+        target: PathBuf,
+        /// Only this key.
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Measure events/second of a tumbling count-and-sum, Wasm versus native.
     Bench {
@@ -51,6 +70,60 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum SavepointAction {
+    /// Save the last checkpoint of a stopped pipeline under a name.
+    Create {
+        /// A pipeline spec or its data directory.
+        target: PathBuf,
+        /// The savepoint's name.
+        name: String,
+    },
+    /// List the savepoints.
+    List {
+        /// A pipeline spec or its data directory.
+        target: PathBuf,
+    },
+    /// Make a savepoint the current state; the next `weir run` resumes from it.
+    Restore {
+        /// A pipeline spec or its data directory.
+        target: PathBuf,
+        /// The savepoint's name.
+        name: String,
+    },
+}
+
+/// The data directory named by a spec file or given directly.
+fn data_dir(target: &std::path::Path) -> anyhow::Result<PathBuf> {
+    if target.is_dir() {
+        return Ok(target.to_owned());
+    }
+    let spec = weir::PipelineSpec::load(target)?;
+    match spec.state {
+        weir::spec::StateSpec::Redb(dir) => Ok(dir),
+        weir::spec::StateSpec::Memory => anyhow::bail!(
+            "pipeline {:?} keeps its state in memory: there is no data directory",
+            spec.name
+        ),
+    }
+}
+
+fn describe(manifest: &weir::checkpoint::Manifest) -> String {
+    format!(
+        "checkpoint {} of pipeline {:?}: line {}, {} events, watermark {}, {}",
+        manifest.id,
+        manifest.pipeline,
+        manifest.source.line,
+        manifest.events,
+        manifest.watermark,
+        if manifest.finished {
+            "input finished"
+        } else {
+            "input in progress"
+        }
+    )
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -73,6 +146,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             spec,
             shards,
             batch_size,
+            checkpoint_interval,
+            fresh,
         } => {
             let mut pipeline = weir::PipelineSpec::load(&spec)?;
             if let Some(shards) = shards {
@@ -83,9 +158,57 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::ensure!(batch_size > 0, "--batch-size must be at least 1");
                 pipeline.batch_size = batch_size;
             }
-            let summary = weir::run(&pipeline)
+            if let Some(interval) = checkpoint_interval {
+                pipeline.checkpoint_interval = match interval.as_str() {
+                    "off" => None,
+                    text => Some(
+                        weir::time::parse_duration(text)
+                            .map_err(anyhow::Error::msg)
+                            .context("--checkpoint-interval")?
+                            .max(1),
+                    ),
+                };
+            }
+            let summary = weir::run_with(&pipeline, weir::RunOptions { fresh })
                 .with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
             eprintln!("weir: {summary}");
+            Ok(())
+        }
+        Command::Savepoint { action } => {
+            use weir::checkpoint::{create_savepoint, list_savepoints, restore_savepoint};
+            match action {
+                SavepointAction::Create { target, name } => {
+                    let saved = create_savepoint(&data_dir(&target)?, &name)?;
+                    println!("saved {:?}: {}", saved.name, describe(&saved.manifest));
+                }
+                SavepointAction::List { target } => {
+                    for saved in list_savepoints(&data_dir(&target)?)? {
+                        println!("{}\t{}", saved.name, describe(&saved.manifest));
+                    }
+                }
+                SavepointAction::Restore { target, name } => {
+                    let restored = restore_savepoint(&data_dir(&target)?, &name)?;
+                    println!(
+                        "restored {:?}: {}; `weir run` resumes from it",
+                        restored.name,
+                        describe(&restored.manifest)
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::State { target, key } => {
+            let inspection = weir::checkpoint::inspect(&data_dir(&target)?, key.as_deref())?;
+            match &inspection.manifest {
+                Some(manifest) => println!("{}", serde_json::json!({"manifest": manifest})),
+                None => println!("{}", serde_json::json!({"manifest": null})),
+            }
+            for row in &inspection.windows {
+                println!("{}", serde_json::json!({"window": row}));
+            }
+            for row in &inspection.state {
+                println!("{}", serde_json::json!({"state": row}));
+            }
             Ok(())
         }
         Command::Bench {

@@ -67,7 +67,17 @@ pub struct PipelineSpec {
     pub shards: Option<usize>,
     /// Events per batch handed from the source to the shards.
     pub batch_size: usize,
+    /// Processing time between checkpoints; `None` disables them. Only the redb backend
+    /// checkpoints.
+    pub checkpoint_interval: Option<Millis>,
+    /// Roughly how much clean state a shard keeps in memory before evicting (redb backend).
+    pub memory_budget: usize,
 }
+
+/// The default checkpoint interval: 1 s.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
+/// The default memory budget per shard: 256 MiB.
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 
 /// Where events come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,6 +225,7 @@ struct RawSpec {
     sinks: RawSinks,
     shards: Option<usize>,
     batch_size: Option<usize>,
+    checkpoint_interval: Option<RawDuration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -286,6 +297,40 @@ struct RawReference {
 struct RawState {
     backend: Option<String>,
     dir: Option<PathBuf>,
+    memory_budget: Option<RawSize>,
+}
+
+/// A size: integer bytes or text with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+/// Parses a size: a whole number of bytes, optionally with a unit (`B`, `KiB`, `MiB`, `GiB`).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("size {text:?} must start with a whole number"))?;
+    let scale: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        other => {
+            return Err(format!(
+                "size {text:?} has unknown unit {other:?} (use B, KiB, MiB or GiB)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -517,6 +562,18 @@ impl RawSpec {
         if self.shards == Some(0) {
             return Err(invalid("shards must be at least 1"));
         }
+        let checkpoint_interval = match &self.checkpoint_interval {
+            None => Some(DEFAULT_CHECKPOINT_INTERVAL),
+            Some(RawDuration::Text(off)) if off == "off" => None,
+            Some(raw) => Some(positive("checkpoint_interval", Some(raw))?),
+        };
+        let memory_budget = match &self.state.memory_budget {
+            None => DEFAULT_MEMORY_BUDGET,
+            Some(RawSize::Bytes(n)) => *n as usize,
+            Some(RawSize::Text(text)) => {
+                parse_size(text).map_err(|e| invalid(format!("state.memory_budget: {e}")))?
+            }
+        };
         let batch_size = self.batch_size.unwrap_or(1024);
         if batch_size == 0 {
             return Err(invalid("batch_size must be at least 1"));
@@ -535,6 +592,8 @@ impl RawSpec {
             sinks,
             shards: self.shards,
             batch_size,
+            checkpoint_interval,
+            memory_budget,
         })
     }
 }
@@ -587,6 +646,21 @@ mod tests {
         );
         assert_eq!(spec.state, StateSpec::Redb("weir-data/demo".into()));
         assert_eq!(spec.sinks.results, Sink::Stdout);
+        assert_eq!(spec.checkpoint_interval, Some(1_000));
+        assert_eq!(spec.memory_budget, 256 << 20);
+    }
+
+    #[test]
+    fn parses_checkpoint_and_memory_settings() {
+        let text = format!(
+            "checkpoint_interval = \"250ms\"\n{SPEC}\n[state]\nmemory_budget = \"64MiB\"\n"
+        );
+        let spec = parse(&text).unwrap();
+        assert_eq!(spec.checkpoint_interval, Some(250));
+        assert_eq!(spec.memory_budget, 64 << 20);
+        let off = parse(&format!("checkpoint_interval = \"off\"\n{SPEC}")).unwrap();
+        assert_eq!(off.checkpoint_interval, None);
+        assert!(parse_size("3 parsecs").is_err());
     }
 
     #[test]

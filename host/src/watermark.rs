@@ -22,6 +22,11 @@ impl BoundedOutOfOrderness {
         }
     }
 
+    /// Continues from a watermark a checkpoint recorded.
+    pub fn resume(bound: Millis, current: Millis) -> Self {
+        BoundedOutOfOrderness { bound, current }
+    }
+
     /// The current watermark.
     pub fn current(&self) -> Millis {
         self.current

@@ -21,6 +21,8 @@ fn lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Runs an example from the beginning (`--fresh`: the example's data directory may hold the
+/// finished checkpoint of an earlier run).
 fn run_example(name: &str, component_name: &str) -> ExampleRun {
     component(component_name);
     let output = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -30,6 +32,7 @@ fn run_example(name: &str, component_name: &str) -> ExampleRun {
             &format!("examples/{name}/pipeline.toml"),
             "--shards",
             "2",
+            "--fresh",
         ])
         .output()
         .expect("running weir");

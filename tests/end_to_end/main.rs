@@ -6,6 +6,7 @@
 mod errors;
 mod examples;
 mod properties;
+mod recovery;
 mod reference;
 mod sources;
 mod support;

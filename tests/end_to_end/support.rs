@@ -88,12 +88,17 @@ impl Pipeline {
     /// Writes `events.jsonl` and `pipeline.toml`, whose sections `body` gives (everything but
     /// the name, source, state and sinks).
     pub fn new(body: &str, events: &str) -> Pipeline {
+        Self::with_state(body, events, "")
+    }
+
+    /// Like [`new`](Self::new), with extra lines for the spec's `[state]` section.
+    pub fn with_state(body: &str, events: &str, state: &str) -> Pipeline {
         let dir = tempfile::tempdir().expect("a temporary directory");
         std::fs::write(dir.path().join("events.jsonl"), events).expect("writing events");
         let spec = format!(
             "name = \"test\"\n\
              [source]\ntype = \"file\"\npath = \"events.jsonl\"\n\
-             [state]\ndir = \"data\"\n\
+             [state]\ndir = \"data\"\n{state}\n\
              [sinks]\nresults = \"out/results.jsonl\"\nlate = \"out/late.jsonl\"\ndead_letters = \"out/dead.jsonl\"\n\
              {body}\n"
         );
@@ -101,8 +106,17 @@ impl Pipeline {
         Pipeline { dir }
     }
 
-    /// Runs `weir run pipeline.toml` with extra arguments.
+    /// Runs `weir run --fresh pipeline.toml` with extra arguments: from the beginning, whatever
+    /// an earlier run left in the data directory.
     pub fn run(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--fresh"];
+        all.extend_from_slice(args);
+        self.resume(&all)
+    }
+
+    /// Runs `weir run pipeline.toml` with extra arguments, resuming from the data directory's
+    /// last checkpoint if there is one.
+    pub fn resume(&self, args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_weir"))
             .arg("run")
             .arg(self.dir.path().join("pipeline.toml"))

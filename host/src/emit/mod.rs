@@ -4,5 +4,7 @@
 mod record;
 mod sink;
 
-pub use record::{OperatorLabel, dead_letter_record, event_record, late_record, result_record};
+pub use record::{
+    OperatorLabel, dead_letter_record, event_record, late_record, output_id, result_record,
+};
 pub use sink::{SinkError, SinkWriter};

@@ -5,19 +5,44 @@ use crate::time::Millis;
 use crate::value::{Fields, fields_to_json};
 use crate::window::{Emission, LateEvent};
 
-/// The operator that produced a record.
+/// The pipeline and operator that produced a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorLabel {
-    /// Its name in the spec.
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The operator's name in the spec.
     pub name: String,
-    /// Its version in the spec.
+    /// The operator's version in the spec.
     pub version: String,
 }
 
-/// A window result, update or retraction:
-/// `{"key", "window_start", "window_end", "value", "kind", "version", "operator", "operator_version"}`.
+/// The output id of a window record: `pipeline/operator/start/end/version/key`, with `r` after
+/// the version for a retraction. The same window result always gets the same id, in every run
+/// and every replay, so consumers can de-duplicate on it. The key comes last, so it may contain
+/// any character.
+pub fn output_id(label: &OperatorLabel, emission: &Emission) -> String {
+    let retract = if emission.kind == crate::window::EmissionKind::Retract {
+        "r"
+    } else {
+        ""
+    };
+    format!(
+        "{}/{}/{}/{}/{}{}/{}",
+        label.pipeline,
+        label.name,
+        emission.window.start,
+        emission.window.end,
+        emission.version,
+        retract,
+        emission.key
+    )
+}
+
+/// A window result, update or retraction: `{"id", "key", "window_start", "window_end",
+/// "value", "kind", "version", "operator", "operator_version"}`.
 pub fn result_record(emission: &Emission, operator: &OperatorLabel) -> serde_json::Value {
     serde_json::json!({
+        "id": output_id(operator, emission),
         "key": &*emission.key,
         "window_start": emission.window.start,
         "window_end": emission.window.end,
@@ -29,15 +54,22 @@ pub fn result_record(emission: &Emission, operator: &OperatorLabel) -> serde_jso
     })
 }
 
-/// An enriched event of a pipeline without an aggregate:
-/// `{"key", "timestamp", "value", "kind": "event", "operator", "operator_version"}`.
-pub fn event_record(event: &Event, operator: &OperatorLabel) -> serde_json::Value {
+/// An enriched event of a pipeline without an aggregate: `{"id", "key", "timestamp", "value",
+/// "kind": "event", "operator", "operator_version"}`. Its id is
+/// `pipeline/operator/e<arrival index>.<n>`, `n` counting the outputs of one input event.
+pub fn event_record(
+    event: &Event,
+    seq: u64,
+    n: u64,
+    operator: &OperatorLabel,
+) -> serde_json::Value {
     let fields: Fields = event
         .fields
         .iter()
         .map(|(name, value)| (name.to_string(), value.clone()))
         .collect();
     serde_json::json!({
+        "id": format!("{}/{}/e{seq}.{n}", operator.pipeline, operator.name),
         "key": &*event.key,
         "timestamp": event.timestamp,
         "value": fields_to_json(&fields),

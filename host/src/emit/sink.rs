@@ -1,58 +1,75 @@
 //! Sinks: where JSON Lines go (standard output, standard error, a file, or nowhere).
+//!
+//! A file sink is exactly-once across crashes by truncate-to-committed: records are appended
+//! as they are produced; each checkpoint syncs the file and records its length; a restarted
+//! pipeline cuts the file back to the committed length and replays from the committed input
+//! position, which reproduces the same bytes. Readers that must never see uncommitted records
+//! read up to the committed length, or de-duplicate on the records' `id`. Standard output and
+//! standard error cannot be cut back: across restarts they are at-least-once.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
 
 use crate::spec::Sink;
 
 /// A sink could not be opened or written.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write output {target}: {source}")]
+#[error("output {target}: {source}")]
 pub struct SinkError {
     target: String,
     source: std::io::Error,
 }
 
-/// An open sink, buffered.
+enum Target {
+    Stdout(BufWriter<std::io::Stdout>),
+    Stderr(std::io::Stderr),
+    File(BufWriter<File>),
+    Discard,
+}
+
+/// An open sink, buffered, that knows how many bytes it has written.
 pub struct SinkWriter {
     target: String,
-    out: Option<Box<dyn Write + Send>>,
+    out: Target,
     records: u64,
+    position: u64,
+    line: Vec<u8>,
 }
 
 impl std::fmt::Debug for SinkWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SinkWriter")
             .field("target", &self.target)
-            .field("records", &self.records)
+            .field("position", &self.position)
             .finish()
     }
 }
 
 impl SinkWriter {
-    /// Opens a sink; a file is created (with its directory) or truncated.
-    pub fn open(sink: &Sink) -> Result<SinkWriter, SinkError> {
-        let (target, out): (String, Option<Box<dyn Write + Send>>) = match sink {
+    /// Opens a sink. A file is created (with its directory) and emptied, or, when `committed`
+    /// is given (recovery), cut back to that length; a file shorter than its committed length
+    /// was damaged and is refused.
+    pub fn open(sink: &Sink, committed: Option<u64>) -> Result<SinkWriter, SinkError> {
+        let (target, out) = match sink {
             Sink::Stdout => (
-                "standard output".into(),
-                Some(Box::new(BufWriter::new(std::io::stdout()))),
+                "standard output".to_owned(),
+                Target::Stdout(BufWriter::new(std::io::stdout())),
             ),
-            Sink::Stderr => ("standard error".into(), Some(Box::new(std::io::stderr()))),
-            Sink::Discard => ("nowhere".into(), None),
+            Sink::Stderr => (
+                "standard error".to_owned(),
+                Target::Stderr(std::io::stderr()),
+            ),
+            Sink::Discard => ("nowhere".to_owned(), Target::Discard),
             Sink::File(path) => {
                 let target = path.display().to_string();
-                let fail = |source| SinkError {
+                let file = open_file(path, committed).map_err(|source| SinkError {
                     target: target.clone(),
                     source,
-                };
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(fail)?;
-                }
-                let file = File::create(PathBuf::from(path)).map_err(fail)?;
+                })?;
                 (
                     target,
-                    Some(Box::new(BufWriter::with_capacity(1 << 16, file))),
+                    Target::File(BufWriter::with_capacity(1 << 16, file)),
                 )
             }
         };
@@ -60,37 +77,119 @@ impl SinkWriter {
             target,
             out,
             records: 0,
+            position: committed.unwrap_or(0),
+            line: Vec::with_capacity(256),
         })
     }
 
     /// Writes one record as a line.
     pub fn write(&mut self, record: &serde_json::Value) -> Result<(), SinkError> {
         self.records += 1;
-        let Some(out) = self.out.as_mut() else {
-            return Ok(());
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record).expect("JSON values always serialise");
+        self.line.push(b'\n');
+        self.position += self.line.len() as u64;
+        let result = match &mut self.out {
+            Target::Stdout(out) => out.write_all(&self.line),
+            Target::Stderr(out) => out.write_all(&self.line),
+            Target::File(out) => out.write_all(&self.line),
+            Target::Discard => Ok(()),
         };
-        let result = serde_json::to_writer(&mut *out, record)
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"));
         result.map_err(|source| SinkError {
             target: self.target.clone(),
             source,
         })
     }
 
-    /// Records written so far.
+    /// Records written by this process.
     pub fn records(&self) -> u64 {
         self.records
     }
 
+    /// Bytes in the sink, including those committed by earlier runs.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
     /// Flushes buffered output.
     pub fn flush(&mut self) -> Result<(), SinkError> {
-        match self.out.as_mut() {
-            Some(out) => out.flush().map_err(|source| SinkError {
+        let result = match &mut self.out {
+            Target::Stdout(out) => out.flush(),
+            Target::Stderr(out) => out.flush(),
+            Target::File(out) => out.flush(),
+            Target::Discard => Ok(()),
+        };
+        result.map_err(|source| SinkError {
+            target: self.target.clone(),
+            source,
+        })
+    }
+
+    /// Flushes and, for a file, makes its content durable: called before a checkpoint records
+    /// the sink's position.
+    pub fn sync(&mut self) -> Result<u64, SinkError> {
+        self.flush()?;
+        if let Target::File(out) = &mut self.out {
+            out.get_ref().sync_data().map_err(|source| SinkError {
                 target: self.target.clone(),
                 source,
-            }),
-            None => Ok(()),
+            })?;
         }
+        Ok(self.position)
+    }
+}
+
+fn open_file(path: &Path, committed: Option<u64>) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let Some(committed) = committed else {
+        return File::create(path);
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    if len < committed {
+        return Err(std::io::Error::other(format!(
+            "the file is {len} bytes but the last checkpoint committed {committed}: it was truncated \
+             or replaced since; restore it, or start over with `weir run --fresh`"
+        )));
+    }
+    file.set_len(committed)?;
+    file.seek(SeekFrom::End(0))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_cuts_a_file_back_to_its_committed_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out/results.jsonl");
+        let sink = Sink::File(path.clone());
+        let mut writer = SinkWriter::open(&sink, None).unwrap();
+        writer.write(&serde_json::json!({"a": 1})).unwrap();
+        let committed = writer.sync().unwrap();
+        writer.write(&serde_json::json!({"a": 2})).unwrap();
+        writer.flush().unwrap();
+        drop(writer);
+        let mut writer = SinkWriter::open(&sink, Some(committed)).unwrap();
+        writer.write(&serde_json::json!({"a": 3})).unwrap();
+        writer.flush().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"a\":3}\n"
+        );
+        std::fs::write(&path, "").unwrap();
+        let error = SinkWriter::open(&sink, Some(committed)).unwrap_err();
+        assert!(
+            error.to_string().contains("truncated or replaced"),
+            "{error}"
+        );
     }
 }

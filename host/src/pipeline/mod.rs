@@ -2,44 +2,48 @@
 //!
 //! ```text
 //! source ─► decode ─► watermark ─► route by key group ─► shard 0..N-1 ─► collector ─► sinks
+//!                                   (router)                             (checkpoints)
 //! ```
 //!
 //! The router (the calling thread) numbers events in arrival order and records every watermark
 //! advance; each batch goes to every shard with all of the batch's advances, so each shard fires
-//! its windows exactly as a single shard would. The collector puts each batch's outputs into
-//! the canonical order before writing, so the output is the same for any shard count and batch
-//! size.
+//! its windows exactly as a single shard would. The collector puts each batch's outputs into the
+//! canonical order before writing, so the output is the same for any shard count and batch size.
+//!
+//! Checkpoints (redb backend): every `checkpoint_interval` the router sends a barrier after a
+//! batch. Each shard hands over what changed since the last barrier and waits; the collector,
+//! once every earlier batch is written, syncs the sinks and commits the changes with the source
+//! position, watermark and sink lengths in one redb transaction, then releases the shards. A
+//! run on a data directory with a committed checkpoint resumes from it.
 
+mod collector;
+mod router;
 mod shard;
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use shard::{Shard, ShardEnricher, ShardOutput};
+pub use shard::{Shard, ShardEnricher, ShardOutput, ShardSnapshot};
 
-use crate::emit::{
-    OperatorLabel, SinkError, SinkWriter, dead_letter_record, event_record, late_record,
-    result_record,
-};
-use crate::event::{DEFAULT_MAX_LINE_BYTES, DeadLetter, Decoder};
+use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SourcePosition, fingerprint};
+use crate::emit::{OperatorLabel, SinkError, SinkWriter};
+use crate::event::{DEFAULT_MAX_LINE_BYTES, DeadLetter};
 use crate::operator::{
     AggregateOperator, ComponentKind, EnrichOperator, Limits, LoadError, NativeCountSum,
     Projection, WasmOperator, WasmRuntime,
 };
-use crate::source::{Generator, LineReader, Record, Source, SourceError};
+use crate::source::{Generator, LineReader, Source, SourceError};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
 use crate::state::{
     KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateError,
     StateKey, key_group,
 };
-use crate::time::Millis;
+use crate::time::{MINUS_INFINITY, Millis};
 use crate::value::Value;
-use crate::watermark::BoundedOutOfOrderness;
 use crate::window::{EngineError, Staged, WindowEngine};
 
 /// Why a pipeline could not run.
@@ -77,17 +81,40 @@ pub enum PipelineError {
         /// The failure.
         error: EngineError,
     },
+    /// The data directory does not match the pipeline or is damaged.
+    #[error("data directory {dir}: {message}")]
+    Recovery {
+        /// The data directory.
+        dir: PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The checkpoint marker could not be written.
+    #[error("cannot write {path}: {source}")]
+    Marker {
+        /// The marker file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// `Result` for running pipelines.
 pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
 
+/// How to run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Discard any checkpoint in the data directory and start from the beginning.
+    pub fresh: bool,
+}
+
 /// What a run did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
-    /// Events decoded from the input.
+    /// Events decoded from the input by this run.
     pub events_in: u64,
-    /// Records written to the results sink.
+    /// Records written to the results sink by this run.
     pub results_out: u64,
     /// Events too late for all their windows.
     pub late: u64,
@@ -97,6 +124,10 @@ pub struct Summary {
     pub traps: u64,
     /// Shards used.
     pub shards: usize,
+    /// The checkpoint this run resumed from.
+    pub resumed_from: Option<u64>,
+    /// The checkpoints this run committed.
+    pub checkpoints: Vec<CheckpointStats>,
     /// Wall time.
     pub elapsed: Duration,
 }
@@ -106,7 +137,7 @@ impl std::fmt::Display for Summary {
         let secs = self.elapsed.as_secs_f64();
         write!(
             f,
-            "{} events in, {} results out, {} late, {} dead letters ({} shards, {:.2} s, {:.0} events/s)",
+            "{} events in, {} results out, {} late, {} dead letters ({} shards, {:.2} s, {:.0} events/s",
             self.events_in,
             self.results_out,
             self.late,
@@ -118,7 +149,22 @@ impl std::fmt::Display for Summary {
             } else {
                 0.0
             }
-        )
+        )?;
+        if let Some(id) = self.resumed_from {
+            write!(f, ", resumed from checkpoint {id}")?;
+        }
+        if let Some(last) = self.checkpoints.last() {
+            write!(
+                f,
+                ", {} checkpoints, last {}",
+                self.checkpoints.len(),
+                last.id
+            )?;
+        }
+        if self.traps > 0 {
+            write!(f, ", {} traps", self.traps)?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -198,21 +244,129 @@ pub fn shard_of(group: u16, shards: usize) -> usize {
     usize::from(group) * shards / usize::from(KEY_GROUPS)
 }
 
-struct ShardBatch {
-    id: u64,
-    events: Vec<Staged>,
-    advances: Arc<Vec<(u64, Millis)>>,
-    end_of_input: bool,
+/// The key groups `[first, end)` of a shard.
+fn groups_of(shard: usize, shards: usize) -> (u16, u32) {
+    let first = (0..KEY_GROUPS)
+        .find(|g| shard_of(*g, shards) == shard)
+        .unwrap_or(KEY_GROUPS);
+    let end = (first..KEY_GROUPS)
+        .find(|g| shard_of(*g, shards) != shard)
+        .map_or(u32::from(KEY_GROUPS), u32::from);
+    (first, end)
 }
 
+/// Messages to a shard.
+enum ShardMsg {
+    Batch {
+        id: u64,
+        events: Vec<Staged>,
+        advances: Arc<Vec<(u64, Millis)>>,
+        end_of_input: bool,
+    },
+    Barrier {
+        id: u64,
+    },
+}
+
+/// The router's part of a checkpoint.
+struct Position {
+    source: SourcePosition,
+    events: u64,
+    watermark: Millis,
+    finished: bool,
+    started: Instant,
+}
+
+/// What the collector receives for a batch (or a barrier) id.
 enum Part {
     Shard(ShardOutput),
     Router(Vec<DeadLetter>),
+    Snapshot(ShardSnapshot),
+    Position(Position),
 }
 
-/// Runs a pipeline over its bounded input to the end.
+/// Opens the data directory and reads the checkpoint to resume from, if any.
+fn recover(
+    dir: &Path,
+    spec: &PipelineSpec,
+    options: RunOptions,
+) -> Result<(RedbStore, Option<Manifest>)> {
+    let fail = |message: String| PipelineError::Recovery {
+        dir: dir.to_owned(),
+        message,
+    };
+    let store = RedbStore::open(dir)?;
+    let marker_path = dir.join(MARKER_FILE);
+    if options.fresh {
+        store.clear()?;
+        let _ = std::fs::remove_file(&marker_path);
+        return Ok((store, None));
+    }
+    let marker = match std::fs::read_to_string(&marker_path) {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<u64>()
+                .map_err(|_| fail(format!("{MARKER_FILE} is unreadable")))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(fail(format!("cannot read {MARKER_FILE}: {e}"))),
+    };
+    let manifest: Option<Manifest> = match store.manifest()? {
+        Some(bytes) => Some(
+            serde_json::from_slice(&bytes)
+                .map_err(|e| fail(format!("the checkpoint manifest is unreadable ({e})")))?,
+        ),
+        None => None,
+    };
+    match (marker, &manifest) {
+        (Some(committed), None) => {
+            return Err(fail(format!(
+                "checkpoint {committed} was committed here, but {} holds no checkpoint: it was replaced or \
+                 damaged. Restore it (or a savepoint), or start over with `weir run --fresh`",
+                store.path().display()
+            )));
+        }
+        (Some(committed), Some(m)) if m.id < committed => {
+            return Err(fail(format!(
+                "checkpoint {committed} was committed here, but {} holds only checkpoint {}: it was rolled \
+                 back or replaced. Restore it, or start over with `weir run --fresh`",
+                store.path().display(),
+                m.id
+            )));
+        }
+        _ => {}
+    }
+    match &manifest {
+        None => store.clear()?, // leftovers of a run that never committed
+        Some(m) if m.pipeline != spec.name => {
+            return Err(fail(format!(
+                "it holds pipeline {:?}, not {:?}: use another `[state] dir`, or `--fresh` to start over",
+                m.pipeline, spec.name
+            )));
+        }
+        Some(m) if m.fingerprint != fingerprint(spec) => {
+            return Err(fail(format!(
+                "its checkpoint was taken with a different key, timestamp, watermark, window or operator \
+                 chain ({}); now: {}. Changing them needs a fresh start (`--fresh`); operator versions may change",
+                m.fingerprint,
+                fingerprint(spec)
+            )));
+        }
+        Some(_) => {}
+    }
+    Ok((store, manifest))
+}
+
+/// Runs a pipeline over its bounded input to the end, resuming from the data directory's last
+/// checkpoint if there is one.
 #[instrument(skip_all, fields(pipeline = %spec.name))]
 pub fn run(spec: &PipelineSpec) -> Result<Summary> {
+    run_with(spec, RunOptions::default())
+}
+
+/// [`run`] with options.
+#[instrument(skip_all, fields(pipeline = %spec.name))]
+pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
     let started = Instant::now();
     let shards = spec
         .shards
@@ -241,59 +395,75 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
                 .transpose()
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut results = SinkWriter::open(&spec.sinks.results)?;
-    let mut late_sink = SinkWriter::open(&spec.sinks.late)?;
-    let mut dead_sink = SinkWriter::open(&spec.sinks.dead_letters)?;
-    let store = match &spec.state {
-        StateSpec::Memory => None,
+    let (store, manifest) = match &spec.state {
+        StateSpec::Memory => (None, None),
         StateSpec::Redb(dir) => {
-            let store = RedbStore::open(dir)?;
-            store.clear()?;
-            Some(store)
+            let (store, manifest) = recover(dir, spec, options)?;
+            (Some((store, dir.clone())), manifest)
         }
+    };
+    let committed = manifest.as_ref().map(|m| m.sinks);
+    let mut sinks = collector::Sinks {
+        results: SinkWriter::open(&spec.sinks.results, committed.map(|s| s.results))?,
+        late: SinkWriter::open(&spec.sinks.late, committed.map(|s| s.late))?,
+        dead_letters: SinkWriter::open(
+            &spec.sinks.dead_letters,
+            committed.map(|s| s.dead_letters),
+        )?,
     };
     let mut source: Box<dyn Source> = match &spec.source {
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
     };
+    if let Some(m) = &manifest {
+        source.resume(&m.source)?;
+        info!(
+            checkpoint = m.id,
+            line = m.source.line,
+            events = m.events,
+            "resuming from checkpoint"
+        );
+    }
+    let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
 
     let limits = Limits::default();
     let mut workers = Vec::with_capacity(shards);
     for index in 0..shards {
         let mut state: Box<dyn StateBackend> = match &store {
-            Some(store) => Box::new(RedbBackend::new(store.clone())),
+            Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
             None => Box::new(MemoryBackend::default()),
         };
         let mut enrichers = Vec::new();
         for (position, (op, code)) in spec.enrichers.iter().zip(&enricher_code).enumerate() {
+            let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
             let operator: Box<dyn EnrichOperator> = match code {
-                Code::Wasm(wasm) => Box::new(wasm.enrich(
-                    limits,
-                    op.fields.clone().map_or(Projection::All, Projection::Only),
-                )?),
+                Code::Wasm(wasm) => Box::new(wasm.enrich(limits, projection)?),
                 Code::NativeCountSum => {
                     return Err(PipelineError::UnknownNative(
                         "count-sum (as an enrichment)".into(),
                     ));
                 }
             };
-            for (key, fields) in references[position].iter().flatten() {
-                let group = key_group(key);
-                if shard_of(group, shards) != index {
-                    continue;
+            // Reference data is part of the state from the first checkpoint on.
+            if manifest.is_none() {
+                for (key, fields) in references[position].iter().flatten() {
+                    let group = key_group(key);
+                    if shard_of(group, shards) != index {
+                        continue;
+                    }
+                    let state_key = StateKey {
+                        group,
+                        operator: position as u16,
+                        namespace: Namespace::Global,
+                        key: key.as_str().into(),
+                    };
+                    let mut scope = state.take(&state_key)?;
+                    for (name, value) in fields {
+                        scope.map_put("reference", name, value.clone());
+                    }
+                    state.put(state_key, scope)?;
                 }
-                let state_key = StateKey {
-                    group,
-                    operator: position as u16,
-                    namespace: Namespace::Global,
-                    key: key.as_str().into(),
-                };
-                let mut scope = state.take(&state_key)?;
-                for (name, value) in fields {
-                    scope.map_put("reference", name, value.clone());
-                }
-                state.put(state_key, scope)?;
             }
             enrichers.push(ShardEnricher {
                 label: label(op),
@@ -303,18 +473,17 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         let aggregate = match (&spec.aggregate, &aggregate_code, &spec.window) {
             (Some(op), Some(code), Some(window)) => {
                 let operator: Box<dyn AggregateOperator> = match code {
-                    Code::Wasm(wasm) => Box::new(wasm.aggregate(
-                        limits,
-                        op.fields.clone().map_or_else(
-                            || {
-                                Projection::Except(vec![
-                                    spec.key_field.clone(),
-                                    spec.timestamp_field.clone(),
-                                ])
-                            },
-                            Projection::Only,
-                        ),
-                    )?),
+                    Code::Wasm(wasm) => {
+                        let all_but_key_and_time = Projection::Except(vec![
+                            spec.key_field.clone(),
+                            spec.timestamp_field.clone(),
+                        ]);
+                        let projection = op
+                            .fields
+                            .clone()
+                            .map_or(all_but_key_and_time, Projection::Only);
+                        Box::new(wasm.aggregate(limits, projection)?)
+                    }
                     Code::NativeCountSum => Box::new(NativeCountSum),
                 };
                 let engine = WindowEngine::new(
@@ -327,26 +496,75 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
             }
             _ => None,
         };
-        state.flush()?;
-        workers.push(Shard::new(enrichers, aggregate, state));
+        let mut shard = Shard::new(enrichers, aggregate, state);
+        if let (Some((store, dir)), Some(_)) = (&store, &manifest) {
+            let (first, end) = groups_of(index, shards);
+            let start = StateKey::group_start(first);
+            let end = if end >= u32::from(KEY_GROUPS) {
+                vec![0xff; 3]
+            } else {
+                StateKey::group_start(end as u16)
+            };
+            let operator = spec.enrichers.len() as u16;
+            let rows: Vec<_> = store
+                .scan(true, &start, &end)?
+                .into_iter()
+                .filter(|row| StateKey::decode(&row.key).is_some_and(|k| k.operator == operator))
+                .collect();
+            shard
+                .restore(watermark, &rows)
+                .map_err(|message| PipelineError::Recovery {
+                    dir: dir.clone(),
+                    message,
+                })?;
+        }
+        workers.push(shard);
     }
     info!(shards, "pipeline started");
 
+    let checkpoint_interval = match &store {
+        Some(_) => spec
+            .checkpoint_interval
+            .map(|ms| Duration::from_millis(ms as u64)),
+        None => None,
+    };
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
-    let mut shard_txs: Vec<SyncSender<ShardBatch>> = Vec::with_capacity(shards);
+    let mut shard_txs: Vec<SyncSender<ShardMsg>> = Vec::with_capacity(shards);
+    let mut acks = Vec::with_capacity(shards);
     let mut handles = Vec::with_capacity(shards);
     for (index, mut shard) in workers.into_iter().enumerate() {
-        let (tx, rx) = sync_channel::<ShardBatch>(4);
+        let (tx, rx) = sync_channel::<ShardMsg>(4);
+        let (ack_tx, ack_rx) = sync_channel::<()>(1);
         shard_txs.push(tx);
+        acks.push(ack_tx);
         let parts = part_tx.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-shard-{index}"))
             .spawn(move || -> std::result::Result<(), EngineError> {
-                while let Ok(batch) = rx.recv() {
-                    let output =
-                        shard.process(batch.events, &batch.advances, batch.end_of_input)?;
-                    if parts.send((batch.id, Part::Shard(output))).is_err() {
+                while let Ok(message) = rx.recv() {
+                    let (id, part) = match message {
+                        ShardMsg::Batch {
+                            id,
+                            events,
+                            advances,
+                            end_of_input,
+                        } => (
+                            id,
+                            Part::Shard(shard.process(events, &advances, end_of_input)?),
+                        ),
+                        ShardMsg::Barrier { id } => (id, Part::Snapshot(shard.checkpoint()?)),
+                    };
+                    let barrier = matches!(part, Part::Snapshot(_));
+                    if parts.send((id, part)).is_err() {
                         break;
+                    }
+                    if barrier {
+                        // Hold still until the checkpoint is durable: only then may clean state
+                        // be evicted from memory.
+                        if ack_rx.recv().is_err() {
+                            break;
+                        }
+                        shard.committed();
                     }
                 }
                 Ok(())
@@ -355,40 +573,49 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         handles.push(handle);
     }
 
-    let result_label = spec
-        .aggregate
-        .as_ref()
-        .or(spec.enrichers.last())
-        .map(|op| OperatorLabel {
-            name: op.name.clone(),
-            version: op.version.clone(),
-        });
+    let checkpointer = store.as_ref().map(|(store, dir)| collector::Checkpointer {
+        store: store.clone(),
+        data_dir: dir.clone(),
+        pipeline: spec.name.clone(),
+        fingerprint: fingerprint(spec),
+        next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
+        acks,
+        stats: Vec::new(),
+    });
+    let result_label = {
+        let op = spec.aggregate.as_ref().or(spec.enrichers.last());
+        OperatorLabel {
+            pipeline: spec.name.clone(),
+            name: op.map(|o| o.name.clone()).unwrap_or_default(),
+            version: op.map(|o| o.version.clone()).unwrap_or_default(),
+        }
+    };
     let collector = std::thread::Builder::new()
         .name("weir-collector".into())
-        .spawn(move || -> Result<(u64, u64, u64, u64)> {
-            let parts_per_batch = shards + 1;
-            let outcome = collect(
-                part_rx,
-                parts_per_batch,
-                result_label,
-                &mut results,
-                &mut late_sink,
-                &mut dead_sink,
-            );
-            results.flush()?;
-            late_sink.flush()?;
-            dead_sink.flush()?;
-            let traps = outcome?;
-            Ok((
-                results.records(),
-                late_sink.records(),
-                dead_sink.records(),
-                traps,
-            ))
+        .spawn(move || {
+            let collected =
+                collector::collect(part_rx, shards + 1, &result_label, &mut sinks, checkpointer);
+            (
+                collected,
+                sinks.results.records(),
+                sinks.late.records(),
+                sinks.dead_letters.records(),
+            )
         })
         .expect("spawning the collector thread");
 
-    let routed = route(spec, source.as_mut(), shards, &shard_txs, &part_tx);
+    let router = router::Router {
+        spec,
+        shards: &shard_txs,
+        parts: &part_tx,
+        checkpoint_interval,
+    };
+    let start = router::Start {
+        events: manifest.as_ref().map_or(0, |m| m.events),
+        watermark,
+        finished: manifest.as_ref().is_some_and(|m| m.finished),
+    };
+    let routed = router.route(source.as_mut(), start);
     drop(shard_txs);
     drop(part_tx);
     let (events_in, mut failure) = match routed {
@@ -402,21 +629,21 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
             failure = Some(PipelineError::Shard { shard, error });
         }
     }
-    let collected = collector.join().expect("the collector thread panicked");
+    let (collected, results_out, late, dead_letters) =
+        collector.join().expect("the collector thread panicked");
     if let Some(failure) = failure {
         return Err(failure);
     }
-    let (results_out, late, dead_letters, traps) = collected?;
-    if let Some(store) = &store {
-        store.sync()?;
-    }
+    let collected = collected?;
     let summary = Summary {
         events_in,
         results_out,
         late,
         dead_letters,
-        traps,
+        traps: collected.traps,
         shards,
+        resumed_from: manifest.as_ref().map(|m| m.id),
+        checkpoints: collected.checkpoints,
         elapsed: started.elapsed(),
     };
     info!(
@@ -425,143 +652,9 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
         late = summary.late,
         dead_letters = summary.dead_letters,
         traps = summary.traps,
+        checkpoints = summary.checkpoints.len(),
         elapsed_ms = summary.elapsed.as_millis() as u64,
         "pipeline finished"
     );
     Ok(summary)
-}
-
-/// Reads the source to its end: decodes, numbers, watermarks and routes events in batches.
-/// Returns the number of events routed.
-fn route(
-    spec: &PipelineSpec,
-    source: &mut dyn Source,
-    shards: usize,
-    shard_txs: &[SyncSender<ShardBatch>],
-    parts: &SyncSender<(u64, Part)>,
-) -> Result<u64> {
-    let mut decoder = Decoder::new(&spec.key_field, &spec.timestamp_field);
-    let mut watermark = BoundedOutOfOrderness::new(spec.watermark_bound);
-    let mut seq = 0u64;
-    let mut batch_id = 0u64;
-    let mut in_batch = 0usize;
-    let mut per_shard: Vec<Vec<Staged>> = (0..shards).map(|_| Vec::new()).collect();
-    let mut advances = Vec::new();
-    let mut dead = Vec::new();
-    let send = |per_shard: &mut Vec<Vec<Staged>>,
-                advances: &mut Vec<(u64, Millis)>,
-                dead: &mut Vec<DeadLetter>,
-                end_of_input: bool,
-                batch_id: u64|
-     -> bool {
-        let shared = Arc::new(std::mem::take(advances));
-        for (shard, tx) in shard_txs.iter().enumerate() {
-            let batch = ShardBatch {
-                id: batch_id,
-                events: std::mem::take(&mut per_shard[shard]),
-                advances: shared.clone(),
-                end_of_input,
-            };
-            if tx.send(batch).is_err() {
-                return false;
-            }
-        }
-        parts
-            .send((batch_id, Part::Router(std::mem::take(dead))))
-            .is_ok()
-    };
-    while let Some(record) = source.next_record()? {
-        let event = match record {
-            Record::Event(event) => Some(event),
-            Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
-                Ok(event) => Some(event),
-                Err(dead_letter) => {
-                    dead.push(dead_letter);
-                    None
-                }
-            },
-        };
-        if let Some(event) = event {
-            if let Some(w) = watermark.observe(event.timestamp) {
-                advances.push((seq, w));
-            }
-            let shard = shard_of(key_group(&event.key), shards);
-            per_shard[shard].push(Staged { seq, event });
-            seq += 1;
-        }
-        in_batch += 1;
-        if in_batch >= spec.batch_size {
-            if !send(&mut per_shard, &mut advances, &mut dead, false, batch_id) {
-                return Ok(seq); // a shard failed; `run` reports its error
-            }
-            batch_id += 1;
-            in_batch = 0;
-        }
-    }
-    watermark.finish();
-    send(&mut per_shard, &mut advances, &mut dead, true, batch_id);
-    info!(events = seq, batches = batch_id + 1, "input finished");
-    Ok(seq)
-}
-
-/// Receives the parts of each batch, puts each complete batch's output in canonical order and
-/// writes it, batch by batch in order. Returns the number of traps.
-fn collect(
-    parts: Receiver<(u64, Part)>,
-    parts_per_batch: usize,
-    label: Option<OperatorLabel>,
-    results: &mut SinkWriter,
-    late_sink: &mut SinkWriter,
-    dead_sink: &mut SinkWriter,
-) -> Result<u64> {
-    let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
-    let mut next = 0u64;
-    let mut traps = 0;
-    let label = label.unwrap_or(OperatorLabel {
-        name: String::new(),
-        version: String::new(),
-    });
-    while let Ok((id, part)) = parts.recv() {
-        pending.entry(id).or_default().push(part);
-        while pending
-            .get(&next)
-            .is_some_and(|p| p.len() == parts_per_batch)
-        {
-            let batch = pending.remove(&next).expect("a complete batch");
-            next += 1;
-            let mut emissions = Vec::new();
-            let mut events = Vec::new();
-            let mut late = Vec::new();
-            let mut dead = Vec::new();
-            for part in batch {
-                match part {
-                    Part::Router(d) => dead.extend(d),
-                    Part::Shard(output) => {
-                        emissions.extend(output.engine.emissions);
-                        events.extend(output.events);
-                        late.extend(output.engine.late);
-                        dead.extend(output.engine.dead_letters);
-                        traps += output.engine.traps;
-                    }
-                }
-            }
-            emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
-            events.sort_by_key(|staged| staged.seq);
-            late.sort_by_key(|l| l.seq);
-            dead.sort_by_key(|d| d.line);
-            for emission in &emissions {
-                results.write(&result_record(emission, &label))?;
-            }
-            for staged in &events {
-                results.write(&event_record(&staged.event, &label))?;
-            }
-            for l in &late {
-                late_sink.write(&late_record(l))?;
-            }
-            for d in &dead {
-                dead_sink.write(&dead_letter_record(d))?;
-            }
-        }
-    }
-    Ok(traps)
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::event::DeadLetter;
 use crate::operator::{AggregateOperator, EnrichOperator, OperatorError, Scope};
-use crate::state::{Namespace, StateBackend, StateKey, key_group};
+use crate::state::{Change, Namespace, StateBackend, StateKey, TableRow, key_group};
 use crate::time::{MAX_TIMESTAMP, Millis};
 use crate::window::{Context, EngineError, EngineOutput, Staged, WindowEngine};
 
@@ -40,6 +40,15 @@ pub struct ShardOutput {
     pub events: Vec<Staged>,
 }
 
+/// What a shard hands to a checkpoint.
+#[derive(Debug, Default)]
+pub struct ShardSnapshot {
+    /// Changed state scopes.
+    pub state: Vec<Change>,
+    /// Changed window metadata.
+    pub windows: Vec<Change>,
+}
+
 /// A shard.
 pub struct Shard {
     enrichers: Vec<ShardEnricher>,
@@ -69,6 +78,30 @@ impl Shard {
         }
     }
 
+    /// Everything changed since the last checkpoint: state scopes and window metadata.
+    pub fn checkpoint(&mut self) -> Result<ShardSnapshot, EngineError> {
+        let state = self.state.changes()?;
+        let windows = self
+            .aggregate
+            .as_mut()
+            .map(|(engine, _)| engine.changes())
+            .unwrap_or_default();
+        Ok(ShardSnapshot { state, windows })
+    }
+
+    /// The last checkpoint is durable.
+    pub fn committed(&mut self) {
+        self.state.committed();
+    }
+
+    /// Restores the watermark and open windows of a checkpoint.
+    pub fn restore(&mut self, watermark: Millis, windows: &[TableRow]) -> Result<(), String> {
+        match &mut self.aggregate {
+            Some((engine, _)) => engine.restore(watermark, windows),
+            None => Ok(()),
+        }
+    }
+
     /// Processes this shard's events of one batch with all of the batch's watermark advances.
     pub fn process(
         &mut self,
@@ -90,7 +123,6 @@ impl Shard {
             }
             None => out.events = events,
         }
-        self.state.flush()?;
         Ok(out)
     }
 

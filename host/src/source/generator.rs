@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::{Record, Source, SourceError};
+use crate::checkpoint::SourcePosition;
 use crate::event::Event;
 use crate::spec::GeneratorSpec;
 use crate::value::Value;
@@ -67,5 +68,19 @@ impl Source for Generator {
                 (amount_name, Value::Int(amount)),
             ],
         })))
+    }
+
+    fn position(&self) -> SourcePosition {
+        SourcePosition {
+            line: self.next,
+            offset: 0,
+            rng: Some(self.rng),
+        }
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
+        self.next = position.line;
+        self.rng = position.rng.unwrap_or(self.spec.seed);
+        Ok(())
     }
 }

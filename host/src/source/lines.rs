@@ -1,17 +1,23 @@
 //! [`LineReader`]: JSON Lines from a file or standard input, with a cap on line length so a
 //! line without an end cannot exhaust memory (the rest of an over-long line is skipped, and the
-//! line becomes a dead letter when decoded).
+//! line becomes a dead letter when decoded). A file resumes by seeking to a byte offset; other
+//! streams (standard input) resume by skipping the lines already processed, so piping the same
+//! input again continues where the last checkpoint left off.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
 use super::{Record, Source, SourceError};
+use crate::checkpoint::SourcePosition;
 
 /// Reads lines; blank lines are skipped but counted.
 pub struct LineReader {
     name: String,
     input: Box<dyn BufRead + Send>,
+    /// The file, if the input is one (it can then seek).
+    file: Option<PathBuf>,
     line: u64,
+    offset: u64,
     cap: usize,
 }
 
@@ -28,15 +34,10 @@ impl LineReader {
     /// Reads the file at `path`.
     pub fn open(path: &Path, cap: usize) -> Result<LineReader, SourceError> {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|error| SourceError {
-            source_name: name.clone(),
-            error,
-        })?;
-        Ok(Self::new(
-            name,
-            Box::new(BufReader::with_capacity(1 << 16, file)),
-            cap,
-        ))
+        let file = std::fs::File::open(path).map_err(|e| SourceError::new(&name, e))?;
+        let mut reader = Self::new(name, Box::new(BufReader::with_capacity(1 << 16, file)), cap);
+        reader.file = Some(path.to_owned());
+        Ok(reader)
     }
 
     /// Reads standard input.
@@ -53,7 +54,9 @@ impl LineReader {
         LineReader {
             name,
             input,
+            file: None,
             line: 0,
+            offset: 0,
             cap,
         }
     }
@@ -77,6 +80,7 @@ impl LineReader {
             out.extend_from_slice(&chunk[..chunk.len().min(room)]);
             let newline = done > chunk.len();
             self.input.consume(done);
+            self.offset += done as u64;
             if newline {
                 return Ok(true);
             }
@@ -88,10 +92,9 @@ impl Source for LineReader {
     fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
         let mut bytes = Vec::new();
         loop {
-            let more = self.read_line(&mut bytes).map_err(|error| SourceError {
-                source_name: self.name.clone(),
-                error,
-            })?;
+            let more = self
+                .read_line(&mut bytes)
+                .map_err(|e| SourceError::new(&self.name, e))?;
             if !more {
                 return Ok(None);
             }
@@ -104,6 +107,45 @@ impl Source for LineReader {
             }
             return Ok(Some(Record::Line(self.line, bytes)));
         }
+    }
+
+    fn position(&self) -> SourcePosition {
+        SourcePosition {
+            line: self.line,
+            offset: self.offset,
+            rng: None,
+        }
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
+        let fail = |error| SourceError::new(&self.name, error);
+        if let Some(path) = &self.file {
+            let mut file = std::fs::File::open(path).map_err(fail)?;
+            let len = file.metadata().map_err(fail)?.len();
+            if len < position.offset {
+                return Err(fail(std::io::Error::other(format!(
+                    "the file is {len} bytes, shorter than the checkpoint's position {}: \
+                     it was replaced or truncated",
+                    position.offset
+                ))));
+            }
+            file.seek(SeekFrom::Start(position.offset)).map_err(fail)?;
+            self.input = Box::new(BufReader::with_capacity(1 << 16, file));
+            self.offset = position.offset;
+            self.line = position.line;
+            return Ok(());
+        }
+        let mut skipped = Vec::new();
+        while self.line < position.line {
+            if !self
+                .read_line(&mut skipped)
+                .map_err(|e| SourceError::new(&self.name, e))?
+            {
+                break;
+            }
+            self.line += 1;
+        }
+        Ok(())
     }
 }
 

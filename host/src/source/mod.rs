@@ -7,6 +7,7 @@ mod lines;
 pub use generator::Generator;
 pub use lines::LineReader;
 
+use crate::checkpoint::SourcePosition;
 use crate::event::Event;
 
 /// What a source yields.
@@ -26,8 +27,23 @@ pub struct SourceError {
     error: std::io::Error,
 }
 
-/// A source of records.
+impl SourceError {
+    fn new(source_name: &str, error: std::io::Error) -> Self {
+        SourceError {
+            source_name: source_name.to_owned(),
+            error,
+        }
+    }
+}
+
+/// A source of records. Sources are resumable: a checkpoint stores [`position`]
+/// (Source::position), and a restarted pipeline calls [`resume`](Source::resume) with it before
+/// reading.
 pub trait Source: Send {
     /// The next record, or `None` at the end of a bounded input.
     fn next_record(&mut self) -> Result<Option<Record>, SourceError>;
+    /// Where the source is: everything before it has been returned.
+    fn position(&self) -> SourcePosition;
+    /// Continues from a position an earlier run of the same source reported.
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError>;
 }

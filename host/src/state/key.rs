@@ -67,6 +67,40 @@ impl StateKey {
         out.extend_from_slice(self.key.as_bytes());
         out
     }
+
+    /// Decodes [`encode`](Self::encode)'s output; `None` if the bytes are not a state key.
+    pub fn decode(bytes: &[u8]) -> Option<StateKey> {
+        let group = u16::from_be_bytes(bytes.get(0..2)?.try_into().ok()?);
+        let operator = u16::from_be_bytes(bytes.get(2..4)?.try_into().ok()?);
+        let (namespace, rest) = match bytes.get(4)? {
+            0 => (Namespace::Global, bytes.get(5..)?),
+            1 => {
+                let start = u64::from_be_bytes(bytes.get(5..13)?.try_into().ok()?) ^ (1 << 63);
+                let end = u64::from_be_bytes(bytes.get(13..21)?.try_into().ok()?) ^ (1 << 63);
+                (
+                    Namespace::Window {
+                        start: start as i64,
+                        end: end as i64,
+                    },
+                    bytes.get(21..)?,
+                )
+            }
+            _ => return None,
+        };
+        let key = std::str::from_utf8(rest).ok()?;
+        (group < KEY_GROUPS).then(|| StateKey {
+            group,
+            operator,
+            namespace,
+            key: key.into(),
+        })
+    }
+
+    /// The smallest encoded key of a key group: scans of `[group_start(a), group_start(b))`
+    /// cover the groups `a..b`.
+    pub fn group_start(group: u16) -> Vec<u8> {
+        group.to_be_bytes().to_vec()
+    }
 }
 
 #[cfg(test)]
@@ -93,5 +127,19 @@ mod tests {
         };
         assert!(at(-5).encode() < at(3).encode());
         assert!(at(3).encode() < at(1_000).encode());
+    }
+
+    #[test]
+    fn keys_decode_to_themselves() {
+        for namespace in [Namespace::Global, Namespace::Window { start: -5, end: 7 }] {
+            let key = StateKey {
+                group: 77,
+                operator: 2,
+                namespace,
+                key: "k/ü".into(),
+            };
+            assert_eq!(StateKey::decode(&key.encode()), Some(key));
+        }
+        assert_eq!(StateKey::decode(b"\x00"), None);
     }
 }

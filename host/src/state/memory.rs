@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::{Result, ScopeState, StateBackend, StateKey};
+use super::{Change, Result, ScopeState, StateBackend, StateKey};
 
 /// Keeps all state in memory. Fast and volatile.
 #[derive(Debug, Default)]
@@ -25,9 +25,11 @@ impl StateBackend for MemoryBackend {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
+    fn changes(&mut self) -> Result<Vec<Change>> {
+        Ok(Vec::new())
     }
+
+    fn committed(&mut self) {}
 
     fn hot_len(&self) -> usize {
         self.scopes.len()

@@ -5,12 +5,12 @@
 
 mod key;
 mod memory;
-mod redb_backend;
+pub mod redb_backend;
 mod scope;
 
 pub use key::{KEY_GROUPS, Namespace, StateKey, key_group};
 pub use memory::MemoryBackend;
-pub use redb_backend::{RedbBackend, RedbStore};
+pub use redb_backend::{RedbBackend, RedbStore, StoredCheckpoint, TableRow};
 pub use scope::ScopeState;
 
 /// Errors of the state backends.
@@ -40,11 +40,21 @@ pub enum StateError {
 /// `Result` for state operations.
 pub type Result<T, E = StateError> = std::result::Result<T, E>;
 
+/// One changed scope, serialised for a checkpoint: `value` is `None` for a deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// [`StateKey::encode`]d key.
+    pub key: Vec<u8>,
+    /// The scope's bytes, or `None` if it was removed.
+    pub value: Option<Vec<u8>>,
+}
+
 /// Where a shard keeps its operators' state. Each shard owns one backend (single writer).
 ///
 /// `take` moves a scope's state out (an empty state if there is none), so that an operator call
-/// can own it; `put` moves it back. `flush` is called after every batch and makes the batch's
-/// changes visible to the durable store, if there is one.
+/// can own it; `put` moves it back. At a checkpoint barrier the shard hands over
+/// [`changes`](StateBackend::changes) (everything changed since the previous checkpoint) and,
+/// once the checkpoint is durable, calls [`committed`](StateBackend::committed).
 pub trait StateBackend: Send {
     /// Moves a scope's state out of the store; empty if absent.
     fn take(&mut self, key: &StateKey) -> Result<ScopeState>;
@@ -52,8 +62,15 @@ pub trait StateBackend: Send {
     fn put(&mut self, key: StateKey, state: ScopeState) -> Result<()>;
     /// Deletes a scope's state.
     fn remove(&mut self, key: &StateKey) -> Result<()>;
-    /// Writes buffered changes through to durable storage.
-    fn flush(&mut self) -> Result<()>;
+    /// Everything changed since the last call, serialised (empty for volatile backends).
+    fn changes(&mut self) -> Result<Vec<Change>>;
+    /// The last `changes` are durable: memory may now be released.
+    fn committed(&mut self);
     /// How many scopes are held in memory.
     fn hot_len(&self) -> usize;
+}
+
+/// Encodes a scope's state for storage.
+pub fn encode_scope(state: &ScopeState) -> Vec<u8> {
+    serde_json::to_vec(state).expect("scope state is always serialisable")
 }

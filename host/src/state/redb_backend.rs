@@ -1,21 +1,57 @@
-//! [`RedbBackend`]: state in a redb file, with the scopes in use kept in memory.
+//! The redb store and [`RedbBackend`], the hybrid backend: the scopes in use live in memory on
+//! their shard; redb holds what the last checkpoint committed. Reads that miss memory fall back
+//! to redb; once a checkpoint is durable, clean scopes are evicted to keep memory within budget.
 //!
-//! Layout: one table `state`, key = [`StateKey::encode`], value = the scope's JSON
-//! (see `docs/design.md`). Each shard owns a backend; all of a process's backends share one
-//! [`RedbStore`] (one database file). Changes are buffered per batch and written in one write
-//! transaction by `flush`.
+//! Tables (see `docs/design.md` for the byte layout):
+//! - `state`: [`StateKey::encode`] → the scope's JSON;
+//! - `windows`: the same key layout → the window's metadata (JSON, written by the window engine);
+//! - `meta`: `"manifest"` → the last committed checkpoint's manifest (JSON);
+//! - `checkpoints`: checkpoint id → that checkpoint's figures (JSON), the last 100.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{Result, ScopeState, StateBackend, StateError, StateKey};
+use super::{Change, Result, ScopeState, StateBackend, StateError, StateKey, encode_scope};
 
 const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
+const WINDOWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("windows");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const CHECKPOINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("checkpoints");
 
-/// The redb database file shared by a pipeline's shards.
+/// How many checkpoints' figures are kept.
+const CHECKPOINT_HISTORY: u64 = 100;
+
+/// The name of the state file inside a data directory.
+pub const STATE_FILE: &str = "state.redb";
+
+/// What one checkpoint writes, in one transaction.
+#[derive(Debug, Clone, Default)]
+pub struct StoredCheckpoint {
+    /// Its id (ascending).
+    pub id: u64,
+    /// The manifest (JSON).
+    pub manifest: Vec<u8>,
+    /// State changes.
+    pub state: Vec<Change>,
+    /// Window metadata changes.
+    pub windows: Vec<Change>,
+    /// Its figures (JSON).
+    pub stats: Vec<u8>,
+}
+
+/// A row of a table, for restore and inspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRow {
+    /// The encoded key.
+    pub key: Vec<u8>,
+    /// The value bytes.
+    pub value: Vec<u8>,
+}
+
+/// The redb database file of a data directory, shared by a pipeline's shards.
 #[derive(Debug, Clone)]
 pub struct RedbStore {
     db: Arc<Database>,
@@ -23,26 +59,75 @@ pub struct RedbStore {
 }
 
 impl RedbStore {
-    /// Opens (or creates) `dir/state.redb`, creating the directory.
+    /// Opens (or creates) `dir/state.redb`, creating the directory. A file that redb cannot read
+    /// is reported as corrupt, never treated as empty.
     pub fn open(dir: &Path) -> Result<RedbStore> {
-        let path = dir.join("state.redb");
-        let store_err = |message: String| StateError::Store {
+        let path = dir.join(STATE_FILE);
+        std::fs::create_dir_all(dir).map_err(|e| StateError::Store {
             path: path.clone(),
-            message,
-        };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| store_err(format!("cannot create the data directory: {e}")))?;
-        let db = Database::create(&path).map_err(|e| store_err(e.to_string()))?;
-        Ok(RedbStore {
-            db: Arc::new(db),
-            path,
-        })
+            message: format!("cannot create the data directory: {e}"),
+        })?;
+        Self::open_file(&path)
     }
 
-    /// Deletes all state: a run without recovery starts from nothing.
+    /// Opens (or creates) a store file.
+    pub fn open_file(path: &Path) -> Result<RedbStore> {
+        let path = path.to_owned();
+        let existed = path.exists();
+        if existed && std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) == 0 {
+            return Err(StateError::Corrupt {
+                path,
+                message: "the file is empty".into(),
+            });
+        }
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StateError::Store {
+                path: path.clone(),
+                message: "the data directory is in use by another weir process".into(),
+            },
+            e if existed => StateError::Corrupt {
+                path: path.clone(),
+                message: e.to_string(),
+            },
+            e => StateError::Store {
+                path: path.clone(),
+                message: e.to_string(),
+            },
+        })?;
+        let store = RedbStore {
+            db: Arc::new(db),
+            path,
+        };
+        if existed {
+            store.check()?;
+        }
+        Ok(store)
+    }
+
+    /// Reads every table once, so that a damaged file is found at open, not halfway through.
+    fn check(&self) -> Result<()> {
+        let txn = self.db.begin_read().map_err(|e| self.corrupt(e))?;
+        for table in [STATE, WINDOWS] {
+            match txn.open_table(table) {
+                Ok(t) => {
+                    for row in t.iter().map_err(|e| self.corrupt(e))? {
+                        row.map_err(|e| self.corrupt(e))?;
+                    }
+                }
+                Err(redb::TableError::TableDoesNotExist(_)) => {}
+                Err(e) => return Err(self.corrupt(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes all state and checkpoints: a run from scratch.
     pub fn clear(&self) -> Result<()> {
         let txn = self.db.begin_write().map_err(|e| self.error(e))?;
         txn.delete_table(STATE).map_err(|e| self.error(e))?;
+        txn.delete_table(WINDOWS).map_err(|e| self.error(e))?;
+        txn.delete_table(META).map_err(|e| self.error(e))?;
+        txn.delete_table(CHECKPOINTS).map_err(|e| self.error(e))?;
         txn.commit().map_err(|e| self.error(e))
     }
 
@@ -58,7 +143,14 @@ impl RedbStore {
         }
     }
 
-    fn read(&self, key: &StateKey) -> Result<Option<ScopeState>> {
+    fn corrupt(&self, e: impl std::fmt::Display) -> StateError {
+        StateError::Corrupt {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn read(&self, key: &StateKey) -> Result<Option<(ScopeState, usize)>> {
         let txn = self.db.begin_read().map_err(|e| self.error(e))?;
         let table = match txn.open_table(STATE) {
             Ok(table) => table,
@@ -67,36 +159,198 @@ impl RedbStore {
         };
         let Some(bytes) = table
             .get(key.encode().as_slice())
-            .map_err(|e| self.error(e))?
+            .map_err(|e| self.corrupt(e))?
         else {
             return Ok(None);
         };
-        serde_json::from_slice(bytes.value())
-            .map(Some)
-            .map_err(|e| StateError::Corrupt {
-                path: self.path.clone(),
-                message: e.to_string(),
-            })
+        let bytes = bytes.value();
+        serde_json::from_slice(bytes)
+            .map(|state| Some((state, bytes.len())))
+            .map_err(|e| self.corrupt(e))
+    }
+
+    /// The last committed checkpoint's manifest, if any.
+    pub fn manifest(&self) -> Result<Option<Vec<u8>>> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = match txn.open_table(META) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(self.corrupt(e)),
+        };
+        Ok(table
+            .get("manifest")
+            .map_err(|e| self.corrupt(e))?
+            .map(|v| v.value().to_vec()))
+    }
+
+    /// The figures of the last checkpoints, oldest first.
+    pub fn checkpoint_history(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = match txn.open_table(CHECKPOINTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.corrupt(e)),
+        };
+        let mut out = Vec::new();
+        for row in table.iter().map_err(|e| self.corrupt(e))? {
+            let (id, stats) = row.map_err(|e| self.corrupt(e))?;
+            out.push((id.value(), stats.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Rows of `windows` (or of `state`) whose keys lie in `[start, end)`.
+    pub fn scan(&self, windows: bool, start: &[u8], end: &[u8]) -> Result<Vec<TableRow>> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = match txn.open_table(if windows { WINDOWS } else { STATE }) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.corrupt(e)),
+        };
+        let mut out = Vec::new();
+        for row in table.range(start..end).map_err(|e| self.corrupt(e))? {
+            let (key, value) = row.map_err(|e| self.corrupt(e))?;
+            out.push(TableRow {
+                key: key.value().to_vec(),
+                value: value.value().to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Commits a checkpoint in one durable write transaction. Returns the bytes written.
+    pub fn commit(&self, checkpoint: &StoredCheckpoint) -> Result<u64> {
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| self.error(e))?;
+        let mut bytes = 0u64;
+        {
+            for (definition, changes) in
+                [(STATE, &checkpoint.state), (WINDOWS, &checkpoint.windows)]
+            {
+                let mut table = txn.open_table(definition).map_err(|e| self.error(e))?;
+                for change in changes {
+                    bytes += change.key.len() as u64;
+                    match &change.value {
+                        Some(value) => {
+                            bytes += value.len() as u64;
+                            table
+                                .insert(change.key.as_slice(), value.as_slice())
+                                .map_err(|e| self.error(e))?;
+                        }
+                        None => {
+                            table
+                                .remove(change.key.as_slice())
+                                .map_err(|e| self.error(e))?;
+                        }
+                    }
+                }
+            }
+            let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
+            meta.insert("manifest", checkpoint.manifest.as_slice())
+                .map_err(|e| self.error(e))?;
+            bytes += checkpoint.manifest.len() as u64;
+            let mut history = txn.open_table(CHECKPOINTS).map_err(|e| self.error(e))?;
+            history
+                .insert(checkpoint.id, checkpoint.stats.as_slice())
+                .map_err(|e| self.error(e))?;
+            if checkpoint.id >= CHECKPOINT_HISTORY {
+                history
+                    .retain_in(..=checkpoint.id - CHECKPOINT_HISTORY, |_, _| false)
+                    .map_err(|e| self.error(e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.error(e))?;
+        Ok(bytes)
+    }
+
+    /// Writes a consistent copy of the whole database (as of its last commit) to `path`.
+    pub fn copy_to(&self, path: &Path) -> Result<()> {
+        let target = Database::create(path).map_err(|e| StateError::Store {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let target_error = |e: &dyn std::fmt::Display| StateError::Store {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        let read = self.db.begin_read().map_err(|e| self.error(e))?;
+        let write = target.begin_write().map_err(|e| target_error(&e))?;
+        for definition in [STATE, WINDOWS] {
+            let Ok(source) = read.open_table(definition) else {
+                continue;
+            };
+            let mut table = write.open_table(definition).map_err(|e| target_error(&e))?;
+            for row in source.iter().map_err(|e| self.corrupt(e))? {
+                let (key, value) = row.map_err(|e| self.corrupt(e))?;
+                table
+                    .insert(key.value(), value.value())
+                    .map_err(|e| target_error(&e))?;
+            }
+        }
+        if let Ok(source) = read.open_table(META) {
+            let mut table = write.open_table(META).map_err(|e| target_error(&e))?;
+            for row in source.iter().map_err(|e| self.corrupt(e))? {
+                let (key, value) = row.map_err(|e| self.corrupt(e))?;
+                table
+                    .insert(key.value(), value.value())
+                    .map_err(|e| target_error(&e))?;
+            }
+        }
+        if let Ok(source) = read.open_table(CHECKPOINTS) {
+            let mut table = write
+                .open_table(CHECKPOINTS)
+                .map_err(|e| target_error(&e))?;
+            for row in source.iter().map_err(|e| self.corrupt(e))? {
+                let (key, value) = row.map_err(|e| self.corrupt(e))?;
+                table
+                    .insert(key.value(), value.value())
+                    .map_err(|e| target_error(&e))?;
+            }
+        }
+        write.commit().map_err(|e| target_error(&e))
     }
 }
 
-/// A shard's view of a [`RedbStore`]: scopes in use live in memory; changed ones are written
-/// at `flush`.
+/// A shard's view of a [`RedbStore`]: the scopes in use live in memory; changed ones are handed
+/// to the checkpoint; clean ones are evicted once durable when memory exceeds the budget.
 #[derive(Debug)]
 pub struct RedbBackend {
     store: RedbStore,
     hot: HashMap<StateKey, ScopeState>,
     dirty: HashSet<StateKey>,
+    /// Last known serialised size of each hot scope, to estimate memory use.
+    sizes: HashMap<StateKey, usize>,
+    hot_bytes: usize,
+    budget_bytes: usize,
+    evicted: u64,
 }
 
 impl RedbBackend {
-    /// A backend over `store`.
-    pub fn new(store: RedbStore) -> Self {
+    /// A backend over `store` keeping at most about `budget_bytes` of clean state in memory.
+    pub fn new(store: RedbStore, budget_bytes: usize) -> Self {
         RedbBackend {
             store,
             hot: HashMap::new(),
             dirty: HashSet::new(),
+            sizes: HashMap::new(),
+            hot_bytes: 0,
+            budget_bytes,
+            evicted: 0,
         }
+    }
+
+    /// Scopes evicted from memory so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    fn set_size(&mut self, key: &StateKey, size: Option<usize>) {
+        let old = match size {
+            Some(size) => self.sizes.insert(key.clone(), size),
+            None => self.sizes.remove(key),
+        };
+        self.hot_bytes = self.hot_bytes - old.unwrap_or(0) + size.unwrap_or(0);
     }
 }
 
@@ -105,7 +359,13 @@ impl StateBackend for RedbBackend {
         if let Some(state) = self.hot.remove(key) {
             return Ok(state);
         }
-        Ok(self.store.read(key)?.unwrap_or_default())
+        match self.store.read(key)? {
+            Some((state, size)) => {
+                self.set_size(key, Some(size));
+                Ok(state)
+            }
+            None => Ok(ScopeState::default()),
+        }
     }
 
     fn put(&mut self, key: StateKey, state: ScopeState) -> Result<()> {
@@ -116,52 +376,49 @@ impl StateBackend for RedbBackend {
 
     fn remove(&mut self, key: &StateKey) -> Result<()> {
         self.hot.remove(key);
+        self.set_size(key, None);
         self.dirty.insert(key.clone());
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        if self.dirty.is_empty() {
-            return Ok(());
+    fn changes(&mut self) -> Result<Vec<Change>> {
+        let mut changes = Vec::with_capacity(self.dirty.len());
+        for key in std::mem::take(&mut self.dirty) {
+            let value = self.hot.get(&key).map(encode_scope);
+            self.set_size(&key, value.as_ref().map(Vec::len));
+            changes.push(Change {
+                key: key.encode(),
+                value,
+            });
         }
-        let store = &self.store;
-        let mut txn = store.db.begin_write().map_err(|e| store.error(e))?;
-        // Batches between checkpoints need not reach the disk one by one.
-        txn.set_durability(Durability::None)
-            .map_err(|e| store.error(e))?;
-        {
-            let mut table = txn.open_table(STATE).map_err(|e| store.error(e))?;
-            for key in self.dirty.drain() {
-                let encoded = key.encode();
-                match self.hot.get(&key) {
-                    Some(state) => {
-                        let bytes = serde_json::to_vec(state).map_err(|e| store.error(e))?;
-                        table
-                            .insert(encoded.as_slice(), bytes.as_slice())
-                            .map_err(|e| store.error(e))?;
-                    }
-                    None => {
-                        table
-                            .remove(encoded.as_slice())
-                            .map_err(|e| store.error(e))?;
-                    }
-                }
+        Ok(changes)
+    }
+
+    fn committed(&mut self) {
+        if self.hot_bytes <= self.budget_bytes {
+            return;
+        }
+        // Every hot scope is clean now (the barrier took all changes); drop scopes until memory
+        // is back under 90% of the budget. They are read back from redb when next needed.
+        let target = self.budget_bytes / 10 * 9;
+        let victims: Vec<StateKey> = self
+            .hot
+            .keys()
+            .filter(|k| !self.dirty.contains(*k))
+            .cloned()
+            .collect();
+        for key in victims {
+            if self.hot_bytes <= target {
+                break;
             }
+            self.hot.remove(&key);
+            self.set_size(&key, None);
+            self.evicted += 1;
         }
-        txn.commit().map_err(|e| store.error(e))
     }
 
     fn hot_len(&self) -> usize {
         self.hot.len()
-    }
-}
-
-impl RedbStore {
-    /// Makes everything written so far durable (one empty transaction with immediate
-    /// durability persists the non-durable ones before it).
-    pub fn sync(&self) -> Result<()> {
-        let txn = self.db.begin_write().map_err(|e| self.error(e))?;
-        txn.commit().map_err(|e| self.error(e))
     }
 }
 
@@ -171,31 +428,78 @@ mod tests {
     use crate::state::Namespace;
     use crate::value::Value;
 
-    #[test]
-    fn flushed_state_survives_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = StateKey {
+    fn key(name: &str) -> StateKey {
+        StateKey {
             group: 3,
             operator: 0,
             namespace: Namespace::Global,
-            key: "ann".into(),
-        };
+            key: name.into(),
+        }
+    }
+
+    fn checkpoint(backend: &mut RedbBackend, store: &RedbStore, id: u64) {
+        let state = backend.changes().unwrap();
+        store
+            .commit(&StoredCheckpoint {
+                id,
+                manifest: b"{}".to_vec(),
+                state,
+                ..Default::default()
+            })
+            .unwrap();
+        backend.committed();
+    }
+
+    #[test]
+    fn committed_state_survives_reopening_and_deletes_are_durable() {
+        let dir = tempfile::tempdir().unwrap();
         {
-            let mut backend = RedbBackend::new(RedbStore::open(dir.path()).unwrap());
-            let mut state = backend.take(&key).unwrap();
+            let store = RedbStore::open(dir.path()).unwrap();
+            let mut backend = RedbBackend::new(store.clone(), usize::MAX);
+            let mut state = backend.take(&key("ann")).unwrap();
             assert!(state.is_empty());
             state.put("count", Value::Int(2));
-            backend.put(key.clone(), state).unwrap();
-            backend.flush().unwrap();
-            backend.store.sync().unwrap();
+            backend.put(key("ann"), state.clone()).unwrap();
+            backend.put(key("bob"), state).unwrap();
+            checkpoint(&mut backend, &store, 1);
+            backend.remove(&key("bob")).unwrap();
+            checkpoint(&mut backend, &store, 2);
+            // Not committed: lost with the process.
+            backend.put(key("cyd"), ScopeState::default()).unwrap();
         }
-        let mut backend = RedbBackend::new(RedbStore::open(dir.path()).unwrap());
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut backend = RedbBackend::new(store.clone(), usize::MAX);
         assert_eq!(
-            backend.take(&key).unwrap().get("count"),
+            backend.take(&key("ann")).unwrap().get("count"),
             Some(&Value::Int(2))
         );
-        backend.remove(&key).unwrap();
-        backend.flush().unwrap();
-        assert!(backend.take(&key).unwrap().is_empty());
+        assert!(backend.take(&key("bob")).unwrap().is_empty());
+        assert_eq!(store.manifest().unwrap(), Some(b"{}".to_vec()));
+        assert_eq!(store.checkpoint_history().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn clean_state_is_evicted_over_budget_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut backend = RedbBackend::new(store.clone(), 1_000);
+        for i in 0..100 {
+            let mut state = ScopeState::default();
+            state.put("n", Value::Int(i));
+            backend.put(key(&format!("k{i}")), state).unwrap();
+        }
+        checkpoint(&mut backend, &store, 1);
+        assert!(
+            backend.hot_len() < 100 && backend.evicted() > 0,
+            "hot {}",
+            backend.hot_len()
+        );
+        assert!(backend.hot_bytes <= 1_000);
+        for i in 0..100 {
+            assert_eq!(
+                backend.take(&key(&format!("k{i}"))).unwrap().get("n"),
+                Some(&Value::Int(i))
+            );
+        }
     }
 }

@@ -10,16 +10,18 @@
 //!
 //! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::{Window, assign};
 use crate::event::{DeadLetter, Event};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
-use crate::state::{Namespace, StateBackend, StateError, StateKey, key_group};
+use crate::state::{Change, Namespace, StateBackend, StateError, StateKey, TableRow, key_group};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 use crate::value::Fields;
+
+use serde::{Deserialize, Serialize};
 
 /// What kind of result record an emission is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -149,7 +151,22 @@ pub struct WindowEngine {
     expiry: BTreeSet<(Millis, WindowId)>,
     /// Windows with pending events.
     dirty: Vec<WindowId>,
+    /// Windows whose metadata changed since the last checkpoint.
+    touched: HashSet<WindowId>,
+    /// Windows closed since the last checkpoint.
+    closed: Vec<(Arc<str>, Window)>,
     scratch: Vec<Window>,
+}
+
+/// A window's metadata as a checkpoint stores it (its state is stored apart, by the backend).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowRecord {
+    /// Emissions so far.
+    pub version: u64,
+    /// Whether the state changed since the last emission.
+    pub changed: bool,
+    /// The last emitted output, for retraction.
+    pub last_output: Option<Fields>,
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -205,8 +222,65 @@ impl WindowEngine {
             due: BTreeSet::new(),
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
+            touched: HashSet::new(),
+            closed: Vec::new(),
             scratch: Vec::new(),
         }
+    }
+
+    /// The watermark this engine has seen.
+    pub fn watermark(&self) -> Millis {
+        self.watermark
+    }
+
+    /// Window metadata changed since the last call, for a checkpoint.
+    pub fn changes(&mut self) -> Vec<Change> {
+        let mut changes = Vec::with_capacity(self.touched.len() + self.closed.len());
+        for (key, window) in std::mem::take(&mut self.closed) {
+            changes.push(Change {
+                key: self.state_key(&key, window).encode(),
+                value: None,
+            });
+        }
+        for id in std::mem::take(&mut self.touched) {
+            let Some(live) = self.windows.get(&id) else {
+                continue;
+            };
+            let record = WindowRecord {
+                version: live.version,
+                changed: live.changed,
+                last_output: live.last_output.clone(),
+            };
+            let value = serde_json::to_vec(&record).expect("window records are serialisable");
+            changes.push(Change {
+                key: self.state_key(&live.key, live.window).encode(),
+                value: Some(value),
+            });
+        }
+        changes
+    }
+
+    /// Restores the watermark and the open windows of a checkpoint (`rows` from the `windows`
+    /// table, already limited to this shard's key groups and this operator).
+    pub fn restore(&mut self, watermark: Millis, rows: &[TableRow]) -> Result<(), String> {
+        self.watermark = watermark;
+        for row in rows {
+            let key = StateKey::decode(&row.key).ok_or("a window key is malformed")?;
+            let Namespace::Window { start, end } = key.namespace else {
+                return Err("a window row has no window".into());
+            };
+            let record: WindowRecord = serde_json::from_slice(&row.value)
+                .map_err(|e| format!("a window record is unreadable: {e}"))?;
+            let id = self.open(key.key, Window { start, end }, record.version);
+            let live = self.windows.get_mut(&id).expect("just opened");
+            live.last_output = record.last_output;
+            live.changed = record.changed;
+            if record.changed {
+                self.queue(id);
+            }
+        }
+        self.touched.clear();
+        Ok(())
     }
 
     /// Open windows.
@@ -441,6 +515,7 @@ impl WindowEngine {
                 queued: false,
             },
         );
+        self.touched.insert(id);
         id
     }
 
@@ -459,6 +534,8 @@ impl WindowEngine {
                 .remove(&(live.window.end, live.window.start, live.key.clone(), id));
         }
         self.dirty.retain(|other| *other != id);
+        self.touched.remove(&id);
+        self.closed.push((live.key.clone(), live.window));
         live
     }
 
@@ -473,6 +550,7 @@ impl WindowEngine {
 
     fn mark_changed(&mut self, id: WindowId) {
         self.windows.get_mut(&id).expect("a live window").changed = true;
+        self.touched.insert(id);
         self.queue(id);
     }
 
@@ -527,6 +605,7 @@ impl WindowEngine {
         cx.state.put(state_key, scope.state)?;
         if changed {
             self.windows.get_mut(&id).expect("a live window").changed = true;
+            self.touched.insert(id);
         }
         Ok(())
     }
@@ -606,6 +685,7 @@ impl WindowEngine {
                     live.changed = false;
                     live.version += 1;
                     live.last_output = Some(value.clone());
+                    self.touched.insert(id);
                     out.emissions.push(Emission {
                         trigger,
                         key,

@@ -7,4 +7,5 @@ mod engine;
 pub use assign::{Window, assign};
 pub use engine::{
     Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Staged, WindowEngine,
+    WindowRecord,
 };

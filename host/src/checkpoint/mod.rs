@@ -1,0 +1,20 @@
+//! Checkpoints: the manifest that ties state to input position and output position, its
+//! figures, recovery checks, and savepoints (named copies of a checkpoint).
+//!
+//! The barrier protocol itself runs in `pipeline` (router, shards, collector); this module
+//! holds what is written and read. See `docs/design.md` for the on-disk layout.
+
+mod inspect;
+pub mod manifest;
+mod savepoint;
+
+pub use inspect::{Inspection, inspect};
+pub use manifest::{CheckpointStats, Manifest, SinkPositions, SourcePosition, fingerprint};
+pub use savepoint::{
+    SavepointError, SavepointInfo, create_savepoint, list_savepoints, restore_savepoint,
+};
+
+/// Name of the file beside `state.redb` that records the last committed checkpoint id. It is
+/// written after each commit, so a state file that is replaced, emptied or rolled back is
+/// detected instead of being taken for a fresh start.
+pub const MARKER_FILE: &str = "CHECKPOINT";

@@ -1,0 +1,234 @@
+//! The collector: receives each batch's parts from the router and the shards, writes complete
+//! batches in canonical order to the sinks, and commits checkpoints when a barrier's parts are
+//! all in (every shard's changes and the router's position, after every earlier batch's
+//! output): sinks synced, then one redb transaction, then the marker file, then the shards are
+//! released.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, SyncSender};
+
+use tracing::info;
+
+use super::{Part, Result, ShardSnapshot};
+use crate::checkpoint::{
+    CheckpointStats, MARKER_FILE, Manifest, SinkPositions, manifest::MANIFEST_FORMAT,
+};
+use crate::emit::{
+    OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
+};
+use crate::state::{RedbStore, StoredCheckpoint};
+
+/// The three sinks.
+pub(super) struct Sinks {
+    pub results: SinkWriter,
+    pub late: SinkWriter,
+    pub dead_letters: SinkWriter,
+}
+
+/// What the collector needs to commit checkpoints.
+pub(super) struct Checkpointer {
+    pub store: RedbStore,
+    pub data_dir: PathBuf,
+    pub pipeline: String,
+    pub fingerprint: String,
+    pub next_id: u64,
+    pub acks: Vec<SyncSender<()>>,
+    pub stats: Vec<CheckpointStats>,
+}
+
+/// What the collector counted.
+#[derive(Debug, Default)]
+pub(super) struct Collected {
+    pub traps: u64,
+    pub checkpoints: Vec<CheckpointStats>,
+}
+
+pub(super) fn collect(
+    parts: Receiver<(u64, Part)>,
+    parts_per_batch: usize,
+    label: &OperatorLabel,
+    sinks: &mut Sinks,
+    mut checkpointer: Option<Checkpointer>,
+) -> Result<Collected> {
+    let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut collected = Collected::default();
+    while let Ok((id, part)) = parts.recv() {
+        pending.entry(id).or_default().push(part);
+        while pending
+            .get(&next)
+            .is_some_and(|p| p.len() == parts_per_batch)
+        {
+            let batch = pending.remove(&next).expect("a complete batch");
+            next += 1;
+            if batch.iter().any(|p| matches!(p, Part::Position(_))) {
+                let checkpointer = checkpointer
+                    .as_mut()
+                    .expect("barriers are only sent when checkpointing");
+                commit(checkpointer, batch, sinks)?;
+            } else {
+                collected.traps += write_batch(batch, label, sinks)?;
+            }
+        }
+    }
+    sinks.results.flush()?;
+    sinks.late.flush()?;
+    sinks.dead_letters.flush()?;
+    if let Some(checkpointer) = checkpointer {
+        collected.checkpoints = checkpointer.stats;
+    }
+    Ok(collected)
+}
+
+/// Writes one batch's output in canonical order. Returns the batch's trap count.
+fn write_batch(batch: Vec<Part>, label: &OperatorLabel, sinks: &mut Sinks) -> Result<u64> {
+    let (mut emissions, mut events, mut late, mut dead) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut traps = 0;
+    for part in batch {
+        match part {
+            Part::Router(d) => dead.extend(d),
+            Part::Shard(output) => {
+                emissions.extend(output.engine.emissions);
+                events.extend(output.events);
+                late.extend(output.engine.late);
+                dead.extend(output.engine.dead_letters);
+                traps += output.engine.traps;
+            }
+            Part::Position(_) | Part::Snapshot(_) => unreachable!("checkpoint parts travel alone"),
+        }
+    }
+    emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+    events.sort_by_key(|staged| staged.seq);
+    late.sort_by_key(|l| l.seq);
+    dead.sort_by_key(|d| d.line);
+    for emission in &emissions {
+        sinks.results.write(&result_record(emission, label))?;
+    }
+    let mut previous = None;
+    let mut n = 0;
+    for staged in &events {
+        n = if previous == Some(staged.seq) {
+            n + 1
+        } else {
+            0
+        };
+        previous = Some(staged.seq);
+        sinks
+            .results
+            .write(&event_record(&staged.event, staged.seq, n, label))?;
+    }
+    for l in &late {
+        sinks.late.write(&late_record(l))?;
+    }
+    for d in &dead {
+        sinks.dead_letters.write(&dead_letter_record(d))?;
+    }
+    Ok(traps)
+}
+
+/// A fault-injection hook for crash tests: `WEIR_TEST_CRASH=before-commit:N` or
+/// `after-commit:N` aborts the process at that point of checkpoint N.
+fn crash_point(point: &str, id: u64) {
+    if let Ok(spec) = std::env::var("WEIR_TEST_CRASH")
+        && spec == format!("{point}:{id}")
+    {
+        eprintln!("weir: WEIR_TEST_CRASH: aborting {point} of checkpoint {id}");
+        std::process::abort();
+    }
+}
+
+fn commit(checkpointer: &mut Checkpointer, batch: Vec<Part>, sinks: &mut Sinks) -> Result<()> {
+    let mut position = None;
+    let mut state = Vec::new();
+    let mut windows = Vec::new();
+    for part in batch {
+        match part {
+            Part::Position(p) => position = Some(p),
+            Part::Snapshot(ShardSnapshot {
+                state: s,
+                windows: w,
+            }) => {
+                state.extend(s);
+                windows.extend(w);
+            }
+            Part::Router(_) | Part::Shard(_) => unreachable!("checkpoint parts travel alone"),
+        }
+    }
+    let position = position.expect("a barrier carries the router's position");
+    let sink_positions = SinkPositions {
+        results: sinks.results.sync()?,
+        late: sinks.late.sync()?,
+        dead_letters: sinks.dead_letters.sync()?,
+    };
+    let id = checkpointer.next_id;
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT,
+        id,
+        pipeline: checkpointer.pipeline.clone(),
+        fingerprint: checkpointer.fingerprint.clone(),
+        source: position.source,
+        events: position.events,
+        watermark: position.watermark,
+        finished: position.finished,
+        sinks: sink_positions,
+        committed_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    };
+    let (keys, window_count) = (state.len() as u64, windows.len() as u64);
+    let mut stored = StoredCheckpoint {
+        id,
+        manifest: serde_json::to_vec(&manifest).expect("manifests serialise"),
+        state,
+        windows,
+        stats: Vec::new(),
+    };
+    let mut stats = CheckpointStats {
+        id,
+        duration_ms: 0.0,
+        bytes: 0,
+        keys,
+        windows: window_count,
+        events: position.events,
+        watermark: position.watermark,
+    };
+    stats.bytes = stored.manifest.len() as u64
+        + stored
+            .state
+            .iter()
+            .chain(&stored.windows)
+            .map(|c| (c.key.len() + c.value.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
+    // The stored copy's duration stops where the commit starts; the logged one includes it.
+    stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
+    stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
+    crash_point("before-commit", id);
+    checkpointer.store.commit(&stored)?;
+    stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
+    crash_point("after-commit", id);
+    let marker = checkpointer.data_dir.join(MARKER_FILE);
+    let partial = checkpointer.data_dir.join(format!("{MARKER_FILE}.partial"));
+    std::fs::write(&partial, id.to_string())
+        .and_then(|()| std::fs::rename(&partial, &marker))
+        .map_err(|e| super::PipelineError::Marker {
+            path: marker.clone(),
+            source: e,
+        })?;
+    info!(
+        checkpoint = id,
+        duration_ms = stats.duration_ms,
+        bytes = stats.bytes,
+        keys = stats.keys,
+        windows = stats.windows,
+        events = stats.events,
+        "checkpoint committed"
+    );
+    checkpointer.next_id += 1;
+    checkpointer.stats.push(stats);
+    for ack in &checkpointer.acks {
+        let _ = ack.send(());
+    }
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! Checkpoints and recovery through the real seam: the `weir` process is killed with SIGKILL
+//! at random points (or aborts inside a checkpoint commit), restarted on the same data
+//! directory, and its committed output must be byte-identical to an uninterrupted run's.
+//! Damaged data directories must be refused, never taken for empty ones.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::reference::{Ev, ModelSpec, WindowKind, run_model};
+use crate::support::{Pipeline, count_sum_body, emissions, to_jsonl};
+
+/// A large out-of-order stream with late events, lateness updates and session merges.
+fn stream(n: usize) -> Vec<Ev> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|i| {
+            let behind = if i % 13 == 0 {
+                (next() % 400) as i64
+            } else {
+                (next() % 30) as i64
+            };
+            Ev {
+                key: format!("user-{}", next() % 300),
+                ts: i as i64 * 3 - behind,
+                amount: (next() % 1000) as i64,
+            }
+        })
+        .collect()
+}
+
+const SPEC: ModelSpec = ModelSpec {
+    window: WindowKind::Session { gap: 40 },
+    bound: 50,
+    lateness: 200,
+};
+
+fn outputs(dir: &Path) -> [Vec<u8>; 3] {
+    ["results.jsonl", "late.jsonl", "dead.jsonl"]
+        .map(|f| std::fs::read(dir.join("out").join(f)).unwrap_or_default())
+}
+
+fn weir(pipeline: &Pipeline, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .arg("run")
+        .arg(pipeline.dir.path().join("pipeline.toml"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// An uninterrupted run's output and how long it took.
+fn uninterrupted(events: &str) -> ([Vec<u8>; 3], Duration) {
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), events);
+    let started = Instant::now();
+    let run = pipeline.run(&["--shards", "2"]);
+    assert!(run.success, "{}", run.stderr);
+    (outputs(pipeline.dir.path()), started.elapsed())
+}
+
+#[test]
+fn committed_output_is_byte_identical_after_sigkill_at_random_points() {
+    let events = stream(60_000);
+    let input = to_jsonl(&events);
+    let (expected, took) = uninterrupted(&input);
+    // The uninterrupted output is itself right.
+    let expected_results: Vec<serde_json::Value> = String::from_utf8_lossy(&expected[0])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        emissions(&expected_results),
+        run_model(&SPEC, &events).emissions
+    );
+
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut kills = 0;
+    let mut resumed = 0;
+    for attempt in 0..8 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        // Somewhere in the first third of what a whole run takes: each killed run has made
+        // some progress (checkpoints every 15 ms), and several kills land before the end.
+        let third = (took.as_micros() as u64 / 3).max(1);
+        let delay = Duration::from_micros(third / 4 + (seed >> 33) % third);
+        let mut args = vec![
+            "--shards",
+            if attempt % 2 == 0 { "2" } else { "3" },
+            "--checkpoint-interval",
+            "15ms",
+        ];
+        if attempt == 0 {
+            args.push("--fresh");
+        }
+        let mut child = weir(&pipeline, &args).spawn().unwrap();
+        std::thread::sleep(delay);
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        let output = child.wait_with_output().unwrap();
+        resumed +=
+            String::from_utf8_lossy(&output.stderr).contains("resumed from checkpoint") as usize;
+    }
+    let finish = weir(
+        &pipeline,
+        &["--shards", "2", "--checkpoint-interval", "15ms"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        finish.status.success(),
+        "{}",
+        String::from_utf8_lossy(&finish.stderr)
+    );
+    assert!(
+        kills >= 4,
+        "only {kills} of 8 runs were killed before finishing (a whole run takes {took:?})"
+    );
+    let got = outputs(pipeline.dir.path());
+    for (name, (got, expected)) in ["results", "late", "dead letters"]
+        .iter()
+        .zip(got.iter().zip(&expected))
+    {
+        assert!(
+            got == expected,
+            "{name} differ after {kills} kills ({resumed} resumed runs): {} vs {} bytes",
+            got.len(),
+            expected.len()
+        );
+    }
+}
+
+#[test]
+fn a_crash_inside_the_checkpoint_commit_loses_and_duplicates_nothing() {
+    let input = to_jsonl(&stream(20_000));
+    let (expected, _) = uninterrupted(&input);
+    for point in ["before-commit:3", "after-commit:3"] {
+        let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+        let crashed = weir(
+            &pipeline,
+            &[
+                "--fresh",
+                "--checkpoint-interval",
+                "5ms",
+                "--batch-size",
+                "500",
+            ],
+        )
+        .env("WEIR_TEST_CRASH", point)
+        .output()
+        .unwrap();
+        assert!(
+            !crashed.status.success(),
+            "{point}: the crash hook did not fire"
+        );
+        assert!(String::from_utf8_lossy(&crashed.stderr).contains("WEIR_TEST_CRASH"));
+        let resumed = weir(&pipeline, &["--checkpoint-interval", "5ms"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&resumed.stderr);
+        assert!(resumed.status.success(), "{stderr}");
+        let from = if point.starts_with("before") {
+            "resumed from checkpoint 2"
+        } else {
+            "resumed from checkpoint 3"
+        };
+        assert!(stderr.contains(from), "{point}: {stderr}");
+        assert!(
+            outputs(pipeline.dir.path()) == expected,
+            "{point}: output differs"
+        );
+    }
+}
+
+#[test]
+fn a_finished_pipeline_run_again_changes_nothing() {
+    let input = to_jsonl(&stream(2_000));
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+    assert!(pipeline.run(&[]).success);
+    let before = outputs(pipeline.dir.path());
+    let again = pipeline.resume(&[]);
+    assert!(again.success, "{}", again.stderr);
+    assert!(again.stderr.contains("0 events in"), "{}", again.stderr);
+    assert!(outputs(pipeline.dir.path()) == before);
+}
+
+#[test]
+fn state_evicted_over_a_tiny_memory_budget_is_read_back_correctly() {
+    let events = stream(5_000);
+    let pipeline = Pipeline::with_state(
+        &count_sum_body(&SPEC),
+        &to_jsonl(&events),
+        "memory_budget = 2048",
+    );
+    let run = pipeline.run(&["--checkpoint-interval", "2ms", "--batch-size", "100"]);
+    assert!(run.success, "{}", run.stderr);
+    assert_eq!(emissions(&run.results), run_model(&SPEC, &events).emissions);
+}
+
+fn damaged(pipeline: &Pipeline, expected: &str) {
+    let run = weir(pipeline, &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success(),
+        "a damaged data directory was accepted"
+    );
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in:\n{stderr}"
+    );
+}
+
+#[test]
+fn damaged_data_directories_are_refused_not_taken_for_empty() {
+    let input = to_jsonl(&stream(3_000));
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+    let crashed = weir(
+        &pipeline,
+        &[
+            "--fresh",
+            "--checkpoint-interval",
+            "1ms",
+            "--batch-size",
+            "200",
+        ],
+    )
+    .env("WEIR_TEST_CRASH", "after-commit:4")
+    .output()
+    .unwrap();
+    assert!(!crashed.status.success());
+    let data = pipeline.dir.path().join("data");
+    let state = data.join("state.redb");
+    let good = std::fs::read(&state).unwrap();
+
+    std::fs::write(&state, &good[..good.len() / 2]).unwrap();
+    damaged(&pipeline, "corrupt");
+
+    let mut garbage = good.clone();
+    for (i, byte) in garbage.iter_mut().enumerate().skip(good.len() / 3) {
+        *byte = (i * 7 + 3) as u8;
+    }
+    std::fs::write(&state, &garbage).unwrap();
+    damaged(&pipeline, "corrupt");
+
+    std::fs::write(&state, b"").unwrap();
+    damaged(&pipeline, "empty");
+
+    std::fs::remove_file(&state).unwrap();
+    damaged(&pipeline, "holds no checkpoint");
+
+    std::fs::write(&state, &good).unwrap();
+    let results = pipeline.dir.path().join("out/results.jsonl");
+    let committed = std::fs::read(&results).unwrap();
+    std::fs::write(&results, &committed[..committed.len() / 3]).unwrap();
+    damaged(&pipeline, "truncated or replaced");
+
+    // Put back, it resumes.
+    std::fs::write(&results, &committed).unwrap();
+    let run = pipeline.resume(&[]);
+    assert!(run.success, "{}", run.stderr);
+}
+
+#[test]
+fn savepoints_restore_an_earlier_state_even_with_a_new_operator_version() {
+    let events = stream(4_000);
+    let input = to_jsonl(&events);
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+    let spec = pipeline.dir.path().join("pipeline.toml");
+    let crashed = weir(
+        &pipeline,
+        &[
+            "--fresh",
+            "--checkpoint-interval",
+            "1ms",
+            "--batch-size",
+            "300",
+        ],
+    )
+    .env("WEIR_TEST_CRASH", "after-commit:5")
+    .output()
+    .unwrap();
+    assert!(!crashed.status.success());
+    let cli = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let spec_arg = spec.to_str().unwrap();
+    assert!(cli(&["savepoint", "create", spec_arg, "mid"]).contains("checkpoint 5"));
+    assert!(cli(&["savepoint", "list", spec_arg]).starts_with("mid\tcheckpoint 5"));
+
+    // Offline inspection shows the key's windows and state at the checkpoint.
+    let all = cli(&["state", spec_arg]);
+    let manifest: serde_json::Value = serde_json::from_str(all.lines().next().unwrap()).unwrap();
+    // The last event before the checkpoint: its session is still open.
+    let key = &events[manifest["manifest"]["events"].as_u64().unwrap() as usize - 1].key;
+    let state = cli(&["state", spec_arg, "--key", key]);
+    let lines: Vec<serde_json::Value> = state
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["manifest"]["id"], 5);
+    assert!(
+        lines.iter().any(|l| l["state"]["key"] == key.as_str()
+            && l["state"]["value"]["values"]["count"]["Int"].is_i64()),
+        "{state}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .all(|l| l.get("window").or(l.get("state")).unwrap()["key"] == key.as_str())
+    );
+
+    let finished = pipeline.resume(&[]);
+    assert!(finished.success, "{}", finished.stderr);
+    let complete = outputs(pipeline.dir.path());
+    assert_eq!(
+        emissions(&finished.results),
+        run_model(&SPEC, &events).emissions
+    );
+
+    // Back to the savepoint, with a new operator version: the same results, the later ones
+    // labelled with the new version.
+    cli(&["savepoint", "restore", spec_arg, "mid"]);
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("version = \"1.0.0\"", "version = \"2.0.0\"");
+    std::fs::write(&spec, text).unwrap();
+    let replayed = pipeline.resume(&[]);
+    assert!(replayed.success, "{}", replayed.stderr);
+    assert!(
+        replayed.stderr.contains("resumed from checkpoint 5"),
+        "{}",
+        replayed.stderr
+    );
+    assert_eq!(
+        emissions(&replayed.results),
+        run_model(&SPEC, &events).emissions
+    );
+    let versions: Vec<&str> = replayed
+        .results
+        .iter()
+        .map(|r| r["operator_version"].as_str().unwrap())
+        .collect();
+    assert!(
+        versions.first() == Some(&"1.0.0") && versions.last() == Some(&"2.0.0"),
+        "{versions:?}"
+    );
+    assert!(
+        complete[1] == outputs(pipeline.dir.path())[1],
+        "late output replays identically"
+    );
+}
+
+#[test]
+fn results_carry_stable_output_ids() {
+    let events = stream(3_000);
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &to_jsonl(&events));
+    let run = pipeline.run(&[]);
+    let ids: Vec<&str> = run
+        .results
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "output ids are unique");
+    let first = &run.results[0];
+    assert_eq!(
+        first["id"],
+        format!(
+            "test/count-sum/{}/{}/{}/{}",
+            first["window_start"],
+            first["window_end"],
+            first["version"],
+            first["key"].as_str().unwrap()
+        )
+    );
+    assert!(
+        run.results
+            .iter()
+            .filter(|r| r["kind"] == "retract")
+            .all(|r| r["id"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("/{}r/", r["version"])))
+    );
+}

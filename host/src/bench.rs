@@ -63,6 +63,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
             code,
             reference: None,
             fields: None,
+            state_ttl: None,
         }),
         state: StateSpec::Memory,
         sinks: SinksSpec {
@@ -85,4 +86,126 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
     ))?;
     let native = pipeline::run(&spec(options, OperatorCode::Native("count-sum".into())))?;
     Ok(BenchReport { wasm, native })
+}
+
+/// Throughput of the same pipeline with the redb backend, checkpointing every `interval`
+/// versus never, in a temporary data directory.
+pub fn checkpoint_throughput(
+    options: &BenchOptions,
+    interval_ms: i64,
+) -> Result<(Summary, Summary), PipelineError> {
+    let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+    let mut with = spec(options, OperatorCode::Component(options.module.clone()));
+    with.state = StateSpec::Redb(dir.join("with"));
+    with.checkpoint_interval = Some(interval_ms);
+    let mut without = with.clone();
+    without.state = StateSpec::Redb(dir.join("without"));
+    without.checkpoint_interval = None;
+    let fresh = crate::pipeline::RunOptions { fresh: true };
+    let result = pipeline::run_with(&with, fresh)
+        .and_then(|a| Ok((a, pipeline::run_with(&without, fresh)?)));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// One row of the checkpoint-cost table.
+#[derive(Debug, Clone)]
+pub struct CheckpointCost {
+    /// Scopes in the store before the checkpoint.
+    pub state_keys: u64,
+    /// Scopes changed by the checkpoint.
+    pub changed: u64,
+    /// Median time to hand over the changes (serialise).
+    pub handover: std::time::Duration,
+    /// Median time of the commit transaction.
+    pub commit: std::time::Duration,
+}
+
+/// Checkpoint duration as state grows while the change per checkpoint stays fixed: for each
+/// size, fills a fresh store with that many scopes, then times five checkpoints of `changed`
+/// scopes each, through the real backend and commit path.
+pub fn checkpoint_cost(
+    sizes: &[u64],
+    changed: u64,
+) -> Result<Vec<CheckpointCost>, crate::state::StateError> {
+    use crate::state::{
+        Namespace, RedbBackend, RedbStore, ScopeState, StateBackend, StateKey, StoredCheckpoint,
+        key_group,
+    };
+    use crate::value::Value;
+    let key = |i: u64| {
+        let name: std::sync::Arc<str> = format!("key-{i}").into();
+        StateKey {
+            group: key_group(&name),
+            operator: 0,
+            namespace: Namespace::Window {
+                start: 0,
+                end: 60_000,
+            },
+            key: name,
+        }
+    };
+    let scope = |i: u64| {
+        let mut state = ScopeState::default();
+        state.put("count", Value::Int(i as i64));
+        state.put("sum", Value::Int(i as i64 * 7));
+        state
+    };
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let dir =
+            std::env::temp_dir().join(format!("weir-bench-cost-{}-{size}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = RedbStore::open(&dir)?;
+        let mut id = 0;
+        let mut backend = RedbBackend::new(store.clone(), 0);
+        let mut next = 0;
+        while next < size {
+            let end = (next + 200_000).min(size);
+            for i in next..end {
+                backend.put(key(i), scope(i))?;
+            }
+            id += 1;
+            store.commit(&StoredCheckpoint {
+                id,
+                manifest: b"{}".to_vec(),
+                state: backend.changes()?,
+                ..Default::default()
+            })?;
+            backend.committed();
+            next = end;
+        }
+        let (mut handovers, mut commits) = (Vec::new(), Vec::new());
+        for round in 0..5u64 {
+            for j in 0..changed {
+                let i = (round * 7_919 + j * 104_729) % size.max(1);
+                backend.put(key(i), scope(i + round))?;
+            }
+            let started = std::time::Instant::now();
+            let state = backend.changes()?;
+            handovers.push(started.elapsed());
+            id += 1;
+            let started = std::time::Instant::now();
+            store.commit(&StoredCheckpoint {
+                id,
+                manifest: b"{}".to_vec(),
+                state,
+                ..Default::default()
+            })?;
+            commits.push(started.elapsed());
+            backend.committed();
+        }
+        handovers.sort();
+        commits.sort();
+        rows.push(CheckpointCost {
+            state_keys: size,
+            changed,
+            handover: handovers[2],
+            commit: commits[2],
+        });
+        drop(backend);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(rows)
 }

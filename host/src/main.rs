@@ -61,6 +61,14 @@ enum Command {
         /// Events per batch.
         #[arg(long, default_value_t = 4_096)]
         batch_size: usize,
+        /// Measure checkpoint cost instead: throughput with checkpoints every second versus
+        /// none, and checkpoint duration as state grows (10 thousand to 1 million keys; add
+        /// --large for 10 million).
+        #[arg(long)]
+        checkpoints: bool,
+        /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
+        #[arg(long)]
+        large: bool,
         /// The count-sum component.
         #[arg(
             long,
@@ -122,6 +130,47 @@ fn describe(manifest: &weir::checkpoint::Manifest) -> String {
             "input in progress"
         }
     )
+}
+
+fn bench_checkpoints(options: &weir::bench::BenchOptions, large: bool) -> anyhow::Result<()> {
+    let rate = weir::bench::BenchReport::rate;
+    println!(
+        "checkpoint overhead: tumbling count+sum (Wasm), redb state, {} events, {} keys, {} shard(s)",
+        options.events, options.keys, options.shards
+    );
+    let (with, without) = weir::bench::checkpoint_throughput(options, 1_000)?;
+    let durations: Vec<f64> = with.checkpoints.iter().map(|c| c.duration_ms).collect();
+    let mean = durations.iter().sum::<f64>() / durations.len().max(1) as f64;
+    println!("no checkpoints        {:>12.0} events/s", rate(&without));
+    println!(
+        "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms)",
+        rate(&with),
+        durations.len(),
+        mean,
+        durations.iter().cloned().fold(0.0, f64::max)
+    );
+    println!(
+        "throughput kept: {:.1} %",
+        100.0 * rate(&with) / rate(&without)
+    );
+    let mut sizes = vec![10_000, 100_000, 1_000_000];
+    if large {
+        sizes.push(10_000_000);
+    }
+    println!("checkpoint of 10,000 changed keys as the state grows (median of 5):");
+    println!(
+        "{:>12} {:>14} {:>12}",
+        "state keys", "hand-over ms", "commit ms"
+    );
+    for row in weir::bench::checkpoint_cost(&sizes, 10_000)? {
+        println!(
+            "{:>12} {:>14.1} {:>12.1}",
+            row.state_keys,
+            row.handover.as_secs_f64() * 1e3,
+            row.commit.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -217,6 +266,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             shards,
             batch_size,
             module,
+            checkpoints,
+            large,
         } => {
             anyhow::ensure!(
                 shards > 0 && keys > 0 && batch_size > 0,
@@ -229,6 +280,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 module,
                 batch_size,
             };
+            if checkpoints {
+                return bench_checkpoints(&options, large);
+            }
             println!(
                 "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
             );

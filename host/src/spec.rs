@@ -152,6 +152,9 @@ pub struct OperatorSpec {
     pub reference: Option<ReferenceSpec>,
     /// Only these fields are passed to the operator (all when `None`).
     pub fields: Option<Vec<String>>,
+    /// Per-key state expires this long (event time) after the key's latest event (enrichment
+    /// only).
+    pub state_ttl: Option<Millis>,
 }
 
 /// Where an operator's code comes from.
@@ -279,6 +282,7 @@ struct RawOperator {
     native: Option<String>,
     reference: Option<RawReference>,
     fields: Option<Vec<String>>,
+    state_ttl: Option<RawDuration>,
 }
 
 fn default_version() -> String {
@@ -499,12 +503,17 @@ impl RawSpec {
                 path: base.join(r.path),
                 key: r.key,
             });
+            let state_ttl = match &op.state_ttl {
+                Some(raw) => Some(positive(&format!("{at}: state_ttl"), Some(raw))?),
+                None => None,
+            };
             let spec = OperatorSpec {
                 name: op.name,
                 version: op.version,
                 code,
                 reference,
                 fields: op.fields,
+                state_ttl,
             };
             match op.kind.as_str() {
                 "enrich" if aggregate.is_some() => {
@@ -519,6 +528,12 @@ impl RawSpec {
                     )));
                 }
                 "aggregate" => {
+                    if spec.state_ttl.is_some() {
+                        return Err(invalid(format!(
+                            "{at}: `state_ttl` is for enrichment operators; window state is dropped \
+                             once the watermark passes the window's end plus the allowed lateness"
+                        )));
+                    }
                     if spec.reference.is_some() {
                         return Err(invalid(format!(
                             "{at}: `reference` is for enrichment operators"

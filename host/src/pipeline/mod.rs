@@ -17,6 +17,7 @@
 //! run on a data directory with a committed checkpoint resumes from it.
 
 mod collector;
+mod enrichment;
 mod router;
 mod shard;
 
@@ -27,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use shard::{Shard, ShardEnricher, ShardOutput, ShardSnapshot};
+pub use enrichment::{Enrichment, REFERENCE_MAP};
+pub use shard::{Shard, ShardOutput, ShardSnapshot};
 
 use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SourcePosition, fingerprint};
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
@@ -460,15 +462,17 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
                     };
                     let mut scope = state.take(&state_key)?;
                     for (name, value) in fields {
-                        scope.map_put("reference", name, value.clone());
+                        scope.map_put(REFERENCE_MAP, name, value.clone());
                     }
                     state.put(state_key, scope)?;
                 }
             }
-            enrichers.push(ShardEnricher {
-                label: label(op),
+            enrichers.push(Enrichment::new(
+                label(op),
+                position as u16,
                 operator,
-            });
+                op.state_ttl,
+            ));
         }
         let aggregate = match (&spec.aggregate, &aggregate_code, &spec.window) {
             (Some(op), Some(code), Some(window)) => {
@@ -506,13 +510,19 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
                 StateKey::group_start(end as u16)
             };
             let operator = spec.enrichers.len() as u16;
-            let rows: Vec<_> = store
+            let windows: Vec<_> = store
                 .scan(true, &start, &end)?
                 .into_iter()
                 .filter(|row| StateKey::decode(&row.key).is_some_and(|k| k.operator == operator))
                 .collect();
+            // Only TTLs need the state itself at restore; everything else is read on demand.
+            let state = if spec.enrichers.iter().any(|op| op.state_ttl.is_some()) {
+                store.scan(false, &start, &end)?
+            } else {
+                Vec::new()
+            };
             shard
-                .restore(watermark, &rows)
+                .restore(watermark, &windows, &state)
                 .map_err(|message| PipelineError::Recovery {
                     dir: dir.clone(),
                     message,

@@ -16,12 +16,16 @@ pub struct ScopeState {
     /// Named maps.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub maps: BTreeMap<String, BTreeMap<String, Value>>,
+    /// The latest event time that touched the scope, kept by the host for state TTLs (not
+    /// visible to operators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<i64>,
 }
 
 impl ScopeState {
     /// Whether the scope holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.maps.is_empty()
+        self.values.is_empty() && self.maps.is_empty() && self.last_event.is_none()
     }
 
     /// Reads a named value.

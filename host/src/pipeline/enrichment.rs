@@ -1,0 +1,252 @@
+//! [`Enrichment`]: one enrichment operator of a shard's chain. It calls the operator once per
+//! key of a batch, keeps per-key state with an optional time-to-live in event time, and turns
+//! failures into dead letters.
+//!
+//! TTL: a key's enrichment state (all but its reference data) expires once the watermark
+//! passes the key's latest event time plus the TTL. Expiry is judged per event, against the
+//! watermark at the event's arrival, so where batches begin and end never matters; keys that
+//! go quiet are swept at the end of each batch.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::event::DeadLetter;
+use crate::operator::{EnrichOperator, OperatorError, Scope};
+use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
+use crate::time::{MAX_TIMESTAMP, Millis};
+use crate::window::{EngineError, EngineOutput, Staged};
+
+/// The state map an enrichment operator's reference data is loaded into; it never expires.
+pub const REFERENCE_MAP: &str = "reference";
+
+/// One enrichment operator of a shard.
+pub struct Enrichment {
+    /// `name@version`, for dead letters.
+    label: String,
+    /// Its position in the chain (state is kept per position).
+    index: u16,
+    operator: Box<dyn EnrichOperator>,
+    ttl: Option<Millis>,
+    /// `(expiry, key)` for keys with state that can expire.
+    expiry: BTreeSet<(Millis, Arc<str>)>,
+    expires: HashMap<Arc<str>, Millis>,
+}
+
+impl std::fmt::Debug for Enrichment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enrichment")
+            .field("label", &self.label)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+/// Drops everything but the reference data.
+fn expire(state: &mut ScopeState) {
+    state.values.clear();
+    state.maps.retain(|name, _| name == REFERENCE_MAP);
+    state.last_event = None;
+}
+
+impl Enrichment {
+    /// Operator `operator` at position `index` of the chain, labelled `label`.
+    pub fn new(
+        label: String,
+        index: u16,
+        operator: Box<dyn EnrichOperator>,
+        ttl: Option<Millis>,
+    ) -> Self {
+        Enrichment {
+            label,
+            index,
+            operator,
+            ttl,
+            expiry: BTreeSet::new(),
+            expires: HashMap::new(),
+        }
+    }
+
+    fn state_key(&self, key: &Arc<str>) -> StateKey {
+        StateKey {
+            group: key_group(key),
+            operator: self.index,
+            namespace: Namespace::Global,
+            key: key.clone(),
+        }
+    }
+
+    /// Re-arms the expiry of restored keys (`rows`: this shard's part of the state table).
+    pub fn restore(&mut self, rows: &[TableRow]) -> Result<(), String> {
+        let Some(ttl) = self.ttl else { return Ok(()) };
+        for row in rows {
+            let Some(key) = StateKey::decode(&row.key) else {
+                return Err("a state key is malformed".into());
+            };
+            if key.operator != self.index || key.namespace != Namespace::Global {
+                continue;
+            }
+            let state: ScopeState = serde_json::from_slice(&row.value)
+                .map_err(|e| format!("a state scope is unreadable: {e}"))?;
+            if let Some(last) = state.last_event {
+                self.arm(key.key, last.saturating_add(ttl));
+            }
+        }
+        Ok(())
+    }
+
+    fn arm(&mut self, key: Arc<str>, at: Millis) {
+        if let Some(old) = self.expires.insert(key.clone(), at) {
+            self.expiry.remove(&(old, key.clone()));
+        }
+        self.expiry.insert((at, key));
+    }
+
+    /// Runs the operator over a batch (one call per key and TTL period) and returns its output
+    /// in arrival order, each output keeping its origin's arrival index. `watermark_at(seq)` is
+    /// the watermark when event `seq` arrived.
+    pub fn run(
+        &mut self,
+        events: Vec<Staged>,
+        state: &mut dyn StateBackend,
+        watermark_at: &dyn Fn(u64) -> Millis,
+        out: &mut EngineOutput,
+    ) -> Result<Vec<Staged>, EngineError> {
+        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        let mut order = Vec::new();
+        for (i, staged) in events.iter().enumerate() {
+            groups
+                .entry(staged.event.key.clone())
+                .or_insert_with(|| {
+                    order.push(staged.event.key.clone());
+                    Vec::new()
+                })
+                .push(i);
+        }
+        let mut outputs = Vec::with_capacity(events.len());
+        for key in order {
+            let state_key = self.state_key(&key);
+            let mut scope = Scope {
+                key: key.clone(),
+                state: state.take(&state_key)?,
+            };
+            let mut run: Vec<usize> = Vec::new();
+            for &member in &groups[&key] {
+                let staged = &events[member];
+                if let (Some(ttl), Some(last)) = (self.ttl, scope.state.last_event)
+                    && last.saturating_add(ttl) <= watermark_at(staged.seq)
+                {
+                    self.call(&mut scope, &run, &events, &mut outputs, out)?;
+                    run.clear();
+                    expire(&mut scope.state);
+                }
+                run.push(member);
+                let last = scope
+                    .state
+                    .last_event
+                    .map_or(staged.event.timestamp, |l| l.max(staged.event.timestamp));
+                if self.ttl.is_some() {
+                    scope.state.last_event = Some(last);
+                }
+            }
+            self.call(&mut scope, &run, &events, &mut outputs, out)?;
+            if let (Some(ttl), Some(last)) = (self.ttl, scope.state.last_event) {
+                self.arm(key.clone(), last.saturating_add(ttl));
+            }
+            state.put(state_key, scope.state)?;
+        }
+        let mut produced = Vec::with_capacity(outputs.len());
+        for (origin, output) in outputs {
+            let origin: &Staged = &events[origin];
+            if output.timestamp.abs() > MAX_TIMESTAMP {
+                out.dead_letters.push(DeadLetter {
+                    line: origin.event.line,
+                    raw: origin.event.to_json().to_string(),
+                    reason: format!(
+                        "{} produced an event with timestamp {} out of range",
+                        self.label, output.timestamp
+                    ),
+                });
+                continue;
+            }
+            let mut event = origin.event.clone();
+            event.timestamp = output.timestamp;
+            event.fields = output.fields;
+            produced.push(Staged {
+                seq: origin.seq,
+                event,
+            });
+        }
+        // Back to arrival order; outputs of one origin keep the operator's order.
+        produced.sort_by_key(|staged| staged.seq);
+        Ok(produced)
+    }
+
+    /// One operator call over `members` (events of one key). A failed call changed nothing; its
+    /// events are retried one by one, so that only those the operator cannot take become dead
+    /// letters.
+    fn call(
+        &mut self,
+        scope: &mut Scope,
+        members: &[usize],
+        events: &[Staged],
+        outputs: &mut Vec<(usize, crate::operator::Enriched)>,
+        out: &mut EngineOutput,
+    ) -> Result<(), EngineError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<_> = members.iter().map(|&i| &events[i].event).collect();
+        match self.operator.process(scope, &batch) {
+            Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (members[e.origin], e))),
+            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+            Err(error) if members.len() == 1 => self.failed(error, &events[members[0]], out),
+            Err(_) => {
+                for &member in members {
+                    match self.operator.process(scope, &[&events[member].event]) {
+                        Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (member, e))),
+                        Err(OperatorError::Host(message)) => {
+                            return Err(EngineError::Host(message));
+                        }
+                        Err(error) => self.failed(error, &events[member], out),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn failed(&self, error: OperatorError, staged: &Staged, out: &mut EngineOutput) {
+        if matches!(error, OperatorError::Trapped(_)) {
+            out.traps += 1;
+        }
+        out.dead_letters.push(DeadLetter {
+            line: staged.event.line,
+            raw: staged.event.to_json().to_string(),
+            reason: format!("{} {error}", self.label),
+        });
+    }
+
+    /// Drops the state of keys whose TTL the watermark has passed.
+    pub fn sweep(
+        &mut self,
+        state: &mut dyn StateBackend,
+        watermark: Millis,
+    ) -> Result<(), EngineError> {
+        while let Some((at, key)) = self.expiry.first().cloned() {
+            if at > watermark {
+                break;
+            }
+            self.expiry.pop_first();
+            self.expires.remove(&key);
+            let state_key = self.state_key(&key);
+            let mut scope = state.take(&state_key)?;
+            expire(&mut scope);
+            if scope.is_empty() {
+                state.remove(&state_key)?;
+            } else {
+                state.put(state_key, scope)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -26,6 +26,7 @@ pub mod emit;
 pub mod event;
 pub mod operator;
 pub mod pipeline;
+pub mod rollout;
 pub mod source;
 pub mod spec;
 pub mod state;

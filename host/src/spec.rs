@@ -88,6 +88,9 @@ pub enum SourceSpec {
     Stdin,
     /// A deterministic generator, for demos and benchmarks.
     Generator(GeneratorSpec),
+    /// Events sent over HTTP to `weir serve`, which appends them to this durable ingest log
+    /// (`None` until the server assigns one).
+    Http(Option<PathBuf>),
 }
 
 /// The generator's parameters. Events have the fields `key`, `ts` and `amount`.
@@ -236,6 +239,7 @@ struct RawSpec {
 enum RawSource {
     File { path: PathBuf },
     Stdin,
+    Http,
     Generator(GeneratorSpec),
 }
 
@@ -436,6 +440,7 @@ impl RawSpec {
         let source = match self.source {
             RawSource::File { path } => SourceSpec::File(base.join(path)),
             RawSource::Stdin => SourceSpec::Stdin,
+            RawSource::Http => SourceSpec::Http(None),
             RawSource::Generator(g) => {
                 if g.keys == 0 {
                     return Err(invalid("source.keys must be at least 1"));

@@ -52,6 +52,9 @@ pub struct Manifest {
     pub sinks: SinkPositions,
     /// Wall-clock time of the commit, ms since the epoch.
     pub committed_at_ms: u64,
+    /// Which operator versions serve which keys from this checkpoint on (rollouts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<crate::rollout::Routing>,
 }
 
 /// The current manifest format.

@@ -50,7 +50,7 @@ pub fn result_record(emission: &Emission, operator: &OperatorLabel) -> serde_jso
         "kind": emission.kind.as_str(),
         "version": emission.version,
         "operator": operator.name,
-        "operator_version": operator.version,
+        "operator_version": emission.operator_version.as_deref().unwrap_or(&operator.version),
     })
 }
 

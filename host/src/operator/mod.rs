@@ -59,6 +59,10 @@ pub trait AggregateOperator: Send {
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()>;
     /// Produces the window's output record from its state.
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields>;
+    /// The version that serves `key`, when several may (rollouts).
+    fn version_for(&self, _key: &str) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// One event produced by an enrichment operator.

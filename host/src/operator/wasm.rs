@@ -496,7 +496,7 @@ fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
             "the call exceeded its time limit of {} ms and was interrupted",
             limits.call_timeout.as_millis()
         ),
-        Some(trap) => format!("wasm trap: {trap}"),
+        Some(trap) => trap.to_string(),
         None => root_cause(error),
     }
 }

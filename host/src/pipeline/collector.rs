@@ -6,14 +6,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use tracing::info;
 
-use super::{Part, Result, ShardSnapshot};
-use crate::checkpoint::{
-    CheckpointStats, MARKER_FILE, Manifest, SinkPositions, manifest::MANIFEST_FORMAT,
-};
+use super::{Part, PipelineControl, Result, ShardSnapshot};
+use crate::checkpoint::manifest::MANIFEST_FORMAT;
+use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
 };
@@ -50,6 +50,7 @@ pub(super) fn collect(
     label: &OperatorLabel,
     sinks: &mut Sinks,
     mut checkpointer: Option<Checkpointer>,
+    control: &PipelineControl,
 ) -> Result<Collected> {
     let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
     let mut next = 0u64;
@@ -66,9 +67,9 @@ pub(super) fn collect(
                 let checkpointer = checkpointer
                     .as_mut()
                     .expect("barriers are only sent when checkpointing");
-                commit(checkpointer, batch, sinks)?;
+                commit(checkpointer, batch, sinks, control)?;
             } else {
-                collected.traps += write_batch(batch, label, sinks)?;
+                collected.traps += write_batch(batch, label, sinks, control)?;
             }
         }
     }
@@ -82,7 +83,12 @@ pub(super) fn collect(
 }
 
 /// Writes one batch's output in canonical order. Returns the batch's trap count.
-fn write_batch(batch: Vec<Part>, label: &OperatorLabel, sinks: &mut Sinks) -> Result<u64> {
+fn write_batch(
+    batch: Vec<Part>,
+    label: &OperatorLabel,
+    sinks: &mut Sinks,
+    control: &PipelineControl,
+) -> Result<u64> {
     let (mut emissions, mut events, mut late, mut dead) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut traps = 0;
@@ -96,15 +102,25 @@ fn write_batch(batch: Vec<Part>, label: &OperatorLabel, sinks: &mut Sinks) -> Re
                 dead.extend(output.engine.dead_letters);
                 traps += output.engine.traps;
             }
-            Part::Position(_) | Part::Snapshot(_) => unreachable!("checkpoint parts travel alone"),
+            Part::Position(_) | Part::Snapshot(..) => {
+                unreachable!("checkpoint parts travel alone")
+            }
         }
     }
     emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
     events.sort_by_key(|staged| staged.seq);
     late.sort_by_key(|l| l.seq);
     dead.sort_by_key(|d| d.line);
+    let tap = control.results.receiver_count() > 0;
+    let mut write_result = |record: serde_json::Value| -> Result<()> {
+        sinks.results.write(&record)?;
+        if tap {
+            let _ = control.results.send(record.to_string().into());
+        }
+        Ok(())
+    };
     for emission in &emissions {
-        sinks.results.write(&result_record(emission, label))?;
+        write_result(result_record(emission, label))?;
     }
     let mut previous = None;
     let mut n = 0;
@@ -115,9 +131,7 @@ fn write_batch(batch: Vec<Part>, label: &OperatorLabel, sinks: &mut Sinks) -> Re
             0
         };
         previous = Some(staged.seq);
-        sinks
-            .results
-            .write(&event_record(&staged.event, staged.seq, n, label))?;
+        write_result(event_record(&staged.event, staged.seq, n, label))?;
     }
     for l in &late {
         sinks.late.write(&late_record(l))?;
@@ -125,6 +139,16 @@ fn write_batch(batch: Vec<Part>, label: &OperatorLabel, sinks: &mut Sinks) -> Re
     for d in &dead {
         sinks.dead_letters.write(&dead_letter_record(d))?;
     }
+    let results = (emissions.len() + events.len()) as u64;
+    let stats = &control.stats;
+    stats.results_out.fetch_add(results, Ordering::Relaxed);
+    stats.late.fetch_add(late.len() as u64, Ordering::Relaxed);
+    stats
+        .dead_letters
+        .fetch_add(dead.len() as u64, Ordering::Relaxed);
+    metrics::counter!("weir_results_total").increment(results);
+    metrics::counter!("weir_late_events_total").increment(late.len() as u64);
+    metrics::counter!("weir_dead_letters_total").increment(dead.len() as u64);
     Ok(traps)
 }
 
@@ -139,19 +163,28 @@ fn crash_point(point: &str, id: u64) {
     }
 }
 
-fn commit(checkpointer: &mut Checkpointer, batch: Vec<Part>, sinks: &mut Sinks) -> Result<()> {
+fn commit(
+    checkpointer: &mut Checkpointer,
+    batch: Vec<Part>,
+    sinks: &mut Sinks,
+    control: &PipelineControl,
+) -> Result<()> {
     let mut position = None;
     let mut state = Vec::new();
     let mut windows = Vec::new();
+    let mut hot = 0;
     for part in batch {
         match part {
             Part::Position(p) => position = Some(p),
-            Part::Snapshot(ShardSnapshot {
-                state: s,
-                windows: w,
-            }) => {
+            Part::Snapshot(snapshot, _) => {
+                let ShardSnapshot {
+                    state: s,
+                    windows: w,
+                    hot: h,
+                } = snapshot;
                 state.extend(s);
                 windows.extend(w);
+                hot += h;
             }
             Part::Router(_) | Part::Shard(_) => unreachable!("checkpoint parts travel alone"),
         }
@@ -176,6 +209,7 @@ fn commit(checkpointer: &mut Checkpointer, batch: Vec<Part>, sinks: &mut Sinks) 
         committed_at_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
+        routing: position.routing.clone(),
     };
     let (keys, window_count) = (state.len() as u64, windows.len() as u64);
     let mut stored = StoredCheckpoint {
@@ -185,24 +219,23 @@ fn commit(checkpointer: &mut Checkpointer, batch: Vec<Part>, sinks: &mut Sinks) 
         windows,
         stats: Vec::new(),
     };
-    let mut stats = CheckpointStats {
-        id,
-        duration_ms: 0.0,
-        bytes: 0,
-        keys,
-        windows: window_count,
-        events: position.events,
-        watermark: position.watermark,
-    };
-    stats.bytes = stored.manifest.len() as u64
+    let bytes = stored.manifest.len() as u64
         + stored
             .state
             .iter()
             .chain(&stored.windows)
             .map(|c| (c.key.len() + c.value.as_ref().map_or(0, Vec::len)) as u64)
             .sum::<u64>();
-    // The stored copy's duration stops where the commit starts; the logged one includes it.
-    stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
+    let mut stats = CheckpointStats {
+        id,
+        // The stored copy's duration stops where the commit starts; the logged one includes it.
+        duration_ms: position.started.elapsed().as_secs_f64() * 1e3,
+        bytes,
+        keys,
+        windows: window_count,
+        events: position.events,
+        watermark: position.watermark,
+    };
     stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
     crash_point("before-commit", id);
     checkpointer.store.commit(&stored)?;
@@ -226,6 +259,16 @@ fn commit(checkpointer: &mut Checkpointer, batch: Vec<Part>, sinks: &mut Sinks) 
         "checkpoint committed"
     );
     checkpointer.next_id += 1;
+    metrics::counter!("weir_checkpoints_total").increment(1);
+    metrics::histogram!("weir_checkpoint_duration_ms").record(stats.duration_ms);
+    control
+        .stats
+        .state_keys
+        .store(hot as u64, Ordering::Relaxed);
+    *control.stats.last_checkpoint.lock().expect("stats lock") = Some(stats.clone());
+    if let Some(routing) = position.routing {
+        control.set_applied(routing);
+    }
     checkpointer.stats.push(stats);
     for ack in &checkpointer.acks {
         let _ = ack.send(());

@@ -17,6 +17,7 @@
 //! run on a data directory with a committed checkpoint resumes from it.
 
 mod collector;
+mod control;
 mod enrichment;
 mod router;
 mod shard;
@@ -28,8 +29,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
+pub use control::{LiveStats, PipelineControl, Resolver};
 pub use enrichment::{Enrichment, REFERENCE_MAP};
-pub use shard::{Shard, ShardOutput, ShardSnapshot};
+pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
 use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SourcePosition, fingerprint};
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
@@ -38,6 +40,7 @@ use crate::operator::{
     AggregateOperator, ComponentKind, EnrichOperator, Limits, LoadError, NativeCountSum,
     Projection, WasmOperator, WasmRuntime,
 };
+use crate::rollout::{Routing, VersionedAggregate};
 use crate::source::{Generator, LineReader, Source, SourceError};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
 use crate::state::{
@@ -267,7 +270,16 @@ enum ShardMsg {
     },
     Barrier {
         id: u64,
+        change: Option<RoutingChange>,
     },
+}
+
+/// A new routing, applied by every shard right after a barrier.
+#[derive(Clone)]
+struct RoutingChange {
+    routing: Routing,
+    /// The candidate's code, when it is a version the shards do not run yet.
+    candidate: Option<WasmOperator>,
 }
 
 /// The router's part of a checkpoint.
@@ -277,13 +289,15 @@ struct Position {
     watermark: Millis,
     finished: bool,
     started: Instant,
+    /// The routing from this checkpoint on.
+    routing: Option<Routing>,
 }
 
 /// What the collector receives for a batch (or a barrier) id.
 enum Part {
     Shard(ShardOutput),
     Router(Vec<DeadLetter>),
-    Snapshot(ShardSnapshot),
+    Snapshot(ShardSnapshot, Option<RoutingChange>),
     Position(Position),
 }
 
@@ -367,9 +381,26 @@ pub fn run(spec: &PipelineSpec) -> Result<Summary> {
 }
 
 /// [`run`] with options.
-#[instrument(skip_all, fields(pipeline = %spec.name))]
 pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
+    run_controlled(spec, options, None)
+}
+
+/// [`run_with`], controlled from outside (`weir serve`): stopped on request, with rollouts,
+/// live figures and a tap on results.
+#[instrument(skip_all, fields(pipeline = %spec.name))]
+pub fn run_controlled(
+    spec: &PipelineSpec,
+    options: RunOptions,
+    control: Option<Arc<PipelineControl>>,
+) -> Result<Summary> {
     let started = Instant::now();
+    let control = control.unwrap_or_else(|| {
+        Arc::new(PipelineControl::new(
+            Box::new(|version| Err(format!("no registry to find version {version} in"))),
+            None,
+        ))
+    });
+    let counters = &control.counters;
     let shards = spec
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -417,6 +448,13 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
+        SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(log, DEFAULT_MAX_LINE_BYTES)?),
+        SourceSpec::Http(None) => {
+            return Err(PipelineError::Recovery {
+                dir: PathBuf::from("."),
+                message: "an http source receives events through `weir serve`; `weir run` reads files, stdin or a generator".into(),
+            });
+        }
     };
     if let Some(m) = &manifest {
         source.resume(&m.source)?;
@@ -428,6 +466,28 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         );
     }
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
+    // The routing between operator versions the checkpoint was taken with.
+    let routing = spec.aggregate.as_ref().map(|op| {
+        manifest
+            .as_ref()
+            .and_then(|m| m.routing.clone())
+            .unwrap_or_else(|| Routing::single(&op.version))
+    });
+    if let Some(routing) = &routing {
+        control.set_applied(routing.clone());
+    }
+    let candidate_code = match &routing {
+        Some(Routing {
+            candidate: Some(version),
+            ..
+        }) => Some(
+            (control.resolve)(version).map_err(|message| PipelineError::Recovery {
+                dir: PathBuf::from(&spec.name),
+                message: format!("the checkpoint's candidate version {version}: {message}"),
+            })?,
+        ),
+        _ => None,
+    };
 
     let limits = Limits::default();
     let mut workers = Vec::with_capacity(shards);
@@ -476,31 +536,42 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         }
         let aggregate = match (&spec.aggregate, &aggregate_code, &spec.window) {
             (Some(op), Some(code), Some(window)) => {
+                let all_but_key_and_time =
+                    Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()]);
+                let projection = op
+                    .fields
+                    .clone()
+                    .map_or(all_but_key_and_time, Projection::Only);
                 let operator: Box<dyn AggregateOperator> = match code {
-                    Code::Wasm(wasm) => {
-                        let all_but_key_and_time = Projection::Except(vec![
-                            spec.key_field.clone(),
-                            spec.timestamp_field.clone(),
-                        ]);
-                        let projection = op
-                            .fields
-                            .clone()
-                            .map_or(all_but_key_and_time, Projection::Only);
-                        Box::new(wasm.aggregate(limits, projection)?)
-                    }
+                    Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
                     Code::NativeCountSum => Box::new(NativeCountSum),
                 };
+                let factory = CandidateFactory { limits, projection };
                 let engine = WindowEngine::new(
                     *window,
                     spec.allowed_lateness,
                     spec.enrichers.len() as u16,
                     label(op),
                 );
-                Some((engine, operator))
+                Some((
+                    engine,
+                    VersionedAggregate::new(&op.version, operator, counters),
+                    factory,
+                ))
             }
             _ => None,
         };
         let mut shard = Shard::new(enrichers, aggregate, state);
+        if let Some(routing) = &routing
+            && routing.candidate.is_some()
+        {
+            shard.route(
+                routing.clone(),
+                candidate_code.as_ref(),
+                counters,
+                control.shadow_log.clone(),
+            )?;
+        }
         if let (Some((store, dir)), Some(_)) = (&store, &manifest) {
             let (first, end) = groups_of(index, shards);
             let start = StateKey::group_start(first);
@@ -548,6 +619,7 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         shard_txs.push(tx);
         acks.push(ack_tx);
         let parts = part_tx.clone();
+        let control = control.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-shard-{index}"))
             .spawn(move || -> std::result::Result<(), EngineError> {
@@ -562,19 +634,36 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
                             id,
                             Part::Shard(shard.process(events, &advances, end_of_input)?),
                         ),
-                        ShardMsg::Barrier { id } => (id, Part::Snapshot(shard.checkpoint()?)),
+                        ShardMsg::Barrier { id, change } => {
+                            (id, Part::Snapshot(shard.checkpoint()?, change))
+                        }
                     };
-                    let barrier = matches!(part, Part::Snapshot(_));
+                    let (part, change) = match part {
+                        Part::Snapshot(snapshot, change) => {
+                            (Part::Snapshot(snapshot, None), Some(change))
+                        }
+                        other => (other, None),
+                    };
                     if parts.send((id, part)).is_err() {
                         break;
                     }
-                    if barrier {
+                    if let Some(change) = change {
                         // Hold still until the checkpoint is durable: only then may clean state
-                        // be evicted from memory.
+                        // be evicted from memory, and only then does a new routing apply.
                         if ack_rx.recv().is_err() {
                             break;
                         }
                         shard.committed();
+                        if let Some(change) = change {
+                            shard
+                                .route(
+                                    change.routing,
+                                    change.candidate.as_ref(),
+                                    &control.counters,
+                                    control.shadow_log.clone(),
+                                )
+                                .map_err(|e| EngineError::Host(e.to_string()))?;
+                        }
                     }
                 }
                 Ok(())
@@ -592,6 +681,7 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         acks,
         stats: Vec::new(),
     });
+    let collector_control = control.clone();
     let result_label = {
         let op = spec.aggregate.as_ref().or(spec.enrichers.last());
         OperatorLabel {
@@ -603,8 +693,14 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
     let collector = std::thread::Builder::new()
         .name("weir-collector".into())
         .spawn(move || {
-            let collected =
-                collector::collect(part_rx, shards + 1, &result_label, &mut sinks, checkpointer);
+            let collected = collector::collect(
+                part_rx,
+                shards + 1,
+                &result_label,
+                &mut sinks,
+                checkpointer,
+                &collector_control,
+            );
             (
                 collected,
                 sinks.results.records(),
@@ -614,11 +710,14 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
         })
         .expect("spawning the collector thread");
 
-    let router = router::Router {
+    let mut router = router::Router {
         spec,
         shards: &shard_txs,
         parts: &part_tx,
         checkpoint_interval,
+        control: &control,
+        routing: routing.clone(),
+        pending_change: None,
     };
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),

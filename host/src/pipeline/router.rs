@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
-use super::{Part, Position, Result, ShardMsg, shard_of};
+use std::sync::atomic::Ordering;
+
+use super::{Part, PipelineControl, Position, Result, RoutingChange, ShardMsg, shard_of};
 use crate::event::{DeadLetter, Decoder};
+use crate::rollout::Routing;
 use crate::source::{Record, Source};
 use crate::spec::PipelineSpec;
 use crate::state::key_group;
@@ -33,6 +36,12 @@ pub(super) struct Router<'a> {
     pub parts: &'a SyncSender<(u64, Part)>,
     /// Checkpoint every this often; `None`: never (not even at the end).
     pub checkpoint_interval: Option<Duration>,
+    /// Stop requests, routing requests and live figures.
+    pub control: &'a PipelineControl,
+    /// The routing in effect (pipelines with an aggregate).
+    pub routing: Option<Routing>,
+    /// A routing taken with the last position, for the barrier that follows.
+    pub pending_change: Option<RoutingChange>,
 }
 
 struct Batch {
@@ -45,7 +54,7 @@ struct Batch {
 impl Router<'_> {
     /// Reads the source to its end. Returns the number of events routed by this run, or
     /// early (without error) if a shard or the collector stopped: `run` reports their error.
-    pub fn route(&self, source: &mut dyn Source, start: Start) -> Result<u64> {
+    pub fn route(&mut self, source: &mut dyn Source, start: Start) -> Result<u64> {
         let spec = self.spec;
         let n = self.shards.len();
         let mut decoder = Decoder::new(&spec.key_field, &spec.timestamp_field);
@@ -64,7 +73,19 @@ impl Router<'_> {
             return Ok(0);
         }
         while let Some(record) = source.next_record()? {
+            if self.control.stopping() {
+                // A stop is not the end of the input: no window closes; the final checkpoint
+                // lets a restart continue exactly here.
+                if self.send(&mut batch, batch_id, false) && self.checkpoint_interval.is_some() {
+                    let position = self.position(&*source, seq, watermark.current(), false);
+                    self.barrier(batch_id + 1, position);
+                }
+                info!(events = seq - start.events, "stopped");
+                return Ok(seq - start.events);
+            }
+            let tick = matches!(record, Record::Tick);
             let event = match record {
+                Record::Tick => None,
                 Record::Event(event) => Some(event),
                 Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
                     Ok(event) => Some(event),
@@ -82,24 +103,30 @@ impl Router<'_> {
                 batch.per_shard[shard].push(Staged { seq, event });
                 seq += 1;
             }
-            batch.records += 1;
+            batch.records += usize::from(!tick);
+            self.control
+                .stats
+                .events_in
+                .store(seq - start.events, Ordering::Relaxed);
+            self.control
+                .stats
+                .watermark
+                .store(watermark.current(), Ordering::Relaxed);
             let due = self.checkpoint_interval.is_some_and(|interval| {
-                batch.records.is_multiple_of(64) && last_checkpoint.elapsed() >= interval
+                (tick || batch.records.is_multiple_of(64)) && last_checkpoint.elapsed() >= interval
             });
-            if batch.records >= spec.batch_size || due {
+            // While the input pauses, send what we hold: results should not wait for a full
+            // batch.
+            let idle =
+                tick && (batch.records > 0 || !batch.advances.is_empty() || !batch.dead.is_empty());
+            if batch.records >= spec.batch_size || due || idle {
                 if !self.send(&mut batch, batch_id, false) {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
             }
             if due {
-                let position = Position {
-                    source: source.position(),
-                    events: seq,
-                    watermark: watermark.current(),
-                    finished: false,
-                    started: Instant::now(),
-                };
+                let position = self.position(&*source, seq, watermark.current(), false);
                 if !self.barrier(batch_id, position) {
                     return Ok(seq - start.events);
                 }
@@ -109,17 +136,55 @@ impl Router<'_> {
         }
         let end = watermark.finish();
         if self.send(&mut batch, batch_id, true) && self.checkpoint_interval.is_some() {
-            let position = Position {
-                source: source.position(),
-                events: seq,
-                watermark: end,
-                finished: true,
-                started: Instant::now(),
-            };
+            let position = self.position(&*source, seq, end, true);
             self.barrier(batch_id + 1, position);
         }
         info!(events = seq - start.events, "input finished");
         Ok(seq - start.events)
+    }
+
+    /// The router's part of a checkpoint, taking any pending routing request with it: the
+    /// request applies from this checkpoint on, so the manifest records it.
+    fn position(
+        &mut self,
+        source: &dyn Source,
+        events: u64,
+        watermark: Millis,
+        finished: bool,
+    ) -> Position {
+        if let (Some(current), Some(requested)) = (&self.routing, self.control.take_request())
+            && *current != requested
+        {
+            let candidate = match &requested.candidate {
+                Some(version) if current.candidate.as_ref() != Some(version) => {
+                    match (self.control.resolve)(version) {
+                        Ok(code) => Ok(Some(code)),
+                        Err(message) => Err(message),
+                    }
+                }
+                _ => Ok(None),
+            };
+            match candidate {
+                Ok(candidate) => {
+                    self.pending_change = Some(RoutingChange {
+                        routing: requested.clone(),
+                        candidate,
+                    });
+                    self.routing = Some(requested);
+                }
+                Err(message) => {
+                    tracing::warn!(error = %message, "routing request ignored: cannot load the candidate")
+                }
+            }
+        }
+        Position {
+            source: source.position(),
+            events,
+            watermark,
+            finished,
+            started: Instant::now(),
+            routing: self.routing.clone(),
+        }
     }
 
     fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool) -> bool {
@@ -144,9 +209,16 @@ impl Router<'_> {
             .is_ok()
     }
 
-    fn barrier(&self, id: u64, position: Position) -> bool {
+    fn barrier(&mut self, id: u64, position: Position) -> bool {
+        let change = self.pending_change.take();
         for tx in self.shards {
-            if tx.send(ShardMsg::Barrier { id }).is_err() {
+            if tx
+                .send(ShardMsg::Barrier {
+                    id,
+                    change: change.clone(),
+                })
+                .is_err()
+            {
                 return false;
             }
         }

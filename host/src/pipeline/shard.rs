@@ -2,7 +2,8 @@
 //! its own operator instances, runs the enrichment chain per key, then the window engine.
 
 use super::enrichment::Enrichment;
-use crate::operator::AggregateOperator;
+use crate::operator::{AggregateOperator, Limits, LoadError, Projection, WasmOperator};
+use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 use crate::window::{Context, EngineError, EngineOutput, Staged, WindowEngine};
@@ -23,12 +24,23 @@ pub struct ShardSnapshot {
     pub state: Vec<Change>,
     /// Changed window metadata.
     pub windows: Vec<Change>,
+    /// Scopes held in memory.
+    pub hot: usize,
+}
+
+/// How a shard makes instances of candidate versions.
+#[derive(Debug, Clone)]
+pub struct CandidateFactory {
+    /// Limits for the instances.
+    pub limits: Limits,
+    /// Fields the aggregate receives.
+    pub projection: Projection,
 }
 
 /// A shard.
 pub struct Shard {
     enrichers: Vec<Enrichment>,
-    aggregate: Option<(WindowEngine, Box<dyn AggregateOperator>)>,
+    aggregate: Option<(WindowEngine, VersionedAggregate, CandidateFactory)>,
     state: Box<dyn StateBackend>,
     /// The watermark after the last batch.
     watermark: Millis,
@@ -47,7 +59,7 @@ impl Shard {
     /// A shard with its operator instances and state.
     pub fn new(
         enrichers: Vec<Enrichment>,
-        aggregate: Option<(WindowEngine, Box<dyn AggregateOperator>)>,
+        aggregate: Option<(WindowEngine, VersionedAggregate, CandidateFactory)>,
         state: Box<dyn StateBackend>,
     ) -> Self {
         Shard {
@@ -64,9 +76,13 @@ impl Shard {
         let windows = self
             .aggregate
             .as_mut()
-            .map(|(engine, _)| engine.changes())
+            .map(|(engine, _, _)| engine.changes())
             .unwrap_or_default();
-        Ok(ShardSnapshot { state, windows })
+        Ok(ShardSnapshot {
+            state,
+            windows,
+            hot: self.state.hot_len(),
+        })
     }
 
     /// The last checkpoint is durable.
@@ -87,9 +103,38 @@ impl Shard {
             enrichment.restore(state)?;
         }
         match &mut self.aggregate {
-            Some((engine, _)) => engine.restore(watermark, windows),
+            Some((engine, _, _)) => engine.restore(watermark, windows),
             None => Ok(()),
         }
+    }
+
+    /// Routes keys between the aggregate's versions from now on. `candidate` is the code of
+    /// the routing's candidate version if this shard must instantiate it.
+    pub fn route(
+        &mut self,
+        routing: Routing,
+        candidate: Option<&WasmOperator>,
+        counters: &CounterBook,
+        shadow_log: Option<ShadowLog>,
+    ) -> Result<(), LoadError> {
+        let Some((_, versioned, factory)) = &mut self.aggregate else {
+            return Ok(());
+        };
+        let instance: Option<Box<dyn AggregateOperator>> = match candidate {
+            Some(code) => Some(Box::new(
+                code.aggregate(factory.limits, factory.projection.clone())?,
+            )),
+            None => None,
+        };
+        versioned.route(routing, instance, counters, shadow_log);
+        Ok(())
+    }
+
+    /// The routing in effect.
+    pub fn routing(&self) -> Option<&Routing> {
+        self.aggregate
+            .as_ref()
+            .map(|(_, versioned, _)| versioned.routing())
     }
 
     /// Processes this shard's events of one batch with all of the batch's watermark advances.
@@ -122,9 +167,9 @@ impl Shard {
             enrichment.sweep(self.state.as_mut(), self.watermark)?;
         }
         match &mut self.aggregate {
-            Some((engine, operator)) => {
+            Some((engine, operator, _)) => {
                 let mut cx = Context {
-                    operator: operator.as_mut(),
+                    operator,
                     state: self.state.as_mut(),
                 };
                 engine.process(&events, advances, end_of_input, &mut cx, &mut out.engine)?;

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use super::{Record, Source, SourceError};
 use crate::checkpoint::SourcePosition;
 
+/// How long a tailing reader waits at the end of its file before looking again.
+const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Reads lines; blank lines are skipped but counted.
 pub struct LineReader {
     name: String,
@@ -19,6 +22,10 @@ pub struct LineReader {
     line: u64,
     offset: u64,
     cap: usize,
+    /// Tail mode: at the end of the input, wait for more instead of ending.
+    tail: bool,
+    /// Tail mode: the start of a line whose end has not been written yet.
+    partial: Vec<u8>,
 }
 
 impl std::fmt::Debug for LineReader {
@@ -40,6 +47,21 @@ impl LineReader {
         Ok(reader)
     }
 
+    /// Follows the file at `path` like `tail -f`: at its end, yields [`Record::Tick`] and
+    /// waits for more lines; a line only counts once its newline is written. The file is
+    /// created if missing.
+    pub fn tail(path: &Path, cap: usize) -> Result<LineReader, SourceError> {
+        let name = path.display().to_string();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| SourceError::new(&name, e))?;
+        let mut reader = Self::open(path, cap)?;
+        reader.tail = true;
+        Ok(reader)
+    }
+
     /// Reads standard input.
     pub fn stdin(cap: usize) -> LineReader {
         Self::new(
@@ -58,17 +80,25 @@ impl LineReader {
             line: 0,
             offset: 0,
             cap,
+            tail: false,
+            partial: Vec::new(),
         }
     }
 
     /// Reads one line into `out`, keeping at most `cap + 1` bytes (so an over-long line is
-    /// still recognisable as such). Returns false at the end of input.
+    /// still recognisable as such). Returns false at the end of input. In tail mode a line
+    /// without its newline yet is kept in `partial` and reported as the end of input.
     fn read_line(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
         out.clear();
-        let mut any = false;
+        out.append(&mut self.partial);
+        let mut any = !out.is_empty();
         loop {
             let buf = self.input.fill_buf()?;
             if buf.is_empty() {
+                if self.tail {
+                    self.partial.append(out);
+                    return Ok(false);
+                }
                 return Ok(any);
             }
             any = true;
@@ -95,6 +125,10 @@ impl Source for LineReader {
             let more = self
                 .read_line(&mut bytes)
                 .map_err(|e| SourceError::new(&self.name, e))?;
+            if !more && self.tail {
+                std::thread::sleep(TAIL_POLL);
+                return Ok(Some(Record::Tick));
+            }
             if !more {
                 return Ok(None);
             }
@@ -110,9 +144,10 @@ impl Source for LineReader {
     }
 
     fn position(&self) -> SourcePosition {
+        // A partial line is read again after a restart.
         SourcePosition {
             line: self.line,
-            offset: self.offset,
+            offset: self.offset - self.partial.len() as u64,
             rng: None,
         }
     }
@@ -130,6 +165,7 @@ impl Source for LineReader {
                 ))));
             }
             file.seek(SeekFrom::Start(position.offset)).map_err(fail)?;
+            self.partial.clear();
             self.input = Box::new(BufReader::with_capacity(1 << 16, file));
             self.offset = position.offset;
             self.line = position.line;
@@ -169,6 +205,27 @@ mod tests {
             got,
             vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (4, b"c".to_vec())]
         );
+    }
+
+    #[test]
+    fn a_tailing_reader_waits_for_the_end_of_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut reader = LineReader::tail(&path, 100).unwrap();
+        assert!(matches!(reader.next_record().unwrap(), Some(Record::Tick)));
+        std::fs::write(&path, "first\nsec").unwrap();
+        assert!(matches!(reader.next_record().unwrap(), Some(Record::Line(1, l)) if l == b"first"));
+        assert!(matches!(reader.next_record().unwrap(), Some(Record::Tick)));
+        assert_eq!(
+            reader.position().offset,
+            6,
+            "the partial line is not consumed yet"
+        );
+        std::fs::write(&path, "first\nsecond\n").unwrap();
+        assert!(
+            matches!(reader.next_record().unwrap(), Some(Record::Line(2, l)) if l == b"second")
+        );
+        assert_eq!(reader.position().offset, 13);
     }
 
     #[test]

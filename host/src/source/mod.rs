@@ -17,6 +17,9 @@ pub enum Record {
     Line(u64, Vec<u8>),
     /// A ready event (generated sources).
     Event(Event),
+    /// Nothing yet (a tailing source waiting for more input): the router uses the pause to
+    /// send what it holds, take due checkpoints and notice a stop.
+    Tick,
 }
 
 /// A source failed to read.

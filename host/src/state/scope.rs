@@ -20,12 +20,19 @@ pub struct ScopeState {
     /// visible to operators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event: Option<i64>,
+    /// The shadow candidate's copy of this scope during a shadow rollout (not visible to
+    /// operators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Box<ScopeState>>,
 }
 
 impl ScopeState {
     /// Whether the scope holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.maps.is_empty() && self.last_event.is_none()
+        self.values.is_empty()
+            && self.maps.is_empty()
+            && self.last_event.is_none()
+            && self.shadow.is_none()
     }
 
     /// Reads a named value.

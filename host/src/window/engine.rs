@@ -61,6 +61,8 @@ pub struct Emission {
     pub version: u64,
     /// The operator's output (for a retraction: the withdrawn output).
     pub value: Fields,
+    /// The operator version that produced it, when it is not the spec's (rollouts).
+    pub operator_version: Option<Arc<str>>,
 }
 
 impl Emission {
@@ -485,6 +487,7 @@ impl WindowEngine {
                     kind: EmissionKind::Retract,
                     version: old.version,
                     value,
+                    operator_version: cx.operator.version_for(&key),
                 });
             }
         }
@@ -686,7 +689,9 @@ impl WindowEngine {
                     live.version += 1;
                     live.last_output = Some(value.clone());
                     self.touched.insert(id);
+                    let operator_version = cx.operator.version_for(&key);
                     out.emissions.push(Emission {
+                        operator_version,
                         trigger,
                         key,
                         window,

@@ -1,0 +1,118 @@
+//! [`PipelineControl`]: what a running pipeline shares with whoever runs it (`weir serve`): a
+//! stop switch, the requested and applied rollout routing, live figures, per-version counters
+//! and a tap on the result records.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::CheckpointStats;
+use crate::operator::WasmOperator;
+use crate::rollout::{CounterBook, Routing, ShadowLog};
+use crate::time::MINUS_INFINITY;
+
+/// Resolves an operator version (of the pipeline's aggregate) to its compiled component.
+pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, String> + Send + Sync>;
+
+/// Live figures of a running pipeline.
+#[derive(Debug)]
+pub struct LiveStats {
+    /// Events routed (since this process started the pipeline).
+    pub events_in: AtomicU64,
+    /// Result records written.
+    pub results_out: AtomicU64,
+    /// Late events.
+    pub late: AtomicU64,
+    /// Dead letters.
+    pub dead_letters: AtomicU64,
+    /// The watermark.
+    pub watermark: AtomicI64,
+    /// Scopes held in memory, over all shards, at the last checkpoint.
+    pub state_keys: AtomicU64,
+    /// The last committed checkpoint.
+    pub last_checkpoint: Mutex<Option<CheckpointStats>>,
+}
+
+impl Default for LiveStats {
+    fn default() -> Self {
+        LiveStats {
+            events_in: AtomicU64::new(0),
+            results_out: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            watermark: AtomicI64::new(MINUS_INFINITY),
+            state_keys: AtomicU64::new(0),
+            last_checkpoint: Mutex::new(None),
+        }
+    }
+}
+
+/// Shared between a running pipeline and its controller.
+pub struct PipelineControl {
+    stop: AtomicBool,
+    requested: Mutex<Option<Routing>>,
+    applied: Mutex<Option<Routing>>,
+    /// Per-version counters.
+    pub counters: CounterBook,
+    /// Live figures.
+    pub stats: LiveStats,
+    /// Every result record, as a JSON line, as it is written.
+    pub results: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Finds candidate versions' code.
+    pub resolve: Resolver,
+    /// Where shadow results go.
+    pub shadow_log: Option<ShadowLog>,
+}
+
+impl std::fmt::Debug for PipelineControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineControl")
+            .field("stop", &self.stop)
+            .field("applied", &self.applied)
+            .finish()
+    }
+}
+
+impl PipelineControl {
+    /// A control with the given version resolver and shadow log.
+    pub fn new(resolve: Resolver, shadow_log: Option<ShadowLog>) -> Self {
+        PipelineControl {
+            stop: AtomicBool::new(false),
+            requested: Mutex::new(None),
+            applied: Mutex::new(None),
+            counters: CounterBook::default(),
+            stats: LiveStats::default(),
+            results: tokio::sync::broadcast::channel(1024).0,
+            resolve,
+            shadow_log,
+        }
+    }
+
+    /// Asks the pipeline to stop after a final checkpoint (windows are not closed).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Asks for a routing; it takes effect at the next checkpoint barrier.
+    pub fn request(&self, routing: Routing) {
+        *self.requested.lock().expect("routing lock") = Some(routing);
+    }
+
+    /// Takes the pending routing request, if any.
+    pub(crate) fn take_request(&self) -> Option<Routing> {
+        self.requested.lock().expect("routing lock").take()
+    }
+
+    /// The routing of the last committed checkpoint.
+    pub fn applied(&self) -> Option<Routing> {
+        self.applied.lock().expect("routing lock").clone()
+    }
+
+    pub(crate) fn set_applied(&self, routing: Routing) {
+        *self.applied.lock().expect("routing lock") = Some(routing);
+    }
+}

@@ -1,0 +1,207 @@
+//! [`VersionedAggregate`]: a shard's live aggregate and, during a rollout, its candidate,
+//! dispatching each call by the key's bucket, counting calls per version, and running the
+//! candidate in shadow when asked.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use super::{CounterBook, Routing, VersionCounters};
+use crate::event::Event;
+use crate::operator::{AggregateOperator, OperatorError, Result, Scope};
+use crate::value::{Fields, fields_to_json};
+use crate::window::Window;
+
+/// Where shadow results go: one JSON line per window result of the candidate, with the live
+/// version's result beside it.
+pub type ShadowLog = Arc<Mutex<Box<dyn Write + Send>>>;
+
+struct Slot {
+    version: Arc<str>,
+    operator: Box<dyn AggregateOperator>,
+    counters: Arc<VersionCounters>,
+}
+
+impl Slot {
+    fn count<T>(&self, events: usize, outcome: Result<T>) -> Result<T> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.counters.calls.fetch_add(1, Relaxed);
+        self.counters.events.fetch_add(events as u64, Relaxed);
+        match &outcome {
+            Err(OperatorError::Rejected(_)) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+            }
+            Err(OperatorError::Trapped(_)) => {
+                self.counters.traps.fetch_add(1, Relaxed);
+            }
+            _ => {}
+        }
+        metrics::counter!("weir_operator_calls_total", "version" => self.version.to_string())
+            .increment(1);
+        if let Err(OperatorError::Trapped(_)) = &outcome {
+            metrics::counter!("weir_operator_traps_total", "version" => self.version.to_string())
+                .increment(1);
+        }
+        outcome
+    }
+}
+
+/// The aggregate of one shard during (or outside) a rollout.
+pub struct VersionedAggregate {
+    live: Slot,
+    candidate: Option<Slot>,
+    routing: Routing,
+    shadow_log: Option<ShadowLog>,
+}
+
+impl std::fmt::Debug for VersionedAggregate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VersionedAggregate")
+            .field("routing", &self.routing)
+            .finish()
+    }
+}
+
+impl VersionedAggregate {
+    /// Only `live` (version `version`) serves.
+    pub fn new(version: &str, live: Box<dyn AggregateOperator>, counters: &CounterBook) -> Self {
+        VersionedAggregate {
+            live: Slot {
+                version: version.into(),
+                operator: live,
+                counters: counters.of(version),
+            },
+            candidate: None,
+            routing: Routing::single(version),
+            shadow_log: None,
+        }
+    }
+
+    /// The routing in effect.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    /// Applies a new routing. `candidate` is the candidate's instance when the routing names
+    /// a candidate version other than the current one.
+    pub fn route(
+        &mut self,
+        routing: Routing,
+        candidate: Option<Box<dyn AggregateOperator>>,
+        counters: &CounterBook,
+        shadow_log: Option<ShadowLog>,
+    ) {
+        match (&routing.candidate, candidate) {
+            (Some(version), Some(operator)) => {
+                self.candidate = Some(Slot {
+                    version: version.as_str().into(),
+                    operator,
+                    counters: counters.of(version),
+                })
+            }
+            (None, _) => self.candidate = None,
+            (Some(_), None) => {}
+        }
+        self.shadow_log = shadow_log;
+        self.routing = routing;
+    }
+
+    fn slot(&mut self, key: &str) -> &mut Slot {
+        match &mut self.candidate {
+            Some(candidate) if self.routing.to_candidate(key) => candidate,
+            _ => &mut self.live,
+        }
+    }
+
+    fn shadow(&mut self) -> Option<&mut Slot> {
+        match &mut self.candidate {
+            Some(candidate) if self.routing.shadow => Some(candidate),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `f` on the shadow copy of a scope's state (kept inside the scope's state, so it is
+/// checkpointed and dropped with it).
+fn in_shadow<T>(scope: &mut Scope, f: impl FnOnce(&mut Scope) -> T) -> T {
+    let mut shadow = Scope {
+        key: scope.key.clone(),
+        state: scope.state.shadow.take().map(|s| *s).unwrap_or_default(),
+    };
+    let result = f(&mut shadow);
+    scope.state.shadow = Some(Box::new(shadow.state));
+    result
+}
+
+impl AggregateOperator for VersionedAggregate {
+    fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
+        let slot = self.slot(&scope.key);
+        let outcome = slot.operator.add(scope, events);
+        slot.count(events.len(), outcome)?;
+        if let Some(shadow) = self.shadow() {
+            // The shadow's failures are counted and never reach the live results.
+            let _ = in_shadow(scope, |copy| {
+                let outcome = shadow.operator.add(copy, events);
+                shadow.count(events.len(), outcome)
+            });
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
+        let slot = self.slot(&target.key);
+        let outcome = slot.operator.merge(target, source);
+        slot.count(0, outcome)?;
+        if let Some(shadow) = self.shadow() {
+            let mut source_copy = Scope {
+                key: source.key.clone(),
+                state: source.state.shadow.take().map(|s| *s).unwrap_or_default(),
+            };
+            let _ = in_shadow(target, |copy| {
+                let outcome = shadow.operator.merge(copy, &mut source_copy);
+                shadow.count(0, outcome)
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
+        let slot = self.slot(&scope.key);
+        let outcome = slot.operator.finish(scope, window);
+        let output = slot.count(0, outcome)?;
+        let log = self.shadow_log.clone();
+        if let Some(shadow) = self.shadow() {
+            let candidate = in_shadow(scope, |copy| {
+                let outcome = shadow.operator.finish(copy, window);
+                shadow.count(0, outcome)
+            });
+            use std::sync::atomic::Ordering::Relaxed;
+            shadow.counters.shadow_compared.fetch_add(1, Relaxed);
+            let same = candidate.as_ref().is_ok_and(|c| *c == output);
+            if !same {
+                shadow.counters.shadow_differed.fetch_add(1, Relaxed);
+            }
+            if let Some(log) = log {
+                let record = serde_json::json!({
+                    "key": &*scope.key,
+                    "window_start": window.start,
+                    "window_end": window.end,
+                    "live": fields_to_json(&output),
+                    "candidate": match &candidate { Ok(c) => fields_to_json(c), Err(e) => e.to_string().into() },
+                    "candidate_version": &*shadow.version,
+                    "same": same,
+                });
+                let mut log = log.lock().expect("shadow log lock");
+                let _ = writeln!(log, "{record}");
+                let _ = log.flush();
+            }
+        }
+        Ok(output)
+    }
+
+    fn version_for(&self, key: &str) -> Option<Arc<str>> {
+        Some(match &self.candidate {
+            Some(candidate) if self.routing.to_candidate(key) => candidate.version.clone(),
+            _ => self.live.version.clone(),
+        })
+    }
+}

@@ -20,6 +20,7 @@
 //! engine and native baselines), [`state`] (backends), [`emit`] (records and sinks), and
 //! [`pipeline`], which wires a [`spec`] into all of them.
 
+pub mod api;
 pub mod bench;
 pub mod checkpoint;
 pub mod emit;
@@ -27,6 +28,7 @@ pub mod event;
 pub mod operator;
 pub mod pipeline;
 pub mod rollout;
+pub mod serve;
 pub mod source;
 pub mod spec;
 pub mod state;

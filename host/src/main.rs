@@ -39,6 +39,22 @@ enum Command {
         #[command(subcommand)]
         action: SavepointAction,
     },
+    /// Run the HTTP API, the operator registry and live pipelines (see docs/api.md).
+    Serve {
+        /// The data directory (registry, pipelines, state).
+        #[arg(long, default_value = "weir-data")]
+        data: PathBuf,
+        /// Address to listen on (port 0 picks a free port; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// JSON file of tokens: [{"token": "...", "scopes": ["admin", "ingest"]}]. Also read:
+        /// WEIR_ADMIN_TOKEN and WEIR_INGEST_TOKEN.
+        #[arg(long)]
+        tokens: Option<PathBuf>,
+        /// Largest request body (uploads, ingest), in bytes.
+        #[arg(long, default_value_t = weir::serve::DEFAULT_MAX_UPLOAD)]
+        max_upload: usize,
+    },
     /// Show the state in a data directory (offline, read-only), as JSON lines.
     State {
         /// A pipeline spec (its data directory is used) or a data directory.
@@ -244,6 +260,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
             }
+            Ok(())
+        }
+        Command::Serve {
+            data,
+            listen,
+            tokens,
+            max_upload,
+        } => {
+            let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
+            anyhow::ensure!(
+                !tokens.is_empty(),
+                "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
+            );
+            let options = weir::serve::ServeOptions {
+                data,
+                listen,
+                tokens,
+                max_upload,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(weir::serve::serve(options))?;
             Ok(())
         }
         Command::State { target, key } => {

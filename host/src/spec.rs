@@ -167,6 +167,8 @@ pub enum OperatorCode {
     Component(PathBuf),
     /// A built-in native operator, by name (used as the benchmark baseline).
     Native(String),
+    /// The version `name@version` of `weir serve`'s operator registry.
+    Registry,
 }
 
 /// Reference data for an enrichment operator: a JSON Lines file whose rows are loaded into the
@@ -498,9 +500,10 @@ impl RawSpec {
             let code = match (op.module, op.native) {
                 (Some(module), None) => OperatorCode::Component(base.join(module)),
                 (None, Some(native)) => OperatorCode::Native(native),
-                _ => {
+                (None, None) => OperatorCode::Registry,
+                (Some(_), Some(_)) => {
                     return Err(invalid(format!(
-                        "{at}: give exactly one of `module` (a component file) or `native`"
+                        "{at}: give one of `module` (a component file) or `native`, not both"
                     )));
                 }
             };

@@ -9,6 +9,7 @@ mod examples;
 mod properties;
 mod recovery;
 mod reference;
+mod serve;
 mod sources;
 mod support;
 mod windows;

@@ -6,12 +6,14 @@
 //! Depends on `state`, `value`, `event` and `window` (for the [`Window`] type only).
 
 mod native;
+pub mod registry;
 pub mod scope_slot;
 mod wasm;
 
 use std::sync::Arc;
 
 pub use native::NativeCountSum;
+pub use registry::{Registry, RegistryError, VersionInfo};
 pub use wasm::{
     ComponentKind, Limits, LoadError, Projection, WasmAggregate, WasmEnrich, WasmOperator,
     WasmRuntime,

@@ -109,7 +109,8 @@ pub enum ComponentKind {
 }
 
 impl ComponentKind {
-    fn world(self) -> &'static str {
+    /// The WIT world's name.
+    pub fn world(self) -> &'static str {
         match self {
             ComponentKind::Aggregate => "aggregator",
             ComponentKind::Enrich => "enricher",
@@ -145,6 +146,8 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub struct WasmRuntime {
     engine: Engine,
     linker: Arc<Linker<HostData>>,
+    /// Compiled components by the SHA-256 of their bytes: each is compiled once per process.
+    compiled: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], Component>>>,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -185,6 +188,7 @@ impl WasmRuntime {
         Ok(WasmRuntime {
             engine,
             linker: Arc::new(linker),
+            compiled: Arc::default(),
         })
     }
 
@@ -203,17 +207,51 @@ impl WasmRuntime {
     }
 
     /// Like [`load`](Self::load), from bytes; `path` only names the module in errors.
+    /// Compiles a component, or takes it from the cache of this process.
+    fn compile(&self, path: &Path, bytes: &[u8]) -> std::result::Result<Component, LoadError> {
+        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(bytes).into();
+        if let Some(component) = self
+            .compiled
+            .lock()
+            .expect("compile cache lock")
+            .get(&digest)
+        {
+            return Ok(component.clone());
+        }
+        let component =
+            Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
+                path: path.to_owned(),
+                message: root_cause(&e),
+            })?;
+        self.compiled
+            .lock()
+            .expect("compile cache lock")
+            .insert(digest, component.clone());
+        Ok(component)
+    }
+
+    /// Which of Weir's worlds a component implements, checking it fully (it is then cached).
+    pub fn kind_of(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> std::result::Result<ComponentKind, LoadError> {
+        match self.load_bytes(path, bytes, ComponentKind::Aggregate) {
+            Ok(_) => Ok(ComponentKind::Aggregate),
+            Err(LoadError::WrongWorld { .. }) => self
+                .load_bytes(path, bytes, ComponentKind::Enrich)
+                .map(|_| ComponentKind::Enrich),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn load_bytes(
         &self,
         path: &Path,
         bytes: &[u8],
         kind: ComponentKind,
     ) -> std::result::Result<WasmOperator, LoadError> {
-        let component =
-            Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
-                path: path.to_owned(),
-                message: root_cause(&e),
-            })?;
+        let component = self.compile(path, bytes)?;
         let exports: Vec<String> = component
             .component_type()
             .exports(&self.engine)

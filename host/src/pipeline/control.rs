@@ -16,7 +16,7 @@ pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, String> + Send + Sy
 /// Live figures of a running pipeline.
 #[derive(Debug)]
 pub struct LiveStats {
-    /// Events routed (since this process started the pipeline).
+    /// Events routed over the pipeline's life (restored from its checkpoint on restart).
     pub events_in: AtomicU64,
     /// Result records written.
     pub results_out: AtomicU64,
@@ -100,6 +100,11 @@ impl PipelineControl {
     /// Asks for a routing; it takes effect at the next checkpoint barrier.
     pub fn request(&self, routing: Routing) {
         *self.requested.lock().expect("routing lock") = Some(routing);
+    }
+
+    /// Whether a routing request waits for the next barrier.
+    pub(crate) fn has_request(&self) -> bool {
+        self.requested.lock().expect("routing lock").is_some()
     }
 
     /// Takes the pending routing request, if any.

@@ -94,6 +94,9 @@ pub enum PipelineError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// The spec cannot run here.
+    #[error("pipeline cannot run: {0}")]
+    Config(String),
     /// The checkpoint marker could not be written.
     #[error("cannot write {path}: {source}")]
     Marker {
@@ -196,6 +199,11 @@ fn load(
             Ok(Code::NativeCountSum)
         }
         OperatorCode::Native(name) => Err(PipelineError::UnknownNative(name.clone())),
+        OperatorCode::Registry => Err(PipelineError::Config(format!(
+            "operator {}@{} names no `module`: operators from the registry run under `weir serve`; \
+                 `weir run` needs `module = \"path/to/component.wasm\"`",
+            spec.name, spec.version
+        ))),
     }
 }
 
@@ -450,10 +458,9 @@ pub fn run_controlled(
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
         SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(log, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Http(None) => {
-            return Err(PipelineError::Recovery {
-                dir: PathBuf::from("."),
-                message: "an http source receives events through `weir serve`; `weir run` reads files, stdin or a generator".into(),
-            });
+            return Err(PipelineError::Config(
+                "an http source receives events through `weir serve`; `weir run` reads files, stdin or a generator".into(),
+            ));
         }
     };
     if let Some(m) = &manifest {

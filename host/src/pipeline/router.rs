@@ -68,6 +68,12 @@ impl Router<'_> {
             records: 0,
         };
         let mut last_checkpoint = Instant::now();
+        let mut checkpointed = seq;
+        self.control.stats.events_in.store(seq, Ordering::Relaxed);
+        self.control
+            .stats
+            .watermark
+            .store(start.watermark, Ordering::Relaxed);
         if start.finished {
             info!("input already finished at the last checkpoint");
             return Ok(0);
@@ -104,16 +110,16 @@ impl Router<'_> {
                 seq += 1;
             }
             batch.records += usize::from(!tick);
-            self.control
-                .stats
-                .events_in
-                .store(seq - start.events, Ordering::Relaxed);
+            self.control.stats.events_in.store(seq, Ordering::Relaxed);
             self.control
                 .stats
                 .watermark
                 .store(watermark.current(), Ordering::Relaxed);
+            // An idle pipeline takes no checkpoints: nothing would change.
             let due = self.checkpoint_interval.is_some_and(|interval| {
-                (tick || batch.records.is_multiple_of(64)) && last_checkpoint.elapsed() >= interval
+                (tick || batch.records.is_multiple_of(64))
+                    && last_checkpoint.elapsed() >= interval
+                    && (seq != checkpointed || batch.records > 0 || self.control.has_request())
             });
             // While the input pauses, send what we hold: results should not wait for a full
             // batch.
@@ -132,6 +138,7 @@ impl Router<'_> {
                 }
                 batch_id += 1;
                 last_checkpoint = Instant::now();
+                checkpointed = seq;
             }
         }
         let end = watermark.finish();

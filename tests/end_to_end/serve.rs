@@ -1,0 +1,1486 @@
+//! `weir serve`, the HTTP API of `docs/api.md`, through the real binary: a server per test on
+//! its own data directory and a free port, driven with a plain HTTP client. Operators are
+//! uploaded to the registry, pipelines read events sent over HTTP, versions are rolled out,
+//! shadowed and rolled back under load, and a server killed with SIGKILL resumes its pipelines.
+//! Window results are checked against the reference model.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::reference::{Emission, Ev, ModelSpec, WindowKind, run_model};
+use crate::support::{component, emissions, workspace};
+
+const ADMIN: &str = "admin-secret";
+const INGEST: &str = "ingest-secret";
+const PIPELINE: &str = "clicks";
+/// Event time of the first test event (2026-03-02).
+const BASE_TS: i64 = 1_772_442_000_000;
+/// What the pipeline spec of [`spec`] computes, for the reference model.
+const MODEL: ModelSpec = ModelSpec {
+    window: WindowKind::Tumbling { size: 1000 },
+    bound: 0,
+    lateness: 0,
+};
+/// How long to wait for anything the server does in the background.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Fixture: a `weir serve` process and an HTTP client for it.
+// ---------------------------------------------------------------------------------------------
+
+/// An HTTP client for one server. Cheap to clone, so that threads can send requests too.
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+type Answer = Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+
+impl Client {
+    /// The full URL of a path (`/v1/...`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Everything the server has printed to stderr so far, for failure messages.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr log").clone()
+    }
+
+    /// The server's stderr, framed for the end of an assertion message.
+    pub fn diag(&self) -> String {
+        format!("\n--- weir serve stderr ---\n{}--- end ---", self.stderr())
+    }
+
+    /// `GET path`, with `Authorization: Bearer token` when a token is given.
+    pub fn get(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut request = self.agent.get(self.url(path));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        self.answer(&format!("GET {path}"), request.call())
+    }
+
+    /// `DELETE path`.
+    pub fn delete(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut request = self.agent.delete(self.url(path));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        self.answer(&format!("DELETE {path}"), request.call())
+    }
+
+    /// `POST path` with a JSON body (`Content-Type: application/json`), or with no body and no
+    /// content type when `body` is empty.
+    pub fn post(&self, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
+        let content_type = (!body.is_empty()).then_some("application/json");
+        self.post_as(path, token, content_type, body, false)
+    }
+
+    /// `POST path` with a JSON value.
+    pub fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, String) {
+        self.post(path, token, body.to_string().as_bytes())
+    }
+
+    /// `POST path` with any body. With `expect_continue`, the request carries
+    /// `Expect: 100-continue`, so a server that refuses it from its headers alone (no token, too
+    /// large) answers without having to read (or drop) a body of megabytes first.
+    pub fn post_as(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+        expect_continue: bool,
+    ) -> (u16, String) {
+        let mut request = self.agent.post(self.url(path));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(content_type) = content_type {
+            request = request.header("Content-Type", content_type);
+        }
+        if expect_continue {
+            request = request.header("Expect", "100-continue");
+        }
+        self.answer(&format!("POST {path}"), request.send(body))
+    }
+
+    fn answer(&self, what: &str, answer: Answer) -> (u16, String) {
+        let mut response =
+            answer.unwrap_or_else(|e| panic!("{what}: no HTTP answer: {e}{}", self.diag()));
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .unwrap_or_else(|e| panic!("{what}: reading the answer's body: {e}{}", self.diag()));
+        (status, body)
+    }
+
+    /// Parses a JSON answer body.
+    pub fn json(&self, what: &str, body: &str) -> Value {
+        serde_json::from_str(body).unwrap_or_else(|e| {
+            panic!(
+                "{what}: the answer is not JSON ({e}): {body:?}{}",
+                self.diag()
+            )
+        })
+    }
+
+    /// Asserts an answer's status, and returns its body as JSON (`Null` for an empty body).
+    pub fn expect(&self, what: &str, (status, body): (u16, String), expected: u16) -> Value {
+        assert_eq!(
+            status,
+            expected,
+            "{what}: answered {status} {body}{}",
+            self.diag()
+        );
+        if body.trim().is_empty() {
+            Value::Null
+        } else {
+            self.json(what, &body)
+        }
+    }
+
+    /// Asserts an error answer: this status, and a JSON body `{"error": "..."}`.
+    pub fn expect_error(&self, what: &str, answer: (u16, String), expected: u16) -> String {
+        let body = answer.1.clone();
+        let error = self.expect(what, answer, expected);
+        match error["error"].as_str() {
+            Some(message) if !message.is_empty() => message.to_owned(),
+            _ => panic!("{what}: an error body must be {{\"error\": \"...\"}}, got {body:?}"),
+        }
+    }
+
+    /// Uploads a component to the registry as `name/version`.
+    pub fn upload(
+        &self,
+        name: &str,
+        version: &str,
+        bytes: &[u8],
+        token: Option<&str>,
+    ) -> (u16, String) {
+        let path = format!("/v1/operators/{name}/{version}");
+        self.post_as(&path, token, Some("application/wasm"), bytes, true)
+    }
+
+    /// Uploads a component file with the admin token, asserting `201`.
+    pub fn upload_ok(&self, name: &str, version: &str, file: &Path) -> Value {
+        let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let answer = self.upload(name, version, &bytes, Some(ADMIN));
+        self.expect(&format!("uploading {name}/{version}"), answer, 201)
+    }
+
+    /// `GET /v1/pipelines/{name}` with the admin token, asserting `200`.
+    pub fn status(&self, pipeline: &str) -> Value {
+        let path = format!("/v1/pipelines/{pipeline}");
+        self.expect(&format!("GET {path}"), self.get(&path, Some(ADMIN)), 200)
+    }
+
+    /// Sends events as JSON Lines with the ingest token; `Err` unless answered
+    /// `202 {"accepted": n}` with `n` the number of events.
+    pub fn try_ingest(&self, pipeline: &str, events: &[Ev]) -> Result<(), String> {
+        let path = format!("/v1/pipelines/{pipeline}/events");
+        let (status, body) = self.post_as(
+            &path,
+            Some(INGEST),
+            Some("application/x-ndjson"),
+            jsonl(events).as_bytes(),
+            false,
+        );
+        let accepted = serde_json::from_str::<Value>(&body)
+            .ok()
+            .map(|b| b["accepted"].clone());
+        if status == 202 && accepted == Some(json!(events.len())) {
+            Ok(())
+        } else {
+            Err(format!(
+                "sending {} events: expected 202 {{\"accepted\": {}}}, got {status} {body}",
+                events.len(),
+                events.len()
+            ))
+        }
+    }
+
+    /// Sends events as JSON Lines, asserting `202 {"accepted": n}`.
+    pub fn ingest(&self, pipeline: &str, events: &[Ev]) {
+        if let Err(e) = self.try_ingest(pipeline, events) {
+            panic!("{e}{}", self.diag());
+        }
+    }
+
+    /// Polls `check` every 50 ms until it gives `Ok`, for up to `timeout`; `Err` describes what
+    /// it saw instead, for the failure message.
+    pub fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match check() {
+                Ok(value) => return value,
+                Err(seen) if Instant::now() >= deadline => {
+                    panic!(
+                        "timed out after {timeout:?} waiting for {what}; last seen: {seen}{}",
+                        self.diag()
+                    )
+                }
+                Err(_) => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Polls the pipeline's status until `events_in` is `n`, and returns that status.
+    pub fn wait_for_events_in(&self, pipeline: &str, n: usize) -> Value {
+        self.wait_for(&format!("events_in = {n}"), PATIENCE, || {
+            let status = self.status(pipeline);
+            if status["events_in"] == json!(n) {
+                Ok(status)
+            } else {
+                Err(status.to_string())
+            }
+        })
+    }
+
+    /// Subscribes to a server-sent event stream; a thread collects its `data:` lines.
+    pub fn subscribe(&self, path: &str, token: &str) -> Subscription {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let request = agent
+            .get(self.url(path))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Accept", "text/event-stream");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let (connected, on_connect) = mpsc::channel();
+        thread::spawn(move || {
+            let response = match request.call() {
+                Ok(response) => response,
+                Err(e) => {
+                    let _ = connected.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let _ = connected.send(Ok((response.status().as_u16(), content_type)));
+            let mut reader = BufReader::new(response.into_body().into_reader());
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break, // the server went away
+                    Ok(_) => {}
+                }
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\r', '\n']);
+                if let Some(data) = text.strip_prefix("data:") {
+                    let data = data.strip_prefix(' ').unwrap_or(data);
+                    sink.lock().expect("SSE lines").push(data.to_owned());
+                }
+            }
+        });
+        // The answer's headers say the subscription is in place. A server may hold them back
+        // until the first event, though: then go on after a while, and judge by the lines.
+        match on_connect.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok((status, content_type))) => {
+                assert_eq!(
+                    status,
+                    200,
+                    "GET {path} (SSE) answered {status}{}",
+                    self.diag()
+                );
+                assert!(
+                    content_type.starts_with("text/event-stream"),
+                    "GET {path} (SSE): content type {content_type:?}, expected text/event-stream"
+                );
+            }
+            Ok(Err(e)) => panic!("GET {path} (SSE): {e}{}", self.diag()),
+            Err(_) => eprintln!("GET {path} (SSE): no headers after 10 s, going on"),
+        }
+        Subscription { lines }
+    }
+}
+
+/// The `data:` lines of a server-sent event stream, as they arrive.
+pub struct Subscription {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Subscription {
+    /// The `data:` payloads received so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("SSE lines").clone()
+    }
+}
+
+/// A `weir serve` process on a free port of 127.0.0.1, with the tokens [`ADMIN`] (env
+/// `WEIR_ADMIN_TOKEN`) and [`INGEST`] (env `WEIR_INGEST_TOKEN`). Killed (SIGKILL) when dropped.
+/// Dereferences to its [`Client`].
+pub struct Server {
+    child: Child,
+    killed: bool,
+    data: PathBuf,
+    client: Client,
+}
+
+impl Server {
+    /// Starts `weir serve --data <data_dir> --listen 127.0.0.1:0` and waits (up to 30 s) until
+    /// it prints `listening on http://127.0.0.1:<port>` on stderr.
+    pub fn start(data_dir: &Path) -> Server {
+        Self::start_with(data_dir, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra arguments (`--max-upload 1000`).
+    pub fn start_with(data_dir: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("serve")
+            .arg("--data")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .env("WEIR_INGEST_TOKEN", INGEST)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting `weir serve`");
+
+        // Drain stderr for the whole life of the process into a shared log, and hand each line
+        // to this thread until the server says where it listens.
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (lines, new_lines) = mpsc::channel::<String>();
+        let mut pipe = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let log = Arc::clone(&stderr);
+        thread::spawn(move || {
+            let mut raw = Vec::new();
+            loop {
+                raw.clear();
+                match pipe.read_until(b'\n', &mut raw) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let line = String::from_utf8_lossy(&raw).into_owned();
+                log.lock().expect("stderr log").push_str(&line);
+                let _ = lines.send(line);
+            }
+        });
+
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let mut server = Server {
+            child,
+            killed: false,
+            data: data_dir.to_owned(),
+            client: Client {
+                agent,
+                base: String::new(),
+                stderr,
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let address = loop {
+            match new_lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    if let Some(address) = listening_address(&line) {
+                        break address;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "`weir serve` printed no `listening on http://...` within 30 s{}",
+                    server.diag()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let exit = server.child.wait();
+                    server.killed = true;
+                    panic!(
+                        "`weir serve` exited ({exit:?}) before listening{}",
+                        server.diag()
+                    )
+                }
+            }
+        };
+        server.client.base = format!("http://{address}");
+        server
+    }
+
+    /// A client for this server, to use from another thread.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Kills the server with SIGKILL (no chance to clean up) and waits for it.
+    pub fn kill(&mut self) {
+        if !self.killed {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.killed = true;
+        }
+    }
+
+    /// A file of the pipeline's output directory (`<data>/pipelines/<name>/out/<file>`), one
+    /// JSON value per complete line (a line still being written is left out).
+    pub fn output(&self, pipeline: &str, file: &str) -> Vec<Value> {
+        let path = self
+            .data
+            .join("pipelines")
+            .join(pipeline)
+            .join("out")
+            .join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("{}: bad JSON line {line:?}: {e}", path.display()))
+            })
+            .collect()
+    }
+
+    /// The pipeline's `results.jsonl`.
+    pub fn results(&self, pipeline: &str) -> Vec<Value> {
+        self.output(pipeline, "results.jsonl")
+    }
+
+    /// Waits until `results.jsonl` holds at least as many records as `expected` has emissions
+    /// (and for a moment more, so that records that should not be there get the chance to
+    /// show), then returns them.
+    pub fn wait_for_results(&self, pipeline: &str, expected: &[Emission]) -> Vec<Value> {
+        self.wait_for(
+            &format!("{} result records", expected.len()),
+            PATIENCE,
+            || {
+                let n = self.results(pipeline).len();
+                if n >= expected.len() {
+                    Ok(())
+                } else {
+                    Err(format!("{n} records"))
+                }
+            },
+        );
+        thread::sleep(Duration::from_millis(300));
+        self.results(pipeline)
+    }
+}
+
+impl Deref for Server {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `host:port` from a line containing `listening on http://host:port` (whatever surrounds it).
+fn listening_address(line: &str) -> Option<String> {
+    const MARK: &str = "listening on http://";
+    let rest = &line[line.find(MARK)? + MARK.len()..];
+    let colon = rest.find(':')?;
+    let port: String = rest[colon + 1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    (!port.is_empty()).then(|| format!("{}:{port}", &rest[..colon]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Components, specs and events.
+// ---------------------------------------------------------------------------------------------
+
+/// Builds the components only these tests use (once per test run), like `support::component`.
+fn build_fixtures() {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(workspace())
+            .args(["build", "--release", "--target", "wasm32-wasip2"])
+            .args([
+                "-p",
+                "weir-example-count-sum-v2",
+                "-p",
+                "weir-guest-trap-on-key",
+            ])
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "building the serve test components failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+}
+
+fn fixture(file: &str) -> PathBuf {
+    build_fixtures();
+    let path = workspace().join("target/wasm32-wasip2/release").join(file);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// count-sum v1: output `count` and `sum`.
+fn count_sum_v1() -> PathBuf {
+    component("tumbling-count-sum")
+}
+
+/// count-sum v2: output `count`, `sum` and `avg`, same state as v1.
+fn count_sum_v2() -> PathBuf {
+    fixture("weir_example_count_sum_v2.wasm")
+}
+
+/// count-sum that traps for keys starting with `boom`.
+fn trap_on_key() -> PathBuf {
+    fixture("weir_guest_trap_on_key.wasm")
+}
+
+/// The test pipeline: count-sum 1.0.0 per `user` over tumbling 1 s windows of `ts`, watermark
+/// bound 0, no allowed lateness, events from HTTP, a checkpoint every 50 ms.
+fn spec() -> Value {
+    json!({
+        "name": PIPELINE,
+        "source": {"type": "http"},
+        "event": {"key": "user", "timestamp": "ts"},
+        "watermark": {"bound": 0},
+        "window": {"type": "tumbling", "size": 1000},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
+        "checkpoint_interval": "50ms"
+    })
+}
+
+/// Creates the test pipeline (`201`) and starts it (`200`, running).
+fn create_and_start(server: &Server) {
+    let created = server.expect(
+        "creating the pipeline",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec()),
+        201,
+    );
+    assert_eq!(
+        created["name"], PIPELINE,
+        "the status of a new pipeline: {created}"
+    );
+    let started = server.expect(
+        "starting the pipeline",
+        server.post(&format!("/v1/pipelines/{PIPELINE}/start"), Some(ADMIN), b""),
+        200,
+    );
+    assert_eq!(
+        started["state"], "running",
+        "the status of a started pipeline: {started}"
+    );
+}
+
+fn ev(key: &str, ts: i64, amount: i64) -> Ev {
+    Ev {
+        key: key.to_owned(),
+        ts,
+        amount,
+    }
+}
+
+fn event_json(e: &Ev) -> Value {
+    json!({"user": e.key, "ts": e.ts, "amount": e.amount})
+}
+
+/// Events as JSON Lines, in the spec's fields (`user`, `ts`, `amount`).
+fn jsonl(events: &[Ev]) -> String {
+    events
+        .iter()
+        .map(|e| format!("{}\n", event_json(e)))
+        .collect()
+}
+
+/// Events as one JSON array.
+fn json_array(events: &[Ev]) -> String {
+    Value::Array(events.iter().map(event_json).collect()).to_string()
+}
+
+/// `n` clicks of `keys` users, 37 ms apart, every ninth up to 60 ms behind (some of them late).
+fn clicks(n: usize, keys: usize) -> Vec<Ev> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|i| {
+            let behind = if i % 9 == 0 { (next() % 60) as i64 } else { 0 };
+            let key = format!("user-{}", next() % keys as u64);
+            ev(
+                &key,
+                BASE_TS + i as i64 * 37 - behind,
+                (next() % 100) as i64,
+            )
+        })
+        .collect()
+}
+
+/// An event far after `events`: the watermark passes every window they touched, so all of them
+/// fire. Its own window never does, since a live pipeline never reaches the end of its input.
+fn far_future(events: &[Ev]) -> Ev {
+    let last = events.iter().map(|e| e.ts).max().unwrap_or(BASE_TS);
+    ev("zz-final", last + 1_000_000, 1)
+}
+
+/// The reference model's emissions over `events`, in order, without those that only the end of
+/// the input would fire: a live pipeline's watermark stops at the last event's.
+fn live_model(events: &[Ev]) -> Vec<Emission> {
+    let watermark = events.iter().map(|e| e.ts).max().expect("events") - MODEL.bound;
+    run_model(&MODEL, events)
+        .emissions
+        .into_iter()
+        .filter(|e| e.end <= watermark)
+        .collect()
+}
+
+/// Asserts that results are exactly the model's emissions, in order, naming the first
+/// difference.
+fn assert_same_emissions(server: &Server, results: &[Value], expected: &[Emission]) {
+    let got = emissions(results);
+    if got == expected {
+        return;
+    }
+    let first = got
+        .iter()
+        .zip(expected)
+        .position(|(g, e)| g != e)
+        .unwrap_or(got.len().min(expected.len()));
+    panic!(
+        "results.jsonl differs from the reference model: {} records, {} expected; first difference \
+         at {first}: got {:?}, expected {:?}{}",
+        got.len(),
+        expected.len(),
+        got.get(first),
+        expected.get(first),
+        server.diag()
+    );
+}
+
+/// Asserts that no two records share an `id`.
+fn assert_unique_ids(results: &[Value]) {
+    let mut seen = HashSet::new();
+    for record in results {
+        let id = record["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a record without an id: {record}"));
+        assert!(seen.insert(id), "two records with the id {id:?}");
+    }
+}
+
+/// The entry of `status["versions"]` for `version`.
+fn version_entry(status: &Value, version: &str) -> Value {
+    status["versions"]
+        .as_array()
+        .and_then(|versions| versions.iter().find(|v| v["version"] == version))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn events_path(pipeline: &str) -> String {
+    format!("/v1/pipelines/{pipeline}/events")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn uploads_are_validated_and_versions_are_immutable() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    let v1 = std::fs::read(count_sum_v1()).expect("reading v1");
+
+    let version = server.expect(
+        "uploading v1",
+        server.upload("count-sum", "1.0.0", &v1, Some(ADMIN)),
+        201,
+    );
+    let digest = format!("sha256:{:x}", Sha256::digest(&v1));
+    assert_eq!(version["name"], "count-sum", "{version}");
+    assert_eq!(version["version"], "1.0.0", "{version}");
+    assert_eq!(
+        version["digest"],
+        json!(digest),
+        "the digest is of the bytes sent: {version}"
+    );
+    assert_eq!(version["size"], json!(v1.len()), "{version}");
+    assert_eq!(version["world"], "aggregator", "{version}");
+    assert!(
+        version["uploaded_at_ms"].is_u64(),
+        "uploaded_at_ms: {version}"
+    );
+
+    let listed = server.expect(
+        "listing operators",
+        server.get("/v1/operators", Some(ADMIN)),
+        200,
+    );
+    assert!(
+        listed.as_array().is_some_and(|all| all.contains(&version)),
+        "the list holds the uploaded version: {listed}"
+    );
+    let one = server.expect(
+        "getting count-sum/1.0.0",
+        server.get("/v1/operators/count-sum/1.0.0", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(one, version);
+
+    // Versions are immutable: neither the same bytes again nor others under the same version.
+    server.expect_error(
+        "uploading v1 again",
+        server.upload("count-sum", "1.0.0", &v1, Some(ADMIN)),
+        409,
+    );
+    let other = std::fs::read(component("sliding-average")).expect("reading sliding-average");
+    server.expect_error(
+        "uploading other bytes as 1.0.0",
+        server.upload("count-sum", "1.0.0", &other, Some(ADMIN)),
+        409,
+    );
+
+    // Not components.
+    server.expect_error(
+        "uploading `hello`",
+        server.upload("count-sum", "1.0.1", b"hello", Some(ADMIN)),
+        400,
+    );
+    server.expect_error(
+        "uploading a core module",
+        server.upload("count-sum", "1.0.2", b"\0asm\x01\0\0\0", Some(ADMIN)),
+        400,
+    );
+
+    // Tokens.
+    server.expect_error(
+        "uploading without a token",
+        server.upload("count-sum", "1.0.3", &v1, None),
+        401,
+    );
+    server.expect_error(
+        "uploading with an unknown token",
+        server.upload("count-sum", "1.0.3", &v1, Some("not-a-token")),
+        401,
+    );
+    server.expect_error(
+        "uploading with the ingest token",
+        server.upload("count-sum", "1.0.3", &v1, Some(INGEST)),
+        403,
+    );
+    server.expect_error(
+        "listing without a token",
+        server.get("/v1/operators", None),
+        401,
+    );
+
+    // Nothing changed.
+    let listed = server.expect(
+        "listing operators",
+        server.get("/v1/operators", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(
+        listed,
+        json!([version]),
+        "after the refused uploads, only 1.0.0 is there"
+    );
+    for refused in ["1.0.1", "1.0.2", "1.0.3"] {
+        server.expect_error(
+            &format!("getting the refused count-sum/{refused}"),
+            server.get(&format!("/v1/operators/count-sum/{refused}"), Some(ADMIN)),
+            404,
+        );
+    }
+
+    // Over --max-upload.
+    let small_dir = tempfile::tempdir().expect("a temporary directory");
+    let small = Server::start_with(small_dir.path(), &["--max-upload", "1000"]);
+    small.expect_error(
+        "uploading v1 over --max-upload 1000",
+        small.upload("count-sum", "1.0.0", &v1, Some(ADMIN)),
+        413,
+    );
+    let listed = small.expect(
+        "listing operators",
+        small.get("/v1/operators", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed, json!([]), "nothing was registered");
+}
+
+#[test]
+fn a_pipeline_ingests_events_over_http_and_streams_results() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    create_and_start(&server);
+    let stream = server.subscribe(&format!("/v1/pipelines/{PIPELINE}/results"), ADMIN);
+
+    let events = clicks(400, 7);
+    let (lines, array) = events.split_at(200);
+    // JSON Lines, in a few requests.
+    for chunk in lines.chunks(50) {
+        server.ingest(PIPELINE, chunk);
+    }
+    // A JSON array.
+    let answer = server.post(
+        &events_path(PIPELINE),
+        Some(INGEST),
+        json_array(array).as_bytes(),
+    );
+    let accepted = server.expect("sending a JSON array of events", answer, 202);
+    assert_eq!(accepted, json!({"accepted": array.len()}));
+
+    // Refused events change nothing.
+    let one = jsonl(&events[..1]);
+    let refused = server.post_as(
+        &events_path(PIPELINE),
+        None,
+        Some("application/x-ndjson"),
+        one.as_bytes(),
+        false,
+    );
+    server.expect_error("sending events without a token", refused, 401);
+    let refused = server.post_as(
+        &events_path(PIPELINE),
+        Some("not-a-token"),
+        Some("application/x-ndjson"),
+        one.as_bytes(),
+        false,
+    );
+    server.expect_error("sending events with an unknown token", refused, 401);
+
+    server.wait_for("events_in = 400 and some results", PATIENCE, || {
+        let status = server.status(PIPELINE);
+        let n = server.results(PIPELINE).len();
+        if status["events_in"] == 400 && n > 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} results, status {status}"))
+        }
+    });
+
+    let mut all = events.clone();
+    all.push(far_future(&events));
+    server.ingest(PIPELINE, &all[400..]);
+    let expected = live_model(&all);
+    let results = server.wait_for_results(PIPELINE, &expected);
+    assert_same_emissions(&server, &results, &expected);
+    assert_unique_ids(&results);
+    let status = server.wait_for_events_in(PIPELINE, all.len());
+    let model = run_model(&MODEL, &all);
+    assert_eq!(
+        status["late"],
+        json!(model.late.len()),
+        "late events: {status}"
+    );
+    assert_eq!(status["dead_letters"], 0, "{status}");
+    assert_eq!(
+        server.output(PIPELINE, "late.jsonl").len(),
+        model.late.len(),
+        "late.jsonl has the late events"
+    );
+
+    // The stream saw results, each one a record of results.jsonl.
+    // Subscribed before the first event, it should see them all: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stream.lines().len() < results.len() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let streamed = stream.lines();
+    assert!(
+        !streamed.is_empty(),
+        "the SSE stream sent no data lines{}",
+        server.diag()
+    );
+    for line in &streamed {
+        let record = server.json("an SSE data line", line);
+        assert!(
+            results.contains(&record),
+            "streamed {record}, which is not in results.jsonl"
+        );
+    }
+
+    // A stopped pipeline takes no events.
+    let stopped = server.expect(
+        "stopping the pipeline",
+        server.post(&format!("/v1/pipelines/{PIPELINE}/stop"), Some(ADMIN), b""),
+        200,
+    );
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
+    let refused = server.post_as(
+        &events_path(PIPELINE),
+        Some(INGEST),
+        Some("application/x-ndjson"),
+        one.as_bytes(),
+        false,
+    );
+    server.expect_error("sending events to a stopped pipeline", refused, 409);
+    assert_eq!(
+        server.status(PIPELINE)["events_in"],
+        json!(all.len()),
+        "the refused events were not counted"
+    );
+}
+
+#[test]
+fn rolling_out_from_0_to_100_percent_under_ingest_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    create_and_start(&server);
+
+    // 3000 events of 40 users, 10 ms apart, in 60 requests. The sender stops at chunks 15, 30
+    // and 45 until the rollout reached 10, 50 and 100 percent, so each step sees traffic
+    // before and after it.
+    let events: Vec<Ev> = (0..3000)
+        .map(|i| {
+            ev(
+                &format!("user-{}", i % 40),
+                BASE_TS + i as i64 * 10,
+                (i * 7 % 100) as i64 + 1,
+            )
+        })
+        .collect();
+    let sent_chunks = Arc::new(AtomicUsize::new(0));
+    let stage = Arc::new(AtomicUsize::new(0));
+    let sender = {
+        let client = server.client();
+        let chunks: Vec<Vec<Ev>> = events.chunks(50).map(<[Ev]>::to_vec).collect();
+        let (sent_chunks, stage) = (Arc::clone(&sent_chunks), Arc::clone(&stage));
+        thread::spawn(move || -> Result<(), String> {
+            for (i, chunk) in chunks.iter().enumerate() {
+                let gate = [(15, 1), (30, 2), (45, 3)]
+                    .iter()
+                    .find(|(at, _)| *at == i)
+                    .map_or(0, |(_, stage)| *stage);
+                let deadline = Instant::now() + PATIENCE;
+                while stage.load(Ordering::SeqCst) < gate {
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "gave up at chunk {i}: the rollout did not progress"
+                        ));
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+                client.try_ingest(PIPELINE, chunk)?;
+                sent_chunks.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        })
+    };
+
+    for (step, (after_chunks, percent)) in [(10, 10), (25, 50), (40, 100)].into_iter().enumerate() {
+        server.wait_for(&format!("{after_chunks} chunks sent"), PATIENCE, || {
+            let sent = sent_chunks.load(Ordering::SeqCst);
+            if sent >= after_chunks || sender.is_finished() {
+                Ok(())
+            } else {
+                Err(format!("{sent}"))
+            }
+        });
+        let rollout = json!({"version": "2.0.0", "percent": percent});
+        let status = server.expect(
+            &format!("rolling out to {percent} percent"),
+            server.post_json(
+                &format!("/v1/pipelines/{PIPELINE}/rollout"),
+                Some(ADMIN),
+                &rollout,
+            ),
+            200,
+        );
+        assert_eq!(status["rollout"]["candidate"], "2.0.0", "{status}");
+        assert_eq!(status["rollout"]["percent"], percent, "{status}");
+        server.wait_for(&format!("applied_percent = {percent}"), PATIENCE, || {
+            let status = server.status(PIPELINE);
+            if status["rollout"]["applied_percent"] == percent {
+                Ok(())
+            } else {
+                Err(status["rollout"].to_string())
+            }
+        });
+        stage.store(step + 1, Ordering::SeqCst);
+    }
+    let sent = sender.join().expect("the sender thread");
+    if let Err(e) = sent {
+        panic!("{e}{}", server.diag());
+    }
+
+    let mut all = events.clone();
+    all.push(far_future(&events));
+    server.ingest(PIPELINE, &all[events.len()..]);
+    let status = server.wait_for_events_in(PIPELINE, all.len());
+
+    // The last record of each window is the model's.
+    let expected: BTreeMap<(String, i64, i64), (i64, i64)> = live_model(&all)
+        .into_iter()
+        .map(|e| ((e.key, e.start, e.end), (e.count, e.sum)))
+        .collect();
+    let last_per_window = |results: &[Value]| -> BTreeMap<(String, i64, i64), Value> {
+        results
+            .iter()
+            .map(|r| {
+                let window = (
+                    r["key"].as_str().expect("key").to_owned(),
+                    r["window_start"].as_i64().expect("window_start"),
+                    r["window_end"].as_i64().expect("window_end"),
+                );
+                (window, r.clone())
+            })
+            .collect()
+    };
+    server.wait_for(
+        &format!("results of all {} windows", expected.len()),
+        PATIENCE,
+        || {
+            let n = last_per_window(&server.results(PIPELINE)).len();
+            if n >= expected.len() {
+                Ok(())
+            } else {
+                Err(format!("{n} windows"))
+            }
+        },
+    );
+    thread::sleep(Duration::from_millis(300));
+    let results = server.results(PIPELINE);
+    let last = last_per_window(&results);
+    assert_eq!(
+        last.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "the windows with results are the model's{}",
+        server.diag()
+    );
+    for (window, record) in &last {
+        let value = &record["value"];
+        let (count, sum) = (value["count"].as_i64(), value["sum"].as_i64());
+        assert_eq!(
+            (count, sum),
+            expected
+                .get(window)
+                .map(|&(c, s)| (Some(c), Some(s)))
+                .expect("an expected window"),
+            "window {window:?}: {record}"
+        );
+        if let Some(avg) = value.get("avg") {
+            let (count, sum) = (count.unwrap() as f64, sum.unwrap() as f64);
+            let avg = avg
+                .as_f64()
+                .unwrap_or_else(|| panic!("avg is not a number: {record}"));
+            assert!(
+                (avg - sum / count).abs() < 1e-9,
+                "avg is not sum/count: {record}"
+            );
+        }
+    }
+
+    // Versions: only the two, sticky and forward per key, each producing windows.
+    let mut on_candidate = HashSet::new();
+    let mut windows_by = BTreeMap::<&str, usize>::new();
+    for record in &results {
+        let version = record["operator_version"].as_str().unwrap_or_default();
+        let key = record["key"].as_str().expect("key");
+        match version {
+            "1.0.0" => assert!(
+                !on_candidate.contains(key),
+                "key {key} went back from 2.0.0 to 1.0.0: {record}"
+            ),
+            "2.0.0" => {
+                on_candidate.insert(key);
+                assert!(
+                    record["value"].get("avg").is_some(),
+                    "2.0.0 outputs avg: {record}"
+                );
+            }
+            other => panic!("a record of version {other:?}: {record}"),
+        }
+        *windows_by.entry(version).or_default() += 1;
+    }
+    assert!(
+        windows_by.contains_key("1.0.0") && windows_by.contains_key("2.0.0"),
+        "each version produced windows: {windows_by:?}"
+    );
+    assert_unique_ids(&results);
+    assert_eq!(status["dead_letters"], 0, "{status}");
+    for version in ["1.0.0", "2.0.0"] {
+        let entry = version_entry(&status, version);
+        assert!(
+            entry["calls"].as_u64().is_some_and(|c| c > 0),
+            "{version} was called: {status}"
+        );
+    }
+}
+
+#[test]
+fn shadow_results_are_kept_apart() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    create_and_start(&server);
+
+    let rollout = json!({"version": "2.0.0", "percent": 0, "shadow": true});
+    let status = server.expect(
+        "starting a shadow rollout",
+        server.post_json(
+            &format!("/v1/pipelines/{PIPELINE}/rollout"),
+            Some(ADMIN),
+            &rollout,
+        ),
+        200,
+    );
+    assert_eq!(status["rollout"]["shadow"], true, "{status}");
+    assert_eq!(status["rollout"]["candidate"], "2.0.0", "{status}");
+    // The shadow starts at the next checkpoint barrier (every 50 ms).
+    thread::sleep(Duration::from_millis(500));
+
+    let events = clicks(300, 5);
+    for chunk in events.chunks(60) {
+        server.ingest(PIPELINE, chunk);
+        thread::sleep(Duration::from_millis(100));
+    }
+    let mut all = events.clone();
+    all.push(far_future(&events));
+    server.ingest(PIPELINE, &all[events.len()..]);
+    let expected = live_model(&all);
+    let results = server.wait_for_results(PIPELINE, &expected);
+    assert_same_emissions(&server, &results, &expected);
+    for record in &results {
+        assert_eq!(
+            record["operator_version"], "1.0.0",
+            "the shadow served a result: {record}"
+        );
+        assert!(
+            record["value"].get("avg").is_none(),
+            "a shadow result in results.jsonl: {record}"
+        );
+    }
+
+    let shadow = server.wait_for("shadow.jsonl", PATIENCE, || {
+        let shadow = server.output(PIPELINE, "shadow.jsonl");
+        if shadow.is_empty() {
+            Err("empty or missing".into())
+        } else {
+            Ok(shadow)
+        }
+    });
+    assert!(!shadow.is_empty());
+    let entry = server.wait_for("shadow comparisons in the status", PATIENCE, || {
+        let entry = version_entry(&server.status(PIPELINE), "2.0.0");
+        let positive = |field: &str| entry[field].as_u64().is_some_and(|n| n > 0);
+        if positive("shadow_compared") && positive("shadow_differed") {
+            Ok(entry)
+        } else {
+            Err(entry.to_string())
+        }
+    });
+    assert!(
+        entry["shadow_differed"].as_u64() <= entry["shadow_compared"].as_u64(),
+        "more differences than comparisons: {entry}"
+    );
+}
+
+#[test]
+fn a_candidate_that_traps_is_rolled_back_automatically() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "9.0.0", &trap_on_key());
+    create_and_start(&server);
+
+    // Events 50 ms apart; `trickle` sends one for a quiet key.
+    let mut ts = BASE_TS;
+    let mut send = |keys: &[&str]| {
+        let batch: Vec<Ev> = keys
+            .iter()
+            .map(|key| {
+                ts += 50;
+                ev(key, ts, 1)
+            })
+            .collect();
+        server.ingest(PIPELINE, &batch);
+        ts
+    };
+    send(&["calm-1", "calm-2", "calm-3"]);
+
+    let rollout = json!({
+        "version": "9.0.0",
+        "percent": 100,
+        "policy": {"max_trap_rate": 0.01, "window": "10s", "min_calls": 1}
+    });
+    server.expect(
+        "rolling out the trapping version",
+        server.post_json(
+            &format!("/v1/pipelines/{PIPELINE}/rollout"),
+            Some(ADMIN),
+            &rollout,
+        ),
+        200,
+    );
+    server.wait_for("applied_percent = 100", PATIENCE, || {
+        send(&["calm-1"]);
+        let status = server.status(PIPELINE);
+        if status["rollout"]["applied_percent"] == 100 {
+            Ok(())
+        } else {
+            Err(status["rollout"].to_string())
+        }
+    });
+
+    send(&[
+        "boom-1", "calm-1", "boom-2", "boom-3", "calm-2", "boom-4", "boom-5", "calm-3",
+    ]);
+    let rolled_back = server.wait_for("an automatic rollback", Duration::from_secs(20), || {
+        send(&["calm-2"]);
+        let status = server.status(PIPELINE);
+        match &status["rollout"]["rolled_back"] {
+            Value::Null => Err(status["rollout"].to_string()),
+            reason => Ok(reason.to_string()),
+        }
+    });
+    assert!(
+        rolled_back.to_lowercase().contains("trap"),
+        "the rollback's reason names the traps: {rolled_back}"
+    );
+    server.wait_for("applied_percent = 0 after the rollback", PATIENCE, || {
+        send(&["calm-3"]);
+        let status = server.status(PIPELINE);
+        if status["rollout"]["applied_percent"] == 0 {
+            Ok(())
+        } else {
+            Err(status["rollout"].to_string())
+        }
+    });
+    let status = server.status(PIPELINE);
+    assert!(
+        version_entry(&status, "9.0.0")["traps"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "the candidate's traps are counted: {status}"
+    );
+    let dead = server.wait_for("dead letters of the traps", PATIENCE, || {
+        let dead = server.output(PIPELINE, "dead-letters.jsonl");
+        let trapped = dead
+            .iter()
+            .filter(|d| d["reason"].as_str().is_some_and(|r| r.contains("trapped")))
+            .count();
+        if trapped > 0 {
+            Ok(dead)
+        } else {
+            Err(format!("{dead:?}"))
+        }
+    });
+    assert!(!dead.is_empty());
+
+    // After the rollback, 1.0.0 serves every key: a fresh key's windows are its.
+    let first = ts - ts.rem_euclid(1000) + 1000; // the next window
+    let after: Vec<Ev> = (0..10)
+        .map(|i| ev("after-rollback", first + i * 150, 3))
+        .collect();
+    server.ingest(PIPELINE, &after);
+    server.ingest(PIPELINE, &[far_future(&after)]);
+    let records = server.wait_for(
+        "results of the key sent after the rollback",
+        PATIENCE,
+        || {
+            let records: Vec<Value> = server
+                .results(PIPELINE)
+                .into_iter()
+                .filter(|r| r["key"] == "after-rollback")
+                .collect();
+            let count: i64 = records
+                .iter()
+                .filter_map(|r| r["value"]["count"].as_i64())
+                .sum();
+            if count >= 10 {
+                Ok(records)
+            } else {
+                Err(format!("{records:?}"))
+            }
+        },
+    );
+    for record in &records {
+        assert_eq!(
+            record["operator_version"], "1.0.0",
+            "after the rollback: {record}"
+        );
+    }
+}
+
+#[test]
+fn deleting_a_version_in_use_is_refused() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    server.upload_ok("count-sum", "3.0.0", &count_sum_v2());
+    create_and_start(&server);
+
+    server.expect_error(
+        "deleting the live version",
+        server.delete("/v1/operators/count-sum/1.0.0", Some(ADMIN)),
+        409,
+    );
+    server.expect(
+        "getting the live version",
+        server.get("/v1/operators/count-sum/1.0.0", Some(ADMIN)),
+        200,
+    );
+
+    let rollout = json!({"version": "3.0.0", "percent": 10});
+    server.expect(
+        "rolling out 3.0.0",
+        server.post_json(
+            &format!("/v1/pipelines/{PIPELINE}/rollout"),
+            Some(ADMIN),
+            &rollout,
+        ),
+        200,
+    );
+    server.expect_error(
+        "deleting the candidate version",
+        server.delete("/v1/operators/count-sum/3.0.0", Some(ADMIN)),
+        409,
+    );
+
+    server.expect_error(
+        "deleting with the ingest token",
+        server.delete("/v1/operators/count-sum/2.0.0", Some(INGEST)),
+        403,
+    );
+    let (status, body) = server.delete("/v1/operators/count-sum/2.0.0", Some(ADMIN));
+    assert_eq!(
+        status,
+        204,
+        "deleting an unused version: {body}{}",
+        server.diag()
+    );
+    server.expect_error(
+        "getting the deleted version",
+        server.get("/v1/operators/count-sum/2.0.0", Some(ADMIN)),
+        404,
+    );
+    // 3.0.0 has the same bytes as the deleted 2.0.0: it must not have gone with it.
+    server.expect(
+        "getting 3.0.0",
+        server.get("/v1/operators/count-sum/3.0.0", Some(ADMIN)),
+        200,
+    );
+    let status = server.status(PIPELINE);
+    assert_eq!(status["state"], "running", "{status}");
+}
+
+#[test]
+fn a_restarted_server_resumes_its_pipelines_from_checkpoints() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    create_and_start(&server);
+
+    let events = clicks(600, 9);
+    let (first, second) = events.split_at(300);
+    for chunk in first.chunks(100) {
+        server.ingest(PIPELINE, chunk);
+    }
+    server.wait_for("a checkpoint of the first half", PATIENCE, || {
+        let status = server.status(PIPELINE);
+        if status["last_checkpoint"]["events"] == json!(first.len()) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    });
+    server.kill();
+    drop(server);
+
+    let server = Server::start(dir.path());
+    server.wait_for("the pipeline running again", PATIENCE, || {
+        let status = server.status(PIPELINE);
+        if status["state"] == "running" {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    });
+    for chunk in second.chunks(100) {
+        server.ingest(PIPELINE, chunk);
+    }
+    let mut all = events.clone();
+    all.push(far_future(&events));
+    server.ingest(PIPELINE, &all[events.len()..]);
+    server.wait_for_events_in(PIPELINE, all.len());
+    let expected = live_model(&all);
+    let results = server.wait_for_results(PIPELINE, &expected);
+    assert_same_emissions(&server, &results, &expected);
+    assert_unique_ids(&results);
+}
+
+#[test]
+fn health_metrics_and_openapi_need_no_token() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    let (status, body) = server.get("/healthz", None);
+    assert_eq!(status, 200, "GET /healthz: {body}{}", server.diag());
+
+    // Some activity first, so that there are metrics to show.
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    create_and_start(&server);
+    server.ingest(PIPELINE, &clicks(20, 3));
+    server.wait_for_events_in(PIPELINE, 20);
+    let (status, metrics) = server.get("/metrics", None);
+    assert_eq!(status, 200, "GET /metrics: {metrics}{}", server.diag());
+    assert!(metrics.contains("weir_"), "no weir_ metrics in:\n{metrics}");
+
+    let openapi = server.expect("GET /openapi.json", server.get("/openapi.json", None), 200);
+    assert!(
+        openapi.get("openapi").is_some(),
+        "no `openapi` field: {openapi}"
+    );
+    assert!(
+        openapi["paths"].get("/v1/pipelines").is_some(),
+        "no /v1/pipelines among the paths: {}",
+        openapi["paths"]
+    );
+}

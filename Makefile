@@ -1,7 +1,7 @@
 # One entry point for people and CI. `make demo` on a fresh machine installs the wasm target,
 # builds the example operators and runs the sample pipeline; `make test` runs every test.
 
-EXAMPLES := tumbling-count-sum sliding-average session-summary distinct-count enrich-customers
+EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers
 
 .PHONY: demo test setup components bench ci
 

@@ -3,7 +3,7 @@
 
 EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers
 
-.PHONY: demo test setup components bench ci
+.PHONY: demo test setup components bench ci fuzz-smoke
 
 setup:
 	rustup target add wasm32-wasip2
@@ -18,6 +18,20 @@ demo: components
 
 test: components
 	cargo test --workspace
+	$(MAKE) fuzz-smoke
+
+# A short, bounded cargo-fuzz run of each target (fuzz/README.md has the long run). cargo-fuzz
+# needs a nightly toolchain; without one this says so and skips.
+fuzz-smoke:
+	@if ! rustup toolchain list | grep -q '^nightly'; then \
+		echo "fuzz-smoke: skipped: no nightly toolchain on this machine (cargo-fuzz needs one)"; exit 0; fi; \
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked; \
+	cd fuzz && for target in decode spec; do \
+		mkdir -p target; \
+		cargo +nightly fuzz run $$target -- -max_total_time=20 -max_len=4096 > target/fuzz-$$target.log 2>&1 \
+			|| { tail -n 40 target/fuzz-$$target.log; echo "fuzz-smoke: $$target found a crash"; exit 1; }; \
+		echo "fuzz-smoke: $$target: $$(tail -n 1 target/fuzz-$$target.log)"; \
+	done
 
 bench: components
 	cargo run --release -p weir-host -- bench

@@ -75,6 +75,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         batch_size: options.batch_size,
         checkpoint_interval: None,
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
+        sandbox: crate::spec::SandboxSpec::default(),
     }
 }
 

@@ -72,6 +72,36 @@ pub struct PipelineSpec {
     pub checkpoint_interval: Option<Millis>,
     /// Roughly how much clean state a shard keeps in memory before evicting (redb backend).
     pub memory_budget: usize,
+    /// What operators may use and how much.
+    pub sandbox: SandboxSpec,
+}
+
+/// Limits on operators and what they are allowed beyond computing. See the README's
+/// "Bad input and misbehaving operators" for what each limit protects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// Wall time one operator call may take before it is interrupted.
+    pub call_timeout: Millis,
+    /// Linear memory one operator instance may grow to, in bytes.
+    pub memory: usize,
+    /// Largest output of one call (a window result, or one call's enriched events), in bytes.
+    pub max_output_bytes: usize,
+    /// Operators see the real wall and monotonic clocks (default: frozen at the epoch).
+    pub clock: bool,
+    /// Operators get real entropy (default: a fixed pseudo-random sequence).
+    pub random: bool,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            call_timeout: 1_000,
+            memory: 64 << 20,
+            max_output_bytes: 1 << 20,
+            clock: false,
+            random: false,
+        }
+    }
 }
 
 /// The default checkpoint interval: 1 s.
@@ -234,6 +264,18 @@ struct RawSpec {
     shards: Option<usize>,
     batch_size: Option<usize>,
     checkpoint_interval: Option<RawDuration>,
+    #[serde(default)]
+    sandbox: RawSandbox,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    call_timeout: Option<RawDuration>,
+    memory: Option<RawSize>,
+    max_output_bytes: Option<RawSize>,
+    #[serde(default)]
+    allow: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -597,6 +639,45 @@ impl RawSpec {
                 parse_size(text).map_err(|e| invalid(format!("state.memory_budget: {e}")))?
             }
         };
+        let size = |field: &str, raw: &Option<RawSize>, default: usize| -> Result<usize> {
+            match raw {
+                None => Ok(default),
+                Some(RawSize::Bytes(n)) => Ok(*n as usize),
+                Some(RawSize::Text(text)) => {
+                    parse_size(text).map_err(|e| invalid(format!("sandbox.{field}: {e}")))
+                }
+            }
+        };
+        let defaults = SandboxSpec::default();
+        let mut sandbox = SandboxSpec {
+            call_timeout: match &self.sandbox.call_timeout {
+                Some(raw) => positive("sandbox.call_timeout", Some(raw))?,
+                None => defaults.call_timeout,
+            },
+            memory: size("memory", &self.sandbox.memory, defaults.memory)?,
+            max_output_bytes: size(
+                "max_output_bytes",
+                &self.sandbox.max_output_bytes,
+                defaults.max_output_bytes,
+            )?,
+            ..defaults
+        };
+        if sandbox.memory < 1 << 20 {
+            return Err(invalid(
+                "sandbox.memory must be at least 1MiB: a component needs some memory to start",
+            ));
+        }
+        for grant in &self.sandbox.allow {
+            match grant.as_str() {
+                "clock" => sandbox.clock = true,
+                "random" => sandbox.random = true,
+                other => {
+                    return Err(invalid(format!(
+                        "sandbox.allow: {other:?} is unknown: operators may be allowed \"clock\" and \"random\"; files and network are never granted"
+                    )));
+                }
+            }
+        }
         let batch_size = self.batch_size.unwrap_or(1024);
         if batch_size == 0 {
             return Err(invalid("batch_size must be at least 1"));
@@ -617,6 +698,7 @@ impl RawSpec {
             batch_size,
             checkpoint_interval,
             memory_budget,
+            sandbox,
         })
     }
 }
@@ -684,6 +766,25 @@ mod tests {
         let off = parse(&format!("checkpoint_interval = \"off\"\n{SPEC}")).unwrap();
         assert_eq!(off.checkpoint_interval, None);
         assert!(parse_size("3 parsecs").is_err());
+    }
+
+    #[test]
+    fn parses_the_sandbox() {
+        let text = format!(
+            "{SPEC}\n[sandbox]\ncall_timeout = \"250ms\"\nmemory = \"16MiB\"\nallow = [\"clock\"]\n"
+        );
+        let spec = parse(&text).unwrap();
+        assert_eq!(
+            spec.sandbox,
+            SandboxSpec {
+                call_timeout: 250,
+                memory: 16 << 20,
+                clock: true,
+                ..SandboxSpec::default()
+            }
+        );
+        let err = parse(&format!("{SPEC}\n[sandbox]\nallow = [\"network\"]\n")).unwrap_err();
+        assert!(err.to_string().contains("never granted"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod enrichment;
 mod errors;
 mod examples;
+mod hostile;
 mod properties;
 mod recovery;
 mod reference;

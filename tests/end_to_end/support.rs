@@ -50,6 +50,51 @@ pub fn component(name: &str) -> PathBuf {
     path
 }
 
+/// The hostile test components of `tests/guests` (see each crate's doc line), built once.
+pub fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut command = Command::new(cargo);
+            command.current_dir(workspace()).args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+            ]);
+            for guest in GUESTS {
+                command.args(["-p", &format!("weir-guest-{guest}")]);
+            }
+            let output = command
+                .output()
+                .map_err(|e| format!("cannot run cargo: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "building the test guests failed:\n{}",
+                    String::from_utf8_lossy(&output.stderr)
+                ))
+            }
+        })
+        .as_ref()
+        .expect("test guests build");
+    let path = workspace()
+        .join("target/wasm32-wasip2/release")
+        .join(format!("weir_guest_{}.wasm", name.replace('-', "_")));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+const GUESTS: [&str; 5] = [
+    "trap-on-key",
+    "infinite-loop",
+    "memory-bomb",
+    "huge-output",
+    "bad-import",
+];
+
 const EXAMPLES: [&str; 5] = [
     "tumbling-count-sum",
     "sliding-average",

@@ -127,14 +127,30 @@ pub struct Limits {
     /// Linear memory one instance may grow to (protects the host's memory from one guest).
     /// Default 64 MiB.
     pub memory_bytes: usize,
+    /// Largest output of one call, in bytes (protects sinks and downstream consumers from one
+    /// call's flood). Default 1 MiB.
+    pub max_output_bytes: usize,
+    /// Real clocks instead of clocks frozen at the epoch.
+    pub clock: bool,
+    /// Real entropy instead of a fixed pseudo-random sequence.
+    pub random: bool,
+}
+
+impl From<&crate::spec::SandboxSpec> for Limits {
+    fn from(sandbox: &crate::spec::SandboxSpec) -> Self {
+        Limits {
+            call_timeout: Duration::from_millis(sandbox.call_timeout as u64),
+            memory_bytes: sandbox.memory,
+            max_output_bytes: sandbox.max_output_bytes,
+            clock: sandbox.clock,
+            random: sandbox.random,
+        }
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            call_timeout: Duration::from_secs(1),
-            memory_bytes: 64 << 20,
-        }
+        Limits::from(&crate::spec::SandboxSpec::default())
     }
 }
 
@@ -434,19 +450,29 @@ impl Guest {
         operator: &WasmOperator,
         limits: Limits,
     ) -> wasmtime::Result<(Store<HostData>, Bindings)> {
-        let wasi = WasiCtx::builder()
-            .wall_clock(FrozenClock)
-            .monotonic_clock(FrozenClock)
-            .allow_tcp(false)
+        // No preopened directories, no environment, no arguments, no sockets: WASI is there
+        // only because the guests' standard libraries import it.
+        let mut wasi = WasiCtx::builder();
+        wasi.allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        if !limits.clock {
+            wasi.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
+        }
+        if !limits.random {
+            // A fixed sequence: replays of the same input give the same results.
+            use rand::SeedableRng;
+            wasi.secure_random(rand::rngs::StdRng::seed_from_u64(0))
+                .insecure_random(rand::rngs::StdRng::seed_from_u64(1))
+                .insecure_random_seed(2);
+        }
         let data = HostData {
             table: ResourceTable::new(),
-            wasi,
+            wasi: wasi.build(),
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
                 .instances(16)
+                .trap_on_grow_failure(true)
                 .build(),
         };
         let mut store = Store::new(&operator.engine, data);
@@ -529,14 +555,40 @@ fn deadline_ticks(limits: Limits) -> u64 {
 }
 
 fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
+    let cause = root_cause(error);
+    if cause.contains("forcing trap when growing memory") {
+        return format!(
+            "the instance exceeded its memory limit of {} bytes",
+            limits.memory_bytes
+        );
+    }
     match error.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => format!(
             "the call exceeded its time limit of {} ms and was interrupted",
             limits.call_timeout.as_millis()
         ),
         Some(trap) => trap.to_string(),
-        None => root_cause(error),
+        None => cause,
     }
+}
+
+/// Approximate bytes of a value in output.
+fn value_size(value: &Value) -> usize {
+    match value {
+        Value::Text(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 8,
+    }
+}
+
+fn check_output(size: usize, limits: Limits) -> Result<()> {
+    if size > limits.max_output_bytes {
+        return Err(OperatorError::Rejected(format!(
+            "the output is {size} bytes, more than the limit of {} bytes (sandbox.max_output_bytes)",
+            limits.max_output_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// A per-shard instance of an aggregate component.
@@ -662,10 +714,18 @@ impl AggregateOperator for WasmAggregate {
         let fields = self.guest.call(&mut [scope], |store, b, scopes| {
             aggregate_of(b).call_finish(store, Resource::new_borrow(scopes[0].rep()), window)
         })?;
-        Ok(fields
+        let fields: Fields = fields
             .into_iter()
             .map(|f| (f.name, from_wit(f.value)))
-            .collect())
+            .collect();
+        check_output(
+            fields
+                .iter()
+                .map(|(name, value)| name.len() + value_size(value))
+                .sum(),
+            self.guest.limits,
+        )?;
+        Ok(fields)
     }
 }
 
@@ -694,6 +754,18 @@ impl EnrichOperator for WasmEnrich {
             ),
             Bindings::Aggregate(_) => unreachable!("checked at load: the component is an enricher"),
         })?;
+        let size = output
+            .rows
+            .iter()
+            .flat_map(|row| row.values.iter())
+            .map(|value| match value {
+                wit::Value::Text(s) => s.len(),
+                wit::Value::Bytes(b) => b.len(),
+                _ => 8,
+            })
+            .sum::<usize>()
+            + output.fields.iter().map(String::len).sum::<usize>();
+        check_output(size, self.guest.limits)?;
         let names: Vec<Arc<str>> = output.fields.into_iter().map(Arc::from).collect();
         output
             .rows

@@ -496,7 +496,7 @@ pub fn run_controlled(
         _ => None,
     };
 
-    let limits = Limits::default();
+    let limits = Limits::from(&spec.sandbox);
     let mut workers = Vec::with_capacity(shards);
     for index in 0..shards {
         let mut state: Box<dyn StateBackend> = match &store {

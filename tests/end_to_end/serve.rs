@@ -1484,3 +1484,51 @@ fn health_metrics_and_openapi_need_no_token() {
         openapi["paths"]
     );
 }
+
+/// Malformed specs and requests are refused with a 4xx and a JSON message, and leave nothing
+/// behind.
+#[test]
+fn malformed_specs_and_requests_are_refused_with_clear_errors() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(data.path(), &["--max-upload", "4096"]);
+    let cases: Vec<(&[u8], u16, &str)> = vec![
+        (b"{not json", 400, "not a JSON pipeline spec"),
+        (b"{\"name\": \"x\"}", 400, "missing field"),
+        (br#"{"name": "x", "source": {"type": "http"}, "event": {"key": "k", "timestamp": "t"}, "bogus": 1}"#, 400, "bogus"),
+        (
+            br#"{"name": "x", "source": {"type": "http"}, "event": {"key": "k", "timestamp": "t"}, "window": {"type": "tumbling", "size": "1m"}, "operators": [{"name": "count-sum", "version": "9.9.9", "kind": "aggregate"}]}"#,
+            400,
+            "not in the registry",
+        ),
+        (br#"{"name": "../escape", "source": {"type": "http"}, "event": {"key": "k", "timestamp": "t"}}"#, 400, "must be 1-64 characters"),
+    ];
+    for (body, status, expected) in cases {
+        let message = server.expect_error(
+            "creating a malformed pipeline",
+            server.post("/v1/pipelines", Some(ADMIN), body),
+            status,
+        );
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+    let big = vec![b' '; 10_000];
+    server.expect_error(
+        "an oversized spec",
+        server.post("/v1/pipelines", Some(ADMIN), &big),
+        413,
+    );
+    let (status, body) = server.get("/v1/pipelines", Some(ADMIN));
+    assert_eq!((status, body.trim()), (200, "[]"), "nothing was created");
+    let message = server.expect_error(
+        "a malformed rollout",
+        server.post(
+            "/v1/pipelines/none/rollout",
+            Some(ADMIN),
+            br#"{"version": "2.0.0", "percent": 200}"#,
+        ),
+        400,
+    );
+    assert!(message.contains("between 0 and 100"), "{message}");
+}

@@ -17,8 +17,8 @@ demo: components
 	@head -n 5 target/weir-out/tumbling-count-sum/results.jsonl
 
 test: components
-	cargo test --workspace
 	$(MAKE) fuzz-smoke
+	cargo test --workspace
 
 # A short, bounded cargo-fuzz run of each target (fuzz/README.md has the long run). cargo-fuzz
 # needs a nightly toolchain; without one this says so and skips.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::reference::{Emission, Ev, ModelSpec, WindowKind, run_model};
-use crate::support::{component, emissions, workspace};
+use crate::support::{component, emissions};
 
 const ADMIN: &str = "admin-secret";
 const INGEST: &str = "ingest-secret";
@@ -521,43 +521,6 @@ fn listening_address(line: &str) -> Option<String> {
 // Components, specs and events.
 // ---------------------------------------------------------------------------------------------
 
-/// Builds the components only these tests use (once per test run), like `support::component`.
-fn build_fixtures() {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .current_dir(workspace())
-            .args(["build", "--release", "--target", "wasm32-wasip2"])
-            .args([
-                "-p",
-                "weir-example-count-sum-v2",
-                "-p",
-                "weir-guest-trap-on-key",
-            ])
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "building the serve test components failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
-    });
-    if let Err(e) = built {
-        panic!("{e}");
-    }
-}
-
-fn fixture(file: &str) -> PathBuf {
-    build_fixtures();
-    let path = workspace().join("target/wasm32-wasip2/release").join(file);
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
-
 /// count-sum v1: output `count` and `sum`.
 fn count_sum_v1() -> PathBuf {
     component("tumbling-count-sum")
@@ -565,12 +528,12 @@ fn count_sum_v1() -> PathBuf {
 
 /// count-sum v2: output `count`, `sum` and `avg`, same state as v1.
 fn count_sum_v2() -> PathBuf {
-    fixture("weir_example_count_sum_v2.wasm")
+    component("count-sum-v2")
 }
 
 /// count-sum that traps for keys starting with `boom`.
 fn trap_on_key() -> PathBuf {
-    fixture("weir_guest_trap_on_key.wasm")
+    crate::support::guest("trap-on-key")
 }
 
 /// The test pipeline: count-sum 1.0.0 per `user` over tumbling 1 s windows of `ts`, watermark

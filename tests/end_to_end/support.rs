@@ -95,7 +95,8 @@ const GUESTS: [&str; 5] = [
     "bad-import",
 ];
 
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
+    "count-sum-v2",
     "tumbling-count-sum",
     "sliding-average",
     "session-summary",

@@ -1,6 +1,7 @@
 //! Test fixture: count-sum whose `finish` adds a 64 MiB text field for keys starting with `huge`.
 
-use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
+use weir_guest_count_sum_core as count_sum;
+use weir_sdk::{Aggregate, Events, Output, State, Window};
 
 /// The size of the text field `padding` in the output of `huge…` keys: 64 MiB.
 pub const HUGE_LEN: usize = 64 << 20;
@@ -10,15 +11,15 @@ pub struct HugeOutput;
 
 impl Aggregate for HugeOutput {
     fn add(state: &State, batch: &Events) -> Result<(), String> {
-        add_count_sum(state, batch)
+        count_sum::add(state, batch)
     }
 
     fn merge(target: &State, source: &State) -> Result<(), String> {
-        merge_count_sum(target, source)
+        count_sum::merge(target, source)
     }
 
     fn finish(state: &State, _window: Window) -> Result<Output, String> {
-        let output = finish_count_sum(state);
+        let output = count_sum::finish(state);
         if state.key().starts_with("huge") {
             return Ok(output.with("padding", "x".repeat(HUGE_LEN)));
         }
@@ -28,39 +29,10 @@ impl Aggregate for HugeOutput {
 
 weir_sdk::export_aggregate!(HugeOutput);
 
-// The count-sum behaviour of `examples/tumbling-count-sum`: state `count` (int) and `sum`.
-
-fn add_count_sum(state: &State, batch: &Events) -> Result<(), String> {
-    let mut sum = state.get("sum").unwrap_or(Value::Int(0));
-    for amount in batch.values("amount") {
-        sum = amount
-            .and_then(|amount| sum.plus(amount))
-            .ok_or("event without a numeric `amount` field")?;
-    }
-    state.add_int("count", batch.len() as i64);
-    state.put("sum", sum);
-    Ok(())
-}
-
-fn merge_count_sum(target: &State, source: &State) -> Result<(), String> {
-    let (Some(count), Some(sum)) = (source.get_int("count"), source.get("sum")) else {
-        return Ok(()); // an empty source
-    };
-    let total = target.get("sum").unwrap_or(Value::Int(0)).plus(&sum);
-    target.put("sum", total.ok_or("state `sum` is not a number")?);
-    target.add_int("count", count);
-    Ok(())
-}
-
-fn finish_count_sum(state: &State) -> Output {
-    Output::new()
-        .with("count", state.get_int("count").unwrap_or(0))
-        .with("sum", state.get("sum").unwrap_or(Value::Int(0)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_sdk::Value;
     use weir_sdk::testing::MemoryState;
 
     const WINDOW: Window = Window {

@@ -1,6 +1,7 @@
 //! Test fixture: count-sum whose `add` allocates without bound for keys starting with `bomb`.
 
-use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
+use weir_guest_count_sum_core as count_sum;
+use weir_sdk::{Aggregate, Events, Output, State, Window};
 
 /// Count-sum whose `add`, for `bomb…` keys, keeps allocating and filling 1 MiB blocks until
 /// the host's memory limit (or the 4 GiB of wasm32) makes the allocation fail, which traps.
@@ -16,46 +17,16 @@ impl Aggregate for MemoryBomb {
                 std::hint::black_box(&hoard);
             }
         }
-        add_count_sum(state, batch)
+        count_sum::add(state, batch)
     }
 
     fn merge(target: &State, source: &State) -> Result<(), String> {
-        merge_count_sum(target, source)
+        count_sum::merge(target, source)
     }
 
     fn finish(state: &State, _window: Window) -> Result<Output, String> {
-        Ok(finish_count_sum(state))
+        Ok(count_sum::finish(state))
     }
 }
 
 weir_sdk::export_aggregate!(MemoryBomb);
-
-// The count-sum behaviour of `examples/tumbling-count-sum`: state `count` (int) and `sum`.
-
-fn add_count_sum(state: &State, batch: &Events) -> Result<(), String> {
-    let mut sum = state.get("sum").unwrap_or(Value::Int(0));
-    for amount in batch.values("amount") {
-        sum = amount
-            .and_then(|amount| sum.plus(amount))
-            .ok_or("event without a numeric `amount` field")?;
-    }
-    state.add_int("count", batch.len() as i64);
-    state.put("sum", sum);
-    Ok(())
-}
-
-fn merge_count_sum(target: &State, source: &State) -> Result<(), String> {
-    let (Some(count), Some(sum)) = (source.get_int("count"), source.get("sum")) else {
-        return Ok(()); // an empty source
-    };
-    let total = target.get("sum").unwrap_or(Value::Int(0)).plus(&sum);
-    target.put("sum", total.ok_or("state `sum` is not a number")?);
-    target.add_int("count", count);
-    Ok(())
-}
-
-fn finish_count_sum(state: &State) -> Output {
-    Output::new()
-        .with("count", state.get_int("count").unwrap_or(0))
-        .with("sum", state.get("sum").unwrap_or(Value::Int(0)))
-}

@@ -136,6 +136,15 @@ pub trait Aggregate {
 
     /// Produces the output record of `window` from its state. Must not change the state.
     fn finish(state: &State<'_>, window: Window) -> Result<Output, String>;
+
+    /// Converts state written by another version of this operator (`from_version`, as the
+    /// pipeline names it) before this version first touches it: after a rollout moves the key
+    /// to this version, or when a pipeline restarts with this version. The default does
+    /// nothing, which is right whenever the state layout did not change.
+    fn migrate(state: &State<'_>, from_version: &str) -> Result<(), String> {
+        let _ = (state, from_version);
+        Ok(())
+    }
 }
 
 /// A per-key event transformer: the logic of an `enricher` component.
@@ -186,6 +195,10 @@ impl<T: Aggregate> aggregate::Guest for T {
 
     fn finish(state: &Scope, window: Window) -> Result<Vec<Field>, String> {
         <T as Aggregate>::finish(&State::host(state), window).map(Output::into_fields)
+    }
+
+    fn migrate(state: &Scope, from_version: String) -> Result<(), String> {
+        <T as Aggregate>::migrate(&State::host(state), &from_version)
     }
 }
 

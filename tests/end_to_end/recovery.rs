@@ -405,3 +405,73 @@ fn results_carry_stable_output_ids() {
                 .contains(&format!("/{}r/", r["version"])))
     );
 }
+
+#[test]
+fn a_new_operator_version_migrates_the_state_the_old_one_wrote() {
+    let events = stream(4_000);
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &to_jsonl(&events));
+    let crashed = weir(
+        &pipeline,
+        &[
+            "--fresh",
+            "--checkpoint-interval",
+            "1ms",
+            "--batch-size",
+            "300",
+        ],
+    )
+    .env("WEIR_TEST_CRASH", "after-commit:4")
+    .output()
+    .unwrap();
+    assert!(!crashed.status.success());
+    // Restart with version 2 of the operator: it reads version 1's state (count-sum v2 keeps
+    // the layout; its `migrate` notes where a window came from).
+    let spec = pipeline.dir.path().join("pipeline.toml");
+    let v1 = crate::support::component("tumbling-count-sum")
+        .display()
+        .to_string();
+    let v2 = crate::support::component("count-sum-v2")
+        .display()
+        .to_string();
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace(&v1, &v2)
+        .replace("version = \"1.0.0\"", "version = \"2.0.0\"");
+    std::fs::write(&spec, text).unwrap();
+    let resumed = pipeline.resume(&[]);
+    assert!(resumed.success, "{}", resumed.stderr);
+    assert_eq!(
+        emissions(&resumed.results),
+        run_model(&SPEC, &events).emissions
+    );
+    let migrated: Vec<_> = resumed
+        .results
+        .iter()
+        .filter(|r| r["value"].get("migrated_from").is_some())
+        .collect();
+    assert!(
+        !migrated.is_empty(),
+        "windows open at the checkpoint were migrated"
+    );
+    assert!(
+        migrated
+            .iter()
+            .all(|r| r["value"]["migrated_from"] == "1.0.0" && r["operator_version"] == "2.0.0")
+    );
+    let fresh = resumed
+        .results
+        .iter()
+        .filter(|r| r["operator_version"] == "2.0.0" && r["value"].get("migrated_from").is_none())
+        .count();
+    assert!(
+        fresh > 0,
+        "windows opened after the restart were never v1's and are not migrated"
+    );
+    assert!(
+        resumed
+            .results
+            .iter()
+            .filter(|r| r["operator_version"] == "1.0.0")
+            .all(|r| r["value"].get("migrated_from").is_none())
+    );
+}

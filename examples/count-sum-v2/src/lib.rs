@@ -8,7 +8,9 @@
 //! is that of `examples/tumbling-count-sum` (v1): `count` (int) and `sum` (an int while every
 //! `amount` was an int, a float once any was a float), so v2 takes over windows v1 started,
 //! and v1 those v2 started. Each window's output has v1's `count` and `sum`, and `avg`
-//! (float, `sum / count`; 0.0 for an empty window).
+//! (float, `sum / count`; 0.0 for an empty window). The layout is unchanged, so `migrate` has
+//! nothing to convert; it only notes which version it took the window over from, and the
+//! output says so in `migrated_from`.
 
 use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
 
@@ -47,10 +49,19 @@ impl Aggregate for CountSumV2 {
             Some(sum) if count != 0 => sum / count as f64,
             _ => 0.0,
         };
-        Ok(Output::new()
+        let output = Output::new()
             .with("count", count)
             .with("sum", sum)
-            .with("avg", avg))
+            .with("avg", avg);
+        Ok(match state.get_text("migrated_from") {
+            Some(from) => output.with("migrated_from", from),
+            None => output,
+        })
+    }
+
+    fn migrate(state: &State, from_version: &str) -> Result<(), String> {
+        state.put("migrated_from", from_version);
+        Ok(())
     }
 }
 

@@ -61,6 +61,10 @@ pub trait AggregateOperator: Send {
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()>;
     /// Produces the window's output record from its state.
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields>;
+    /// Converts state another version (`from_version`) wrote, before this one touches it.
+    fn migrate(&mut self, _scope: &mut Scope, _from_version: &str) -> Result<()> {
+        Ok(())
+    }
     /// The version that serves `key`, when several may (rollouts).
     fn version_for(&self, _key: &str) -> Option<Arc<str>> {
         None

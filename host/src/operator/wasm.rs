@@ -706,6 +706,12 @@ impl AggregateOperator for WasmAggregate {
         })
     }
 
+    fn migrate(&mut self, scope: &mut Scope, from_version: &str) -> Result<()> {
+        self.guest.call(&mut [scope], |store, b, scopes| {
+            aggregate_of(b).call_migrate(store, Resource::new_borrow(scopes[0].rep()), from_version)
+        })
+    }
+
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
         let window = wit::Window {
             start: window.start,

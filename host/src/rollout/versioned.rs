@@ -43,6 +43,25 @@ impl Slot {
         }
         outcome
     }
+
+    /// Lets this version convert a scope another version wrote, before touching it.
+    fn adopt(&mut self, scope: &mut Scope) -> Result<()> {
+        if let Some(from) = scope.state.written_by.clone()
+            && from != *self.version
+        {
+            let outcome = self.operator.migrate(scope, &from);
+            self.count(0, outcome)?;
+            scope.state.written_by = Some(self.version.to_string());
+        }
+        Ok(())
+    }
+
+    /// Records that this version wrote the scope.
+    fn mark(&self, scope: &mut Scope) {
+        if scope.state.written_by.as_deref() != Some(&*self.version) {
+            scope.state.written_by = Some(self.version.to_string());
+        }
+    }
 }
 
 /// The aggregate of one shard during (or outside) a rollout.
@@ -135,8 +154,10 @@ fn in_shadow<T>(scope: &mut Scope, f: impl FnOnce(&mut Scope) -> T) -> T {
 impl AggregateOperator for VersionedAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         let slot = self.slot(&scope.key);
+        slot.adopt(scope)?;
         let outcome = slot.operator.add(scope, events);
         slot.count(events.len(), outcome)?;
+        slot.mark(scope);
         if let Some(shadow) = self.shadow() {
             // The shadow's failures are counted and never reach the live results.
             let _ = in_shadow(scope, |copy| {
@@ -149,8 +170,11 @@ impl AggregateOperator for VersionedAggregate {
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
         let slot = self.slot(&target.key);
+        slot.adopt(target)?;
+        slot.adopt(source)?;
         let outcome = slot.operator.merge(target, source);
         slot.count(0, outcome)?;
+        slot.mark(target);
         if let Some(shadow) = self.shadow() {
             let mut source_copy = Scope {
                 key: source.key.clone(),
@@ -166,6 +190,7 @@ impl AggregateOperator for VersionedAggregate {
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
         let slot = self.slot(&scope.key);
+        slot.adopt(scope)?;
         let outcome = slot.operator.finish(scope, window);
         let output = slot.count(0, outcome)?;
         let log = self.shadow_log.clone();

@@ -20,6 +20,10 @@ pub struct ScopeState {
     /// visible to operators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event: Option<i64>,
+    /// The operator version that last wrote the scope, kept by the host so that another
+    /// version migrates it before touching it (not visible to operators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
     /// The shadow candidate's copy of this scope during a shadow rollout (not visible to
     /// operators).
     #[serde(default, skip_serializing_if = "Option::is_none")]

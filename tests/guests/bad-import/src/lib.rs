@@ -56,6 +56,10 @@ impl Guest for BadImport {
             value: count,
         }])
     }
+
+    fn migrate(_state: &Scope, _from_version: String) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 #[allow(unsafe_code)] // for the ABI glue `export!` generates

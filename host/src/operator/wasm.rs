@@ -186,6 +186,10 @@ impl WasmRuntime {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
+        // Traps are reported by their cause; a symbolised backtrace per trap would cost far
+        // more than the trap itself when a guest traps on every event of some keys.
+        config.wasm_backtrace_max_frames(None);
+        config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

@@ -632,31 +632,29 @@ impl RawSpec {
             Some(RawDuration::Text(off)) if off == "off" => None,
             Some(raw) => Some(positive("checkpoint_interval", Some(raw))?),
         };
-        let memory_budget = match &self.state.memory_budget {
-            None => DEFAULT_MEMORY_BUDGET,
-            Some(RawSize::Bytes(n)) => *n as usize,
-            Some(RawSize::Text(text)) => {
-                parse_size(text).map_err(|e| invalid(format!("state.memory_budget: {e}")))?
-            }
-        };
         let size = |field: &str, raw: &Option<RawSize>, default: usize| -> Result<usize> {
             match raw {
                 None => Ok(default),
                 Some(RawSize::Bytes(n)) => Ok(*n as usize),
                 Some(RawSize::Text(text)) => {
-                    parse_size(text).map_err(|e| invalid(format!("sandbox.{field}: {e}")))
+                    parse_size(text).map_err(|e| invalid(format!("{field}: {e}")))
                 }
             }
         };
+        let memory_budget = size(
+            "state.memory_budget",
+            &self.state.memory_budget,
+            DEFAULT_MEMORY_BUDGET,
+        )?;
         let defaults = SandboxSpec::default();
         let mut sandbox = SandboxSpec {
             call_timeout: match &self.sandbox.call_timeout {
                 Some(raw) => positive("sandbox.call_timeout", Some(raw))?,
                 None => defaults.call_timeout,
             },
-            memory: size("memory", &self.sandbox.memory, defaults.memory)?,
+            memory: size("sandbox.memory", &self.sandbox.memory, defaults.memory)?,
             max_output_bytes: size(
-                "max_output_bytes",
+                "sandbox.max_output_bytes",
                 &self.sandbox.max_output_bytes,
                 defaults.max_output_bytes,
             )?,

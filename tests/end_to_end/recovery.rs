@@ -57,6 +57,25 @@ fn weir(pipeline: &Pipeline, args: &[&str]) -> Command {
     command
 }
 
+/// Runs from the beginning, checkpointing every millisecond, and aborts the process right
+/// after checkpoint `id` commits: a data directory left mid-run.
+fn crash_after_checkpoint(pipeline: &Pipeline, id: u64, batch_size: &str) {
+    let crashed = weir(
+        pipeline,
+        &[
+            "--fresh",
+            "--checkpoint-interval",
+            "1ms",
+            "--batch-size",
+            batch_size,
+        ],
+    )
+    .env("WEIR_TEST_CRASH", format!("after-commit:{id}"))
+    .output()
+    .unwrap();
+    assert!(!crashed.status.success(), "the crash hook did not fire");
+}
+
 /// An uninterrupted run's output and how long it took.
 fn uninterrupted(events: &str) -> ([Vec<u8>; 3], Duration) {
     let pipeline = Pipeline::new(&count_sum_body(&SPEC), events);
@@ -225,20 +244,7 @@ fn damaged(pipeline: &Pipeline, expected: &str) {
 fn damaged_data_directories_are_refused_not_taken_for_empty() {
     let input = to_jsonl(&stream(3_000));
     let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
-    let crashed = weir(
-        &pipeline,
-        &[
-            "--fresh",
-            "--checkpoint-interval",
-            "1ms",
-            "--batch-size",
-            "200",
-        ],
-    )
-    .env("WEIR_TEST_CRASH", "after-commit:4")
-    .output()
-    .unwrap();
-    assert!(!crashed.status.success());
+    crash_after_checkpoint(&pipeline, 4, "200");
     let data = pipeline.dir.path().join("data");
     let state = data.join("state.redb");
     let good = std::fs::read(&state).unwrap();
@@ -277,20 +283,7 @@ fn savepoints_restore_an_earlier_state_even_with_a_new_operator_version() {
     let input = to_jsonl(&events);
     let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
     let spec = pipeline.dir.path().join("pipeline.toml");
-    let crashed = weir(
-        &pipeline,
-        &[
-            "--fresh",
-            "--checkpoint-interval",
-            "1ms",
-            "--batch-size",
-            "300",
-        ],
-    )
-    .env("WEIR_TEST_CRASH", "after-commit:5")
-    .output()
-    .unwrap();
-    assert!(!crashed.status.success());
+    crash_after_checkpoint(&pipeline, 5, "300");
     let cli = |args: &[&str]| {
         let output = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
@@ -410,20 +403,7 @@ fn results_carry_stable_output_ids() {
 fn a_new_operator_version_migrates_the_state_the_old_one_wrote() {
     let events = stream(4_000);
     let pipeline = Pipeline::new(&count_sum_body(&SPEC), &to_jsonl(&events));
-    let crashed = weir(
-        &pipeline,
-        &[
-            "--fresh",
-            "--checkpoint-interval",
-            "1ms",
-            "--batch-size",
-            "300",
-        ],
-    )
-    .env("WEIR_TEST_CRASH", "after-commit:4")
-    .output()
-    .unwrap();
-    assert!(!crashed.status.success());
+    crash_after_checkpoint(&pipeline, 4, "300");
     // Restart with version 2 of the operator: it reads version 1's state (count-sum v2 keeps
     // the layout; its `migrate` notes where a window came from).
     let spec = pipeline.dir.path().join("pipeline.toml");

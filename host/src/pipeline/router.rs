@@ -110,11 +110,6 @@ impl Router<'_> {
                 seq += 1;
             }
             batch.records += usize::from(!tick);
-            self.control.stats.events_in.store(seq, Ordering::Relaxed);
-            self.control
-                .stats
-                .watermark
-                .store(watermark.current(), Ordering::Relaxed);
             // An idle pipeline takes no checkpoints: nothing would change.
             let due = self.checkpoint_interval.is_some_and(|interval| {
                 (tick || batch.records.is_multiple_of(64))
@@ -130,6 +125,12 @@ impl Router<'_> {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
+                // Live figures move per batch, not per event.
+                self.control.stats.events_in.store(seq, Ordering::Relaxed);
+                self.control
+                    .stats
+                    .watermark
+                    .store(watermark.current(), Ordering::Relaxed);
             }
             if due {
                 let position = self.position(&*source, seq, watermark.current(), false);

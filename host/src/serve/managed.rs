@@ -203,6 +203,15 @@ impl std::fmt::Debug for Managed {
     }
 }
 
+/// Waits for a pipeline thread and says why it failed, if it did.
+fn failure(thread: JoinHandle<Result<Summary, PipelineError>>) -> Option<String> {
+    match thread.join() {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("the pipeline thread panicked".into()),
+    }
+}
+
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     let partial = path.with_extension("json.partial");
     std::fs::write(
@@ -419,11 +428,7 @@ impl Managed {
             && running.thread.as_ref().is_some_and(|t| t.is_finished())
             && let Some(thread) = running.thread.take()
         {
-            self.failure = match thread.join() {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(e.to_string()),
-                Err(_) => Some("the pipeline thread panicked".into()),
-            };
+            self.failure = failure(thread);
             self.last = self.running.take().map(|r| r.control);
         }
     }
@@ -435,11 +440,7 @@ impl Managed {
             running.control.stop();
             self.last = Some(running.control.clone());
             if let Some(thread) = running.thread.take() {
-                self.failure = match thread.join() {
-                    Ok(Ok(_)) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some("the pipeline thread panicked".into()),
-                };
+                self.failure = failure(thread);
             }
         }
     }

@@ -536,7 +536,8 @@ impl WindowEngine {
             self.due
                 .remove(&(live.window.end, live.window.start, live.key.clone(), id));
         }
-        self.dirty.retain(|other| *other != id);
+        // A closed window's id may stay in `dirty`: `flush_pending` skips ids that are gone,
+        // and ids are never reused.
         self.touched.remove(&id);
         self.closed.push((live.key.clone(), live.window));
         live

@@ -53,6 +53,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         }),
         key_field: "key".into(),
         timestamp_field: "ts".into(),
+        max_ahead: crate::spec::DEFAULT_MAX_AHEAD,
         watermark_bound: 2_000,
         window: Some(WindowSpec::Tumbling { size: 60_000 }),
         allowed_lateness: 0,

@@ -25,6 +25,8 @@ pub mod bench;
 pub mod checkpoint;
 pub mod emit;
 pub mod event;
+pub mod fsutil;
+pub mod names;
 pub mod operator;
 pub mod pipeline;
 pub mod rollout;

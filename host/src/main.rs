@@ -52,8 +52,33 @@ enum Command {
         #[arg(long)]
         tokens: Option<PathBuf>,
         /// Largest request body (uploads, ingest), in bytes.
-        #[arg(long, default_value_t = weir::serve::DEFAULT_MAX_UPLOAD)]
+        #[arg(long, default_value_t = weir::api::DEFAULT_MAX_UPLOAD)]
         max_upload: usize,
+        /// Serve /metrics without a token on this address too (keep it private). On the main
+        /// address /metrics needs a metrics or admin token.
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// The most connections open at once; more wait until one closes.
+        #[arg(long, default_value_t = 4_096)]
+        max_connections: usize,
+        /// Close a connection silent (nothing read or written) for this long, e.g. 60s.
+        #[arg(long, default_value = "60s")]
+        idle_timeout: String,
+        /// Under pressure (three quarters of --max-connections open), the shorter silence allowed.
+        #[arg(long, default_value = "2s")]
+        pressure_timeout: String,
+        /// How long a stop request waits for a busy pipeline before answering 202 (stopping).
+        #[arg(long, default_value = "10s")]
+        stop_wait: String,
+        /// /healthz reports a running pipeline silent this long as not responding (503).
+        #[arg(long, default_value = "30s")]
+        stall_after: String,
+        /// On SIGTERM, how long to wait for the pipelines' final checkpoints before exiting.
+        #[arg(long, default_value = "30s")]
+        shutdown_timeout: String,
+        /// The most pipelines the server holds.
+        #[arg(long, default_value_t = 10_000)]
+        max_pipelines: usize,
     },
     /// Show the state in a data directory (offline, read-only), as JSON lines.
     State {
@@ -115,6 +140,14 @@ enum SavepointAction {
         /// The savepoint's name.
         name: String,
     },
+}
+
+/// A duration option (`250ms`, `10s`, `2m`).
+fn duration(option: &str, text: &str) -> anyhow::Result<std::time::Duration> {
+    let ms = weir::time::parse_duration(text)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| option.to_owned())?;
+    Ok(std::time::Duration::from_millis(ms as u64))
 }
 
 /// The data directory named by a spec file or given directly.
@@ -216,11 +249,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let mut pipeline = weir::PipelineSpec::load(&spec)?;
             if let Some(shards) = shards {
-                anyhow::ensure!(shards > 0, "--shards must be at least 1");
+                anyhow::ensure!(
+                    (1..=weir::spec::MAX_SHARDS).contains(&shards),
+                    "--shards must be 1 to {}",
+                    weir::spec::MAX_SHARDS
+                );
                 pipeline.shards = Some(shards);
             }
             if let Some(batch_size) = batch_size {
-                anyhow::ensure!(batch_size > 0, "--batch-size must be at least 1");
+                anyhow::ensure!(
+                    (1..=weir::spec::MAX_BATCH_SIZE).contains(&batch_size),
+                    "--batch-size must be 1 to {}",
+                    weir::spec::MAX_BATCH_SIZE
+                );
                 pipeline.batch_size = batch_size;
             }
             if let Some(interval) = checkpoint_interval {
@@ -267,22 +308,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             tokens,
             max_upload,
+            metrics_listen,
+            max_connections,
+            idle_timeout,
+            pressure_timeout,
+            stop_wait,
+            stall_after,
+            shutdown_timeout,
+            max_pipelines,
         } => {
             let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
             anyhow::ensure!(
                 !tokens.is_empty(),
                 "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
             );
-            let options = weir::serve::ServeOptions {
+            anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
+            let options = weir::api::ServeOptions {
                 data,
                 listen,
+                metrics_listen,
                 tokens,
                 max_upload,
+                connections: weir::api::ConnectionLimits {
+                    max_connections,
+                    idle_timeout: duration("--idle-timeout", &idle_timeout)?,
+                    pressure_timeout: duration("--pressure-timeout", &pressure_timeout)?,
+                },
+                pipelines: weir::serve::PipelineLimits {
+                    stop_wait: duration("--stop-wait", &stop_wait)?,
+                    stall_after: duration("--stall-after", &stall_after)?,
+                    max_pipelines,
+                },
+                shutdown_timeout: duration("--shutdown-timeout", &shutdown_timeout)?,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(weir::serve::serve(options))?;
+            runtime.block_on(weir::api::serve(options))?;
             Ok(())
         }
         Command::State { target, key } => {

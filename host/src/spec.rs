@@ -2,7 +2,7 @@
 //! checked into a [`PipelineSpec`] with durations in milliseconds and paths resolved against the
 //! spec's directory. Every mistake is reported with the field it concerns and what to write.
 //!
-//! Depends on `time` only.
+//! Depends on `time` and `names` only.
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +51,9 @@ pub struct PipelineSpec {
     pub timestamp_field: String,
     /// The watermark's bound on out-of-orderness.
     pub watermark_bound: Millis,
+    /// How far an event may be ahead of the wall clock at which it was accepted (sources that
+    /// record it: HTTP ingest); beyond it the event is a dead letter, not a watermark jump.
+    pub max_ahead: Millis,
     /// The windows, when the pipeline aggregates.
     pub window: Option<WindowSpec>,
     /// How long after a window's end late events still update it.
@@ -106,6 +109,8 @@ impl Default for SandboxSpec {
 
 /// The default checkpoint interval: 1 s.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
+/// The default bound on how far ahead of the wall clock an ingested event may be: one day.
+pub const DEFAULT_MAX_AHEAD: Millis = 86_400_000;
 /// The default memory budget per shard: 256 MiB.
 pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 
@@ -199,6 +204,13 @@ pub enum OperatorCode {
     Native(String),
     /// The version `name@version` of `weir serve`'s operator registry.
     Registry,
+    /// A component the registry stored, checked against its digest before it is loaded.
+    Stored {
+        /// The stored file.
+        path: PathBuf,
+        /// `sha256:<hex>`, recorded at upload.
+        digest: String,
+    },
 }
 
 /// Reference data for an enrichment operator: a JSON Lines file whose rows are loaded into the
@@ -298,6 +310,7 @@ struct RawEvent {
 #[serde(deny_unknown_fields)]
 struct RawWatermark {
     bound: Option<RawDuration>,
+    max_ahead: Option<RawDuration>,
 }
 
 /// A duration: integer milliseconds or text with a unit.
@@ -426,7 +439,29 @@ impl PipelineSpec {
         };
         raw.check(base)
     }
+
+    /// Parses a JSON spec sent to `weir serve` for a pipeline living in `dir`. Such a spec names
+    /// only what the server provides: events over HTTP, operators from the registry (by name and
+    /// version) or built in, and sinks inside `dir`. File paths, standard streams and state
+    /// directories are refused with the reason; `weir run`, a local command, keeps them.
+    pub fn parse_served(text: &str, dir: &Path) -> Result<PipelineSpec> {
+        let raw: RawSpec = serde_json::from_str(text).map_err(|e| SpecError::Syntax {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        raw.check_served(dir)?;
+        raw.check(dir)
+    }
 }
+
+/// The most shards a pipeline may have.
+pub const MAX_SHARDS: usize = 256;
+/// The most windows one event may fall into (sliding windows: `size / slide`).
+pub const MAX_WINDOWS_PER_EVENT: i64 = 1_000;
+/// The largest batch.
+pub const MAX_BATCH_SIZE: usize = 1 << 20;
+/// The most memory one operator instance may be given.
+pub const MAX_SANDBOX_MEMORY: usize = 4 << 30;
 
 fn invalid(message: impl Into<String>) -> SpecError {
     SpecError::Invalid(message.into())
@@ -465,22 +500,58 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
     })
 }
 
-fn ident_ok(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-}
-
 impl RawSpec {
-    fn check(self, base: &Path) -> Result<PipelineSpec> {
-        if !ident_ok(&self.name) {
-            return Err(invalid(format!(
-                "name {:?} must be 1-64 characters of letters, digits, '-', '_' or '.'",
-                self.name
-            )));
+    /// What a served spec may not name (see [`PipelineSpec::parse_served`]).
+    fn check_served(&self, dir: &Path) -> Result<()> {
+        if !matches!(self.source, RawSource::Http) {
+            return Err(invalid(
+                "source: a pipeline of weir serve reads the events sent to it over HTTP: use \
+                 {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
+            ));
         }
+        for (i, op) in self.operators.iter().enumerate() {
+            if op.module.is_some() {
+                return Err(invalid(format!(
+                    "operators[{i}]: `module` names a file; on weir serve name an uploaded \
+                     operator by `name` and `version` (POST /v1/operators/{{name}}/{{version}})"
+                )));
+            }
+            if op.reference.is_some() {
+                return Err(invalid(format!(
+                    "operators[{i}]: `reference` names a file; reference files are for `weir run`"
+                )));
+            }
+        }
+        if self.state.dir.is_some() {
+            return Err(invalid(
+                "state.dir: a served pipeline keeps its state in its own directory; leave it out",
+            ));
+        }
+        let sinks = [
+            ("sinks.results", &self.sinks.results),
+            ("sinks.late", &self.sinks.late),
+            ("sinks.dead_letters", &self.sinks.dead_letters),
+        ];
+        for (field, sink) in sinks {
+            match sink.as_deref() {
+                None | Some("discard") => {}
+                Some("stdout" | "stderr" | "-") => {
+                    return Err(invalid(format!(
+                        "{field}: the server's standard streams are not a sink; name a file in \
+                         the pipeline's directory (\"out/results.jsonl\") or \"discard\""
+                    )));
+                }
+                Some(path) => {
+                    crate::names::join_relative(field, dir, path, "the pipeline's directory")
+                        .map_err(|e| invalid(e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check(self, base: &Path) -> Result<PipelineSpec> {
+        crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
         let source = match self.source {
             RawSource::File { path } => SourceSpec::File(base.join(path)),
             RawSource::Stdin => SourceSpec::Stdin,
@@ -495,6 +566,10 @@ impl RawSpec {
         let watermark_bound = match &self.watermark.bound {
             Some(raw) => duration("watermark.bound", raw)?,
             None => 0,
+        };
+        let max_ahead = match &self.watermark.max_ahead {
+            Some(raw) => positive("watermark.max_ahead", Some(raw))?,
+            None => DEFAULT_MAX_AHEAD,
         };
         let (window, allowed_lateness) = match self.window {
             None => (None, 0),
@@ -516,6 +591,14 @@ impl RawSpec {
                                  events between windows would belong to none"
                             )));
                         }
+                        if size / slide > MAX_WINDOWS_PER_EVENT {
+                            return Err(invalid(format!(
+                                "window: size {size} ms over slide {slide} ms puts every event \
+                                 into {} windows; the limit is {MAX_WINDOWS_PER_EVENT} \
+                                 (make the slide at least size / {MAX_WINDOWS_PER_EVENT})",
+                                size / slide
+                            )));
+                        }
                         WindowSpec::Sliding { size, slide }
                     }
                     "session" => WindowSpec::Session {
@@ -534,11 +617,9 @@ impl RawSpec {
         let mut aggregate = None;
         for (i, op) in self.operators.into_iter().enumerate() {
             let at = format!("operators[{i}] ({:?})", op.name);
-            if !ident_ok(&op.name) {
-                return Err(invalid(format!(
-                    "{at}: name must be 1-64 letters, digits, '-', '_' or '.'"
-                )));
-            }
+            crate::names::check("operator name", &op.name)
+                .and_then(|()| crate::names::check("operator version", &op.version))
+                .map_err(|e| invalid(format!("{at}: {e}")))?;
             let code = match (op.module, op.native) {
                 (Some(module), None) => OperatorCode::Component(base.join(module)),
                 (None, Some(native)) => OperatorCode::Native(native),
@@ -624,8 +705,12 @@ impl RawSpec {
             late: sink("late", self.sinks.late, Sink::Stderr, base)?,
             dead_letters: sink("dead_letters", self.sinks.dead_letters, Sink::Stderr, base)?,
         };
-        if self.shards == Some(0) {
-            return Err(invalid("shards must be at least 1"));
+        if let Some(shards) = self.shards
+            && !(1..=MAX_SHARDS).contains(&shards)
+        {
+            return Err(invalid(format!(
+                "shards = {shards}: a pipeline has 1 to {MAX_SHARDS} shards"
+            )));
         }
         let checkpoint_interval = match &self.checkpoint_interval {
             None => Some(DEFAULT_CHECKPOINT_INTERVAL),
@@ -660,6 +745,12 @@ impl RawSpec {
             )?,
             ..defaults
         };
+        if sandbox.memory > MAX_SANDBOX_MEMORY {
+            return Err(invalid(format!(
+                "sandbox.memory must be at most {} GiB",
+                MAX_SANDBOX_MEMORY >> 30
+            )));
+        }
         if sandbox.memory < 1 << 20 {
             return Err(invalid(
                 "sandbox.memory must be at least 1MiB: a component needs some memory to start",
@@ -677,8 +768,10 @@ impl RawSpec {
             }
         }
         let batch_size = self.batch_size.unwrap_or(1024);
-        if batch_size == 0 {
-            return Err(invalid("batch_size must be at least 1"));
+        if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
+            return Err(invalid(format!(
+                "batch_size = {batch_size}: use 1 to {MAX_BATCH_SIZE} events"
+            )));
         }
         Ok(PipelineSpec {
             name: self.name,
@@ -686,6 +779,7 @@ impl RawSpec {
             key_field: self.event.key,
             timestamp_field: self.event.timestamp,
             watermark_bound,
+            max_ahead,
             window,
             allowed_lateness,
             enrichers,

@@ -14,6 +14,14 @@ pub const PLUS_INFINITY: Millis = Millis::MAX;
 /// arithmetic (`end + lateness`) cannot overflow.
 pub const MAX_TIMESTAMP: Millis = 8_640_000_000_000_000;
 
+/// The wall clock, in ms since the Unix epoch (0 for a clock set before 1970): the one helper
+/// for processing time.
+pub fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Parses an event timestamp: integer milliseconds since the epoch, or RFC 3339 text.
 pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
     let ms = match json {
@@ -34,7 +42,13 @@ pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
             ));
         }
     };
-    if ms.abs() > MAX_TIMESTAMP {
+    check_timestamp(ms)
+}
+
+/// Checks that a timestamp is within `±MAX_TIMESTAMP`, the one range check every event time
+/// passes (decoded or produced by an operator).
+pub fn check_timestamp(ms: Millis) -> Result<Millis, String> {
+    if ms.unsigned_abs() > MAX_TIMESTAMP.unsigned_abs() {
         return Err(format!(
             "timestamp {ms} is out of range (|ms| <= {MAX_TIMESTAMP})"
         ));
@@ -83,6 +97,9 @@ mod tests {
         assert!(parse_timestamp(&json!(1.5)).is_err());
         assert!(parse_timestamp(&json!("yesterday")).is_err());
         assert!(parse_timestamp(&json!(i64::MAX)).is_err());
+        assert!(parse_timestamp(&json!(i64::MIN)).is_err());
+        assert!(parse_timestamp(&json!(-MAX_TIMESTAMP - 1)).is_err());
+        assert_eq!(parse_timestamp(&json!(-MAX_TIMESTAMP)), Ok(-MAX_TIMESTAMP));
     }
 
     #[test]

@@ -57,3 +57,18 @@ impl IntoResponse for ApiError {
             .into_response()
     }
 }
+
+impl From<crate::serve::RequestError> for ApiError {
+    /// The one place where the domain's errors become statuses.
+    fn from(error: crate::serve::RequestError) -> Self {
+        use crate::serve::RequestError as E;
+        match error {
+            E::Invalid(message) => ApiError::bad_request(message),
+            E::NotFound(message) => ApiError::not_found(message),
+            E::Conflict(message) => ApiError::conflict(message),
+            E::TooLarge(message) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message),
+            E::DiskFull(message) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message),
+            E::Internal(details) => ApiError::internal(details),
+        }
+    }
+}

@@ -1,59 +1,118 @@
-//! The HTTP API of `weir serve` (axum): routes, auth, errors. See `docs/api.md`.
+//! The HTTP API of `weir serve` (axum): routes, auth, request and response shapes, statuses,
+//! the listener and the process's signals. See `docs/api.md`. The domain is `serve`.
 //!
-//! Auth runs as middleware before any body is read, so an unauthenticated or unauthorised
-//! request is refused with 401 or 403 whatever it carries, and changes nothing.
+//! Auth runs as middleware before any body is read, deciding from the route table (`routes`)
+//! by the matched route, so an unauthenticated or unauthorised request is refused with 401 or
+//! 403 whatever it carries, and changes nothing.
 
 mod error;
+mod listener;
 mod openapi;
 mod operators;
 mod pipelines;
+pub mod routes;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
+use tracing::{info, warn};
 
 pub use error::ApiError;
+pub use listener::{ConnectionLimits, GuardedListener};
+pub use openapi::build as openapi_document;
 
-use crate::serve::{Scope, Server};
+use crate::serve::{PipelineLimits, ServeError, Server, Tokens, Verdict};
+use routes::Access;
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The data directory.
+    pub data: PathBuf,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Where to serve `/metrics` without a token, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Who may call the API.
+    pub tokens: Tokens,
+    /// The largest request body (uploads, ingest), in bytes.
+    pub max_upload: usize,
+    /// Connection limits.
+    pub connections: ConnectionLimits,
+    /// How pipelines are treated.
+    pub pipelines: PipelineLimits,
+    /// How long a shutdown waits for the pipelines' final checkpoints.
+    pub shutdown_timeout: Duration,
+}
+
+/// The default request body limit: 32 MiB.
+pub const DEFAULT_MAX_UPLOAD: usize = 32 << 20;
 
 /// The API's router over a server.
 pub fn router(server: Arc<Server>) -> Router {
-    let v1 = Router::new()
-        .route("/operators", get(operators::list))
+    let routes = Router::new()
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::document))
+        .route("/v1/operators", get(operators::list))
         .route(
-            "/operators/{name}/{version}",
+            "/v1/operators/{name}/{version}",
             post(operators::upload)
                 .get(operators::get)
                 .delete(operators::delete),
         )
-        .route("/pipelines", get(pipelines::list).post(pipelines::create))
         .route(
-            "/pipelines/{name}",
+            "/v1/pipelines",
+            get(pipelines::list).post(pipelines::create),
+        )
+        .route(
+            "/v1/pipelines/{name}",
             get(pipelines::status).delete(pipelines::delete),
         )
-        .route("/pipelines/{name}/start", post(pipelines::start))
-        .route("/pipelines/{name}/stop", post(pipelines::stop))
-        .route("/pipelines/{name}/events", post(pipelines::ingest))
-        .route("/pipelines/{name}/results", get(pipelines::results))
-        .route("/pipelines/{name}/rollout", post(pipelines::rollout))
-        .route("/pipelines/{name}/rollback", post(pipelines::rollback))
+        .route("/v1/pipelines/{name}/start", post(pipelines::start))
+        .route("/v1/pipelines/{name}/stop", post(pipelines::stop))
+        .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
+        .route("/v1/pipelines/{name}/results", get(pipelines::results))
+        .route("/v1/pipelines/{name}/rollout", post(pipelines::rollout))
+        .route("/v1/pipelines/{name}/rollback", post(pipelines::rollback))
+        .route("/v1/pipelines/{name}/promote", post(pipelines::promote))
         .route_layer(middleware::from_fn_with_state(server.clone(), authorize));
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi::document))
-        .nest("/v1", v1)
+    routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })
         .layer(middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::max(server.max_upload))
         .layer(TraceLayer::new_for_http())
         .with_state(server)
+}
+
+/// `/metrics` alone, without a token, for `--metrics-listen`.
+fn metrics_router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(server)
+}
+
+async fn health(State(server): State<Arc<Server>>) -> Response {
+    let health = tokio::task::spawn_blocking(move || server.health()).await;
+    match health {
+        Ok(health) => {
+            let status = match health.status {
+                "ok" => StatusCode::OK,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            (status, axum::Json(health)).into_response()
+        }
+        Err(e) => ApiError::internal(e).into_response(),
+    }
 }
 
 async fn metrics(State(server): State<Arc<Server>>) -> Response {
@@ -64,40 +123,52 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
         .into_response()
 }
 
-/// Which scope a request needs: sending events needs `ingest`; everything else `admin`.
-fn needed(method: &Method, path: &str) -> Scope {
-    if method == Method::POST && path.ends_with("/events") {
-        Scope::Ingest
-    } else {
-        Scope::Admin
-    }
+/// The token of an `Authorization` header: the scheme `Bearer` in any case, one space, the
+/// token (RFC 9110).
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
 }
 
 async fn authorize(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
-    let token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(token) = token else {
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    // Deny by default: a route missing from the table is refused, never let through.
+    let Some(route) = template.and_then(|path| routes::find(request.method(), &path)) else {
+        return ApiError::new(StatusCode::FORBIDDEN, "this route has no access rule")
+            .into_response();
+    };
+    let scope = match route.access {
+        Access::Public => return next.run(request).await,
+        Access::Token(scope) => scope,
+    };
+    let Some(token) = bearer(&request) else {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "missing `Authorization: Bearer <token>`",
+            "missing or malformed `Authorization: Bearer <token>`",
         )
         .into_response();
     };
-    match server
-        .tokens
-        .allows(token, needed(request.method(), request.uri().path()))
-    {
-        None => ApiError::new(StatusCode::UNAUTHORIZED, "unknown token").into_response(),
-        Some(false) => ApiError::new(
+    match server.tokens.judge(token, scope).0 {
+        Verdict::Unknown => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "unknown token").into_response()
+        }
+        Verdict::Forbidden => ApiError::new(
             StatusCode::FORBIDDEN,
             "this token's scope does not allow this request",
         )
         .into_response(),
-        Some(true) => {
+        Verdict::Allowed => {
             // Refuse an announced oversized body before reading any of it (and before a client
             // that sent `Expect: 100-continue` is told to go on).
             let length = request
@@ -140,4 +211,105 @@ async fn json_errors(request: Request, next: Next) -> Response {
         _ => text.trim().to_owned(),
     };
     ApiError::new(status, message).into_response()
+}
+
+fn io_error(what: &str, e: std::io::Error) -> ServeError {
+    ServeError::Io {
+        path: PathBuf::from(what),
+        message: e.to_string(),
+    }
+}
+
+/// Waits for the next SIGINT or SIGTERM.
+async fn next_signal(terminate: &mut Option<tokio::signal::unix::Signal>) {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match terminate.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+/// Waits for SIGINT or SIGTERM; a second one ends the process at once.
+async fn shutdown_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    next_signal(&mut terminate).await;
+    eprintln!("weir: stopping (a second SIGTERM or Ctrl-C exits at once)");
+    tokio::spawn(async move {
+        next_signal(&mut terminate).await;
+        eprintln!("weir: exiting at once; pipelines resume from their last checkpoints");
+        std::process::exit(130);
+    });
+}
+
+/// Runs the server until SIGINT or SIGTERM, then stops the pipelines, each with a final
+/// checkpoint, within the shutdown timeout.
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let open = {
+        let options = options.clone();
+        tokio::task::spawn_blocking(move || {
+            Server::open(
+                options.data,
+                options.tokens,
+                options.max_upload,
+                options.pipelines,
+            )
+        })
+    };
+    let server = open.await.map_err(|e| io_error("server", e.into()))??;
+    let app = router(server.clone());
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| io_error(&options.listen.to_string(), e))?;
+    let address = listener.local_addr().map_err(|e| io_error("listener", e))?;
+    if let Some(metrics_listen) = options.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(metrics_listen)
+            .await
+            .map_err(|e| io_error(&metrics_listen.to_string(), e))?;
+        let address = metrics.local_addr().map_err(|e| io_error("listener", e))?;
+        eprintln!("weir: metrics on http://{address}/metrics");
+        let listener = GuardedListener::new(metrics, options.connections);
+        let app = metrics_router(server.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    eprintln!("weir: listening on http://{address}");
+    info!(%address, data = %options.data.display(), "serving");
+    let ticker = server.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            interval.tick().await;
+            let server = ticker.clone();
+            let _ = tokio::task::spawn_blocking(move || server.tick()).await;
+        }
+    });
+    let listener = GuardedListener::new(listener, options.connections);
+    let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    shutdown_signal().await;
+    // Stop the pipelines first (new requests are still answered, and refused where they need a
+    // running pipeline), then the listener: open result streams would hold a graceful stop.
+    let stopping = server.clone();
+    let timeout = options.shutdown_timeout;
+    let late = tokio::task::spawn_blocking(move || stopping.shutdown(timeout))
+        .await
+        .unwrap_or_default();
+    if !late.is_empty() {
+        warn!(pipelines = ?late, "not stopped within the shutdown timeout; they resume from their last checkpoints");
+    }
+    let _ = stop_serving.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(2), serving).await;
+    Ok(())
 }

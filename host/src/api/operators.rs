@@ -4,23 +4,37 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 
 use super::ApiError;
-use crate::operator::{RegistryError, VersionInfo};
-use crate::serve::Server;
+use super::pipelines::blocking;
+use crate::names;
+use crate::operator::VersionInfo;
+use crate::serve::{RequestError, Server};
 
-fn registry_error(e: RegistryError) -> ApiError {
-    match e {
-        RegistryError::Exists { .. } => ApiError::conflict(e.to_string()),
-        RegistryError::Unknown { .. } => ApiError::not_found(e.to_string()),
-        RegistryError::TooLarge { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
-        }
-        RegistryError::Io { .. } => ApiError::internal(e),
-        _ => ApiError::bad_request(e.to_string()),
+/// `{name}/{version}` of an operator route, checked against the name rule after
+/// percent-decoding.
+pub(super) struct OperatorPath {
+    name: String,
+    version: String,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OperatorPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path((name, version)) =
+            axum::extract::Path::<(String, String)>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        names::check("operator name", &name).map_err(RequestError::from)?;
+        names::check("operator version", &version).map_err(RequestError::from)?;
+        Ok(OperatorPath { name, version })
     }
 }
 
@@ -30,45 +44,41 @@ pub(super) async fn list(State(server): State<Arc<Server>>) -> Json<Vec<VersionI
 
 pub(super) async fn get(
     State(server): State<Arc<Server>>,
-    Path((name, version)): Path<(String, String)>,
+    OperatorPath { name, version }: OperatorPath,
 ) -> Result<Json<VersionInfo>, ApiError> {
     server
         .registry
         .get(&name, &version)
         .map(Json)
-        .ok_or_else(|| registry_error(RegistryError::Unknown { name, version }))
+        .ok_or_else(|| {
+            RequestError::from(crate::operator::RegistryError::Unknown { name, version }).into()
+        })
 }
 
 pub(super) async fn upload(
     State(server): State<Arc<Server>>,
-    Path((name, version)): Path<(String, String)>,
+    OperatorPath { name, version }: OperatorPath,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let registry = server.registry.clone();
     let limit = server.max_upload;
     // Compiling takes a while: off the async threads.
-    let info = tokio::task::spawn_blocking(move || registry.upload(&name, &version, &body, limit))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(registry_error)?;
+    let info = blocking(move || Ok(server.registry.upload(&name, &version, &body, limit)?)).await?;
     metrics::counter!("weir_operator_uploads_total").increment(1);
     Ok((StatusCode::CREATED, Json(info)))
 }
 
 pub(super) async fn delete(
     State(server): State<Arc<Server>>,
-    Path((name, version)): Path<(String, String)>,
+    OperatorPath { name, version }: OperatorPath,
 ) -> Result<StatusCode, ApiError> {
-    let pipelines = server.pipelines.lock().expect("pipelines lock");
-    if let Some(user) = pipelines.values().find(|p| p.uses(&name, &version)) {
-        return Err(ApiError::conflict(format!(
-            "operator {name}@{version} is used by pipeline {}: stop using it (roll out another version, or delete the pipeline) first",
-            user.name
-        )));
-    }
-    server
-        .registry
-        .delete(&name, &version)
-        .map_err(registry_error)?;
-    Ok(StatusCode::NO_CONTENT)
+    blocking(move || {
+        if let Some(user) = server.user_of(&name, &version) {
+            return Err(RequestError::Conflict(format!(
+                "operator {name}@{version} is used by pipeline {user}: stop using it (promote or roll out another version, or delete the pipeline) first"
+            )));
+        }
+        server.registry.delete(&name, &version)?;
+        Ok(StatusCode::NO_CONTENT)
+    })
+    .await
 }

@@ -16,6 +16,10 @@ pub struct SourcePosition {
     /// The generator's random state (generator sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rng: Option<u64>,
+    /// The last ingest clock line read (HTTP ingest logs), so a replay from here judges
+    /// "too far ahead of the wall clock" as the first run did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<i64>,
 }
 
 /// Committed byte lengths of the sink files.

@@ -24,8 +24,8 @@ pub enum SavepointError {
         source: std::io::Error,
     },
     /// The name is not usable.
-    #[error("savepoint name {0:?} must be 1-64 letters, digits, '-', '_' or '.'")]
-    BadName(String),
+    #[error(transparent)]
+    BadName(crate::names::NameError),
     /// Nothing to save.
     #[error("data directory {0} has no committed checkpoint to save: run the pipeline first")]
     NoCheckpoint(PathBuf),
@@ -55,17 +55,7 @@ pub struct SavepointInfo {
 }
 
 fn check_name(name: &str) -> Result<(), SavepointError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        && !name.starts_with('.');
-    if ok {
-        Ok(())
-    } else {
-        Err(SavepointError::BadName(name.into()))
-    }
+    crate::names::check("savepoint name", name).map_err(SavepointError::BadName)
 }
 
 fn savepoint_path(data_dir: &Path, name: &str) -> PathBuf {

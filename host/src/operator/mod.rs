@@ -16,7 +16,7 @@ pub use native::NativeCountSum;
 pub use registry::{Registry, RegistryError, VersionInfo};
 pub use wasm::{
     ComponentKind, Limits, LoadError, Projection, WasmAggregate, WasmEnrich, WasmOperator,
-    WasmRuntime,
+    WasmRuntime, digest_of,
 };
 
 use crate::event::Event;

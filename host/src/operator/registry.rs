@@ -1,16 +1,20 @@
-//! [`Registry`]: uploaded operator components, by name and version, in
-//! `<data dir>/operators/<name>/<version>.wasm` with a `<version>.json` beside it. Uploads are
-//! validated (size, a real component, one of Weir's worlds, imports Weir provides) before
-//! anything is written; versions are immutable.
+//! [`Registry`]: uploaded operator components, by name and version. Components are stored by
+//! digest, `<data dir>/operators/blobs/<sha256 hex>.wasm`, and each version's metadata (with that
+//! digest) in `<data dir>/operators/<name>/<version>.json`; a component is checked against its
+//! digest every time it is loaded, so a swapped file is refused, never run. Uploads are validated
+//! (size, a real component, one of Weir's worlds, imports Weir provides) before anything is
+//! written; versions are immutable. A damaged metadata file is reported and skipped: the rest of
+//! the registry stays usable.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use tracing::warn;
 
-use super::{ComponentKind, LoadError, WasmOperator, WasmRuntime};
+use super::{ComponentKind, LoadError, WasmOperator, WasmRuntime, digest_of};
+use crate::names::{self, NameError};
 
 /// Registry failures.
 #[derive(Debug, thiserror::Error)]
@@ -19,14 +23,9 @@ pub enum RegistryError {
     /// The upload is not a usable component.
     #[error(transparent)]
     Invalid(#[from] LoadError),
-    /// A name or version has characters that are not allowed.
-    #[error("operator {what} {value:?} must be 1-64 letters, digits, '-', '_' or '.'")]
-    BadName {
-        /// "name" or "version".
-        what: &'static str,
-        /// The value.
-        value: String,
-    },
+    /// A name or version is not a valid name.
+    #[error(transparent)]
+    BadName(#[from] NameError),
     /// Versions are immutable.
     #[error(
         "operator {name} version {version} exists already: versions are immutable, upload a new version"
@@ -88,28 +87,12 @@ pub struct Registry {
     dir: PathBuf,
     runtime: WasmRuntime,
     versions: RwLock<BTreeMap<(String, String), VersionInfo>>,
+    damaged: Vec<String>,
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry").field("dir", &self.dir).finish()
-    }
-}
-
-fn check(what: &'static str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 64
-        && !value.starts_with('.')
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
-    if ok {
-        Ok(())
-    } else {
-        Err(RegistryError::BadName {
-            what,
-            value: value.into(),
-        })
     }
 }
 
@@ -121,26 +104,32 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RegistryError + '_ {
 }
 
 impl Registry {
-    /// Opens (or creates) the registry in `<data dir>/operators`.
+    /// Opens (or creates) the registry in `<data dir>/operators`. Metadata that cannot be read
+    /// is reported by [`damaged`](Self::damaged) and left out; only a registry directory that
+    /// cannot be listed at all is an error.
     pub fn open(data_dir: &Path, runtime: WasmRuntime) -> Result<Registry> {
         let dir = data_dir.join("operators");
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let blobs = dir.join(BLOBS);
+        std::fs::create_dir_all(&blobs).map_err(io(&blobs))?;
         let mut versions = BTreeMap::new();
+        let mut damaged = Vec::new();
         for name in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let name = name.map_err(io(&dir))?.path();
-            if !name.is_dir() {
+            if !name.is_dir() || name == blobs {
                 continue;
             }
             for file in std::fs::read_dir(&name).map_err(io(&name))? {
                 let file = file.map_err(io(&name))?.path();
                 if file.extension().is_some_and(|e| e == "json") {
-                    let text = std::fs::read_to_string(&file).map_err(io(&file))?;
-                    let info: VersionInfo =
-                        serde_json::from_str(&text).map_err(|e| RegistryError::Io {
-                            path: file.clone(),
-                            source: std::io::Error::other(e),
-                        })?;
-                    versions.insert((info.name.clone(), info.version.clone()), info);
+                    match read_info(&dir, &file) {
+                        Ok(info) => {
+                            versions.insert((info.name.clone(), info.version.clone()), info);
+                        }
+                        Err(reason) => {
+                            warn!(file = %file.display(), %reason, "registry entry skipped");
+                            damaged.push(format!("{}: {reason}", file.display()));
+                        }
+                    }
                 }
             }
         }
@@ -148,11 +137,23 @@ impl Registry {
             dir,
             runtime,
             versions: RwLock::new(versions),
+            damaged,
         })
     }
 
-    fn wasm_path(&self, name: &str, version: &str) -> PathBuf {
-        self.dir.join(name).join(format!("{version}.wasm"))
+    /// The metadata files that could not be read when the registry was opened, with the reason.
+    pub fn damaged(&self) -> &[String] {
+        &self.damaged
+    }
+
+    fn blob_path(&self, digest: &str) -> PathBuf {
+        blob_path(&self.dir, digest)
+    }
+
+    fn info_path(&self, name: &str, version: &str) -> Result<PathBuf> {
+        let dir = names::child("operator name", &self.dir, name)?;
+        names::check("operator version", version)?;
+        Ok(dir.join(format!("{version}.json")))
     }
 
     /// Validates and stores a new version.
@@ -163,8 +164,7 @@ impl Registry {
         bytes: &[u8],
         limit: usize,
     ) -> Result<VersionInfo> {
-        check("name", name)?;
-        check("version", version)?;
+        let info_path = self.info_path(name, version)?;
         if bytes.len() > limit {
             return Err(RegistryError::TooLarge {
                 size: bytes.len(),
@@ -182,12 +182,10 @@ impl Registry {
         let info = VersionInfo {
             name: name.into(),
             version: version.into(),
-            digest: format!("sha256:{:x}", Sha256::digest(bytes)),
+            digest: digest_of(bytes),
             size: bytes.len() as u64,
             world: kind.world().into(),
-            uploaded_at_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            uploaded_at_ms: crate::time::wall_clock_ms(),
         };
         let mut versions = self.versions.write().expect("registry lock");
         if versions.contains_key(&(name.to_owned(), version.to_owned())) {
@@ -196,15 +194,14 @@ impl Registry {
                 version: version.into(),
             });
         }
-        let dir = self.dir.join(name);
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let wasm = self.wasm_path(name, version);
-        let partial = wasm.with_extension("wasm.partial");
-        std::fs::write(&partial, bytes).map_err(io(&partial))?;
-        std::fs::rename(&partial, &wasm).map_err(io(&wasm))?;
-        let json = dir.join(format!("{version}.json"));
+        let blob = self.blob_path(&info.digest);
+        if !blob.exists() {
+            crate::fsutil::write_atomic(&blob, bytes).map_err(io(&blob))?;
+        }
+        let dir = info_path.parent().expect("a version file has a directory");
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
         let text = serde_json::to_vec_pretty(&info).expect("version info serialises");
-        std::fs::write(&json, text).map_err(io(&json))?;
+        crate::fsutil::write_atomic(&info_path, &text).map_err(io(&info_path))?;
         versions.insert((name.into(), version.into()), info.clone());
         Ok(info)
     }
@@ -228,28 +225,33 @@ impl Registry {
             .collect()
     }
 
-    /// Deletes a version (the caller checks that no pipeline uses it).
+    /// Deletes a version (the caller checks that no pipeline uses it). Its component goes too
+    /// unless another version has the same bytes.
     pub fn delete(&self, name: &str, version: &str) -> Result<()> {
+        let info_path = self.info_path(name, version)?;
         let mut versions = self.versions.write().expect("registry lock");
-        if versions
-            .remove(&(name.to_owned(), version.to_owned()))
-            .is_none()
-        {
+        let Some(info) = versions.remove(&(name.to_owned(), version.to_owned())) else {
             return Err(RegistryError::Unknown {
                 name: name.into(),
                 version: version.into(),
             });
+        };
+        std::fs::remove_file(&info_path).map_err(io(&info_path))?;
+        if !versions.values().any(|other| other.digest == info.digest) {
+            let blob = self.blob_path(&info.digest);
+            std::fs::remove_file(&blob).map_err(io(&blob))?;
         }
-        let json = self.dir.join(name).join(format!("{version}.json"));
-        std::fs::remove_file(&json).map_err(io(&json))?;
-        let wasm = self.wasm_path(name, version);
-        std::fs::remove_file(&wasm).map_err(io(&wasm))
+        Ok(())
     }
 
-    /// The component file of a version.
-    pub fn path(&self, name: &str, version: &str) -> Result<PathBuf> {
+    /// Where a version's code is, for a pipeline spec: the stored component and its digest,
+    /// which the pipeline checks when it loads it.
+    pub fn code(&self, name: &str, version: &str) -> Result<crate::spec::OperatorCode> {
         match self.get(name, version) {
-            Some(_) => Ok(self.wasm_path(name, version)),
+            Some(info) => Ok(crate::spec::OperatorCode::Stored {
+                path: self.blob_path(&info.digest),
+                digest: info.digest,
+            }),
             None => Err(RegistryError::Unknown {
                 name: name.into(),
                 version: version.into(),
@@ -257,9 +259,66 @@ impl Registry {
         }
     }
 
-    /// The compiled component of a version (compiled once per process).
+    /// The compiled component of a version (compiled once per process), checked against its
+    /// digest.
     pub fn load(&self, name: &str, version: &str, kind: ComponentKind) -> Result<WasmOperator> {
-        let path = self.path(name, version)?;
-        Ok(self.runtime.load(&path, kind)?)
+        let info = self
+            .get(name, version)
+            .ok_or_else(|| RegistryError::Unknown {
+                name: name.into(),
+                version: version.into(),
+            })?;
+        let path = self.blob_path(&info.digest);
+        Ok(self.runtime.load_checked(&path, &info.digest, kind)?)
     }
+}
+
+const BLOBS: &str = "blobs";
+
+fn blob_path(dir: &Path, digest: &str) -> PathBuf {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    dir.join(BLOBS).join(format!("{hex}.wasm"))
+}
+
+/// Reads one version's metadata and checks that it is what its place says it is and that its
+/// component is there. A version stored by an earlier Weir beside its metadata
+/// (`<version>.wasm`) is moved into the digest store once its bytes are checked.
+fn read_info(dir: &Path, file: &Path) -> std::result::Result<VersionInfo, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let info: VersionInfo = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    names::check("operator name", &info.name).map_err(|e| e.to_string())?;
+    names::check("operator version", &info.version).map_err(|e| e.to_string())?;
+    let hex = info.digest.strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "digest {:?} is not sha256:<64 hex digits>",
+            info.digest
+        ));
+    }
+    let expected = dir.join(&info.name).join(format!("{}.json", info.version));
+    if expected != file {
+        return Err(format!(
+            "it describes {}@{}, which belongs in {}",
+            info.name,
+            info.version,
+            expected.display()
+        ));
+    }
+    let blob = blob_path(dir, &info.digest);
+    let legacy = file.with_extension("wasm");
+    if !blob.exists() && legacy.exists() {
+        let bytes = std::fs::read(&legacy).map_err(|e| e.to_string())?;
+        if digest_of(&bytes) != info.digest {
+            return Err(format!(
+                "{} does not match the recorded digest",
+                legacy.display()
+            ));
+        }
+        crate::fsutil::write_atomic(&blob, &bytes).map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&legacy);
+    }
+    if !blob.exists() {
+        return Err(format!("its component {} is missing", blob.display()));
+    }
+    Ok(info)
 }

@@ -84,6 +84,19 @@ pub enum LoadError {
         /// How to fix it.
         hint: &'static str,
     },
+    /// A stored component's bytes are not the ones that were uploaded.
+    #[error(
+        "operator module {path} does not match its recorded digest {expected} (it is now \
+         {actual}): the file was changed after upload; upload the operator again as a new version"
+    )]
+    DigestMismatch {
+        /// The module's path.
+        path: PathBuf,
+        /// The digest recorded at upload.
+        expected: String,
+        /// The digest of the file now.
+        actual: String,
+    },
     /// The component imports something Weir does not provide.
     #[error(
         "operator module {path} cannot be linked: {message}. Operators may import only weir:operator/state and WASI"
@@ -172,6 +185,11 @@ impl std::fmt::Debug for WasmRuntime {
     }
 }
 
+/// `sha256:<hex>` of a component's bytes: how the registry names and checks what it stores.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(bytes))
+}
+
 impl WasmRuntime {
     /// The shared runtime, created on first use with its epoch ticker.
     pub fn shared() -> std::result::Result<WasmRuntime, LoadError> {
@@ -226,7 +244,29 @@ impl WasmRuntime {
         self.load_bytes(path, &bytes, kind)
     }
 
-    /// Like [`load`](Self::load), from bytes; `path` only names the module in errors.
+    /// Like [`load`](Self::load), for a stored component whose bytes must have the digest
+    /// `sha256:<hex>` recorded when it was uploaded.
+    pub fn load_checked(
+        &self,
+        path: &Path,
+        digest: &str,
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let actual = digest_of(&bytes);
+        if actual != digest {
+            return Err(LoadError::DigestMismatch {
+                path: path.to_owned(),
+                expected: digest.to_owned(),
+                actual,
+            });
+        }
+        self.load_bytes(path, &bytes, kind)
+    }
+
     /// Compiles a component, or takes it from the cache of this process.
     fn compile(&self, path: &Path, bytes: &[u8]) -> std::result::Result<Component, LoadError> {
         let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(bytes).into();

@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, SyncSender};
 
 use tracing::info;
 
-use super::{Part, PipelineControl, Result, ShardSnapshot};
+use super::{Part, PipelineControl, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::manifest::MANIFEST_FORMAT;
 use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SinkPositions};
 use crate::emit::{
@@ -111,11 +111,15 @@ fn write_batch(
     events.sort_by_key(|staged| staged.seq);
     late.sort_by_key(|l| l.seq);
     dead.sort_by_key(|d| d.line);
+    // Records for subscribers, each with the byte offset where it ends in the results file (its
+    // id for resuming), sent once they are flushed: a subscriber that then reads the file finds
+    // every record it was not sent.
     let tap = control.results.receiver_count() > 0;
+    let mut tapped: Vec<ResultLine> = Vec::new();
     let mut write_result = |record: serde_json::Value| -> Result<()> {
         sinks.results.write(&record)?;
         if tap {
-            let _ = control.results.send(record.to_string().into());
+            tapped.push((sinks.results.position(), record.to_string().into()));
         }
         Ok(())
     };
@@ -132,6 +136,12 @@ fn write_batch(
         };
         previous = Some(staged.seq);
         write_result(event_record(&staged.event, staged.seq, n, label))?;
+    }
+    if !tapped.is_empty() {
+        sinks.results.flush()?;
+        for line in tapped {
+            let _ = control.results.send(line);
+        }
     }
     for l in &late {
         sinks.late.write(&late_record(l))?;

@@ -8,7 +8,12 @@ use std::sync::{Arc, Mutex};
 use crate::checkpoint::CheckpointStats;
 use crate::operator::WasmOperator;
 use crate::rollout::{CounterBook, Routing, ShadowLog};
+use crate::source::IngestGate;
 use crate::time::MINUS_INFINITY;
+
+/// One result record as sent to subscribers: the byte offset where it ends in the results file
+/// (its id: the same record has the same offset in every replay), and its JSON line.
+pub type ResultLine = (u64, Arc<str>);
 
 /// Resolves an operator version (of the pipeline's aggregate) to its compiled component.
 pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, String> + Send + Sync>;
@@ -55,12 +60,17 @@ pub struct PipelineControl {
     pub counters: CounterBook,
     /// Live figures.
     pub stats: LiveStats,
-    /// Every result record, as a JSON line, as it is written.
-    pub results: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Every result record, as a JSON line, once it is written and flushed.
+    pub results: tokio::sync::broadcast::Sender<ResultLine>,
     /// Finds candidate versions' code.
     pub resolve: Resolver,
     /// Where shadow results go.
     pub shadow_log: Option<ShadowLog>,
+    /// The gate of the ingest log this process writes (HTTP sources of `weir serve`).
+    pub ingest_gate: Option<Arc<IngestGate>>,
+    /// When the pipeline last showed it is alive (ms since the epoch): the router touches it
+    /// on every record and every idle tick, so a value that stops moving means it is stuck.
+    pub heartbeat: AtomicU64,
 }
 
 impl std::fmt::Debug for PipelineControl {
@@ -84,12 +94,40 @@ impl PipelineControl {
             results: tokio::sync::broadcast::channel(1024).0,
             resolve,
             shadow_log,
+            ingest_gate: None,
+            heartbeat: AtomicU64::new(crate::time::wall_clock_ms()),
         }
+    }
+
+    /// Sends result records to `results` (a channel that outlives this run).
+    pub fn with_results(mut self, results: tokio::sync::broadcast::Sender<ResultLine>) -> Self {
+        self.results = results;
+        self
+    }
+
+    /// With the gate of the ingest log the pipeline reads.
+    pub fn with_ingest_gate(mut self, gate: Arc<IngestGate>) -> Self {
+        self.ingest_gate = Some(gate);
+        self
+    }
+
+    /// Records that the pipeline is alive now.
+    pub(crate) fn beat(&self) {
+        self.heartbeat
+            .store(crate::time::wall_clock_ms(), Ordering::Relaxed);
+    }
+
+    /// How long ago the pipeline last showed it is alive, in ms.
+    pub fn silent_for_ms(&self) -> u64 {
+        crate::time::wall_clock_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
     }
 
     /// Asks the pipeline to stop after a final checkpoint (windows are not closed).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        if let Some(gate) = &self.ingest_gate {
+            gate.wake();
+        }
     }
 
     /// Whether a stop was asked for.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::event::DeadLetter;
 use crate::operator::{EnrichOperator, OperatorError, Scope};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
-use crate::time::{MAX_TIMESTAMP, Millis};
+use crate::time::Millis;
 use crate::window::{EngineError, EngineOutput, Staged};
 
 /// The state map an enrichment operator's reference data is loaded into; it never expires.
@@ -157,7 +157,7 @@ impl Enrichment {
         let mut produced = Vec::with_capacity(outputs.len());
         for (origin, output) in outputs {
             let origin: &Staged = &events[origin];
-            if output.timestamp.abs() > MAX_TIMESTAMP {
+            if crate::time::check_timestamp(output.timestamp).is_err() {
                 out.dead_letters.push(DeadLetter {
                     line: origin.event.line,
                     raw: origin.event.to_json().to_string(),

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use control::{LiveStats, PipelineControl, Resolver};
+pub use control::{LiveStats, PipelineControl, Resolver, ResultLine};
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
@@ -182,19 +182,24 @@ enum Code {
     NativeCountSum,
 }
 
+/// The process's runtime, set up on first use.
+fn shared(runtime: &mut Option<WasmRuntime>) -> Result<&WasmRuntime> {
+    Ok(match runtime {
+        Some(runtime) => runtime,
+        None => runtime.insert(WasmRuntime::shared()?),
+    })
+}
+
 fn load(
     runtime: &mut Option<WasmRuntime>,
     spec: &OperatorSpec,
     kind: ComponentKind,
 ) -> Result<Code> {
     match &spec.code {
-        OperatorCode::Component(path) => {
-            let runtime = match runtime {
-                Some(runtime) => runtime,
-                None => runtime.insert(WasmRuntime::shared()?),
-            };
-            Ok(Code::Wasm(runtime.load(path, kind)?))
-        }
+        OperatorCode::Component(path) => Ok(Code::Wasm(shared(runtime)?.load(path, kind)?)),
+        OperatorCode::Stored { path, digest } => Ok(Code::Wasm(
+            shared(runtime)?.load_checked(path, digest, kind)?,
+        )),
         OperatorCode::Native(name) if name == "count-sum" && kind == ComponentKind::Aggregate => {
             Ok(Code::NativeCountSum)
         }
@@ -456,7 +461,11 @@ pub fn run_controlled(
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
-        SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(log, DEFAULT_MAX_LINE_BYTES)?),
+        SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(
+            log,
+            DEFAULT_MAX_LINE_BYTES,
+            control.ingest_gate.clone(),
+        )?),
         SourceSpec::Http(None) => {
             return Err(PipelineError::Config(
                 "an http source receives events through `weir serve`; `weir run` reads files, stdin or a generator".into(),
@@ -474,10 +483,13 @@ pub fn run_controlled(
     }
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
     // The routing between operator versions the checkpoint was taken with.
+    // A spec whose live version differs from the checkpoint's was promoted since: the promoted
+    // version serves every key from here on.
     let routing = spec.aggregate.as_ref().map(|op| {
         manifest
             .as_ref()
             .and_then(|m| m.routing.clone())
+            .filter(|routing| routing.live == op.version)
             .unwrap_or_else(|| Routing::single(&op.version))
     });
     if let Some(routing) = &routing {

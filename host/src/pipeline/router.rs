@@ -78,6 +78,8 @@ impl Router<'_> {
             info!("input already finished at the last checkpoint");
             return Ok(0);
         }
+        // The wall clock at which the events being read were accepted (HTTP ingest).
+        let mut ingest_clock = source.position().clock;
         while let Some(record) = source.next_record()? {
             if self.control.stopping() {
                 // A stop is not the end of the input: no window closes; the final checkpoint
@@ -90,11 +92,20 @@ impl Router<'_> {
                 return Ok(seq - start.events);
             }
             let tick = matches!(record, Record::Tick);
+            if tick {
+                self.control.beat();
+            }
             let event = match record {
                 Record::Tick => None,
+                Record::Clock(ms) => {
+                    ingest_clock = Some(ms);
+                    None
+                }
                 Record::Event(event) => Some(event),
                 Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
-                    Ok(event) => Some(event),
+                    Ok(event) => too_far_ahead(event, ingest_clock, spec.max_ahead)
+                        .map_err(|dead_letter| batch.dead.push(dead_letter))
+                        .ok(),
                     Err(dead_letter) => {
                         batch.dead.push(dead_letter);
                         None
@@ -125,6 +136,7 @@ impl Router<'_> {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
+                self.control.beat();
                 // Live figures move per batch, not per event.
                 self.control.stats.events_in.store(seq, Ordering::Relaxed);
                 self.control
@@ -163,14 +175,20 @@ impl Router<'_> {
         if let (Some(current), Some(requested)) = (&self.routing, self.control.take_request())
             && *current != requested
         {
-            let candidate = match &requested.candidate {
-                Some(version) if current.candidate.as_ref() != Some(version) => {
-                    match (self.control.resolve)(version) {
-                        Ok(code) => Ok(Some(code)),
-                        Err(message) => Err(message),
-                    }
+            // The code the shards need: a new candidate's, or a promoted version's that they
+            // do not hold as the candidate.
+            let needed = match &requested.candidate {
+                Some(version) if current.candidate.as_ref() != Some(version) => Some(version),
+                None if requested.live != current.live
+                    && current.candidate.as_ref() != Some(&requested.live) =>
+                {
+                    Some(&requested.live)
                 }
-                _ => Ok(None),
+                _ => None,
+            };
+            let candidate = match needed {
+                Some(version) => (self.control.resolve)(version).map(Some),
+                None => Ok(None),
             };
             match candidate {
                 Ok(candidate) => {
@@ -231,5 +249,27 @@ impl Router<'_> {
             }
         }
         self.parts.send((id, Part::Position(position))).is_ok()
+    }
+}
+
+/// Passes an event unless it is more than `max_ahead` past the wall clock at which it was
+/// accepted: one such event would otherwise move the watermark years ahead and make every later
+/// event late, for good.
+fn too_far_ahead(
+    event: crate::event::Event,
+    clock: Option<Millis>,
+    max_ahead: Millis,
+) -> std::result::Result<crate::event::Event, DeadLetter> {
+    match clock {
+        Some(clock) if event.timestamp > clock.saturating_add(max_ahead) => Err(DeadLetter {
+            line: event.line,
+            raw: event.to_json().to_string(),
+            reason: format!(
+                "timestamp {} is more than {max_ahead} ms ahead of the wall clock when it was \
+                 accepted ({clock}); set [watermark] max_ahead to allow more",
+                event.timestamp
+            ),
+        }),
+        _ => Ok(event),
     }
 }

@@ -109,6 +109,24 @@ impl VersionedAggregate {
         counters: &CounterBook,
         shadow_log: Option<ShadowLog>,
     ) {
+        let mut candidate = candidate;
+        if *self.live.version != *routing.live {
+            // A promotion: the candidate (or, if it was never loaded here, the code sent with
+            // the change) becomes the live version.
+            match self.candidate.take() {
+                Some(slot) if *slot.version == *routing.live => self.live = slot,
+                other => {
+                    self.candidate = other;
+                    if let Some(operator) = candidate.take() {
+                        self.live = Slot {
+                            version: routing.live.as_str().into(),
+                            operator,
+                            counters: counters.of(&routing.live),
+                        };
+                    }
+                }
+            }
+        }
         match (&routing.candidate, candidate) {
             (Some(version), Some(operator)) => {
                 self.candidate = Some(Slot {

@@ -1,77 +1,74 @@
-//! `weir serve`: the operator registry, any number of live pipelines, and the HTTP API (see
-//! `api`) in one process. Pipelines and their rollouts are kept in `<data dir>/pipelines/` and
-//! restored, from their last checkpoints, when the server restarts.
+//! `weir serve`: the operator registry and any number of live pipelines, as a domain the HTTP
+//! layer (`api`) drives. Nothing here knows HTTP: requests fail with a typed [`RequestError`]
+//! that `api` maps to a status in one place.
+//!
+//! Pipelines live in `<data dir>/pipelines/<name>/` and are restored, from their last
+//! checkpoints, when the server restarts. The data directory is locked while a server uses it.
+//! Each pipeline has its own lock ([`Slot`]); the table of pipelines is locked only to look a
+//! name up, and no lock is held while waiting for a pipeline thread, so one busy pipeline never
+//! blocks another's calls.
 
+mod error;
 mod managed;
+mod rollout;
+mod slot;
 mod tokens;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::{info, warn};
 
-pub use managed::{Desired, Managed, RolloutPlan, RolloutRequest};
-pub use tokens::{Scope, Tokens};
+pub use error::{RequestError, ServeError};
+pub use managed::{Desired, Managed};
+pub use rollout::{RolloutPlan, RolloutRequest};
+pub use slot::{ResultLine, Slot, StopOutcome};
+pub use tokens::{Scope, Tokens, Verdict};
 
-use crate::operator::{Registry, RegistryError, WasmRuntime};
+use crate::operator::{Registry, WasmRuntime};
 
-/// Server failures (at start-up; requests fail with `api::ApiError`).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServeError {
-    /// The registry could not be opened.
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-    /// The engine could not be set up.
-    #[error(transparent)]
-    Load(#[from] crate::operator::LoadError),
-    /// A file of the data directory could not be read or written.
-    #[error("{path}: {message}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
-    /// The tokens file is unusable.
-    #[error("tokens: {0}")]
-    Tokens(String),
+/// How the server treats its pipelines.
+#[derive(Debug, Clone, Copy)]
+pub struct PipelineLimits {
+    /// How long a stop request waits for the pipeline before answering "stopping".
+    pub stop_wait: Duration,
+    /// A running pipeline silent this long is reported by `/healthz` as not responding.
+    pub stall_after: Duration,
+    /// The most pipelines the server holds.
+    pub max_pipelines: usize,
 }
 
-/// How to serve.
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// The data directory.
-    pub data: PathBuf,
-    /// Where to listen.
-    pub listen: SocketAddr,
-    /// Who may call the API.
-    pub tokens: Tokens,
-    /// The largest request body (uploads, ingest), in bytes.
-    pub max_upload: usize,
+impl Default for PipelineLimits {
+    fn default() -> Self {
+        PipelineLimits {
+            stop_wait: Duration::from_secs(10),
+            stall_after: Duration::from_secs(30),
+            max_pipelines: 10_000,
+        }
+    }
 }
 
-/// The default request body limit: 32 MiB.
-pub const DEFAULT_MAX_UPLOAD: usize = 32 << 20;
-
-/// The server's state, shared by the API handlers.
+/// The server's domain state, shared by the API handlers.
 pub struct Server {
     /// The data directory.
     pub data: PathBuf,
     /// Uploaded operators.
     pub registry: Arc<Registry>,
-    /// Pipelines by name.
-    pub pipelines: Mutex<BTreeMap<String, Managed>>,
+    pipelines: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Who may call the API.
     pub tokens: Tokens,
     /// The largest request body.
     pub max_upload: usize,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// How pipelines are treated.
+    pub limits: PipelineLimits,
+    /// Held for the server's life: no second server uses the same data directory.
+    _lock: File,
 }
 
 impl std::fmt::Debug for Server {
@@ -81,7 +78,7 @@ impl std::fmt::Debug for Server {
 }
 
 fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new().build_recorder();
@@ -94,52 +91,90 @@ fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// Locks the data directory for this process, or says who holds it.
+fn lock_data_dir(data: &std::path::Path) -> Result<File, ServeError> {
+    let io = |e: std::io::Error| ServeError::Io {
+        path: data.to_owned(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(data).map_err(io)?;
+    let path = data.join("weir.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.set_len(0);
+            let _ =
+                std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes());
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Err(ServeError::Locked(data.to_owned())),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
+/// What `/healthz` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Health {
+    /// `ok`, or `degraded` when a pipeline stopped responding.
+    pub status: &'static str,
+    /// Running pipelines that showed no sign of life for longer than allowed.
+    pub stalled: Vec<String>,
+    /// Pipelines whose files are damaged (they are `failed`; the others run).
+    pub damaged_pipelines: Vec<String>,
+    /// Registry entries that could not be read.
+    pub damaged_operators: Vec<String>,
+}
+
 impl Server {
-    /// Opens the data directory: the registry and every pipeline, starting those that were
-    /// running.
-    pub fn open(options: &ServeOptions) -> Result<Arc<Server>, ServeError> {
+    /// Opens the data directory (locking it): the registry and every pipeline, starting those
+    /// that were running. A damaged pipeline is kept as `failed` with the reason.
+    pub fn open(
+        data: PathBuf,
+        tokens: Tokens,
+        max_upload: usize,
+        limits: PipelineLimits,
+    ) -> Result<Arc<Server>, ServeError> {
+        let lock = lock_data_dir(&data)?;
         let runtime = WasmRuntime::shared()?;
-        let registry = Arc::new(Registry::open(&options.data, runtime)?);
+        let registry = Arc::new(Registry::open(&data, runtime)?);
         let server = Arc::new(Server {
-            data: options.data.clone(),
+            data,
             registry,
-            pipelines: Mutex::new(BTreeMap::new()),
-            tokens: options.tokens.clone(),
-            max_upload: options.max_upload,
+            pipelines: RwLock::new(BTreeMap::new()),
+            tokens,
+            max_upload,
             metrics: metrics_handle(),
+            limits,
+            _lock: lock,
         });
         let dir = server.pipelines_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| ServeError::Io {
+        let io = |e: std::io::Error| ServeError::Io {
             path: dir.clone(),
             message: e.to_string(),
-        })?;
-        let entries = std::fs::read_dir(&dir).map_err(|e| ServeError::Io {
-            path: dir.clone(),
-            message: e.to_string(),
-        })?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !path.join(managed::SPEC_FILE).exists() {
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        for entry in std::fs::read_dir(&dir).map_err(io)?.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if crate::names::check("pipeline name", &name).is_err() || !entry.path().is_dir() {
+                warn!(path = %entry.path().display(), "not a pipeline directory; left alone");
                 continue;
             }
-            match Managed::load(&path, &server.registry) {
-                Ok(mut pipeline) => {
-                    if pipeline.desired.running {
-                        match pipeline.start(&server.registry) {
-                            Ok(()) => info!(pipeline = %pipeline.name, "pipeline restored"),
-                            Err(e) => {
-                                warn!(pipeline = %pipeline.name, error = %e, "pipeline could not be restarted")
-                            }
-                        }
-                    }
-                    server
-                        .pipelines
-                        .lock()
-                        .expect("pipelines lock")
-                        .insert(pipeline.name.clone(), pipeline);
-                }
-                Err(e) => warn!(path = %path.display(), error = %e, "pipeline skipped"),
+            let slot = Arc::new(Slot::load(&name, &entry.path(), &server.registry));
+            if let Err(e) = slot.restart_if_desired(&server.registry) {
+                warn!(pipeline = %name, error = %e, "pipeline could not be restarted");
             }
+            server
+                .pipelines
+                .write()
+                .expect("pipelines lock")
+                .insert(name, slot);
         }
         Ok(server)
     }
@@ -149,69 +184,147 @@ impl Server {
         self.data.join("pipelines")
     }
 
-    /// The directory of pipeline `name`.
-    pub fn pipeline_dir(&self, name: &str) -> PathBuf {
-        self.pipelines_dir().join(name)
+    /// The pipeline `name` (a name that breaks the rule is refused before any look-up).
+    pub fn pipeline(&self, name: &str) -> Result<Arc<Slot>, RequestError> {
+        crate::names::check("pipeline name", name)?;
+        self.pipelines
+            .read()
+            .expect("pipelines lock")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| {
+                RequestError::NotFound(format!(
+                    "there is no pipeline {name:?}; GET /v1/pipelines lists them"
+                ))
+            })
+    }
+
+    /// Every pipeline, by name.
+    pub fn slots(&self) -> Vec<Arc<Slot>> {
+        self.pipelines
+            .read()
+            .expect("pipelines lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Creates a pipeline from a JSON spec. Nothing is written unless the spec is valid; a
+    /// leftover directory of the same name (one that is not a pipeline) is removed first, so a
+    /// new pipeline never inherits state it did not create.
+    pub fn create(&self, json: serde_json::Value) -> Result<Arc<Slot>, RequestError> {
+        let name = json
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
+            .to_owned();
+        let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
+        let mut pipelines = self.pipelines.write().expect("pipelines lock");
+        if pipelines.contains_key(&name) {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {name:?} exists; DELETE it first or choose another name"
+            )));
+        }
+        if pipelines.len() >= self.limits.max_pipelines {
+            return Err(RequestError::Conflict(format!(
+                "the server holds its limit of {} pipelines; delete one first",
+                self.limits.max_pipelines
+            )));
+        }
+        Managed::resolve(&json, &dir, &self.registry)?;
+        if dir.exists() {
+            warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
+            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
+        }
+        let managed = Managed::create(json, &dir, &self.registry)?;
+        let slot = Arc::new(Slot::new(&name, &dir, managed));
+        pipelines.insert(name, slot.clone());
+        Ok(slot)
+    }
+
+    /// Stops and deletes a pipeline with all its files.
+    pub fn delete(&self, name: &str) -> Result<(), RequestError> {
+        let slot = self.pipeline(name)?;
+        match slot.stop(self.limits.stop_wait, false)? {
+            StopOutcome::Stopped => {}
+            StopOutcome::Stopping => {
+                return Err(RequestError::Conflict(format!(
+                    "pipeline {name:?} is busy and still stopping; try DELETE again shortly"
+                )));
+            }
+        }
+        {
+            let mut pipelines = self.pipelines.write().expect("pipelines lock");
+            match pipelines.get(name) {
+                Some(current) if Arc::ptr_eq(current, &slot) => {
+                    pipelines.remove(name);
+                }
+                _ => return Ok(()), // deleted by a concurrent call
+            }
+        }
+        if !crate::names::is_inside(&self.pipelines_dir(), &slot.dir) {
+            return Err(RequestError::Internal(format!(
+                "refusing to remove {}: it is not inside the pipelines directory",
+                slot.dir.display()
+            )));
+        }
+        slot.close();
+        std::fs::remove_dir_all(&slot.dir).map_err(RequestError::from_io)
+    }
+
+    /// Whether an operator version is used by a pipeline (live or candidate); its name if so.
+    pub fn user_of(&self, name: &str, version: &str) -> Option<String> {
+        self.slots()
+            .into_iter()
+            .find(|slot| slot.uses(name, version))
+            .map(|slot| slot.name.clone())
+    }
+
+    /// Health: pipelines that stopped responding, and damaged files.
+    pub fn health(&self) -> Health {
+        let mut stalled = Vec::new();
+        let mut damaged_pipelines = Vec::new();
+        for slot in self.slots() {
+            if slot.silent_for() > Some(self.limits.stall_after) {
+                stalled.push(slot.name.clone());
+            }
+            if slot.is_damaged() {
+                damaged_pipelines.push(slot.name.clone());
+            }
+        }
+        Health {
+            status: if stalled.is_empty() { "ok" } else { "degraded" },
+            stalled,
+            damaged_pipelines,
+            damaged_operators: self.registry.damaged().to_vec(),
+        }
     }
 
     /// Rollout schedules and automatic rollbacks, evaluated every tick.
     pub fn tick(&self) {
-        let mut pipelines = self.pipelines.lock().expect("pipelines lock");
-        for pipeline in pipelines.values_mut() {
-            pipeline.tick();
+        for slot in self.slots() {
+            slot.tick();
         }
     }
 
-    /// Stops every pipeline (each takes a final checkpoint).
-    pub fn shutdown(&self) {
-        let mut pipelines = self.pipelines.lock().expect("pipelines lock");
-        for pipeline in pipelines.values_mut() {
-            // Stopping on shutdown is not a user's stop: the pipeline restarts with the server.
-            pipeline.halt();
+    /// Stops every pipeline (each takes a final checkpoint), all at once, waiting at most
+    /// `timeout`; returns the pipelines that had not stopped by then.
+    pub fn shutdown(&self, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let slots = self.slots();
+        for slot in &slots {
+            slot.begin_halt();
         }
+        let mut late = Vec::new();
+        for slot in &slots {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !slot.wait_halted(left) {
+                late.push(slot.name.clone());
+            }
+        }
+        if late.is_empty() {
+            info!("every pipeline stopped");
+        }
+        late
     }
-}
-
-/// Runs the server until SIGINT or SIGTERM, then stops the pipelines cleanly.
-pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
-    let server = Server::open(&options)?;
-    let app = crate::api::router(server.clone());
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|e| ServeError::Io {
-            path: Path::new(&options.listen.to_string()).to_owned(),
-            message: e.to_string(),
-        })?;
-    let address = listener.local_addr().map_err(|e| ServeError::Io {
-        path: PathBuf::from("listener"),
-        message: e.to_string(),
-    })?;
-    eprintln!("weir: listening on http://{address}");
-    info!(%address, data = %options.data.display(), "serving");
-    let ticker = server.clone();
-    tokio::spawn(async move {
-        let mut interval = tokio::time::interval(Duration::from_millis(200));
-        loop {
-            interval.tick().await;
-            let server = ticker.clone();
-            let _ = tokio::task::spawn_blocking(move || server.tick()).await;
-        }
-    });
-    let shutdown = async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match terminate.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-        }
-    };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
-    let stopping = server.clone();
-    let _ = tokio::task::spawn_blocking(move || stopping.shutdown()).await;
-    served.map_err(|e| ServeError::Io {
-        path: PathBuf::from("server"),
-        message: e.to_string(),
-    })
 }

@@ -75,6 +75,7 @@ impl Source for Generator {
             line: self.next,
             offset: 0,
             rng: Some(self.rng),
+            clock: None,
         }
     }
 

@@ -6,12 +6,17 @@
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::ingest::{CLOCK_PREFIX, GatedFile, IngestGate};
 use super::{Record, Source, SourceError};
 use crate::checkpoint::SourcePosition;
 
-/// How long a tailing reader waits at the end of its file before looking again.
+/// How long a tailing reader without a gate waits at the end of its file before looking again.
 const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long a tailing reader with a gate waits for a commit before it yields a tick anyway (so
+/// the pipeline can take due checkpoints): long enough that an idle pipeline costs no CPU.
+const GATE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reads lines; blank lines are skipped but counted.
 pub struct LineReader {
@@ -26,6 +31,10 @@ pub struct LineReader {
     tail: bool,
     /// Tail mode: the start of a line whose end has not been written yet.
     partial: Vec<u8>,
+    /// Tail mode: read only what the writer committed, and wait for its commits.
+    gate: Option<Arc<IngestGate>>,
+    /// Gate mode: the last clock line read.
+    clock: Option<i64>,
 }
 
 impl std::fmt::Debug for LineReader {
@@ -50,7 +59,15 @@ impl LineReader {
     /// Follows the file at `path` like `tail -f`: at its end, yields [`Record::Tick`] and
     /// waits for more lines; a line only counts once its newline is written. The file is
     /// created if missing.
-    pub fn tail(path: &Path, cap: usize) -> Result<LineReader, SourceError> {
+    ///
+    /// With a `gate` (an [`IngestLog`](super::IngestLog) of this process writes the file), only
+    /// committed bytes are read, clock lines become [`Record::Clock`], and the reader sleeps
+    /// until the next commit rather than polling.
+    pub fn tail(
+        path: &Path,
+        cap: usize,
+        gate: Option<Arc<IngestGate>>,
+    ) -> Result<LineReader, SourceError> {
         let name = path.display().to_string();
         std::fs::OpenOptions::new()
             .create(true)
@@ -59,7 +76,33 @@ impl LineReader {
             .map_err(|e| SourceError::new(&name, e))?;
         let mut reader = Self::open(path, cap)?;
         reader.tail = true;
+        reader.gate = gate;
+        reader.reopen_at(0)?;
         Ok(reader)
+    }
+
+    /// Reads the file from `offset` on (through the gate, if there is one).
+    fn reopen_at(&mut self, offset: u64) -> Result<(), SourceError> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let fail = |error| SourceError::new(&self.name, error);
+        let mut file = std::fs::File::open(path).map_err(fail)?;
+        file.seek(SeekFrom::Start(offset)).map_err(fail)?;
+        self.input = match &self.gate {
+            Some(gate) => Box::new(BufReader::with_capacity(
+                1 << 16,
+                GatedFile {
+                    file,
+                    position: offset,
+                    gate: gate.clone(),
+                },
+            )),
+            None => Box::new(BufReader::with_capacity(1 << 16, file)),
+        };
+        self.partial.clear();
+        self.offset = offset;
+        Ok(())
     }
 
     /// Reads standard input.
@@ -82,6 +125,8 @@ impl LineReader {
             cap,
             tail: false,
             partial: Vec::new(),
+            gate: None,
+            clock: None,
         }
     }
 
@@ -126,7 +171,10 @@ impl Source for LineReader {
                 .read_line(&mut bytes)
                 .map_err(|e| SourceError::new(&self.name, e))?;
             if !more && self.tail {
-                std::thread::sleep(TAIL_POLL);
+                match &self.gate {
+                    Some(gate) => gate.wait_beyond(self.offset, GATE_WAIT),
+                    None => std::thread::sleep(TAIL_POLL),
+                }
                 return Ok(Some(Record::Tick));
             }
             if !more {
@@ -139,6 +187,14 @@ impl Source for LineReader {
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            if self.gate.is_some()
+                && let Some(ms) = bytes.strip_prefix(CLOCK_PREFIX)
+            {
+                let ms = std::str::from_utf8(ms).ok().and_then(|ms| ms.parse().ok());
+                let ms = ms.unwrap_or(i64::MAX);
+                self.clock = Some(ms);
+                return Ok(Some(Record::Clock(ms)));
+            }
             return Ok(Some(Record::Line(self.line, bytes)));
         }
     }
@@ -149,13 +205,14 @@ impl Source for LineReader {
             line: self.line,
             offset: self.offset - self.partial.len() as u64,
             rng: None,
+            clock: self.clock,
         }
     }
 
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
         let fail = |error| SourceError::new(&self.name, error);
         if let Some(path) = &self.file {
-            let mut file = std::fs::File::open(path).map_err(fail)?;
+            let file = std::fs::File::open(path).map_err(fail)?;
             let len = file.metadata().map_err(fail)?.len();
             if len < position.offset {
                 return Err(fail(std::io::Error::other(format!(
@@ -164,11 +221,10 @@ impl Source for LineReader {
                     position.offset
                 ))));
             }
-            file.seek(SeekFrom::Start(position.offset)).map_err(fail)?;
-            self.partial.clear();
-            self.input = Box::new(BufReader::with_capacity(1 << 16, file));
-            self.offset = position.offset;
+            drop(file);
+            self.reopen_at(position.offset)?;
             self.line = position.line;
+            self.clock = position.clock;
             return Ok(());
         }
         let mut skipped = Vec::new();
@@ -211,7 +267,7 @@ mod tests {
     fn a_tailing_reader_waits_for_the_end_of_a_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.jsonl");
-        let mut reader = LineReader::tail(&path, 100).unwrap();
+        let mut reader = LineReader::tail(&path, 100, None).unwrap();
         assert!(matches!(reader.next_record().unwrap(), Some(Record::Tick)));
         std::fs::write(&path, "first\nsec").unwrap();
         assert!(matches!(reader.next_record().unwrap(), Some(Record::Line(1, l)) if l == b"first"));

@@ -2,9 +2,11 @@
 //! generator. Each yields records in arrival order, numbered by line from 1.
 
 mod generator;
+mod ingest;
 mod lines;
 
 pub use generator::Generator;
+pub use ingest::{IngestError, IngestGate, IngestLog};
 pub use lines::LineReader;
 
 use crate::checkpoint::SourcePosition;
@@ -20,6 +22,9 @@ pub enum Record {
     /// Nothing yet (a tailing source waiting for more input): the router uses the pause to
     /// send what it holds, take due checkpoints and notice a stop.
     Tick,
+    /// The wall clock (ms) at which the events that follow were accepted (HTTP ingest): what
+    /// "too far in the future" is judged against, the same on every replay.
+    Clock(i64),
 }
 
 /// A source failed to read.

@@ -360,11 +360,21 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let event = &staged.event;
-        if let WindowSpec::Session { gap } = self.spec {
-            return self.accept_session(index, staged, gap, events, cx, out);
-        }
         let mut windows = std::mem::take(&mut self.scratch);
-        assign(&self.spec, event.timestamp, &mut windows);
+        if let Err(error) = assign(&self.spec, event.timestamp, &mut windows) {
+            self.scratch = windows;
+            out.dead_letters.push(DeadLetter {
+                line: event.line,
+                raw: event.to_json().to_string(),
+                reason: error.to_string(),
+            });
+            return Ok(());
+        }
+        if let WindowSpec::Session { .. } = self.spec {
+            let own = windows[0];
+            self.scratch = windows;
+            return self.accept_session(index, staged, own, events, cx, out);
+        }
         let mut accepted = false;
         for window in &windows {
             if self.is_late(window) {
@@ -393,16 +403,12 @@ impl WindowEngine {
         &mut self,
         index: usize,
         staged: &Staged,
-        gap: Millis,
+        own: Window,
         events: &[Staged],
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
         let event = &staged.event;
-        let own = Window {
-            start: event.timestamp,
-            end: event.timestamp + gap,
-        };
         let mut touching: Vec<WindowId> = self
             .by_key
             .get(&event.key)

@@ -1,0 +1,192 @@
+//! [`GuardedListener`]: the TCP listener of the API, with a cap on open connections and an idle
+//! timeout on each, so that idle or half-sent requests cannot take every file descriptor and
+//! starve the callers that matter (`/healthz` among them).
+//!
+//! A connection on which nothing is read or written for the idle timeout is closed. Under
+//! pressure (more than three quarters of the cap in use) the timeout shrinks to the pressure
+//! timeout, so a flood of idle connections is shed within seconds instead of blocking new ones.
+//! At the cap, new connections wait in the kernel's backlog until one closes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// Connection limits.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// The most connections open at once.
+    pub max_connections: usize,
+    /// How long a connection may stay silent (no byte read or written).
+    pub idle_timeout: Duration,
+    /// The shorter silence allowed while the server is near its cap.
+    pub pressure_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 4_096,
+            idle_timeout: Duration::from_secs(60),
+            pressure_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A TCP listener that enforces [`ConnectionLimits`].
+#[derive(Debug)]
+pub struct GuardedListener {
+    inner: TcpListener,
+    permits: Arc<Semaphore>,
+    limits: ConnectionLimits,
+}
+
+impl GuardedListener {
+    /// Wraps a bound listener.
+    pub fn new(inner: TcpListener, limits: ConnectionLimits) -> Self {
+        GuardedListener {
+            inner,
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            limits,
+        }
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = GuardedIo;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the connection semaphore is never closed");
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, address)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = GuardedIo {
+                        stream,
+                        _permit: permit,
+                        permits: self.permits.clone(),
+                        limits: self.limits,
+                        deadline: Box::pin(tokio::time::sleep(self.limits.idle_timeout)),
+                    };
+                    return (io, address);
+                }
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before it was accepted:
+                    // wait a little rather than spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// One accepted connection; holds its place under the cap until it is dropped.
+#[derive(Debug)]
+pub struct GuardedIo {
+    stream: TcpStream,
+    _permit: OwnedSemaphorePermit,
+    permits: Arc<Semaphore>,
+    limits: ConnectionLimits,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl GuardedIo {
+    /// The silence allowed from now: shorter when the server is near its cap.
+    fn allowance(&self) -> Duration {
+        let free = self.permits.available_permits();
+        if free * 4 < self.limits.max_connections {
+            self.limits.pressure_timeout.min(self.limits.idle_timeout)
+        } else {
+            self.limits.idle_timeout
+        }
+    }
+
+    fn touch(&mut self) {
+        let next = Instant::now() + self.allowance();
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// Fails with `TimedOut` once the connection was silent too long; otherwise registers for
+    /// the deadline's wake-up.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
+        // Pressure may have risen since the deadline was set: never wait longer than allowed now.
+        let latest = Instant::now() + self.allowance();
+        if self.deadline.deadline() > latest {
+            self.deadline.as_mut().reset(latest);
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the connection was idle too long",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+}
+
+impl AsyncRead for GuardedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    self.touch();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                self.check_deadline(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl AsyncWrite for GuardedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.stream).poll_write(cx, data) {
+            Poll::Ready(result) => {
+                self.touch();
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                self.check_deadline(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let result = ready!(Pin::new(&mut self.stream).poll_flush(cx));
+        Poll::Ready(result)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,103 @@
+//! The route table: every route of the API with the access it needs, what it does and every
+//! status it can answer. Authorisation decides from this table by the matched route (method and
+//! route template), never from the path's text, and `/openapi.json` is generated from it, so
+//! the document, the checks and the router cannot drift apart.
+
+use axum::http::Method;
+
+use crate::serve::Scope;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone (liveness, the API description).
+    Public,
+    /// A token with this scope (an admin token has every scope).
+    Token(Scope),
+}
+
+/// One route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The method.
+    pub method: Method,
+    /// The route template, as axum matches it (`/v1/pipelines/{name}`).
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+    /// What it does.
+    pub summary: &'static str,
+    /// Every status it can answer, with what each means.
+    pub responses: &'static [(u16, &'static str)],
+}
+
+const ADMIN: Access = Access::Token(Scope::Admin);
+
+/// Answers every token-checked route can give, besides its own.
+pub const AUTH_RESPONSES: &[(u16, &str)] = &[
+    (
+        401,
+        "no token, a malformed Authorization header, or an unknown token",
+    ),
+    (403, "the token's scope does not allow this route"),
+    (400, "a name in the path breaks the name rule"),
+    (500, "the server failed; its log has the details"),
+];
+
+macro_rules! route {
+    ($method:ident $path:literal, $access:expr, $summary:literal, [$(($code:literal, $text:literal)),* $(,)?]) => {
+        Route {
+            method: Method::$method,
+            path: $path,
+            access: $access,
+            summary: $summary,
+            responses: &[$(($code, $text)),*],
+        }
+    };
+}
+
+/// Every route of the API.
+pub const ROUTES: &[Route] = &[
+    route!(GET "/healthz", Access::Public, "Liveness and pipeline health: 503 lists pipelines that stopped responding",
+        [(200, "healthy"), (503, "one or more pipelines stopped responding")]),
+    route!(GET "/openapi.json", Access::Public, "This document", [(200, "OpenAPI 3.1")]),
+    route!(GET "/metrics", Access::Token(Scope::Metrics), "Prometheus metrics (metrics or admin token; or no token on --metrics-listen)",
+        [(200, "text exposition format")]),
+    route!(GET "/v1/operators", ADMIN, "List operator versions (GET /healthz lists registry entries that could not be read)",
+        [(200, "versions")]),
+    route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes)",
+        [(201, "the version"), (400, "not a Weir component, or a bad name"), (409, "version exists"), (413, "too large"), (507, "the disk is full")]),
+    route!(GET "/v1/operators/{name}/{version}", ADMIN, "One version",
+        [(200, "the version"), (404, "unknown")]),
+    route!(DELETE "/v1/operators/{name}/{version}", ADMIN, "Delete a version",
+        [(204, "deleted"), (404, "unknown"), (409, "in use by a pipeline (live or candidate)")]),
+    route!(GET "/v1/pipelines", ADMIN, "List pipelines with status (damaged ones as failed, with the reason)",
+        [(200, "statuses")]),
+    route!(POST "/v1/pipelines", ADMIN, "Create a pipeline from a JSON spec",
+        [(201, "status"), (400, "invalid spec (the reason names the field)"), (409, "name taken"), (413, "too large"), (507, "the disk is full")]),
+    route!(GET "/v1/pipelines/{name}", ADMIN, "Pipeline status",
+        [(200, "status"), (404, "unknown")]),
+    route!(DELETE "/v1/pipelines/{name}", ADMIN, "Stop and delete a pipeline with all its files",
+        [(204, "deleted"), (404, "unknown"), (409, "still stopping: try again")]),
+    route!(POST "/v1/pipelines/{name}/start", ADMIN, "Start (resumes from the last checkpoint)",
+        [(200, "status"), (404, "unknown"), (409, "damaged, or still stopping")]),
+    route!(POST "/v1/pipelines/{name}/stop", ADMIN, "Stop after a final checkpoint",
+        [(200, "stopped"), (202, "stopping: the pipeline is busy and stops in the background"), (404, "unknown"), (409, "damaged")]),
+    route!(POST "/v1/pipelines/{name}/events", Access::Token(Scope::Ingest), "Send events: JSON Lines or a JSON array; durable before 202",
+        [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large"), (507, "the disk is full: nothing of the batch was kept")]),
+    route!(GET "/v1/pipelines/{name}/results", ADMIN, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
+        [(200, "text/event-stream"), (400, "Last-Event-ID is not a number"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
+    route!(POST "/v1/pipelines/{name}/rollout", ADMIN, "Roll out a version: {version, percent | steps+every, shadow, policy}",
+        [(200, "status"), (400, "invalid request"), (404, "unknown"), (409, "damaged")]),
+    route!(POST "/v1/pipelines/{name}/rollback", ADMIN, "Roll back: every key to the live version",
+        [(200, "status"), (404, "unknown"), (409, "no rollout")]),
+    route!(POST "/v1/pipelines/{name}/promote", ADMIN, "Promote the candidate: it becomes the live version at the next barrier",
+        [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
+];
+
+/// The route with this method and template.
+pub fn find(method: &Method, path: &str) -> Option<&'static Route> {
+    ROUTES
+        .iter()
+        .find(|route| route.method == *method && route.path == path)
+}

@@ -1,0 +1,99 @@
+//! The errors of the server's domain: [`ServeError`] when it starts, [`RequestError`] when a
+//! request fails. The HTTP layer maps each `RequestError` kind to one status.
+
+use std::path::PathBuf;
+
+use crate::names::NameError;
+use crate::operator::RegistryError;
+
+/// Server failures at start-up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The registry could not be opened.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The engine could not be set up.
+    #[error(transparent)]
+    Load(#[from] crate::operator::LoadError),
+    /// A file of the data directory could not be read or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The tokens are unusable.
+    #[error("tokens: {0}")]
+    Tokens(String),
+    /// Another server uses the data directory.
+    #[error(
+        "data directory {0} is in use by another weir serve (it holds weir.lock); stop that \
+         server first, or give this one another --data"
+    )]
+    Locked(PathBuf),
+}
+
+/// Why a request was refused or failed. The message says what was wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The caller sent something invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The thing named does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with the current state (exists, in use, not running, busy).
+    #[error("{0}")]
+    Conflict(String),
+    /// The disk is full; nothing of the request was kept.
+    #[error("{0}")]
+    DiskFull(String),
+    /// The request is larger than allowed.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The server failed (details for the log only).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl RequestError {
+    /// An I/O failure: a full disk is the caller's to know about; anything else is internal.
+    pub fn from_io(error: std::io::Error) -> Self {
+        match error.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                RequestError::DiskFull(format!("the server's disk is full: {error}"))
+            }
+            _ => RequestError::Internal(error.to_string()),
+        }
+    }
+}
+
+impl From<NameError> for RequestError {
+    fn from(error: NameError) -> Self {
+        RequestError::Invalid(error.to_string())
+    }
+}
+
+impl From<RegistryError> for RequestError {
+    fn from(error: RegistryError) -> Self {
+        match error {
+            RegistryError::Exists { .. } => RequestError::Conflict(error.to_string()),
+            RegistryError::Unknown { .. } => RequestError::NotFound(error.to_string()),
+            RegistryError::TooLarge { .. } => RequestError::TooLarge(error.to_string()),
+            RegistryError::Io { source, .. } => RequestError::from_io(source),
+            _ => RequestError::Invalid(error.to_string()),
+        }
+    }
+}
+
+impl From<crate::source::IngestError> for RequestError {
+    fn from(error: crate::source::IngestError) -> Self {
+        match error {
+            crate::source::IngestError::DiskFull => RequestError::DiskFull(error.to_string()),
+            other => RequestError::Internal(other.to_string()),
+        }
+    }
+}

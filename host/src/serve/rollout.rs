@@ -1,0 +1,147 @@
+//! Rollout requests as the API receives them, and the checked [`RolloutPlan`] a pipeline keeps
+//! in its desired state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rollout::Policy;
+
+/// A rollout request as the API receives it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutRequest {
+    /// The candidate version (of the pipeline's aggregate operator).
+    pub version: String,
+    /// The candidate's share of key buckets, 0-100.
+    pub percent: Option<u8>,
+    /// A schedule of shares, one step every `every`.
+    #[serde(default)]
+    pub steps: Vec<u8>,
+    /// Time between steps (`"5m"`, or ms).
+    pub every: Option<serde_json::Value>,
+    /// Run the candidate in shadow instead of serving traffic.
+    #[serde(default)]
+    pub shadow: bool,
+    /// Automatic rollback policy.
+    pub policy: Option<PolicyRequest>,
+}
+
+/// The automatic rollback policy as the API receives it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRequest {
+    max_trap_rate: Option<f64>,
+    max_error_rate: Option<f64>,
+    window: Option<serde_json::Value>,
+    min_calls: Option<u64>,
+}
+
+/// A rollout in progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RolloutPlan {
+    /// The candidate version.
+    pub version: String,
+    /// The share when there is no schedule.
+    pub percent: u8,
+    /// Shadow mode.
+    pub shadow: bool,
+    /// Scheduled shares.
+    pub steps: Vec<u8>,
+    /// Time between steps.
+    pub every_ms: Option<u64>,
+    /// When the rollout started (ms since the epoch), for the schedule.
+    pub started_ms: u64,
+    /// Automatic rollback.
+    pub policy: Policy,
+}
+
+/// The most steps a schedule may have.
+const MAX_STEPS: usize = 100;
+
+fn duration_ms(value: &serde_json::Value, field: &str) -> Result<u64, String> {
+    let ms = match value {
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| format!("{field} must be a whole number of ms"))?,
+        serde_json::Value::String(s) => crate::time::parse_duration(s)
+            .map(|ms| ms as u64)
+            .map_err(|e| format!("{field}: {e}"))?,
+        _ => return Err(format!("{field} must be milliseconds or text like \"5m\"")),
+    };
+    if ms == 0 || ms > crate::time::MAX_TIMESTAMP as u64 {
+        return Err(format!("{field} must be between 1 ms and 100 years"));
+    }
+    Ok(ms)
+}
+
+fn rate(value: Option<f64>, default: f64, field: &str) -> Result<f64, String> {
+    match value {
+        None => Ok(default),
+        Some(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        Some(rate) => Err(format!("policy.{field} = {rate} must be between 0 and 1")),
+    }
+}
+
+impl RolloutPlan {
+    /// Checks a request.
+    pub fn from_request(request: RolloutRequest) -> Result<RolloutPlan, String> {
+        crate::names::check("operator version", &request.version).map_err(|e| e.to_string())?;
+        if request
+            .steps
+            .iter()
+            .chain(request.percent.iter())
+            .any(|p| *p > 100)
+        {
+            return Err("percentages must be between 0 and 100".into());
+        }
+        if request.steps.len() > MAX_STEPS {
+            return Err(format!("`steps` may have at most {MAX_STEPS} entries"));
+        }
+        if !request.steps.is_empty() && request.every.is_none() {
+            return Err("`steps` needs `every`, the time between steps".into());
+        }
+        if request.steps.windows(2).any(|w| w[0] > w[1]) {
+            return Err(
+                "`steps` must not decrease: keys only move forward during a rollout".into(),
+            );
+        }
+        let every_ms = request
+            .every
+            .as_ref()
+            .map(|v| duration_ms(v, "every"))
+            .transpose()?;
+        let mut policy = Policy::default();
+        if let Some(p) = request.policy {
+            policy.max_trap_rate = rate(p.max_trap_rate, policy.max_trap_rate, "max_trap_rate")?;
+            policy.max_error_rate =
+                rate(p.max_error_rate, policy.max_error_rate, "max_error_rate")?;
+            policy.min_calls = p.min_calls.unwrap_or(policy.min_calls);
+            if let Some(window) = &p.window {
+                policy.window_ms = duration_ms(window, "policy.window")?;
+            }
+        }
+        Ok(RolloutPlan {
+            version: request.version,
+            percent: request
+                .percent
+                .or(request.steps.first().copied())
+                .unwrap_or(0),
+            shadow: request.shadow,
+            steps: request.steps,
+            every_ms,
+            started_ms: crate::time::wall_clock_ms(),
+            policy,
+        })
+    }
+
+    /// The share now, following the schedule if there is one.
+    pub fn percent_now(&self) -> u8 {
+        match (self.steps.is_empty(), self.every_ms) {
+            (false, Some(every)) => {
+                let elapsed = crate::time::wall_clock_ms().saturating_sub(self.started_ms);
+                let step = (elapsed / every.max(1)) as usize;
+                self.steps[step.min(self.steps.len() - 1)]
+            }
+            _ => self.percent,
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! [`Slot`]: one pipeline of the server while it lives: its spec and desired state (or, for a
+//! pipeline whose files are damaged, the reason), the thread running it, its ingest log, and the
+//! result stream its subscribers follow across stops and starts.
+//!
+//! The slot's lock is held only for short bookkeeping; waiting for the pipeline thread (a stop,
+//! a final checkpoint) and writing the ingest log happen outside it, so a busy pipeline cannot
+//! block calls about itself for long, nor any call about another pipeline.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::managed::INGEST_FILE;
+use super::{Managed, RequestError, RolloutPlan};
+use crate::operator::{ComponentKind, Registry};
+use crate::pipeline::{PipelineControl, PipelineError, RunOptions, Summary};
+use crate::rollout::{RateWatch, Routing, ShadowLog};
+use crate::source::IngestLog;
+
+pub use crate::pipeline::ResultLine;
+
+type Thread = JoinHandle<Result<Summary, PipelineError>>;
+
+/// How many result records a slow subscriber may fall behind before its stream ends (it can
+/// resume from its last id).
+const RESULT_BUFFER: usize = 4_096;
+
+/// What a stop request achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The pipeline stopped (or was not running).
+    Stopped,
+    /// The pipeline is still finishing its batch and final checkpoint; it stops in the
+    /// background.
+    Stopping,
+}
+
+struct Inner {
+    /// The pipeline, or why its files cannot be used.
+    managed: Result<Managed, String>,
+    /// The control of the current (or stopping, or last) run.
+    control: Option<Arc<PipelineControl>>,
+    /// The current run's thread; `None` while stopping or stopped.
+    thread: Option<Thread>,
+    stopping: bool,
+    failure: Option<String>,
+    watch: RateWatch,
+    requested: Option<Routing>,
+}
+
+/// One pipeline of the server.
+pub struct Slot {
+    /// Its name.
+    pub name: String,
+    /// Its directory.
+    pub dir: PathBuf,
+    inner: Mutex<Inner>,
+    results: tokio::sync::broadcast::Sender<ResultLine>,
+    ingest: Mutex<Option<Arc<IngestLog>>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").field("name", &self.name).finish()
+    }
+}
+
+fn finished(thread: Thread) -> Option<String> {
+    match thread.join() {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("the pipeline thread panicked".into()),
+    }
+}
+
+fn damaged(reason: &str) -> RequestError {
+    RequestError::Conflict(format!(
+        "the pipeline's files are damaged ({reason}); DELETE it and create it again"
+    ))
+}
+
+impl Slot {
+    /// A slot for a new pipeline.
+    pub fn new(name: &str, dir: &Path, managed: Managed) -> Slot {
+        Self::with(name, dir, Ok(managed))
+    }
+
+    /// A slot for a pipeline found in the data directory, damaged or not.
+    pub fn load(name: &str, dir: &Path, registry: &Registry) -> Slot {
+        let managed = Managed::load(name, dir, registry);
+        if let Err(reason) = &managed {
+            warn!(pipeline = %name, %reason, "pipeline damaged: kept as failed");
+        }
+        Self::with(name, dir, managed)
+    }
+
+    fn with(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
+        Slot {
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+            inner: Mutex::new(Inner {
+                managed,
+                control: None,
+                thread: None,
+                stopping: false,
+                failure: None,
+                watch: RateWatch::default(),
+                requested: None,
+            }),
+            results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
+            ingest: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("slot lock")
+    }
+
+    /// Runs `f` on the pipeline's spec and desired state (refused for a damaged pipeline).
+    pub fn with_managed<T>(
+        &self,
+        f: impl FnOnce(&mut Managed) -> Result<T, RequestError>,
+    ) -> Result<T, RequestError> {
+        let mut inner = self.lock();
+        match &mut inner.managed {
+            Ok(managed) => f(managed),
+            Err(reason) => Err(damaged(reason)),
+        }
+    }
+
+    /// Whether the files of the pipeline are damaged.
+    pub fn is_damaged(&self) -> bool {
+        self.lock().managed.is_err()
+    }
+
+    /// Collects the result of a thread that ended by itself.
+    fn reap(inner: &mut Inner) {
+        if inner.thread.as_ref().is_some_and(|t| t.is_finished())
+            && let Some(thread) = inner.thread.take()
+        {
+            inner.failure = finished(thread);
+        }
+    }
+
+    fn is_running(inner: &Inner) -> bool {
+        inner.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// At server start: starts the pipeline if it was running when the server stopped.
+    pub fn restart_if_desired(&self, registry: &Arc<Registry>) -> Result<(), RequestError> {
+        let wanted = matches!(&self.lock().managed, Ok(m) if m.desired.running);
+        if wanted {
+            self.start(registry)?;
+            info!(pipeline = %self.name, "pipeline restored");
+        }
+        Ok(())
+    }
+
+    fn ingest_log(&self) -> Result<Arc<IngestLog>, RequestError> {
+        let mut ingest = self.ingest.lock().expect("ingest lock");
+        if let Some(log) = &*ingest {
+            return Ok(log.clone());
+        }
+        let log = Arc::new(IngestLog::open(&self.dir.join(INGEST_FILE))?);
+        *ingest = Some(log.clone());
+        Ok(log)
+    }
+
+    /// Starts the pipeline (resuming from its last checkpoint) and records that it should run.
+    pub fn start(&self, registry: &Arc<Registry>) -> Result<(), RequestError> {
+        let log = self.ingest_log()?;
+        let mut inner = self.lock();
+        Self::reap(&mut inner);
+        if inner.stopping {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} is still stopping; start it once it has stopped",
+                self.name
+            )));
+        }
+        let managed = match &mut inner.managed {
+            Ok(managed) => managed,
+            Err(reason) => return Err(damaged(reason)),
+        };
+        if !managed.desired.running {
+            managed.desired.running = true;
+            managed.save()?;
+        }
+        if Self::is_running(&inner) {
+            return Ok(());
+        }
+        let managed = inner.managed.as_ref().expect("checked above");
+        let control = Arc::new(self.control(managed, registry, &log)?);
+        let requested = managed.routing();
+        if let Some(routing) = &requested {
+            control.request(routing.clone());
+        }
+        let spec = managed.spec.clone();
+        let thread_control = control.clone();
+        let name = self.name.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-pipeline-{name}"))
+            .spawn(move || {
+                let result = crate::pipeline::run_controlled(
+                    &spec,
+                    RunOptions::default(),
+                    Some(thread_control),
+                );
+                match &result {
+                    Ok(summary) => info!(pipeline = %name, %summary, "pipeline ended"),
+                    Err(e) => warn!(pipeline = %name, error = %e, "pipeline failed"),
+                }
+                result
+            })
+            .map_err(RequestError::from_io)?;
+        inner.control = Some(control);
+        inner.thread = Some(thread);
+        inner.watch = RateWatch::default();
+        inner.requested = requested;
+        inner.failure = None;
+        Ok(())
+    }
+
+    /// The control of a new run: the version resolver, the shadow log, the ingest gate and the
+    /// result stream that outlives the run.
+    fn control(
+        &self,
+        managed: &Managed,
+        registry: &Arc<Registry>,
+        log: &IngestLog,
+    ) -> Result<PipelineControl, RequestError> {
+        let operator = managed.spec.aggregate.as_ref().map(|op| op.name.clone());
+        let lookup = registry.clone();
+        let resolve = Box::new(move |version: &str| match &operator {
+            Some(name) => lookup
+                .load(name, version, ComponentKind::Aggregate)
+                .map_err(|e| e.to_string()),
+            None => Err("the pipeline has no aggregate to roll out".into()),
+        });
+        let out = self.dir.join("out");
+        std::fs::create_dir_all(&out).map_err(RequestError::from_io)?;
+        let shadow_file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.join("shadow.jsonl"))
+            .map_err(RequestError::from_io)?;
+        let shadow_log: ShadowLog =
+            Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(shadow_file))));
+        Ok(PipelineControl::new(resolve, Some(shadow_log))
+            .with_results(self.results.clone())
+            .with_ingest_gate(log.gate()))
+    }
+
+    /// Asks the run to stop and takes its thread, without waiting. `user` records that the
+    /// pipeline should stay stopped (a server shutdown does not).
+    fn begin_stop(&self, user: bool) -> Result<Option<Thread>, RequestError> {
+        let mut inner = self.lock();
+        if user {
+            match &mut inner.managed {
+                Ok(managed) if managed.desired.running => {
+                    managed.desired.running = false;
+                    managed.save()?;
+                }
+                _ => {}
+            }
+        }
+        let Some(thread) = inner.thread.take() else {
+            return Ok(None);
+        };
+        if let Some(control) = &inner.control {
+            control.stop();
+        }
+        inner.stopping = true;
+        Ok(Some(thread))
+    }
+
+    fn end_stop(&self, thread: Thread) {
+        let failure = finished(thread);
+        let mut inner = self.lock();
+        inner.failure = failure;
+        inner.stopping = false;
+    }
+
+    /// Stops the pipeline after a final checkpoint (its windows stay open), waiting at most
+    /// `wait`; a pipeline still busy then stops in the background.
+    pub fn stop(self: &Arc<Self>, wait: Duration, user: bool) -> Result<StopOutcome, RequestError> {
+        let Some(thread) = self.begin_stop(user)? else {
+            return Ok(if self.lock().stopping {
+                StopOutcome::Stopping
+            } else {
+                StopOutcome::Stopped
+            });
+        };
+        let deadline = Instant::now() + wait;
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if thread.is_finished() {
+            self.end_stop(thread);
+            return Ok(StopOutcome::Stopped);
+        }
+        let slot = self.clone();
+        std::thread::Builder::new()
+            .name(format!("weir-stopping-{}", self.name))
+            .spawn(move || slot.end_stop(thread))
+            .map_err(RequestError::from_io)?;
+        Ok(StopOutcome::Stopping)
+    }
+
+    /// Server shutdown: asks the run to stop, keeping the desired state (it restarts with the
+    /// server).
+    pub fn begin_halt(&self) {
+        if let Ok(Some(thread)) = self.begin_stop(false) {
+            self.lock().thread = Some(thread);
+        }
+    }
+
+    /// Waits up to `timeout` for a halted run to end; whether it did.
+    pub fn wait_halted(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut inner = self.lock();
+            if inner.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                if let Some(thread) = inner.thread.take() {
+                    inner.failure = finished(thread);
+                }
+                inner.stopping = false;
+                return true;
+            }
+            drop(inner);
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes the result stream (the pipeline is being deleted): subscribers' streams end.
+    pub fn close(&self) {
+        self.lock().control = None;
+        *self.ingest.lock().expect("ingest lock") = None;
+    }
+
+    /// How long the running pipeline has shown no sign of life; `None` if it is not running.
+    pub fn silent_for(&self) -> Option<Duration> {
+        let inner = self.lock();
+        if !Self::is_running(&inner) || inner.stopping {
+            return None;
+        }
+        let control = inner.control.as_ref()?;
+        Some(Duration::from_millis(control.silent_for_ms()))
+    }
+
+    /// Appends events to the ingest log, whole and durably, while the pipeline runs. Returns
+    /// how many lines were accepted.
+    pub fn ingest(&self, lines: &[String]) -> Result<usize, RequestError> {
+        {
+            let mut inner = self.lock();
+            Self::reap(&mut inner);
+            if let Err(reason) = &inner.managed {
+                return Err(damaged(reason));
+            }
+            if !Self::is_running(&inner) || inner.stopping {
+                return Err(RequestError::Conflict(format!(
+                    "pipeline {} is not running: start it first",
+                    self.name
+                )));
+            }
+        }
+        let log = self.ingest_log()?;
+        log.append(crate::time::wall_clock_ms() as i64, lines)?;
+        metrics::counter!("weir_ingested_events_total", "pipeline" => self.name.clone())
+            .increment(lines.len() as u64);
+        Ok(lines.len())
+    }
+
+    /// Subscribes to the result records written from now on (across stops and starts).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ResultLine> {
+        self.results.subscribe()
+    }
+
+    /// The results file, if the results go to one.
+    pub fn results_file(&self) -> Result<Option<PathBuf>, RequestError> {
+        self.with_managed(|managed| {
+            Ok(match &managed.spec.sinks.results {
+                crate::spec::Sink::File(path) => Some(path.clone()),
+                _ => None,
+            })
+        })
+    }
+
+    /// Changes the desired state with `f`, then sends the routing it asks for to the run.
+    fn steer(
+        &self,
+        f: impl FnOnce(&mut Managed) -> Result<(), RequestError>,
+    ) -> Result<(), RequestError> {
+        let mut inner = self.lock();
+        let managed = match &mut inner.managed {
+            Ok(managed) => managed,
+            Err(reason) => return Err(damaged(reason)),
+        };
+        f(managed)?;
+        let routing = managed.routing();
+        inner.watch = RateWatch::default();
+        Self::push_routing(&mut inner, routing);
+        Ok(())
+    }
+
+    fn push_routing(inner: &mut Inner, routing: Option<Routing>) {
+        if let (Some(control), Some(routing)) = (&inner.control, routing)
+            && Self::is_running(inner)
+            && inner.requested.as_ref() != Some(&routing)
+        {
+            control.request(routing.clone());
+            inner.requested = Some(routing);
+        }
+    }
+
+    /// Starts, changes or replaces the rollout.
+    pub fn rollout(&self, plan: RolloutPlan, registry: &Registry) -> Result<(), RequestError> {
+        self.steer(|managed| managed.rollout(plan, registry))
+    }
+
+    /// Sends every key back to the live version.
+    pub fn rollback(&self, reason: String) -> Result<(), RequestError> {
+        warn!(pipeline = %self.name, reason = %reason, "rollback");
+        self.steer(|managed| managed.rollback(reason))
+    }
+
+    /// Makes the candidate the live version.
+    pub fn promote(&self, registry: &Registry) -> Result<(), RequestError> {
+        self.steer(|managed| {
+            let version = managed.promote(registry)?;
+            info!(pipeline = %managed.name, %version, "promoted");
+            Ok(())
+        })
+    }
+
+    /// Follows the rollout schedule and the automatic rollback policy.
+    pub fn tick(&self) {
+        let Ok(mut inner) = self.inner.try_lock() else {
+            return; // busy: the next tick comes soon
+        };
+        Self::reap(&mut inner);
+        if !Self::is_running(&inner) {
+            return;
+        }
+        let plan = match &inner.managed {
+            Ok(m) if m.desired.rolled_back.is_none() => m.desired.rollout.clone(),
+            _ => None,
+        };
+        let Some(plan) = plan else {
+            return;
+        };
+        let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
+        Self::push_routing(&mut inner, routing);
+        let Some(control) = inner.control.clone() else {
+            return;
+        };
+        let counters = control.counters.of(&plan.version).snapshot();
+        if let Some(reason) = inner.watch.check(&plan.policy, Instant::now(), counters) {
+            warn!(pipeline = %self.name, reason = %reason, "automatic rollback");
+            let recorded = match &mut inner.managed {
+                Ok(managed) => managed.rollback(reason),
+                Err(_) => Ok(()),
+            };
+            if let Err(e) = recorded {
+                warn!(pipeline = %self.name, error = %e, "could not record the rollback");
+            }
+            let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
+            Self::push_routing(&mut inner, routing);
+        }
+    }
+
+    /// Whether the pipeline uses operator `name@version` (live or candidate).
+    pub fn uses(&self, name: &str, version: &str) -> bool {
+        matches!(&self.lock().managed, Ok(m) if m.uses(name, version))
+    }
+
+    /// The status document of the API.
+    pub fn status(&self) -> serde_json::Value {
+        let mut inner = self.lock();
+        Self::reap(&mut inner);
+        let managed = match &inner.managed {
+            Ok(managed) => managed,
+            Err(reason) => {
+                return serde_json::json!({
+                    "name": self.name,
+                    "state": "failed",
+                    "error": format!("the pipeline's files are damaged: {reason}"),
+                    "damaged": true,
+                });
+            }
+        };
+        let state = if inner.stopping {
+            "stopping"
+        } else if Self::is_running(&inner) {
+            "running"
+        } else if inner.failure.is_some() {
+            "failed"
+        } else {
+            "stopped"
+        };
+        let control = inner.control.as_deref();
+        let mut status = serde_json::json!({
+            "name": self.name,
+            "state": state,
+            "error": inner.failure,
+            "versions": control.map(versions).unwrap_or_default(),
+        });
+        let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
+        let figures = control
+            .map(figures)
+            .unwrap_or_else(|| serde_json::json!({}));
+        if let serde_json::Value::Object(status) = &mut status {
+            for part in [described, figures] {
+                if let serde_json::Value::Object(part) = part {
+                    status.extend(part);
+                }
+            }
+        }
+        status
+    }
+}
+
+fn figures(control: &PipelineControl) -> serde_json::Value {
+    let stats = &control.stats;
+    let watermark = stats.watermark.load(Ordering::Relaxed);
+    let last = stats.last_checkpoint.lock().expect("stats lock").clone();
+    serde_json::json!({
+        "events_in": stats.events_in.load(Ordering::Relaxed),
+        "results_out": stats.results_out.load(Ordering::Relaxed),
+        "late": stats.late.load(Ordering::Relaxed),
+        "dead_letters": stats.dead_letters.load(Ordering::Relaxed),
+        "watermark": (watermark != i64::MIN).then_some(watermark),
+        "lag_ms": (watermark != i64::MIN).then(|| (crate::time::wall_clock_ms() as i64).saturating_sub(watermark)),
+        "state_keys": stats.state_keys.load(Ordering::Relaxed),
+        "last_checkpoint": last,
+    })
+}
+
+fn versions(control: &PipelineControl) -> Vec<serde_json::Value> {
+    control
+        .counters
+        .snapshot()
+        .into_iter()
+        .map(|(version, c)| {
+            let mut v = serde_json::to_value(c).expect("counters serialise");
+            v["version"] = version.into();
+            v
+        })
+        .collect()
+}

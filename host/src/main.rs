@@ -76,8 +76,8 @@ enum Command {
         /// On SIGTERM, how long to wait for the pipelines' final checkpoints before exiting.
         #[arg(long, default_value = "30s")]
         shutdown_timeout: String,
-        /// The most pipelines the server holds.
-        #[arg(long, default_value_t = 10_000)]
+        /// The most pipelines the server holds (each runs a few threads while started).
+        #[arg(long, default_value_t = 1_000)]
         max_pipelines: usize,
     },
     /// Show the state in a data directory (offline, read-only), as JSON lines.
@@ -344,7 +344,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(weir::api::serve(options))?;
+            let served = runtime.block_on(weir::api::serve(options));
+            // Requests still being answered (a stop waiting for a busy pipeline) do not hold
+            // the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            served?;
             Ok(())
         }
         Command::State { target, key } => {

@@ -7,6 +7,7 @@ mod enrichment;
 mod errors;
 mod examples;
 mod hostile;
+mod hostile_server;
 mod properties;
 mod recovery;
 mod reference;

@@ -21,19 +21,19 @@ use sha2::{Digest, Sha256};
 use crate::reference::{Emission, Ev, ModelSpec, WindowKind, run_model};
 use crate::support::{component, emissions};
 
-const ADMIN: &str = "admin-secret";
-const INGEST: &str = "ingest-secret";
-const PIPELINE: &str = "clicks";
+pub const ADMIN: &str = "admin-secret";
+pub const INGEST: &str = "ingest-secret";
+pub const PIPELINE: &str = "clicks";
 /// Event time of the first test event (2026-03-02).
-const BASE_TS: i64 = 1_772_442_000_000;
+pub const BASE_TS: i64 = 1_772_442_000_000;
 /// What the pipeline spec of [`spec`] computes, for the reference model.
-const MODEL: ModelSpec = ModelSpec {
+pub const MODEL: ModelSpec = ModelSpec {
     window: WindowKind::Tumbling { size: 1000 },
     bound: 0,
     lateness: 0,
 };
 /// How long to wait for anything the server does in the background.
-const PATIENCE: Duration = Duration::from_secs(30);
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
 // Fixture: a `weir serve` process and an HTTP client for it.
@@ -70,6 +70,18 @@ impl Client {
         let mut request = self.agent.get(self.url(path));
         if let Some(token) = token {
             request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        self.answer(&format!("GET {path}"), request.call())
+    }
+
+    /// `GET path` with a token and extra headers.
+    pub fn get_with(&self, path: &str, token: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut request = self
+            .agent
+            .get(self.url(path))
+            .header("Authorization", format!("Bearer {token}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         self.answer(&format!("GET {path}"), request.call())
     }
@@ -259,15 +271,28 @@ impl Client {
 
     /// Subscribes to a server-sent event stream; a thread collects its `data:` lines.
     pub fn subscribe(&self, path: &str, token: &str) -> Subscription {
+        self.subscribe_after(path, token, None)
+    }
+
+    /// Like [`subscribe`](Self::subscribe), resuming after the event id `last_event_id`.
+    pub fn subscribe_after(
+        &self,
+        path: &str,
+        token: &str,
+        last_event_id: Option<&str>,
+    ) -> Subscription {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
             .into();
-        let request = agent
+        let mut request = agent
             .get(self.url(path))
             .header("Authorization", format!("Bearer {token}"))
             .header("Accept", "text/event-stream");
-        let lines = Arc::new(Mutex::new(Vec::new()));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let lines = Arc::new(Mutex::new((Vec::new(), Vec::new())));
         let sink = Arc::clone(&lines);
         let (connected, on_connect) = mpsc::channel();
         thread::spawn(move || {
@@ -287,6 +312,7 @@ impl Client {
             let _ = connected.send(Ok((response.status().as_u16(), content_type)));
             let mut reader = BufReader::new(response.into_body().into_reader());
             let mut line = Vec::new();
+            let mut last_id: Option<String> = None;
             loop {
                 line.clear();
                 match reader.read_until(b'\n', &mut line) {
@@ -295,9 +321,14 @@ impl Client {
                 }
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end_matches(['\r', '\n']);
+                if let Some(id) = text.strip_prefix("id:") {
+                    last_id = Some(id.strip_prefix(' ').unwrap_or(id).to_owned());
+                }
                 if let Some(data) = text.strip_prefix("data:") {
                     let data = data.strip_prefix(' ').unwrap_or(data);
-                    sink.lock().expect("SSE lines").push(data.to_owned());
+                    let mut sink = sink.lock().expect("SSE lines");
+                    sink.0.push(data.to_owned());
+                    sink.1.push(last_id.take());
                 }
             }
         });
@@ -323,15 +354,29 @@ impl Client {
     }
 }
 
-/// The `data:` lines of a server-sent event stream, as they arrive.
+/// The `data:` lines of a server-sent event stream, as they arrive, with their ids.
 pub struct Subscription {
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: Arc<Mutex<Received>>,
 }
+
+/// The `data:` payloads of a stream and the `id:` of each.
+type Received = (Vec<String>, Vec<Option<String>>);
 
 impl Subscription {
     /// The `data:` payloads received so far.
     pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().expect("SSE lines").clone()
+        self.lines.lock().expect("SSE lines").0.clone()
+    }
+
+    /// The events received so far: each one's `id:` (if it had one) and `data:`.
+    pub fn events(&self) -> Vec<(Option<String>, String)> {
+        let lines = self.lines.lock().expect("SSE lines");
+        lines
+            .1
+            .iter()
+            .cloned()
+            .zip(lines.0.iter().cloned())
+            .collect()
     }
 }
 
@@ -354,6 +399,11 @@ impl Server {
 
     /// Like [`start`](Self::start), with extra arguments (`--max-upload 1000`).
     pub fn start_with(data_dir: &Path, args: &[&str]) -> Server {
+        Self::start_env(data_dir, args, &[])
+    }
+
+    /// Like [`start_with`](Self::start_with), with extra environment variables.
+    pub fn start_env(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .arg("serve")
             .arg("--data")
@@ -363,6 +413,7 @@ impl Server {
             .env("WEIR_ADMIN_TOKEN", ADMIN)
             .env("WEIR_INGEST_TOKEN", INGEST)
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -444,6 +495,41 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// Sends a signal (`"TERM"`, `"INT"`) to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits up to `timeout` for the server to exit; its exit status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for weir serve") {
+                self.killed = true;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A file of the pipeline's output directory (`<data>/pipelines/<name>/out/<file>`), one
     /// JSON value per complete line (a line still being written is left out).
     pub fn output(&self, pipeline: &str, file: &str) -> Vec<Value> {
@@ -506,7 +592,7 @@ impl Drop for Server {
 }
 
 /// `host:port` from a line containing `listening on http://host:port` (whatever surrounds it).
-fn listening_address(line: &str) -> Option<String> {
+pub fn listening_address(line: &str) -> Option<String> {
     const MARK: &str = "listening on http://";
     let rest = &line[line.find(MARK)? + MARK.len()..];
     let colon = rest.find(':')?;
@@ -522,23 +608,23 @@ fn listening_address(line: &str) -> Option<String> {
 // ---------------------------------------------------------------------------------------------
 
 /// count-sum v1: output `count` and `sum`.
-fn count_sum_v1() -> PathBuf {
+pub fn count_sum_v1() -> PathBuf {
     component("tumbling-count-sum")
 }
 
 /// count-sum v2: output `count`, `sum` and `avg`, same state as v1.
-fn count_sum_v2() -> PathBuf {
+pub fn count_sum_v2() -> PathBuf {
     component("count-sum-v2")
 }
 
 /// count-sum that traps for keys starting with `boom`.
-fn trap_on_key() -> PathBuf {
+pub fn trap_on_key() -> PathBuf {
     crate::support::guest("trap-on-key")
 }
 
 /// The test pipeline: count-sum 1.0.0 per `user` over tumbling 1 s windows of `ts`, watermark
 /// bound 0, no allowed lateness, events from HTTP, a checkpoint every 50 ms.
-fn spec() -> Value {
+pub fn spec() -> Value {
     json!({
         "name": PIPELINE,
         "source": {"type": "http"},
@@ -551,7 +637,7 @@ fn spec() -> Value {
 }
 
 /// Creates the test pipeline (`201`) and starts it (`200`, running).
-fn create_and_start(server: &Server) {
+pub fn create_and_start(server: &Server) {
     let created = server.expect(
         "creating the pipeline",
         server.post_json("/v1/pipelines", Some(ADMIN), &spec()),
@@ -572,7 +658,7 @@ fn create_and_start(server: &Server) {
     );
 }
 
-fn ev(key: &str, ts: i64, amount: i64) -> Ev {
+pub fn ev(key: &str, ts: i64, amount: i64) -> Ev {
     Ev {
         key: key.to_owned(),
         ts,
@@ -580,12 +666,12 @@ fn ev(key: &str, ts: i64, amount: i64) -> Ev {
     }
 }
 
-fn event_json(e: &Ev) -> Value {
+pub fn event_json(e: &Ev) -> Value {
     json!({"user": e.key, "ts": e.ts, "amount": e.amount})
 }
 
 /// Events as JSON Lines, in the spec's fields (`user`, `ts`, `amount`).
-fn jsonl(events: &[Ev]) -> String {
+pub fn jsonl(events: &[Ev]) -> String {
     events
         .iter()
         .map(|e| format!("{}\n", event_json(e)))
@@ -593,12 +679,12 @@ fn jsonl(events: &[Ev]) -> String {
 }
 
 /// Events as one JSON array.
-fn json_array(events: &[Ev]) -> String {
+pub fn json_array(events: &[Ev]) -> String {
     Value::Array(events.iter().map(event_json).collect()).to_string()
 }
 
 /// `n` clicks of `keys` users, 37 ms apart, every ninth up to 60 ms behind (some of them late).
-fn clicks(n: usize, keys: usize) -> Vec<Ev> {
+pub fn clicks(n: usize, keys: usize) -> Vec<Ev> {
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         state ^= state << 13;
@@ -621,14 +707,14 @@ fn clicks(n: usize, keys: usize) -> Vec<Ev> {
 
 /// An event far after `events`: the watermark passes every window they touched, so all of them
 /// fire. Its own window never does, since a live pipeline never reaches the end of its input.
-fn far_future(events: &[Ev]) -> Ev {
+pub fn far_future(events: &[Ev]) -> Ev {
     let last = events.iter().map(|e| e.ts).max().unwrap_or(BASE_TS);
     ev("zz-final", last + 1_000_000, 1)
 }
 
 /// The reference model's emissions over `events`, in order, without those that only the end of
 /// the input would fire: a live pipeline's watermark stops at the last event's.
-fn live_model(events: &[Ev]) -> Vec<Emission> {
+pub fn live_model(events: &[Ev]) -> Vec<Emission> {
     let watermark = events.iter().map(|e| e.ts).max().expect("events") - MODEL.bound;
     run_model(&MODEL, events)
         .emissions
@@ -639,7 +725,7 @@ fn live_model(events: &[Ev]) -> Vec<Emission> {
 
 /// Asserts that results are exactly the model's emissions, in order, naming the first
 /// difference.
-fn assert_same_emissions(server: &Server, results: &[Value], expected: &[Emission]) {
+pub fn assert_same_emissions(server: &Server, results: &[Value], expected: &[Emission]) {
     let got = emissions(results);
     if got == expected {
         return;
@@ -661,7 +747,7 @@ fn assert_same_emissions(server: &Server, results: &[Value], expected: &[Emissio
 }
 
 /// Asserts that no two records share an `id`.
-fn assert_unique_ids(results: &[Value]) {
+pub fn assert_unique_ids(results: &[Value]) {
     let mut seen = HashSet::new();
     for record in results {
         let id = record["id"]
@@ -672,7 +758,7 @@ fn assert_unique_ids(results: &[Value]) {
 }
 
 /// The entry of `status["versions"]` for `version`.
-fn version_entry(status: &Value, version: &str) -> Value {
+pub fn version_entry(status: &Value, version: &str) -> Value {
     status["versions"]
         .as_array()
         .and_then(|versions| versions.iter().find(|v| v["version"] == version))
@@ -680,7 +766,7 @@ fn version_entry(status: &Value, version: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn events_path(pipeline: &str) -> String {
+pub fn events_path(pipeline: &str) -> String {
     format!("/v1/pipelines/{pipeline}/events")
 }
 
@@ -1421,18 +1507,28 @@ fn a_restarted_server_resumes_its_pipelines_from_checkpoints() {
 }
 
 #[test]
-fn health_metrics_and_openapi_need_no_token() {
+fn health_and_openapi_need_no_token_and_metrics_needs_one() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let server = Server::start(dir.path());
-    let (status, body) = server.get("/healthz", None);
-    assert_eq!(status, 200, "GET /healthz: {body}{}", server.diag());
+    let health = server.expect("GET /healthz", server.get("/healthz", None), 200);
+    assert_eq!(health["status"], "ok", "{health}");
 
     // Some activity first, so that there are metrics to show.
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     create_and_start(&server);
     server.ingest(PIPELINE, &clicks(20, 3));
     server.wait_for_events_in(PIPELINE, 20);
-    let (status, metrics) = server.get("/metrics", None);
+    server.expect_error(
+        "GET /metrics without a token",
+        server.get("/metrics", None),
+        401,
+    );
+    server.expect_error(
+        "GET /metrics with an ingest token",
+        server.get("/metrics", Some(INGEST)),
+        403,
+    );
+    let (status, metrics) = server.get("/metrics", Some(ADMIN));
     assert_eq!(status, 200, "GET /metrics: {metrics}{}", server.diag());
     assert!(metrics.contains("weir_"), "no weir_ metrics in:\n{metrics}");
 
@@ -1463,7 +1559,7 @@ fn malformed_specs_and_requests_are_refused_with_clear_errors() {
             400,
             "not in the registry",
         ),
-        (br#"{"name": "../escape", "source": {"type": "http"}, "event": {"key": "k", "timestamp": "t"}}"#, 400, "must be 1-64 characters"),
+        (br#"{"name": "../escape", "source": {"type": "http"}, "event": {"key": "k", "timestamp": "t"}}"#, 400, "not a valid name"),
     ];
     for (body, status, expected) in cases {
         let message = server.expect_error(
@@ -1485,13 +1581,13 @@ fn malformed_specs_and_requests_are_refused_with_clear_errors() {
     let (status, body) = server.get("/v1/pipelines", Some(ADMIN));
     assert_eq!((status, body.trim()), (200, "[]"), "nothing was created");
     let message = server.expect_error(
-        "a malformed rollout",
+        "a rollout of a pipeline that does not exist",
         server.post(
             "/v1/pipelines/none/rollout",
             Some(ADMIN),
             br#"{"version": "2.0.0", "percent": 200}"#,
         ),
-        400,
+        404,
     );
-    assert!(message.contains("between 0 and 100"), "{message}");
+    assert!(message.contains("no pipeline"), "{message}");
 }

@@ -71,6 +71,7 @@ pub(super) fn collect(
             } else {
                 collected.traps += write_batch(batch, label, sinks, control)?;
             }
+            control.batch_done();
         }
     }
     sinks.results.flush()?;

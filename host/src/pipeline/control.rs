@@ -68,9 +68,14 @@ pub struct PipelineControl {
     pub shadow_log: Option<ShadowLog>,
     /// The gate of the ingest log this process writes (HTTP sources of `weir serve`).
     pub ingest_gate: Option<Arc<IngestGate>>,
-    /// When the pipeline last showed it is alive (ms since the epoch): the router touches it
-    /// on every record and every idle tick, so a value that stops moving means it is stuck.
-    pub heartbeat: AtomicU64,
+    /// When the router last showed it is alive (ms since the epoch): it beats on every batch
+    /// and every idle tick.
+    heartbeat: AtomicU64,
+    /// When a batch was last completed, or work arrived at an idle pipeline (ms).
+    progress: AtomicU64,
+    /// Batches (and barriers) the router sent, and those the collector completed.
+    sent: AtomicU64,
+    done: AtomicU64,
 }
 
 impl std::fmt::Debug for PipelineControl {
@@ -96,6 +101,9 @@ impl PipelineControl {
             shadow_log,
             ingest_gate: None,
             heartbeat: AtomicU64::new(crate::time::wall_clock_ms()),
+            progress: AtomicU64::new(crate::time::wall_clock_ms()),
+            sent: AtomicU64::new(0),
+            done: AtomicU64::new(0),
         }
     }
 
@@ -117,9 +125,35 @@ impl PipelineControl {
             .store(crate::time::wall_clock_ms(), Ordering::Relaxed);
     }
 
-    /// How long ago the pipeline last showed it is alive, in ms.
+    /// The router sent a batch or barrier.
+    pub(crate) fn batch_sent(&self) {
+        let before = self.sent.fetch_add(1, Ordering::AcqRel);
+        if before == self.done.load(Ordering::Acquire) {
+            // Work arrives at an idle pipeline: the clock for its progress starts now.
+            self.progress
+                .store(crate::time::wall_clock_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// The collector completed a batch or checkpoint.
+    pub(crate) fn batch_done(&self) {
+        self.progress
+            .store(crate::time::wall_clock_ms(), Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How long the pipeline has shown no sign of life, in ms: the router silent (blocked), or
+    /// work waiting with no batch completed (a shard stuck in a call).
     pub fn silent_for_ms(&self) -> u64 {
-        crate::time::wall_clock_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
+        let now = crate::time::wall_clock_ms();
+        let router = now.saturating_sub(self.heartbeat.load(Ordering::Relaxed));
+        let waiting = self.sent.load(Ordering::Acquire) > self.done.load(Ordering::Acquire);
+        let work = if waiting {
+            now.saturating_sub(self.progress.load(Ordering::Relaxed))
+        } else {
+            0
+        };
+        router.max(work)
     }
 
     /// Asks the pipeline to stop after a final checkpoint (windows are not closed).

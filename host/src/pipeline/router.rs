@@ -230,6 +230,7 @@ impl Router<'_> {
             }
         }
         batch.records = 0;
+        self.control.batch_sent();
         self.parts
             .send((id, Part::Router(std::mem::take(&mut batch.dead))))
             .is_ok()
@@ -248,6 +249,7 @@ impl Router<'_> {
                 return false;
             }
         }
+        self.control.batch_sent();
         self.parts.send((id, Part::Position(position))).is_ok()
     }
 }

@@ -47,7 +47,7 @@ impl Default for PipelineLimits {
         PipelineLimits {
             stop_wait: Duration::from_secs(10),
             stall_after: Duration::from_secs(30),
-            max_pipelines: 10_000,
+            max_pipelines: 1_000,
         }
     }
 }

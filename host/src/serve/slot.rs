@@ -511,6 +511,9 @@ impl Slot {
             "state": state,
             "error": inner.failure,
             "versions": control.map(versions).unwrap_or_default(),
+            // The routing in effect since the last checkpoint (a rollout step or a promotion
+            // applies at a barrier).
+            "applied_routing": control.and_then(|c| c.applied()),
         });
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
         let figures = control

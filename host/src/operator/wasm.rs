@@ -185,6 +185,13 @@ impl std::fmt::Debug for WasmRuntime {
     }
 }
 
+fn read_component(path: &Path) -> std::result::Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// `sha256:<hex>` of a component's bytes: how the registry names and checks what it stores.
 pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(bytes))
@@ -237,11 +244,7 @@ impl WasmRuntime {
         path: &Path,
         kind: ComponentKind,
     ) -> std::result::Result<WasmOperator, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        self.load_bytes(path, &bytes, kind)
+        self.load_bytes(path, &read_component(path)?, kind)
     }
 
     /// Like [`load`](Self::load), for a stored component whose bytes must have the digest
@@ -252,10 +255,7 @@ impl WasmRuntime {
         digest: &str,
         kind: ComponentKind,
     ) -> std::result::Result<WasmOperator, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let bytes = read_component(path)?;
         let actual = digest_of(&bytes);
         if actual != digest {
             return Err(LoadError::DigestMismatch {

@@ -4,7 +4,8 @@
 //!
 //! A connection on which nothing is read or written for the idle timeout is closed. Under
 //! pressure (more than three quarters of the cap in use) the timeout shrinks to the pressure
-//! timeout, so a flood of idle connections is shed within seconds instead of blocking new ones.
+//! timeout, for connections already idle too, so a flood of idle connections is shed within
+//! seconds instead of blocking new ones.
 //! At the cap, new connections wait in the kernel's backlog until one closes.
 
 use std::future::Future;
@@ -78,7 +79,8 @@ impl axum::serve::Listener for GuardedListener {
                         _permit: permit,
                         permits: self.permits.clone(),
                         limits: self.limits,
-                        deadline: Box::pin(tokio::time::sleep(self.limits.idle_timeout)),
+                        last_activity: Instant::now(),
+                        timer: Box::pin(tokio::time::sleep(self.limits.pressure_timeout)),
                     };
                     return (io, address);
                 }
@@ -104,11 +106,12 @@ pub struct GuardedIo {
     _permit: OwnedSemaphorePermit,
     permits: Arc<Semaphore>,
     limits: ConnectionLimits,
-    deadline: Pin<Box<Sleep>>,
+    last_activity: Instant,
+    timer: Pin<Box<Sleep>>,
 }
 
 impl GuardedIo {
-    /// The silence allowed from now: shorter when the server is near its cap.
+    /// The silence allowed now: shorter when the server is near its cap.
     fn allowance(&self) -> Duration {
         let free = self.permits.available_permits();
         if free * 4 < self.limits.max_connections {
@@ -119,24 +122,30 @@ impl GuardedIo {
     }
 
     fn touch(&mut self) {
-        let next = Instant::now() + self.allowance();
-        self.deadline.as_mut().reset(next);
+        self.last_activity = Instant::now();
     }
 
-    /// Fails with `TimedOut` once the connection was silent too long; otherwise registers for
-    /// the deadline's wake-up.
+    /// Fails with `TimedOut` once the connection has been silent longer than allowed now;
+    /// otherwise arms the timer. An idle connection looks again at least every pressure
+    /// timeout, so one that was idle before the pressure rose is shed too.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
-        // Pressure may have risen since the deadline was set: never wait longer than allowed now.
-        let latest = Instant::now() + self.allowance();
-        if self.deadline.deadline() > latest {
-            self.deadline.as_mut().reset(latest);
-        }
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the connection was idle too long",
-            )),
-            Poll::Pending => Ok(()),
+        loop {
+            let now = Instant::now();
+            let allowed = self.allowance();
+            if now.duration_since(self.last_activity) >= allowed {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the connection was idle too long",
+                ));
+            }
+            let next = (self.last_activity + allowed).min(now + self.limits.pressure_timeout);
+            if self.timer.deadline() != next {
+                self.timer.as_mut().reset(next);
+            }
+            match self.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => continue,
+                Poll::Pending => return Ok(()),
+            }
         }
     }
 }

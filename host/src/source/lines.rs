@@ -16,7 +16,7 @@ use crate::checkpoint::SourcePosition;
 const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 /// How long a tailing reader with a gate waits for a commit before it yields a tick anyway (so
 /// the pipeline can take due checkpoints): long enough that an idle pipeline costs no CPU.
-const GATE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+const GATE_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
 
 /// Reads lines; blank lines are skipped but counted.
 pub struct LineReader {

@@ -8,6 +8,9 @@ mod spec;
 #[path = "../../host/src/time.rs"]
 #[allow(dead_code)]
 mod time;
+#[path = "../../host/src/names.rs"]
+#[allow(dead_code)]
+mod names;
 
 use libfuzzer_sys::fuzz_target;
 
@@ -18,5 +21,15 @@ fuzz_target!(|data: &[u8]| {
             Ok(spec) => assert!(spec.batch_size > 0 && !spec.name.is_empty()),
             Err(e) => assert!(!e.to_string().is_empty()),
         }
+    }
+    // A spec sent to `weir serve`: whatever it says, every path it yields stays in its directory.
+    let dir = std::path::Path::new("/data/pipelines/p");
+    if let Ok(spec) = spec::PipelineSpec::parse_served(text, dir) {
+        for sink in [&spec.sinks.results, &spec.sinks.late, &spec.sinks.dead_letters] {
+            if let spec::Sink::File(path) = sink {
+                assert!(names::is_inside(dir, path), "{} escapes", path.display());
+            }
+        }
+        assert!(matches!(spec.source, spec::SourceSpec::Http(None)));
     }
 });

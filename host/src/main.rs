@@ -54,6 +54,9 @@ enum Command {
         /// Largest request body (uploads, ingest), in bytes.
         #[arg(long, default_value_t = weir::api::DEFAULT_MAX_UPLOAD)]
         max_upload: usize,
+        /// The most request body bytes received at once over all requests; more get 503.
+        #[arg(long, default_value_t = weir::api::DEFAULT_MAX_INFLIGHT)]
+        max_inflight: usize,
         /// Serve /metrics without a token on this address too (keep it private). On the main
         /// address /metrics needs a metrics or admin token.
         #[arg(long)]
@@ -308,6 +311,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             tokens,
             max_upload,
+            max_inflight,
             metrics_listen,
             max_connections,
             idle_timeout,
@@ -329,6 +333,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 metrics_listen,
                 tokens,
                 max_upload,
+                max_inflight,
                 connections: weir::api::ConnectionLimits {
                     max_connections,
                     idle_timeout: duration("--idle-timeout", &idle_timeout)?,

@@ -243,6 +243,31 @@ pub struct SinksSpec {
     pub dead_letters: Sink,
 }
 
+impl SinksSpec {
+    /// Refuses two sinks writing the same file: their records would interleave and each would
+    /// cut the other back on recovery.
+    fn check_distinct(&self) -> Result<()> {
+        let files = [
+            ("results", &self.results),
+            ("late", &self.late),
+            ("dead_letters", &self.dead_letters),
+        ];
+        for (i, (a, first)) in files.iter().enumerate() {
+            for (b, second) in &files[i + 1..] {
+                if let (Sink::File(x), Sink::File(y)) = (first, second)
+                    && x == y
+                {
+                    return Err(invalid(format!(
+                        "sinks.{a} and sinks.{b} name the same file {}: give each its own",
+                        x.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One output destination.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sink {
@@ -437,7 +462,7 @@ impl PipelineSpec {
                 message: e.to_string(),
             })?
         };
-        raw.check(base)
+        raw.check(base, base)
     }
 
     /// Parses a JSON spec sent to `weir serve` for a pipeline living in `dir`. Such a spec names
@@ -449,8 +474,26 @@ impl PipelineSpec {
             path: PathBuf::new(),
             message: e.to_string(),
         })?;
-        raw.check_served(dir)?;
-        raw.check(dir)
+        let out = dir.join("out");
+        raw.check_served(&out)?;
+        let given = [
+            raw.sinks.results.is_some(),
+            raw.sinks.late.is_some(),
+            raw.sinks.dead_letters.is_some(),
+        ];
+        let mut spec = raw.check(dir, &out)?;
+        let sinks = &mut spec.sinks;
+        for ((given, sink), default) in given
+            .into_iter()
+            .zip([&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters])
+            .zip(["results.jsonl", "late.jsonl", "dead-letters.jsonl"])
+        {
+            if !given {
+                *sink = Sink::File(out.join(default));
+            }
+        }
+        spec.sinks.check_distinct()?;
+        Ok(spec)
     }
 }
 
@@ -501,8 +544,9 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
 }
 
 impl RawSpec {
-    /// What a served spec may not name (see [`PipelineSpec::parse_served`]).
-    fn check_served(&self, dir: &Path) -> Result<()> {
+    /// What a served spec may not name (see [`PipelineSpec::parse_served`]); its sinks are
+    /// relative to `out`, the pipeline's output directory.
+    fn check_served(&self, out: &Path) -> Result<()> {
         if !matches!(self.source, RawSource::Http) {
             return Err(invalid(
                 "source: a pipeline of weir serve reads the events sent to it over HTTP: use \
@@ -538,11 +582,16 @@ impl RawSpec {
                 Some("stdout" | "stderr" | "-") => {
                     return Err(invalid(format!(
                         "{field}: the server's standard streams are not a sink; name a file in \
-                         the pipeline's directory (\"out/results.jsonl\") or \"discard\""
+                         the pipeline's out/ directory (\"results.jsonl\") or \"discard\""
+                    )));
+                }
+                Some("shadow.jsonl") => {
+                    return Err(invalid(format!(
+                        "{field}: shadow.jsonl holds a rollout's shadow results; choose another name"
                     )));
                 }
                 Some(path) => {
-                    crate::names::join_relative(field, dir, path, "the pipeline's directory")
+                    crate::names::join_relative(field, out, path, "the pipeline's out/ directory")
                         .map_err(|e| invalid(e.to_string()))?;
                 }
             }
@@ -550,7 +599,9 @@ impl RawSpec {
         Ok(())
     }
 
-    fn check(self, base: &Path) -> Result<PipelineSpec> {
+    /// Checks everything; relative paths are resolved against `base`, sink files against
+    /// `sink_base`.
+    fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
         let source = match self.source {
             RawSource::File { path } => SourceSpec::File(base.join(path)),
@@ -701,10 +752,16 @@ impl RawSpec {
             }
         };
         let sinks = SinksSpec {
-            results: sink("results", self.sinks.results, Sink::Stdout, base)?,
-            late: sink("late", self.sinks.late, Sink::Stderr, base)?,
-            dead_letters: sink("dead_letters", self.sinks.dead_letters, Sink::Stderr, base)?,
+            results: sink("results", self.sinks.results, Sink::Stdout, sink_base)?,
+            late: sink("late", self.sinks.late, Sink::Stderr, sink_base)?,
+            dead_letters: sink(
+                "dead_letters",
+                self.sinks.dead_letters,
+                Sink::Stderr,
+                sink_base,
+            )?,
         };
+        sinks.check_distinct()?;
         if let Some(shards) = self.shards
             && !(1..=MAX_SHARDS).contains(&shards)
         {

@@ -212,6 +212,14 @@ fn served_specs_name_only_what_the_server_provides() {
             "sinks.dead_letters",
         ),
         (
+            with(json!({"sinks": {"late": "results.jsonl"}})),
+            "the same file",
+        ),
+        (
+            with(json!({"sinks": {"results": "shadow.jsonl"}})),
+            "shadow",
+        ),
+        (
             with(json!({"sinks": {"results": "stdout"}})),
             "sinks.results",
         ),
@@ -244,7 +252,7 @@ fn served_specs_name_only_what_the_server_provides() {
     );
     let (status, body) = server.get("/v1/pipelines", Some(ADMIN));
     assert_eq!((status, body.trim()), (200, "[]"), "nothing was created");
-    // A sink inside the pipeline's own directory is fine.
+    // A sink inside the pipeline's own out/ directory is fine.
     create_and_start_spec(
         &server,
         &with(json!({"sinks": {"results": "mine/results.jsonl", "late": "discard"}})),
@@ -253,7 +261,7 @@ fn served_specs_name_only_what_the_server_provides() {
     server.ingest("evil", &events);
     server.ingest("evil", &[far_future(&events)]);
     server.wait_for("results in the pipeline's own file", PATIENCE, || {
-        let path = data.join("pipelines/evil/mine/results.jsonl");
+        let path = data.join("pipelines/evil/out/mine/results.jsonl");
         match std::fs::metadata(&path) {
             Ok(m) if m.len() > 0 => Ok(()),
             other => Err(format!("{other:?}")),
@@ -695,6 +703,36 @@ fn a_flood_of_half_sent_requests_does_not_silence_the_server() {
             other => panic!("half-sent connection {i} was not closed by the server: {other:?}"),
         }
     }
+}
+
+#[test]
+fn request_bodies_in_flight_are_held_to_a_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--max-inflight", "65536"]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    create_and_start(&server);
+    let address = server.url("").trim_start_matches("http://").to_owned();
+    // A slow sender announces a body as large as the whole budget and sends a little of it.
+    let mut stream = TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "POST /v1/pipelines/{PIPELINE}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{{\"user\":"
+    )
+    .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    // The budget is spent: the next body is refused with 503 and Retry-After, not queued.
+    let (status, body) = send(&server, PIPELINE, &clicks(5, 1));
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("--max-inflight"), "{body}");
+    // Requests without a body still pass, and the budget returns when the senders go.
+    server.status(PIPELINE);
+    drop(stream);
+    server.wait_for("the budget to return", PATIENCE, || {
+        match send(&server, PIPELINE, &clicks(5, 1)) {
+            (202, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    });
 }
 
 #[test]

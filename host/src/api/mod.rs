@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub tokens: Tokens,
     /// The largest request body (uploads, ingest), in bytes.
     pub max_upload: usize,
+    /// The most request body bytes received at once, over all requests.
+    pub max_inflight: usize,
     /// Connection limits.
     pub connections: ConnectionLimits,
     /// How pipelines are treated.
@@ -57,8 +59,32 @@ pub struct ServeOptions {
 /// The default request body limit: 32 MiB.
 pub const DEFAULT_MAX_UPLOAD: usize = 32 << 20;
 
-/// The API's router over a server.
+/// The default budget of request bodies being received at once, over all requests: 256 MiB.
+pub const DEFAULT_MAX_INFLIGHT: usize = 256 << 20;
+
+/// What the auth middleware needs: the server (its tokens) and the budget of request body bytes
+/// being received at once, in KiB, so that many large requests together cannot exhaust memory.
+#[derive(Clone)]
+struct Gate {
+    server: Arc<Server>,
+    inflight: Arc<tokio::sync::Semaphore>,
+    inflight_kib: u32,
+}
+
+/// The API's router over a server, with the default in-flight budget.
 pub fn router(server: Arc<Server>) -> Router {
+    router_with(server, DEFAULT_MAX_INFLIGHT)
+}
+
+/// The API's router over a server; at most `max_inflight` bytes of request bodies are received
+/// at once (more: `503` with `Retry-After`).
+pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
+    let inflight_kib = u32::try_from(max_inflight.div_ceil(1024).max(1)).unwrap_or(u32::MAX >> 3);
+    let gate = Gate {
+        server: server.clone(),
+        inflight: Arc::new(tokio::sync::Semaphore::new(inflight_kib as usize)),
+        inflight_kib,
+    };
     let routes = Router::new()
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
@@ -85,7 +111,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/v1/pipelines/{name}/rollout", post(pipelines::rollout))
         .route("/v1/pipelines/{name}/rollback", post(pipelines::rollback))
         .route("/v1/pipelines/{name}/promote", post(pipelines::promote))
-        .route_layer(middleware::from_fn_with_state(server.clone(), authorize));
+        .route_layer(middleware::from_fn_with_state(gate, authorize));
     routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })
         .layer(middleware::from_fn(json_errors))
@@ -138,7 +164,8 @@ fn bearer(request: &Request) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
-async fn authorize(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
+async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let server = &gate.server;
     let template = request
         .extensions()
         .get::<MatchedPath>()
@@ -183,6 +210,23 @@ async fn authorize(State(server): State<Arc<Server>>, request: Request, next: Ne
                 )
                 .into_response();
             }
+            // A body of unannounced length may grow to the upload limit.
+            let chunked = request.headers().contains_key(header::TRANSFER_ENCODING);
+            let body = length.unwrap_or(if chunked { server.max_upload } else { 0 });
+            let kib = u32::try_from(body.div_ceil(1024))
+                .unwrap_or(u32::MAX)
+                .min(gate.inflight_kib);
+            let Ok(_permit) = gate.inflight.clone().try_acquire_many_owned(kib) else {
+                let mut response = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the server is receiving as many request bodies as it allows (--max-inflight); retry shortly",
+                )
+                .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                return response;
+            };
             next.run(request).await
         }
     }
@@ -263,7 +307,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         })
     };
     let server = open.await.map_err(|e| io_error("server", e.into()))??;
-    let app = router(server.clone());
+    let app = router_with(server.clone(), options.max_inflight);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| io_error(&options.listen.to_string(), e))?;

@@ -41,6 +41,10 @@ pub const AUTH_RESPONSES: &[(u16, &str)] = &[
     ),
     (403, "the token's scope does not allow this route"),
     (400, "a name in the path breaks the name rule"),
+    (
+        503,
+        "the server receives as many request bodies as --max-inflight allows; retry after Retry-After",
+    ),
     (500, "the server failed; its log has the details"),
 ];
 

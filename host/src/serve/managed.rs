@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
 use crate::rollout::Routing;
-use crate::spec::{OperatorCode, PipelineSpec, Sink, SourceSpec, StateSpec};
+use crate::spec::{OperatorCode, PipelineSpec, SourceSpec, StateSpec};
 
 /// The spec as sent.
 pub const SPEC_FILE: &str = "spec.json";
@@ -92,18 +92,6 @@ impl Managed {
         spec.source = SourceSpec::Http(Some(dir.join(INGEST_FILE)));
         if spec.state != StateSpec::Memory {
             spec.state = StateSpec::Redb(dir.join("data"));
-        }
-        let sinks = json.get("sinks");
-        let given = |field: &str| sinks.and_then(|s| s.get(field)).is_some();
-        let out = dir.join("out");
-        if !given("results") {
-            spec.sinks.results = Sink::File(out.join("results.jsonl"));
-        }
-        if !given("late") {
-            spec.sinks.late = Sink::File(out.join("late.jsonl"));
-        }
-        if !given("dead_letters") {
-            spec.sinks.dead_letters = Sink::File(out.join("dead-letters.jsonl"));
         }
         Ok(spec)
     }

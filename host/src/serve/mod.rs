@@ -14,10 +14,10 @@ mod rollout;
 mod slot;
 mod tokens;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -59,6 +59,8 @@ pub struct Server {
     /// Uploaded operators.
     pub registry: Arc<Registry>,
     pipelines: RwLock<BTreeMap<String, Arc<Slot>>>,
+    /// Names whose directories are being created or removed, outside the table's lock.
+    busy_names: Mutex<BTreeSet<String>>,
     /// Who may call the API.
     pub tokens: Tokens,
     /// The largest request body.
@@ -117,6 +119,22 @@ fn lock_data_dir(data: &std::path::Path) -> Result<File, ServeError> {
     }
 }
 
+/// A pipeline name reserved while its directory is created or removed; released when dropped.
+struct Reservation<'a> {
+    server: &'a Server,
+    name: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.server
+            .busy_names
+            .lock()
+            .expect("busy names lock")
+            .remove(&self.name);
+    }
+}
+
 /// What `/healthz` reports.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Health {
@@ -146,6 +164,7 @@ impl Server {
             data,
             registry,
             pipelines: RwLock::new(BTreeMap::new()),
+            busy_names: Mutex::new(BTreeSet::new()),
             tokens,
             max_upload,
             metrics: metrics_handle(),
@@ -211,7 +230,8 @@ impl Server {
 
     /// Creates a pipeline from a JSON spec. Nothing is written unless the spec is valid; a
     /// leftover directory of the same name (one that is not a pipeline) is removed first, so a
-    /// new pipeline never inherits state it did not create.
+    /// new pipeline never inherits state it did not create. No lock is held while files are
+    /// written: the name is reserved instead.
     pub fn create(&self, json: serde_json::Value) -> Result<Arc<Slot>, RequestError> {
         let name = json
             .get("name")
@@ -219,27 +239,53 @@ impl Server {
             .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
             .to_owned();
         let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
-        let mut pipelines = self.pipelines.write().expect("pipelines lock");
-        if pipelines.contains_key(&name) {
+        Managed::resolve(&json, &dir, &self.registry)?;
+        let _reserved = self.reserve(&name, true)?;
+        if dir.exists() {
+            warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
+            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
+        }
+        let managed = match Managed::create(json, &dir, &self.registry) {
+            Ok(managed) => managed,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let slot = Arc::new(Slot::new(&name, &dir, managed));
+        self.pipelines
+            .write()
+            .expect("pipelines lock")
+            .insert(name, slot.clone());
+        Ok(slot)
+    }
+
+    /// Reserves `name` while its directory is created (`creating`) or removed; refuses a name
+    /// that exists (when creating), is busy, or would pass the pipeline limit.
+    fn reserve(&self, name: &str, creating: bool) -> Result<Reservation<'_>, RequestError> {
+        let pipelines = self.pipelines.read().expect("pipelines lock");
+        let mut busy = self.busy_names.lock().expect("busy names lock");
+        if busy.contains(name) {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {name:?} is being created or deleted; try again shortly"
+            )));
+        }
+        if creating && pipelines.contains_key(name) {
             return Err(RequestError::Conflict(format!(
                 "pipeline {name:?} exists; DELETE it first or choose another name"
             )));
         }
-        if pipelines.len() >= self.limits.max_pipelines {
+        if creating && pipelines.len() + busy.len() >= self.limits.max_pipelines {
             return Err(RequestError::Conflict(format!(
                 "the server holds its limit of {} pipelines; delete one first",
                 self.limits.max_pipelines
             )));
         }
-        Managed::resolve(&json, &dir, &self.registry)?;
-        if dir.exists() {
-            warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
-            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
-        }
-        let managed = Managed::create(json, &dir, &self.registry)?;
-        let slot = Arc::new(Slot::new(&name, &dir, managed));
-        pipelines.insert(name, slot.clone());
-        Ok(slot)
+        busy.insert(name.to_owned());
+        Ok(Reservation {
+            server: self,
+            name: name.to_owned(),
+        })
     }
 
     /// Stops and deletes a pipeline with all its files.
@@ -253,6 +299,7 @@ impl Server {
                 )));
             }
         }
+        let _reserved = self.reserve(name, false)?;
         {
             let mut pipelines = self.pipelines.write().expect("pipelines lock");
             match pipelines.get(name) {

@@ -217,9 +217,7 @@ fn commit(
         watermark: position.watermark,
         finished: position.finished,
         sinks: sink_positions,
-        committed_at_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+        committed_at_ms: crate::time::wall_clock_ms(),
         routing: position.routing.clone(),
     };
     let (keys, window_count) = (state.len() as u64, windows.len() as u64);

@@ -1211,6 +1211,39 @@ fn result_streams_survive_stop_and_start_and_resume_from_their_last_id() {
 }
 
 #[test]
+fn a_stream_resumed_with_nobody_listening_in_between_misses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = spec();
+    spec["checkpoint_interval"] = "1h".into(); // nothing but the stream flushes the results
+    create_and_start_spec(&server, &spec);
+    let events = clicks(300, 5);
+    server.ingest(PIPELINE, &events);
+    server.ingest(PIPELINE, &[far_future(&events)]);
+    server.wait_for_events_in(PIPELINE, events.len() + 1);
+    let expected = live_model(&with_end(&events));
+    let stream = server.subscribe_after(
+        &format!("/v1/pipelines/{PIPELINE}/results"),
+        ADMIN,
+        Some("0"),
+    );
+    let received = server.wait_for("every result so far", PATIENCE, || {
+        let got = stream.events();
+        if got.len() >= expected.len() {
+            Ok(got)
+        } else {
+            Err(format!("{} of {}", got.len(), expected.len()))
+        }
+    });
+    let records: Vec<Value> = received
+        .iter()
+        .map(|(_, data)| serde_json::from_str(data).unwrap())
+        .collect();
+    assert_same_emissions(&server, &records, &expected);
+}
+
+#[test]
 fn metrics_can_have_their_own_address_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), &["--metrics-listen", "127.0.0.1:0"]);

@@ -106,33 +106,99 @@ pub(super) async fn delete(
     .await
 }
 
-/// Splits an ingest body into event lines: a JSON array of objects, or JSON Lines.
-fn event_lines(body: &[u8]) -> Result<Vec<String>, ApiError> {
+/// The most events one ingest request may carry.
+pub const MAX_EVENTS_PER_REQUEST: usize = 100_000;
+
+fn too_many() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("a request may carry at most {MAX_EVENTS_PER_REQUEST} events; split the batch"),
+    )
+}
+
+/// The elements of a JSON array, as raw JSON text borrowed from the body, at most
+/// [`MAX_EVENTS_PER_REQUEST`] of them (refused before any more is parsed).
+struct ArrayOfRaw<'a>(Vec<&'a serde_json::value::RawValue>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for ArrayOfRaw<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = ArrayOfRaw<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON array of events")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut events = Vec::new();
+                while let Some(event) = seq.next_element::<&'de serde_json::value::RawValue>()? {
+                    if events.len() == MAX_EVENTS_PER_REQUEST {
+                        return Err(serde::de::Error::custom("too many events"));
+                    }
+                    events.push(event);
+                }
+                Ok(ArrayOfRaw(events))
+            }
+        }
+        deserializer.deserialize_seq(Visitor(std::marker::PhantomData))
+    }
+}
+
+/// Splits an ingest body into event lines borrowed from it: a JSON array of objects, or JSON
+/// Lines. Nothing is copied per event; an element of an array that spans lines is the one
+/// exception (it is re-serialised onto one line).
+fn event_lines(body: &[u8]) -> Result<Vec<std::borrow::Cow<'_, str>>, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not UTF-8: {e}")))?;
     if text.trim_start().starts_with('[') {
-        let events: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| {
-            ApiError::bad_request(format!(
-                "the body starts like a JSON array but is not one: {e}"
-            ))
+        let ArrayOfRaw(events) = serde_json::from_str(text).map_err(|e| {
+            if e.to_string().starts_with("too many events") {
+                too_many()
+            } else {
+                ApiError::bad_request(format!(
+                    "the body starts like a JSON array but is not one: {e}"
+                ))
+            }
         })?;
-        return Ok(events.iter().map(|e| e.to_string()).collect());
+        return Ok(events
+            .into_iter()
+            .map(|raw| {
+                let json = raw.get();
+                if json.contains('\n') || json.contains('\r') {
+                    let value: serde_json::Value =
+                        serde_json::from_str(json).expect("an element the parser accepted");
+                    std::borrow::Cow::Owned(value.to_string())
+                } else {
+                    std::borrow::Cow::Borrowed(json)
+                }
+            })
+            .collect());
     }
     // Lines are checked by the pipeline: a malformed one becomes a dead letter with its reason.
-    Ok(text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect())
+    let mut lines = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if lines.len() == MAX_EVENTS_PER_REQUEST {
+            return Err(too_many());
+        }
+        lines.push(std::borrow::Cow::Borrowed(line));
+    }
+    Ok(lines)
 }
 
 pub(super) async fn ingest(
     Pipeline(slot): Pipeline,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let lines = event_lines(&body)?;
-    let accepted = blocking(move || slot.ingest(&lines)).await?;
+    // Parsing a large body and the synced append are both off the async threads.
+    let accepted = tokio::task::spawn_blocking(move || -> Result<usize, ApiError> {
+        let lines = event_lines(&body)?;
+        let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
+        Ok(slot.ingest(&lines)?)
+    })
+    .await
+    .map_err(ApiError::internal)??;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "accepted": accepted })),

@@ -115,7 +115,7 @@ fn write_batch(
     // Records for subscribers, each with the byte offset where it ends in the results file (its
     // id for resuming), sent once they are flushed: a subscriber that then reads the file finds
     // every record it was not sent.
-    let tap = control.results.receiver_count() > 0;
+    let tap = control.stream_results || control.results.receiver_count() > 0;
     let mut tapped: Vec<ResultLine> = Vec::new();
     let mut write_result = |record: serde_json::Value| -> Result<()> {
         sinks.results.write(&record)?;

@@ -62,6 +62,9 @@ pub struct PipelineControl {
     pub stats: LiveStats,
     /// Every result record, as a JSON line, once it is written and flushed.
     pub results: tokio::sync::broadcast::Sender<ResultLine>,
+    /// Whether every batch's results are flushed and sent (resumable streams), or only while
+    /// someone listens.
+    pub stream_results: bool,
     /// Finds candidate versions' code.
     pub resolve: Resolver,
     /// Where shadow results go.
@@ -100,6 +103,7 @@ impl PipelineControl {
             resolve,
             shadow_log,
             ingest_gate: None,
+            stream_results: false,
             heartbeat: AtomicU64::new(crate::time::wall_clock_ms()),
             progress: AtomicU64::new(crate::time::wall_clock_ms()),
             sent: AtomicU64::new(0),
@@ -107,9 +111,12 @@ impl PipelineControl {
         }
     }
 
-    /// Sends result records to `results` (a channel that outlives this run).
+    /// Sends result records to `results` (a channel that outlives this run), and flushes them
+    /// to the results file first after every batch, so that a subscriber resuming from the file
+    /// (by offset) and the channel together miss nothing, subscribed or not.
     pub fn with_results(mut self, results: tokio::sync::broadcast::Sender<ResultLine>) -> Self {
         self.results = results;
+        self.stream_results = true;
         self
     }
 

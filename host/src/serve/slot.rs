@@ -357,7 +357,7 @@ impl Slot {
 
     /// Appends events to the ingest log, whole and durably, while the pipeline runs. Returns
     /// how many lines were accepted.
-    pub fn ingest(&self, lines: &[String]) -> Result<usize, RequestError> {
+    pub fn ingest(&self, lines: &[&str]) -> Result<usize, RequestError> {
         {
             let mut inner = self.lock();
             Self::reap(&mut inner);

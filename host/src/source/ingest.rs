@@ -4,9 +4,12 @@
 //! were committed, so no event of a refused batch is ever processed.
 //!
 //! Each batch starts with a clock line, `#weir ingest_ms=<ms>`: the wall clock when the server
-//! accepted it. Tailing readers turn it into [`Record::Clock`](super::Record::Clock), so a check
-//! against the wall clock ("too far in the future") gives the same answer on every replay.
-//! Event lines never start with `#` (the writer indents such a line, which stays a dead letter).
+//! accepted it, and ends with `#weir end`. Tailing readers turn the clock line into
+//! [`Record::Clock`](super::Record::Clock), so a check against the wall clock ("too far in the
+//! future") gives the same answer on every replay, and skip the end line. When the log is
+//! opened, a batch without its end line (the process died while appending it, so it was never
+//! acknowledged) is cut off whole. Event lines never start with `#` (the writer indents such a
+//! line, which stays a dead letter).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -17,6 +20,8 @@ use std::time::Duration;
 
 /// The prefix of a clock line.
 pub const CLOCK_PREFIX: &[u8] = b"#weir ingest_ms=";
+/// The line that ends a batch.
+pub const END_LINE: &[u8] = b"#weir end";
 
 /// Why a batch was not appended. Nothing of it is visible to the reader either way.
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +88,9 @@ pub struct IngestLog {
 }
 
 impl IngestLog {
-    /// Opens (or creates) the log. A torn last line (a crash during an append that was never
-    /// acknowledged) is cut off, so the next batch starts on a line of its own.
+    /// Opens (or creates) the log. A batch without its end line (a crash during an append that
+    /// was never acknowledged) is cut off whole, so none of its events is ever read and the
+    /// next batch starts on a line of its own.
     pub fn open(path: &Path) -> Result<IngestLog, IngestError> {
         let io = |source| IngestError::Io {
             path: path.to_owned(),
@@ -122,8 +128,8 @@ impl IngestLog {
 
     /// Appends one batch of event lines, stamped with the wall clock `now_ms`, whole and
     /// durably, or not at all.
-    pub fn append(&self, now_ms: i64, lines: &[String]) -> Result<(), IngestError> {
-        let mut text = Vec::with_capacity(32 + lines.iter().map(|l| l.len() + 2).sum::<usize>());
+    pub fn append(&self, now_ms: i64, lines: &[&str]) -> Result<(), IngestError> {
+        let mut text = Vec::with_capacity(48 + lines.iter().map(|l| l.len() + 2).sum::<usize>());
         text.extend_from_slice(CLOCK_PREFIX);
         text.extend_from_slice(format!("{now_ms}\n").as_bytes());
         for line in lines {
@@ -133,6 +139,8 @@ impl IngestLog {
             text.extend_from_slice(line.as_bytes());
             text.push(b'\n');
         }
+        text.extend_from_slice(END_LINE);
+        text.push(b'\n');
         let mut file = self.file.lock().expect("ingest log lock");
         let start = self.gate.committed();
         match self.write_at(&mut file, start, &text) {
@@ -175,22 +183,85 @@ impl IngestLog {
     }
 }
 
-/// The length of the file up to and including its last newline.
+/// The length of the file up to the end of its last complete batch: after the last end line;
+/// a batch after it without its own end line is cut off whole. In a log without control lines
+/// (an earlier Weir's), up to the last newline.
 fn complete_length(file: &mut File) -> std::io::Result<u64> {
-    let length = file.metadata()?.len();
-    let mut end = length;
+    let mut length = file.metadata()?.len();
+    let mut saw_control = false;
+    while let Some(offset) = last_line_starting_with_hash(file, length)? {
+        saw_control = true;
+        let mut line = [0u8; 32];
+        file.seek(SeekFrom::Start(offset))?;
+        let n = read_up_to(file, &mut line[..((length - offset) as usize).min(32)])?;
+        let line = &line[..n];
+        if line.starts_with(END_LINE) && line.get(END_LINE.len()) == Some(&b'\n') {
+            return Ok(offset + END_LINE.len() as u64 + 1);
+        }
+        length = offset; // a clock line or a torn control line: the batch goes
+    }
+    if saw_control {
+        return Ok(0);
+    }
+    last_newline(file, length)
+}
+
+fn read_up_to(file: &mut File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// Calls `found` on chunks of `[0, length)` from the end, each with its offset; stops at the
+/// first `Some`.
+fn scan_back(
+    file: &mut File,
+    length: u64,
+    mut found: impl FnMut(u64, &[u8]) -> Option<u64>,
+) -> std::io::Result<Option<u64>> {
     let mut buffer = vec![0u8; 64 << 10];
+    let mut end = length;
     while end > 0 {
-        let start = end.saturating_sub(buffer.len() as u64);
-        let chunk = &mut buffer[..(end - start) as usize];
-        file.seek(SeekFrom::Start(start))?;
+        // One byte of overlap, so a line start at a chunk's first byte sees the byte before it.
+        let start = end.saturating_sub(buffer.len() as u64 - 1);
+        let from = start.saturating_sub(1);
+        let chunk = &mut buffer[..(end - from) as usize];
+        file.seek(SeekFrom::Start(from))?;
         file.read_exact(chunk)?;
-        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
-            return Ok(start + i as u64 + 1);
+        if let Some(at) = found(from, chunk) {
+            return Ok(Some(at));
         }
         end = start;
     }
-    Ok(0)
+    Ok(None)
+}
+
+/// The offset of the last line (before `length`) that starts with `#`: a control line, since
+/// event lines never do.
+fn last_line_starting_with_hash(file: &mut File, length: u64) -> std::io::Result<Option<u64>> {
+    scan_back(file, length, |from, chunk| {
+        (0..chunk.len()).rev().find_map(|i| {
+            let at = from + i as u64;
+            let starts_line = at == 0 || (i > 0 && chunk[i - 1] == b'\n');
+            (chunk[i] == b'#' && starts_line).then_some(at)
+        })
+    })
+}
+
+/// The length up to and including the last newline before `length`.
+fn last_newline(file: &mut File, length: u64) -> std::io::Result<u64> {
+    let found = scan_back(file, length, |from, chunk| {
+        chunk
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map(|i| from + i as u64 + 1)
+    })?;
+    Ok(found.unwrap_or(0))
 }
 
 /// A file read only up to the gate's committed length.
@@ -217,17 +288,53 @@ impl Read for GatedFile {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_torn_tail_is_cut_when_the_log_is_opened() {
+    fn opened(content: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ingest.jsonl");
-        std::fs::write(&path, "#weir ingest_ms=1\n{\"a\":1}\n{\"a\":").unwrap();
+        std::fs::write(&path, content).unwrap();
         let log = IngestLog::open(&path).unwrap();
-        assert_eq!(log.gate().committed(), 26);
-        log.append(5, &["{\"b\":2}".into(), "#x".into()]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(log.gate().committed(), text.len() as u64);
+        text
+    }
+
+    #[test]
+    fn a_batch_without_its_end_is_cut_whole_when_the_log_is_opened() {
+        let whole = "#weir ingest_ms=1\n{\"a\":1}\n#weir end\n";
+        assert_eq!(opened(whole), whole);
+        for torn in [
+            "#weir ingest_ms=2\n",
+            "#weir ingest_ms=2\n{\"b\":1}\n",
+            "#weir ingest_ms=2\n{\"b\":1}\n{\"b\":",
+            "#weir ingest_ms=2\n{\"b\":1}\n#weir e",
+            "#weir ingest_ms=2\n{\"b\":1}\n#weir end",
+            "#weir ing",
+        ] {
+            assert_eq!(opened(&format!("{whole}{torn}")), whole, "{torn:?}");
+        }
+        assert_eq!(opened("#weir ingest_ms=2\n{\"b\":1}\n"), "");
+        // A log of an earlier Weir, without control lines: cut to its last newline.
+        assert_eq!(opened("{\"a\":1}\n{\"a\""), "{\"a\":1}\n");
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_scan_window_is_found_whole() {
+        let big = format!("{{\"a\":\"{}\"}}\n", "x".repeat(100_000));
+        let whole = format!("#weir ingest_ms=1\n{big}{big}#weir end\n");
+        assert_eq!(opened(&whole), whole);
+        let torn = format!("{whole}#weir ingest_ms=2\n{big}{big}");
+        assert_eq!(opened(&torn), whole);
+    }
+
+    #[test]
+    fn appends_are_framed_and_indent_lines_that_look_like_control_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ingest.jsonl");
+        let log = IngestLog::open(&path).unwrap();
+        log.append(5, &["{\"b\":2}", "#weir end"]).unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            "#weir ingest_ms=1\n{\"a\":1}\n#weir ingest_ms=5\n{\"b\":2}\n #x\n"
+            "#weir ingest_ms=5\n{\"b\":2}\n #weir end\n#weir end\n"
         );
     }
 }

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ingest::{CLOCK_PREFIX, GatedFile, IngestGate};
+use super::ingest::{CLOCK_PREFIX, END_LINE, GatedFile, IngestGate};
 use super::{Record, Source, SourceError};
 use crate::checkpoint::SourcePosition;
 
@@ -185,6 +185,9 @@ impl Source for LineReader {
                 bytes.pop();
             }
             if bytes.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if self.gate.is_some() && bytes == END_LINE {
                 continue;
             }
             if self.gate.is_some()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::time::{Millis, parse_duration};
+use crate::time::{MAX_TIMESTAMP, Millis, parse_duration};
 
 /// Errors in a pipeline spec.
 #[derive(Debug, thiserror::Error)]
@@ -503,6 +503,12 @@ pub const MAX_SHARDS: usize = 256;
 pub const MAX_WINDOWS_PER_EVENT: i64 = 1_000;
 /// The largest batch.
 pub const MAX_BATCH_SIZE: usize = 1 << 20;
+/// The longest call an operator may be allowed: 10 minutes.
+pub const MAX_CALL_TIMEOUT: Millis = 600_000;
+/// The most shards a pipeline of `weir serve` may have (each is a thread).
+pub const MAX_SERVED_SHARDS: usize = 32;
+/// The largest state memory budget per shard.
+pub const MAX_MEMORY_BUDGET: usize = 64 << 30;
 /// The most memory one operator instance may be given.
 pub const MAX_SANDBOX_MEMORY: usize = 4 << 30;
 
@@ -512,6 +518,9 @@ fn invalid(message: impl Into<String>) -> SpecError {
 
 fn duration(field: &str, raw: &RawDuration) -> Result<Millis> {
     match raw {
+        RawDuration::Millis(ms) if *ms > MAX_TIMESTAMP => Err(invalid(format!(
+            "{field} = {ms} ms is too large (at most {MAX_TIMESTAMP} ms)"
+        ))),
         RawDuration::Millis(ms) if *ms >= 0 => Ok(*ms),
         RawDuration::Millis(ms) => Err(invalid(format!("{field} = {ms} must not be negative"))),
         RawDuration::Text(text) => {
@@ -565,6 +574,17 @@ impl RawSpec {
                     "operators[{i}]: `reference` names a file; reference files are for `weir run`"
                 )));
             }
+        }
+        if self.state.backend.as_deref() == Some("memory") {
+            return Err(invalid(
+                "state.backend: a served pipeline keeps its state in redb, where memory_budget \
+                 bounds it and checkpoints make it exactly-once; leave the backend out",
+            ));
+        }
+        if self.shards.is_some_and(|n| n > MAX_SERVED_SHARDS) {
+            return Err(invalid(format!(
+                "shards: a served pipeline has at most {MAX_SERVED_SHARDS} shards"
+            )));
         }
         if self.state.dir.is_some() {
             return Err(invalid(
@@ -802,6 +822,18 @@ impl RawSpec {
             )?,
             ..defaults
         };
+        if sandbox.call_timeout > MAX_CALL_TIMEOUT {
+            return Err(invalid(format!(
+                "sandbox.call_timeout must be at most {} minutes",
+                MAX_CALL_TIMEOUT / 60_000
+            )));
+        }
+        if memory_budget > MAX_MEMORY_BUDGET {
+            return Err(invalid(format!(
+                "state.memory_budget must be at most {} GiB",
+                MAX_MEMORY_BUDGET >> 30
+            )));
+        }
         if sandbox.memory > MAX_SANDBOX_MEMORY {
             return Err(invalid(format!(
                 "sandbox.memory must be at most {} GiB",

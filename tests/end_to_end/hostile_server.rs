@@ -573,7 +573,7 @@ fn a_busy_pipeline_blocks_no_other_and_health_reports_it() {
     let health = other.wait_for(
         "/healthz to report the stuck pipeline",
         PATIENCE,
-        || match other.get("/healthz", None) {
+        || match other.get("/healthz", Some(ADMIN)) {
             (503, body) => Ok(other.json("healthz", &body)),
             (code, body) => Err(format!("{code} {body}")),
         },
@@ -970,7 +970,13 @@ fn damaged_files_fail_their_pipeline_only() {
     assert_eq!(state(PIPELINE)["state"], "running");
     server.ingest(PIPELINE, &clicks(10, 2));
     server.wait_for_events_in(PIPELINE, 10);
-    let health = server.expect("healthz", server.get("/healthz", None), 200);
+    let public = server.expect("healthz", server.get("/healthz", None), 200);
+    assert_eq!(
+        public["damaged_pipelines"], 2,
+        "no names without a token: {public}"
+    );
+    assert!(!public.to_string().contains("bad-spec"), "{public}");
+    let health = server.expect("healthz", server.get("/healthz", Some(ADMIN)), 200);
     assert_eq!(
         health["damaged_pipelines"],
         json!(["bad-desired", "bad-spec"]),

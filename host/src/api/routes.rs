@@ -62,7 +62,7 @@ macro_rules! route {
 
 /// Every route of the API.
 pub const ROUTES: &[Route] = &[
-    route!(GET "/healthz", Access::Public, "Liveness and pipeline health: 503 lists pipelines that stopped responding",
+    route!(GET "/healthz", Access::Public, "Liveness and pipeline health (counts; names and reasons with an admin token)",
         [(200, "healthy"), (503, "one or more pipelines stopped responding")]),
     route!(GET "/openapi.json", Access::Public, "This document", [(200, "OpenAPI 3.1")]),
     route!(GET "/metrics", Access::Token(Scope::Metrics), "Prometheus metrics (metrics or admin token; or no token on --metrics-listen)",

@@ -26,6 +26,9 @@ pub enum RegistryError {
     /// A name or version is not a valid name.
     #[error(transparent)]
     BadName(#[from] NameError),
+    /// The name is the registry's own.
+    #[error("operator name {0:?} is reserved by the registry; choose another")]
+    Reserved(String),
     /// Versions are immutable.
     #[error(
         "operator {name} version {version} exists already: versions are immutable, upload a new version"
@@ -87,6 +90,8 @@ pub struct Registry {
     dir: PathBuf,
     runtime: WasmRuntime,
     versions: RwLock<BTreeMap<(String, String), VersionInfo>>,
+    /// Held by an upload or delete while it writes files.
+    writing: std::sync::Mutex<()>,
     damaged: Vec<String>,
 }
 
@@ -137,6 +142,7 @@ impl Registry {
             dir,
             runtime,
             versions: RwLock::new(versions),
+            writing: std::sync::Mutex::new(()),
             damaged,
         })
     }
@@ -151,6 +157,9 @@ impl Registry {
     }
 
     fn info_path(&self, name: &str, version: &str) -> Result<PathBuf> {
+        if name == BLOBS {
+            return Err(RegistryError::Reserved(name.to_owned()));
+        }
         let dir = names::child("operator name", &self.dir, name)?;
         names::check("operator version", version)?;
         Ok(dir.join(format!("{version}.json")))
@@ -187,8 +196,9 @@ impl Registry {
             world: kind.world().into(),
             uploaded_at_ms: crate::time::wall_clock_ms(),
         };
-        let mut versions = self.versions.write().expect("registry lock");
-        if versions.contains_key(&(name.to_owned(), version.to_owned())) {
+        // Writers take turns; readers (every pipeline's look-ups) wait only for the insert.
+        let _writing = self.writing.lock().expect("registry writer lock");
+        if self.get(name, version).is_some() {
             return Err(RegistryError::Exists {
                 name: name.into(),
                 version: version.into(),
@@ -202,7 +212,10 @@ impl Registry {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let text = serde_json::to_vec_pretty(&info).expect("version info serialises");
         crate::fsutil::write_atomic(&info_path, &text).map_err(io(&info_path))?;
-        versions.insert((name.into(), version.into()), info.clone());
+        self.versions
+            .write()
+            .expect("registry lock")
+            .insert((name.into(), version.into()), info.clone());
         Ok(info)
     }
 
@@ -229,15 +242,20 @@ impl Registry {
     /// unless another version has the same bytes.
     pub fn delete(&self, name: &str, version: &str) -> Result<()> {
         let info_path = self.info_path(name, version)?;
-        let mut versions = self.versions.write().expect("registry lock");
-        let Some(info) = versions.remove(&(name.to_owned(), version.to_owned())) else {
-            return Err(RegistryError::Unknown {
-                name: name.into(),
-                version: version.into(),
-            });
+        let _writing = self.writing.lock().expect("registry writer lock");
+        let (info, shared) = {
+            let mut versions = self.versions.write().expect("registry lock");
+            let Some(info) = versions.remove(&(name.to_owned(), version.to_owned())) else {
+                return Err(RegistryError::Unknown {
+                    name: name.into(),
+                    version: version.into(),
+                });
+            };
+            let shared = versions.values().any(|other| other.digest == info.digest);
+            (info, shared)
         };
         std::fs::remove_file(&info_path).map_err(io(&info_path))?;
-        if !versions.values().any(|other| other.digest == info.digest) {
+        if !shared {
             let blob = self.blob_path(&info.digest);
             std::fs::remove_file(&blob).map_err(io(&blob))?;
         }

@@ -485,28 +485,34 @@ pub fn run_controlled(
     // The routing between operator versions the checkpoint was taken with.
     // A spec whose live version differs from the checkpoint's was promoted since: the promoted
     // version serves every key from here on.
-    let routing = spec.aggregate.as_ref().map(|op| {
+    let mut routing = spec.aggregate.as_ref().map(|op| {
         manifest
             .as_ref()
             .and_then(|m| m.routing.clone())
             .filter(|routing| routing.live == op.version)
             .unwrap_or_else(|| Routing::single(&op.version))
     });
-    if let Some(routing) = &routing {
-        control.set_applied(routing.clone());
-    }
+    // The checkpoint's candidate, if its code can still be had. A candidate that was replaced
+    // and deleted since cannot: its keys go back to the live version from this restart on, as
+    // a rollback at a barrier would send them.
     let candidate_code = match &routing {
         Some(Routing {
             candidate: Some(version),
+            live,
             ..
-        }) => Some(
-            (control.resolve)(version).map_err(|message| PipelineError::Recovery {
-                dir: PathBuf::from(&spec.name),
-                message: format!("the checkpoint's candidate version {version}: {message}"),
-            })?,
-        ),
+        }) => match (control.resolve)(version) {
+            Ok(code) => Some(code),
+            Err(message) => {
+                tracing::warn!(%version, error = %message, "the checkpoint's candidate cannot be loaded: every key goes to the live version");
+                routing = Some(Routing::single(live));
+                None
+            }
+        },
         _ => None,
     };
+    if let Some(routing) = &routing {
+        control.set_applied(routing.clone());
+    }
 
     let limits = Limits::from(&spec.sandbox);
     let mut workers = Vec::with_capacity(shards);

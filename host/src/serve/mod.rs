@@ -31,6 +31,10 @@ pub use tokens::{Scope, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};
 
+/// Where a deleted pipeline's directory goes before it is removed (not a valid name, so never
+/// taken for a pipeline).
+const TRASH_PREFIX: &str = ".deleted-";
+
 /// How the server treats its pipelines.
 #[derive(Debug, Clone, Copy)]
 pub struct PipelineLimits {
@@ -181,6 +185,12 @@ impl Server {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
+            if name.starts_with(TRASH_PREFIX) {
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    warn!(path = %entry.path().display(), error = %e, "could not remove a deleted pipeline's files");
+                }
+                continue;
+            }
             if crate::names::check("pipeline name", &name).is_err() || !entry.path().is_dir() {
                 warn!(path = %entry.path().display(), "not a pipeline directory; left alone");
                 continue;
@@ -291,15 +301,17 @@ impl Server {
     /// Stops and deletes a pipeline with all its files.
     pub fn delete(&self, name: &str) -> Result<(), RequestError> {
         let slot = self.pipeline(name)?;
-        match slot.stop(self.limits.stop_wait, false)? {
+        let _reserved = self.reserve(name, false)?;
+        slot.mark_deleting();
+        match slot.stop(self.limits.stop_wait, true)? {
             StopOutcome::Stopped => {}
             StopOutcome::Stopping => {
                 return Err(RequestError::Conflict(format!(
-                    "pipeline {name:?} is busy and still stopping; try DELETE again shortly"
+                    "pipeline {name:?} is busy and still stopping; it is being deleted: DELETE \
+                     it again shortly"
                 )));
             }
         }
-        let _reserved = self.reserve(name, false)?;
         {
             let mut pipelines = self.pipelines.write().expect("pipelines lock");
             match pipelines.get(name) {
@@ -316,7 +328,14 @@ impl Server {
             )));
         }
         slot.close();
-        std::fs::remove_dir_all(&slot.dir).map_err(RequestError::from_io)
+        // Out of sight first (a crash mid-removal must not leave a half pipeline behind), then
+        // removed; a restarted server removes what a crash left.
+        let trash = self.pipelines_dir().join(format!(
+            "{TRASH_PREFIX}{name}-{}",
+            crate::time::wall_clock_ms()
+        ));
+        std::fs::rename(&slot.dir, &trash).map_err(RequestError::from_io)?;
+        std::fs::remove_dir_all(&trash).map_err(RequestError::from_io)
     }
 
     /// Whether an operator version is used by a pipeline (live or candidate); its name if so.

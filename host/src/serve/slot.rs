@@ -48,6 +48,7 @@ struct Inner {
     /// The current run's thread; `None` while stopping or stopped.
     thread: Option<Thread>,
     stopping: bool,
+    deleting: bool,
     failure: Option<String>,
     watch: RateWatch,
     requested: Option<Routing>,
@@ -108,6 +109,7 @@ impl Slot {
                 control: None,
                 thread: None,
                 stopping: false,
+                deleting: false,
                 failure: None,
                 watch: RateWatch::default(),
                 requested: None,
@@ -138,13 +140,25 @@ impl Slot {
         self.lock().managed.is_err()
     }
 
-    /// Collects the result of a thread that ended by itself.
+    /// Collects the result of a thread that ended (by itself, or asked to stop).
     fn reap(inner: &mut Inner) {
         if inner.thread.as_ref().is_some_and(|t| t.is_finished())
             && let Some(thread) = inner.thread.take()
         {
             inner.failure = finished(thread);
+            inner.stopping = false;
         }
+    }
+
+    /// Refuses changes to a pipeline that is being deleted.
+    fn check_not_deleting(&self, inner: &Inner) -> Result<(), RequestError> {
+        if inner.deleting {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} is being deleted",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     fn is_running(inner: &Inner) -> bool {
@@ -176,6 +190,7 @@ impl Slot {
         let log = self.ingest_log()?;
         let mut inner = self.lock();
         Self::reap(&mut inner);
+        self.check_not_deleting(&inner)?;
         if inner.stopping {
             return Err(RequestError::Conflict(format!(
                 "pipeline {:?} is still stopping; start it once it has stopped",
@@ -255,9 +270,10 @@ impl Slot {
             .with_ingest_gate(log.gate()))
     }
 
-    /// Asks the run to stop and takes its thread, without waiting. `user` records that the
-    /// pipeline should stay stopped (a server shutdown does not).
-    fn begin_stop(&self, user: bool) -> Result<Option<Thread>, RequestError> {
+    /// Asks the run to stop, without waiting. `user` records that the pipeline should stay
+    /// stopped (a server shutdown does not). Returns whether a run is there to wait for. The
+    /// thread stays in the slot until it has ended, so whoever waits next can collect it.
+    fn begin_stop(&self, user: bool) -> Result<bool, RequestError> {
         let mut inner = self.lock();
         if user {
             match &mut inner.managed {
@@ -268,75 +284,63 @@ impl Slot {
                 _ => {}
             }
         }
-        let Some(thread) = inner.thread.take() else {
-            return Ok(None);
-        };
-        if let Some(control) = &inner.control {
-            control.stop();
+        if inner.thread.is_none() {
+            return Ok(false);
         }
-        inner.stopping = true;
-        Ok(Some(thread))
+        if !inner.stopping {
+            if let Some(control) = &inner.control {
+                control.stop();
+            }
+            inner.stopping = true;
+        }
+        Ok(true)
     }
 
-    fn end_stop(&self, thread: Thread) {
-        let failure = finished(thread);
-        let mut inner = self.lock();
-        inner.failure = failure;
-        inner.stopping = false;
+    /// Waits up to `timeout` for the run's thread to end, collecting it; whether it has.
+    fn wait_ended(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let mut inner = self.lock();
+                Self::reap(&mut inner);
+                if inner.thread.is_none() {
+                    return true;
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Stops the pipeline after a final checkpoint (its windows stay open), waiting at most
-    /// `wait`; a pipeline still busy then stops in the background.
-    pub fn stop(self: &Arc<Self>, wait: Duration, user: bool) -> Result<StopOutcome, RequestError> {
-        let Some(thread) = self.begin_stop(user)? else {
-            return Ok(if self.lock().stopping {
-                StopOutcome::Stopping
-            } else {
-                StopOutcome::Stopped
-            });
-        };
-        let deadline = Instant::now() + wait;
-        while !thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if thread.is_finished() {
-            self.end_stop(thread);
+    /// `wait`; a pipeline still busy then goes on stopping, and is collected by the next call
+    /// that looks at it.
+    pub fn stop(&self, wait: Duration, user: bool) -> Result<StopOutcome, RequestError> {
+        if !self.begin_stop(user)? || self.wait_ended(wait) {
             return Ok(StopOutcome::Stopped);
         }
-        let slot = self.clone();
-        std::thread::Builder::new()
-            .name(format!("weir-stopping-{}", self.name))
-            .spawn(move || slot.end_stop(thread))
-            .map_err(RequestError::from_io)?;
         Ok(StopOutcome::Stopping)
     }
 
     /// Server shutdown: asks the run to stop, keeping the desired state (it restarts with the
     /// server).
     pub fn begin_halt(&self) {
-        if let Ok(Some(thread)) = self.begin_stop(false) {
-            self.lock().thread = Some(thread);
+        if let Err(e) = self.begin_stop(false) {
+            warn!(pipeline = %self.name, error = %e, "could not stop the pipeline");
         }
     }
 
     /// Waits up to `timeout` for a halted run to end; whether it did.
     pub fn wait_halted(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut inner = self.lock();
-            if inner.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                if let Some(thread) = inner.thread.take() {
-                    inner.failure = finished(thread);
-                }
-                inner.stopping = false;
-                return true;
-            }
-            drop(inner);
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.wait_ended(timeout)
+    }
+
+    /// Marks the pipeline as being deleted: from now on it cannot be started, steered or sent
+    /// events, so a call racing the delete cannot bring it back to life.
+    pub fn mark_deleting(&self) {
+        self.lock().deleting = true;
     }
 
     /// Closes the result stream (the pipeline is being deleted): subscribers' streams end.
@@ -364,6 +368,7 @@ impl Slot {
             if let Err(reason) = &inner.managed {
                 return Err(damaged(reason));
             }
+            self.check_not_deleting(&inner)?;
             if !Self::is_running(&inner) || inner.stopping {
                 return Err(RequestError::Conflict(format!(
                     "pipeline {} is not running: start it first",
@@ -399,6 +404,7 @@ impl Slot {
         f: impl FnOnce(&mut Managed) -> Result<(), RequestError>,
     ) -> Result<(), RequestError> {
         let mut inner = self.lock();
+        self.check_not_deleting(&inner)?;
         let managed = match &mut inner.managed {
             Ok(managed) => managed,
             Err(reason) => return Err(damaged(reason)),
@@ -476,9 +482,23 @@ impl Slot {
         }
     }
 
-    /// Whether the pipeline uses operator `name@version` (live or candidate).
+    /// Whether the pipeline uses operator `name@version`: live or candidate as asked, or in
+    /// the routing its run applies now.
     pub fn uses(&self, name: &str, version: &str) -> bool {
-        matches!(&self.lock().managed, Ok(m) if m.uses(name, version))
+        let inner = self.lock();
+        let Ok(managed) = &inner.managed else {
+            return false;
+        };
+        let applied = inner.control.as_ref().and_then(|c| c.applied());
+        let aggregate = managed
+            .spec
+            .aggregate
+            .as_ref()
+            .is_some_and(|op| op.name == name);
+        managed.uses(name, version)
+            || (aggregate
+                && applied
+                    .is_some_and(|r| r.live == version || r.candidate.as_deref() == Some(version)))
     }
 
     /// The status document of the API.

@@ -40,49 +40,7 @@ enum Command {
         action: SavepointAction,
     },
     /// Run the HTTP API, the operator registry and live pipelines (see docs/api.md).
-    Serve {
-        /// The data directory (registry, pipelines, state).
-        #[arg(long, default_value = "weir-data")]
-        data: PathBuf,
-        /// Address to listen on (port 0 picks a free port; the address is printed).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: std::net::SocketAddr,
-        /// JSON file of tokens: [{"token": "...", "scopes": ["admin", "ingest"]}]. Also read:
-        /// WEIR_ADMIN_TOKEN and WEIR_INGEST_TOKEN.
-        #[arg(long)]
-        tokens: Option<PathBuf>,
-        /// Largest request body (uploads, ingest), in bytes.
-        #[arg(long, default_value_t = weir::api::DEFAULT_MAX_UPLOAD)]
-        max_upload: usize,
-        /// The most request body bytes received at once over all requests; more get 503.
-        #[arg(long, default_value_t = weir::api::DEFAULT_MAX_INFLIGHT)]
-        max_inflight: usize,
-        /// Serve /metrics without a token on this address too (keep it private). On the main
-        /// address /metrics needs a metrics or admin token.
-        #[arg(long)]
-        metrics_listen: Option<std::net::SocketAddr>,
-        /// The most connections open at once; more wait until one closes.
-        #[arg(long, default_value_t = 4_096)]
-        max_connections: usize,
-        /// Close a connection silent (nothing read or written) for this long, e.g. 60s.
-        #[arg(long, default_value = "60s")]
-        idle_timeout: String,
-        /// Under pressure (three quarters of --max-connections open), the shorter silence allowed.
-        #[arg(long, default_value = "2s")]
-        pressure_timeout: String,
-        /// How long a stop request waits for a busy pipeline before answering 202 (stopping).
-        #[arg(long, default_value = "10s")]
-        stop_wait: String,
-        /// /healthz reports a running pipeline silent this long as not responding (503).
-        #[arg(long, default_value = "30s")]
-        stall_after: String,
-        /// On SIGTERM, how long to wait for the pipelines' final checkpoints before exiting.
-        #[arg(long, default_value = "30s")]
-        shutdown_timeout: String,
-        /// The most pipelines the server holds (each runs a few threads while started).
-        #[arg(long, default_value_t = 1_000)]
-        max_pipelines: usize,
-    },
+    Serve(Box<ServeArgs>),
     /// Show the state in a data directory (offline, read-only), as JSON lines.
     State {
         /// A pipeline spec (its data directory is used) or a data directory.
@@ -120,6 +78,55 @@ enum Command {
         )]
         module: PathBuf,
     },
+}
+
+/// The options of `weir serve`.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The data directory (registry, pipelines, state).
+    #[arg(long, default_value = "weir-data")]
+    data: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// JSON file of tokens: [{"name": "ci", "token": "...", "scopes": ["admin"]}] (scopes: admin,
+    /// ingest, metrics). Also read: WEIR_ADMIN_TOKEN, WEIR_INGEST_TOKEN, WEIR_METRICS_TOKEN.
+    #[arg(long)]
+    tokens: Option<PathBuf>,
+    /// Largest request body (uploads, ingest), in bytes.
+    #[arg(long, default_value_t = weir::api::DEFAULT_MAX_UPLOAD)]
+    max_upload: usize,
+    /// The most request body bytes received at once over all requests; more get 503.
+    #[arg(long, default_value_t = weir::api::DEFAULT_MAX_INFLIGHT)]
+    max_inflight: usize,
+    /// Serve /metrics without a token on this address too (keep it private). On the main
+    /// address /metrics needs a metrics or admin token.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// The most connections open at once; more wait until one closes.
+    #[arg(long, default_value_t = 4_096)]
+    max_connections: usize,
+    /// Close a connection silent (nothing read or written) for this long, e.g. 60s.
+    #[arg(long, default_value = "60s")]
+    idle_timeout: String,
+    /// Under pressure (three quarters of --max-connections open), the shorter silence allowed.
+    #[arg(long, default_value = "2s")]
+    pressure_timeout: String,
+    /// How long a request's headers may take to arrive, however slowly they trickle in.
+    #[arg(long, default_value = "10s")]
+    header_timeout: String,
+    /// How long a stop request waits for a busy pipeline before answering 202 (stopping).
+    #[arg(long, default_value = "10s")]
+    stop_wait: String,
+    /// /healthz reports a running pipeline silent this long as not responding (503).
+    #[arg(long, default_value = "30s")]
+    stall_after: String,
+    /// On SIGTERM, how long to wait for the pipelines' final checkpoints before exiting.
+    #[arg(long, default_value = "30s")]
+    shutdown_timeout: String,
+    /// The most pipelines the server holds (each runs a few threads while started).
+    #[arg(long, default_value_t = 1_000)]
+    max_pipelines: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -306,21 +313,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve {
-            data,
-            listen,
-            tokens,
-            max_upload,
-            max_inflight,
-            metrics_listen,
-            max_connections,
-            idle_timeout,
-            pressure_timeout,
-            stop_wait,
-            stall_after,
-            shutdown_timeout,
-            max_pipelines,
-        } => {
+        Command::Serve(args) => {
+            let ServeArgs {
+                data,
+                listen,
+                tokens,
+                max_upload,
+                max_inflight,
+                metrics_listen,
+                max_connections,
+                idle_timeout,
+                pressure_timeout,
+                header_timeout,
+                stop_wait,
+                stall_after,
+                shutdown_timeout,
+                max_pipelines,
+            } = *args;
             let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
             anyhow::ensure!(
                 !tokens.is_empty(),
@@ -338,6 +347,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     max_connections,
                     idle_timeout: duration("--idle-timeout", &idle_timeout)?,
                     pressure_timeout: duration("--pressure-timeout", &pressure_timeout)?,
+                    header_timeout: duration("--header-timeout", &header_timeout)?,
                 },
                 pipelines: weir::serve::PipelineLimits {
                     stop_wait: duration("--stop-wait", &stop_wait)?,

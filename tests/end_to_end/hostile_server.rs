@@ -706,6 +706,48 @@ fn a_flood_of_half_sent_requests_does_not_silence_the_server() {
 }
 
 #[test]
+fn headers_trickled_a_byte_at_a_time_are_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &["--header-timeout", "2s", "--idle-timeout", "60s"],
+    );
+    let address = server.url("").trim_start_matches("http://").to_owned();
+    let mut streams: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(&address).expect("connecting"))
+        .collect();
+    let started = Instant::now();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let mut cut = vec![None; streams.len()];
+    // One byte every 200 ms: never silent long enough for the idle timeout.
+    for i in 0..60 {
+        for (n, stream) in streams.iter_mut().enumerate() {
+            let byte = request.get(i).copied().unwrap_or(b'a');
+            if cut[n].is_none() && stream.write_all(&[byte]).is_err() {
+                cut[n] = Some(started.elapsed());
+            }
+        }
+        thread::sleep(Duration::from_millis(200));
+        if cut.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    // The server closed each one soon after its header timeout (writes then fail), instead of
+    // keeping it for the 60 s idle timeout.
+    for (n, when) in cut.iter().enumerate() {
+        match when {
+            Some(when) => assert!(
+                *when < Duration::from_secs(8),
+                "connection {n} cut after {when:?}"
+            ),
+            None => panic!("connection {n} still open after trickling for 12 s"),
+        }
+    }
+    let health = server.expect("GET /healthz", server.get("/healthz", None), 200);
+    assert_eq!(health["status"], "ok");
+}
+
+#[test]
 fn request_bodies_in_flight_are_held_to_a_budget() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), &["--max-inflight", "65536"]);

@@ -28,6 +28,8 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// The shorter silence allowed while the server is near its cap.
     pub pressure_timeout: Duration,
+    /// How long a request's headers may take to arrive, however slowly they trickle in.
+    pub header_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -36,6 +38,7 @@ impl Default for ConnectionLimits {
             max_connections: 4_096,
             idle_timeout: Duration::from_secs(60),
             pressure_timeout: Duration::from_secs(2),
+            header_timeout: Duration::from_secs(10),
         }
     }
 }

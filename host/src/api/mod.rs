@@ -302,6 +302,41 @@ async fn shutdown_signal() {
     });
 }
 
+/// Serves HTTP/1 connections from `listener` until `shutdown`, then lets open ones finish for
+/// up to two seconds. Each connection must send a request's headers within the header timeout
+/// (however slowly it trickles them), and its read buffer is bounded.
+async fn serve_connections(
+    mut listener: GuardedListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    use axum::serve::Listener;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_READ_BUFFER);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            (io, _address) = listener.accept() => {
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
+}
+
+/// The most a connection buffers while reading a request's head.
+const MAX_READ_BUFFER: usize = 64 << 10;
+
 /// Runs the server until SIGINT or SIGTERM, then stops the pipelines, each with a final
 /// checkpoint, within the shutdown timeout.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
@@ -330,7 +365,13 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         eprintln!("weir: metrics on http://{address}/metrics");
         let listener = GuardedListener::new(metrics, options.connections);
         let app = metrics_router(server.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let connections = options.connections;
+        tokio::spawn(serve_connections(
+            listener,
+            app,
+            connections,
+            std::future::pending(),
+        ));
     }
     eprintln!("weir: listening on http://{address}");
     info!(%address, data = %options.data.display(), "serving");
@@ -345,13 +386,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     });
     let listener = GuardedListener::new(listener, options.connections);
     let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let connections = options.connections;
+    let serving = tokio::spawn(serve_connections(listener, app, connections, async {
+        let _ = stopped.await;
+    }));
     shutdown_signal().await;
     // Stop the pipelines first (new requests are still answered, and refused where they need a
     // running pipeline), then the listener: open result streams would hold a graceful stop.
@@ -364,6 +402,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         warn!(pipelines = ?late, "not stopped within the shutdown timeout; they resume from their last checkpoints");
     }
     let _ = stop_serving.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(2), serving).await;
+    let _ = tokio::time::timeout(Duration::from_secs(3), serving).await;
     Ok(())
 }

@@ -11,6 +11,8 @@ use tracing::{debug, error};
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// Whether to add `Retry-After: 1`.
+    retry_after: bool,
 }
 
 impl ApiError {
@@ -19,6 +21,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            retry_after: false,
         }
     }
 
@@ -50,11 +53,18 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         debug!(status = self.status.as_u16(), message = %self.message, "request refused");
-        (
+        let mut response = (
             self.status,
             Json(serde_json::json!({ "error": self.message })),
         )
-            .into_response()
+            .into_response();
+        if self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 
@@ -69,6 +79,10 @@ impl From<crate::serve::RequestError> for ApiError {
             E::TooLarge(message) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message),
             E::DiskFull(message) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message),
             E::Internal(details) => ApiError::internal(details),
+            E::Busy(message) => ApiError {
+                retry_after: true,
+                ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
+            },
         }
     }
 }

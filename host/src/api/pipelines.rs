@@ -191,8 +191,10 @@ pub(super) async fn ingest(
     Pipeline(slot): Pipeline,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
+    let turn = slot.ingest_turn()?;
     // Parsing a large body and the synced append are both off the async threads.
     let accepted = tokio::task::spawn_blocking(move || -> Result<usize, ApiError> {
+        let _turn = turn;
         let lines = event_lines(&body)?;
         let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
         Ok(slot.ingest(&lines)?)

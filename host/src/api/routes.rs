@@ -88,7 +88,7 @@ pub const ROUTES: &[Route] = &[
     route!(POST "/v1/pipelines/{name}/stop", ADMIN, "Stop after a final checkpoint",
         [(200, "stopped"), (202, "stopping: the pipeline is busy and stops in the background"), (404, "unknown"), (409, "damaged")]),
     route!(POST "/v1/pipelines/{name}/events", Access::Token(Scope::Ingest), "Send events: JSON Lines or a JSON array; durable before 202",
-        [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large"), (507, "the disk is full: nothing of the batch was kept")]),
+        [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large, or more than 100,000 events"), (429, "the pipeline handles 8 ingest requests already: retry after Retry-After"), (507, "the disk is full: nothing of the batch was kept")]),
     route!(GET "/v1/pipelines/{name}/results", ADMIN, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
         [(200, "text/event-stream"), (400, "Last-Event-ID is not a number"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
     route!(POST "/v1/pipelines/{name}/rollout", ADMIN, "Roll out a version: {version, percent | steps+every, shadow, policy}",

@@ -48,6 +48,9 @@ pub enum RequestError {
     /// The request conflicts with the current state (exists, in use, not running, busy).
     #[error("{0}")]
     Conflict(String),
+    /// Too many requests of this kind at once; retry shortly.
+    #[error("{0}")]
+    Busy(String),
     /// The disk is full; nothing of the request was kept.
     #[error("{0}")]
     DiskFull(String),

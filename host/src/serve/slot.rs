@@ -63,7 +63,13 @@ pub struct Slot {
     inner: Mutex<Inner>,
     results: tokio::sync::broadcast::Sender<ResultLine>,
     ingest: Mutex<Option<Arc<IngestLog>>>,
+    /// Ingest requests of this pipeline being handled at once (each waits for a sync).
+    ingesting: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
+/// take turns anyway; the bound keeps one pipeline's flood from taking every blocking thread.
+pub const MAX_CONCURRENT_INGESTS: usize = 8;
 
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,6 +122,7 @@ impl Slot {
             }),
             results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
             ingest: Mutex::new(None),
+            ingesting: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INGESTS)),
         }
     }
 
@@ -381,6 +388,16 @@ impl Slot {
         metrics::counter!("weir_ingested_events_total", "pipeline" => self.name.clone())
             .increment(lines.len() as u64);
         Ok(lines.len())
+    }
+
+    /// A turn to ingest, or `Busy` when this pipeline already handles as many ingests as allowed.
+    pub fn ingest_turn(&self) -> Result<tokio::sync::OwnedSemaphorePermit, RequestError> {
+        self.ingesting.clone().try_acquire_owned().map_err(|_| {
+            RequestError::Busy(format!(
+                "pipeline {:?} is handling {MAX_CONCURRENT_INGESTS} ingest requests already; retry shortly",
+                self.name
+            ))
+        })
     }
 
     /// Subscribes to the result records written from now on (across stops and starts).

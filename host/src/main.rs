@@ -152,6 +152,34 @@ enum SavepointAction {
     },
 }
 
+/// File descriptors kept for pipelines (state, logs, sinks) beyond the connections.
+const FILES_FOR_PIPELINES: u64 = 1_024;
+
+/// Raises the process's soft limit on open files to its hard limit, and keeps the connection
+/// caps (of the API and, if there is one, the metrics address) under it with room for the
+/// pipelines' files, so connections alone cannot make a pipeline fail to open a file.
+fn within_file_limit(max_connections: usize, metrics: bool) -> usize {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-file limit");
+            return max_connections;
+        }
+    };
+    let listeners = if metrics { 2 } else { 1 };
+    let room = limit.saturating_sub(FILES_FOR_PIPELINES) / listeners;
+    let capped = max_connections.min(room.max(16) as usize);
+    if capped < max_connections {
+        tracing::warn!(
+            max_connections,
+            capped,
+            open_file_limit = limit,
+            "--max-connections lowered to fit the open-file limit"
+        );
+    }
+    capped
+}
+
 /// A duration option (`250ms`, `10s`, `2m`).
 fn duration(option: &str, text: &str) -> anyhow::Result<std::time::Duration> {
     let ms = weir::time::parse_duration(text)
@@ -336,6 +364,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
             );
             anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
+            let max_connections = within_file_limit(max_connections, metrics_listen.is_some());
             let options = weir::api::ServeOptions {
                 data,
                 listen,

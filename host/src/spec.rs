@@ -466,8 +466,9 @@ impl PipelineSpec {
     }
 
     /// Parses a JSON spec sent to `weir serve` for a pipeline living in `dir`. Such a spec names
-    /// only what the server provides: events over HTTP, operators from the registry (by name and
-    /// version) or built in, and sinks inside `dir`. File paths, standard streams and state
+    /// only what the server provides: events over HTTP (the ingest log `dir/ingest.jsonl`),
+    /// operators from the registry (by name and version) or built in, state in `dir/data`, and
+    /// sinks inside `dir/out`. File paths, standard streams and state
     /// directories are refused with the reason; `weir run`, a local command, keeps them.
     pub fn parse_served(text: &str, dir: &Path) -> Result<PipelineSpec> {
         let raw: RawSpec = serde_json::from_str(text).map_err(|e| SpecError::Syntax {
@@ -482,6 +483,8 @@ impl PipelineSpec {
             raw.sinks.dead_letters.is_some(),
         ];
         let mut spec = raw.check(dir, &out)?;
+        spec.source = SourceSpec::Http(Some(dir.join("ingest.jsonl")));
+        spec.state = StateSpec::Redb(dir.join("data"));
         let sinks = &mut spec.sinks;
         for ((given, sink), default) in given
             .into_iter()

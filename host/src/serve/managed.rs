@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
 use crate::rollout::Routing;
-use crate::spec::{OperatorCode, PipelineSpec, SourceSpec, StateSpec};
+use crate::spec::{OperatorCode, PipelineSpec, SourceSpec};
 
 /// The spec as sent.
 pub const SPEC_FILE: &str = "spec.json";
@@ -89,10 +89,7 @@ impl Managed {
                 op.code = registry.code(&op.name, &op.version)?;
             }
         }
-        spec.source = SourceSpec::Http(Some(dir.join(INGEST_FILE)));
-        if spec.state != StateSpec::Memory {
-            spec.state = StateSpec::Redb(dir.join("data"));
-        }
+        debug_assert_eq!(spec.source, SourceSpec::Http(Some(dir.join(INGEST_FILE))));
         Ok(spec)
     }
 

@@ -207,42 +207,39 @@ pub(super) async fn ingest(
     ))
 }
 
-/// The most a resumed result stream reads back from the results file in one request.
-const MAX_BACKLOG: u64 = 64 << 20;
-
-/// Result records already in the results file after byte `after`, up to its last complete line.
-fn backlog(path: &std::path::Path, after: u64) -> Result<Vec<ResultLine>, RequestError> {
+/// Sends the result records already in the results file after byte `after`, up to its last
+/// complete line, into `out`, recording in `seen` the offset where each one ends. Reads as the
+/// client takes them (the channel is small), so a stream far behind costs no memory.
+fn send_backlog(
+    path: &std::path::Path,
+    after: u64,
+    seen: &std::sync::atomic::AtomicU64,
+    out: &tokio::sync::mpsc::Sender<ResultLine>,
+) -> std::io::Result<()> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(RequestError::from_io(e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
     };
-    let length = file.metadata().map_err(RequestError::from_io)?.len();
-    if length.saturating_sub(after) > MAX_BACKLOG {
-        return Err(RequestError::Invalid(format!(
-            "Last-Event-ID {after} is more than {MAX_BACKLOG} bytes behind; read the results \
-             file, then resume from a later id"
-        )));
+    if after >= file.metadata()?.len() {
+        return Ok(());
     }
-    if after >= length {
-        return Ok(Vec::new());
-    }
-    file.seek(std::io::SeekFrom::Start(after))
-        .map_err(RequestError::from_io)?;
+    file.seek(std::io::SeekFrom::Start(after))?;
     let mut reader = std::io::BufReader::new(file);
     let mut offset = after;
-    let mut lines = Vec::new();
     let mut line = String::new();
     loop {
         line.clear();
-        let n = reader.read_line(&mut line).map_err(RequestError::from_io)?;
+        let n = reader.read_line(&mut line)?;
         if n == 0 || !line.ends_with('\n') {
-            break;
+            return Ok(());
         }
         offset += n as u64;
-        lines.push((offset, line.trim_end().into()));
+        seen.store(offset, std::sync::atomic::Ordering::Release);
+        if out.blocking_send((offset, line.trim_end().into())).is_err() {
+            return Ok(()); // the client went away
+        }
     }
-    Ok(lines)
 }
 
 fn result_event((offset, line): ResultLine) -> Event {
@@ -268,24 +265,21 @@ pub(super) async fn results(
     // Subscribe first, then read the file: a record is sent only once it is in the file, so
     // together they miss nothing; the overlap is skipped by offset.
     let receiver = slot.subscribe();
-    let (earlier, seen) = match after {
-        None => (Vec::new(), 0),
-        Some(after) => {
-            let slot = slot.clone();
-            blocking(move || {
-                let path = slot.results_file()?.ok_or_else(|| {
-                    RequestError::Conflict(
-                        "the pipeline's results do not go to a file, so a stream cannot resume"
-                            .into(),
-                    )
-                })?;
-                let lines = backlog(&path, after)?;
-                let seen = lines.last().map_or(after, |(offset, _)| *offset);
-                Ok((lines, seen))
-            })
-            .await?
-        }
-    };
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(after.unwrap_or(0)));
+    let (backlog, earlier) = tokio::sync::mpsc::channel::<ResultLine>(256);
+    if let Some(after) = after {
+        let path = slot.results_file()?.ok_or_else(|| {
+            ApiError::from(RequestError::Conflict(
+                "the pipeline's results do not go to a file, so a stream cannot resume".into(),
+            ))
+        })?;
+        let seen = seen.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(error) = send_backlog(&path, after, &seen, &backlog) {
+                tracing::warn!(%error, "reading the results file for a resumed stream failed");
+            }
+        });
+    }
     drop(slot);
     let live = BroadcastStream::new(receiver)
         .map_while(|item| match item {
@@ -293,9 +287,13 @@ pub(super) async fn results(
             // Too slow: end the stream; the client resumes from its last id without loss.
             Err(BroadcastStreamRecvError::Lagged(_)) => None,
         })
-        .filter_map(move |line| line.filter(|(offset, _)| *offset > seen))
+        .filter_map(move |line| {
+            let seen = seen.load(std::sync::atomic::Ordering::Acquire);
+            line.filter(|(offset, _)| *offset > seen)
+        })
         .map(|line| Ok::<_, Infallible>(result_event(line)));
-    let earlier = tokio_stream::iter(earlier.into_iter().map(|l| Ok(result_event(l))));
+    let earlier = tokio_stream::wrappers::ReceiverStream::new(earlier)
+        .map(|line| Ok::<_, Infallible>(result_event(line)));
     Ok(Sse::new(earlier.chain(live)).keep_alive(KeepAlive::default()))
 }
 

@@ -271,3 +271,33 @@ fn repeated_traps_at_load_lose_nothing_of_the_healthy_keys() {
         all.len() as f64 / hostile_took.as_secs_f64()
     );
 }
+
+#[test]
+fn writes_in_finish_are_discarded() {
+    // Lateness, so windows fire again (updates) after a `finish` that wrote to their state.
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 100 },
+        bound: 10,
+        lateness: 300,
+    };
+    let events: Vec<Ev> = (0..400i64)
+        .map(|i| Ev {
+            key: format!("user-{}", i % 5),
+            ts: i * 3 - if i % 7 == 0 { 60 } else { 0 },
+            amount: i % 10,
+        })
+        .collect();
+    let healthy = crate::support::component("tumbling-count-sum");
+    let body = count_sum_body(&spec).replace(
+        &format!("{:?}", healthy.display().to_string()),
+        &format!("{:?}", guest("finish-writes").display().to_string()),
+    );
+    let run = Pipeline::new(&body, &to_jsonl(&events)).run(&[]);
+    assert!(run.success, "{}", run.stderr);
+    let expected = run_model(&spec, &events);
+    assert!(
+        expected.emissions.iter().any(|e| e.kind == "update"),
+        "the input must make windows fire again"
+    );
+    assert_eq!(emissions(&run.results), expected.emissions);
+}

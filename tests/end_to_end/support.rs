@@ -87,12 +87,13 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 5] = [
+const GUESTS: [&str; 6] = [
     "trap-on-key",
     "infinite-loop",
     "memory-bomb",
     "huge-output",
     "bad-import",
+    "finish-writes",
 ];
 
 const EXAMPLES: [&str; 6] = [

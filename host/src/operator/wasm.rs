@@ -531,10 +531,12 @@ impl Guest {
     }
 
     /// Runs `call` with `scopes` lent to the guest as `scope` resources. On success each
-    /// scope's state takes the call's writes; on a trap or error it is left as it was.
+    /// scope's state takes the call's writes (unless `writes` says to discard them, for calls
+    /// that may only read); on a trap or error it is left as it was.
     fn call<R>(
         &mut self,
         scopes: &mut [&mut Scope],
+        writes: Writes,
         call: impl FnOnce(
             &mut Store<HostData>,
             &Bindings,
@@ -568,7 +570,7 @@ impl Guest {
                 .map_err(|e| OperatorError::Host(e.to_string()))?;
             slots.push(slot);
         }
-        let committed = matches!(outcome, Ok(Ok(_)));
+        let committed = matches!(outcome, Ok(Ok(_))) && writes == Writes::Keep;
         for (scope, slot) in scopes.iter_mut().zip(slots) {
             scope.state = if committed { slot.commit() } else { slot.base };
         }
@@ -592,6 +594,16 @@ impl Guest {
             }
         }
     }
+}
+
+/// What happens to a successful call's state writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// They are applied.
+    Keep,
+    /// They are dropped: the call may only read (`finish`, whose contract says it must not
+    /// change the state; a guest that writes anyway changes nothing).
+    Discard,
 }
 
 fn deadline_ticks(limits: Limits) -> u64 {
@@ -735,25 +747,32 @@ fn aggregate_of(bindings: &Bindings) -> &bindings::exports::weir::operator::aggr
 impl AggregateOperator for WasmAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         let batch = to_wit_events(events, &self.projection);
-        self.guest.call(&mut [scope], |store, b, scopes| {
-            aggregate_of(b).call_add(store, Resource::new_borrow(scopes[0].rep()), &batch)
-        })
+        self.guest
+            .call(&mut [scope], Writes::Keep, |store, b, scopes| {
+                aggregate_of(b).call_add(store, Resource::new_borrow(scopes[0].rep()), &batch)
+            })
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
-        self.guest.call(&mut [target, source], |store, b, scopes| {
-            aggregate_of(b).call_merge(
-                store,
-                Resource::new_borrow(scopes[0].rep()),
-                Resource::new_borrow(scopes[1].rep()),
-            )
-        })
+        self.guest
+            .call(&mut [target, source], Writes::Keep, |store, b, scopes| {
+                aggregate_of(b).call_merge(
+                    store,
+                    Resource::new_borrow(scopes[0].rep()),
+                    Resource::new_borrow(scopes[1].rep()),
+                )
+            })
     }
 
     fn migrate(&mut self, scope: &mut Scope, from_version: &str) -> Result<()> {
-        self.guest.call(&mut [scope], |store, b, scopes| {
-            aggregate_of(b).call_migrate(store, Resource::new_borrow(scopes[0].rep()), from_version)
-        })
+        self.guest
+            .call(&mut [scope], Writes::Keep, |store, b, scopes| {
+                aggregate_of(b).call_migrate(
+                    store,
+                    Resource::new_borrow(scopes[0].rep()),
+                    from_version,
+                )
+            })
     }
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
@@ -761,9 +780,11 @@ impl AggregateOperator for WasmAggregate {
             start: window.start,
             end: window.end,
         };
-        let fields = self.guest.call(&mut [scope], |store, b, scopes| {
-            aggregate_of(b).call_finish(store, Resource::new_borrow(scopes[0].rep()), window)
-        })?;
+        let fields = self
+            .guest
+            .call(&mut [scope], Writes::Discard, |store, b, scopes| {
+                aggregate_of(b).call_finish(store, Resource::new_borrow(scopes[0].rep()), window)
+            })?;
         let fields: Fields = fields
             .into_iter()
             .map(|f| (f.name, from_wit(f.value)))
@@ -796,14 +817,18 @@ impl std::fmt::Debug for WasmEnrich {
 impl EnrichOperator for WasmEnrich {
     fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
         let batch = to_wit_events(events, &self.projection);
-        let output = self.guest.call(&mut [scope], |store, b, scopes| match b {
-            Bindings::Enrich(e) => e.weir_operator_enrich().call_process(
-                store,
-                Resource::new_borrow(scopes[0].rep()),
-                &batch,
-            ),
-            Bindings::Aggregate(_) => unreachable!("checked at load: the component is an enricher"),
-        })?;
+        let output = self
+            .guest
+            .call(&mut [scope], Writes::Keep, |store, b, scopes| match b {
+                Bindings::Enrich(e) => e.weir_operator_enrich().call_process(
+                    store,
+                    Resource::new_borrow(scopes[0].rep()),
+                    &batch,
+                ),
+                Bindings::Aggregate(_) => {
+                    unreachable!("checked at load: the component is an enricher")
+                }
+            })?;
         let size = output
             .rows
             .iter()

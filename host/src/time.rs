@@ -1,5 +1,5 @@
-//! Event time: timestamps in milliseconds since the Unix epoch, durations, and the watermark's
-//! infinities. Depends on nothing else in Weir.
+//! Event time: timestamps in milliseconds since the Unix epoch, durations, event-time windows,
+//! and the watermark's infinities. Depends on nothing else in Weir.
 
 /// Event time, in milliseconds since the Unix epoch.
 pub type Millis = i64;
@@ -13,6 +13,30 @@ pub const PLUS_INFINITY: Millis = Millis::MAX;
 /// 1970, the range of a JavaScript `Date`). Keeping timestamps well inside `i64` means window
 /// arithmetic (`end + lateness`) cannot overflow.
 pub const MAX_TIMESTAMP: Millis = 8_640_000_000_000_000;
+
+/// A half-open event-time window `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Window {
+    /// First millisecond in the window.
+    pub start: Millis,
+    /// First millisecond after the window.
+    pub end: Millis,
+}
+
+impl Window {
+    /// Whether two windows overlap or touch (one ends where the other starts).
+    pub fn overlaps_or_touches(&self, other: &Window) -> bool {
+        self.start <= other.end && other.start <= self.end
+    }
+
+    /// The smallest window covering both.
+    pub fn cover(&self, other: &Window) -> Window {
+        Window {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
 
 /// The wall clock, in ms since the Unix epoch (0 for a clock set before 1970): the one helper
 /// for processing time.

@@ -2,25 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::source::SourcePosition;
 use crate::spec::PipelineSpec;
 use crate::time::Millis;
-
-/// Where the source was when a checkpoint was taken: everything before it is reflected in the
-/// checkpoint's state and output.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourcePosition {
-    /// Lines (or generated events) consumed.
-    pub line: u64,
-    /// Bytes consumed (file sources).
-    pub offset: u64,
-    /// The generator's random state (generator sources).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rng: Option<u64>,
-    /// The last ingest clock line read (HTTP ingest logs), so a replay from here judges
-    /// "too far ahead of the wall clock" as the first run did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock: Option<i64>,
-}
 
 /// Committed byte lengths of the sink files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

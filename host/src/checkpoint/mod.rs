@@ -8,8 +8,9 @@ mod inspect;
 pub mod manifest;
 mod savepoint;
 
+pub use crate::source::SourcePosition;
 pub use inspect::{Inspection, inspect};
-pub use manifest::{CheckpointStats, Manifest, SinkPositions, SourcePosition, fingerprint};
+pub use manifest::{CheckpointStats, Manifest, SinkPositions, fingerprint};
 pub use savepoint::{
     SavepointError, SavepointInfo, create_savepoint, list_savepoints, restore_savepoint,
 };

@@ -22,8 +22,8 @@ pub use wasm::{
 use crate::event::Event;
 use crate::state::ScopeState;
 use crate::time::Millis;
+use crate::time::Window;
 use crate::value::{Fields, Value};
-use crate::window::Window;
 
 /// What one operator call sees: the key it is about and that key's (and window's) state.
 #[derive(Debug, Default, Clone)]

@@ -1,8 +1,8 @@
 //! Native operators, compiled into the host: the baseline that benchmarks compare Wasm against.
 
 use crate::event::Event;
+use crate::time::Window;
 use crate::value::{Fields, Value};
-use crate::window::Window;
 
 use super::{AggregateOperator, OperatorError, Result, Scope};
 

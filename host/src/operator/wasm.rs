@@ -18,8 +18,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 pub use super::scope_slot::ScopeSlot;
 use super::{AggregateOperator, EnrichOperator, Enriched, OperatorError, Result, Scope};
 use crate::event::Event;
+use crate::time::Window;
 use crate::value::{Fields, Value};
-use crate::window::Window;
 
 mod bindings {
     wasmtime::component::bindgen!({

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use super::{CounterBook, Routing, VersionCounters};
 use crate::event::Event;
 use crate::operator::{AggregateOperator, OperatorError, Result, Scope};
+use crate::time::Window;
 use crate::value::{Fields, fields_to_json};
-use crate::window::Window;
 
 /// Where shadow results go: one JSON line per window result of the candidate, with the live
 /// version's result beside it.

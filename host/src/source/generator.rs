@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
+use super::SourcePosition;
 use super::{Record, Source, SourceError};
-use crate::checkpoint::SourcePosition;
 use crate::event::Event;
 use crate::spec::GeneratorSpec;
 use crate::value::Value;

@@ -8,9 +8,9 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::SourcePosition;
 use super::ingest::{CLOCK_PREFIX, END_LINE, GatedFile, IngestGate};
 use super::{Record, Source, SourceError};
-use crate::checkpoint::SourcePosition;
 
 /// How long a tailing reader without a gate waits at the end of its file before looking again.
 const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(10);

@@ -1,6 +1,6 @@
-//! Sources: where events come from. A JSON Lines file, standard input, or a deterministic
-//! generator. Each yields records in arrival order, numbered by line from 1.
-
+//! Sources: where events come from. A JSON Lines file, standard input, a deterministic
+//! generator, or the ingest log `weir serve` writes. Each yields records in arrival order,
+//! numbered by line from 1, and says where it is ([`SourcePosition`]) for checkpoints.
 mod generator;
 mod ingest;
 mod lines;
@@ -9,8 +9,26 @@ pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog};
 pub use lines::LineReader;
 
-use crate::checkpoint::SourcePosition;
+use serde::{Deserialize, Serialize};
+
 use crate::event::Event;
+
+/// Where the source was when a checkpoint was taken: everything before it is reflected in the
+/// checkpoint's state and output.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcePosition {
+    /// Lines (or generated events) consumed.
+    pub line: u64,
+    /// Bytes consumed (file sources).
+    pub offset: u64,
+    /// The generator's random state (generator sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rng: Option<u64>,
+    /// The last ingest clock line read (HTTP ingest logs), so a replay from here judges
+    /// "too far ahead of the wall clock" as the first run did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<i64>,
+}
 
 /// What a source yields.
 #[derive(Debug)]

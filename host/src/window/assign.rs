@@ -1,34 +1,10 @@
-//! Window assignment for tumbling and sliding windows, and the [`Window`] type. Sessions are
-//! assigned by the engine, since they depend on a key's live sessions.
+//! Window assignment for tumbling and sliding windows. Sessions are assigned by the engine,
+//! since they depend on a key's live sessions.
 //!
 //! Depends on `time` and `spec` only.
 
 use crate::spec::WindowSpec;
-use crate::time::Millis;
-
-/// A half-open event-time window `[start, end)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Window {
-    /// First millisecond in the window.
-    pub start: Millis,
-    /// First millisecond after the window.
-    pub end: Millis,
-}
-
-impl Window {
-    /// Whether two windows overlap or touch (one ends where the other starts).
-    pub fn overlaps_or_touches(&self, other: &Window) -> bool {
-        self.start <= other.end && other.start <= self.end
-    }
-
-    /// The smallest window covering both.
-    pub fn cover(&self, other: &Window) -> Window {
-        Window {
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
-    }
-}
+use crate::time::{Millis, Window};
 
 /// An event time whose windows cannot be represented (their bounds would leave `i64`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

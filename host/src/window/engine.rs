@@ -13,12 +13,12 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::assign::{Window, assign};
+use super::assign::assign;
 use crate::event::{DeadLetter, Event};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{Change, Namespace, StateBackend, StateError, StateKey, TableRow, key_group};
-use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
+use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
 use crate::value::Fields;
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,8 @@
 mod assign;
 mod engine;
 
-pub use assign::{Window, assign};
+pub use crate::time::Window;
+pub use assign::assign;
 pub use engine::{
     Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Staged, WindowEngine,
     WindowRecord,

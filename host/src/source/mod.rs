@@ -1,6 +1,7 @@
 //! Sources: where events come from. A JSON Lines file, standard input, a deterministic
 //! generator, or the ingest log `weir serve` writes. Each yields records in arrival order,
 //! numbered by line from 1, and says where it is ([`SourcePosition`]) for checkpoints.
+
 mod generator;
 mod ingest;
 mod lines;

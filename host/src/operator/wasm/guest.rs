@@ -1,0 +1,230 @@
+//! One guest instance in its store: instantiation under time and memory limits, WASI with
+//! nothing behind it, frozen clocks, and the call that lends scopes to the guest, keeps or
+//! drops its writes, and replaces a trapped instance.
+
+use super::*;
+
+/// The data of each guest's store.
+pub struct HostData {
+    pub(super) table: ResourceTable,
+    pub(super) wasi: WasiCtx,
+    pub(super) limits: StoreLimits,
+}
+
+impl WasiView for HostData {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Clocks that always read the Unix epoch.
+pub(super) struct FrozenClock;
+
+impl wasmtime_wasi::clocks::HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::clocks::HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+pub(super) enum Bindings {
+    Aggregate(bindings::Aggregator),
+    Enrich(enricher_bindings::Enricher),
+}
+
+/// One live instance and what is needed to replace it after a trap.
+pub(super) struct Guest {
+    pub(super) operator: WasmOperator,
+    pub(super) limits: Limits,
+    pub(super) store: Store<HostData>,
+    pub(super) bindings: Bindings,
+}
+
+impl Guest {
+    pub(super) fn new(
+        operator: WasmOperator,
+        limits: Limits,
+    ) -> std::result::Result<Guest, LoadError> {
+        let (store, bindings) =
+            Self::instantiate(&operator, limits).map_err(|e| LoadError::Link {
+                path: operator.path.clone(),
+                message: root_cause(&e),
+            })?;
+        Ok(Guest {
+            operator,
+            limits,
+            store,
+            bindings,
+        })
+    }
+
+    fn instantiate(
+        operator: &WasmOperator,
+        limits: Limits,
+    ) -> wasmtime::Result<(Store<HostData>, Bindings)> {
+        // No preopened directories, no environment, no arguments, no sockets: WASI is there
+        // only because the guests' standard libraries import it.
+        let mut wasi = WasiCtx::builder();
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        if !limits.clock {
+            wasi.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
+        }
+        if !limits.random {
+            // A fixed sequence: replays of the same input give the same results.
+            use rand::SeedableRng;
+            wasi.secure_random(rand::rngs::StdRng::seed_from_u64(0))
+                .insecure_random(rand::rngs::StdRng::seed_from_u64(1))
+                .insecure_random_seed(2);
+        }
+        let data = HostData {
+            table: ResourceTable::new(),
+            wasi: wasi.build(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(16)
+                .trap_on_grow_failure(true)
+                .build(),
+        };
+        let mut store = Store::new(&operator.engine, data);
+        store.limiter(|data| &mut data.limits);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(deadline_ticks(limits));
+        let bindings = match &operator.instantiator {
+            Instantiator::Aggregate(pre) => Bindings::Aggregate(pre.instantiate(&mut store)?),
+            Instantiator::Enrich(pre) => Bindings::Enrich(pre.instantiate(&mut store)?),
+        };
+        Ok((store, bindings))
+    }
+
+    /// Runs `call` with `scopes` lent to the guest as `scope` resources. On success each
+    /// scope's state takes the call's writes (unless `writes` says to discard them, for calls
+    /// that may only read); on a trap or error it is left as it was.
+    pub(super) fn call<R>(
+        &mut self,
+        scopes: &mut [&mut Scope],
+        writes: Writes,
+        call: impl FnOnce(
+            &mut Store<HostData>,
+            &Bindings,
+            &[Resource<ScopeSlot>],
+        ) -> wasmtime::Result<std::result::Result<R, String>>,
+    ) -> Result<R> {
+        let mut handles = Vec::with_capacity(scopes.len());
+        for scope in scopes.iter_mut() {
+            let slot = ScopeSlot::new(scope.key.clone(), std::mem::take(&mut scope.state));
+            let handle = self
+                .store
+                .data_mut()
+                .table
+                .push(slot)
+                .map_err(|e| OperatorError::Host(e.to_string()))?;
+            handles.push(handle);
+        }
+        let borrows: Vec<_> = handles
+            .iter()
+            .map(|h| Resource::new_borrow(h.rep()))
+            .collect();
+        self.store.set_epoch_deadline(deadline_ticks(self.limits));
+        let outcome = call(&mut self.store, &self.bindings, &borrows);
+        let mut slots = Vec::with_capacity(handles.len());
+        for handle in handles {
+            let slot = self
+                .store
+                .data_mut()
+                .table
+                .delete(handle)
+                .map_err(|e| OperatorError::Host(e.to_string()))?;
+            slots.push(slot);
+        }
+        let committed = matches!(outcome, Ok(Ok(_))) && writes == Writes::Keep;
+        for (scope, slot) in scopes.iter_mut().zip(slots) {
+            scope.state = if committed { slot.commit() } else { slot.base };
+        }
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(message)) => Err(OperatorError::Rejected(message)),
+            Err(trap) => {
+                let reason = trap_reason(&trap, self.limits);
+                // A trapped instance is poisoned: replace it. Its state lived in the host.
+                match Self::instantiate(&self.operator, self.limits) {
+                    Ok((store, bindings)) => {
+                        self.store = store;
+                        self.bindings = bindings;
+                        Err(OperatorError::Trapped(reason))
+                    }
+                    Err(e) => Err(OperatorError::Host(format!(
+                        "{reason}; and re-instantiating the operator failed: {}",
+                        root_cause(&e)
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// What happens to a successful call's state writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Writes {
+    /// They are applied.
+    Keep,
+    /// They are dropped: the call may only read (`finish`, whose contract says it must not
+    /// change the state; a guest that writes anyway changes nothing).
+    Discard,
+}
+
+pub(super) fn deadline_ticks(limits: Limits) -> u64 {
+    (limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
+}
+
+pub(super) fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
+    let cause = root_cause(error);
+    if cause.contains("forcing trap when growing memory") {
+        return format!(
+            "the instance exceeded its memory limit of {} bytes",
+            limits.memory_bytes
+        );
+    }
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => format!(
+            "the call exceeded its time limit of {} ms and was interrupted",
+            limits.call_timeout.as_millis()
+        ),
+        Some(trap) => trap.to_string(),
+        None => cause,
+    }
+}
+
+/// Approximate bytes of a value in output.
+pub(super) fn value_size(value: &Value) -> usize {
+    match value {
+        Value::Text(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 8,
+    }
+}
+
+pub(super) fn check_output(size: usize, limits: Limits) -> Result<()> {
+    if size > limits.max_output_bytes {
+        return Err(OperatorError::Rejected(format!(
+            "the output is {size} bytes, more than the limit of {} bytes (sandbox.max_output_bytes)",
+            limits.max_output_bytes
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! WebAssembly operators: the wasmtime engine, loading and checking components, the linker with
+//! the state imports, and per-shard instances with time and memory limits. Split the way
+//! wasmtime splits `runtime/component/`: `runtime` (engine, linker, loading, the cache),
+//! `guest` (instantiation, limits, the call), `scope_host` (the state imports), `convert`
+//! (values across the boundary), `aggregate` and `enrich` (the two bindings).
+//!
+//! Every guest call runs under an epoch deadline (a ticker thread advances the engine's epoch)
+//! and a memory cap. A guest that traps is replaced by a fresh instance from its pre-instantiated
+//! component; its state lives in the host, so nothing is lost. Guests get WASI with an empty
+//! context: no files, no network, no environment, and clocks frozen at the epoch, since event
+//! time, not wall time, is what an operator may depend on.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+pub use super::scope_slot::ScopeSlot;
+use super::{AggregateOperator, EnrichOperator, Enriched, OperatorError, Result, Scope};
+use crate::event::Event;
+use crate::time::Window;
+use crate::value::{Fields, Value};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "aggregator",
+        with: { "weir:operator/state.scope": super::ScopeSlot },
+        imports: { default: trappable },
+    });
+}
+
+mod enricher_bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "enricher",
+        with: {
+            "weir:operator/types": super::bindings::weir::operator::types,
+            "weir:operator/state": super::bindings::weir::operator::state,
+        },
+        imports: { default: trappable },
+    });
+}
+
+use bindings::weir::operator::{state as wit_state, types as wit};
+
+/// The interface names a component exports for each world.
+const AGGREGATE_EXPORT: &str = "weir:operator/aggregate@0.1.0";
+const ENRICH_EXPORT: &str = "weir:operator/enrich@0.1.0";
+
+mod aggregate;
+mod convert;
+mod enrich;
+mod guest;
+mod runtime;
+mod scope_host;
+
+pub use aggregate::WasmAggregate;
+pub use convert::Projection;
+use convert::{from_wit, to_wit, to_wit_events};
+pub use enrich::WasmEnrich;
+pub use guest::HostData;
+use guest::{Bindings, Guest, Writes, check_output, value_size};
+pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
+use runtime::{EPOCH_TICK, Instantiator, root_cause};

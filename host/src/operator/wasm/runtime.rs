@@ -1,0 +1,381 @@
+//! The engine, the linker with Weir's imports, loading and checking components (world,
+//! imports, digest), and the compiled-component cache of this process.
+
+use super::*;
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read operator module {path}: {source}")]
+    Read {
+        /// The module's path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The bytes are not a WebAssembly component (a core module, or not Wasm at all).
+    #[error(
+        "operator module {path} is not a WebAssembly component: {message}. Build it for the wasm32-wasip2 target (cargo build --release --target wasm32-wasip2)"
+    )]
+    NotAComponent {
+        /// The module's path.
+        path: PathBuf,
+        /// What wasmtime reported.
+        message: String,
+    },
+    /// The component does not export the interface of the world the spec asks for.
+    #[error(
+        "operator module {path} does not implement the `{expected}` world of weir:operator@0.1.0 (it exports: {exports}); {hint}"
+    )]
+    WrongWorld {
+        /// The module's path.
+        path: PathBuf,
+        /// The world the spec needs.
+        expected: &'static str,
+        /// What the component exports instead.
+        exports: String,
+        /// How to fix it.
+        hint: &'static str,
+    },
+    /// A stored component's bytes are not the ones that were uploaded.
+    #[error(
+        "operator module {path} does not match its recorded digest {expected} (it is now \
+         {actual}): the file was changed after upload; upload the operator again as a new version"
+    )]
+    DigestMismatch {
+        /// The module's path.
+        path: PathBuf,
+        /// The digest recorded at upload.
+        expected: String,
+        /// The digest of the file now.
+        actual: String,
+    },
+    /// The component imports something Weir does not provide.
+    #[error(
+        "operator module {path} cannot be linked: {message}. Operators may import only weir:operator/state and WASI"
+    )]
+    Link {
+        /// The module's path.
+        path: PathBuf,
+        /// What wasmtime reported.
+        message: String,
+    },
+    /// The engine could not be set up.
+    #[error("cannot set up the WebAssembly engine: {0}")]
+    Engine(String),
+}
+
+/// Which world a component implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComponentKind {
+    /// `aggregator`: exports `aggregate`.
+    Aggregate,
+    /// `enricher`: exports `enrich`.
+    Enrich,
+}
+
+impl ComponentKind {
+    /// The WIT world's name.
+    pub fn world(self) -> &'static str {
+        match self {
+            ComponentKind::Aggregate => "aggregator",
+            ComponentKind::Enrich => "enricher",
+        }
+    }
+}
+
+/// Limits on each guest call and instance. What each protects is in its field's doc.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wall time one call may take before it is interrupted (protects the shard from a runaway
+    /// loop that would stall every key behind it). Default 1 s.
+    pub call_timeout: Duration,
+    /// Linear memory one instance may grow to (protects the host's memory from one guest).
+    /// Default 64 MiB.
+    pub memory_bytes: usize,
+    /// Largest output of one call, in bytes (protects sinks and downstream consumers from one
+    /// call's flood). Default 1 MiB.
+    pub max_output_bytes: usize,
+    /// Real clocks instead of clocks frozen at the epoch.
+    pub clock: bool,
+    /// Real entropy instead of a fixed pseudo-random sequence.
+    pub random: bool,
+}
+
+impl From<&crate::spec::SandboxSpec> for Limits {
+    fn from(sandbox: &crate::spec::SandboxSpec) -> Self {
+        Limits {
+            call_timeout: Duration::from_millis(sandbox.call_timeout as u64),
+            memory_bytes: sandbox.memory,
+            max_output_bytes: sandbox.max_output_bytes,
+            clock: sandbox.clock,
+            random: sandbox.random,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::from(&crate::spec::SandboxSpec::default())
+    }
+}
+
+/// How often the epoch ticks; call deadlines are whole ticks.
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The process's wasmtime engine and the linker every operator is instantiated with.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    pub(super) engine: Engine,
+    pub(super) linker: Arc<Linker<HostData>>,
+    /// Compiled components by the SHA-256 of their bytes: each is compiled once per process.
+    pub(super) compiled: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], Component>>>,
+}
+
+impl std::fmt::Debug for WasmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WasmRuntime")
+    }
+}
+
+pub(super) fn read_component(path: &Path) -> std::result::Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// `sha256:<hex>` of a component's bytes: how the registry names and checks what it stores.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(bytes))
+}
+
+impl WasmRuntime {
+    /// The shared runtime, created on first use with its epoch ticker.
+    pub fn shared() -> std::result::Result<WasmRuntime, LoadError> {
+        static RUNTIME: OnceLock<std::result::Result<WasmRuntime, String>> = OnceLock::new();
+        RUNTIME
+            .get_or_init(|| Self::new().map_err(|e| e.to_string()))
+            .clone()
+            .map_err(LoadError::Engine)
+    }
+
+    fn new() -> wasmtime::Result<WasmRuntime> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        // Traps are reported by their cause; a symbolised backtrace per trap would cost far
+        // more than the trap itself when a guest traps on every event of some keys.
+        config.wasm_backtrace_max_frames(None);
+        config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wit_state::add_to_linker::<HostData, HasSelf<HostData>>(&mut linker, |data| data)?;
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("weir-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = ticker.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(wasmtime::Error::from)?;
+        Ok(WasmRuntime {
+            engine,
+            linker: Arc::new(linker),
+            compiled: Arc::default(),
+        })
+    }
+
+    /// Loads a component file and checks that it implements `kind`'s world and imports only
+    /// what Weir provides.
+    pub fn load(
+        &self,
+        path: &Path,
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        self.load_bytes(path, &read_component(path)?, kind)
+    }
+
+    /// Like [`load`](Self::load), for a stored component whose bytes must have the digest
+    /// `sha256:<hex>` recorded when it was uploaded.
+    pub fn load_checked(
+        &self,
+        path: &Path,
+        digest: &str,
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        let bytes = read_component(path)?;
+        let actual = digest_of(&bytes);
+        if actual != digest {
+            return Err(LoadError::DigestMismatch {
+                path: path.to_owned(),
+                expected: digest.to_owned(),
+                actual,
+            });
+        }
+        self.load_bytes(path, &bytes, kind)
+    }
+
+    /// Compiles a component, or takes it from the cache of this process.
+    fn compile(&self, path: &Path, bytes: &[u8]) -> std::result::Result<Component, LoadError> {
+        let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(bytes).into();
+        if let Some(component) = self
+            .compiled
+            .lock()
+            .expect("compile cache lock")
+            .get(&digest)
+        {
+            return Ok(component.clone());
+        }
+        let component =
+            Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
+                path: path.to_owned(),
+                message: root_cause(&e),
+            })?;
+        self.compiled
+            .lock()
+            .expect("compile cache lock")
+            .insert(digest, component.clone());
+        Ok(component)
+    }
+
+    /// Which of Weir's worlds a component implements, checking it fully (it is then cached).
+    pub fn kind_of(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> std::result::Result<ComponentKind, LoadError> {
+        match self.load_bytes(path, bytes, ComponentKind::Aggregate) {
+            Ok(_) => Ok(ComponentKind::Aggregate),
+            Err(LoadError::WrongWorld { .. }) => self
+                .load_bytes(path, bytes, ComponentKind::Enrich)
+                .map(|_| ComponentKind::Enrich),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn load_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        kind: ComponentKind,
+    ) -> std::result::Result<WasmOperator, LoadError> {
+        let component = self.compile(path, bytes)?;
+        let exports: Vec<String> = component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let (needed, other, hint) = match kind {
+            ComponentKind::Aggregate => (
+                AGGREGATE_EXPORT,
+                ENRICH_EXPORT,
+                "it looks like an enrichment operator: use kind = \"enrich\"",
+            ),
+            ComponentKind::Enrich => (
+                ENRICH_EXPORT,
+                AGGREGATE_EXPORT,
+                "it looks like an aggregate operator: use kind = \"aggregate\"",
+            ),
+        };
+        if !exports.iter().any(|e| e == needed) {
+            let hint = if exports.iter().any(|e| e == other) {
+                hint
+            } else {
+                "build it with the weir-sdk crate (or another binding generator) against wit/operator.wit"
+            };
+            return Err(LoadError::WrongWorld {
+                path: path.to_owned(),
+                expected: kind.world(),
+                exports: if exports.is_empty() {
+                    "nothing".into()
+                } else {
+                    exports.join(", ")
+                },
+                hint,
+            });
+        }
+        let link = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_owned(),
+            message: root_cause(&e),
+        };
+        let pre = self.linker.instantiate_pre(&component).map_err(link)?;
+        let instantiator = match kind {
+            ComponentKind::Aggregate => {
+                Instantiator::Aggregate(bindings::AggregatorPre::new(pre).map_err(link)?)
+            }
+            ComponentKind::Enrich => {
+                Instantiator::Enrich(enricher_bindings::EnricherPre::new(pre).map_err(link)?)
+            }
+        };
+        Ok(WasmOperator {
+            engine: self.engine.clone(),
+            instantiator,
+            path: path.to_owned(),
+        })
+    }
+}
+
+pub(super) fn root_cause(e: &wasmtime::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
+}
+
+#[derive(Clone)]
+pub(super) enum Instantiator {
+    Aggregate(bindings::AggregatorPre<HostData>),
+    Enrich(enricher_bindings::EnricherPre<HostData>),
+}
+
+/// A loaded, checked, compiled component, ready to be instantiated once per shard.
+#[derive(Clone)]
+pub struct WasmOperator {
+    pub(super) engine: Engine,
+    pub(super) instantiator: Instantiator,
+    pub(super) path: PathBuf,
+}
+
+impl std::fmt::Debug for WasmOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmOperator")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl WasmOperator {
+    /// A new aggregate instance, passed the fields `projection` selects.
+    pub fn aggregate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<WasmAggregate, LoadError> {
+        Ok(WasmAggregate {
+            guest: Guest::new(self.clone(), limits)?,
+            projection,
+        })
+    }
+
+    /// A new enrichment instance, passed the fields `projection` selects.
+    pub fn enrich(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<WasmEnrich, LoadError> {
+        Ok(WasmEnrich {
+            guest: Guest::new(self.clone(), limits)?,
+            projection,
+        })
+    }
+}

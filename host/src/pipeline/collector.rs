@@ -250,10 +250,10 @@ fn commit(
     checkpointer.store.commit(&stored)?;
     stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
     crash_point("after-commit", id);
+    // Durable, like the commit it marks: a marker lost to a power cut would make the next
+    // start take the state for a rolled-back one.
     let marker = checkpointer.data_dir.join(MARKER_FILE);
-    let partial = checkpointer.data_dir.join(format!("{MARKER_FILE}.partial"));
-    std::fs::write(&partial, id.to_string())
-        .and_then(|()| std::fs::rename(&partial, &marker))
+    crate::fsutil::write_atomic(&marker, id.to_string().as_bytes())
         .map_err(|e| super::PipelineError::Marker {
             path: marker.clone(),
             source: e,

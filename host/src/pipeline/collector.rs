@@ -11,9 +11,10 @@ use std::sync::mpsc::{Receiver, SyncSender};
 
 use tracing::info;
 
-use super::{Part, PipelineControl, Result, ResultLine, ShardSnapshot};
+use super::messages::Part;
+use super::{PipelineControl, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::manifest::MANIFEST_FORMAT;
-use crate::checkpoint::{CheckpointStats, MARKER_FILE, Manifest, SinkPositions};
+use crate::checkpoint::{CheckpointStats, Manifest, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
 };
@@ -187,7 +188,7 @@ fn commit(
     for part in batch {
         match part {
             Part::Position(p) => position = Some(p),
-            Part::Snapshot(snapshot, _) => {
+            Part::Snapshot(snapshot) => {
                 let ShardSnapshot {
                     state: s,
                     windows: w,
@@ -250,14 +251,7 @@ fn commit(
     checkpointer.store.commit(&stored)?;
     stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
     crash_point("after-commit", id);
-    // Durable, like the commit it marks: a marker lost to a power cut would make the next
-    // start take the state for a rolled-back one.
-    let marker = checkpointer.data_dir.join(MARKER_FILE);
-    crate::fsutil::write_atomic(&marker, id.to_string().as_bytes())
-        .map_err(|e| super::PipelineError::Marker {
-            path: marker.clone(),
-            source: e,
-        })?;
+    crate::checkpoint::write_marker(&checkpointer.data_dir, id)?;
     info!(
         checkpoint = id,
         duration_ms = stats.duration_ms,

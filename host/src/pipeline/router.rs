@@ -9,7 +9,8 @@ use tracing::info;
 
 use std::sync::atomic::Ordering;
 
-use super::{Part, PipelineControl, Position, Result, RoutingChange, ShardMsg, shard_of};
+use super::messages::{Part, Position, RoutingChange, ShardMsg};
+use super::{PipelineControl, Result, shard_of};
 use crate::event::{DeadLetter, Decoder};
 use crate::rollout::Routing;
 use crate::source::{Record, Source};

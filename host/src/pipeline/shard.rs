@@ -1,7 +1,11 @@
 //! [`Shard`]: the single writer for the keys of its key groups. It owns those keys' state and
 //! its own operator instances, runs the enrichment chain per key, then the window engine.
 
+use std::sync::mpsc::{Receiver, SyncSender};
+
+use super::PipelineControl;
 use super::enrichment::Enrichment;
+use super::messages::{Part, ShardMsg};
 use crate::operator::{AggregateOperator, Limits, LoadError, Projection, WasmOperator};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
@@ -178,4 +182,52 @@ impl Shard {
         }
         Ok(out)
     }
+}
+
+/// A shard's thread: processes batches and hands over its changes at each barrier, then holds
+/// still until the checkpoint is durable (only then may clean state be evicted from memory, and
+/// only then does a new routing apply). Ends when the router hangs up or the collector is gone.
+pub(super) fn run_thread(
+    mut shard: Shard,
+    messages: &Receiver<ShardMsg>,
+    parts: &SyncSender<(u64, Part)>,
+    ack: &Receiver<()>,
+    control: &PipelineControl,
+) -> Result<(), EngineError> {
+    while let Ok(message) = messages.recv() {
+        match message {
+            ShardMsg::Batch {
+                id,
+                events,
+                advances,
+                end_of_input,
+            } => {
+                let output = shard.process(events, &advances, end_of_input)?;
+                if parts.send((id, Part::Shard(output))).is_err() {
+                    break;
+                }
+            }
+            ShardMsg::Barrier { id, change } => {
+                let snapshot = shard.checkpoint()?;
+                if parts.send((id, Part::Snapshot(snapshot))).is_err() {
+                    break;
+                }
+                if ack.recv().is_err() {
+                    break;
+                }
+                shard.committed();
+                if let Some(change) = change {
+                    shard
+                        .route(
+                            change.routing,
+                            change.candidate.as_ref(),
+                            &control.counters,
+                            control.shadow_log.clone(),
+                        )
+                        .map_err(|e| EngineError::Host(e.to_string()))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }

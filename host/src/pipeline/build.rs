@@ -1,0 +1,311 @@
+//! Building a pipeline's parts before any input is read: loading operator code (components,
+//! native operators, stored components checked by digest) and reference data, and building
+//! each shard with its enrichers, its aggregate and, when resuming, its restored windows.
+
+use std::path::Path;
+
+use super::{
+    CandidateFactory, Enrichment, PipelineControl, PipelineError, REFERENCE_MAP, Result, Shard,
+    groups_of, shard_of,
+};
+use crate::checkpoint::{CheckpointError, Manifest};
+use crate::operator::{
+    AggregateOperator, ComponentKind, EnrichOperator, Limits, NativeCountSum, Projection,
+    WasmOperator, WasmRuntime,
+};
+use crate::rollout::{Routing, VersionedAggregate};
+use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec};
+use crate::state::{
+    KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateKey, key_group,
+};
+use crate::time::Millis;
+use crate::value::Value;
+use crate::window::WindowEngine;
+
+/// Loaded operator code, shared by every shard.
+pub(super) enum Code {
+    Wasm(WasmOperator),
+    NativeCountSum,
+}
+
+/// The process's runtime, set up on first use.
+pub(super) fn shared(runtime: &mut Option<WasmRuntime>) -> Result<&WasmRuntime> {
+    Ok(match runtime {
+        Some(runtime) => runtime,
+        None => runtime.insert(WasmRuntime::shared()?),
+    })
+}
+
+pub(super) fn load(
+    runtime: &mut Option<WasmRuntime>,
+    spec: &OperatorSpec,
+    kind: ComponentKind,
+) -> Result<Code> {
+    match &spec.code {
+        OperatorCode::Component(path) => Ok(Code::Wasm(shared(runtime)?.load(path, kind)?)),
+        OperatorCode::Stored { path, digest } => Ok(Code::Wasm(
+            shared(runtime)?.load_checked(path, digest, kind)?,
+        )),
+        OperatorCode::Native(name) if name == "count-sum" && kind == ComponentKind::Aggregate => {
+            Ok(Code::NativeCountSum)
+        }
+        OperatorCode::Native(name) => Err(PipelineError::UnknownNative(name.clone())),
+        OperatorCode::Registry => Err(PipelineError::Config(format!(
+            "operator {}@{} names no `module`: operators from the registry run under `weir serve`; \
+                 `weir run` needs `module = \"path/to/component.wasm\"`",
+            spec.name, spec.version
+        ))),
+    }
+}
+
+pub(super) fn label(spec: &OperatorSpec) -> String {
+    format!("{}@{}", spec.name, spec.version)
+}
+
+/// Reference rows: (key, fields) for an enrichment operator.
+pub(super) type ReferenceRows = Vec<(String, Vec<(String, Value)>)>;
+
+pub(super) fn load_reference(path: &Path, key_field: &str) -> Result<ReferenceRows> {
+    let fail = |message: String| PipelineError::Reference {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let mut rows = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let json: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| fail(format!("line {}: not JSON ({e})", i + 1)))?;
+        let serde_json::Value::Object(object) = json else {
+            return Err(fail(format!("line {}: not a JSON object", i + 1)));
+        };
+        let key = match object.get(key_field) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => {
+                return Err(fail(format!(
+                    "line {}: no text or integer key field `{key_field}`",
+                    i + 1
+                )));
+            }
+        };
+        rows.push((
+            key,
+            object
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                .collect(),
+        ));
+    }
+    Ok(rows)
+}
+
+/// Everything loaded before the shards are built: operator code and reference data.
+pub(super) struct Loaded {
+    enrichers: Vec<Code>,
+    aggregate: Option<Code>,
+    references: Vec<Option<ReferenceRows>>,
+}
+
+impl Loaded {
+    /// Loads every operator and reference file of `spec`: everything that can be refused is
+    /// refused here, before any input is read.
+    pub(super) fn load(spec: &PipelineSpec) -> Result<Loaded> {
+        let mut runtime = None;
+        let enrichers = spec
+            .enrichers
+            .iter()
+            .map(|op| load(&mut runtime, op, ComponentKind::Enrich))
+            .collect::<Result<Vec<_>>>()?;
+        let aggregate = spec
+            .aggregate
+            .as_ref()
+            .map(|op| load(&mut runtime, op, ComponentKind::Aggregate))
+            .transpose()?;
+        let references = spec
+            .enrichers
+            .iter()
+            .map(|op| {
+                op.reference
+                    .as_ref()
+                    .map(|r| load_reference(&r.path, &r.key))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Loaded {
+            enrichers,
+            aggregate,
+            references,
+        })
+    }
+}
+
+/// What a run resumes from: the store (with its data directory), the checkpoint, the routing
+/// between operator versions and the code of the routing's candidate.
+pub(super) struct Resume<'a> {
+    pub(super) store: Option<&'a (RedbStore, std::path::PathBuf)>,
+    pub(super) manifest: Option<&'a Manifest>,
+    pub(super) watermark: Millis,
+    pub(super) routing: Option<&'a Routing>,
+    pub(super) candidate: Option<&'a WasmOperator>,
+}
+
+/// Builds shard `index` of `shards`.
+pub(super) fn build_shard(
+    spec: &PipelineSpec,
+    loaded: &Loaded,
+    resume: &Resume<'_>,
+    control: &PipelineControl,
+    index: usize,
+    shards: usize,
+) -> Result<Shard> {
+    let mut state: Box<dyn StateBackend> = match resume.store {
+        Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
+        None => Box::new(MemoryBackend::default()),
+    };
+    let limits = Limits::from(&spec.sandbox);
+    let mut enrichers = Vec::new();
+    for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
+        let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
+        let operator: Box<dyn EnrichOperator> = match code {
+            Code::Wasm(wasm) => Box::new(wasm.enrich(limits, projection)?),
+            Code::NativeCountSum => {
+                return Err(PipelineError::UnknownNative(
+                    "count-sum (as an enrichment)".into(),
+                ));
+            }
+        };
+        // Reference data is part of the state from the first checkpoint on.
+        if resume.manifest.is_none() {
+            let rows = loaded.references[position].iter().flatten();
+            load_reference_rows(&mut *state, rows, position as u16, index, shards)?;
+        }
+        enrichers.push(Enrichment::new(
+            label(op),
+            position as u16,
+            operator,
+            op.state_ttl,
+        ));
+    }
+    let aggregate = match (&spec.aggregate, &loaded.aggregate, &spec.window) {
+        (Some(op), Some(code), Some(window)) => {
+            let all_but_key_and_time =
+                Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()]);
+            let projection = op
+                .fields
+                .clone()
+                .map_or(all_but_key_and_time, Projection::Only);
+            let operator: Box<dyn AggregateOperator> = match code {
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
+                Code::NativeCountSum => Box::new(NativeCountSum),
+            };
+            let factory = CandidateFactory { limits, projection };
+            let engine = WindowEngine::new(
+                *window,
+                spec.allowed_lateness,
+                spec.enrichers.len() as u16,
+                label(op),
+            );
+            Some((
+                engine,
+                VersionedAggregate::new(&op.version, operator, &control.counters),
+                factory,
+            ))
+        }
+        _ => None,
+    };
+    let mut shard = Shard::new(enrichers, aggregate, state);
+    if let Some(routing) = resume.routing
+        && routing.candidate.is_some()
+    {
+        shard.route(
+            routing.clone(),
+            resume.candidate,
+            &control.counters,
+            control.shadow_log.clone(),
+        )?;
+    }
+    if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
+        restore_shard(
+            spec,
+            store,
+            dir,
+            resume.watermark,
+            &mut shard,
+            index,
+            shards,
+        )?;
+    }
+    Ok(shard)
+}
+
+/// Puts an enrichment operator's reference rows into the state of the keys this shard owns.
+fn load_reference_rows<'r>(
+    state: &mut dyn StateBackend,
+    rows: impl Iterator<Item = &'r (String, Vec<(String, Value)>)>,
+    operator: u16,
+    index: usize,
+    shards: usize,
+) -> Result<()> {
+    for (key, fields) in rows {
+        let group = key_group(key);
+        if shard_of(group, shards) != index {
+            continue;
+        }
+        let state_key = StateKey {
+            group,
+            operator,
+            namespace: Namespace::Global,
+            key: key.as_str().into(),
+        };
+        let mut scope = state.take(&state_key)?;
+        for (name, value) in fields {
+            scope.map_put(REFERENCE_MAP, name, value.clone());
+        }
+        state.put(state_key, scope)?;
+    }
+    Ok(())
+}
+
+/// Restores a shard's open windows (and, for enrichers with a TTL, their state) from the
+/// checkpoint in `store`.
+fn restore_shard(
+    spec: &PipelineSpec,
+    store: &RedbStore,
+    dir: &Path,
+    watermark: Millis,
+    shard: &mut Shard,
+    index: usize,
+    shards: usize,
+) -> Result<()> {
+    let (first, end) = groups_of(index, shards);
+    let start = StateKey::group_start(first);
+    let end = if end >= u32::from(KEY_GROUPS) {
+        vec![0xff; 3]
+    } else {
+        StateKey::group_start(end as u16)
+    };
+    let operator = spec.enrichers.len() as u16;
+    let windows: Vec<_> = store
+        .scan(true, &start, &end)?
+        .into_iter()
+        .filter(|row| StateKey::decode(&row.key).is_some_and(|k| k.operator == operator))
+        .collect();
+    // Only TTLs need the state itself at restore; everything else is read on demand.
+    let state = if spec.enrichers.iter().any(|op| op.state_ttl.is_some()) {
+        store.scan(false, &start, &end)?
+    } else {
+        Vec::new()
+    };
+    shard
+        .restore(watermark, &windows, &state)
+        .map_err(|message| {
+            PipelineError::from(CheckpointError::Damaged {
+                dir: dir.to_owned(),
+                message,
+            })
+        })
+}

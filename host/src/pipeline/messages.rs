@@ -1,0 +1,56 @@
+//! The messages between the threads of a running pipeline: the router sends batches and
+//! barriers to the shards; shards and router send their parts of each batch (or barrier) to the
+//! collector, which commits a checkpoint once it holds every part of a barrier.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::ShardOutput;
+use super::ShardSnapshot;
+use crate::event::DeadLetter;
+use crate::operator::WasmOperator;
+use crate::rollout::Routing;
+use crate::source::SourcePosition;
+use crate::time::Millis;
+use crate::window::Staged;
+
+/// Messages to a shard.
+pub(super) enum ShardMsg {
+    Batch {
+        id: u64,
+        events: Vec<Staged>,
+        advances: Arc<Vec<(u64, Millis)>>,
+        end_of_input: bool,
+    },
+    Barrier {
+        id: u64,
+        change: Option<RoutingChange>,
+    },
+}
+
+/// A new routing, applied by every shard right after a barrier.
+#[derive(Clone)]
+pub(super) struct RoutingChange {
+    pub(super) routing: Routing,
+    /// The candidate's code, when it is a version the shards do not run yet.
+    pub(super) candidate: Option<WasmOperator>,
+}
+
+/// The router's part of a checkpoint.
+pub(super) struct Position {
+    pub(super) source: SourcePosition,
+    pub(super) events: u64,
+    pub(super) watermark: Millis,
+    pub(super) finished: bool,
+    pub(super) started: Instant,
+    /// The routing from this checkpoint on.
+    pub(super) routing: Option<Routing>,
+}
+
+/// What the collector receives for a batch (or a barrier) id.
+pub(super) enum Part {
+    Shard(ShardOutput),
+    Router(Vec<DeadLetter>),
+    Snapshot(ShardSnapshot),
+    Position(Position),
+}

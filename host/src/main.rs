@@ -18,66 +18,82 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a pipeline spec over its input to the end, then print a one-line summary.
-    Run {
-        /// The pipeline spec (TOML, or JSON if it ends in .json).
-        spec: PathBuf,
-        /// Number of shards (overrides the spec; default: one per core).
-        #[arg(long)]
-        shards: Option<usize>,
-        /// Events per batch (overrides the spec).
-        #[arg(long)]
-        batch_size: Option<usize>,
-        /// Time between checkpoints, e.g. 500ms or 2s, or "off" (overrides the spec).
-        #[arg(long)]
-        checkpoint_interval: Option<String>,
-        /// Discard any checkpoint in the data directory and start from the beginning.
-        #[arg(long)]
-        fresh: bool,
-    },
+    Run(RunArgs),
     /// Named copies of a pipeline's last checkpoint: create, list, restore.
-    Savepoint {
-        #[command(subcommand)]
-        action: SavepointAction,
-    },
+    Savepoint(SavepointArgs),
     /// Run the HTTP API, the operator registry and live pipelines (see docs/api.md).
     Serve(Box<ServeArgs>),
     /// Show the state in a data directory (offline, read-only), as JSON lines.
-    State {
-        /// A pipeline spec (its data directory is used) or a data directory.
-        target: PathBuf,
-        /// Only this key.
-        #[arg(long)]
-        key: Option<String>,
-    },
+    State(StateArgs),
     /// Measure events/second of a tumbling count-and-sum, Wasm versus native.
-    Bench {
-        /// Events to generate.
-        #[arg(long, default_value_t = 10_000_000)]
-        events: u64,
-        /// Distinct keys.
-        #[arg(long, default_value_t = 1_000)]
-        keys: u64,
-        /// Shards.
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
-        /// Events per batch.
-        #[arg(long, default_value_t = 4_096)]
-        batch_size: usize,
-        /// Measure checkpoint cost instead: throughput with checkpoints every second versus
-        /// none, and checkpoint duration as state grows (10 thousand to 1 million keys; add
-        /// --large for 10 million).
-        #[arg(long)]
-        checkpoints: bool,
-        /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
-        #[arg(long)]
-        large: bool,
-        /// The count-sum component.
-        #[arg(
-            long,
-            default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
-        )]
-        module: PathBuf,
-    },
+    Bench(BenchArgs),
+}
+
+/// The options of `weir run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The pipeline spec (TOML, or JSON if it ends in .json).
+    spec: PathBuf,
+    /// Number of shards (overrides the spec; default: one per core).
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Events per batch (overrides the spec).
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Time between checkpoints, e.g. 500ms or 2s, or "off" (overrides the spec).
+    #[arg(long)]
+    checkpoint_interval: Option<String>,
+    /// Discard any checkpoint in the data directory and start from the beginning.
+    #[arg(long)]
+    fresh: bool,
+}
+
+/// The options of `weir savepoint`.
+#[derive(Debug, clap::Args)]
+struct SavepointArgs {
+    #[command(subcommand)]
+    action: SavepointAction,
+}
+
+/// The options of `weir state`.
+#[derive(Debug, clap::Args)]
+struct StateArgs {
+    /// A pipeline spec (its data directory is used) or a data directory.
+    target: PathBuf,
+    /// Only this key.
+    #[arg(long)]
+    key: Option<String>,
+}
+
+/// The options of `weir bench`.
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Events to generate.
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// Shards.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Events per batch.
+    #[arg(long, default_value_t = 4_096)]
+    batch_size: usize,
+    /// Measure checkpoint cost instead: throughput with checkpoints every second versus
+    /// none, and checkpoint duration as state grows (10 thousand to 1 million keys; add
+    /// --large for 10 million).
+    #[arg(long)]
+    checkpoints: bool,
+    /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
+    #[arg(long)]
+    large: bool,
+    /// The count-sum component.
+    #[arg(
+        long,
+        default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
+    )]
+    module: PathBuf,
 }
 
 /// The options of `weir serve`.
@@ -278,186 +294,205 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run {
-            spec,
-            shards,
-            batch_size,
-            checkpoint_interval,
-            fresh,
-        } => {
-            let mut pipeline = weir::PipelineSpec::load(&spec)?;
-            if let Some(shards) = shards {
-                anyhow::ensure!(
-                    (1..=weir::spec::MAX_SHARDS).contains(&shards),
-                    "--shards must be 1 to {}",
-                    weir::spec::MAX_SHARDS
-                );
-                pipeline.shards = Some(shards);
-            }
-            if let Some(batch_size) = batch_size {
-                anyhow::ensure!(
-                    (1..=weir::spec::MAX_BATCH_SIZE).contains(&batch_size),
-                    "--batch-size must be 1 to {}",
-                    weir::spec::MAX_BATCH_SIZE
-                );
-                pipeline.batch_size = batch_size;
-            }
-            if let Some(interval) = checkpoint_interval {
-                pipeline.checkpoint_interval = match interval.as_str() {
-                    "off" => None,
-                    text => Some(
-                        weir::time::parse_duration(text)
-                            .map_err(anyhow::Error::msg)
-                            .context("--checkpoint-interval")?
-                            .max(1),
-                    ),
-                };
-            }
-            let summary = weir::run_with(&pipeline, weir::RunOptions { fresh })
-                .with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
-            eprintln!("weir: {summary}");
-            Ok(())
+        Command::Run(args) => run_pipeline(args),
+        Command::Savepoint(args) => savepoint(args),
+        Command::Serve(args) => serve(*args),
+        Command::State(args) => state(args),
+        Command::Bench(args) => bench(args),
+    }
+}
+
+/// `weir run`: one pipeline over its input to the end.
+fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
+    let RunArgs {
+        spec,
+        shards,
+        batch_size,
+        checkpoint_interval,
+        fresh,
+    } = args;
+    let mut pipeline = weir::PipelineSpec::load(&spec)?;
+    if let Some(shards) = shards {
+        anyhow::ensure!(
+            (1..=weir::spec::MAX_SHARDS).contains(&shards),
+            "--shards must be 1 to {}",
+            weir::spec::MAX_SHARDS
+        );
+        pipeline.shards = Some(shards);
+    }
+    if let Some(batch_size) = batch_size {
+        anyhow::ensure!(
+            (1..=weir::spec::MAX_BATCH_SIZE).contains(&batch_size),
+            "--batch-size must be 1 to {}",
+            weir::spec::MAX_BATCH_SIZE
+        );
+        pipeline.batch_size = batch_size;
+    }
+    if let Some(interval) = checkpoint_interval {
+        pipeline.checkpoint_interval = match interval.as_str() {
+            "off" => None,
+            text => Some(
+                weir::time::parse_duration(text)
+                    .map_err(anyhow::Error::msg)
+                    .context("--checkpoint-interval")?
+                    .max(1),
+            ),
+        };
+    }
+    let summary = weir::run_with(&pipeline, weir::RunOptions { fresh })
+        .with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
+    eprintln!("weir: {summary}");
+    Ok(())
+}
+
+/// `weir savepoint`.
+fn savepoint(args: SavepointArgs) -> anyhow::Result<()> {
+    let SavepointArgs { action } = args;
+    use weir::checkpoint::{create_savepoint, list_savepoints, restore_savepoint};
+    match action {
+        SavepointAction::Create { target, name } => {
+            let saved = create_savepoint(&data_dir(&target)?, &name)?;
+            println!("saved {:?}: {}", saved.name, describe(&saved.manifest));
         }
-        Command::Savepoint { action } => {
-            use weir::checkpoint::{create_savepoint, list_savepoints, restore_savepoint};
-            match action {
-                SavepointAction::Create { target, name } => {
-                    let saved = create_savepoint(&data_dir(&target)?, &name)?;
-                    println!("saved {:?}: {}", saved.name, describe(&saved.manifest));
-                }
-                SavepointAction::List { target } => {
-                    for saved in list_savepoints(&data_dir(&target)?)? {
-                        println!("{}\t{}", saved.name, describe(&saved.manifest));
-                    }
-                }
-                SavepointAction::Restore { target, name } => {
-                    let restored = restore_savepoint(&data_dir(&target)?, &name)?;
-                    println!(
-                        "restored {:?}: {}; `weir run` resumes from it",
-                        restored.name,
-                        describe(&restored.manifest)
-                    );
-                }
+        SavepointAction::List { target } => {
+            for saved in list_savepoints(&data_dir(&target)?)? {
+                println!("{}\t{}", saved.name, describe(&saved.manifest));
             }
-            Ok(())
         }
-        Command::Serve(args) => {
-            let ServeArgs {
-                data,
-                listen,
-                tokens,
-                max_upload,
-                max_inflight,
-                metrics_listen,
-                max_connections,
-                idle_timeout,
-                pressure_timeout,
-                header_timeout,
-                stop_wait,
-                stall_after,
-                shutdown_timeout,
-                max_pipelines,
-            } = *args;
-            let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
-            anyhow::ensure!(
-                !tokens.is_empty(),
-                "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
-            );
-            anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
-            let max_connections = within_file_limit(max_connections, metrics_listen.is_some());
-            let options = weir::api::ServeOptions {
-                data,
-                listen,
-                metrics_listen,
-                tokens,
-                max_upload,
-                max_inflight,
-                connections: weir::api::ConnectionLimits {
-                    max_connections,
-                    idle_timeout: duration("--idle-timeout", &idle_timeout)?,
-                    pressure_timeout: duration("--pressure-timeout", &pressure_timeout)?,
-                    header_timeout: duration("--header-timeout", &header_timeout)?,
-                },
-                pipelines: weir::serve::PipelineLimits {
-                    stop_wait: duration("--stop-wait", &stop_wait)?,
-                    stall_after: duration("--stall-after", &stall_after)?,
-                    max_pipelines,
-                },
-                shutdown_timeout: duration("--shutdown-timeout", &shutdown_timeout)?,
-            };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            let served = runtime.block_on(weir::api::serve(options));
-            // Requests still being answered (a stop waiting for a busy pipeline) do not hold
-            // the exit.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-            served?;
-            Ok(())
-        }
-        Command::State { target, key } => {
-            let inspection = weir::checkpoint::inspect(&data_dir(&target)?, key.as_deref())?;
-            match &inspection.manifest {
-                Some(manifest) => println!("{}", serde_json::json!({"manifest": manifest})),
-                None => println!("{}", serde_json::json!({"manifest": null})),
-            }
-            for row in &inspection.windows {
-                println!("{}", serde_json::json!({"window": row}));
-            }
-            for row in &inspection.state {
-                println!("{}", serde_json::json!({"state": row}));
-            }
-            Ok(())
-        }
-        Command::Bench {
-            events,
-            keys,
-            shards,
-            batch_size,
-            module,
-            checkpoints,
-            large,
-        } => {
-            anyhow::ensure!(
-                shards > 0 && keys > 0 && batch_size > 0,
-                "--shards, --keys and --batch-size must be at least 1"
-            );
-            let options = weir::bench::BenchOptions {
-                events,
-                keys,
-                shards,
-                module,
-                batch_size,
-            };
-            if checkpoints {
-                return bench_checkpoints(&options, large);
-            }
+        SavepointAction::Restore { target, name } => {
+            let restored = restore_savepoint(&data_dir(&target)?, &name)?;
             println!(
-                "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
+                "restored {:?}: {}; `weir run` resumes from it",
+                restored.name,
+                describe(&restored.manifest)
             );
-            let report = weir::bench::run(&options)?;
-            let (wasm, native) = (
-                weir::bench::BenchReport::rate(&report.wasm),
-                weir::bench::BenchReport::rate(&report.native),
-            );
-            println!(
-                "wasm   {:>12.0} events/s  ({:.2} s, {} results)",
-                wasm,
-                report.wasm.elapsed.as_secs_f64(),
-                report.wasm.results_out
-            );
-            println!(
-                "native {:>12.0} events/s  ({:.2} s, {} results)",
-                native,
-                report.native.elapsed.as_secs_f64(),
-                report.native.results_out
-            );
-            println!("wasm/native throughput ratio: {:.2}", wasm / native);
-            anyhow::ensure!(
-                report.wasm.results_out == report.native.results_out,
-                "the two runs disagree on the number of results"
-            );
-            Ok(())
         }
     }
+    Ok(())
+}
+
+/// `weir serve`.
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        data,
+        listen,
+        tokens,
+        max_upload,
+        max_inflight,
+        metrics_listen,
+        max_connections,
+        idle_timeout,
+        pressure_timeout,
+        header_timeout,
+        stop_wait,
+        stall_after,
+        shutdown_timeout,
+        max_pipelines,
+    } = args;
+    let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
+    anyhow::ensure!(
+        !tokens.is_empty(),
+        "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
+    );
+    anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
+    let max_connections = within_file_limit(max_connections, metrics_listen.is_some());
+    let options = weir::api::ServeOptions {
+        data,
+        listen,
+        metrics_listen,
+        tokens,
+        max_upload,
+        max_inflight,
+        connections: weir::api::ConnectionLimits {
+            max_connections,
+            idle_timeout: duration("--idle-timeout", &idle_timeout)?,
+            pressure_timeout: duration("--pressure-timeout", &pressure_timeout)?,
+            header_timeout: duration("--header-timeout", &header_timeout)?,
+        },
+        pipelines: weir::serve::PipelineLimits {
+            stop_wait: duration("--stop-wait", &stop_wait)?,
+            stall_after: duration("--stall-after", &stall_after)?,
+            max_pipelines,
+        },
+        shutdown_timeout: duration("--shutdown-timeout", &shutdown_timeout)?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(weir::api::serve(options));
+    // Requests still being answered (a stop waiting for a busy pipeline) do not hold
+    // the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served?;
+    Ok(())
+}
+
+/// `weir state`.
+fn state(args: StateArgs) -> anyhow::Result<()> {
+    let StateArgs { target, key } = args;
+    let inspection = weir::checkpoint::inspect(&data_dir(&target)?, key.as_deref())?;
+    match &inspection.manifest {
+        Some(manifest) => println!("{}", serde_json::json!({"manifest": manifest})),
+        None => println!("{}", serde_json::json!({"manifest": null})),
+    }
+    for row in &inspection.windows {
+        println!("{}", serde_json::json!({"window": row}));
+    }
+    for row in &inspection.state {
+        println!("{}", serde_json::json!({"state": row}));
+    }
+    Ok(())
+}
+
+/// `weir bench`.
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let BenchArgs {
+        events,
+        keys,
+        shards,
+        batch_size,
+        module,
+        checkpoints,
+        large,
+    } = args;
+    anyhow::ensure!(
+        shards > 0 && keys > 0 && batch_size > 0,
+        "--shards, --keys and --batch-size must be at least 1"
+    );
+    let options = weir::bench::BenchOptions {
+        events,
+        keys,
+        shards,
+        module,
+        batch_size,
+    };
+    if checkpoints {
+        return bench_checkpoints(&options, large);
+    }
+    println!(
+        "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
+    );
+    let report = weir::bench::run(&options)?;
+    let (wasm, native) = (
+        weir::bench::BenchReport::rate(&report.wasm),
+        weir::bench::BenchReport::rate(&report.native),
+    );
+    println!(
+        "wasm   {:>12.0} events/s  ({:.2} s, {} results)",
+        wasm,
+        report.wasm.elapsed.as_secs_f64(),
+        report.wasm.results_out
+    );
+    println!(
+        "native {:>12.0} events/s  ({:.2} s, {} results)",
+        native,
+        report.native.elapsed.as_secs_f64(),
+        report.native.results_out
+    );
+    println!("wasm/native throughput ratio: {:.2}", wasm / native);
+    anyhow::ensure!(
+        report.wasm.results_out == report.native.results_out,
+        "the two runs disagree on the number of results"
+    );
+    Ok(())
 }

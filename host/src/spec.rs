@@ -555,6 +555,193 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
     })
 }
 
+/// Checks the `[window]`: the assigner and the allowed lateness.
+fn check_window(raw: Option<RawWindow>) -> Result<(Option<WindowSpec>, Millis)> {
+    Ok(match raw {
+        None => (None, 0),
+        Some(w) => {
+            let lateness = match &w.allowed_lateness {
+                Some(raw) => duration("window.allowed_lateness", raw)?,
+                None => 0,
+            };
+            let spec = match w.kind.as_str() {
+                "tumbling" => WindowSpec::Tumbling {
+                    size: positive("window.size", w.size.as_ref())?,
+                },
+                "sliding" => {
+                    let size = positive("window.size", w.size.as_ref())?;
+                    let slide = positive("window.slide", w.slide.as_ref())?;
+                    if slide > size {
+                        return Err(invalid(format!(
+                            "window.slide ({slide} ms) must not exceed window.size ({size} ms): \
+                             events between windows would belong to none"
+                        )));
+                    }
+                    if size / slide > MAX_WINDOWS_PER_EVENT {
+                        return Err(invalid(format!(
+                            "window: size {size} ms over slide {slide} ms puts every event \
+                             into {} windows; the limit is {MAX_WINDOWS_PER_EVENT} \
+                             (make the slide at least size / {MAX_WINDOWS_PER_EVENT})",
+                            size / slide
+                        )));
+                    }
+                    WindowSpec::Sliding { size, slide }
+                }
+                "session" => WindowSpec::Session {
+                    gap: positive("window.gap", w.gap.as_ref())?,
+                },
+                other => {
+                    return Err(invalid(format!(
+                        "window.type {other:?} is unknown: use tumbling, sliding or session"
+                    )));
+                }
+            };
+            (Some(spec), lateness)
+        }
+    })
+}
+
+/// Checks the `[[operators]]`: enrichers first, then at most one aggregate, which needs a
+/// window (and a window needs it).
+fn check_operators(
+    raw: Vec<RawOperator>,
+    base: &Path,
+    window: Option<&WindowSpec>,
+) -> Result<(Vec<OperatorSpec>, Option<OperatorSpec>)> {
+    let mut enrichers = Vec::new();
+    let mut aggregate = None;
+    for (i, op) in raw.into_iter().enumerate() {
+        let at = format!("operators[{i}] ({:?})", op.name);
+        crate::names::check("operator name", &op.name)
+            .and_then(|()| crate::names::check("operator version", &op.version))
+            .map_err(|e| invalid(format!("{at}: {e}")))?;
+        let code = match (op.module, op.native) {
+            (Some(module), None) => OperatorCode::Component(base.join(module)),
+            (None, Some(native)) => OperatorCode::Native(native),
+            (None, None) => OperatorCode::Registry,
+            (Some(_), Some(_)) => {
+                return Err(invalid(format!(
+                    "{at}: give one of `module` (a component file) or `native`, not both"
+                )));
+            }
+        };
+        let reference = op.reference.map(|r| ReferenceSpec {
+            path: base.join(r.path),
+            key: r.key,
+        });
+        let state_ttl = match &op.state_ttl {
+            Some(raw) => Some(positive(&format!("{at}: state_ttl"), Some(raw))?),
+            None => None,
+        };
+        let spec = OperatorSpec {
+            name: op.name,
+            version: op.version,
+            code,
+            reference,
+            fields: op.fields,
+            state_ttl,
+        };
+        match op.kind.as_str() {
+            "enrich" if aggregate.is_some() => {
+                return Err(invalid(format!(
+                    "{at}: enrichment operators must come before the aggregate"
+                )));
+            }
+            "enrich" => enrichers.push(spec),
+            "aggregate" if aggregate.is_some() => {
+                return Err(invalid(format!(
+                    "{at}: a pipeline has at most one aggregate operator"
+                )));
+            }
+            "aggregate" => {
+                if spec.state_ttl.is_some() {
+                    return Err(invalid(format!(
+                        "{at}: `state_ttl` is for enrichment operators; window state is dropped \
+                         once the watermark passes the window's end plus the allowed lateness"
+                    )));
+                }
+                if spec.reference.is_some() {
+                    return Err(invalid(format!(
+                        "{at}: `reference` is for enrichment operators"
+                    )));
+                }
+                aggregate = Some(spec)
+            }
+            other => {
+                return Err(invalid(format!(
+                    "{at}: kind {other:?} is unknown: use enrich or aggregate"
+                )));
+            }
+        }
+    }
+    match (window, &aggregate) {
+        (Some(_), None) => {
+            return Err(invalid(
+                "a [window] needs an operator of kind = \"aggregate\"",
+            ));
+        }
+        (None, Some(_)) => return Err(invalid("an aggregate operator needs a [window]")),
+        _ => {}
+    }
+    Ok((enrichers, aggregate))
+}
+
+/// Checks the `[sandbox]`: limits within their bounds, and only the grants Weir offers.
+fn check_sandbox(raw: &RawSandbox) -> Result<SandboxSpec> {
+    let defaults = SandboxSpec::default();
+    let mut sandbox = SandboxSpec {
+        call_timeout: match &raw.call_timeout {
+            Some(raw) => positive("sandbox.call_timeout", Some(raw))?,
+            None => defaults.call_timeout,
+        },
+        memory: size("sandbox.memory", &raw.memory, defaults.memory)?,
+        max_output_bytes: size(
+            "sandbox.max_output_bytes",
+            &raw.max_output_bytes,
+            defaults.max_output_bytes,
+        )?,
+        ..defaults
+    };
+    if sandbox.call_timeout > MAX_CALL_TIMEOUT {
+        return Err(invalid(format!(
+            "sandbox.call_timeout must be at most {} minutes",
+            MAX_CALL_TIMEOUT / 60_000
+        )));
+    }
+    if sandbox.memory > MAX_SANDBOX_MEMORY {
+        return Err(invalid(format!(
+            "sandbox.memory must be at most {} GiB",
+            MAX_SANDBOX_MEMORY >> 30
+        )));
+    }
+    if sandbox.memory < 1 << 20 {
+        return Err(invalid(
+            "sandbox.memory must be at least 1MiB: a component needs some memory to start",
+        ));
+    }
+    for grant in &raw.allow {
+        match grant.as_str() {
+            "clock" => sandbox.clock = true,
+            "random" => sandbox.random = true,
+            other => {
+                return Err(invalid(format!(
+                    "sandbox.allow: {other:?} is unknown: operators may be allowed \"clock\" and \"random\"; files and network are never granted"
+                )));
+            }
+        }
+    }
+    Ok(sandbox)
+}
+
+/// A size field: integer bytes or text with a unit, `default` when absent.
+fn size(field: &str, raw: &Option<RawSize>, default: usize) -> Result<usize> {
+    match raw {
+        None => Ok(default),
+        Some(RawSize::Bytes(n)) => Ok(*n as usize),
+        Some(RawSize::Text(text)) => parse_size(text).map_err(|e| invalid(format!("{field}: {e}"))),
+    }
+}
+
 impl RawSpec {
     /// What a served spec may not name (see [`PipelineSpec::parse_served`]); its sinks are
     /// relative to `out`, the pipeline's output directory.
@@ -645,123 +832,8 @@ impl RawSpec {
             Some(raw) => positive("watermark.max_ahead", Some(raw))?,
             None => DEFAULT_MAX_AHEAD,
         };
-        let (window, allowed_lateness) = match self.window {
-            None => (None, 0),
-            Some(w) => {
-                let lateness = match &w.allowed_lateness {
-                    Some(raw) => duration("window.allowed_lateness", raw)?,
-                    None => 0,
-                };
-                let spec = match w.kind.as_str() {
-                    "tumbling" => WindowSpec::Tumbling {
-                        size: positive("window.size", w.size.as_ref())?,
-                    },
-                    "sliding" => {
-                        let size = positive("window.size", w.size.as_ref())?;
-                        let slide = positive("window.slide", w.slide.as_ref())?;
-                        if slide > size {
-                            return Err(invalid(format!(
-                                "window.slide ({slide} ms) must not exceed window.size ({size} ms): \
-                                 events between windows would belong to none"
-                            )));
-                        }
-                        if size / slide > MAX_WINDOWS_PER_EVENT {
-                            return Err(invalid(format!(
-                                "window: size {size} ms over slide {slide} ms puts every event \
-                                 into {} windows; the limit is {MAX_WINDOWS_PER_EVENT} \
-                                 (make the slide at least size / {MAX_WINDOWS_PER_EVENT})",
-                                size / slide
-                            )));
-                        }
-                        WindowSpec::Sliding { size, slide }
-                    }
-                    "session" => WindowSpec::Session {
-                        gap: positive("window.gap", w.gap.as_ref())?,
-                    },
-                    other => {
-                        return Err(invalid(format!(
-                            "window.type {other:?} is unknown: use tumbling, sliding or session"
-                        )));
-                    }
-                };
-                (Some(spec), lateness)
-            }
-        };
-        let mut enrichers = Vec::new();
-        let mut aggregate = None;
-        for (i, op) in self.operators.into_iter().enumerate() {
-            let at = format!("operators[{i}] ({:?})", op.name);
-            crate::names::check("operator name", &op.name)
-                .and_then(|()| crate::names::check("operator version", &op.version))
-                .map_err(|e| invalid(format!("{at}: {e}")))?;
-            let code = match (op.module, op.native) {
-                (Some(module), None) => OperatorCode::Component(base.join(module)),
-                (None, Some(native)) => OperatorCode::Native(native),
-                (None, None) => OperatorCode::Registry,
-                (Some(_), Some(_)) => {
-                    return Err(invalid(format!(
-                        "{at}: give one of `module` (a component file) or `native`, not both"
-                    )));
-                }
-            };
-            let reference = op.reference.map(|r| ReferenceSpec {
-                path: base.join(r.path),
-                key: r.key,
-            });
-            let state_ttl = match &op.state_ttl {
-                Some(raw) => Some(positive(&format!("{at}: state_ttl"), Some(raw))?),
-                None => None,
-            };
-            let spec = OperatorSpec {
-                name: op.name,
-                version: op.version,
-                code,
-                reference,
-                fields: op.fields,
-                state_ttl,
-            };
-            match op.kind.as_str() {
-                "enrich" if aggregate.is_some() => {
-                    return Err(invalid(format!(
-                        "{at}: enrichment operators must come before the aggregate"
-                    )));
-                }
-                "enrich" => enrichers.push(spec),
-                "aggregate" if aggregate.is_some() => {
-                    return Err(invalid(format!(
-                        "{at}: a pipeline has at most one aggregate operator"
-                    )));
-                }
-                "aggregate" => {
-                    if spec.state_ttl.is_some() {
-                        return Err(invalid(format!(
-                            "{at}: `state_ttl` is for enrichment operators; window state is dropped \
-                             once the watermark passes the window's end plus the allowed lateness"
-                        )));
-                    }
-                    if spec.reference.is_some() {
-                        return Err(invalid(format!(
-                            "{at}: `reference` is for enrichment operators"
-                        )));
-                    }
-                    aggregate = Some(spec)
-                }
-                other => {
-                    return Err(invalid(format!(
-                        "{at}: kind {other:?} is unknown: use enrich or aggregate"
-                    )));
-                }
-            }
-        }
-        match (&window, &aggregate) {
-            (Some(_), None) => {
-                return Err(invalid(
-                    "a [window] needs an operator of kind = \"aggregate\"",
-                ));
-            }
-            (None, Some(_)) => return Err(invalid("an aggregate operator needs a [window]")),
-            _ => {}
-        }
+        let (window, allowed_lateness) = check_window(self.window)?;
+        let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
         let state = match self.state.backend.as_deref() {
             None | Some("redb") => StateSpec::Redb(match self.state.dir {
                 Some(dir) => base.join(dir),
@@ -797,68 +869,18 @@ impl RawSpec {
             Some(RawDuration::Text(off)) if off == "off" => None,
             Some(raw) => Some(positive("checkpoint_interval", Some(raw))?),
         };
-        let size = |field: &str, raw: &Option<RawSize>, default: usize| -> Result<usize> {
-            match raw {
-                None => Ok(default),
-                Some(RawSize::Bytes(n)) => Ok(*n as usize),
-                Some(RawSize::Text(text)) => {
-                    parse_size(text).map_err(|e| invalid(format!("{field}: {e}")))
-                }
-            }
-        };
         let memory_budget = size(
             "state.memory_budget",
             &self.state.memory_budget,
             DEFAULT_MEMORY_BUDGET,
         )?;
-        let defaults = SandboxSpec::default();
-        let mut sandbox = SandboxSpec {
-            call_timeout: match &self.sandbox.call_timeout {
-                Some(raw) => positive("sandbox.call_timeout", Some(raw))?,
-                None => defaults.call_timeout,
-            },
-            memory: size("sandbox.memory", &self.sandbox.memory, defaults.memory)?,
-            max_output_bytes: size(
-                "sandbox.max_output_bytes",
-                &self.sandbox.max_output_bytes,
-                defaults.max_output_bytes,
-            )?,
-            ..defaults
-        };
-        if sandbox.call_timeout > MAX_CALL_TIMEOUT {
-            return Err(invalid(format!(
-                "sandbox.call_timeout must be at most {} minutes",
-                MAX_CALL_TIMEOUT / 60_000
-            )));
-        }
         if memory_budget > MAX_MEMORY_BUDGET {
             return Err(invalid(format!(
                 "state.memory_budget must be at most {} GiB",
                 MAX_MEMORY_BUDGET >> 30
             )));
         }
-        if sandbox.memory > MAX_SANDBOX_MEMORY {
-            return Err(invalid(format!(
-                "sandbox.memory must be at most {} GiB",
-                MAX_SANDBOX_MEMORY >> 30
-            )));
-        }
-        if sandbox.memory < 1 << 20 {
-            return Err(invalid(
-                "sandbox.memory must be at least 1MiB: a component needs some memory to start",
-            ));
-        }
-        for grant in &self.sandbox.allow {
-            match grant.as_str() {
-                "clock" => sandbox.clock = true,
-                "random" => sandbox.random = true,
-                other => {
-                    return Err(invalid(format!(
-                        "sandbox.allow: {other:?} is unknown: operators may be allowed \"clock\" and \"random\"; files and network are never granted"
-                    )));
-                }
-            }
-        }
+        let sandbox = check_sandbox(&self.sandbox)?;
         let batch_size = self.batch_size.unwrap_or(1024);
         if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
             return Err(invalid(format!(

@@ -11,14 +11,14 @@ use std::sync::mpsc::{Receiver, SyncSender};
 
 use tracing::info;
 
-use super::messages::Part;
+use super::messages::{Part, Position};
 use super::{PipelineControl, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::manifest::MANIFEST_FORMAT;
 use crate::checkpoint::{CheckpointStats, Manifest, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
 };
-use crate::state::{RedbStore, StoredCheckpoint};
+use crate::state::{Change, RedbStore, StoredCheckpoint};
 
 /// The three sinks.
 pub(super) struct Sinks {
@@ -181,72 +181,15 @@ fn commit(
     sinks: &mut Sinks,
     control: &PipelineControl,
 ) -> Result<()> {
-    let mut position = None;
-    let mut state = Vec::new();
-    let mut windows = Vec::new();
-    let mut hot = 0;
-    for part in batch {
-        match part {
-            Part::Position(p) => position = Some(p),
-            Part::Snapshot(snapshot) => {
-                let ShardSnapshot {
-                    state: s,
-                    windows: w,
-                    hot: h,
-                } = snapshot;
-                state.extend(s);
-                windows.extend(w);
-                hot += h;
-            }
-            Part::Router(_) | Part::Shard(_) => unreachable!("checkpoint parts travel alone"),
-        }
-    }
-    let position = position.expect("a barrier carries the router's position");
+    let (position, changes) = gather(batch);
     let sink_positions = SinkPositions {
         results: sinks.results.sync()?,
         late: sinks.late.sync()?,
         dead_letters: sinks.dead_letters.sync()?,
     };
     let id = checkpointer.next_id;
-    let manifest = Manifest {
-        format: MANIFEST_FORMAT,
-        id,
-        pipeline: checkpointer.pipeline.clone(),
-        fingerprint: checkpointer.fingerprint.clone(),
-        source: position.source,
-        events: position.events,
-        watermark: position.watermark,
-        finished: position.finished,
-        sinks: sink_positions,
-        committed_at_ms: crate::time::wall_clock_ms(),
-        routing: position.routing.clone(),
-    };
-    let (keys, window_count) = (state.len() as u64, windows.len() as u64);
-    let mut stored = StoredCheckpoint {
-        id,
-        manifest: serde_json::to_vec(&manifest).expect("manifests serialise"),
-        state,
-        windows,
-        stats: Vec::new(),
-    };
-    let bytes = stored.manifest.len() as u64
-        + stored
-            .state
-            .iter()
-            .chain(&stored.windows)
-            .map(|c| (c.key.len() + c.value.as_ref().map_or(0, Vec::len)) as u64)
-            .sum::<u64>();
-    let mut stats = CheckpointStats {
-        id,
-        // The stored copy's duration stops where the commit starts; the logged one includes it.
-        duration_ms: position.started.elapsed().as_secs_f64() * 1e3,
-        bytes,
-        keys,
-        windows: window_count,
-        events: position.events,
-        watermark: position.watermark,
-    };
-    stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
+    let hot = changes.hot;
+    let (stored, mut stats) = prepare(checkpointer, &position, changes, sink_positions);
     crash_point("before-commit", id);
     checkpointer.store.commit(&stored)?;
     stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
@@ -277,4 +220,90 @@ fn commit(
         let _ = ack.send(());
     }
     Ok(())
+}
+
+/// What every shard handed over at a barrier, together.
+struct Changes {
+    state: Vec<Change>,
+    windows: Vec<Change>,
+    /// Scopes held in memory over all shards.
+    hot: usize,
+}
+
+/// Splits a barrier's parts into the router's position and the shards' changes.
+fn gather(batch: Vec<Part>) -> (Position, Changes) {
+    let mut position = None;
+    let mut changes = Changes {
+        state: Vec::new(),
+        windows: Vec::new(),
+        hot: 0,
+    };
+    for part in batch {
+        match part {
+            Part::Position(p) => position = Some(p),
+            Part::Snapshot(snapshot) => {
+                let ShardSnapshot {
+                    state,
+                    windows,
+                    hot,
+                } = snapshot;
+                changes.state.extend(state);
+                changes.windows.extend(windows);
+                changes.hot += hot;
+            }
+            Part::Router(_) | Part::Shard(_) => unreachable!("checkpoint parts travel alone"),
+        }
+    }
+    let position = position.expect("a barrier carries the router's position");
+    (position, changes)
+}
+
+/// The checkpoint as it is stored (manifest, changes, figures) and its figures.
+fn prepare(
+    checkpointer: &Checkpointer,
+    position: &Position,
+    changes: Changes,
+    sinks: SinkPositions,
+) -> (StoredCheckpoint, CheckpointStats) {
+    let id = checkpointer.next_id;
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT,
+        id,
+        pipeline: checkpointer.pipeline.clone(),
+        fingerprint: checkpointer.fingerprint.clone(),
+        source: position.source.clone(),
+        events: position.events,
+        watermark: position.watermark,
+        finished: position.finished,
+        sinks,
+        committed_at_ms: crate::time::wall_clock_ms(),
+        routing: position.routing.clone(),
+    };
+    let (keys, window_count) = (changes.state.len() as u64, changes.windows.len() as u64);
+    let mut stored = StoredCheckpoint {
+        id,
+        manifest: serde_json::to_vec(&manifest).expect("manifests serialise"),
+        state: changes.state,
+        windows: changes.windows,
+        stats: Vec::new(),
+    };
+    let bytes = stored.manifest.len() as u64
+        + stored
+            .state
+            .iter()
+            .chain(&stored.windows)
+            .map(|c| (c.key.len() + c.value.as_ref().map_or(0, Vec::len)) as u64)
+            .sum::<u64>();
+    let stats = CheckpointStats {
+        id,
+        // The stored copy's duration stops where the commit starts; the logged one includes it.
+        duration_ms: position.started.elapsed().as_secs_f64() * 1e3,
+        bytes,
+        keys,
+        windows: window_count,
+        events: position.events,
+        watermark: position.watermark,
+    };
+    stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
+    (stored, stats)
 }

@@ -70,11 +70,7 @@ impl Router<'_> {
         };
         let mut last_checkpoint = Instant::now();
         let mut checkpointed = seq;
-        self.control.stats.events_in.store(seq, Ordering::Relaxed);
-        self.control
-            .stats
-            .watermark
-            .store(start.watermark, Ordering::Relaxed);
+        self.publish(seq, start.watermark);
         if start.finished {
             info!("input already finished at the last checkpoint");
             return Ok(0);
@@ -96,23 +92,13 @@ impl Router<'_> {
             if tick {
                 self.control.beat();
             }
-            let event = match record {
-                Record::Tick => None,
-                Record::Clock(ms) => {
-                    ingest_clock = Some(ms);
-                    None
-                }
-                Record::Event(event) => Some(event),
-                Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
-                    Ok(event) => too_far_ahead(event, ingest_clock, spec.max_ahead)
-                        .map_err(|dead_letter| batch.dead.push(dead_letter))
-                        .ok(),
-                    Err(dead_letter) => {
-                        batch.dead.push(dead_letter);
-                        None
-                    }
-                },
-            };
+            let event = event_of(
+                record,
+                &mut decoder,
+                &mut ingest_clock,
+                spec.max_ahead,
+                &mut batch.dead,
+            );
             if let Some(event) = event {
                 if let Some(w) = watermark.observe(event.timestamp) {
                     batch.advances.push((seq, w));
@@ -137,13 +123,7 @@ impl Router<'_> {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
-                self.control.beat();
-                // Live figures move per batch, not per event.
-                self.control.stats.events_in.store(seq, Ordering::Relaxed);
-                self.control
-                    .stats
-                    .watermark
-                    .store(watermark.current(), Ordering::Relaxed);
+                self.publish(seq, watermark.current());
             }
             if due {
                 let position = self.position(&*source, seq, watermark.current(), false);
@@ -162,6 +142,14 @@ impl Router<'_> {
         }
         info!(events = seq - start.events, "input finished");
         Ok(seq - start.events)
+    }
+
+    /// Live figures (and a sign of life) move per batch, not per event.
+    fn publish(&self, events: u64, watermark: Millis) {
+        self.control.beat();
+        let stats = &self.control.stats;
+        stats.events_in.store(events, Ordering::Relaxed);
+        stats.watermark.store(watermark, Ordering::Relaxed);
     }
 
     /// The router's part of a checkpoint, taking any pending routing request with it: the
@@ -252,6 +240,34 @@ impl Router<'_> {
         }
         self.control.batch_sent();
         self.parts.send((id, Part::Position(position))).is_ok()
+    }
+}
+
+/// The event a record carries, if any: a line is decoded (a bad one, or one too far ahead of
+/// its ingest clock, becomes a dead letter); a clock line sets the ingest clock.
+fn event_of(
+    record: Record,
+    decoder: &mut Decoder,
+    ingest_clock: &mut Option<Millis>,
+    max_ahead: Millis,
+    dead: &mut Vec<DeadLetter>,
+) -> Option<crate::event::Event> {
+    match record {
+        Record::Tick => None,
+        Record::Clock(ms) => {
+            *ingest_clock = Some(ms);
+            None
+        }
+        Record::Event(event) => Some(event),
+        Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
+            Ok(event) => too_far_ahead(event, *ingest_clock, max_ahead)
+                .map_err(|dead_letter| dead.push(dead_letter))
+                .ok(),
+            Err(dead_letter) => {
+                dead.push(dead_letter);
+                None
+            }
+        },
     }
 }
 

@@ -3,7 +3,7 @@
 
 EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers
 
-.PHONY: demo test setup components bench ci fuzz-smoke
+.PHONY: demo test setup components host bench ci fuzz-smoke
 
 setup:
 	rustup target add wasm32-wasip2
@@ -11,12 +11,20 @@ setup:
 components: setup
 	cargo build --release --target wasm32-wasip2 $(addprefix -p weir-example-,$(EXAMPLES))
 
-demo: components
-	cargo run -p weir-host -- run --fresh examples/tumbling-count-sum/pipeline.toml
+# One build of the host serves the demo and the tests: the test build of the workspace (which
+# includes the `weir` binary) unifies dependency features exactly as `cargo test --workspace`
+# does, so wasmtime and Cranelift are compiled once (a plain `cargo run -p weir-host` built them a
+# second time with other features). `--all-targets` would also link the guests as host cdylibs,
+# which fails on their component export names.
+host:
+	cargo test --workspace --no-run
+
+demo: components host
+	target/debug/weir run --fresh examples/tumbling-count-sum/pipeline.toml
 	@echo "first results (all in target/weir-out/tumbling-count-sum/, with late.jsonl and dead-letters.jsonl):"
 	@head -n 5 target/weir-out/tumbling-count-sum/results.jsonl
 
-test: components
+test: components host
 	$(MAKE) fuzz-smoke
 	cargo test --workspace
 

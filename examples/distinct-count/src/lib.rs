@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --target wasm32-wasip2 -p weir-example-distinct-count
-//! cargo run -p weir-host -- run examples/distinct-count/pipeline.toml
+//! target/debug/weir run examples/distinct-count/pipeline.toml
 //! ```
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_distinct_count.wasm`. The state

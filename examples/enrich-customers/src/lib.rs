@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --target wasm32-wasip2 -p weir-example-enrich-customers
-//! cargo run -p weir-host -- run examples/enrich-customers/pipeline.toml
+//! target/debug/weir run examples/enrich-customers/pipeline.toml
 //! ```
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_enrich_customers.wasm`. The

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release --target wasm32-wasip2 -p weir-example-session-summary
-//! cargo run -p weir-host -- run examples/session-summary/pipeline.toml
+//! target/debug/weir run examples/session-summary/pipeline.toml
 //! ```
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_session_summary.wasm`. Each

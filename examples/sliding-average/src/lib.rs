@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --target wasm32-wasip2 -p weir-example-sliding-average
-//! cargo run -p weir-host -- run examples/sliding-average/pipeline.toml
+//! target/debug/weir run examples/sliding-average/pipeline.toml
 //! ```
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_sliding_average.wasm`. Each

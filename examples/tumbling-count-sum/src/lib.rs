@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release --target wasm32-wasip2 -p weir-example-tumbling-count-sum
-//! cargo run -p weir-host -- run examples/tumbling-count-sum/pipeline.toml
+//! target/debug/weir run examples/tumbling-count-sum/pipeline.toml
 //! ```
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm`.

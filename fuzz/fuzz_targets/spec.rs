@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     // A spec sent to `weir serve`: whatever it says, every path it yields stays in its directory
     // (judged here on the path's words, independently of `names`).
     let dir = std::path::Path::new("/data/pipelines/p");
-    if let Ok(spec) = spec::PipelineSpec::parse_served(text, dir) {
+    if let Ok(spec) = spec::PipelineSpec::parse_served(text, dir, spec::Served::New) {
         let inside = |path: &std::path::Path| {
             path.starts_with(dir)
                 && path.components().all(|c| {

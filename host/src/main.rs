@@ -168,13 +168,17 @@ enum SavepointAction {
     },
 }
 
-/// File descriptors kept for pipelines (state, logs, sinks) beyond the connections.
-const FILES_FOR_PIPELINES: u64 = 1_024;
+/// File descriptors a started pipeline holds (ingest log writer and reader, state, three sinks,
+/// shadow log), with room to spare.
+const FILES_PER_PIPELINE: u64 = 8;
+/// File descriptors kept for everything else (the registry, checkpoints, the process).
+const FILES_FOR_THE_SERVER: u64 = 256;
 
 /// Raises the process's soft limit on open files to its hard limit, and keeps the connection
-/// caps (of the API and, if there is one, the metrics address) under it with room for the
-/// pipelines' files, so connections alone cannot make a pipeline fail to open a file.
-fn within_file_limit(max_connections: usize, metrics: bool) -> usize {
+/// caps (of the API and, if there is one, the metrics address) under it with room for
+/// `max_pipelines` pipelines' files, so connections alone cannot make a pipeline fail to open a
+/// file.
+fn within_file_limit(max_connections: usize, metrics: bool, max_pipelines: usize) -> usize {
     let limit = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(e) => {
@@ -183,7 +187,8 @@ fn within_file_limit(max_connections: usize, metrics: bool) -> usize {
         }
     };
     let listeners = if metrics { 2 } else { 1 };
-    let room = limit.saturating_sub(FILES_FOR_PIPELINES) / listeners;
+    let reserve = FILES_FOR_THE_SERVER + FILES_PER_PIPELINE * max_pipelines as u64;
+    let room = limit.saturating_sub(reserve) / listeners;
     let capped = max_connections.min(room.max(16) as usize);
     if capped < max_connections {
         tracing::warn!(
@@ -395,7 +400,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "no API tokens: set WEIR_ADMIN_TOKEN (and WEIR_INGEST_TOKEN), or pass --tokens FILE"
     );
     anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
-    let max_connections = within_file_limit(max_connections, metrics_listen.is_some());
+    let max_connections =
+        within_file_limit(max_connections, metrics_listen.is_some(), max_pipelines);
     let options = weir::api::ServeOptions {
         data,
         listen,

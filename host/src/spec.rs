@@ -470,21 +470,33 @@ impl PipelineSpec {
     /// operators from the registry (by name and version) or built in, state in `dir/data`, and
     /// sinks inside `dir/out`. File paths, standard streams and state
     /// directories are refused with the reason; `weir run`, a local command, keeps them.
-    pub fn parse_served(text: &str, dir: &Path) -> Result<PipelineSpec> {
+    ///
+    /// `Served::New` is a spec being created: its sinks are relative to `dir/out`. A server
+    /// stores it with its sinks relative to `dir` (`"out/results.jsonl"`), as older Weirs did,
+    /// and reads it back as `Served::Stored`: sinks relative to `dir`, and what newer rules
+    /// refuse (the memory backend, more shards) still accepted, so an upgrade never turns a
+    /// pipeline into a damaged one.
+    pub fn parse_served(text: &str, dir: &Path, served: Served) -> Result<PipelineSpec> {
         let raw: RawSpec = serde_json::from_str(text).map_err(|e| SpecError::Syntax {
             path: PathBuf::new(),
             message: e.to_string(),
         })?;
         let out = dir.join("out");
-        raw.check_served(&out)?;
+        let sink_base = match served {
+            Served::New => out.clone(),
+            Served::Stored => dir.to_owned(),
+        };
+        raw.check_served(&sink_base, served)?;
         let given = [
             raw.sinks.results.is_some(),
             raw.sinks.late.is_some(),
             raw.sinks.dead_letters.is_some(),
         ];
-        let mut spec = raw.check(dir, &out)?;
+        let mut spec = raw.check(dir, &sink_base)?;
         spec.source = SourceSpec::Http(Some(dir.join("ingest.jsonl")));
-        spec.state = StateSpec::Redb(dir.join("data"));
+        if spec.state != StateSpec::Memory {
+            spec.state = StateSpec::Redb(dir.join("data"));
+        }
         let sinks = &mut spec.sinks;
         for ((given, sink), default) in given
             .into_iter()
@@ -498,6 +510,16 @@ impl PipelineSpec {
         spec.sinks.check_distinct()?;
         Ok(spec)
     }
+}
+
+/// Whether a served spec is being created or was stored by a server earlier (see
+/// [`PipelineSpec::parse_served`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Sent to create a pipeline: every rule applies.
+    New,
+    /// Read back from a pipeline's directory.
+    Stored,
 }
 
 /// The most shards a pipeline may have.
@@ -744,8 +766,8 @@ fn size(field: &str, raw: &Option<RawSize>, default: usize) -> Result<usize> {
 
 impl RawSpec {
     /// What a served spec may not name (see [`PipelineSpec::parse_served`]); its sinks are
-    /// relative to `out`, the pipeline's output directory.
-    fn check_served(&self, out: &Path) -> Result<()> {
+    /// relative to `sink_base`.
+    fn check_served(&self, sink_base: &Path, served: Served) -> Result<()> {
         if !matches!(self.source, RawSource::Http) {
             return Err(invalid(
                 "source: a pipeline of weir serve reads the events sent to it over HTTP: use \
@@ -765,13 +787,13 @@ impl RawSpec {
                 )));
             }
         }
-        if self.state.backend.as_deref() == Some("memory") {
+        if served == Served::New && self.state.backend.as_deref() == Some("memory") {
             return Err(invalid(
                 "state.backend: a served pipeline keeps its state in redb, where memory_budget \
                  bounds it and checkpoints make it exactly-once; leave the backend out",
             ));
         }
-        if self.shards.is_some_and(|n| n > MAX_SERVED_SHARDS) {
+        if served == Served::New && self.shards.is_some_and(|n| n > MAX_SERVED_SHARDS) {
             return Err(invalid(format!(
                 "shards: a served pipeline has at most {MAX_SERVED_SHARDS} shards"
             )));
@@ -795,14 +817,25 @@ impl RawSpec {
                          the pipeline's out/ directory (\"results.jsonl\") or \"discard\""
                     )));
                 }
+                Some(path) if served == Served::New && path.split('/').next() == Some("out") => {
+                    return Err(invalid(format!(
+                        "{field}: sinks are relative to the pipeline's out/ directory already; \
+                         leave out the leading out/"
+                    )));
+                }
                 Some("shadow.jsonl") => {
                     return Err(invalid(format!(
                         "{field}: shadow.jsonl holds a rollout's shadow results; choose another name"
                     )));
                 }
                 Some(path) => {
-                    crate::names::join_relative(field, out, path, "the pipeline's out/ directory")
-                        .map_err(|e| invalid(e.to_string()))?;
+                    crate::names::join_relative(
+                        field,
+                        sink_base,
+                        path,
+                        "the pipeline's out/ directory",
+                    )
+                    .map_err(|e| invalid(e.to_string()))?;
                 }
             }
         }
@@ -1018,6 +1051,31 @@ mod tests {
             err.to_string().contains("must come before the aggregate"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_stored_served_spec_reads_as_it_was_accepted() {
+        let dir = Path::new("/data/pipelines/p");
+        let spec = r#"{"name":"p","source":{"type":"http"},"event":{"key":"k","timestamp":"t"},
+            "state":{"backend":"memory"},"shards":64,"sinks":{"results":"out/r.jsonl"}}"#;
+        let stored = PipelineSpec::parse_served(spec, dir, Served::Stored).unwrap();
+        assert_eq!(stored.sinks.results, Sink::File(dir.join("out/r.jsonl")));
+        assert_eq!(stored.state, StateSpec::Memory);
+        let err = PipelineSpec::parse_served(spec, dir, Served::New).unwrap_err();
+        assert!(err.to_string().contains("state.backend"), "{err}");
+        let new = spec
+            .replace(r#""state":{"backend":"memory"},"shards":64,"#, "")
+            .replace("out/r.jsonl", "r.jsonl");
+        let created = PipelineSpec::parse_served(&new, dir, Served::New).unwrap();
+        assert_eq!(created.sinks.results, Sink::File(dir.join("out/r.jsonl")));
+        let err = PipelineSpec::parse_served(
+            spec.replace(r#""state":{"backend":"memory"},"shards":64,"#, "")
+                .as_str(),
+            dir,
+            Served::New,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("leading out/"), "{err}");
     }
 
     #[test]

@@ -207,6 +207,9 @@ pub(super) async fn ingest(
     ))
 }
 
+/// The most result streams reading back their backlog at once.
+static BACKLOG_READERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(64);
+
 /// Sends the result records already in the results file after byte `after`, up to its last
 /// complete line, into `out`, recording in `seen` the offset where each one ends. Reads as the
 /// client takes them (the channel is small), so a stream far behind costs no memory.
@@ -274,10 +277,18 @@ pub(super) async fn results(
             ))
         })?;
         let seen = seen.clone();
+        // Each backlog is read by a blocking thread as its client takes it: bounded in number.
+        let reader = BACKLOG_READERS.try_acquire().map_err(|_| {
+            ApiError::from(RequestError::Busy(
+                "as many result streams are catching up as the server allows; retry shortly".into(),
+            ))
+        })?;
+        reader.forget(); // given back by the reading thread when it ends
         tokio::task::spawn_blocking(move || {
             if let Err(error) = send_backlog(&path, after, &seen, &backlog) {
                 tracing::warn!(%error, "reading the results file for a resumed stream failed");
             }
+            BACKLOG_READERS.add_permits(1);
         });
     }
     drop(slot);

@@ -16,7 +16,19 @@ use crate::time::MINUS_INFINITY;
 pub type ResultLine = (u64, Arc<str>);
 
 /// Resolves an operator version (of the pipeline's aggregate) to its compiled component.
-pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, String> + Send + Sync>;
+pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, ResolveError> + Send + Sync>;
+
+/// Why an operator version could not be resolved.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// No such version exists (any more).
+    #[error("{0}")]
+    Unknown(String),
+    /// The version exists but cannot be loaded (a changed file, a compile failure, ...).
+    #[error("{0}")]
+    Failed(String),
+}
 
 /// Live figures of a running pipeline.
 #[derive(Debug)]

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use control::{LiveStats, PipelineControl, Resolver, ResultLine};
+pub use control::{LiveStats, PipelineControl, ResolveError, Resolver, ResultLine};
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
@@ -197,7 +197,11 @@ pub fn run_controlled(
     let started = Instant::now();
     let control = control.unwrap_or_else(|| {
         Arc::new(PipelineControl::new(
-            Box::new(|version| Err(format!("no registry to find version {version} in"))),
+            Box::new(|version| {
+                Err(ResolveError::Failed(format!(
+                    "no registry to find version {version} in"
+                )))
+            }),
             None,
         ))
     });
@@ -218,7 +222,7 @@ pub fn run_controlled(
     let sinks = open_sinks(spec, manifest.as_ref())?;
     let mut source = open_source(spec, &control, manifest.as_ref())?;
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
-    let (routing, candidate) = resume_routing(spec, &control, manifest.as_ref());
+    let (routing, candidate) = resume_routing(spec, &control, manifest.as_ref())?;
     let resume = build::Resume {
         store: store.as_ref(),
         manifest: manifest.as_ref(),
@@ -334,15 +338,16 @@ fn open_source(
 /// The routing between operator versions the checkpoint was taken with, and the code of its
 /// candidate. A spec whose live version differs from the checkpoint's was promoted since: the
 /// promoted version serves every key from here on. A candidate that was replaced and deleted
-/// since cannot be loaded: its keys go back to the live version from this restart on, as a
-/// rollback at a barrier would send them.
+/// since no longer exists: its keys go back to the live version from this restart on, as a
+/// rollback at a barrier would send them. A candidate that exists but cannot be loaded stops
+/// the run, as before.
 fn resume_routing(
     spec: &PipelineSpec,
     control: &PipelineControl,
     manifest: Option<&Manifest>,
-) -> (Option<Routing>, Option<WasmOperator>) {
+) -> Result<(Option<Routing>, Option<WasmOperator>)> {
     let Some(op) = &spec.aggregate else {
-        return (None, None);
+        return Ok((None, None));
     };
     let mut routing = manifest
         .and_then(|m| m.routing.clone())
@@ -351,16 +356,21 @@ fn resume_routing(
     let candidate = match &routing.candidate {
         Some(version) => match (control.resolve)(version) {
             Ok(code) => Some(code),
-            Err(message) => {
-                tracing::warn!(%version, error = %message, "the checkpoint's candidate cannot be loaded: every key goes to the live version");
+            Err(ResolveError::Unknown(message)) => {
+                tracing::warn!(%version, error = %message, "the checkpoint's candidate no longer exists: every key goes to the live version");
                 routing = Routing::single(&routing.live);
                 None
+            }
+            Err(error) => {
+                return Err(PipelineError::Config(format!(
+                    "the checkpoint's candidate version {version} cannot be loaded: {error}"
+                )));
             }
         },
         None => None,
     };
     control.set_applied(routing.clone());
-    (Some(routing), candidate)
+    Ok((Some(routing), candidate))
 }
 
 type ShardHandle = std::thread::JoinHandle<std::result::Result<(), EngineError>>;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
 use crate::rollout::Routing;
-use crate::spec::{OperatorCode, PipelineSpec, SourceSpec};
+use crate::spec::{OperatorCode, PipelineSpec, Served, SourceSpec};
 
 /// The spec as sent.
 pub const SPEC_FILE: &str = "spec.json";
@@ -54,6 +54,21 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), RequestError> {
     crate::fsutil::write_atomic(path, &bytes).map_err(RequestError::from_io)
 }
 
+/// A new spec as it is stored: sink files relative to the pipeline's directory (`out/...`), as
+/// `Served::Stored` reads them.
+fn stored_form(mut json: serde_json::Value) -> serde_json::Value {
+    if let Some(sinks) = json.get_mut("sinks").and_then(|s| s.as_object_mut()) {
+        for value in sinks.values_mut() {
+            if let Some(path) = value.as_str()
+                && path != "discard"
+            {
+                *value = format!("out/{path}").into();
+            }
+        }
+    }
+    json
+}
+
 impl Managed {
     /// Checks a spec sent to the API and resolves it for pipeline directory `dir`: operators
     /// name registry versions (checked against their digests when loaded), state and output
@@ -62,9 +77,10 @@ impl Managed {
         json: &serde_json::Value,
         dir: &Path,
         registry: &Registry,
+        served: Served,
     ) -> Result<PipelineSpec, RequestError> {
         let text = json.to_string();
-        let mut spec = PipelineSpec::parse_served(&text, dir)
+        let mut spec = PipelineSpec::parse_served(&text, dir, served)
             .map_err(|e| RequestError::Invalid(e.to_string()))?;
         let kinds = spec
             .enrichers
@@ -99,7 +115,8 @@ impl Managed {
         dir: &Path,
         registry: &Registry,
     ) -> Result<Managed, RequestError> {
-        let spec = Self::resolve(&json, dir, registry)?;
+        let spec = Self::resolve(&json, dir, registry, Served::New)?;
+        let json = stored_form(json);
         std::fs::create_dir_all(dir).map_err(RequestError::from_io)?;
         write_json(&dir.join(SPEC_FILE), &json)?;
         let managed = Managed {
@@ -126,7 +143,7 @@ impl Managed {
             Err(_) if !dir.join(DESIRED_FILE).exists() => Desired::default(),
             Err(e) => return Err(e),
         };
-        let spec = Self::resolve(&json, dir, registry)
+        let spec = Self::resolve(&json, dir, registry, Served::Stored)
             .map_err(|e| format!("{SPEC_FILE} is not usable: {e}"))?;
         if spec.name != name {
             return Err(format!(
@@ -230,7 +247,7 @@ impl Managed {
                 op["version"] = plan.version.clone().into();
             }
         }
-        let spec = Self::resolve(&json, &self.dir, registry)?;
+        let spec = Self::resolve(&json, &self.dir, registry, Served::Stored)?;
         write_json(&self.dir.join(SPEC_FILE), &json)?;
         self.spec_json = json;
         self.spec = spec;

@@ -249,7 +249,7 @@ impl Server {
             .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
             .to_owned();
         let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
-        Managed::resolve(&json, &dir, &self.registry)?;
+        Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
         let _reserved = self.reserve(&name, true)?;
         if dir.exists() {
             warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
@@ -285,7 +285,8 @@ impl Server {
                 "pipeline {name:?} exists; DELETE it first or choose another name"
             )));
         }
-        if creating && pipelines.len() + busy.len() >= self.limits.max_pipelines {
+        let being_created = busy.iter().filter(|n| !pipelines.contains_key(*n)).count();
+        if creating && pipelines.len() + being_created >= self.limits.max_pipelines {
             return Err(RequestError::Conflict(format!(
                 "the server holds its limit of {} pipelines; delete one first",
                 self.limits.max_pipelines
@@ -303,7 +304,9 @@ impl Server {
         let slot = self.pipeline(name)?;
         let _reserved = self.reserve(name, false)?;
         slot.mark_deleting();
-        match slot.stop(self.limits.stop_wait, true)? {
+        // Not a user's stop: nothing is saved (the directory goes), so a full disk cannot keep
+        // the pipeline from stopping.
+        match slot.stop(self.limits.stop_wait, false)? {
             StopOutcome::Stopped => {}
             StopOutcome::Stopping => {
                 return Err(RequestError::Conflict(format!(
@@ -350,11 +353,15 @@ impl Server {
     pub fn health(&self) -> Health {
         let mut stalled = Vec::new();
         let mut damaged_pipelines = Vec::new();
+        // A slot busy with a file write is skipped: health never waits on a disk.
         for slot in self.slots() {
-            if slot.silent_for() > Some(self.limits.stall_after) {
+            let Some((damaged, silent)) = slot.health() else {
+                continue;
+            };
+            if silent > Some(self.limits.stall_after) {
                 stalled.push(slot.name.clone());
             }
-            if slot.is_damaged() {
+            if damaged {
                 damaged_pipelines.push(slot.name.clone());
             }
         }

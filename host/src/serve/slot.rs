@@ -17,8 +17,8 @@ use tracing::{info, warn};
 
 use super::managed::INGEST_FILE;
 use super::{Managed, RequestError, RolloutPlan};
-use crate::operator::{ComponentKind, Registry};
-use crate::pipeline::{PipelineControl, PipelineError, RunOptions, Summary};
+use crate::operator::{ComponentKind, Registry, RegistryError};
+use crate::pipeline::{PipelineControl, PipelineError, ResolveError, RunOptions, Summary};
 use crate::rollout::{RateWatch, Routing, ShadowLog};
 use crate::source::IngestLog;
 
@@ -65,6 +65,8 @@ pub struct Slot {
     ingest: Mutex<Option<Arc<IngestLog>>>,
     /// Ingest requests of this pipeline being handled at once (each waits for a sync).
     ingesting: Arc<tokio::sync::Semaphore>,
+    /// Set when the pipeline is deleted: its files are gone and must not be opened again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
@@ -123,6 +125,7 @@ impl Slot {
             results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
             ingest: Mutex::new(None),
             ingesting: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INGESTS)),
+            closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -145,6 +148,17 @@ impl Slot {
     /// Whether the files of the pipeline are damaged.
     pub fn is_damaged(&self) -> bool {
         self.lock().managed.is_err()
+    }
+
+    /// For `/healthz`, without waiting on a slot busy with a file write: whether the pipeline
+    /// is damaged and how long it has been silent (`None` for a busy slot).
+    pub fn health(&self) -> Option<(bool, Option<Duration>)> {
+        let inner = self.inner.try_lock().ok()?;
+        let silent = (Self::is_running(&inner) && !inner.stopping)
+            .then(|| inner.control.as_ref())
+            .flatten()
+            .map(|control| Duration::from_millis(control.silent_for_ms()));
+        Some((inner.managed.is_err(), silent))
     }
 
     /// Collects the result of a thread that ended (by itself, or asked to stop).
@@ -183,6 +197,12 @@ impl Slot {
     }
 
     fn ingest_log(&self) -> Result<Arc<IngestLog>, RequestError> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} was deleted",
+                self.name
+            )));
+        }
         let mut ingest = self.ingest.lock().expect("ingest lock");
         if let Some(log) = &*ingest {
             return Ok(log.clone());
@@ -194,6 +214,13 @@ impl Slot {
 
     /// Starts the pipeline (resuming from its last checkpoint) and records that it should run.
     pub fn start(&self, registry: &Arc<Registry>) -> Result<(), RequestError> {
+        {
+            let inner = self.lock();
+            self.check_not_deleting(&inner)?;
+            if let Err(reason) = &inner.managed {
+                return Err(damaged(reason));
+            }
+        }
         let log = self.ingest_log()?;
         let mut inner = self.lock();
         Self::reap(&mut inner);
@@ -260,8 +287,13 @@ impl Slot {
         let resolve = Box::new(move |version: &str| match &operator {
             Some(name) => lookup
                 .load(name, version, ComponentKind::Aggregate)
-                .map_err(|e| e.to_string()),
-            None => Err("the pipeline has no aggregate to roll out".into()),
+                .map_err(|e| match e {
+                    RegistryError::Unknown { .. } => ResolveError::Unknown(e.to_string()),
+                    other => ResolveError::Failed(other.to_string()),
+                }),
+            None => Err(ResolveError::Failed(
+                "the pipeline has no aggregate to roll out".into(),
+            )),
         });
         let out = self.dir.join("out");
         std::fs::create_dir_all(&out).map_err(RequestError::from_io)?;
@@ -352,18 +384,10 @@ impl Slot {
 
     /// Closes the result stream (the pipeline is being deleted): subscribers' streams end.
     pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
         self.lock().control = None;
         *self.ingest.lock().expect("ingest lock") = None;
-    }
-
-    /// How long the running pipeline has shown no sign of life; `None` if it is not running.
-    pub fn silent_for(&self) -> Option<Duration> {
-        let inner = self.lock();
-        if !Self::is_running(&inner) || inner.stopping {
-            return None;
-        }
-        let control = inner.control.as_ref()?;
-        Some(Duration::from_millis(control.silent_for_ms()))
     }
 
     /// Appends events to the ingest log, whole and durably, while the pipeline runs. Returns

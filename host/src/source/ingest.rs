@@ -183,14 +183,14 @@ impl IngestLog {
     }
 }
 
-/// The length of the file up to the end of its last complete batch: after the last end line;
-/// a batch after it without its own end line is cut off whole. In a log without control lines
-/// (an earlier Weir's), up to the last newline.
+/// The length of the file up to the end of its last complete batch: after the last end line,
+/// so a batch after it without its own end line is cut off whole. A log without any end line
+/// (an earlier Weir's, whose batches had none) is cut only to its last newline: its batches
+/// were acknowledged whole, and none of them may be taken for a torn one.
 fn complete_length(file: &mut File) -> std::io::Result<u64> {
-    let mut length = file.metadata()?.len();
-    let mut saw_control = false;
+    let full = file.metadata()?.len();
+    let mut length = full;
     while let Some(offset) = last_line_starting_with_hash(file, length)? {
-        saw_control = true;
         let mut line = [0u8; 32];
         file.seek(SeekFrom::Start(offset))?;
         let n = read_up_to(file, &mut line[..((length - offset) as usize).min(32)])?;
@@ -200,10 +200,7 @@ fn complete_length(file: &mut File) -> std::io::Result<u64> {
         }
         length = offset; // a clock line or a torn control line: the batch goes
     }
-    if saw_control {
-        return Ok(0);
-    }
-    last_newline(file, length)
+    last_newline(file, full)
 }
 
 fn read_up_to(file: &mut File, buffer: &mut [u8]) -> std::io::Result<usize> {
@@ -312,8 +309,10 @@ mod tests {
         ] {
             assert_eq!(opened(&format!("{whole}{torn}")), whole, "{torn:?}");
         }
-        assert_eq!(opened("#weir ingest_ms=2\n{\"b\":1}\n"), "");
-        // A log of an earlier Weir, without control lines: cut to its last newline.
+        // Logs of an earlier Weir, without end lines (with or without clock lines): every
+        // batch in them was acknowledged, so only a torn last line is cut.
+        let clocks = "#weir ingest_ms=2\n{\"b\":1}\n#weir ingest_ms=3\n{\"b\":2}\n";
+        assert_eq!(opened(&format!("{clocks}{{\"b\"")), clocks);
         assert_eq!(opened("{\"a\":1}\n{\"a\""), "{\"a\":1}\n");
     }
 

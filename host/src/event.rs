@@ -22,6 +22,16 @@ pub struct Event {
     pub fields: Vec<(Arc<str>, Value)>,
 }
 
+/// An event on its way through a pipeline: with its arrival index in the whole input, which
+/// orders everything the event causes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Staged {
+    /// Arrival index in the whole input.
+    pub seq: u64,
+    /// The event.
+    pub event: Event,
+}
+
 impl Event {
     /// The event as a JSON object, for late and dead-letter output.
     pub fn to_json(&self) -> serde_json::Value {

@@ -11,10 +11,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::event::DeadLetter;
+use crate::event::Staged;
 use crate::operator::{EnrichOperator, OperatorError, Scope};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
-use crate::window::{EngineError, EngineOutput, Staged};
+use crate::window::{EngineError, EngineOutput};
 
 /// The state map an enrichment operator's reference data is loaded into; it never expires.
 pub const REFERENCE_MAP: &str = "reference";

@@ -8,11 +8,11 @@ use std::time::Instant;
 use super::ShardOutput;
 use super::ShardSnapshot;
 use crate::event::DeadLetter;
+use crate::event::Staged;
 use crate::operator::WasmOperator;
 use crate::rollout::Routing;
 use crate::source::SourcePosition;
 use crate::time::Millis;
-use crate::window::Staged;
 
 /// Messages to a shard.
 pub(super) enum ShardMsg {

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use super::messages::{Part, Position, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
+use crate::event::Staged;
 use crate::event::{DeadLetter, Decoder};
 use crate::rollout::Routing;
 use crate::source::{Record, Source};
@@ -18,7 +19,6 @@ use crate::spec::PipelineSpec;
 use crate::state::key_group;
 use crate::time::Millis;
 use crate::watermark::BoundedOutOfOrderness;
-use crate::window::Staged;
 
 /// Where routing starts: from scratch, or from a checkpoint.
 #[derive(Debug, Clone, Copy)]

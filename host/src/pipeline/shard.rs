@@ -6,11 +6,12 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use super::PipelineControl;
 use super::enrichment::Enrichment;
 use super::messages::{Part, ShardMsg};
+use crate::event::Staged;
 use crate::operator::{AggregateOperator, Limits, LoadError, Projection, WasmOperator};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
-use crate::window::{Context, EngineError, EngineOutput, Staged, WindowEngine};
+use crate::window::{Context, EngineError, EngineOutput, WindowEngine};
 
 /// What a shard produced for one batch.
 #[derive(Debug, Default)]

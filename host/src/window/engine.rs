@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::assign;
-use crate::event::{DeadLetter, Event};
+use crate::event::{DeadLetter, Event, Staged};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{Change, Namespace, StateBackend, StateError, StateKey, TableRow, key_group};
@@ -95,15 +95,6 @@ pub struct LateEvent {
     pub watermark: Millis,
     /// Why it is late.
     pub reason: String,
-}
-
-/// An event as the engine receives it: with its arrival index.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Staged {
-    /// Arrival index in the whole input.
-    pub seq: u64,
-    /// The event.
-    pub event: Event,
 }
 
 /// Everything one batch produced.
@@ -725,5 +716,159 @@ impl WindowEngine {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The engine alone, with the native count-sum and the memory backend: firing, updates
+    //! within the allowed lateness, late events, and session merges with retractions. The
+    //! end-to-end suite checks the same rules through the binary against a reference model.
+
+    use super::*;
+    use crate::operator::NativeCountSum;
+    use crate::state::MemoryBackend;
+    use crate::value::Value;
+
+    /// Runs `events` (key, timestamp, amount) through one engine in one batch, the watermark
+    /// following the highest timestamp (bound 0), and ends the input if `end`.
+    fn run(
+        spec: WindowSpec,
+        lateness: Millis,
+        events: &[(&str, Millis, i64)],
+        end: bool,
+    ) -> EngineOutput {
+        let staged: Vec<Staged> = events
+            .iter()
+            .enumerate()
+            .map(|(i, (key, ts, amount))| Staged {
+                seq: i as u64,
+                event: Event {
+                    line: i as u64 + 1,
+                    key: (*key).into(),
+                    timestamp: *ts,
+                    fields: vec![("amount".into(), Value::Int(*amount))],
+                },
+            })
+            .collect();
+        let mut advances = Vec::new();
+        let mut watermark = MINUS_INFINITY;
+        for s in &staged {
+            if s.event.timestamp > watermark {
+                watermark = s.event.timestamp;
+                advances.push((s.seq, watermark));
+            }
+        }
+        let mut engine = WindowEngine::new(spec, lateness, 0, "count-sum@1".into());
+        let (mut operator, mut state) = (NativeCountSum, MemoryBackend::default());
+        let mut cx = Context {
+            operator: &mut operator,
+            state: &mut state,
+        };
+        let mut out = EngineOutput::default();
+        engine
+            .process(&staged, &advances, end, &mut cx, &mut out)
+            .expect("the engine runs");
+        out
+    }
+
+    /// (key, start, end, kind, version, count) of each emission.
+    fn emitted(out: &EngineOutput) -> Vec<(String, Millis, Millis, &'static str, u64, i64)> {
+        out.emissions
+            .iter()
+            .map(|e| {
+                let count = e
+                    .value
+                    .iter()
+                    .find(|(name, _)| name == "count")
+                    .and_then(|(_, v)| match v {
+                        Value::Int(n) => Some(*n),
+                        _ => None,
+                    })
+                    .unwrap_or(-1);
+                let key = e.key.to_string();
+                (
+                    key,
+                    e.window.start,
+                    e.window.end,
+                    e.kind.as_str(),
+                    e.version,
+                    count,
+                )
+            })
+            .collect()
+    }
+
+    const TUMBLING: WindowSpec = WindowSpec::Tumbling { size: 10 };
+
+    #[test]
+    fn a_window_fires_when_the_watermark_passes_its_end() {
+        let out = run(
+            TUMBLING,
+            0,
+            &[("a", 0, 1), ("a", 5, 2), ("b", 12, 3)],
+            false,
+        );
+        assert_eq!(emitted(&out), [("a".into(), 0, 10, "result", 1, 2)]);
+        let out = run(TUMBLING, 0, &[("a", 0, 1), ("a", 5, 2), ("b", 12, 3)], true);
+        assert_eq!(
+            emitted(&out),
+            [
+                ("a".into(), 0, 10, "result", 1, 2),
+                ("b".into(), 10, 20, "result", 1, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_late_event_within_the_lateness_updates_its_window() {
+        let out = run(
+            TUMBLING,
+            100,
+            &[("a", 0, 1), ("a", 25, 1), ("a", 3, 1)],
+            false,
+        );
+        assert_eq!(
+            emitted(&out),
+            [
+                ("a".into(), 0, 10, "result", 1, 1),
+                ("a".into(), 0, 10, "update", 2, 2)
+            ]
+        );
+        assert!(out.late.is_empty());
+    }
+
+    #[test]
+    fn an_event_past_the_lateness_goes_to_the_late_output() {
+        let out = run(
+            TUMBLING,
+            0,
+            &[("a", 0, 1), ("a", 25, 1), ("a", 3, 1)],
+            false,
+        );
+        assert_eq!(emitted(&out), [("a".into(), 0, 10, "result", 1, 1)]);
+        assert_eq!(out.late.iter().map(|l| l.seq).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_session_bridging_two_emitted_sessions_retracts_both() {
+        let events = [("a", 0, 1), ("a", 20, 1), ("a", 40, 1), ("a", 10, 1)];
+        let out = run(WindowSpec::Session { gap: 10 }, 100, &events, false);
+        let emitted = emitted(&out);
+        assert_eq!(
+            &emitted[..2],
+            [
+                ("a".into(), 0, 10, "result", 1, 1),
+                ("a".into(), 20, 30, "result", 1, 1)
+            ]
+        );
+        let retracted: Vec<_> = emitted[2..]
+            .iter()
+            .filter(|e| e.3 == "retract")
+            .map(|e| (e.1, e.2))
+            .collect();
+        assert_eq!(retracted, [(0, 10), (20, 30)]);
+        let merged = emitted.last().expect("the merged session");
+        assert_eq!((merged.1, merged.2, merged.5), (0, 30, 3), "{emitted:?}");
     }
 }

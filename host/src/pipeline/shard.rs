@@ -232,3 +232,96 @@ pub(super) fn run_thread(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The shard's side of the barrier protocol, through its thread and channels: a barrier is
+    //! answered with the shard's changes, and the shard then holds still until the checkpoint
+    //! is acknowledged.
+
+    use std::sync::Arc;
+    use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::event::Event;
+    use crate::operator::NativeCountSum;
+    use crate::pipeline::ResolveError;
+    use crate::rollout::CounterBook;
+    use crate::spec::WindowSpec;
+    use crate::state::MemoryBackend;
+    use crate::value::Value;
+
+    fn shard() -> Shard {
+        let engine = WindowEngine::new(WindowSpec::Tumbling { size: 10 }, 0, 0, "c@1".into());
+        let versioned =
+            VersionedAggregate::new("1", Box::new(NativeCountSum), &CounterBook::default());
+        let factory = CandidateFactory {
+            limits: Limits::default(),
+            projection: Projection::All,
+        };
+        Shard::new(
+            Vec::new(),
+            Some((engine, versioned, factory)),
+            Box::new(MemoryBackend::default()),
+        )
+    }
+
+    fn batch(id: u64, seq: u64, ts: i64) -> ShardMsg {
+        let event = Event {
+            line: seq + 1,
+            key: "k".into(),
+            timestamp: ts,
+            fields: vec![("amount".into(), Value::Int(1))],
+        };
+        ShardMsg::Batch {
+            id,
+            events: vec![Staged { seq, event }],
+            advances: Arc::new(vec![(seq, ts)]),
+            end_of_input: false,
+        }
+    }
+
+    #[test]
+    fn a_shard_hands_over_its_changes_at_a_barrier_and_waits_for_the_commit() {
+        let (messages, inbox) = sync_channel::<ShardMsg>(4);
+        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
+        let (ack, acks) = sync_channel::<()>(1);
+        let control =
+            PipelineControl::new(Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))), None);
+        let thread =
+            std::thread::spawn(move || run_thread(shard(), &inbox, &parts_tx, &acks, &control));
+        let next = |what: &str| {
+            parts
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+        };
+        messages.send(batch(0, 0, 5)).unwrap();
+        assert!(matches!(next("the first batch"), (0, Part::Shard(_))));
+        messages
+            .send(ShardMsg::Barrier {
+                id: 1,
+                change: None,
+            })
+            .unwrap();
+        match next("the barrier") {
+            (1, Part::Snapshot(snapshot)) => {
+                assert!(!snapshot.windows.is_empty(), "no window changes handed over")
+            }
+            (id, _) => panic!("batch {id} instead of the snapshot"),
+        }
+        // Until the commit is acknowledged, the next batch waits.
+        messages.send(batch(2, 1, 15)).unwrap();
+        assert!(matches!(
+            parts.recv_timeout(Duration::from_millis(200)),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        ack.send(()).unwrap();
+        match next("the batch after the commit") {
+            (2, Part::Shard(output)) => assert_eq!(output.engine.emissions.len(), 1),
+            (id, _) => panic!("unexpected part for batch {id}"),
+        }
+        drop(messages);
+        thread.join().unwrap().unwrap();
+    }
+}

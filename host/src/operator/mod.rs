@@ -71,6 +71,40 @@ pub trait AggregateOperator: Send {
     }
 }
 
+/// Code that makes aggregate instances, one per shard: a Wasm component or a native operator.
+/// Rollouts move keys between versions of it, whatever it is.
+pub trait AggregateCode: Send + Sync + std::fmt::Debug {
+    /// A new instance, passed the fields `projection` selects.
+    fn instantiate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError>;
+}
+
+impl AggregateCode for WasmOperator {
+    fn instantiate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError> {
+        Ok(Box::new(self.aggregate(limits, projection)?))
+    }
+}
+
+impl AggregateCode for NativeCountSum {
+    fn instantiate(
+        &self,
+        _limits: Limits,
+        _projection: Projection,
+    ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError> {
+        Ok(Box::new(NativeCountSum))
+    }
+}
+
+/// Aggregate code shared by every shard (and the router, which hands it to them).
+pub type SharedAggregateCode = Arc<dyn AggregateCode>;
+
 /// One event produced by an enrichment operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Enriched {

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::checkpoint::{CheckpointError, Manifest};
 use crate::operator::{
-    AggregateOperator, ComponentKind, EnrichOperator, Limits, NativeCountSum, Projection,
-    WasmOperator, WasmRuntime,
+    AggregateCode, AggregateOperator, ComponentKind, EnrichOperator, Limits, NativeCountSum,
+    Projection, WasmOperator, WasmRuntime,
 };
 use crate::rollout::{Routing, VersionedAggregate};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec};
@@ -150,7 +150,7 @@ pub(super) struct Resume<'a> {
     pub(super) manifest: Option<&'a Manifest>,
     pub(super) watermark: Millis,
     pub(super) routing: Option<&'a Routing>,
-    pub(super) candidate: Option<&'a WasmOperator>,
+    pub(super) candidate: Option<&'a dyn AggregateCode>,
 }
 
 /// Builds shard `index` of `shards`.

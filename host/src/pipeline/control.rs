@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::CheckpointStats;
-use crate::operator::WasmOperator;
+use crate::operator::SharedAggregateCode;
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
 use crate::time::MINUS_INFINITY;
@@ -15,8 +15,8 @@ use crate::time::MINUS_INFINITY;
 /// (its id: the same record has the same offset in every replay), and its JSON line.
 pub type ResultLine = (u64, Arc<str>);
 
-/// Resolves an operator version (of the pipeline's aggregate) to its compiled component.
-pub type Resolver = Box<dyn Fn(&str) -> Result<WasmOperator, ResolveError> + Send + Sync>;
+/// Resolves an operator version (of the pipeline's aggregate) to its code, Wasm or native.
+pub type Resolver = Box<dyn Fn(&str) -> Result<SharedAggregateCode, ResolveError> + Send + Sync>;
 
 /// Why an operator version could not be resolved.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -9,7 +9,7 @@ use super::ShardOutput;
 use super::ShardSnapshot;
 use crate::event::DeadLetter;
 use crate::event::Staged;
-use crate::operator::WasmOperator;
+use crate::operator::SharedAggregateCode;
 use crate::rollout::Routing;
 use crate::source::SourcePosition;
 use crate::time::Millis;
@@ -33,7 +33,7 @@ pub(super) enum ShardMsg {
 pub(super) struct RoutingChange {
     pub(super) routing: Routing,
     /// The candidate's code, when it is a version the shards do not run yet.
-    pub(super) candidate: Option<WasmOperator>,
+    pub(super) candidate: Option<SharedAggregateCode>,
 }
 
 /// The router's part of a checkpoint.

@@ -37,7 +37,7 @@ pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 use crate::checkpoint::{CheckpointError, CheckpointStats, Manifest, fingerprint, recover};
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
 use crate::event::DEFAULT_MAX_LINE_BYTES;
-use crate::operator::{LoadError, WasmOperator};
+use crate::operator::{LoadError, SharedAggregateCode};
 use crate::rollout::Routing;
 use crate::source::{Generator, LineReader, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
@@ -228,7 +228,7 @@ pub fn run_controlled(
         manifest: manifest.as_ref(),
         watermark,
         routing: routing.as_ref(),
-        candidate: candidate.as_ref(),
+        candidate: candidate.as_deref(),
     };
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
@@ -345,7 +345,7 @@ fn resume_routing(
     spec: &PipelineSpec,
     control: &PipelineControl,
     manifest: Option<&Manifest>,
-) -> Result<(Option<Routing>, Option<WasmOperator>)> {
+) -> Result<(Option<Routing>, Option<SharedAggregateCode>)> {
     let Some(op) = &spec.aggregate else {
         return Ok((None, None));
     };

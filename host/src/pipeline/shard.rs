@@ -7,7 +7,7 @@ use super::PipelineControl;
 use super::enrichment::Enrichment;
 use super::messages::{Part, ShardMsg};
 use crate::event::Staged;
-use crate::operator::{AggregateOperator, Limits, LoadError, Projection, WasmOperator};
+use crate::operator::{AggregateCode, Limits, LoadError, Projection};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
@@ -118,19 +118,16 @@ impl Shard {
     pub fn route(
         &mut self,
         routing: Routing,
-        candidate: Option<&WasmOperator>,
+        candidate: Option<&dyn AggregateCode>,
         counters: &CounterBook,
         shadow_log: Option<ShadowLog>,
     ) -> Result<(), LoadError> {
         let Some((_, versioned, factory)) = &mut self.aggregate else {
             return Ok(());
         };
-        let instance: Option<Box<dyn AggregateOperator>> = match candidate {
-            Some(code) => Some(Box::new(
-                code.aggregate(factory.limits, factory.projection.clone())?,
-            )),
-            None => None,
-        };
+        let instance = candidate
+            .map(|code| code.instantiate(factory.limits, factory.projection.clone()))
+            .transpose()?;
         versioned.route(routing, instance, counters, shadow_log);
         Ok(())
     }
@@ -221,7 +218,7 @@ pub(super) fn run_thread(
                     shard
                         .route(
                             change.routing,
-                            change.candidate.as_ref(),
+                            change.candidate.as_deref(),
                             &control.counters,
                             control.shadow_log.clone(),
                         )
@@ -306,7 +303,10 @@ mod tests {
             .unwrap();
         match next("the barrier") {
             (1, Part::Snapshot(snapshot)) => {
-                assert!(!snapshot.windows.is_empty(), "no window changes handed over")
+                assert!(
+                    !snapshot.windows.is_empty(),
+                    "no window changes handed over"
+                )
             }
             (id, _) => panic!("batch {id} instead of the snapshot"),
         }

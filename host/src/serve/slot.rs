@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::managed::INGEST_FILE;
 use super::{Managed, RequestError, RolloutPlan};
-use crate::operator::{ComponentKind, Registry, RegistryError};
+use crate::operator::{ComponentKind, Registry, RegistryError, SharedAggregateCode};
 use crate::pipeline::{PipelineControl, PipelineError, ResolveError, RunOptions, Summary};
 use crate::rollout::{RateWatch, Routing, ShadowLog};
 use crate::source::IngestLog;
@@ -287,6 +287,7 @@ impl Slot {
         let resolve = Box::new(move |version: &str| match &operator {
             Some(name) => lookup
                 .load(name, version, ComponentKind::Aggregate)
+                .map(|code| Arc::new(code) as SharedAggregateCode)
                 .map_err(|e| match e {
                     RegistryError::Unknown { .. } => ResolveError::Unknown(e.to_string()),
                     other => ResolveError::Failed(other.to_string()),

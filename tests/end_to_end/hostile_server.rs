@@ -555,6 +555,14 @@ fn a_busy_pipeline_blocks_no_other_and_health_reports_it() {
     let spin: Vec<Ev> = (0..50).map(|i| ev("spin-1", BASE_TS + i, 1)).collect();
     server.ingest("busy", &spin);
     server.ingest("busy", &spin);
+    // Once the router has handed the spinning batch to the shard, the pipeline is busy.
+    server.wait_for("the busy pipeline to route its events", PATIENCE, || {
+        let status = server.status("busy");
+        match status["events_in"].as_u64() {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
 
     // The busy pipeline's stop answers within its wait, saying it is still stopping...
     let started = Instant::now();
@@ -631,7 +639,13 @@ fn a_second_sigterm_exits_at_once_and_a_clean_one_checkpoints() {
     server.wait_for_events_in(PIPELINE, events.len());
     create_and_start_spec(&server, &spinning_spec("busy"));
     server.ingest("busy", &[ev("spin-1", BASE_TS, 1)]);
-    thread::sleep(Duration::from_millis(300));
+    server.wait_for("the busy pipeline to route its event", PATIENCE, || {
+        let status = server.status("busy");
+        match status["events_in"].as_u64() {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
     server.signal("TERM");
     thread::sleep(Duration::from_millis(500));
     assert!(

@@ -818,10 +818,14 @@ fn request_bodies_in_flight_are_held_to_a_budget() {
         "POST /v1/pipelines/{PIPELINE}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{{\"user\":"
     )
     .unwrap();
-    thread::sleep(Duration::from_millis(300));
-    // The budget is spent: the next body is refused with 503 and Retry-After, not queued.
-    let (status, body) = send(&server, PIPELINE, &clicks(5, 1));
-    assert_eq!(status, 503, "{body}");
+    // The budget is spent once the server has read the slow request's headers: the next body
+    // is refused with 503, not queued.
+    let body = server.wait_for("a 503 while the budget is spent", PATIENCE, || {
+        match send(&server, PIPELINE, &clicks(5, 1)) {
+            (503, body) => Ok(body),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    });
     assert!(body.contains("--max-inflight"), "{body}");
     // Requests without a body still pass, and the budget returns when the senders go.
     server.status(PIPELINE);

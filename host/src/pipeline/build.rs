@@ -190,7 +190,41 @@ pub(super) fn build_shard(
             op.state_ttl,
         ));
     }
-    let aggregate = match (&spec.aggregate, &loaded.aggregate, &spec.window) {
+    let aggregate = build_aggregate(spec, loaded, limits, control)?;
+    let mut shard = Shard::new(enrichers, aggregate, state);
+    if let Some(routing) = resume.routing
+        && routing.candidate.is_some()
+    {
+        shard.route(
+            routing.clone(),
+            resume.candidate,
+            &control.counters,
+            control.shadow_log.clone(),
+        )?;
+    }
+    if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
+        restore_shard(
+            spec,
+            store,
+            dir,
+            resume.watermark,
+            &mut shard,
+            index,
+            shards,
+        )?;
+    }
+    Ok(shard)
+}
+
+/// A shard's aggregate, if the pipeline has one: its window engine, the live version (and the
+/// room for a candidate), and how candidates are made.
+fn build_aggregate(
+    spec: &PipelineSpec,
+    loaded: &Loaded,
+    limits: Limits,
+    control: &PipelineControl,
+) -> Result<Option<(WindowEngine, VersionedAggregate, CandidateFactory)>> {
+    Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
             let all_but_key_and_time =
                 Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()]);
@@ -216,30 +250,7 @@ pub(super) fn build_shard(
             ))
         }
         _ => None,
-    };
-    let mut shard = Shard::new(enrichers, aggregate, state);
-    if let Some(routing) = resume.routing
-        && routing.candidate.is_some()
-    {
-        shard.route(
-            routing.clone(),
-            resume.candidate,
-            &control.counters,
-            control.shadow_log.clone(),
-        )?;
-    }
-    if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
-        restore_shard(
-            spec,
-            store,
-            dir,
-            resume.watermark,
-            &mut shard,
-            index,
-            shards,
-        )?;
-    }
-    Ok(shard)
+    })
 }
 
 /// Puts an enrichment operator's reference rows into the state of the keys this shard owns.

@@ -195,16 +195,7 @@ pub fn run_controlled(
     control: Option<Arc<PipelineControl>>,
 ) -> Result<Summary> {
     let started = Instant::now();
-    let control = control.unwrap_or_else(|| {
-        Arc::new(PipelineControl::new(
-            Box::new(|version| {
-                Err(ResolveError::Failed(format!(
-                    "no registry to find version {version} in"
-                )))
-            }),
-            None,
-        ))
-    });
+    let control = control.unwrap_or_else(standalone_control);
     let shards = spec
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -266,8 +257,7 @@ pub fn run_controlled(
         finished: manifest.as_ref().is_some_and(|m| m.finished),
     };
     let routed = router.route(source.as_mut(), start);
-    drop(shard_txs);
-    drop(part_tx);
+    drop((shard_txs, part_tx)); // hang up: the shards and then the collector finish
     let summary = join(
         routed,
         handles,
@@ -276,6 +266,23 @@ pub fn run_controlled(
         manifest.as_ref(),
         started,
     )?;
+    log_finished(&summary);
+    Ok(summary)
+}
+
+/// The control of a run nobody controls (`weir run`): it has no registry of versions.
+fn standalone_control() -> Arc<PipelineControl> {
+    Arc::new(PipelineControl::new(
+        Box::new(|version| {
+            Err(ResolveError::Failed(format!(
+                "no registry to find version {version} in"
+            )))
+        }),
+        None,
+    ))
+}
+
+fn log_finished(summary: &Summary) {
     info!(
         events_in = summary.events_in,
         results_out = summary.results_out,
@@ -286,7 +293,6 @@ pub fn run_controlled(
         elapsed_ms = summary.elapsed.as_millis() as u64,
         "pipeline finished"
     );
-    Ok(summary)
 }
 
 /// Opens the sinks, cut back to the lengths the checkpoint committed.

@@ -307,3 +307,91 @@ fn prepare(
     stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
     (stored, stats)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The collector's side of the barrier protocol: a barrier is committed only after every
+    //! earlier batch is written, and the shards are released only after the commit and its
+    //! marker.
+
+    use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::checkpoint::MARKER_FILE;
+    use crate::pipeline::{ResolveError, ShardOutput};
+    use crate::source::SourcePosition;
+    use crate::spec::Sink;
+
+    #[test]
+    fn a_barrier_waits_for_earlier_batches_and_releases_the_shards_after_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = |name: &str| SinkWriter::open(&Sink::File(dir.path().join(name)), None).unwrap();
+        let mut sinks = Sinks {
+            results: sink("results.jsonl"),
+            late: sink("late.jsonl"),
+            dead_letters: sink("dead.jsonl"),
+        };
+        let (ack_tx, ack) = sync_channel::<()>(1);
+        let checkpointer = Checkpointer {
+            store: RedbStore::open(dir.path()).unwrap(),
+            data_dir: dir.path().to_owned(),
+            pipeline: "p".into(),
+            fingerprint: "f".into(),
+            next_id: 1,
+            acks: vec![ack_tx],
+            stats: Vec::new(),
+        };
+        let store = checkpointer.store.clone();
+        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
+        let collector = std::thread::spawn(move || {
+            let control =
+                PipelineControl::new(Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))), None);
+            let label = OperatorLabel {
+                pipeline: "p".into(),
+                name: "c".into(),
+                version: "1".into(),
+            };
+            collect(parts, 2, &label, &mut sinks, Some(checkpointer), &control)
+        });
+        // The barrier (id 1) arrives before batch 0 is complete: it must wait.
+        let position = Position {
+            source: SourcePosition::default(),
+            events: 0,
+            watermark: 0,
+            finished: false,
+            started: Instant::now(),
+            routing: None,
+        };
+        parts_tx.send((1, Part::Position(position))).unwrap();
+        parts_tx
+            .send((1, Part::Snapshot(ShardSnapshot::default())))
+            .unwrap();
+        parts_tx.send((0, Part::Router(Vec::new()))).unwrap();
+        assert!(matches!(
+            ack.recv_timeout(Duration::from_millis(200)),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        assert!(
+            store.manifest().unwrap().is_none(),
+            "committed before batch 0"
+        );
+        parts_tx
+            .send((0, Part::Shard(ShardOutput::default())))
+            .unwrap();
+        ack.recv_timeout(Duration::from_secs(5))
+            .expect("the shards are released after the commit");
+        assert!(
+            store.manifest().unwrap().is_some(),
+            "released before the commit"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(MARKER_FILE)).unwrap(),
+            "1",
+            "released before the marker"
+        );
+        drop(parts_tx);
+        let collected = collector.join().unwrap().unwrap();
+        assert_eq!(collected.checkpoints.len(), 1);
+    }
+}

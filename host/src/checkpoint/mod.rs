@@ -1,17 +1,20 @@
 //! Checkpoints: the manifest that ties state to input position and output position, its
-//! figures, recovery (which checkpoint a run resumes from, and what is refused), the commit's
-//! marker, and savepoints (named copies of a checkpoint).
+//! figures, the commit (one transaction, then the marker), recovery (which checkpoint a run
+//! resumes from, and what is refused), and savepoints (named copies of a checkpoint).
 //!
-//! The barrier protocol itself runs in `pipeline` (the router sends barriers, the shards hand
-//! over their changes and wait, the collector commits); this module holds what is written and
-//! read. See `docs/design.md` for the on-disk layout.
+//! The barrier's travel runs in `pipeline` (the router sends barriers, the shards hand over
+//! their changes and wait, the collector gathers them and, after the commit, releases the
+//! shards); what a checkpoint is, and how it is committed and recovered, is here. See
+//! `docs/design.md` for the on-disk layout.
 
+mod commit;
 mod inspect;
 pub mod manifest;
 mod recovery;
 mod savepoint;
 
 pub use crate::source::SourcePosition;
+pub use commit::{Barrier, Changes, Committer};
 pub use inspect::{Inspection, inspect};
 pub use manifest::{CheckpointStats, Manifest, SinkPositions, fingerprint};
 pub use recovery::{CheckpointError, recover, write_marker};

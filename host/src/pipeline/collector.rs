@@ -5,20 +5,15 @@
 //! released.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 
-use tracing::info;
-
 use super::messages::{Part, Position};
 use super::{PipelineControl, Result, ResultLine, ShardSnapshot};
-use crate::checkpoint::manifest::MANIFEST_FORMAT;
-use crate::checkpoint::{CheckpointStats, Manifest, SinkPositions};
+use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
 };
-use crate::state::{Change, RedbStore, StoredCheckpoint};
 
 /// The three sinks.
 pub(super) struct Sinks {
@@ -27,13 +22,9 @@ pub(super) struct Sinks {
     pub dead_letters: SinkWriter,
 }
 
-/// What the collector needs to commit checkpoints.
+/// What the collector needs to commit checkpoints and release the shards after each.
 pub(super) struct Checkpointer {
-    pub store: RedbStore,
-    pub data_dir: PathBuf,
-    pub pipeline: String,
-    pub fingerprint: String,
-    pub next_id: u64,
+    pub committer: Committer,
     pub acks: Vec<SyncSender<()>>,
     pub stats: Vec<CheckpointStats>,
 }
@@ -164,17 +155,6 @@ fn write_batch(
     Ok(traps)
 }
 
-/// A fault-injection hook for crash tests: `WEIR_TEST_CRASH=before-commit:N` or
-/// `after-commit:N` aborts the process at that point of checkpoint N.
-fn crash_point(point: &str, id: u64) {
-    if let Ok(spec) = std::env::var("WEIR_TEST_CRASH")
-        && spec == format!("{point}:{id}")
-    {
-        eprintln!("weir: WEIR_TEST_CRASH: aborting {point} of checkpoint {id}");
-        std::process::abort();
-    }
-}
-
 fn commit(
     checkpointer: &mut Checkpointer,
     batch: Vec<Part>,
@@ -187,26 +167,10 @@ fn commit(
         late: sinks.late.sync()?,
         dead_letters: sinks.dead_letters.sync()?,
     };
-    let id = checkpointer.next_id;
     let hot = changes.hot;
-    let (stored, mut stats) = prepare(checkpointer, &position, changes, sink_positions);
-    crash_point("before-commit", id);
-    checkpointer.store.commit(&stored)?;
-    stats.duration_ms = position.started.elapsed().as_secs_f64() * 1e3;
-    crash_point("after-commit", id);
-    crate::checkpoint::write_marker(&checkpointer.data_dir, id)?;
-    info!(
-        checkpoint = id,
-        duration_ms = stats.duration_ms,
-        bytes = stats.bytes,
-        keys = stats.keys,
-        windows = stats.windows,
-        events = stats.events,
-        "checkpoint committed"
-    );
-    checkpointer.next_id += 1;
-    metrics::counter!("weir_checkpoints_total").increment(1);
-    metrics::histogram!("weir_checkpoint_duration_ms").record(stats.duration_ms);
+    let stats = checkpointer
+        .committer
+        .commit(&position, changes, sink_positions)?;
     control
         .stats
         .state_keys
@@ -222,22 +186,10 @@ fn commit(
     Ok(())
 }
 
-/// What every shard handed over at a barrier, together.
-struct Changes {
-    state: Vec<Change>,
-    windows: Vec<Change>,
-    /// Scopes held in memory over all shards.
-    hot: usize,
-}
-
 /// Splits a barrier's parts into the router's position and the shards' changes.
 fn gather(batch: Vec<Part>) -> (Position, Changes) {
     let mut position = None;
-    let mut changes = Changes {
-        state: Vec::new(),
-        windows: Vec::new(),
-        hot: 0,
-    };
+    let mut changes = Changes::default();
     for part in batch {
         match part {
             Part::Position(p) => position = Some(p),
@@ -258,56 +210,6 @@ fn gather(batch: Vec<Part>) -> (Position, Changes) {
     (position, changes)
 }
 
-/// The checkpoint as it is stored (manifest, changes, figures) and its figures.
-fn prepare(
-    checkpointer: &Checkpointer,
-    position: &Position,
-    changes: Changes,
-    sinks: SinkPositions,
-) -> (StoredCheckpoint, CheckpointStats) {
-    let id = checkpointer.next_id;
-    let manifest = Manifest {
-        format: MANIFEST_FORMAT,
-        id,
-        pipeline: checkpointer.pipeline.clone(),
-        fingerprint: checkpointer.fingerprint.clone(),
-        source: position.source.clone(),
-        events: position.events,
-        watermark: position.watermark,
-        finished: position.finished,
-        sinks,
-        committed_at_ms: crate::time::wall_clock_ms(),
-        routing: position.routing.clone(),
-    };
-    let (keys, window_count) = (changes.state.len() as u64, changes.windows.len() as u64);
-    let mut stored = StoredCheckpoint {
-        id,
-        manifest: serde_json::to_vec(&manifest).expect("manifests serialise"),
-        state: changes.state,
-        windows: changes.windows,
-        stats: Vec::new(),
-    };
-    let bytes = stored.manifest.len() as u64
-        + stored
-            .state
-            .iter()
-            .chain(&stored.windows)
-            .map(|c| (c.key.len() + c.value.as_ref().map_or(0, Vec::len)) as u64)
-            .sum::<u64>();
-    let stats = CheckpointStats {
-        id,
-        // The stored copy's duration stops where the commit starts; the logged one includes it.
-        duration_ms: position.started.elapsed().as_secs_f64() * 1e3,
-        bytes,
-        keys,
-        windows: window_count,
-        events: position.events,
-        watermark: position.watermark,
-    };
-    stored.stats = serde_json::to_vec(&stats).expect("stats serialise");
-    (stored, stats)
-}
-
 #[cfg(test)]
 mod tests {
     //! The collector's side of the barrier protocol: a barrier is committed only after every
@@ -316,6 +218,8 @@ mod tests {
 
     use std::sync::mpsc::{RecvTimeoutError, sync_channel};
     use std::time::{Duration, Instant};
+
+    use super::super::messages::Position;
 
     use super::*;
     use crate::checkpoint::MARKER_FILE;
@@ -334,15 +238,17 @@ mod tests {
         };
         let (ack_tx, ack) = sync_channel::<()>(1);
         let checkpointer = Checkpointer {
-            store: RedbStore::open(dir.path()).unwrap(),
-            data_dir: dir.path().to_owned(),
-            pipeline: "p".into(),
-            fingerprint: "f".into(),
-            next_id: 1,
+            committer: Committer {
+                store: crate::state::RedbStore::open(dir.path()).unwrap(),
+                data_dir: dir.path().to_owned(),
+                pipeline: "p".into(),
+                fingerprint: "f".into(),
+                next_id: 1,
+            },
             acks: vec![ack_tx],
             stats: Vec::new(),
         };
-        let store = checkpointer.store.clone();
+        let store = checkpointer.committer.store.clone();
         let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
         let collector = std::thread::spawn(move || {
             let control =

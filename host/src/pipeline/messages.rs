@@ -3,7 +3,6 @@
 //! collector, which commits a checkpoint once it holds every part of a barrier.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::ShardOutput;
 use super::ShardSnapshot;
@@ -11,7 +10,6 @@ use crate::event::DeadLetter;
 use crate::event::Staged;
 use crate::operator::SharedAggregateCode;
 use crate::rollout::Routing;
-use crate::source::SourcePosition;
 use crate::time::Millis;
 
 /// Messages to a shard.
@@ -37,15 +35,7 @@ pub(super) struct RoutingChange {
 }
 
 /// The router's part of a checkpoint.
-pub(super) struct Position {
-    pub(super) source: SourcePosition,
-    pub(super) events: u64,
-    pub(super) watermark: Millis,
-    pub(super) finished: bool,
-    pub(super) started: Instant,
-    /// The routing from this checkpoint on.
-    pub(super) routing: Option<Routing>,
-}
+pub(super) use crate::checkpoint::Barrier as Position;
 
 /// What the collector receives for a batch (or a barrier) id.
 pub(super) enum Part {

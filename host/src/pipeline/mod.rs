@@ -34,7 +34,9 @@ pub use control::{LiveStats, PipelineControl, ResolveError, Resolver, ResultLine
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
-use crate::checkpoint::{CheckpointError, CheckpointStats, Manifest, fingerprint, recover};
+use crate::checkpoint::{
+    CheckpointError, CheckpointStats, Committer, Manifest, fingerprint, recover,
+};
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
 use crate::event::DEFAULT_MAX_LINE_BYTES;
 use crate::operator::{LoadError, SharedAggregateCode};
@@ -229,11 +231,13 @@ pub fn run_controlled(
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
     let (shard_txs, acks, handles) = spawn_shards(workers, &part_tx, &control);
     let checkpointer = store.as_ref().map(|(store, dir)| collector::Checkpointer {
-        store: store.clone(),
-        data_dir: dir.clone(),
-        pipeline: spec.name.clone(),
-        fingerprint: fingerprint(spec),
-        next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
+        committer: Committer {
+            store: store.clone(),
+            data_dir: dir.clone(),
+            pipeline: spec.name.clone(),
+            fingerprint: fingerprint(spec),
+            next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
+        },
         acks,
         stats: Vec::new(),
     });

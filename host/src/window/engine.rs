@@ -434,11 +434,34 @@ impl WindowEngine {
             self.flush_pending(id, events, cx, out)?;
         }
         let key = event.key.clone();
+        let target = match self.merge_states(&key, &touching, cx)? {
+            Ok(target) => target,
+            // The sessions stay as they were; the event that would have merged them is rejected.
+            Err(error) => return self.operator_failed(error, &[staged], out),
+        };
+        let (version, changed) = self.absorb(&key, &touching, staged.seq, cx, out)?;
+        let id = self.open(key.clone(), merged, version);
+        cx.state.put(self.state_key(&key, merged), target.state)?;
+        if changed || version > 0 {
+            self.mark_changed(id);
+        }
+        self.add_pending(id, index);
+        Ok(())
+    }
+
+    /// Merges the states of the sessions `touching` (sorted by start) into the first one's
+    /// with the operator's `merge`. If the operator fails, every state is put back as it was
+    /// and its error returned.
+    fn merge_states(
+        &self,
+        key: &Arc<str>,
+        touching: &[WindowId],
+        cx: &mut Context<'_>,
+    ) -> Result<std::result::Result<Scope, OperatorError>> {
+        let first = self.state_key(key, self.windows[&touching[0]].window);
         let mut target = Scope {
             key: key.clone(),
-            state: cx
-                .state
-                .take(&self.state_key(&key, self.windows[&touching[0]].window))?,
+            state: cx.state.take(&first)?,
         };
         let mut sources = Vec::new();
         let mut failure = None;
@@ -447,7 +470,7 @@ impl WindowEngine {
                 key: key.clone(),
                 state: cx
                     .state
-                    .take(&self.state_key(&key, self.windows[&id].window))?,
+                    .take(&self.state_key(key, self.windows[&id].window))?,
             };
             if failure.is_none()
                 && let Err(e) = cx.operator.merge(&mut target, &mut source)
@@ -456,45 +479,49 @@ impl WindowEngine {
             }
             sources.push((id, source));
         }
-        if let Some(error) = failure {
-            // Leave the sessions as they were and reject the event that would have merged them.
-            cx.state.put(
-                self.state_key(&key, self.windows[&touching[0]].window),
-                target.state,
-            )?;
-            for (id, source) in sources {
-                cx.state
-                    .put(self.state_key(&key, self.windows[&id].window), source.state)?;
-            }
-            return self.operator_failed(error, &[staged], out);
+        let Some(error) = failure else {
+            return Ok(Ok(target));
+        };
+        cx.state.put(first, target.state)?;
+        for (id, source) in sources {
+            cx.state
+                .put(self.state_key(key, self.windows[&id].window), source.state)?;
         }
+        Ok(Err(error))
+    }
+
+    /// Closes the sessions `touching`, which a merged one absorbs, retracting those already
+    /// emitted (as caused by the event `trigger`). Returns the highest version among them and
+    /// whether any had changed since its last emission.
+    fn absorb(
+        &mut self,
+        key: &Arc<str>,
+        touching: &[WindowId],
+        trigger: u64,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<(u64, bool)> {
         let changed = touching.iter().any(|id| self.windows[id].changed);
         let mut version = 0;
-        for &id in &touching {
+        for &id in touching {
             let old = self.close(id);
-            cx.state.remove(&self.state_key(&key, old.window))?;
+            cx.state.remove(&self.state_key(key, old.window))?;
             version = version.max(old.version);
             if old.version > 0
                 && let Some(value) = old.last_output
             {
                 out.emissions.push(Emission {
-                    trigger: staged.seq,
+                    trigger,
                     key: key.clone(),
                     window: old.window,
                     kind: EmissionKind::Retract,
                     version: old.version,
                     value,
-                    operator_version: cx.operator.version_for(&key),
+                    operator_version: cx.operator.version_for(key),
                 });
             }
         }
-        let id = self.open(key.clone(), merged, version);
-        cx.state.put(self.state_key(&key, merged), target.state)?;
-        if changed || version > 0 {
-            self.mark_changed(id);
-        }
-        self.add_pending(id, index);
-        Ok(())
+        Ok((version, changed))
     }
 
     fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {

@@ -577,6 +577,36 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
     })
 }
 
+/// Checks the `[source]`; a file's path is relative to `base`.
+fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
+    Ok(match raw {
+        RawSource::File { path } => SourceSpec::File(base.join(path)),
+        RawSource::Stdin => SourceSpec::Stdin,
+        RawSource::Http => SourceSpec::Http(None),
+        RawSource::Generator(g) => {
+            if g.keys == 0 {
+                return Err(invalid("source.keys must be at least 1"));
+            }
+            SourceSpec::Generator(g)
+        }
+    })
+}
+
+/// Checks the `[state]` backend; its directory is relative to `base`, and defaults to
+/// `weir-data/<name>`.
+fn check_state(raw: &RawState, name: &str, base: &Path) -> Result<StateSpec> {
+    match raw.backend.as_deref() {
+        None | Some("redb") => Ok(StateSpec::Redb(match &raw.dir {
+            Some(dir) => base.join(dir),
+            None => PathBuf::from("weir-data").join(name),
+        })),
+        Some("memory") => Ok(StateSpec::Memory),
+        Some(other) => Err(invalid(format!(
+            "state.backend {other:?} is unknown: use redb or memory"
+        ))),
+    }
+}
+
 /// Checks the `[window]`: the assigner and the allowed lateness.
 fn check_window(raw: Option<RawWindow>) -> Result<(Option<WindowSpec>, Millis)> {
     Ok(match raw {
@@ -846,17 +876,7 @@ impl RawSpec {
     /// `sink_base`.
     fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
-        let source = match self.source {
-            RawSource::File { path } => SourceSpec::File(base.join(path)),
-            RawSource::Stdin => SourceSpec::Stdin,
-            RawSource::Http => SourceSpec::Http(None),
-            RawSource::Generator(g) => {
-                if g.keys == 0 {
-                    return Err(invalid("source.keys must be at least 1"));
-                }
-                SourceSpec::Generator(g)
-            }
-        };
+        let source = check_source(self.source, base)?;
         let watermark_bound = match &self.watermark.bound {
             Some(raw) => duration("watermark.bound", raw)?,
             None => 0,
@@ -867,18 +887,7 @@ impl RawSpec {
         };
         let (window, allowed_lateness) = check_window(self.window)?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
-        let state = match self.state.backend.as_deref() {
-            None | Some("redb") => StateSpec::Redb(match self.state.dir {
-                Some(dir) => base.join(dir),
-                None => PathBuf::from("weir-data").join(&self.name),
-            }),
-            Some("memory") => StateSpec::Memory,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "state.backend {other:?} is unknown: use redb or memory"
-                )));
-            }
-        };
+        let state = check_state(&self.state, &self.name, base)?;
         let sinks = SinksSpec {
             results: sink("results", self.sinks.results, Sink::Stdout, sink_base)?,
             late: sink("late", self.sinks.late, Sink::Stderr, sink_base)?,

@@ -526,6 +526,18 @@ fn chrono_now_ms() -> i64 {
 // Locks, threads and connections.
 // ---------------------------------------------------------------------------------------------
 
+/// Waits until `pipeline`'s router has handed events to its shards (a spinning pipeline is then
+/// busy in a call).
+fn wait_until_routed(server: &Server, pipeline: &str) {
+    server.wait_for(&format!("{pipeline} to route its events"), PATIENCE, || {
+        let status = server.status(pipeline);
+        match status["events_in"].as_u64() {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
+}
+
 /// A pipeline whose operator spins for a minute on `spin…` keys.
 fn spinning_spec(name: &str) -> Value {
     let mut spec = spec_named(name);
@@ -556,13 +568,7 @@ fn a_busy_pipeline_blocks_no_other_and_health_reports_it() {
     server.ingest("busy", &spin);
     server.ingest("busy", &spin);
     // Once the router has handed the spinning batch to the shard, the pipeline is busy.
-    server.wait_for("the busy pipeline to route its events", PATIENCE, || {
-        let status = server.status("busy");
-        match status["events_in"].as_u64() {
-            Some(n) if n > 0 => Ok(()),
-            _ => Err(status.to_string()),
-        }
-    });
+    wait_until_routed(&server, "busy");
 
     // The busy pipeline's stop answers within its wait, saying it is still stopping...
     let started = Instant::now();
@@ -639,13 +645,7 @@ fn a_second_sigterm_exits_at_once_and_a_clean_one_checkpoints() {
     server.wait_for_events_in(PIPELINE, events.len());
     create_and_start_spec(&server, &spinning_spec("busy"));
     server.ingest("busy", &[ev("spin-1", BASE_TS, 1)]);
-    server.wait_for("the busy pipeline to route its event", PATIENCE, || {
-        let status = server.status("busy");
-        match status["events_in"].as_u64() {
-            Some(n) if n > 0 => Ok(()),
-            _ => Err(status.to_string()),
-        }
-    });
+    wait_until_routed(&server, "busy");
     server.signal("TERM");
     thread::sleep(Duration::from_millis(500));
     assert!(

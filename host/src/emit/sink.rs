@@ -101,6 +101,12 @@ impl SinkWriter {
         })
     }
 
+    /// The record [`write`](Self::write) wrote last, as its JSON line (without the newline).
+    pub fn last_line(&self) -> &str {
+        let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        std::str::from_utf8(line).expect("JSON text is UTF-8")
+    }
+
     /// Records written by this process.
     pub fn records(&self) -> u64 {
         self.records

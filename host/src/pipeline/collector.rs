@@ -112,7 +112,8 @@ fn write_batch(
     let mut write_result = |record: serde_json::Value| -> Result<()> {
         sinks.results.write(&record)?;
         if tap {
-            tapped.push((sinks.results.position(), record.to_string().into()));
+            // The line as written: serialised once.
+            tapped.push((sinks.results.position(), sinks.results.last_line().into()));
         }
         Ok(())
     };

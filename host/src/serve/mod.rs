@@ -391,7 +391,7 @@ impl Server {
         let mut late = Vec::new();
         for slot in &slots {
             let left = deadline.saturating_duration_since(Instant::now());
-            if !slot.wait_halted(left) {
+            if !slot.wait_ended(left) {
                 late.push(slot.name.clone());
             }
         }

@@ -145,11 +145,6 @@ impl Slot {
         }
     }
 
-    /// Whether the files of the pipeline are damaged.
-    pub fn is_damaged(&self) -> bool {
-        self.lock().managed.is_err()
-    }
-
     /// For `/healthz`, without waiting on a slot busy with a file write: whether the pipeline
     /// is damaged and how long it has been silent (`None` for a busy slot).
     pub fn health(&self) -> Option<(bool, Option<Duration>)> {
@@ -337,7 +332,7 @@ impl Slot {
     }
 
     /// Waits up to `timeout` for the run's thread to end, collecting it; whether it has.
-    fn wait_ended(&self, timeout: Duration) -> bool {
+    pub fn wait_ended(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             {
@@ -370,11 +365,6 @@ impl Slot {
         if let Err(e) = self.begin_stop(false) {
             warn!(pipeline = %self.name, error = %e, "could not stop the pipeline");
         }
-    }
-
-    /// Waits up to `timeout` for a halted run to end; whether it did.
-    pub fn wait_halted(&self, timeout: Duration) -> bool {
-        self.wait_ended(timeout)
     }
 
     /// Marks the pipeline as being deleted: from now on it cannot be started, steered or sent

@@ -3,7 +3,13 @@
 
 EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers
 
-.PHONY: demo test setup components host bench ci fuzz-smoke
+.PHONY: demo test setup components host bench ci fuzz-smoke toolchains sdk-tests polyglot
+
+# The Python and JavaScript toolchains, pinned, installed under target/ by `make toolchains`;
+# `weir build` finds them through WEIR_TOOLCHAINS.
+TOOLCHAINS := $(CURDIR)/target/toolchains
+export WEIR_TOOLCHAINS := $(TOOLCHAINS)
+COMPONENTIZE_PY := 0.25.1
 
 setup:
 	rustup target add wasm32-wasip2
@@ -24,9 +30,29 @@ demo: components host
 	@echo "first results (all in target/weir-out/tumbling-count-sum/, with late.jsonl and dead-letters.jsonl):"
 	@head -n 5 target/weir-out/tumbling-count-sum/results.jsonl
 
-test: components host
+test: components host toolchains
 	$(MAKE) fuzz-smoke
+	$(MAKE) sdk-tests
 	cargo test --workspace
+
+toolchains: $(TOOLCHAINS)/python/.installed-$(COMPONENTIZE_PY) $(TOOLCHAINS)/js/.installed
+
+$(TOOLCHAINS)/python/.installed-$(COMPONENTIZE_PY):
+	python3 -m venv $(TOOLCHAINS)/python
+	$(TOOLCHAINS)/python/bin/pip install --quiet --disable-pip-version-check componentize-py==$(COMPONENTIZE_PY)
+	touch $@
+
+$(TOOLCHAINS)/js/.installed: guest-sdk/js/package.json guest-sdk/js/package-lock.json
+	mkdir -p $(TOOLCHAINS)/js
+	cp guest-sdk/js/package.json guest-sdk/js/package-lock.json $(TOOLCHAINS)/js/
+	cd $(TOOLCHAINS)/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The Python and JavaScript SDKs' and examples' own unit tests (no Wasm), and the check of the
+# TypeScript declarations against wit/.
+sdk-tests: toolchains
+	cd guest-sdk/python && python3 -m unittest discover -s tests -t . -q
+	for dir in examples/*/python; do (cd $$dir && PYTHONPATH=$(CURDIR)/guest-sdk/python python3 -m unittest -q) || exit 1; done
 
 # A short, bounded cargo-fuzz run of each target (fuzz/README.md has the long run). cargo-fuzz
 # needs a nightly toolchain; without one this says so and skips.
@@ -41,7 +67,15 @@ fuzz-smoke:
 		echo "fuzz-smoke: $$target: $$(tail -n 1 target/fuzz-$$target.log)"; \
 	done
 
-bench: components
+# The Python and JavaScript examples and test guests as components (the end-to-end tests build
+# them too): target/weir-components/<example>-<language>.wasm.
+POLYGLOT := tumbling-count-sum session-summary enrich-customers
+polyglot: toolchains host
+	for example in $(POLYGLOT); do for language in python js; do \
+		target/debug/weir build examples/$$example/$$language --out target/weir-components/$$example-$$language.wasm || exit 1; \
+	done; done
+
+bench: components polyglot
 	cargo run --release -p weir-host -- bench
 
 ci:

@@ -19,17 +19,22 @@ pub struct BenchOptions {
     pub keys: u64,
     /// Shards.
     pub shards: usize,
-    /// The count-sum component.
+    /// The count-sum component (Rust).
     pub module: PathBuf,
+    /// The same count-sum in other languages, by language (built with `weir build`); each is
+    /// measured like the Rust one.
+    pub others: Vec<(String, PathBuf)>,
     /// Events per batch.
     pub batch_size: usize,
 }
 
-/// The two runs' summaries.
+/// The runs' summaries.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
-    /// With the Wasm component.
+    /// With the Rust Wasm component.
     pub wasm: Summary,
+    /// With each other language's component, in the order of [`BenchOptions::others`].
+    pub others: Vec<(String, Summary)>,
     /// With the native operator.
     pub native: Summary,
 }
@@ -80,14 +85,22 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
     }
 }
 
-/// Runs both pipelines.
+/// Runs every pipeline: each component, then the native operator.
 pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
-    let wasm = pipeline::run(&spec(
-        options,
-        OperatorCode::Component(options.module.clone()),
-    ))?;
+    let component =
+        |module: &PathBuf| pipeline::run(&spec(options, OperatorCode::Component(module.clone())));
+    let wasm = component(&options.module)?;
+    let others = options
+        .others
+        .iter()
+        .map(|(language, module)| Ok((language.clone(), component(module)?)))
+        .collect::<Result<Vec<_>, PipelineError>>()?;
     let native = pipeline::run(&spec(options, OperatorCode::Native("count-sum".into())))?;
-    Ok(BenchReport { wasm, native })
+    Ok(BenchReport {
+        wasm,
+        others,
+        native,
+    })
 }
 
 /// Throughput of the same pipeline with the redb backend, checkpointing every `interval`

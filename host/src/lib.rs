@@ -29,6 +29,7 @@ pub mod fsutil;
 pub mod names;
 pub mod operator;
 pub mod pipeline;
+pub mod project;
 pub mod rollout;
 pub mod serve;
 pub mod source;

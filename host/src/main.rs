@@ -27,6 +27,57 @@ enum Command {
     State(StateArgs),
     /// Measure events/second of a tumbling count-and-sum, Wasm versus native.
     Bench(BenchArgs),
+    /// Create an operator project (source, weir.toml, pipeline spec, sample events, a test).
+    New(NewArgs),
+    /// Build the operator project in a directory into a component, whatever its language.
+    Build(BuildArgs),
+    /// Upload a built operator to a running `weir serve` as NAME VERSION.
+    Deploy(DeployArgs),
+}
+
+/// The options of `weir new`.
+#[derive(Debug, clap::Args)]
+struct NewArgs {
+    /// The operator's name (also its directory's).
+    name: String,
+    /// The language.
+    #[arg(long, value_enum)]
+    lang: weir::project::Language,
+    /// Where to create the project's directory.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+}
+
+/// The options of `weir build`.
+#[derive(Debug, clap::Args)]
+struct BuildArgs {
+    /// The project's directory.
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Where to write the component (default: build/<name>.wasm in the project).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// The options of `weir deploy`.
+#[derive(Debug, clap::Args)]
+struct DeployArgs {
+    /// The server's address, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    server: String,
+    /// An admin token (default: $WEIR_ADMIN_TOKEN).
+    #[arg(long, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The operator's name in the registry.
+    name: String,
+    /// The version to upload it as.
+    version: String,
+    /// The project's directory (its build/<name>.wasm is uploaded).
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Upload this component file instead of the project's.
+    #[arg(long)]
+    module: Option<PathBuf>,
 }
 
 /// The options of `weir run`.
@@ -94,6 +145,18 @@ struct BenchArgs {
         default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
     )]
     module: PathBuf,
+    /// The Python count-sum (`make polyglot` builds it); skipped if absent.
+    #[arg(
+        long,
+        default_value = "target/weir-components/tumbling-count-sum-python.wasm"
+    )]
+    python: PathBuf,
+    /// The JavaScript count-sum (`make polyglot` builds it); skipped if absent.
+    #[arg(
+        long,
+        default_value = "target/weir-components/tumbling-count-sum-js.wasm"
+    )]
+    js: PathBuf,
 }
 
 /// The options of `weir serve`.
@@ -287,6 +350,7 @@ fn main() -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -304,7 +368,47 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(*args),
         Command::State(args) => state(args),
         Command::Bench(args) => bench(args),
+        Command::New(args) => new_project(args),
+        Command::Build(args) => build_project(args),
+        Command::Deploy(args) => deploy(args),
     }
+}
+
+/// `weir new`: an operator project.
+fn new_project(args: NewArgs) -> anyhow::Result<()> {
+    let dir = weir::project::new(&args.dir, &args.name, args.lang)?;
+    println!(
+        "created {} ({} aggregate): cd into it, then `weir build` and `weir run --fresh pipeline.toml`",
+        dir.display(),
+        args.lang
+    );
+    Ok(())
+}
+
+/// `weir build`: a project into a component.
+fn build_project(args: BuildArgs) -> anyhow::Result<()> {
+    let toolchains = weir::project::Toolchains::from_env();
+    let out = weir::project::build(&args.dir, args.out.as_deref(), &toolchains)?;
+    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    println!("built {} ({size} bytes)", out.display());
+    Ok(())
+}
+
+/// `weir deploy`: a built component into a server's registry.
+fn deploy(args: DeployArgs) -> anyhow::Result<()> {
+    let module = match args.module {
+        Some(module) => module,
+        None => weir::project::Project::open(&args.dir)?.default_output(),
+    };
+    let answer = weir::project::deploy(
+        &args.server,
+        &args.token,
+        &args.name,
+        &args.version,
+        &module,
+    )?;
+    println!("{answer}");
+    Ok(())
 }
 
 /// `weir run`: one pipeline over its input to the end.
@@ -458,9 +562,22 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         shards,
         batch_size,
         module,
+        python,
+        js,
         checkpoints,
         large,
     } = args;
+    let mut others = Vec::new();
+    for (language, module) in [("python", python), ("js", js)] {
+        if module.exists() {
+            others.push((language.to_owned(), module));
+        } else {
+            println!(
+                "{language}: {} not built, skipped (`make polyglot` builds it)",
+                module.display()
+            );
+        }
+    }
     anyhow::ensure!(
         shards > 0 && keys > 0 && batch_size > 0,
         "--shards, --keys and --batch-size must be at least 1"
@@ -470,6 +587,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         keys,
         shards,
         module,
+        others,
         batch_size,
     };
     if checkpoints {
@@ -479,26 +597,34 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
     );
     let report = weir::bench::run(&options)?;
-    let (wasm, native) = (
-        weir::bench::BenchReport::rate(&report.wasm),
-        weir::bench::BenchReport::rate(&report.native),
+    let rate = weir::bench::BenchReport::rate;
+    let native = rate(&report.native);
+    let mut rows = vec![("rust wasm".to_owned(), &report.wasm)];
+    rows.extend(
+        report
+            .others
+            .iter()
+            .map(|(language, summary)| (format!("{language} wasm"), summary)),
     );
+    rows.push(("native".to_owned(), &report.native));
+    for (label, summary) in &rows {
+        println!(
+            "{label:<12} {:>12.0} events/s  ({:.2} s, {} results, {:.2} x native)",
+            rate(summary),
+            summary.elapsed.as_secs_f64(),
+            summary.results_out,
+            rate(summary) / native
+        );
+    }
     println!(
-        "wasm   {:>12.0} events/s  ({:.2} s, {} results)",
-        wasm,
-        report.wasm.elapsed.as_secs_f64(),
-        report.wasm.results_out
+        "wasm/native throughput ratio: {:.2}",
+        rate(&report.wasm) / native
     );
-    println!(
-        "native {:>12.0} events/s  ({:.2} s, {} results)",
-        native,
-        report.native.elapsed.as_secs_f64(),
-        report.native.results_out
-    );
-    println!("wasm/native throughput ratio: {:.2}", wasm / native);
-    anyhow::ensure!(
-        report.wasm.results_out == report.native.results_out,
-        "the two runs disagree on the number of results"
-    );
+    for (label, summary) in &rows {
+        anyhow::ensure!(
+            summary.results_out == report.native.results_out,
+            "{label} and native disagree on the number of results"
+        );
+    }
     Ok(())
 }

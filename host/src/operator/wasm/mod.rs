@@ -52,6 +52,7 @@ const AGGREGATE_EXPORT: &str = "weir:operator/aggregate@0.1.0";
 const ENRICH_EXPORT: &str = "weir:operator/enrich@0.1.0";
 
 mod aggregate;
+mod compile_cache;
 mod convert;
 mod enrich;
 mod guest;

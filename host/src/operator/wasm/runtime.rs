@@ -1,6 +1,7 @@
 //! The engine, the linker with Weir's imports, loading and checking components (world,
 //! imports, digest), and the compiled-component cache of this process.
 
+use super::compile_cache::CompileCache;
 use super::*;
 
 /// Why a component could not be loaded.
@@ -132,6 +133,8 @@ pub struct WasmRuntime {
     pub(super) linker: Arc<Linker<HostData>>,
     /// Compiled components by the SHA-256 of their bytes: each is compiled once per process.
     pub(super) compiled: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], Component>>>,
+    /// Compiled components on disk, so that each is compiled once per machine.
+    disk: Option<CompileCache>,
 }
 
 impl std::fmt::Debug for WasmRuntime {
@@ -185,10 +188,12 @@ impl WasmRuntime {
                 }
             })
             .map_err(wasmtime::Error::from)?;
+        let disk = CompileCache::from_env(&engine);
         Ok(WasmRuntime {
             engine,
             linker: Arc::new(linker),
             compiled: Arc::default(),
+            disk,
         })
     }
 
@@ -222,22 +227,45 @@ impl WasmRuntime {
         self.load_bytes(path, &bytes, kind)
     }
 
-    /// Compiles a component, or takes it from the cache of this process.
+    /// Compiles a component, or takes it from the cache of this process or the one on disk.
     fn compile(&self, path: &Path, bytes: &[u8]) -> std::result::Result<Component, LoadError> {
         let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(bytes).into();
-        if let Some(component) = self
+        let in_memory = self
             .compiled
             .lock()
             .expect("compile cache lock")
             .get(&digest)
-        {
-            return Ok(component.clone());
+            .cloned();
+        if let Some(component) = in_memory {
+            return Ok(component);
         }
-        let component =
-            Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
-                path: path.to_owned(),
-                message: root_cause(&e),
-            })?;
+        let started = std::time::Instant::now();
+        let on_disk = self
+            .disk
+            .as_ref()
+            .and_then(|disk| disk.load(&self.engine, &digest));
+        let from_disk = on_disk.is_some();
+        let component = match on_disk {
+            Some(component) => component,
+            None => {
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| LoadError::NotAComponent {
+                        path: path.to_owned(),
+                        message: root_cause(&e),
+                    })?;
+                if let Some(disk) = &self.disk {
+                    disk.store(&digest, &component);
+                }
+                component
+            }
+        };
+        tracing::info!(
+            path = %path.display(),
+            from_disk,
+            bytes = bytes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "operator component ready"
+        );
         self.compiled
             .lock()
             .expect("compile cache lock")

@@ -1,0 +1,132 @@
+// Tests of the adapters exportAggregate and exportEnrich, called the way the host calls them:
+// with a WIT scope (MemoryScope) and WIT records, errors thrown with a `payload`.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { MemoryState } from '../testing.js';
+import {
+  errorMessage,
+  Events,
+  exportAggregate,
+  exportEnrich,
+  OperatorError,
+  OutputEvents,
+} from '../weir-sdk.js';
+
+const WINDOW = { start: 0n, end: 60_000n };
+
+/** An aggregate counting events into `count`. */
+const count = {
+  add(state, batch) {
+    state.addInt('count', batch.length);
+  },
+  merge(target, source) {
+    target.addInt('count', source.getInt('count') ?? 0n);
+  },
+  finish(state, window) {
+    return { count: state.getInt('count') ?? 0n, span: window.durationMs() };
+  },
+};
+
+/** The error string a call threw, the way componentize-js reads it. */
+function payloadOf(call) {
+  try {
+    call();
+  } catch (error) {
+    assert.ok(Object.hasOwn(error, 'payload'), 'the error carries a payload');
+    return error.payload;
+  }
+  assert.fail('the call did not throw');
+}
+
+test('an aggregate adapter adds, merges and finishes', () => {
+  const aggregate = exportAggregate(count);
+  const [target, source] = [new MemoryState('k'), new MemoryState('k')];
+  aggregate.add(target.scope, new Events(['a']).withRow(1n, [1n]).withRow(2n, [2n]).toWit());
+  aggregate.add(source.scope, new Events(['a']).withRow(3n, [3n]).toWit());
+  aggregate.merge(target.scope, source.scope);
+  assert.deepEqual(aggregate.finish(target.scope, WINDOW), [
+    { name: 'count', value: { tag: 'int', val: 3n } },
+    { name: 'span', value: { tag: 'int', val: 60_000n } },
+  ]);
+  assert.equal(aggregate.migrate(target.scope, '0.9.0'), undefined); // the default does nothing
+});
+
+test('finish may return a Map or pairs, in order', () => {
+  const fields = (output) =>
+    exportAggregate({ ...count, finish: () => output }).finish(new MemoryState('k').scope, WINDOW);
+  const expected = [
+    { name: 'b', value: { tag: 'float', val: 1 } },
+    { name: 'a', value: { tag: 'null' } },
+  ];
+  assert.deepEqual(fields({ b: 1, a: null }), expected);
+  assert.deepEqual(fields(new Map([['b', 1], ['a', null]])), expected);
+  assert.deepEqual(fields([['b', 1], ['a', undefined]]), expected);
+  assert.match(payloadOf(() => fields(undefined)), /^TypeError: finish must return an object or a Map/);
+  assert.match(payloadOf(() => fields({ x: {} })), /^TypeError: cannot store an object/);
+});
+
+test('migrate runs when the operator has one', () => {
+  const seen = [];
+  const aggregate = exportAggregate({ ...count, migrate: (state, from) => seen.push([state.key(), from]) });
+  aggregate.migrate(new MemoryState('k').scope, '1.0.0');
+  assert.deepEqual(seen, [['k', '1.0.0']]);
+});
+
+test('thrown values become the error string', () => {
+  const failing = (error) =>
+    exportAggregate({
+      ...count,
+      add() {
+        throw error;
+      },
+    });
+  const add = (error) =>
+    payloadOf(() => failing(error).add(new MemoryState('k').scope, new Events([]).toWit()));
+  assert.equal(add(new OperatorError('event without a numeric `amount` field')), 'event without a numeric `amount` field');
+  assert.equal(add('plain message'), 'plain message');
+  assert.match(add(new Error('boom')), /^Error: boom \(at .+:\d+:\d+\)+$/);
+  assert.match(add(new RangeError('far')), /^RangeError: far \(at /);
+  assert.equal(add(42), 'Error: 42');
+  const stackless = new TypeError('no stack');
+  stackless.stack = undefined;
+  assert.equal(add(stackless), 'TypeError: no stack');
+});
+
+test('errorMessage reads SpiderMonkey stacks too', () => {
+  const error = new Error('boom from js');
+  error.stack = 'add@app.js:12:11\nguard@app.js:3:5\n';
+  assert.equal(errorMessage(error), 'Error: boom from js (at add@app.js:12:11)');
+});
+
+test('an operator must have its functions', () => {
+  assert.throws(() => exportAggregate({ add() {}, merge() {} }), /no function `finish`/);
+  assert.throws(() => exportEnrich({}), /no function `process`/);
+  assert.throws(() => exportAggregate(undefined), TypeError);
+});
+
+test('an enrich adapter returns WIT output events', () => {
+  const enrich = exportEnrich({
+    process(state, batch) {
+      const output = batch.intoOutput();
+      const key = output.addColumn('key');
+      for (const event of output.rows) event.set(key, state.key());
+      return output;
+    },
+  });
+  const batch = new Events(['a']).withRow(1n, [1n]).toWit();
+  assert.deepEqual(enrich.process(new MemoryState('k').scope, batch), {
+    fields: ['a', 'key'],
+    rows: [{ origin: 0, timestamp: 1n, values: [{ tag: 'int', val: 1n }, { tag: 'text', val: 'k' }] }],
+  });
+});
+
+test('an enricher may return its batch, or must return output events', () => {
+  const returning = (value) => exportEnrich({ process: (state, batch) => value ?? batch });
+  const scope = new MemoryState('k').scope;
+  const batch = new Events(['a']).withRow(1n, [true]).toWit();
+  assert.deepEqual(returning().process(scope, batch).rows[0].values, [{ tag: 'boolean', val: true }]);
+  assert.deepEqual(returning(new OutputEvents([])).process(scope, batch), { fields: [], rows: [] });
+  assert.match(payloadOf(() => returning([]).process(scope, batch)), /^TypeError: process must return OutputEvents/);
+});

@@ -1,0 +1,1 @@
+"""Unit tests of the weir_sdk package (plain CPython, no Wasm)."""

@@ -1,0 +1,186 @@
+//! `weir new`: a ready operator project in one language. The operator and its test are the
+//! tumbling count-sum example of that language (tested with the examples), the pipeline spec
+//! runs it over the example's sample events, and the SDK is copied in so that the language's own
+//! test runner works without setup.
+
+use std::path::{Path, PathBuf};
+
+use super::{Kind, Language, PROJECT_FILE, ProjectError, ProjectFile, sdk, write_file};
+
+/// The sample events every new project starts with.
+const SAMPLE_EVENTS: &str = include_str!("../../../examples/tumbling-count-sum/events.jsonl");
+
+/// Creates the project `name` in a new directory under `parent` and returns its path.
+pub fn new(parent: &Path, name: &str, language: Language) -> Result<PathBuf, ProjectError> {
+    crate::names::check("operator name", name)?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        return Err(ProjectError::Exists(dir));
+    }
+    let project = ProjectFile {
+        name: name.to_owned(),
+        language,
+        kind: Kind::Aggregate,
+        source: None,
+    };
+    let project_toml = toml::to_string(&project).expect("a project file serialises");
+    write_file(&dir.join(PROJECT_FILE), project_toml.as_bytes())?;
+    write_file(&dir.join("pipeline.toml"), pipeline_spec(name).as_bytes())?;
+    write_file(&dir.join("events.jsonl"), SAMPLE_EVENTS.as_bytes())?;
+    write_file(&dir.join(".gitignore"), b"build/\n")?;
+    write_file(&dir.join("README.md"), readme(name, language).as_bytes())?;
+    for (path, contents) in sources(name, language)? {
+        write_file(&dir.join(path), contents.as_bytes())?;
+    }
+    Ok(dir)
+}
+
+/// The language's operator, test and SDK files, by path in the project.
+fn sources(name: &str, language: Language) -> Result<Vec<(String, String)>, ProjectError> {
+    let mut files = Vec::new();
+    match language {
+        Language::Python => {
+            files.push(("app.py".into(), sdk::templates::PYTHON_APP.into()));
+            files.push(("test_app.py".into(), sdk::templates::PYTHON_TEST.into()));
+            for (path, contents) in sdk::PYTHON_SDK {
+                files.push((format!("weir_sdk/{path}"), (*contents).into()));
+            }
+        }
+        Language::Js => {
+            files.push(("app.js".into(), sdk::templates::JS_APP.into()));
+            // In the repository the example's test registers a resolver for `weir-sdk`; a
+            // project has the package in node_modules instead.
+            let test = sdk::templates::JS_TEST
+                .replace("import '../../../guest-sdk/js/register.mjs';\n", "");
+            files.push(("app.test.mjs".into(), test));
+            files.push(("package.json".into(), js_package(name)));
+            files.push((
+                "node_modules/weir-sdk/package.json".into(),
+                sdk::JS_PACKAGE_JSON.into(),
+            ));
+            for file in sdk::JS_PACKAGE_FILES {
+                let contents = sdk::JS_SDK
+                    .iter()
+                    .find(|(n, _)| *n == file)
+                    .map_or("", |f| f.1);
+                files.push((format!("node_modules/weir-sdk/{file}"), contents.into()));
+            }
+        }
+        Language::Rust => {
+            files.push(("Cargo.toml".into(), cargo_toml(name)?));
+            files.push(("src/lib.rs".into(), rust_source()));
+        }
+    }
+    Ok(files)
+}
+
+fn pipeline_spec(name: &str) -> String {
+    format!(
+        r#"# Run with `weir run --fresh pipeline.toml` after `weir build`: counts and sums `amount` per
+# user and minute over events.jsonl, writing to build/out/.
+name = "{name}"
+
+[source]
+type = "file"
+path = "events.jsonl"
+
+[event]
+key = "user"
+timestamp = "ts"
+
+[watermark]
+bound = "5s"
+
+[window]
+type = "tumbling"
+size = "1m"
+allowed_lateness = "10s"
+
+[[operators]]
+name = "{name}"
+version = "0.1.0"
+kind = "aggregate"
+module = "build/{name}.wasm"
+
+[state]
+backend = "redb"
+dir = "build/data"
+
+[sinks]
+results = "build/out/results.jsonl"
+late = "build/out/late.jsonl"
+dead_letters = "build/out/dead-letters.jsonl"
+"#
+    )
+}
+
+fn readme(name: &str, language: Language) -> String {
+    let test = match language {
+        Language::Python => "python3 -m unittest",
+        Language::Js => "node --test",
+        Language::Rust => "cargo test",
+    };
+    format!(
+        "# {name}\n\nA Weir aggregate in {language}: a count and a sum of `amount` per key and window.\n\n\
+         ```sh\n{test}                      # the operator's unit tests, no Wasm needed\n\
+         weir build                      # -> build/{name}.wasm\n\
+         weir run --fresh pipeline.toml  # -> build/out/results.jsonl\n\
+         weir deploy --server http://127.0.0.1:8080 --token $WEIR_TOKEN {name} 0.1.0\n```\n"
+    )
+}
+
+fn js_package(name: &str) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "name": name,
+        "version": "0.1.0",
+        "private": true,
+        "type": "module",
+        "scripts": { "test": "node --test" },
+    }))
+    .expect("JSON serialises")
+        + "\n"
+}
+
+/// The Rust SDK is a crate of the Weir source tree this binary was built from.
+fn cargo_toml(name: &str) -> Result<String, ProjectError> {
+    let sdk = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk"));
+    let sdk = sdk.canonicalize().map_err(|_| ProjectError::ToolchainMissing {
+        language: Language::Rust,
+        tool: "the weir-sdk crate",
+        install: format!(
+            "Rust operators build against the Weir source tree this weir was built from, expected at {}",
+            sdk.display()
+        ),
+    })?;
+    let sdk = sdk.display().to_string().replace('\\', "/");
+    Ok(format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+weir-sdk = {{ path = "{sdk}" }}
+
+# A project of its own, even when created inside another Cargo workspace.
+[workspace]
+"#
+    ))
+}
+
+/// The Rust example with a header for the project instead of the example's.
+fn rust_source() -> String {
+    let body: String = sdk::templates::RUST_APP
+        .lines()
+        .skip_while(|line| line.starts_with("//!"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    format!(
+        "//! Counts events and sums their `amount` per key and window. `weir build` turns this crate\n\
+         //! into build/<name>.wasm; `cargo test` runs the tests below natively.\n{body}"
+    )
+}

@@ -53,6 +53,8 @@ $(TOOLCHAINS)/js/.installed: guest-sdk/js/package.json guest-sdk/js/package-lock
 sdk-tests: toolchains
 	cd guest-sdk/python && python3 -m unittest discover -s tests -t . -q
 	for dir in examples/*/python; do (cd $$dir && PYTHONPATH=$(CURDIR)/guest-sdk/python python3 -m unittest -q) || exit 1; done
+	node --test guest-sdk/js/test/ examples/*/js/
+	node guest-sdk/js/check-types.mjs --toolchain $(TOOLCHAINS)/js
 
 # A short, bounded cargo-fuzz run of each target (fuzz/README.md has the long run). cargo-fuzz
 # needs a nightly toolchain; without one this says so and skips.

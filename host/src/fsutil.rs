@@ -5,11 +5,15 @@ use std::io::Write;
 use std::path::Path;
 
 /// Writes `bytes` to `path` so that a reader (or a crash) sees either the old file or the whole
-/// new one: the bytes go to `<path>.partial`, are synced, and the file is renamed over `path`;
-/// then the directory is synced so the rename itself survives a crash.
+/// new one: the bytes go to `<path>.<pid>.<n>.partial` (a name no other writer uses, so two
+/// processes writing the same file each write whole files and the last rename wins), are
+/// synced, and the file is renamed over `path`; then the directory is synced so the rename
+/// itself survives a crash.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut partial = path.as_os_str().to_owned();
-    partial.push(".partial");
+    partial.push(format!(".{}.{n}.partial", std::process::id()));
     let partial = Path::new(&partial);
     let result = (|| {
         let mut file = std::fs::File::create(partial)?;

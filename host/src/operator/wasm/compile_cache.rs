@@ -82,7 +82,7 @@ impl CompileCache {
             .and_then(|compiled| {
                 let mut file = Sha256::digest(&compiled).to_vec();
                 file.extend_from_slice(&compiled);
-                write_unique_then_rename(&path, &file)
+                crate::fsutil::write_atomic(&path, &file)
             });
         match result {
             Ok(()) => tracing::debug!(path = %path.display(), "compiled component cached"),
@@ -177,21 +177,6 @@ fn check_private(dir: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Writes to a name no other process uses, then renames over `path`: two processes compiling
-/// the same component at once each write whole files, and the last rename wins.
-fn write_unique_then_rename(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut partial = path.as_os_str().to_owned();
-    partial.push(format!(".{}.{n}.partial", std::process::id()));
-    let partial = PathBuf::from(partial);
-    let result = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    result
 }
 
 #[cfg(test)]

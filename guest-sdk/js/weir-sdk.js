@@ -734,9 +734,12 @@ export function exportAggregate(operator) {
       guard(() => operator.merge(new State(target), new State(source)));
     },
     finish(scope, window) {
-      return guard(() =>
-        toFields(operator.finish(new State(scope), new Window(window.start, window.end))),
-      );
+      // componentize-js 0.23.0 lifts an s64 passed as a flat parameter (the window's bounds)
+      // as an unsigned BigInt, so a window before 1970 arrives as start + 2^64: the 64 bits
+      // are right, their reading is not (the twin of the lowering bug build.mjs patches).
+      const start = BigInt.asIntN(64, window.start);
+      const end = BigInt.asIntN(64, window.end);
+      return guard(() => toFields(operator.finish(new State(scope), new Window(start, end))));
     },
     migrate(scope, fromVersion) {
       if (typeof operator.migrate !== 'function') return;

@@ -207,6 +207,92 @@ fn every_example_gives_the_same_results_in_rust_python_and_javascript() {
     }
 }
 
+/// A pipeline spec for `component` over `events` in `dir`: the example's event fields and
+/// window, memory state, sinks in `dir`.
+fn edge_spec(dir: &Path, example: &str, component: &Path) -> PathBuf {
+    let (key, window) = match example {
+        "tumbling-count-sum" => ("user", "type = \"tumbling\"\nsize = \"1m\""),
+        _ => ("visitor", "type = \"session\"\ngap = \"30s\""),
+    };
+    let spec = format!(
+        r#"name = "edges"
+[source]
+type = "file"
+path = "events.jsonl"
+[event]
+key = "{key}"
+timestamp = "ts"
+[watermark]
+bound = "5s"
+[window]
+{window}
+allowed_lateness = "10s"
+[[operators]]
+name = "edges"
+version = "1"
+kind = "aggregate"
+module = "{module}"
+[sandbox]
+memory = "128MiB"
+[state]
+backend = "memory"
+[sinks]
+results = "results.jsonl"
+late = "late.jsonl"
+dead_letters = "dead-letters.jsonl"
+"#,
+        module = component.display()
+    );
+    let path = dir.join(format!(
+        "{}.toml",
+        component.file_stem().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&path, spec).expect("writing the spec");
+    path
+}
+
+/// Values at the edges of the contract: times before 1970 (negative timestamps and window
+/// bounds), negative and extreme amounts, a sum that overflows an int. componentize-js lifts a
+/// flat `s64` parameter as unsigned, which only a window before the epoch shows.
+#[test]
+fn values_at_the_edges_cross_every_language_unchanged() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut events = Vec::new();
+    for (i, ts) in [
+        -90_000i64, -60_001, -60_000, -1, 0, 1, 59_999, 120_000, -30_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let amount = match i % 4 {
+            0 => json!(-7),
+            1 => json!(i64::MAX - 3),
+            2 => json!(-2.5),
+            _ => json!(i64::MIN + 1),
+        };
+        let who = format!("u{}", i % 3);
+        events.push(json!({"user": who, "visitor": who, "ts": ts, "amount": amount, "page": "/"}));
+    }
+    events.push(json!({"user": "u0", "visitor": "u0", "ts": 3_600_000, "amount": 1, "page": "/"}));
+    let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+    std::fs::write(dir.path().join("events.jsonl"), lines.join("\n") + "\n").expect("events");
+    for example in ["tumbling-count-sum", "session-summary"] {
+        let rust = run_spec(&edge_spec(dir.path(), example, &component(example)).to_string_lossy());
+        assert!(
+            rust.results
+                .iter()
+                .any(|r| r["window_start"].as_i64() < Some(0)),
+            "{example}: a window before the epoch: {:?}",
+            rust.results
+        );
+        for language in LANGUAGES {
+            let module = polyglot(&format!("{example}-{language}"));
+            let other = run_spec(&edge_spec(dir.path(), example, &module).to_string_lossy());
+            assert_eq!(other, rust, "{example} in {language} differs from Rust");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A rollout across languages.
 // ---------------------------------------------------------------------------------------------

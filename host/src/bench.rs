@@ -85,15 +85,24 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
     }
 }
 
+/// Linear memory for the Python and JavaScript runtimes: their garbage-collected heaps settle
+/// above the default 64 MiB under sustained load (the examples' specs say the same).
+const GC_RUNTIME_MEMORY: usize = 128 << 20;
+
 /// Runs every pipeline: each component, then the native operator.
 pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
-    let component =
-        |module: &PathBuf| pipeline::run(&spec(options, OperatorCode::Component(module.clone())));
-    let wasm = component(&options.module)?;
+    let wasm = pipeline::run(&spec(
+        options,
+        OperatorCode::Component(options.module.clone()),
+    ))?;
     let others = options
         .others
         .iter()
-        .map(|(language, module)| Ok((language.clone(), component(module)?)))
+        .map(|(language, module)| {
+            let mut spec = spec(options, OperatorCode::Component(module.clone()));
+            spec.sandbox.memory = GC_RUNTIME_MEMORY;
+            Ok((language.clone(), pipeline::run(&spec)?))
+        })
         .collect::<Result<Vec<_>, PipelineError>>()?;
     let native = pipeline::run(&spec(options, OperatorCode::Native("count-sum".into())))?;
     Ok(BenchReport {

@@ -609,10 +609,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     rows.push(("native".to_owned(), &report.native));
     for (label, summary) in &rows {
         println!(
-            "{label:<12} {:>12.0} events/s  ({:.2} s, {} results, {:.2} x native)",
+            "{label:<12} {:>12.0} events/s  ({:.2} s, {} results, {} dead letters, {} traps, {:.2} x native)",
             rate(summary),
             summary.elapsed.as_secs_f64(),
             summary.results_out,
+            summary.dead_letters,
+            summary.traps,
             rate(summary) / native
         );
     }
@@ -622,8 +624,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     );
     for (label, summary) in &rows {
         anyhow::ensure!(
-            summary.results_out == report.native.results_out,
-            "{label} and native disagree on the number of results"
+            summary.results_out == report.native.results_out && summary.dead_letters == 0,
+            "{label} and native disagree on the number of results, or {label} had dead letters"
         );
     }
     Ok(())

@@ -123,6 +123,8 @@ pub enum SourceSpec {
     Stdin,
     /// A deterministic generator, for demos and benchmarks.
     Generator(GeneratorSpec),
+    /// The Nexmark benchmark's persons, auctions and bids.
+    Nexmark(NexmarkSpec),
     /// Events sent over HTTP to `weir serve`, which appends them to this durable ingest log
     /// (`None` until the server assigns one).
     Http(Option<PathBuf>),
@@ -146,6 +148,154 @@ pub struct GeneratorSpec {
     /// Each event's timestamp is moved back by up to this many milliseconds (disorder).
     #[serde(default)]
     pub max_delay_ms: u64,
+}
+
+/// The Nexmark source's parameters: `events` events (persons, auctions and bids in the
+/// benchmark's 1:3:46 mix) at `rate` events per second of event time from `base_time`, the same
+/// for the same seed. `kinds` keeps only some kinds (the others are generated and skipped, so
+/// ids and times do not depend on the filter).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NexmarkSpec {
+    /// How many events to generate (of every kind, before `kinds` filters them).
+    pub events: u64,
+    /// Events per second of event time (the spacing of `date_time`).
+    #[serde(default = "default_nexmark_rate")]
+    pub rate: u64,
+    /// Seed of the pseudo-random choices.
+    #[serde(default)]
+    pub seed: u64,
+    /// The kinds to keep (default: all three).
+    #[serde(default = "NexmarkKind::all")]
+    pub kinds: Vec<NexmarkKind>,
+    /// The first event's `date_time`, in ms since the epoch (default 2026-01-01T00:00:00Z).
+    #[serde(default = "default_nexmark_base_time")]
+    pub base_time: Millis,
+}
+
+/// The kinds of Nexmark event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NexmarkKind {
+    /// A person who sells and bids.
+    Person,
+    /// An item put up for auction by a person.
+    Auction,
+    /// A bid on an auction.
+    Bid,
+}
+
+impl NexmarkKind {
+    /// Every kind.
+    pub fn all() -> Vec<NexmarkKind> {
+        vec![NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid]
+    }
+
+    /// The name in the `kind` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            NexmarkKind::Person => "person",
+            NexmarkKind::Auction => "auction",
+            NexmarkKind::Bid => "bid",
+        }
+    }
+
+    /// The fields of this kind's events, in order (as Nexmark's SQL tables name them, with
+    /// `kind` first; the benchmark's `extra` padding is left out).
+    pub fn fields(self) -> &'static [&'static str] {
+        match self {
+            NexmarkKind::Person => &[
+                "kind",
+                "id",
+                "name",
+                "email_address",
+                "credit_card",
+                "city",
+                "state",
+                "date_time",
+            ],
+            NexmarkKind::Auction => &[
+                "kind",
+                "id",
+                "item_name",
+                "description",
+                "initial_bid",
+                "reserve",
+                "date_time",
+                "expires",
+                "seller",
+                "category",
+            ],
+            NexmarkKind::Bid => &[
+                "kind",
+                "auction",
+                "bidder",
+                "price",
+                "channel",
+                "url",
+                "date_time",
+            ],
+        }
+    }
+}
+
+/// The most events per second of event time a Nexmark source may be asked for.
+pub const MAX_NEXMARK_RATE: u64 = 1_000_000_000;
+
+fn default_nexmark_rate() -> u64 {
+    10_000
+}
+fn default_nexmark_base_time() -> Millis {
+    1_767_225_600_000
+}
+
+/// Checks a Nexmark source against the fields the pipeline keys and times its events by.
+fn check_nexmark(nexmark: &NexmarkSpec, key: &str, timestamp: &str) -> Result<()> {
+    if !(1..=MAX_NEXMARK_RATE).contains(&nexmark.rate) {
+        return Err(invalid(format!(
+            "source.rate = {}: use 1 to {MAX_NEXMARK_RATE} events per second",
+            nexmark.rate
+        )));
+    }
+    if nexmark.kinds.is_empty() {
+        return Err(invalid(
+            "source.kinds is empty: name at least one of person, auction, bid",
+        ));
+    }
+    for kind in &nexmark.kinds {
+        for (what, field) in [("event.key", key), ("event.timestamp", timestamp)] {
+            if !kind.fields().contains(&field) {
+                return Err(invalid(format!(
+                    "{what} = {field:?} is not a field of Nexmark {} events ({}); keep only \
+                     the kinds that have it with source.kinds",
+                    kind.name(),
+                    kind.fields().join(", ")
+                )));
+            }
+        }
+    }
+    if [
+        "id",
+        "auction",
+        "bidder",
+        "seller",
+        "category",
+        "price",
+        "initial_bid",
+        "reserve",
+        "name",
+        "city",
+        "state",
+        "channel",
+        "kind",
+    ]
+    .contains(&timestamp)
+    {
+        return Err(invalid(format!(
+            "event.timestamp = {timestamp:?} is not a time: use date_time (or expires for auctions)"
+        )));
+    }
+    Ok(())
 }
 
 fn default_generator_keys() -> u64 {
@@ -322,6 +472,7 @@ enum RawSource {
     Stdin,
     Http,
     Generator(GeneratorSpec),
+    Nexmark(NexmarkSpec),
 }
 
 #[derive(Debug, Deserialize)]
@@ -589,6 +740,7 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
             }
             SourceSpec::Generator(g)
         }
+        RawSource::Nexmark(nexmark) => SourceSpec::Nexmark(nexmark),
     })
 }
 
@@ -877,6 +1029,9 @@ impl RawSpec {
     fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
         let source = check_source(self.source, base)?;
+        if let SourceSpec::Nexmark(nexmark) = &source {
+            check_nexmark(nexmark, &self.event.key, &self.event.timestamp)?;
+        }
         let watermark_bound = match &self.watermark.bound {
             Some(raw) => duration("watermark.bound", raw)?,
             None => 0,
@@ -1085,6 +1240,70 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("leading out/"), "{err}");
+    }
+
+    #[test]
+    fn a_nexmark_source_is_checked_against_the_key_and_time_fields() {
+        let nexmark = |source: &str, key: &str, ts: &str| {
+            parse(&format!(
+                "name = \"n\"\n[source]\ntype = \"nexmark\"\n{source}\n[event]\nkey = \"{key}\"\ntimestamp = \"{ts}\"\n"
+            ))
+        };
+        let spec = nexmark("events = 10\nkinds = [\"bid\"]", "auction", "date_time").unwrap();
+        let SourceSpec::Nexmark(source) = spec.source else {
+            panic!("{:?}", spec.source)
+        };
+        assert_eq!((source.events, source.rate, source.seed), (10, 10_000, 0));
+        assert_eq!(source.kinds, vec![NexmarkKind::Bid]);
+        let refused = [
+            (
+                "events = 10",
+                "auction",
+                "date_time",
+                "not a field of Nexmark person",
+            ),
+            (
+                "events = 10\nkinds = [\"bid\"]",
+                "auction",
+                "ts",
+                "\"ts\" is not a field",
+            ),
+            (
+                "events = 10\nkinds = [\"bid\"]",
+                "auction",
+                "price",
+                "not a time",
+            ),
+            (
+                "events = 10\nkinds = []",
+                "kind",
+                "date_time",
+                "kinds is empty",
+            ),
+            (
+                "events = 10\nkinds = [\"lot\"]",
+                "kind",
+                "date_time",
+                "unknown variant",
+            ),
+            (
+                "events = 10\nrate = 0",
+                "kind",
+                "date_time",
+                "source.rate = 0",
+            ),
+            ("events = -1", "kind", "date_time", "invalid value"),
+            (
+                "events = 1\nextra = 3",
+                "kind",
+                "date_time",
+                "unknown field",
+            ),
+        ];
+        for (source, key, ts, expected) in refused {
+            let err = nexmark(source, key, ts).unwrap_err().to_string();
+            assert!(err.contains(expected), "{source} / {key} / {ts}: {err}");
+        }
     }
 
     #[test]

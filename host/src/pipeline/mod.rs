@@ -41,7 +41,7 @@ use crate::emit::{OperatorLabel, SinkError, SinkWriter};
 use crate::event::DEFAULT_MAX_LINE_BYTES;
 use crate::operator::{LoadError, SharedAggregateCode};
 use crate::rollout::Routing;
-use crate::source::{Generator, LineReader, Source, SourceError};
+use crate::source::{Generator, LineReader, Nexmark, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
 use crate::state::{KEY_GROUPS, StateError};
 use crate::time::MINUS_INFINITY;
@@ -56,8 +56,15 @@ pub enum PipelineError {
     #[error(transparent)]
     Load(#[from] LoadError),
     /// A native operator name is unknown.
-    #[error("unknown native operator {0:?}: the built-in operators are: count-sum")]
-    UnknownNative(String),
+    #[error("unknown native {kind} operator {name:?}: the built-in {kind} operators are: {known}")]
+    UnknownNative {
+        /// The name asked for.
+        name: String,
+        /// The kind asked for.
+        kind: String,
+        /// The names there are.
+        known: String,
+    },
     /// The state store failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -322,6 +329,7 @@ fn open_source(
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
+        SourceSpec::Nexmark(nexmark) => Box::new(Nexmark::new(nexmark.clone(), &spec.key_field)),
         SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(
             log,
             DEFAULT_MAX_LINE_BYTES,

@@ -1,14 +1,16 @@
 //! Sources: where events come from. A JSON Lines file, standard input, a deterministic
-//! generator, or the ingest log `weir serve` writes. Each yields records in arrival order,
+//! generator, the Nexmark benchmark's events, or the ingest log `weir serve` writes. Each yields records in arrival order,
 //! numbered by line from 1, and says where it is ([`SourcePosition`]) for checkpoints.
 
 mod generator;
 mod ingest;
 mod lines;
+mod nexmark;
 
 pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog};
 pub use lines::LineReader;
+pub use nexmark::Nexmark;
 
 use serde::{Deserialize, Serialize};
 

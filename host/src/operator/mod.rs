@@ -5,14 +5,13 @@
 //! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
 //! Depends on `state`, `value`, `event` and `window` (for the [`Window`] type only).
 
-mod native;
+pub mod native;
 pub mod registry;
 pub mod scope_slot;
 mod wasm;
 
 use std::sync::Arc;
 
-pub use native::NativeCountSum;
 pub use registry::{Registry, RegistryError, VersionInfo};
 pub use wasm::{
     ComponentKind, Limits, LoadError, Projection, WasmAggregate, WasmEnrich, WasmOperator,
@@ -92,13 +91,26 @@ impl AggregateCode for WasmOperator {
     }
 }
 
-impl AggregateCode for NativeCountSum {
+/// A native aggregate (one of [`native::AGGREGATES`]) as code rollouts can instantiate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeAggregate(String);
+
+impl NativeAggregate {
+    /// The native aggregate `name`, if there is one.
+    pub fn named(name: &str) -> Option<NativeAggregate> {
+        native::AGGREGATES
+            .contains(&name)
+            .then(|| NativeAggregate(name.to_owned()))
+    }
+}
+
+impl AggregateCode for NativeAggregate {
     fn instantiate(
         &self,
         _limits: Limits,
         _projection: Projection,
     ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError> {
-        Ok(Box::new(NativeCountSum))
+        Ok(native::aggregate(&self.0).expect("a NativeAggregate names a native aggregate"))
     }
 }
 

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::checkpoint::{CheckpointError, Manifest};
 use crate::operator::{
-    AggregateCode, AggregateOperator, ComponentKind, EnrichOperator, Limits, NativeCountSum,
-    Projection, WasmOperator, WasmRuntime,
+    AggregateCode, AggregateOperator, ComponentKind, EnrichOperator, Limits, Projection,
+    WasmOperator, WasmRuntime, native,
 };
 use crate::rollout::{Routing, VersionedAggregate};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec};
@@ -25,7 +25,8 @@ use crate::window::WindowEngine;
 /// Loaded operator code, shared by every shard.
 pub(super) enum Code {
     Wasm(WasmOperator),
-    NativeCountSum,
+    /// A native operator of the right kind, by name.
+    Native(String),
 }
 
 /// The process's runtime, set up on first use.
@@ -46,10 +47,25 @@ pub(super) fn load(
         OperatorCode::Stored { path, digest } => Ok(Code::Wasm(
             shared(runtime)?.load_checked(path, digest, kind)?,
         )),
-        OperatorCode::Native(name) if name == "count-sum" && kind == ComponentKind::Aggregate => {
-            Ok(Code::NativeCountSum)
+        OperatorCode::Native(name) => {
+            let known = match kind {
+                ComponentKind::Aggregate => &native::AGGREGATES,
+                ComponentKind::Enrich => &native::ENRICHERS,
+            };
+            if known.contains(&name.as_str()) {
+                Ok(Code::Native(name.clone()))
+            } else {
+                Err(PipelineError::UnknownNative {
+                    name: name.clone(),
+                    kind: match kind {
+                        ComponentKind::Aggregate => "aggregate",
+                        ComponentKind::Enrich => "enrichment",
+                    }
+                    .into(),
+                    known: known.join(", "),
+                })
+            }
         }
-        OperatorCode::Native(name) => Err(PipelineError::UnknownNative(name.clone())),
         OperatorCode::Registry => Err(PipelineError::Config(format!(
             "operator {}@{} names no `module`: operators from the registry run under `weir serve`; \
                  `weir run` needs `module = \"path/to/component.wasm\"`",
@@ -172,11 +188,7 @@ pub(super) fn build_shard(
         let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
         let operator: Box<dyn EnrichOperator> = match code {
             Code::Wasm(wasm) => Box::new(wasm.enrich(limits, projection)?),
-            Code::NativeCountSum => {
-                return Err(PipelineError::UnknownNative(
-                    "count-sum (as an enrichment)".into(),
-                ));
-            }
+            Code::Native(name) => native::enrich(name).expect("load checked the name"),
         };
         // Reference data is part of the state from the first checkpoint on.
         if resume.manifest.is_none() {
@@ -234,7 +246,7 @@ fn build_aggregate(
                 .map_or(all_but_key_and_time, Projection::Only);
             let operator: Box<dyn AggregateOperator> = match code {
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
-                Code::NativeCountSum => Box::new(NativeCountSum),
+                Code::Native(name) => native::aggregate(name).expect("load checked the name"),
             };
             let factory = CandidateFactory { limits, projection };
             let engine = WindowEngine::new(

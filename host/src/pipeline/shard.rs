@@ -242,7 +242,7 @@ mod tests {
 
     use super::*;
     use crate::event::Event;
-    use crate::operator::NativeCountSum;
+    use crate::operator::native::NativeCountSum;
     use crate::pipeline::ResolveError;
     use crate::rollout::CounterBook;
     use crate::spec::WindowSpec;

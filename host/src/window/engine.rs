@@ -753,7 +753,7 @@ mod tests {
     //! end-to-end suite checks the same rules through the binary against a reference model.
 
     use super::*;
-    use crate::operator::NativeCountSum;
+    use crate::operator::native::NativeCountSum;
     use crate::state::MemoryBackend;
     use crate::value::Value;
 

@@ -1,0 +1,35 @@
+//! Native operators, compiled into the host: the twins of example components that benchmarks
+//! compare Wasm against, each with exactly its component's results. A spec names one with
+//! `native = "<name>"`; [`AGGREGATES`] and [`ENRICHERS`] list them.
+
+mod count_sum;
+mod nexmark;
+
+pub use count_sum::{NativeCountSum, plus};
+
+use super::{AggregateOperator, EnrichOperator};
+
+/// The native aggregates, by the name a spec gives.
+pub const AGGREGATES: [&str; 3] = ["count-sum", "nexmark-q7", "nexmark-q11"];
+/// The native enrichment operators, by the name a spec gives.
+pub const ENRICHERS: [&str; 3] = ["nexmark-q0", "nexmark-q1", "nexmark-q2"];
+
+/// A new instance of the native aggregate `name`, if there is one.
+pub fn aggregate(name: &str) -> Option<Box<dyn AggregateOperator>> {
+    Some(match name {
+        "count-sum" => Box::new(NativeCountSum),
+        "nexmark-q7" => Box::new(nexmark::HighestBid),
+        "nexmark-q11" => Box::new(nexmark::SessionBids),
+        _ => return None,
+    })
+}
+
+/// A new instance of the native enrichment operator `name`, if there is one.
+pub fn enrich(name: &str) -> Option<Box<dyn EnrichOperator>> {
+    Some(match name {
+        "nexmark-q0" => Box::new(nexmark::PassThrough),
+        "nexmark-q1" => Box::new(nexmark::Euros),
+        "nexmark-q2" => Box::new(nexmark::Selection),
+        _ => return None,
+    })
+}

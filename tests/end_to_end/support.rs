@@ -96,13 +96,18 @@ const GUESTS: [&str; 6] = [
     "finish-writes",
 ];
 
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 11] = [
     "count-sum-v2",
     "tumbling-count-sum",
     "sliding-average",
     "session-summary",
     "distinct-count",
     "enrich-customers",
+    "nexmark-q0",
+    "nexmark-q1",
+    "nexmark-q2",
+    "nexmark-q7",
+    "nexmark-q11",
 ];
 
 /// The outcome of one `weir run`.

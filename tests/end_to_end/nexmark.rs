@@ -1,0 +1,327 @@
+//! The Nexmark source and queries: each query's example component and its native twin give the
+//! same results, and both equal an independent computation over the source's events (read
+//! through Q0); a run aborted after a checkpoint resumes to the uninterrupted output; bad
+//! Nexmark specs and unknown native operators are refused with what to do.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::support::component;
+
+const EVENTS: u64 = 30_000;
+const RATE: u64 = 500;
+
+/// A Nexmark pipeline for `query` in `dir`: `code` is `module = "..."` or `native = "..."`.
+fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf {
+    let (kinds, key, kind, window) = match query {
+        "q0" => ("", "kind", "enrich", ""),
+        "q1" | "q2" => ("kinds = [\"bid\"]", "auction", "enrich", ""),
+        "q7" => (
+            "kinds = [\"bid\"]",
+            "kind",
+            "aggregate",
+            "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
+        ),
+        _ => (
+            "kinds = [\"bid\"]",
+            "bidder",
+            "aggregate",
+            "[window]\ntype = \"session\"\ngap = \"10s\"",
+        ),
+    };
+    let name = format!(
+        "{query}-{}",
+        if code.starts_with("native") {
+            "native"
+        } else {
+            "wasm"
+        }
+    );
+    let text = format!(
+        "name = \"{name}\"\nbatch_size = 512\n{extra}\n\
+         [source]\ntype = \"nexmark\"\nevents = {EVENTS}\nrate = {RATE}\nseed = 3\n{kinds}\n\
+         [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
+         [[operators]]\nname = \"{query}\"\nkind = \"{kind}\"\n{code}\n\
+         [state]\ndir = \"data-{name}\"\n\
+         [sinks]\nresults = \"{name}/results.jsonl\"\nlate = \"{name}/late.jsonl\"\n\
+         dead_letters = \"{name}/dead.jsonl\"\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("writing the spec");
+    path
+}
+
+fn weir_run(spec: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .arg(spec)
+        .args(args)
+        .output()
+        .expect("running weir")
+}
+
+/// The results of a run of `spec` from the beginning, as (key, window, value) sorted.
+fn results(spec: &Path) -> Vec<Value> {
+    let output = weir_run(spec, &["--fresh", "--shards", "2"]);
+    assert!(
+        output.status.success(),
+        "{}: {}",
+        spec.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dir = spec.with_extension("");
+    for sink in ["late", "dead"] {
+        let text = std::fs::read_to_string(dir.join(format!("{sink}.jsonl"))).unwrap_or_default();
+        assert!(text.is_empty(), "{}: {sink}: {text}", spec.display());
+    }
+    let text = std::fs::read_to_string(dir.join("results.jsonl")).expect("results");
+    let mut records: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("JSON"))
+        .map(|record| {
+            json!({
+                "key": record["key"],
+                "start": record["window_start"],
+                "end": record["window_end"],
+                "value": record["value"],
+            })
+        })
+        .collect();
+    records.sort_by_key(Value::to_string);
+    records
+}
+
+fn module(query: &str) -> String {
+    format!(
+        "module = \"{}\"",
+        component(&format!("nexmark-{query}")).display()
+    )
+}
+
+fn int(value: &Value, field: &str) -> i64 {
+    value[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} in {value}"))
+}
+
+/// What each query must give, computed here from the events alone.
+fn expected(query: &str, events: &[Value]) -> Vec<Value> {
+    let bids: Vec<&Value> = events.iter().filter(|e| e["kind"] == "bid").collect();
+    let row = |key: String, start: Value, end: Value, value: Value| json!({"key": key, "start": start, "end": end, "value": value});
+    let mut rows: Vec<Value> = match query {
+        "q0" => events
+            .iter()
+            .map(|e| {
+                row(
+                    e["kind"].as_str().unwrap().into(),
+                    Value::Null,
+                    Value::Null,
+                    e.clone(),
+                )
+            })
+            .collect(),
+        "q1" => bids
+            .iter()
+            .map(|b| {
+                let value = json!({"auction": b["auction"], "bidder": b["bidder"],
+                    "price": int(b, "price") * 908 / 1000, "date_time": b["date_time"]});
+                row(
+                    int(b, "auction").to_string(),
+                    Value::Null,
+                    Value::Null,
+                    value,
+                )
+            })
+            .collect(),
+        "q2" => bids
+            .iter()
+            .filter(|b| int(b, "auction") % 123 == 0)
+            .map(|b| {
+                let value = json!({"auction": b["auction"], "price": b["price"]});
+                row(
+                    int(b, "auction").to_string(),
+                    Value::Null,
+                    Value::Null,
+                    value,
+                )
+            })
+            .collect(),
+        "q7" => {
+            let mut best: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+            for b in &bids {
+                let window = int(b, "date_time").div_euclid(10_000) * 10_000;
+                let bid = (int(b, "price"), -int(b, "auction"), -int(b, "bidder"));
+                let entry = best.entry(window).or_insert(bid);
+                *entry = (*entry).max(bid);
+            }
+            best.into_iter()
+                .map(|(start, (price, auction, bidder))| {
+                    let value = json!({"auction": -auction, "bidder": -bidder, "price": price});
+                    row("bid".into(), json!(start), json!(start + 10_000), value)
+                })
+                .collect()
+        }
+        _ => {
+            let mut times: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            for b in &bids {
+                times
+                    .entry(int(b, "bidder"))
+                    .or_default()
+                    .push(int(b, "date_time"));
+            }
+            let mut rows = Vec::new();
+            for (bidder, mut times) in times {
+                times.sort();
+                let mut session = (times[0], times[0] + 10_000, 0);
+                for &t in &times {
+                    if t > session.1 {
+                        rows.push((bidder, session));
+                        session = (t, t + 10_000, 0);
+                    }
+                    session.1 = session.1.max(t + 10_000);
+                    session.2 += 1;
+                }
+                rows.push((bidder, session));
+            }
+            rows.into_iter()
+                .map(|(bidder, (start, end, bids))| {
+                    row(
+                        bidder.to_string(),
+                        json!(start),
+                        json!(end),
+                        json!({"bids": bids}),
+                    )
+                })
+                .collect()
+        }
+    };
+    rows.sort_by_key(Value::to_string);
+    rows
+}
+
+#[test]
+fn every_query_equals_its_native_twin_and_an_independent_computation() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // The source's events, as Q0 (native) passes them through.
+    let events: Vec<Value> = results(&spec(dir.path(), "q0", "native = \"nexmark-q0\"", ""))
+        .into_iter()
+        .map(|row| row["value"].clone())
+        .collect();
+    assert_eq!(events.len() as u64, EVENTS);
+    let kinds = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count() as u64;
+    assert_eq!(
+        (kinds("person"), kinds("auction"), kinds("bid")),
+        (EVENTS / 50, EVENTS * 3 / 50, EVENTS * 46 / 50)
+    );
+    for query in ["q0", "q1", "q2", "q7", "q11"] {
+        let wasm = results(&spec(dir.path(), query, &module(query), ""));
+        let native = results(&spec(
+            dir.path(),
+            query,
+            &format!("native = \"nexmark-{query}\""),
+            "",
+        ));
+        let model = expected(query, &events);
+        assert!(!model.is_empty(), "{query} has results");
+        assert_eq!(wasm.len(), model.len(), "{query}: Wasm against the model");
+        for (got, want) in wasm.iter().zip(&model) {
+            assert_eq!(got, want, "{query}: Wasm against the model");
+        }
+        assert_eq!(native, wasm, "{query}: native against Wasm");
+    }
+}
+
+#[test]
+fn a_nexmark_run_aborted_after_a_checkpoint_resumes_to_the_same_output() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let spec = spec(dir.path(), "q11", &module("q11"), "");
+    let read = || {
+        ["results", "late", "dead"].map(|sink| {
+            std::fs::read(dir.path().join(format!("q11-wasm/{sink}.jsonl"))).unwrap_or_default()
+        })
+    };
+    let complete = weir_run(&spec, &["--fresh", "--checkpoint-interval", "1ms"]);
+    assert!(complete.status.success());
+    let expected = read();
+    assert!(!expected[0].is_empty());
+    for id in [2, 7] {
+        let crashed = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "--fresh", "--checkpoint-interval", "1ms"])
+            .arg(&spec)
+            .env("WEIR_TEST_CRASH", format!("after-commit:{id}"))
+            .output()
+            .expect("running weir");
+        assert!(!crashed.status.success(), "the crash hook did not fire");
+        let resumed = weir_run(&spec, &["--checkpoint-interval", "1ms"]);
+        assert!(
+            resumed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&resumed.stderr)
+        );
+        assert!(String::from_utf8_lossy(&resumed.stderr).contains("resum"));
+        assert_eq!(read(), expected, "after a crash at checkpoint {id}");
+    }
+}
+
+#[test]
+fn bad_nexmark_specs_and_unknown_native_operators_are_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let cases = [
+        // Persons have no `auction` field.
+        (
+            "q1",
+            "native = \"nexmark-q1\"",
+            "kinds = [\"bid\"]",
+            "",
+            "event.key = \"auction\" is not a field of Nexmark person events",
+        ),
+        (
+            "q1",
+            "native = \"nexmark-q1\"",
+            "rate = 500",
+            "rate = 0",
+            "source.rate = 0",
+        ),
+        (
+            "q1",
+            "native = \"nexmark-q1\"",
+            "seed = 3",
+            "seed = -3",
+            "invalid value",
+        ),
+        (
+            "q7",
+            "native = \"nexmark-q9\"",
+            "",
+            "",
+            "unknown native aggregate operator \"nexmark-q9\": the built-in aggregate operators are: count-sum, nexmark-q7, nexmark-q11",
+        ),
+        (
+            "q1",
+            "native = \"nexmark-q7\"",
+            "",
+            "",
+            "unknown native enrichment operator \"nexmark-q7\"",
+        ),
+    ];
+    for (query, code, from, to, expected) in cases {
+        let path = spec(dir.path(), query, code, "");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = if from.is_empty() {
+            text
+        } else {
+            text.replace(from, to)
+        };
+        std::fs::write(&path, text).unwrap();
+        let output = weir_run(&path, &["--fresh"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{query} {from} -> {to}");
+        assert!(
+            stderr.contains(expected),
+            "{query} {from} -> {to}: {stderr}"
+        );
+    }
+}

@@ -233,3 +233,88 @@ pub fn checkpoint_cost(
     }
     Ok(rows)
 }
+
+/// The Nexmark queries `weir bench nexmark` knows, in order.
+pub const NEXMARK_QUERIES: [&str; 5] = ["q0", "q1", "q2", "q7", "q11"];
+
+/// One Nexmark query's runs: with its example component and with its native twin.
+#[derive(Debug, Clone)]
+pub struct NexmarkRow {
+    /// The query (`q7`).
+    pub query: String,
+    /// With the Wasm component.
+    pub wasm: Summary,
+    /// With the native twin.
+    pub native: Summary,
+}
+
+/// The spec of Nexmark `query` over `events` events (10,000 per second of event time, one
+/// shard, memory state, outputs discarded), as the examples' specs have it, with `code`.
+pub fn nexmark_spec(
+    query: &str,
+    events: u64,
+    batch_size: usize,
+    code: OperatorCode,
+) -> Result<PipelineSpec, PipelineError> {
+    let (kinds, key, kind, window) = match query {
+        "q0" => ("", "kind", "enrich", ""),
+        "q1" | "q2" => ("kinds = [\"bid\"]", "auction", "enrich", ""),
+        "q7" => (
+            "kinds = [\"bid\"]",
+            "kind",
+            "aggregate",
+            "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
+        ),
+        "q11" => (
+            "kinds = [\"bid\"]",
+            "bidder",
+            "aggregate",
+            "[window]\ntype = \"session\"\ngap = \"10s\"",
+        ),
+        other => {
+            return Err(PipelineError::Config(format!(
+                "no Nexmark query {other:?} here: use one of {}",
+                NEXMARK_QUERIES.join(", ")
+            )));
+        }
+    };
+    let text = format!(
+        "name = \"nexmark-{query}\"\nshards = 1\nbatch_size = {batch_size}\n\
+         checkpoint_interval = \"off\"\n\
+         [source]\ntype = \"nexmark\"\nevents = {events}\nrate = 10000\nseed = 1\n{kinds}\n\
+         [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
+         [[operators]]\nname = \"nexmark-{query}\"\nkind = \"{kind}\"\nnative = \"nexmark-{query}\"\n\
+         [state]\nbackend = \"memory\"\n\
+         [sinks]\nresults = \"discard\"\nlate = \"discard\"\ndead_letters = \"discard\"\n"
+    );
+    let mut spec = PipelineSpec::parse(&text, false, std::path::Path::new("."))
+        .map_err(|e| PipelineError::Config(e.to_string()))?;
+    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
+        operator.code = code.clone();
+    }
+    Ok(spec)
+}
+
+/// Runs each Nexmark query in `queries` with its component (`components/weir_example_nexmark_<query>.wasm`)
+/// and natively.
+pub fn nexmark(
+    queries: &[String],
+    events: u64,
+    batch_size: usize,
+    components: &std::path::Path,
+) -> Result<Vec<NexmarkRow>, PipelineError> {
+    queries
+        .iter()
+        .map(|query| {
+            let module = components.join(format!("weir_example_nexmark_{query}.wasm"));
+            let wasm = nexmark_spec(query, events, batch_size, OperatorCode::Component(module))?;
+            let native = OperatorCode::Native(format!("nexmark-{query}"));
+            let native = nexmark_spec(query, events, batch_size, native)?;
+            Ok(NexmarkRow {
+                query: query.clone(),
+                wasm: pipeline::run(&wasm)?,
+                native: pipeline::run(&native)?,
+            })
+        })
+        .collect()
+}

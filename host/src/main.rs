@@ -119,6 +119,9 @@ struct StateArgs {
 /// The options of `weir bench`.
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
+    /// Another benchmark than the count-sum.
+    #[command(subcommand)]
+    suite: Option<BenchSuite>,
     /// Events to generate.
     #[arg(long, default_value_t = 10_000_000)]
     events: u64,
@@ -554,9 +557,78 @@ fn state(args: StateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The benchmarks besides the count-sum.
+#[derive(Debug, clap::Subcommand)]
+enum BenchSuite {
+    /// Nexmark queries over the Nexmark source, each with its example component and natively:
+    /// events/s on one shard and the ratio.
+    Nexmark {
+        /// The queries (q0, q1, q2, q7, q11); all of them if none is given.
+        #[arg(long = "query")]
+        queries: Vec<String>,
+        /// Events to generate (persons, auctions and bids; most queries read only the bids).
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Events per batch.
+        #[arg(long, default_value_t = 4_096)]
+        batch_size: usize,
+        /// Where the query components are (`make components` builds them).
+        #[arg(long, default_value = "target/wasm32-wasip2/release")]
+        components: PathBuf,
+    },
+}
+
+/// `weir bench nexmark`.
+fn bench_nexmark(
+    mut queries: Vec<String>,
+    events: u64,
+    batch_size: usize,
+    components: &std::path::Path,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=weir::spec::MAX_BATCH_SIZE).contains(&batch_size),
+        "--batch-size must be 1 to {}",
+        weir::spec::MAX_BATCH_SIZE
+    );
+    if queries.is_empty() {
+        queries = weir::bench::NEXMARK_QUERIES.map(String::from).to_vec();
+    }
+    println!("nexmark, {events} events generated, 1 shard, batches of {batch_size}");
+    let rate = weir::bench::BenchReport::rate;
+    for row in weir::bench::nexmark(&queries, events, batch_size, components)? {
+        println!(
+            "{:<4} wasm {:>10.0} events/s  native {:>10.0} events/s  ({} events read, {} results; wasm/native {:.2})",
+            row.query,
+            rate(&row.wasm),
+            rate(&row.native),
+            row.wasm.events_in,
+            row.wasm.results_out,
+            rate(&row.wasm) / rate(&row.native)
+        );
+        anyhow::ensure!(
+            row.wasm.results_out == row.native.results_out
+                && row.wasm.dead_letters == 0
+                && row.native.dead_letters == 0,
+            "{}: Wasm and native disagree on the number of results, or one had dead letters",
+            row.query
+        );
+    }
+    Ok(())
+}
+
 /// `weir bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchSuite::Nexmark {
+        queries,
+        events,
+        batch_size,
+        components,
+    }) = args.suite
+    {
+        return bench_nexmark(queries, events, batch_size, &components);
+    }
     let BenchArgs {
+        suite: _,
         events,
         keys,
         shards,

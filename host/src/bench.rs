@@ -63,6 +63,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         window: Some(WindowSpec::Tumbling { size: 60_000 }),
         allowed_lateness: 0,
         enrichers: Vec::new(),
+        stages: Vec::new(),
         aggregate: Some(OperatorSpec {
             name: "count-sum".into(),
             version: "bench".into(),

@@ -62,6 +62,8 @@ pub struct PipelineSpec {
     pub enrichers: Vec<OperatorSpec>,
     /// The windowed aggregate, if any.
     pub aggregate: Option<OperatorSpec>,
+    /// Further stages, each aggregating the window results of the one before.
+    pub stages: Vec<StageSpec>,
     /// Where state lives.
     pub state: StateSpec,
     /// Where output goes.
@@ -345,6 +347,24 @@ pub struct OperatorSpec {
     pub state_ttl: Option<Millis>,
 }
 
+/// A stage after the pipeline's aggregate: the previous stage's window results become its
+/// events (their value's fields, with `key`, `window_start` and `window_end`, at the time
+/// `window_end - 1`), keyed by `key_field` (or all under one key), aggregated in `window`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageSpec {
+    /// The field of the previous stage's results to key by; `None`: one key for all (a
+    /// global aggregate per window).
+    pub key_field: Option<String>,
+    /// The stage's windows (never late input: its events arrive before the watermark that
+    /// fired them).
+    pub window: WindowSpec,
+    /// The stage's aggregate.
+    pub aggregate: OperatorSpec,
+}
+
+/// The key of every event of a stage without a key field.
+pub const GLOBAL_KEY: &str = "*";
+
 /// Where an operator's code comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OperatorCode {
@@ -445,6 +465,8 @@ struct RawSpec {
     #[serde(default)]
     operators: Vec<RawOperator>,
     #[serde(default)]
+    stages: Vec<RawStage>,
+    #[serde(default)]
     state: RawState,
     #[serde(default)]
     sinks: RawSinks,
@@ -520,6 +542,78 @@ struct RawOperator {
     reference: Option<RawReference>,
     fields: Option<Vec<String>>,
     state_ttl: Option<RawDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStage {
+    key: Option<String>,
+    window: RawWindow,
+    operator: RawOperator,
+}
+
+/// `error`, said of `at` (a part of the spec checked on its own).
+fn within(at: &str, error: SpecError) -> SpecError {
+    match error {
+        SpecError::Invalid(message) => invalid(format!("{at}: {message}")),
+        other => other,
+    }
+}
+
+/// Checks the `[[stages]]`: each has windows without lateness and one aggregate, and the
+/// stages before it emit each window once (no allowed lateness, so no updates to retract).
+fn check_stages(
+    raw: Vec<RawStage>,
+    base: &Path,
+    aggregate: Option<&OperatorSpec>,
+    lateness: Millis,
+) -> Result<Vec<StageSpec>> {
+    if !raw.is_empty() && aggregate.is_none() {
+        return Err(invalid(
+            "stages aggregate the results of the pipeline's aggregate: add an operator of kind \
+             \"aggregate\" (and a [window]) before any [[stages]]",
+        ));
+    }
+    if !raw.is_empty() && lateness > 0 {
+        return Err(invalid(
+            "window.allowed_lateness must be 0 in a pipeline with stages: an update of a window \
+             result would be counted twice downstream (retractions across stages are not \
+             supported yet)",
+        ));
+    }
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, stage)| {
+            let at = format!("stages[{i}]");
+            if stage.key.as_deref() == Some("") {
+                return Err(invalid(format!(
+                    "{at}.key is empty: name a field of the previous stage's results, or leave \
+                     it out for one key"
+                )));
+            }
+            let (window, lateness) =
+                check_window(Some(stage.window)).map_err(|e| within(&format!("{at}.window"), e))?;
+            if lateness > 0 {
+                return Err(invalid(format!(
+                    "{at}.window.allowed_lateness: a stage's input is never late, so it has no \
+                     allowed lateness"
+                )));
+            }
+            let (enrichers, aggregate) =
+                check_operators(vec![stage.operator], base, window.as_ref())
+                    .map_err(|e| within(&format!("{at}.operator"), e))?;
+            match (enrichers.is_empty(), aggregate, window) {
+                (true, Some(aggregate), Some(window)) => Ok(StageSpec {
+                    key_field: stage.key,
+                    window,
+                    aggregate,
+                }),
+                _ => Err(invalid(format!(
+                    "{at}.operator: a stage's operator is of kind \"aggregate\""
+                ))),
+            }
+        })
+        .collect()
 }
 
 fn default_version() -> String {
@@ -956,6 +1050,12 @@ impl RawSpec {
                  {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
             ));
         }
+        if !self.stages.is_empty() {
+            return Err(invalid(
+                "stages: multi-stage pipelines run under `weir run` for now; weir serve runs one \
+                 aggregate per pipeline",
+            ));
+        }
         for (i, op) in self.operators.iter().enumerate() {
             if op.module.is_some() {
                 return Err(invalid(format!(
@@ -1042,6 +1142,7 @@ impl RawSpec {
         };
         let (window, allowed_lateness) = check_window(self.window)?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
+        let stages = check_stages(self.stages, base, aggregate.as_ref(), allowed_lateness)?;
         let state = check_state(&self.state, &self.name, base)?;
         let sinks = SinksSpec {
             results: sink("results", self.sinks.results, Sink::Stdout, sink_base)?,
@@ -1095,6 +1196,7 @@ impl RawSpec {
             allowed_lateness,
             enrichers,
             aggregate,
+            stages,
             state,
             sinks,
             shards: self.shards,
@@ -1304,6 +1406,86 @@ mod tests {
             let err = nexmark(source, key, ts).unwrap_err().to_string();
             assert!(err.contains(expected), "{source} / {key} / {ts}: {err}");
         }
+    }
+
+    #[test]
+    fn stages_follow_an_aggregate_without_lateness_and_are_checked_one_by_one() {
+        const STAGED: &str = r#"
+            name = "staged"
+            [source]
+            type = "stdin"
+            [event]
+            key = "user"
+            timestamp = "ts"
+            [window]
+            type = "tumbling"
+            size = "1m"
+            [[operators]]
+            name = "count"
+            kind = "aggregate"
+            native = "count-sum"
+            [[stages]]
+            key = "sum"
+            [stages.window]
+            type = "tumbling"
+            size = "5m"
+            [stages.operator]
+            name = "top"
+            kind = "aggregate"
+            native = "top-keys"
+        "#;
+        let spec = parse(STAGED).unwrap();
+        assert_eq!(spec.stages.len(), 1);
+        assert_eq!(spec.stages[0].key_field.as_deref(), Some("sum"));
+        assert_eq!(
+            spec.stages[0].window,
+            WindowSpec::Tumbling { size: 300_000 }
+        );
+        assert_eq!(spec.stages[0].aggregate.name, "top");
+        let no_key = parse(&STAGED.replace("key = \"sum\"", "")).unwrap();
+        assert_eq!(no_key.stages[0].key_field, None);
+        let refused = [
+            (
+                "size = \"1m\"",
+                "size = \"1m\"\nallowed_lateness = \"1s\"",
+                "must be 0 in a pipeline with stages",
+            ),
+            (
+                "size = \"5m\"",
+                "size = \"5m\"\nallowed_lateness = \"1s\"",
+                "has no allowed lateness",
+            ),
+            ("key = \"sum\"", "key = \"\"", "stages[0].key is empty"),
+            (
+                "kind = \"aggregate\"\n            native = \"top-keys\"",
+                "kind = \"enrich\"\n            native = \"top-keys\"",
+                "stages[0].operator: a [window] needs an operator of kind = \"aggregate\"",
+            ),
+            ("size = \"5m\"", "size = \"0s\"", "stages[0].window"),
+            (
+                "[stages.window]\n            type = \"tumbling\"\n            size = \"5m\"",
+                "",
+                "missing field `window`",
+            ),
+            (
+                "[window]\n            type = \"tumbling\"\n            size = \"1m\"\n            [[operators]]\n            name = \"count\"\n            kind = \"aggregate\"\n            native = \"count-sum\"",
+                "",
+                "add an operator of kind",
+            ),
+        ];
+        for (from, to, expected) in refused {
+            let text = STAGED.replace(from, to);
+            assert_ne!(text, STAGED, "{from}");
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{from} -> {to}: {err}");
+        }
+        let served = r#"{"name":"p","source":{"type":"http"},"event":{"key":"k","timestamp":"t"},
+            "window":{"type":"tumbling","size":"1m"},
+            "operators":[{"name":"c","kind":"aggregate","native":"count-sum"}],
+            "stages":[{"window":{"type":"tumbling","size":"1m"},
+                       "operator":{"name":"t","kind":"aggregate","native":"top-keys"}}]}"#;
+        let err = PipelineSpec::parse_served(served, Path::new("/d/p"), Served::New).unwrap_err();
+        assert!(err.to_string().contains("under `weir run`"), "{err}");
     }
 
     #[test]

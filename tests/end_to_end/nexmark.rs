@@ -19,6 +19,12 @@ fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf 
     let (kinds, key, kind, window) = match query {
         "q0" => ("", "kind", "enrich", ""),
         "q1" | "q2" => ("kinds = [\"bid\"]", "auction", "enrich", ""),
+        "q5" => (
+            "kinds = [\"bid\"]",
+            "auction",
+            "aggregate",
+            "[window]\ntype = \"sliding\"\nsize = \"10s\"\nslide = \"2s\"",
+        ),
         "q7" => (
             "kinds = [\"bid\"]",
             "kind",
@@ -32,19 +38,27 @@ fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf 
             "[window]\ntype = \"session\"\ngap = \"10s\"",
         ),
     };
-    let name = format!(
-        "{query}-{}",
-        if code.starts_with("native") {
-            "native"
-        } else {
-            "wasm"
-        }
-    );
+    let native = code.starts_with("native");
+    let name = format!("{query}-{}", if native { "native" } else { "wasm" });
+    // Q5's second stage: the window's auctions ranked by their count, under one key.
+    let stage = match (query, native) {
+        ("q5", true) => "native = \"top-keys\"".to_owned(),
+        ("q5", false) => format!("module = \"{}\"", component("top-keys").display()),
+        _ => String::new(),
+    };
+    let stage = if stage.is_empty() {
+        stage
+    } else {
+        format!(
+            "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"\n\
+             [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\n{stage}\n"
+        )
+    };
     let text = format!(
         "name = \"{name}\"\nbatch_size = 512\n{extra}\n\
          [source]\ntype = \"nexmark\"\nevents = {EVENTS}\nrate = {RATE}\nseed = 3\n{kinds}\n\
          [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
-         [[operators]]\nname = \"{query}\"\nkind = \"{kind}\"\n{code}\n\
+         [[operators]]\nname = \"{query}\"\nkind = \"{kind}\"\n{code}\n{stage}\
          [state]\ndir = \"data-{name}\"\n\
          [sinks]\nresults = \"{name}/results.jsonl\"\nlate = \"{name}/late.jsonl\"\n\
          dead_letters = \"{name}/dead.jsonl\"\n"
@@ -149,6 +163,7 @@ fn expected(query: &str, events: &[Value]) -> Vec<Value> {
                 )
             })
             .collect(),
+        "q5" => hot_items(&bids),
         "q7" => {
             let mut best: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
             for b in &bids {
@@ -202,6 +217,38 @@ fn expected(query: &str, events: &[Value]) -> Vec<Value> {
     rows
 }
 
+/// Q5: bids per auction in sliding windows (10 s, every 2 s), then per window end the three
+/// auctions with the most (ties to the lower id as text).
+fn hot_items(bids: &[&Value]) -> Vec<Value> {
+    let mut counts: BTreeMap<(i64, String), i64> = BTreeMap::new();
+    for b in bids {
+        let t = int(b, "date_time");
+        let last = t.div_euclid(2_000) * 2_000;
+        for k in 0..5 {
+            let start = last - k * 2_000;
+            *counts
+                .entry((start + 10_000, int(b, "auction").to_string()))
+                .or_default() += 1;
+        }
+    }
+    let mut by_end: BTreeMap<i64, Vec<(i64, String)>> = BTreeMap::new();
+    for ((end, auction), count) in counts {
+        by_end.entry(end).or_default().push((-count, auction));
+    }
+    by_end
+        .into_iter()
+        .map(|(end, mut ranked)| {
+            ranked.sort();
+            let mut value = serde_json::Map::new();
+            for (rank, (count, auction)) in ranked.into_iter().take(3).enumerate() {
+                value.insert(format!("key_{}", rank + 1), json!(auction));
+                value.insert(format!("count_{}", rank + 1), json!(-count));
+            }
+            json!({"key": "*", "start": end - 2_000, "end": end, "value": value})
+        })
+        .collect()
+}
+
 #[test]
 fn every_query_equals_its_native_twin_and_an_independent_computation() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -216,7 +263,7 @@ fn every_query_equals_its_native_twin_and_an_independent_computation() {
         (kinds("person"), kinds("auction"), kinds("bid")),
         (EVENTS / 50, EVENTS * 3 / 50, EVENTS * 46 / 50)
     );
-    for query in ["q0", "q1", "q2", "q7", "q11"] {
+    for query in ["q0", "q1", "q2", "q5", "q7", "q11"] {
         let wasm = results(&spec(dir.path(), query, &module(query), ""));
         let native = results(&spec(
             dir.path(),
@@ -234,35 +281,59 @@ fn every_query_equals_its_native_twin_and_an_independent_computation() {
     }
 }
 
+/// A run of `spec` from the beginning, checkpointing every millisecond; with `crash_after`,
+/// aborted right after that checkpoint commits.
+fn checkpointed_run(spec: &Path, crash_after: Option<u64>) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command
+        .args(["run", "--fresh", "--checkpoint-interval", "1ms"])
+        .arg(spec);
+    if let Some(id) = crash_after {
+        command.env("WEIR_TEST_CRASH", format!("after-commit:{id}"));
+    }
+    command.output().expect("running weir")
+}
+
 #[test]
 fn a_nexmark_run_aborted_after_a_checkpoint_resumes_to_the_same_output() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let spec = spec(dir.path(), "q11", &module("q11"), "");
-    let read = || {
-        ["results", "late", "dead"].map(|sink| {
-            std::fs::read(dir.path().join(format!("q11-wasm/{sink}.jsonl"))).unwrap_or_default()
-        })
-    };
-    let complete = weir_run(&spec, &["--fresh", "--checkpoint-interval", "1ms"]);
-    assert!(complete.status.success());
-    let expected = read();
-    assert!(!expected[0].is_empty());
-    for id in [2, 7] {
-        let crashed = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["run", "--fresh", "--checkpoint-interval", "1ms"])
-            .arg(&spec)
-            .env("WEIR_TEST_CRASH", format!("after-commit:{id}"))
-            .output()
-            .expect("running weir");
-        assert!(!crashed.status.success(), "the crash hook did not fire");
-        let resumed = weir_run(&spec, &["--checkpoint-interval", "1ms"]);
-        assert!(
-            resumed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&resumed.stderr)
-        );
-        assert!(String::from_utf8_lossy(&resumed.stderr).contains("resum"));
-        assert_eq!(read(), expected, "after a crash at checkpoint {id}");
+    // Q11 (sessions), and Q5 with a second stage per auction whose windows (10 s of 2 s
+    // results) stay open across many checkpoints, many without further input: they fire after
+    // a restart only if the stage's windows were restored.
+    let q5 = spec(dir.path(), "q5", &module("q5"), "");
+    let text = std::fs::read_to_string(&q5).unwrap();
+    let longer = text.replace(
+        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"",
+        "[[stages]]\nkey = \"key\"\n[stages.window]\ntype = \"tumbling\"\nsize = \"10s\"",
+    );
+    assert_ne!(text, longer);
+    std::fs::write(&q5, longer).unwrap();
+    for (spec, outputs) in [
+        (spec(dir.path(), "q11", &module("q11"), ""), "q11-wasm"),
+        (q5, "q5-wasm"),
+    ] {
+        let read = || {
+            ["results", "late", "dead"].map(|sink| {
+                std::fs::read(dir.path().join(format!("{outputs}/{sink}.jsonl")))
+                    .unwrap_or_default()
+            })
+        };
+        assert!(checkpointed_run(&spec, None).status.success());
+        let expected = read();
+        assert!(!expected[0].is_empty());
+        for id in [2, 7, 19] {
+            let crashed = checkpointed_run(&spec, Some(id));
+            assert!(!crashed.status.success(), "the crash hook did not fire");
+            let resumed = weir_run(&spec, &["--checkpoint-interval", "1ms"]);
+            let stderr = String::from_utf8_lossy(&resumed.stderr);
+            assert!(resumed.status.success(), "{stderr}");
+            assert!(stderr.contains("resum"), "{stderr}");
+            assert_eq!(
+                read(),
+                expected,
+                "{outputs}: after a crash at checkpoint {id}"
+            );
+        }
     }
 }
 
@@ -297,7 +368,7 @@ fn bad_nexmark_specs_and_unknown_native_operators_are_refused_with_what_to_do() 
             "native = \"nexmark-q9\"",
             "",
             "",
-            "unknown native aggregate operator \"nexmark-q9\": the built-in aggregate operators are: count-sum, nexmark-q7, nexmark-q11",
+            "unknown native aggregate operator \"nexmark-q9\": the built-in aggregate operators are: count-sum, top-keys, nexmark-q5, nexmark-q7, nexmark-q11",
         ),
         (
             "q1",
@@ -324,4 +395,52 @@ fn bad_nexmark_specs_and_unknown_native_operators_are_refused_with_what_to_do() 
             "{query} {from} -> {to}: {stderr}"
         );
     }
+}
+
+#[test]
+fn results_a_stage_cannot_take_become_dead_letters_with_the_reason() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = spec(dir.path(), "q5", "native = \"nexmark-q5\"", "");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // A key field the results lack.
+    let keyed = text.replace("[[stages]]\n", "[[stages]]\nkey = \"auction_id\"\n");
+    assert_ne!(keyed, text);
+    std::fs::write(&path, keyed).unwrap();
+    let output = weir_run(&path, &["--fresh"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dead = std::fs::read_to_string(dir.path().join("q5-native/dead.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(dead.lines().next().expect("dead letters")).unwrap();
+    assert_eq!(
+        first["reason"],
+        "hot-items@0.0.0: the result has no text or integer field `auction_id` to key by"
+    );
+    assert!(first["raw"].as_str().unwrap().contains("\"count\""));
+    let results = std::fs::read_to_string(dir.path().join("q5-native/results.jsonl")).unwrap();
+    assert!(results.is_empty(), "{results}");
+    // An operator that rejects what the stage before gives it (Q11's results have no `count`).
+    let sessions = text
+        .replace("native = \"nexmark-q5\"", "native = \"nexmark-q11\"")
+        .replace(
+            "type = \"sliding\"\nsize = \"10s\"\nslide = \"2s\"",
+            "type = \"session\"\ngap = \"10s\"",
+        );
+    std::fs::write(&path, sessions).unwrap();
+    let output = weir_run(&path, &["--fresh"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dead = std::fs::read_to_string(dir.path().join("q5-native/dead.jsonl")).unwrap();
+    assert!(
+        dead.lines()
+            .next()
+            .expect("dead letters")
+            .contains("event without an integer `count`"),
+        "{dead}"
+    );
 }

@@ -96,7 +96,7 @@ const GUESTS: [&str; 6] = [
     "finish-writes",
 ];
 
-const EXAMPLES: [&str; 11] = [
+const EXAMPLES: [&str; 13] = [
     "count-sum-v2",
     "tumbling-count-sum",
     "sliding-average",
@@ -106,7 +106,9 @@ const EXAMPLES: [&str; 11] = [
     "nexmark-q0",
     "nexmark-q1",
     "nexmark-q2",
+    "nexmark-q5",
     "nexmark-q7",
+    "top-keys",
     "nexmark-q11",
 ];
 

@@ -68,10 +68,10 @@ pub struct CheckpointStats {
 }
 
 /// What a checkpoint's state depends on and a restore must match: the key and timestamp
-/// fields, the watermark bound, the windows and lateness, and the chain's shape. Operator
-/// versions and modules may change (state is typed values).
+/// fields, the watermark bound, the windows and lateness, and the chain's shape (with each
+/// stage's key and windows). Operator versions and modules may change (state is typed values).
 pub fn fingerprint(spec: &PipelineSpec) -> String {
-    format!(
+    let mut fingerprint = format!(
         "key={} timestamp={} bound={} window={:?} lateness={} enrichers={} aggregate={}",
         spec.key_field,
         spec.timestamp_field,
@@ -80,5 +80,13 @@ pub fn fingerprint(spec: &PipelineSpec) -> String {
         spec.allowed_lateness,
         spec.enrichers.len(),
         spec.aggregate.is_some()
-    )
+    );
+    // A pipeline without stages keeps the fingerprint its checkpoints were written with.
+    for stage in &spec.stages {
+        fingerprint.push_str(&format!(
+            " stage(key={:?} window={:?})",
+            stage.key_field, stage.window
+        ));
+    }
+    fingerprint
 }

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::stages::Stages;
 use super::{
     CandidateFactory, Enrichment, PipelineControl, PipelineError, REFERENCE_MAP, Result, Shard,
     groups_of, shard_of,
@@ -48,7 +49,7 @@ pub(super) fn load(
             shared(runtime)?.load_checked(path, digest, kind)?,
         )),
         OperatorCode::Native(name) => {
-            let known = match kind {
+            let known: &[&str] = match kind {
                 ComponentKind::Aggregate => &native::AGGREGATES,
                 ComponentKind::Enrich => &native::ENRICHERS,
             };
@@ -123,6 +124,7 @@ pub(super) fn load_reference(path: &Path, key_field: &str) -> Result<ReferenceRo
 pub(super) struct Loaded {
     enrichers: Vec<Code>,
     aggregate: Option<Code>,
+    stages: Vec<Code>,
     references: Vec<Option<ReferenceRows>>,
 }
 
@@ -141,6 +143,11 @@ impl Loaded {
             .as_ref()
             .map(|op| load(&mut runtime, op, ComponentKind::Aggregate))
             .transpose()?;
+        let stages = spec
+            .stages
+            .iter()
+            .map(|stage| load(&mut runtime, &stage.aggregate, ComponentKind::Aggregate))
+            .collect::<Result<Vec<_>>>()?;
         let references = spec
             .enrichers
             .iter()
@@ -154,6 +161,7 @@ impl Loaded {
         Ok(Loaded {
             enrichers,
             aggregate,
+            stages,
             references,
         })
     }
@@ -331,4 +339,52 @@ fn restore_shard(
                 message,
             })
         })
+}
+
+/// The stages after the aggregate, if the pipeline has any, with their state (in the store,
+/// when there is one) and, when resuming, their open windows.
+pub(super) fn build_stages(
+    spec: &PipelineSpec,
+    loaded: &Loaded,
+    resume: &Resume<'_>,
+) -> Result<Option<Stages>> {
+    if spec.stages.is_empty() {
+        return Ok(None);
+    }
+    let limits = Limits::from(&spec.sandbox);
+    let operators = spec
+        .stages
+        .iter()
+        .zip(&loaded.stages)
+        .map(|(stage, code)| {
+            let projection = stage
+                .aggregate
+                .fields
+                .clone()
+                .map_or(Projection::All, Projection::Only);
+            Ok(match code {
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection)?) as _,
+                Code::Native(name) => native::aggregate(name).expect("load checked the name"),
+            })
+        })
+        .collect::<Result<Vec<Box<dyn AggregateOperator>>>>()?;
+    let state: Box<dyn StateBackend> = match resume.store {
+        Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
+        None => Box::new(MemoryBackend::default()),
+    };
+    // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
+    let first = spec.enrichers.len() as u16 + 1;
+    let mut stages = Stages::new(&spec.stages, operators, first, state);
+    if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
+        let windows = store.scan(true, &[], &[0xff; 3])?;
+        stages
+            .restore(resume.watermark, &windows)
+            .map_err(|message| {
+                PipelineError::from(CheckpointError::Damaged {
+                    dir: dir.to_owned(),
+                    message: format!("the stages' windows: {message}"),
+                })
+            })?;
+    }
+    Ok(Some(stages))
 }

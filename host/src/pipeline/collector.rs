@@ -2,14 +2,16 @@
 //! batches in canonical order to the sinks, and commits checkpoints when a barrier's parts are
 //! all in (every shard's changes and the router's position, after every earlier batch's
 //! output): sinks synced, then one redb transaction, then the marker file, then the shards are
-//! released.
+//! released. A pipeline with stages after its aggregate runs them here, on each batch's
+//! results in canonical order, and checkpoints their state with the shards'.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use super::messages::{Part, Position};
-use super::{PipelineControl, Result, ResultLine, ShardSnapshot};
+use super::stages::Stages;
+use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
@@ -42,6 +44,7 @@ pub(super) fn collect(
     label: &OperatorLabel,
     sinks: &mut Sinks,
     mut checkpointer: Option<Checkpointer>,
+    mut stages: Option<Stages>,
     control: &PipelineControl,
 ) -> Result<Collected> {
     let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
@@ -59,9 +62,9 @@ pub(super) fn collect(
                 let checkpointer = checkpointer
                     .as_mut()
                     .expect("barriers are only sent when checkpointing");
-                commit(checkpointer, batch, sinks, control)?;
+                commit(checkpointer, batch, sinks, stages.as_mut(), control)?;
             } else {
-                collected.traps += write_batch(batch, label, sinks, control)?;
+                collected.traps += write_batch(batch, label, sinks, stages.as_mut(), control)?;
             }
             control.batch_done();
         }
@@ -80,14 +83,19 @@ fn write_batch(
     batch: Vec<Part>,
     label: &OperatorLabel,
     sinks: &mut Sinks,
+    stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<u64> {
     let (mut emissions, mut events, mut late, mut dead) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut traps = 0;
+    let mut run = (std::sync::Arc::default(), false);
     for part in batch {
         match part {
-            Part::Router(d) => dead.extend(d),
+            Part::Router(router) => {
+                dead.extend(router.dead);
+                run = (router.advances, router.end_of_input);
+            }
             Part::Shard(output) => {
                 emissions.extend(output.engine.emissions);
                 events.extend(output.events);
@@ -101,6 +109,16 @@ fn write_batch(
         }
     }
     emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+    if let Some(stages) = stages {
+        let (advances, end_of_input) = run;
+        let staged = stages
+            .process(emissions, &advances, end_of_input)
+            .map_err(|error| PipelineError::Stage { error })?;
+        emissions = staged.emissions;
+        late.extend(staged.late);
+        dead.extend(staged.dead_letters);
+        traps += staged.traps;
+    }
     events.sort_by_key(|staged| staged.seq);
     late.sort_by_key(|l| l.seq);
     dead.sort_by_key(|d| d.line);
@@ -160,9 +178,18 @@ fn commit(
     checkpointer: &mut Checkpointer,
     batch: Vec<Part>,
     sinks: &mut Sinks,
+    mut stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<()> {
-    let (position, changes) = gather(batch);
+    let (position, mut changes) = gather(batch);
+    if let Some(stages) = stages.as_deref_mut() {
+        let snapshot = stages
+            .checkpoint()
+            .map_err(|error| PipelineError::Stage { error })?;
+        changes.state.extend(snapshot.state);
+        changes.windows.extend(snapshot.windows);
+        changes.hot += snapshot.hot;
+    }
     let sink_positions = SinkPositions {
         results: sinks.results.sync()?,
         late: sinks.late.sync()?,
@@ -181,6 +208,9 @@ fn commit(
         control.set_applied(routing);
     }
     checkpointer.stats.push(stats);
+    if let Some(stages) = stages {
+        stages.committed();
+    }
     for ack in &checkpointer.acks {
         let _ = ack.send(());
     }
@@ -259,7 +289,15 @@ mod tests {
                 name: "c".into(),
                 version: "1".into(),
             };
-            collect(parts, 2, &label, &mut sinks, Some(checkpointer), &control)
+            collect(
+                parts,
+                2,
+                &label,
+                &mut sinks,
+                Some(checkpointer),
+                None,
+                &control,
+            )
         });
         // The barrier (id 1) arrives before batch 0 is complete: it must wait.
         let position = Position {
@@ -274,7 +312,12 @@ mod tests {
         parts_tx
             .send((1, Part::Snapshot(ShardSnapshot::default())))
             .unwrap();
-        parts_tx.send((0, Part::Router(Vec::new()))).unwrap();
+        let router = super::super::messages::RouterPart {
+            dead: Vec::new(),
+            advances: std::sync::Arc::default(),
+            end_of_input: false,
+        };
+        parts_tx.send((0, Part::Router(router))).unwrap();
         assert!(matches!(
             ack.recv_timeout(Duration::from_millis(200)),
             Err(RecvTimeoutError::Timeout)

@@ -37,10 +37,18 @@ pub(super) struct RoutingChange {
 /// The router's part of a checkpoint.
 pub(super) use crate::checkpoint::Barrier as Position;
 
+/// The router's part of a batch: its dead letters, and what the stages after the aggregate
+/// need to run the batch as the shards did (the watermark advances and the end of input).
+pub(super) struct RouterPart {
+    pub(super) dead: Vec<DeadLetter>,
+    pub(super) advances: Arc<Vec<(u64, Millis)>>,
+    pub(super) end_of_input: bool,
+}
+
 /// What the collector receives for a batch (or a barrier) id.
 pub(super) enum Part {
     Shard(ShardOutput),
-    Router(Vec<DeadLetter>),
+    Router(RouterPart),
     Snapshot(ShardSnapshot),
     Position(Position),
 }

@@ -23,6 +23,7 @@ mod enrichment;
 mod messages;
 mod router;
 mod shard;
+mod stages;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -81,6 +82,12 @@ pub enum PipelineError {
         path: String,
         /// What is wrong.
         message: String,
+    },
+    /// A stage after the aggregate failed.
+    #[error("a stage after the aggregate failed: {error}")]
+    Stage {
+        /// The failure.
+        error: EngineError,
     },
     /// A shard failed.
     #[error("shard {shard} failed: {error}")]
@@ -248,7 +255,8 @@ pub fn run_controlled(
         acks,
         stats: Vec::new(),
     });
-    let collector = spawn_collector(spec, part_rx, shards, sinks, checkpointer, &control);
+    let stages = build::build_stages(spec, &loaded, &resume)?;
+    let collector = spawn_collector(spec, part_rx, shards, sinks, checkpointer, stages, &control);
 
     let mut router = router::Router {
         spec,
@@ -433,11 +441,18 @@ fn spawn_collector(
     shards: usize,
     mut sinks: collector::Sinks,
     checkpointer: Option<collector::Checkpointer>,
+    stages: Option<stages::Stages>,
     control: &Arc<PipelineControl>,
 ) -> std::thread::JoinHandle<Collected> {
     let control = control.clone();
     let label = {
-        let op = spec.aggregate.as_ref().or(spec.enrichers.last());
+        // Results are the last stage's, or the aggregate's, or the last enricher's.
+        let op = spec
+            .stages
+            .last()
+            .map(|stage| &stage.aggregate)
+            .or(spec.aggregate.as_ref())
+            .or(spec.enrichers.last());
         OperatorLabel {
             pipeline: spec.name.clone(),
             name: op.map(|o| o.name.clone()).unwrap_or_default(),
@@ -453,6 +468,7 @@ fn spawn_collector(
                 &label,
                 &mut sinks,
                 checkpointer,
+                stages,
                 &control,
             );
             (

@@ -9,7 +9,7 @@ use tracing::info;
 
 use std::sync::atomic::Ordering;
 
-use super::messages::{Part, Position, RoutingChange, ShardMsg};
+use super::messages::{Part, Position, RouterPart, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
 use crate::event::Staged;
 use crate::event::{DeadLetter, Decoder};
@@ -220,9 +220,12 @@ impl Router<'_> {
         }
         batch.records = 0;
         self.control.batch_sent();
-        self.parts
-            .send((id, Part::Router(std::mem::take(&mut batch.dead))))
-            .is_ok()
+        let part = RouterPart {
+            dead: std::mem::take(&mut batch.dead),
+            advances,
+            end_of_input,
+        };
+        self.parts.send((id, Part::Router(part))).is_ok()
     }
 
     fn barrier(&mut self, id: u64, position: Position) -> bool {

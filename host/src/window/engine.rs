@@ -221,6 +221,11 @@ impl WindowEngine {
         }
     }
 
+    /// The index of the operator whose state this engine keeps (its place in the chain).
+    pub fn operator_index(&self) -> u16 {
+        self.operator_index
+    }
+
     /// The watermark this engine has seen.
     pub fn watermark(&self) -> Millis {
         self.watermark

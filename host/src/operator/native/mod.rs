@@ -4,13 +4,20 @@
 
 mod count_sum;
 mod nexmark;
+mod top_keys;
 
 pub use count_sum::{NativeCountSum, plus};
 
 use super::{AggregateOperator, EnrichOperator};
 
 /// The native aggregates, by the name a spec gives.
-pub const AGGREGATES: [&str; 3] = ["count-sum", "nexmark-q7", "nexmark-q11"];
+pub const AGGREGATES: [&str; 5] = [
+    "count-sum",
+    "top-keys",
+    "nexmark-q5",
+    "nexmark-q7",
+    "nexmark-q11",
+];
 /// The native enrichment operators, by the name a spec gives.
 pub const ENRICHERS: [&str; 3] = ["nexmark-q0", "nexmark-q1", "nexmark-q2"];
 
@@ -18,6 +25,8 @@ pub const ENRICHERS: [&str; 3] = ["nexmark-q0", "nexmark-q1", "nexmark-q2"];
 pub fn aggregate(name: &str) -> Option<Box<dyn AggregateOperator>> {
     Some(match name {
         "count-sum" => Box::new(NativeCountSum),
+        "top-keys" => Box::new(top_keys::TopKeys),
+        "nexmark-q5" => Box::new(nexmark::BidCount),
         "nexmark-q7" => Box::new(nexmark::HighestBid),
         "nexmark-q11" => Box::new(nexmark::SessionBids),
         _ => return None,

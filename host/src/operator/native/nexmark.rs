@@ -4,6 +4,8 @@
 //! - Q0 [`PassThrough`]: every event unchanged.
 //! - Q1 [`Euros`]: each bid with its price in euro cents (`price * 908 / 1000`).
 //! - Q2 [`Selection`]: the auction and price of bids on every 123rd auction.
+//! - Q5 [`BidCount`]: per auction and sliding window, the number of bids (the first stage;
+//!   `top-keys` is the second).
 //! - Q7 [`HighestBid`]: per window, the highest bid (ties: the lower auction, then bidder).
 //! - Q11 [`SessionBids`]: per bidder session, the number of bids.
 
@@ -196,6 +198,37 @@ impl AggregateOperator for SessionBids {
         Ok(vec![(
             "bids".into(),
             Value::Int(stored(scope, "bids").unwrap_or(0)),
+        )])
+    }
+}
+
+/// Q5, first stage: the number of bids per auction and window.
+#[derive(Debug, Default)]
+pub struct BidCount;
+
+impl AggregateOperator for BidCount {
+    fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
+        let count = stored(scope, "count").unwrap_or(0);
+        scope.state.put(
+            "count",
+            Value::Int(count.saturating_add(events.len() as i64)),
+        );
+        Ok(())
+    }
+
+    fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
+        let count = stored(target, "count").unwrap_or(0);
+        let more = stored(source, "count").unwrap_or(0);
+        target
+            .state
+            .put("count", Value::Int(count.saturating_add(more)));
+        Ok(())
+    }
+
+    fn finish(&mut self, scope: &mut Scope, _window: Window) -> Result<Fields> {
+        Ok(vec![(
+            "count".into(),
+            Value::Int(stored(scope, "count").unwrap_or(0)),
         )])
     }
 }

@@ -1,0 +1,222 @@
+//! [`Stages`]: the stages after a pipeline's aggregate, run by the collector on each batch's
+//! window results once they are in canonical order.
+//!
+//! A stage's events are the previous stage's results: the result's value fields, with `key`,
+//! `window_start` and `window_end` (unless the value has fields of those names), at the time
+//! `window_end - 1` (the last instant of the window, as Flink stamps window results, so a
+//! downstream window of the same size and alignment holds exactly the upstream window's
+//! results). They are keyed by the stage's key field, or all by [`GLOBAL_KEY`].
+//!
+//! Watermarks flow through unchanged: a result fired by the advance at arrival index `t` enters
+//! the next stage as an event with index `t`, so it is processed before that stage sees the same
+//! advance, and is never late there. Stages run on one thread (the collector's) and see every
+//! key; their state is checkpointed with the shards' in the same transaction, under operator
+//! indices after the chain's.
+
+use std::sync::Arc;
+
+use super::ShardSnapshot;
+use crate::event::{DeadLetter, Event, Staged};
+use crate::operator::AggregateOperator;
+use crate::spec::{GLOBAL_KEY, StageSpec};
+use crate::state::{StateBackend, TableRow};
+use crate::time::Millis;
+use crate::value::Value;
+use crate::window::{Context, Emission, EmissionKind, EngineError, EngineOutput, WindowEngine};
+
+/// One stage: its key field, windows and operator.
+struct Stage {
+    key_field: Option<String>,
+    label: String,
+    engine: WindowEngine,
+    operator: Box<dyn AggregateOperator>,
+}
+
+/// The stages of a pipeline, in order, and their state.
+pub struct Stages {
+    stages: Vec<Stage>,
+    state: Box<dyn StateBackend>,
+}
+
+impl std::fmt::Debug for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stages")
+            .field("stages", &self.stages.len())
+            .finish()
+    }
+}
+
+/// Field names every stage event carries.
+struct Names {
+    key: Arc<str>,
+    window_start: Arc<str>,
+    window_end: Arc<str>,
+}
+
+impl Stages {
+    /// Stages for `specs` with their operators, whose state indices start at `first_index`.
+    pub fn new(
+        specs: &[StageSpec],
+        operators: Vec<Box<dyn AggregateOperator>>,
+        first_index: u16,
+        state: Box<dyn StateBackend>,
+    ) -> Stages {
+        let stages = specs
+            .iter()
+            .zip(operators)
+            .enumerate()
+            .map(|(i, (spec, operator))| {
+                let label = format!("{}@{}", spec.aggregate.name, spec.aggregate.version);
+                Stage {
+                    key_field: spec.key_field.clone(),
+                    engine: WindowEngine::new(
+                        spec.window,
+                        0,
+                        first_index + i as u16,
+                        label.clone(),
+                    ),
+                    label,
+                    operator,
+                }
+            })
+            .collect();
+        Stages { stages, state }
+    }
+
+    /// Runs a batch's results (in canonical order) through every stage with the batch's
+    /// watermark `advances`. Returns the last stage's results, and every stage's late events,
+    /// dead letters and traps.
+    pub fn process(
+        &mut self,
+        mut emissions: Vec<Emission>,
+        advances: &[(u64, Millis)],
+        end_of_input: bool,
+    ) -> Result<EngineOutput, EngineError> {
+        let names = Names {
+            key: "key".into(),
+            window_start: "window_start".into(),
+            window_end: "window_end".into(),
+        };
+        let mut all = EngineOutput::default();
+        for stage in &mut self.stages {
+            let mut events = Vec::with_capacity(emissions.len());
+            for emission in &emissions {
+                match as_event(emission, stage.key_field.as_deref(), &names) {
+                    Ok(event) => events.push(event),
+                    Err(reason) => all.dead_letters.push(DeadLetter {
+                        line: 0,
+                        raw: emission_json(emission).to_string(),
+                        reason: format!("{}: {reason}", stage.label),
+                    }),
+                }
+            }
+            let mut out = EngineOutput::default();
+            let mut cx = Context {
+                operator: stage.operator.as_mut(),
+                state: self.state.as_mut(),
+            };
+            stage
+                .engine
+                .process(&events, advances, end_of_input, &mut cx, &mut out)?;
+            out.emissions
+                .sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+            emissions = out.emissions;
+            all.late.extend(out.late);
+            all.dead_letters.extend(out.dead_letters);
+            all.traps += out.traps;
+        }
+        all.emissions = emissions;
+        Ok(all)
+    }
+
+    /// Everything the stages changed since the last checkpoint.
+    pub fn checkpoint(&mut self) -> Result<ShardSnapshot, EngineError> {
+        let state = self.state.changes()?;
+        let windows = self
+            .stages
+            .iter_mut()
+            .flat_map(|stage| stage.engine.changes())
+            .collect();
+        Ok(ShardSnapshot {
+            state,
+            windows,
+            hot: self.state.hot_len(),
+        })
+    }
+
+    /// The last checkpoint is durable.
+    pub fn committed(&mut self) {
+        self.state.committed();
+    }
+
+    /// Restores the stages' open windows from a checkpoint's window rows (of every operator:
+    /// each stage takes its own) at `watermark`.
+    pub fn restore(&mut self, watermark: Millis, windows: &[TableRow]) -> Result<(), String> {
+        for stage in &mut self.stages {
+            let index = stage.engine.operator_index();
+            let own: Vec<TableRow> = windows
+                .iter()
+                .filter(|row| {
+                    crate::state::StateKey::decode(&row.key).is_some_and(|k| k.operator == index)
+                })
+                .cloned()
+                .collect();
+            stage.engine.restore(watermark, &own)?;
+        }
+        Ok(())
+    }
+}
+
+/// A previous stage's result as this stage's event, or why it cannot be one.
+fn as_event(emission: &Emission, key_field: Option<&str>, names: &Names) -> Result<Staged, String> {
+    if emission.kind != EmissionKind::Result {
+        return Err(format!(
+            "a {} cannot enter a stage (stages take each window's one result)",
+            emission.kind.as_str()
+        ));
+    }
+    let mut fields: Vec<(Arc<str>, Value)> = emission
+        .value
+        .iter()
+        .map(|(name, value)| (Arc::from(name.as_str()), value.clone()))
+        .collect();
+    for (name, value) in [
+        (&names.key, Value::Text(emission.key.to_string())),
+        (&names.window_start, Value::Int(emission.window.start)),
+        (&names.window_end, Value::Int(emission.window.end)),
+    ] {
+        if !fields.iter().any(|(field, _)| field == name) {
+            fields.push((name.clone(), value));
+        }
+    }
+    let key: Arc<str> = match key_field {
+        None => GLOBAL_KEY.into(),
+        Some(field) => match fields.iter().find(|(name, _)| &**name == field) {
+            Some((_, Value::Text(text))) if !text.is_empty() => text.as_str().into(),
+            Some((_, Value::Int(i))) => i.to_string().into(),
+            _ => {
+                return Err(format!(
+                    "the result has no text or integer field `{field}` to key by"
+                ));
+            }
+        },
+    };
+    Ok(Staged {
+        seq: emission.trigger,
+        event: Event {
+            line: 0,
+            key,
+            timestamp: emission.window.end.saturating_sub(1),
+            fields,
+        },
+    })
+}
+
+fn emission_json(emission: &Emission) -> serde_json::Value {
+    serde_json::json!({
+        "key": &*emission.key,
+        "window_start": emission.window.start,
+        "window_end": emission.window.end,
+        "value": crate::value::fields_to_json(&emission.value),
+    })
+}

@@ -236,7 +236,7 @@ pub fn checkpoint_cost(
 }
 
 /// The Nexmark queries `weir bench nexmark` knows, in order.
-pub const NEXMARK_QUERIES: [&str; 5] = ["q0", "q1", "q2", "q7", "q11"];
+pub const NEXMARK_QUERIES: [&str; 6] = ["q0", "q1", "q2", "q5", "q7", "q11"];
 
 /// One Nexmark query's runs: with its example component and with its native twin.
 #[derive(Debug, Clone)]
@@ -250,16 +250,24 @@ pub struct NexmarkRow {
 }
 
 /// The spec of Nexmark `query` over `events` events (10,000 per second of event time, one
-/// shard, memory state, outputs discarded), as the examples' specs have it, with `code`.
+/// shard, memory state, outputs discarded), as the examples' specs have it, with `code` for
+/// the query's operator and `stage` for its second stage (Q5's top-keys).
 pub fn nexmark_spec(
     query: &str,
     events: u64,
     batch_size: usize,
     code: OperatorCode,
+    stage_code: OperatorCode,
 ) -> Result<PipelineSpec, PipelineError> {
     let (kinds, key, kind, window) = match query {
         "q0" => ("", "kind", "enrich", ""),
         "q1" | "q2" => ("kinds = [\"bid\"]", "auction", "enrich", ""),
+        "q5" => (
+            "kinds = [\"bid\"]",
+            "auction",
+            "aggregate",
+            "[window]\ntype = \"sliding\"\nsize = \"10s\"\nslide = \"2s\"",
+        ),
         "q7" => (
             "kinds = [\"bid\"]",
             "kind",
@@ -279,12 +287,18 @@ pub fn nexmark_spec(
             )));
         }
     };
+    let stages = if query == "q5" {
+        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"\n\
+         [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n"
+    } else {
+        ""
+    };
     let text = format!(
         "name = \"nexmark-{query}\"\nshards = 1\nbatch_size = {batch_size}\n\
          checkpoint_interval = \"off\"\n\
          [source]\ntype = \"nexmark\"\nevents = {events}\nrate = 10000\nseed = 1\n{kinds}\n\
          [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
-         [[operators]]\nname = \"nexmark-{query}\"\nkind = \"{kind}\"\nnative = \"nexmark-{query}\"\n\
+         [[operators]]\nname = \"nexmark-{query}\"\nkind = \"{kind}\"\nnative = \"nexmark-{query}\"\n{stages}\
          [state]\nbackend = \"memory\"\n\
          [sinks]\nresults = \"discard\"\nlate = \"discard\"\ndead_letters = \"discard\"\n"
     );
@@ -292,6 +306,9 @@ pub fn nexmark_spec(
         .map_err(|e| PipelineError::Config(e.to_string()))?;
     for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
         operator.code = code.clone();
+    }
+    for stage in &mut spec.stages {
+        stage.aggregate.code = stage_code.clone();
     }
     Ok(spec)
 }
@@ -308,9 +325,21 @@ pub fn nexmark(
         .iter()
         .map(|query| {
             let module = components.join(format!("weir_example_nexmark_{query}.wasm"));
-            let wasm = nexmark_spec(query, events, batch_size, OperatorCode::Component(module))?;
-            let native = OperatorCode::Native(format!("nexmark-{query}"));
-            let native = nexmark_spec(query, events, batch_size, native)?;
+            let top_keys = components.join("weir_example_top_keys.wasm");
+            let wasm = nexmark_spec(
+                query,
+                events,
+                batch_size,
+                OperatorCode::Component(module),
+                OperatorCode::Component(top_keys),
+            )?;
+            let native = nexmark_spec(
+                query,
+                events,
+                batch_size,
+                OperatorCode::Native(format!("nexmark-{query}")),
+                OperatorCode::Native("top-keys".into()),
+            )?;
             Ok(NexmarkRow {
                 query: query.clone(),
                 wasm: pipeline::run(&wasm)?,

@@ -358,10 +358,24 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("weir: error: {error:#}");
+            eprintln!("weir: error: {}", report(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error with its causes, each said once: most of Weir's messages already name their cause
+/// (`cannot read {path}: {source}`), so a cause whose words the text holds is not repeated.
+fn report(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

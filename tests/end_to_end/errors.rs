@@ -43,6 +43,19 @@ fn refuses_a_missing_module() {
         &with_module("/nonexistent/op.wasm", "aggregate"),
         "cannot read operator module /nonexistent/op.wasm",
     );
+    // The cause is said once, not once by the message and again by the error chain.
+    let pipeline = Pipeline::new(&with_module("/nonexistent/op.wasm", "aggregate"), "");
+    let run = pipeline.run(&[]);
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("weir: error:"))
+        .unwrap();
+    assert_eq!(
+        line.matches("No such file or directory").count(),
+        1,
+        "{line}"
+    );
 }
 
 #[test]

@@ -109,6 +109,12 @@ impl Default for SandboxSpec {
     }
 }
 
+/// Events per batch unless the spec says otherwise. Measured on JSON Lines from a file (2 M
+/// events, 1,000 keys, the Wasm count-sum, one shard, release): 1,024 gave 600 k events/s,
+/// 4,096 gave 1.0 M, 16,384 gave 1.28 M. A live source sends a partial batch whenever its input
+/// pauses, so a larger batch costs memory, not latency.
+pub const DEFAULT_BATCH_SIZE: usize = 4_096;
+
 /// The default checkpoint interval: 1 s.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
 /// The default bound on how far ahead of the wall clock an ingested event may be: one day.
@@ -1179,7 +1185,7 @@ impl RawSpec {
             )));
         }
         let sandbox = check_sandbox(&self.sandbox)?;
-        let batch_size = self.batch_size.unwrap_or(1024);
+        let batch_size = self.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
         if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
             return Err(invalid(format!(
                 "batch_size = {batch_size}: use 1 to {MAX_BATCH_SIZE} events"

@@ -1056,22 +1056,26 @@ impl RawSpec {
                  {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
             ));
         }
-        if !self.stages.is_empty() {
-            return Err(invalid(
-                "stages: multi-stage pipelines run under `weir run` for now; weir serve runs one \
-                 aggregate per pipeline",
-            ));
-        }
-        for (i, op) in self.operators.iter().enumerate() {
+        let operators = self
+            .operators
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (format!("operators[{i}]"), op));
+        let stages = self
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, stage)| (format!("stages[{i}].operator"), &stage.operator));
+        for (at, op) in operators.chain(stages) {
             if op.module.is_some() {
                 return Err(invalid(format!(
-                    "operators[{i}]: `module` names a file; on weir serve name an uploaded \
+                    "{at}: `module` names a file; on weir serve name an uploaded \
                      operator by `name` and `version` (POST /v1/operators/{{name}}/{{version}})"
                 )));
             }
             if op.reference.is_some() {
                 return Err(invalid(format!(
-                    "operators[{i}]: `reference` names a file; reference files are for `weir run`"
+                    "{at}: `reference` names a file; reference files are for `weir run`"
                 )));
             }
         }
@@ -1490,8 +1494,15 @@ mod tests {
             "operators":[{"name":"c","kind":"aggregate","native":"count-sum"}],
             "stages":[{"window":{"type":"tumbling","size":"1m"},
                        "operator":{"name":"t","kind":"aggregate","native":"top-keys"}}]}"#;
-        let err = PipelineSpec::parse_served(served, Path::new("/d/p"), Served::New).unwrap_err();
-        assert!(err.to_string().contains("under `weir run`"), "{err}");
+        let spec = PipelineSpec::parse_served(served, Path::new("/d/p"), Served::New).unwrap();
+        assert_eq!(spec.stages[0].aggregate.name, "t");
+        let module = served.replace(r#""native":"top-keys""#, r#""module":"/etc/passwd""#);
+        let err = PipelineSpec::parse_served(&module, Path::new("/d/p"), Served::New).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("stages[0].operator: `module` names a file"),
+            "{err}"
+        );
     }
 
     #[test]

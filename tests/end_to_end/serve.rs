@@ -1462,6 +1462,85 @@ fn deleting_a_version_in_use_is_refused() {
 }
 
 #[test]
+fn a_served_pipeline_with_a_stage_ranks_each_windows_keys() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut staged = spec();
+    staged["stages"] = json!([{
+        "window": {"type": "tumbling", "size": 1000},
+        "operator": {"name": "top-keys", "version": "1.0.0", "kind": "aggregate"}
+    }]);
+    let refused = server.expect_error(
+        "a stage whose operator is not uploaded",
+        server.post_json("/v1/pipelines", Some(ADMIN), &staged),
+        400,
+    );
+    assert!(
+        refused.contains("top-keys@1.0.0 is not in the registry"),
+        "{refused}"
+    );
+    server.upload_ok("top-keys", "1.0.0", &component("top-keys"));
+    server.expect(
+        "creating the two-stage pipeline",
+        server.post_json("/v1/pipelines", Some(ADMIN), &staged),
+        201,
+    );
+    server.expect(
+        "starting it",
+        server.post(&format!("/v1/pipelines/{PIPELINE}/start"), Some(ADMIN), b""),
+        200,
+    );
+    // Users u0..u6, each window a different number of events per user.
+    let events: Vec<Ev> = (0..420i64)
+        .map(|i| ev(&format!("u{}", (i * i) % 7), BASE_TS + i * 12, 1))
+        .collect();
+    server.ingest(PIPELINE, &events);
+    server.ingest(PIPELINE, &[far_future(&events)]);
+    let mut counts: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();
+    for e in &events {
+        *counts
+            .entry(e.ts.div_euclid(1000) * 1000)
+            .or_default()
+            .entry(e.key.clone())
+            .or_default() += 1;
+    }
+    let expected: Vec<Value> = counts
+        .into_iter()
+        .map(|(start, users)| {
+            let mut ranked: Vec<(i64, String)> =
+                users.into_iter().map(|(user, n)| (-n, user)).collect();
+            ranked.sort();
+            let mut value = serde_json::Map::new();
+            for (rank, (n, user)) in ranked.into_iter().take(3).enumerate() {
+                value.insert(format!("key_{}", rank + 1), json!(user));
+                value.insert(format!("count_{}", rank + 1), json!(-n));
+            }
+            json!({"key": "*", "window_start": start, "value": value})
+        })
+        .collect();
+    let results = server.wait_for(&format!("{} results", expected.len()), PATIENCE, || {
+        let results = server.results(PIPELINE);
+        if results.len() >= expected.len() {
+            Ok(results)
+        } else {
+            Err(format!("{} results", results.len()))
+        }
+    });
+    let got: Vec<Value> = results
+        .iter()
+        .map(|r| json!({"key": r["key"], "window_start": r["window_start"], "value": r["value"]}))
+        .collect();
+    assert_eq!(got, expected, "{}", server.diag());
+    assert!(results.iter().all(|r| r["operator"] == "top-keys"));
+    server.expect_error(
+        "deleting the stage's operator",
+        server.delete("/v1/operators/top-keys/1.0.0", Some(ADMIN)),
+        409,
+    );
+}
+
+#[test]
 fn a_restarted_server_resumes_its_pipelines_from_checkpoints() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut server = Server::start(dir.path());

@@ -89,6 +89,7 @@ impl Managed {
             .chain(
                 spec.aggregate
                     .iter_mut()
+                    .chain(spec.stages.iter_mut().map(|stage| &mut stage.aggregate))
                     .map(|op| (op, ComponentKind::Aggregate)),
             );
         for (op, kind) in kinds {
@@ -264,6 +265,7 @@ impl Managed {
             .enrichers
             .iter()
             .chain(self.spec.aggregate.iter())
+            .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
             .any(|op| op.name == name && op.version == version);
         let candidate = self
             .spec

@@ -92,7 +92,7 @@ pub fn inspect(dir: &Path, key: Option<&str>) -> Result<Inspection, StateError> 
             continue;
         }
         let scope: ScopeState =
-            serde_json::from_slice(&row.value).map_err(|e| corrupt(e.to_string()))?;
+            crate::state::decode_scope(&row.value).map_err(|e| corrupt(e.to_string()))?;
         let mut object = describe(&state_key);
         object.insert(
             "value".into(),

@@ -86,7 +86,7 @@ impl Enrichment {
             if key.operator != self.index || key.namespace != Namespace::Global {
                 continue;
             }
-            let state: ScopeState = serde_json::from_slice(&row.value)
+            let state: ScopeState = crate::state::decode_scope(&row.value)
                 .map_err(|e| format!("a state scope is unreadable: {e}"))?;
             if let Some(last) = state.last_event {
                 self.arm(key.key, last.saturating_add(ttl));

@@ -3,11 +3,13 @@
 //!
 //! Knows nothing of Wasm, windows' semantics or HTTP.
 
+mod codec;
 mod key;
 mod memory;
 pub mod redb_backend;
 mod scope;
 
+pub use codec::{CodecError, decode as decode_scope};
 pub use key::{KEY_GROUPS, Namespace, StateKey, key_group};
 pub use memory::MemoryBackend;
 pub use redb_backend::{RedbBackend, RedbStore, StoredCheckpoint, TableRow};
@@ -70,7 +72,7 @@ pub trait StateBackend: Send {
     fn hot_len(&self) -> usize;
 }
 
-/// Encodes a scope's state for storage.
+/// Encodes a scope's state for storage (see [`codec`]).
 pub fn encode_scope(state: &ScopeState) -> Vec<u8> {
-    serde_json::to_vec(state).expect("scope state is always serialisable")
+    codec::encode(state)
 }

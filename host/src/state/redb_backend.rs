@@ -164,7 +164,7 @@ impl RedbStore {
             return Ok(None);
         };
         let bytes = bytes.value();
-        serde_json::from_slice(bytes)
+        super::decode_scope(bytes)
             .map(|state| Some((state, bytes.len())))
             .map_err(|e| self.corrupt(e))
     }

@@ -64,6 +64,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         allowed_lateness: 0,
         enrichers: Vec::new(),
         stages: Vec::new(),
+        global: false,
         aggregate: Some(OperatorSpec {
             name: "count-sum".into(),
             version: "bench".into(),

@@ -64,6 +64,10 @@ pub struct PipelineSpec {
     pub aggregate: Option<OperatorSpec>,
     /// Further stages, each aggregating the window results of the one before.
     pub stages: Vec<StageSpec>,
+    /// The aggregate is global (one result per window over every key), pre-aggregated: each
+    /// shard folds its events into partial states per bucket of keys, and the partials are
+    /// merged with the operator's `merge` at window end.
+    pub global: bool,
     /// Where state lives.
     pub state: StateSpec,
     /// Where output goes.
@@ -548,6 +552,8 @@ struct RawOperator {
     reference: Option<RawReference>,
     fields: Option<Vec<String>>,
     state_ttl: Option<RawDuration>,
+    #[serde(default)]
+    global: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -556,6 +562,45 @@ struct RawStage {
     key: Option<String>,
     window: RawWindow,
     operator: RawOperator,
+}
+
+/// Whether the aggregate is global (`global = true`), and if so that the rest of the spec
+/// allows it: tumbling windows (a partial belongs to exactly one window), no lateness (a
+/// partial is merged once), no enrichers (they key their state by the event's key, which a
+/// global aggregate replaces by a bucket) and no stages yet.
+fn check_global(
+    operators: &[RawOperator],
+    stages: &[RawStage],
+    window: Option<&WindowSpec>,
+    lateness: Millis,
+) -> Result<bool> {
+    let Some((i, op)) = operators.iter().enumerate().find(|(_, op)| op.global) else {
+        return Ok(false);
+    };
+    let at = format!("operators[{i}] ({:?}): global", op.name);
+    let refuse = |why: &str| Err(invalid(format!("{at}: {why}")));
+    if op.kind != "aggregate" {
+        return refuse("only an aggregate can be global");
+    }
+    if !matches!(window, Some(WindowSpec::Tumbling { .. })) {
+        return refuse(
+            "a global aggregate needs tumbling windows (sliding and session windows are not supported yet)",
+        );
+    }
+    if lateness > 0 {
+        return refuse(
+            "a global aggregate needs window.allowed_lateness = 0 (a late partial would be merged twice)",
+        );
+    }
+    if operators.iter().any(|op| op.kind == "enrich") {
+        return refuse(
+            "a global aggregate cannot follow enrichment operators yet (their state is per key)",
+        );
+    }
+    if !stages.is_empty() {
+        return refuse("a global aggregate cannot be followed by [[stages]] yet");
+    }
+    Ok(true)
 }
 
 /// `error`, said of `at` (a part of the spec checked on its own).
@@ -1056,6 +1101,12 @@ impl RawSpec {
                  {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
             ));
         }
+        if self.operators.iter().any(|op| op.global) {
+            return Err(invalid(
+                "operators: a global aggregate runs under `weir run` for now (a rollout would \
+                 merge partials of two versions)",
+            ));
+        }
         let operators = self
             .operators
             .iter()
@@ -1151,6 +1202,12 @@ impl RawSpec {
             None => DEFAULT_MAX_AHEAD,
         };
         let (window, allowed_lateness) = check_window(self.window)?;
+        let global = check_global(
+            &self.operators,
+            &self.stages,
+            window.as_ref(),
+            allowed_lateness,
+        )?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
         let stages = check_stages(self.stages, base, aggregate.as_ref(), allowed_lateness)?;
         let state = check_state(&self.state, &self.name, base)?;
@@ -1207,6 +1264,7 @@ impl RawSpec {
             enrichers,
             aggregate,
             stages,
+            global,
             state,
             sinks,
             shards: self.shards,
@@ -1503,6 +1561,42 @@ mod tests {
                 .contains("stages[0].operator: `module` names a file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_global_aggregate_needs_tumbling_windows_without_lateness_enrichers_or_stages() {
+        let global = SPEC
+            .replace("type = \"sliding\"\n        size = \"1m\"\n        slide = \"30s\"\n        allowed_lateness = 1000", "type = \"tumbling\"\n        size = \"1m\"")
+            .replace("module = \"avg.wasm\"", "module = \"avg.wasm\"\n        global = true");
+        assert_ne!(global, SPEC);
+        assert!(parse(&global).unwrap().global);
+        assert!(!parse(SPEC).unwrap().global);
+        let refused = [
+            (
+                SPEC.replace(
+                    "module = \"avg.wasm\"",
+                    "module = \"avg.wasm\"\n        global = true",
+                ),
+                "needs tumbling windows",
+            ),
+            (
+                global.replace(
+                    "size = \"1m\"",
+                    "size = \"1m\"\n        allowed_lateness = 5",
+                ),
+                "allowed_lateness = 0",
+            ),
+            (
+                format!(
+                    "{global}\n[[operators]]\nname = \"e\"\nkind = \"enrich\"\nmodule = \"e.wasm\"\n"
+                ),
+                "cannot follow enrichment",
+            ),
+        ];
+        for (text, expected) in refused {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
     }
 
     #[test]

@@ -81,7 +81,11 @@ pub fn fingerprint(spec: &PipelineSpec) -> String {
         spec.enrichers.len(),
         spec.aggregate.is_some()
     );
-    // A pipeline without stages keeps the fingerprint its checkpoints were written with.
+    // A pipeline without stages (or a global aggregate) keeps the fingerprint its checkpoints
+    // were written with.
+    if spec.global {
+        fingerprint.push_str(" global");
+    }
     for stage in &spec.stages {
         fingerprint.push_str(&format!(
             " stage(key={:?} window={:?})",

@@ -5,6 +5,7 @@
 //! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
 //! Depends on `state`, `value`, `event` and `window` (for the [`Window`] type only).
 
+pub mod combine;
 pub mod native;
 pub mod registry;
 pub mod scope_slot;

@@ -10,12 +10,13 @@ use super::{
     groups_of, shard_of,
 };
 use crate::checkpoint::{CheckpointError, Manifest};
+use crate::operator::combine::{Combine, Partial};
 use crate::operator::{
     AggregateCode, AggregateOperator, ComponentKind, EnrichOperator, Limits, Projection,
     WasmOperator, WasmRuntime, native,
 };
 use crate::rollout::{Routing, VersionedAggregate};
-use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec};
+use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, StageSpec};
 use crate::state::{
     KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateKey, key_group,
 };
@@ -246,8 +247,14 @@ fn build_aggregate(
 ) -> Result<Option<(WindowEngine, VersionedAggregate, CandidateFactory)>> {
     Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
-            let all_but_key_and_time =
-                Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()]);
+            // The operator has the key as its scope's key and the time as the event's, so
+            // those fields are not sent again; a global aggregate's scope key is a bucket, so
+            // it is sent the key field.
+            let all_but_key_and_time = if spec.global {
+                Projection::Except(vec![spec.timestamp_field.clone()])
+            } else {
+                Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()])
+            };
             let projection = op
                 .fields
                 .clone()
@@ -255,6 +262,12 @@ fn build_aggregate(
             let operator: Box<dyn AggregateOperator> = match code {
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
+            };
+            // A global aggregate's shards end their windows with partial states.
+            let operator: Box<dyn AggregateOperator> = if spec.global {
+                Box::new(Partial(operator))
+            } else {
+                operator
             };
             let factory = CandidateFactory { limits, projection };
             let engine = WindowEngine::new(
@@ -348,14 +361,37 @@ pub(super) fn build_stages(
     loaded: &Loaded,
     resume: &Resume<'_>,
 ) -> Result<Option<Stages>> {
-    if spec.stages.is_empty() {
+    // A global aggregate's combine is a stage of its own: the partials of each window, under
+    // one key, merged by the same operator.
+    let combine = match (
+        spec.global,
+        &spec.aggregate,
+        &spec.window,
+        &loaded.aggregate,
+    ) {
+        (true, Some(aggregate), Some(window), Some(code)) => Some((
+            StageSpec {
+                key_field: None,
+                window: *window,
+                aggregate: aggregate.clone(),
+            },
+            code,
+        )),
+        _ => None,
+    };
+    let stage_specs: Vec<StageSpec> = combine
+        .iter()
+        .map(|(stage, _)| stage.clone())
+        .chain(spec.stages.iter().cloned())
+        .collect();
+    if stage_specs.is_empty() {
         return Ok(None);
     }
     let limits = Limits::from(&spec.sandbox);
-    let operators = spec
-        .stages
+    let codes = combine.iter().map(|(_, code)| *code).chain(&loaded.stages);
+    let operators = stage_specs
         .iter()
-        .zip(&loaded.stages)
+        .zip(codes)
         .map(|(stage, code)| {
             let projection = stage
                 .aggregate
@@ -368,13 +404,22 @@ pub(super) fn build_stages(
             })
         })
         .collect::<Result<Vec<Box<dyn AggregateOperator>>>>()?;
+    let operators: Vec<Box<dyn AggregateOperator>> = if combine.is_some() {
+        let mut operators = operators.into_iter();
+        let first = operators.next().expect("the combine stage's operator");
+        std::iter::once(Box::new(Combine(first)) as Box<dyn AggregateOperator>)
+            .chain(operators)
+            .collect()
+    } else {
+        operators
+    };
     let state: Box<dyn StateBackend> = match resume.store {
         Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
         None => Box::new(MemoryBackend::default()),
     };
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
     let first = spec.enrichers.len() as u16 + 1;
-    let mut stages = Stages::new(&spec.stages, operators, first, state);
+    let mut stages = Stages::new(&stage_specs, operators, first, state);
     if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
         let windows = store.scan(true, &[], &[0xff; 3])?;
         stages

@@ -70,6 +70,7 @@ impl Router<'_> {
         };
         let mut last_checkpoint = Instant::now();
         let mut checkpointed = seq;
+        let buckets = spec.global.then(Buckets::new);
         self.publish(seq, start.watermark);
         if start.finished {
             info!("input already finished at the last checkpoint");
@@ -99,7 +100,10 @@ impl Router<'_> {
                 spec.max_ahead,
                 &mut batch.dead,
             );
-            if let Some(event) = event {
+            if let Some(mut event) = event {
+                if let Some(buckets) = &buckets {
+                    event.key = buckets.of(&event.key);
+                }
                 if let Some(w) = watermark.observe(event.timestamp) {
                     batch.advances.push((seq, w));
                 }
@@ -293,5 +297,27 @@ fn too_far_ahead(
             ),
         }),
         _ => Ok(event),
+    }
+}
+
+/// The keys of a global aggregate's partials: each event's key is replaced by one of
+/// [`BUCKETS`] bucket keys (`*/0` ... ), chosen by the key's group, so that the partials spread
+/// over the shards as keys do, and a bucket, like any key, belongs to one shard at a time.
+struct Buckets(Vec<Arc<str>>);
+
+/// How many partials a global aggregate keeps per window at most.
+const BUCKETS: u16 = 256;
+
+impl Buckets {
+    fn new() -> Buckets {
+        Buckets(
+            (0..BUCKETS)
+                .map(|b| Arc::from(format!("{}/{b}", crate::spec::GLOBAL_KEY)))
+                .collect(),
+        )
+    }
+
+    fn of(&self, key: &str) -> Arc<str> {
+        self.0[usize::from(key_group(key) % BUCKETS)].clone()
     }
 }

@@ -320,10 +320,18 @@ mod tests {
         let json = serde_json::to_vec(&state).unwrap();
         assert_eq!(decode(&json).unwrap(), state);
         let binary = encode(&state);
-        assert!(binary.len() * 2 < json.len(), "{} vs {}", binary.len(), json.len());
+        assert!(
+            binary.len() * 2 < json.len(),
+            "{} vs {}",
+            binary.len(),
+            json.len()
+        );
         let err = decode(&[0x02, 0]).unwrap_err();
         assert!(err.to_string().contains("format byte 0x02"), "{err}");
         assert!(decode(&[FORMAT_1, 0x80, 0x80]).is_err());
-        assert!(decode(&[FORMAT_1, 5]).is_err(), "a count larger than the bytes left");
+        assert!(
+            decode(&[FORMAT_1, 5]).is_err(),
+            "a count larger than the bytes left"
+        );
     }
 }

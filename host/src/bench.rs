@@ -237,7 +237,7 @@ pub fn checkpoint_cost(
 }
 
 /// The Nexmark queries `weir bench nexmark` knows, in order.
-pub const NEXMARK_QUERIES: [&str; 6] = ["q0", "q1", "q2", "q5", "q7", "q11"];
+pub const NEXMARK_QUERIES: [&str; 7] = ["q0", "q1", "q2", "q5", "q7", "q7-global", "q11"];
 
 /// One Nexmark query's runs: with its example component and with its native twin.
 #[derive(Debug, Clone)]
@@ -250,12 +250,13 @@ pub struct NexmarkRow {
     pub native: Summary,
 }
 
-/// The spec of Nexmark `query` over `events` events (10,000 per second of event time, one
-/// shard, memory state, outputs discarded), as the examples' specs have it, with `code` for
+/// The spec of Nexmark `query` over `events` events (10,000 per second of event time, memory
+/// state, outputs discarded) on `shards` shards, as the examples' specs have it, with `code` for
 /// the query's operator and `stage` for its second stage (Q5's top-keys).
 pub fn nexmark_spec(
     query: &str,
     events: u64,
+    shards: usize,
     batch_size: usize,
     code: OperatorCode,
     stage_code: OperatorCode,
@@ -275,6 +276,12 @@ pub fn nexmark_spec(
             "aggregate",
             "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
         ),
+        "q7-global" => (
+            "kinds = [\"bid\"]",
+            "auction",
+            "aggregate",
+            "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
+        ),
         "q11" => (
             "kinds = [\"bid\"]",
             "bidder",
@@ -288,14 +295,16 @@ pub fn nexmark_spec(
             )));
         }
     };
-    let stages = if query == "q5" {
+    let stages = if query == "q7-global" {
+        "global = true\n"
+    } else if query == "q5" {
         "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"\n\
          [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n"
     } else {
         ""
     };
     let text = format!(
-        "name = \"nexmark-{query}\"\nshards = 1\nbatch_size = {batch_size}\n\
+        "name = \"nexmark-{query}\"\nshards = {shards}\nbatch_size = {batch_size}\n\
          checkpoint_interval = \"off\"\n\
          [source]\ntype = \"nexmark\"\nevents = {events}\nrate = 10000\nseed = 1\n{kinds}\n\
          [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
@@ -319,17 +328,20 @@ pub fn nexmark_spec(
 pub fn nexmark(
     queries: &[String],
     events: u64,
+    shards: usize,
     batch_size: usize,
     components: &std::path::Path,
 ) -> Result<Vec<NexmarkRow>, PipelineError> {
     queries
         .iter()
         .map(|query| {
-            let module = components.join(format!("weir_example_nexmark_{query}.wasm"));
+            let base = query.trim_end_matches("-global");
+            let module = components.join(format!("weir_example_nexmark_{base}.wasm"));
             let top_keys = components.join("weir_example_top_keys.wasm");
             let wasm = nexmark_spec(
                 query,
                 events,
+                shards,
                 batch_size,
                 OperatorCode::Component(module),
                 OperatorCode::Component(top_keys),
@@ -337,8 +349,9 @@ pub fn nexmark(
             let native = nexmark_spec(
                 query,
                 events,
+                shards,
                 batch_size,
-                OperatorCode::Native(format!("nexmark-{query}")),
+                OperatorCode::Native(format!("nexmark-{base}")),
                 OperatorCode::Native("top-keys".into()),
             )?;
             Ok(NexmarkRow {

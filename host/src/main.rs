@@ -582,12 +582,15 @@ enum BenchSuite {
     /// Nexmark queries over the Nexmark source, each with its example component and natively:
     /// events/s on one shard and the ratio.
     Nexmark {
-        /// The queries (q0, q1, q2, q5, q7, q11); all of them if none is given.
+        /// The queries (q0, q1, q2, q5, q7, q7-global, q11); all of them if none is given.
         #[arg(long = "query")]
         queries: Vec<String>,
         /// Events to generate (persons, auctions and bids; most queries read only the bids).
         #[arg(long, default_value_t = 10_000_000)]
         events: u64,
+        /// Shards (1 measures per core).
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
         /// Events per batch.
         #[arg(long, default_value_t = 4_096)]
         batch_size: usize,
@@ -601,6 +604,7 @@ enum BenchSuite {
 fn bench_nexmark(
     mut queries: Vec<String>,
     events: u64,
+    shards: usize,
     batch_size: usize,
     components: &std::path::Path,
 ) -> anyhow::Result<()> {
@@ -609,12 +613,17 @@ fn bench_nexmark(
         "--batch-size must be 1 to {}",
         weir::spec::MAX_BATCH_SIZE
     );
+    anyhow::ensure!(
+        (1..=weir::spec::MAX_SHARDS).contains(&shards),
+        "--shards must be 1 to {}",
+        weir::spec::MAX_SHARDS
+    );
     if queries.is_empty() {
         queries = weir::bench::NEXMARK_QUERIES.map(String::from).to_vec();
     }
-    println!("nexmark, {events} events generated, 1 shard, batches of {batch_size}");
+    println!("nexmark, {events} events generated, {shards} shard(s), batches of {batch_size}");
     let rate = weir::bench::BenchReport::rate;
-    for row in weir::bench::nexmark(&queries, events, batch_size, components)? {
+    for row in weir::bench::nexmark(&queries, events, shards, batch_size, components)? {
         println!(
             "{:<4} wasm {:>10.0} events/s  native {:>10.0} events/s  ({} events read, {} results; wasm/native {:.2})",
             row.query,
@@ -640,11 +649,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchSuite::Nexmark {
         queries,
         events,
+        shards,
         batch_size,
         components,
     }) = args.suite
     {
-        return bench_nexmark(queries, events, batch_size, &components);
+        return bench_nexmark(queries, events, shards, batch_size, &components);
     }
     let BenchArgs {
         suite: _,

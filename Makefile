@@ -2,7 +2,7 @@
 # builds the example operators and runs the sample pipeline; `make test` runs every test.
 
 EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers \
-	top-keys nexmark-q0 nexmark-q1 nexmark-q2 nexmark-q5 nexmark-q7 nexmark-q11
+	top-keys nexmark-q0 nexmark-q1 nexmark-q2 nexmark-q5 nexmark-q7 nexmark-q8 nexmark-q11
 
 .PHONY: demo test setup components host bench ci fuzz-smoke toolchains sdk-tests polyglot
 

@@ -64,6 +64,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         allowed_lateness: 0,
         enrichers: Vec::new(),
         stages: Vec::new(),
+        join: None,
         global: false,
         aggregate: Some(OperatorSpec {
             name: "count-sum".into(),
@@ -237,7 +238,7 @@ pub fn checkpoint_cost(
 }
 
 /// The Nexmark queries `weir bench nexmark` knows, in order.
-pub const NEXMARK_QUERIES: [&str; 7] = ["q0", "q1", "q2", "q5", "q7", "q7-global", "q11"];
+pub const NEXMARK_QUERIES: [&str; 8] = ["q0", "q1", "q2", "q5", "q7", "q7-global", "q8", "q11"];
 
 /// One Nexmark query's runs: with its example component and with its native twin.
 #[derive(Debug, Clone)]
@@ -281,6 +282,14 @@ pub fn nexmark_spec(
             "auction",
             "aggregate",
             "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
+        ),
+        "q8" => (
+            "kinds = [\"person\", \"auction\"]",
+            "id",
+            "aggregate",
+            "[window]\ntype = \"tumbling\"\nsize = \"10s\"\n[join]\nfield = \"kind\"\n\
+             left = { value = \"person\", key = \"id\" }\n\
+             right = { value = \"auction\", key = \"seller\" }",
         ),
         "q11" => (
             "kinds = [\"bid\"]",

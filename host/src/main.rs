@@ -582,7 +582,7 @@ enum BenchSuite {
     /// Nexmark queries over the Nexmark source, each with its example component and natively:
     /// events/s on one shard and the ratio.
     Nexmark {
-        /// The queries (q0, q1, q2, q5, q7, q7-global, q11); all of them if none is given.
+        /// The queries (q0, q1, q2, q5, q7, q7-global, q8, q11); all of them if none is given.
         #[arg(long = "query")]
         queries: Vec<String>,
         /// Events to generate (persons, auctions and bids; most queries read only the bids).

@@ -64,6 +64,8 @@ pub struct PipelineSpec {
     pub aggregate: Option<OperatorSpec>,
     /// Further stages, each aggregating the window results of the one before.
     pub stages: Vec<StageSpec>,
+    /// A window join of two kinds of event: each side's events keyed by its own field.
+    pub join: Option<JoinSpec>,
     /// The aggregate is global (one result per window over every key), pre-aggregated: each
     /// shard folds its events into partial states per bucket of keys, and the partials are
     /// merged with the operator's `merge` at window end.
@@ -262,7 +264,7 @@ fn default_nexmark_base_time() -> Millis {
 }
 
 /// Checks a Nexmark source against the fields the pipeline keys and times its events by.
-fn check_nexmark(nexmark: &NexmarkSpec, key: &str, timestamp: &str) -> Result<()> {
+fn check_nexmark(nexmark: &NexmarkSpec, key: Option<&str>, timestamp: &str) -> Result<()> {
     if !(1..=MAX_NEXMARK_RATE).contains(&nexmark.rate) {
         return Err(invalid(format!(
             "source.rate = {}: use 1 to {MAX_NEXMARK_RATE} events per second",
@@ -275,7 +277,8 @@ fn check_nexmark(nexmark: &NexmarkSpec, key: &str, timestamp: &str) -> Result<()
         ));
     }
     for kind in &nexmark.kinds {
-        for (what, field) in [("event.key", key), ("event.timestamp", timestamp)] {
+        let fields = key.map(|key| ("event.key", key)).into_iter();
+        for (what, field) in fields.chain([("event.timestamp", timestamp)]) {
             if !kind.fields().contains(&field) {
                 return Err(invalid(format!(
                     "{what} = {field:?} is not a field of Nexmark {} events ({}); keep only \
@@ -371,6 +374,33 @@ pub struct StageSpec {
     /// The stage's aggregate.
     pub aggregate: OperatorSpec,
 }
+
+/// A window join: the source's events are on the left or the right by the value of `field`,
+/// and each side is keyed by its own key field, so that the aggregate sees both sides' events
+/// of a key and window together (each with the field `side`: `left` or `right`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSpec {
+    /// The field that tells the sides apart.
+    pub field: String,
+    /// The left side.
+    pub left: JoinSide,
+    /// The right side.
+    pub right: JoinSide,
+}
+
+/// One side of a join.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSide {
+    /// The value of the join's `field` that puts an event on this side.
+    pub value: String,
+    /// The field this side's events are keyed by.
+    pub key: String,
+}
+
+/// The field a join adds to each event: `left` or `right`.
+pub const SIDE_FIELD: &str = "side";
 
 /// The key of every event of a stage without a key field.
 pub const GLOBAL_KEY: &str = "*";
@@ -476,6 +506,7 @@ struct RawSpec {
     operators: Vec<RawOperator>,
     #[serde(default)]
     stages: Vec<RawStage>,
+    join: Option<JoinSpec>,
     #[serde(default)]
     state: RawState,
     #[serde(default)]
@@ -562,6 +593,28 @@ struct RawStage {
     key: Option<String>,
     window: RawWindow,
     operator: RawOperator,
+}
+
+/// Checks a `[join]`: two sides told apart by different values, each with a key field, and
+/// windows to join in.
+fn check_join(join: &JoinSpec, windowed: bool) -> Result<()> {
+    if !windowed {
+        return Err(invalid(
+            "join: a join pairs events within windows: add a [window] and an aggregate",
+        ));
+    }
+    if join.field.is_empty() || join.left.key.is_empty() || join.right.key.is_empty() {
+        return Err(invalid(
+            "join: field, left.key and right.key must not be empty",
+        ));
+    }
+    if join.left.value == join.right.value {
+        return Err(invalid(format!(
+            "join: left and right have the same value {:?} of `{}`: an event must be on one side",
+            join.left.value, join.field
+        )));
+    }
+    Ok(())
 }
 
 /// Whether the aggregate is global (`global = true`), and if so that the rest of the spec
@@ -1191,7 +1244,13 @@ impl RawSpec {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
         let source = check_source(self.source, base)?;
         if let SourceSpec::Nexmark(nexmark) = &source {
-            check_nexmark(nexmark, &self.event.key, &self.event.timestamp)?;
+            // A join keys each side by its own field: the event key is not used.
+            let key = if self.join.is_some() {
+                None
+            } else {
+                Some(self.event.key.as_str())
+            };
+            check_nexmark(nexmark, key, &self.event.timestamp)?;
         }
         let watermark_bound = match &self.watermark.bound {
             Some(raw) => duration("watermark.bound", raw)?,
@@ -1202,6 +1261,14 @@ impl RawSpec {
             None => DEFAULT_MAX_AHEAD,
         };
         let (window, allowed_lateness) = check_window(self.window)?;
+        if let Some(join) = &self.join {
+            check_join(join, window.is_some())?;
+            if self.operators.iter().any(|op| op.global) {
+                return Err(invalid(
+                    "join: a join is keyed by its sides' key fields; it cannot be global as well",
+                ));
+            }
+        }
         let global = check_global(
             &self.operators,
             &self.stages,
@@ -1264,6 +1331,7 @@ impl RawSpec {
             enrichers,
             aggregate,
             stages,
+            join: self.join,
             global,
             state,
             sinks,
@@ -1591,6 +1659,35 @@ mod tests {
                     "{global}\n[[operators]]\nname = \"e\"\nkind = \"enrich\"\nmodule = \"e.wasm\"\n"
                 ),
                 "cannot follow enrichment",
+            ),
+        ];
+        for (text, expected) in refused {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_join_has_two_distinct_sides_with_keys_and_windows() {
+        let join = format!(
+            "{SPEC}\n[join]\nfield = \"kind\"\nleft = {{ value = \"person\", key = \"id\" }}\n\
+             right = {{ value = \"auction\", key = \"seller\" }}\n"
+        );
+        let spec = parse(&join).unwrap();
+        let parsed = spec.join.unwrap();
+        assert_eq!(
+            (parsed.left.key.as_str(), parsed.right.value.as_str()),
+            ("id", "auction")
+        );
+        let refused = [
+            (join.replace("\"auction\"", "\"person\""), "the same value"),
+            (
+                join.replace("key = \"seller\"", "key = \"\""),
+                "must not be empty",
+            ),
+            (
+                join.replace("field = \"kind\"", "field = \"kind\"\nextra = 1"),
+                "unknown field",
             ),
         ];
         for (text, expected) in refused {

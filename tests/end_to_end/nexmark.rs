@@ -31,6 +31,15 @@ fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf 
             "aggregate",
             "[window]\ntype = \"tumbling\"\nsize = \"10s\"",
         ),
+        // Q8: a window join of persons (by id) with auctions (by seller).
+        "q8" => (
+            "kinds = [\"person\", \"auction\"]",
+            "id",
+            "aggregate",
+            "[window]\ntype = \"tumbling\"\nsize = \"10s\"\n\
+             [join]\nfield = \"kind\"\nleft = { value = \"person\", key = \"id\" }\n\
+             right = { value = \"auction\", key = \"seller\" }",
+        ),
         // Q7 as a global aggregate: bids spread over the shards by auction, pre-aggregated.
         "q7-global" => (
             "kinds = [\"bid\"]",
@@ -178,6 +187,7 @@ fn expected(query: &str, events: &[Value]) -> Vec<Value> {
             })
             .collect(),
         "q5" => hot_items(&bids),
+        "q8" => new_users(events),
         "q7-global" => expected("q7", events)
             .into_iter()
             .map(|mut row| {
@@ -238,6 +248,28 @@ fn expected(query: &str, events: &[Value]) -> Vec<Value> {
     rows
 }
 
+/// Q8: per 10 s window, the persons who registered in it and opened at least one auction in
+/// it, with their name and how many.
+fn new_users(events: &[Value]) -> Vec<Value> {
+    let window = |e: &Value| int(e, "date_time").div_euclid(10_000) * 10_000;
+    let mut auctions: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for a in events.iter().filter(|e| e["kind"] == "auction") {
+        *auctions.entry((int(a, "seller"), window(a))).or_default() += 1;
+    }
+    events
+        .iter()
+        .filter(|e| e["kind"] == "person")
+        .filter_map(|p| {
+            let (id, start) = (int(p, "id"), window(p));
+            let n = *auctions.get(&(id, start))?;
+            Some(
+                json!({"key": id.to_string(), "start": start, "end": start + 10_000,
+                "value": {"name": p["name"], "auctions": n}}),
+            )
+        })
+        .collect()
+}
+
 /// Q5: bids per auction in sliding windows (10 s, every 2 s), then per window end the three
 /// auctions with the most (ties to the lower id as text).
 fn hot_items(bids: &[&Value]) -> Vec<Value> {
@@ -284,7 +316,7 @@ fn every_query_equals_its_native_twin_and_an_independent_computation() {
         (kinds("person"), kinds("auction"), kinds("bid")),
         (EVENTS / 50, EVENTS * 3 / 50, EVENTS * 46 / 50)
     );
-    for query in ["q0", "q1", "q2", "q5", "q7", "q7-global", "q11"] {
+    for query in ["q0", "q1", "q2", "q5", "q7", "q7-global", "q8", "q11"] {
         let wasm = results(&spec(dir.path(), query, &module(query), ""));
         let native = results(&spec(dir.path(), query, &native(query), ""));
         let model = expected(query, &events);
@@ -388,7 +420,7 @@ fn bad_nexmark_specs_and_unknown_native_operators_are_refused_with_what_to_do() 
             "native = \"nexmark-q9\"",
             "",
             "",
-            "unknown native aggregate operator \"nexmark-q9\": the built-in aggregate operators are: count-sum, top-keys, nexmark-q5, nexmark-q7, nexmark-q11",
+            "unknown native aggregate operator \"nexmark-q9\": the built-in aggregate operators are: count-sum, top-keys, nexmark-q5, nexmark-q7, nexmark-q8, nexmark-q11",
         ),
         (
             "q1",
@@ -441,6 +473,28 @@ fn results_a_stage_cannot_take_become_dead_letters_with_the_reason() {
     assert!(first["raw"].as_str().unwrap().contains("\"count\""));
     let results = std::fs::read_to_string(dir.path().join("q5-native/results.jsonl")).unwrap();
     assert!(results.is_empty(), "{results}");
+    // A join sees an event on neither side (a bid, when the sides are persons and auctions).
+    let q8 = spec(dir.path(), "q8", "native = \"nexmark-q8\"", "");
+    let text8 = std::fs::read_to_string(&q8).unwrap();
+    std::fs::write(
+        &q8,
+        text8.replace("kinds = [\"person\", \"auction\"]\n", ""),
+    )
+    .unwrap();
+    let output = weir_run(&q8, &["--fresh"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dead = std::fs::read_to_string(dir.path().join("q8-native/dead.jsonl")).unwrap();
+    assert!(
+        dead.lines().next().expect("dead letters").contains(
+            "on neither side of the join: `kind` is neither \\\"person\\\" nor \\\"auction\\\""
+        ),
+        "{}",
+        &dead[..dead.len().min(500)]
+    );
     // An operator that rejects what the stage before gives it (Q11's results have no `count`).
     let sessions = text
         .replace("native = \"nexmark-q5\"", "native = \"nexmark-q11\"")

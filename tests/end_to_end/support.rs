@@ -96,7 +96,7 @@ const GUESTS: [&str; 6] = [
     "finish-writes",
 ];
 
-const EXAMPLES: [&str; 13] = [
+const EXAMPLES: [&str; 14] = [
     "count-sum-v2",
     "tumbling-count-sum",
     "sliding-average",
@@ -108,6 +108,7 @@ const EXAMPLES: [&str; 13] = [
     "nexmark-q2",
     "nexmark-q5",
     "nexmark-q7",
+    "nexmark-q8",
     "top-keys",
     "nexmark-q11",
 ];

@@ -86,6 +86,9 @@ pub fn fingerprint(spec: &PipelineSpec) -> String {
     if spec.global {
         fingerprint.push_str(" global");
     }
+    if let Some(join) = &spec.join {
+        fingerprint.push_str(&format!(" join={join:?}"));
+    }
     for stage in &spec.stages {
         fingerprint.push_str(&format!(
             " stage(key={:?} window={:?})",

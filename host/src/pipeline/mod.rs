@@ -20,6 +20,7 @@ mod build;
 mod collector;
 mod control;
 mod enrichment;
+mod join;
 mod messages;
 mod router;
 mod shard;

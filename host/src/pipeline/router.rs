@@ -9,6 +9,7 @@ use tracing::info;
 
 use std::sync::atomic::Ordering;
 
+use super::join::Joiner;
 use super::messages::{Part, Position, RouterPart, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
 use crate::event::Staged;
@@ -71,6 +72,7 @@ impl Router<'_> {
         let mut last_checkpoint = Instant::now();
         let mut checkpointed = seq;
         let buckets = spec.global.then(Buckets::new);
+        let joiner = spec.join.clone().map(Joiner::new);
         self.publish(seq, start.watermark);
         if start.finished {
             info!("input already finished at the last checkpoint");
@@ -100,6 +102,13 @@ impl Router<'_> {
                 spec.max_ahead,
                 &mut batch.dead,
             );
+            let event = match (event, &joiner) {
+                (Some(event), Some(joiner)) => joiner
+                    .place(event)
+                    .map_err(|dead| batch.dead.push(dead))
+                    .ok(),
+                (event, _) => event,
+            };
             if let Some(mut event) = event {
                 if let Some(buckets) = &buckets {
                     event.key = buckets.of(&event.key);

@@ -713,6 +713,24 @@ impl WindowEngine {
             let outcome = cx.operator.finish(&mut scope, window);
             cx.state.put(state_key, scope.state)?;
             match outcome {
+                // An empty output is no result (a join window with one side only): nothing is
+                // emitted, and a result emitted before is withdrawn.
+                Ok(value) if value.is_empty() => {
+                    let live = self.windows.get_mut(&id).expect("a due window is live");
+                    live.changed = false;
+                    self.touched.insert(id);
+                    if let Some(withdrawn) = live.last_output.take() {
+                        out.emissions.push(Emission {
+                            operator_version: cx.operator.version_for(&key),
+                            trigger,
+                            key,
+                            window,
+                            kind: EmissionKind::Retract,
+                            version: live.version,
+                            value: withdrawn,
+                        });
+                    }
+                }
                 Ok(value) => {
                     let live = self.windows.get_mut(&id).expect("a due window is live");
                     live.changed = false;

@@ -11,11 +11,12 @@ pub use count_sum::{NativeCountSum, plus};
 use super::{AggregateOperator, EnrichOperator};
 
 /// The native aggregates, by the name a spec gives.
-pub const AGGREGATES: [&str; 5] = [
+pub const AGGREGATES: [&str; 6] = [
     "count-sum",
     "top-keys",
     "nexmark-q5",
     "nexmark-q7",
+    "nexmark-q8",
     "nexmark-q11",
 ];
 /// The native enrichment operators, by the name a spec gives.
@@ -28,6 +29,7 @@ pub fn aggregate(name: &str) -> Option<Box<dyn AggregateOperator>> {
         "top-keys" => Box::new(top_keys::TopKeys),
         "nexmark-q5" => Box::new(nexmark::BidCount),
         "nexmark-q7" => Box::new(nexmark::HighestBid),
+        "nexmark-q8" => Box::new(nexmark::NewUsers),
         "nexmark-q11" => Box::new(nexmark::SessionBids),
         _ => return None,
     })

@@ -7,6 +7,7 @@
 //! - Q5 [`BidCount`]: per auction and sliding window, the number of bids (the first stage;
 //!   `top-keys` is the second).
 //! - Q7 [`HighestBid`]: per window, the highest bid (ties: the lower auction, then bidder).
+//! - Q8 [`NewUsers`]: per person and window, the name and auctions opened, if both (a join).
 //! - Q11 [`SessionBids`]: per bidder session, the number of bids.
 
 use std::sync::Arc;
@@ -230,5 +231,65 @@ impl AggregateOperator for BidCount {
             "count".into(),
             Value::Int(stored(scope, "count").unwrap_or(0)),
         )])
+    }
+}
+
+/// Q8: the persons who opened an auction in the window they registered in (a window join).
+#[derive(Debug, Default)]
+pub struct NewUsers;
+
+impl AggregateOperator for NewUsers {
+    fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
+        for event in events {
+            let field = |name: &str| {
+                event
+                    .fields
+                    .iter()
+                    .find(|(field, _)| &**field == name)
+                    .map(|(_, value)| value)
+            };
+            match field("side") {
+                Some(Value::Text(side)) if side == "left" => {
+                    let Some(Value::Text(name)) = field("name") else {
+                        return Err(OperatorError::Rejected("a person without a name".into()));
+                    };
+                    scope.state.put("name", Value::Text(name.clone()));
+                }
+                Some(Value::Text(side)) if side == "right" => {
+                    let auctions = stored(scope, "auctions").unwrap_or(0);
+                    scope
+                        .state
+                        .put("auctions", Value::Int(auctions.saturating_add(1)));
+                }
+                _ => {
+                    return Err(OperatorError::Rejected(
+                        "an event on neither side of the join".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
+        if let Some(name) = source.state.get("name").cloned() {
+            target.state.put("name", name);
+        }
+        let auctions = stored(target, "auctions").unwrap_or(0);
+        let more = stored(source, "auctions").unwrap_or(0);
+        target
+            .state
+            .put("auctions", Value::Int(auctions.saturating_add(more)));
+        Ok(())
+    }
+
+    fn finish(&mut self, scope: &mut Scope, _window: Window) -> Result<Fields> {
+        Ok(match (scope.state.get("name"), stored(scope, "auctions")) {
+            (Some(Value::Text(name)), Some(auctions)) if auctions > 0 => vec![
+                ("name".into(), Value::Text(name.clone())),
+                ("auctions".into(), Value::Int(auctions)),
+            ],
+            _ => Vec::new(),
+        })
     }
 }

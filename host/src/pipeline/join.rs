@@ -1,0 +1,77 @@
+//! Window joins: putting each event on the left or right side of a [`JoinSpec`], keyed by its
+//! side's key field and marked with the field [`SIDE_FIELD`], before it is routed; the
+//! aggregate then sees both sides of a key and window together. An event on neither side, or
+//! without its side's key, is a dead letter with the reason.
+
+use std::sync::Arc;
+
+use crate::event::{DeadLetter, Event};
+use crate::spec::{JoinSpec, SIDE_FIELD};
+use crate::value::Value;
+
+/// The field names a join adds, shared by all events.
+pub(super) struct Joiner {
+    spec: JoinSpec,
+    side: Arc<str>,
+}
+
+impl Joiner {
+    pub(super) fn new(spec: JoinSpec) -> Joiner {
+        Joiner {
+            spec,
+            side: SIDE_FIELD.into(),
+        }
+    }
+
+    /// Puts `event` on its side: keys it by the side's key field and adds the side field.
+    pub(super) fn place(&self, mut event: Event) -> Result<Event, DeadLetter> {
+        let field = |name: &str| {
+            event
+                .fields
+                .iter()
+                .find(|(field, _)| &**field == name)
+                .map(|(_, value)| value)
+        };
+        let (side, key_field) = match field(&self.spec.field) {
+            Some(Value::Text(value)) if *value == self.spec.left.value => {
+                ("left", &self.spec.left.key)
+            }
+            Some(Value::Text(value)) if *value == self.spec.right.value => {
+                ("right", &self.spec.right.key)
+            }
+            _ => {
+                return Err(self.dead(
+                    &event,
+                    format!(
+                        "on neither side of the join: `{}` is neither {:?} nor {:?}",
+                        self.spec.field, self.spec.left.value, self.spec.right.value
+                    ),
+                ));
+            }
+        };
+        let key: Arc<str> = match field(key_field) {
+            Some(Value::Text(text)) if !text.is_empty() => text.as_str().into(),
+            Some(Value::Int(i)) => i.to_string().into(),
+            _ => {
+                return Err(self.dead(
+                    &event,
+                    format!("the {side} side's key field `{key_field}` is not text or an integer"),
+                ));
+            }
+        };
+        event.key = key;
+        event.fields.retain(|(name, _)| **name != *SIDE_FIELD);
+        event
+            .fields
+            .push((self.side.clone(), Value::Text(side.to_owned())));
+        Ok(event)
+    }
+
+    fn dead(&self, event: &Event, reason: String) -> DeadLetter {
+        DeadLetter {
+            line: event.line,
+            raw: event.to_json().to_string(),
+            reason,
+        }
+    }
+}

@@ -81,6 +81,12 @@ impl Decoder {
         }
     }
 
+    /// A decoder that leaves the key empty, for a join, which keys each event by its side's
+    /// key field after decoding.
+    pub fn unkeyed(timestamp_field: &str) -> Self {
+        Self::new("", timestamp_field)
+    }
+
     /// Decodes one line. Errors are dead letters carrying the line and the reason.
     pub fn decode(&mut self, line_no: u64, bytes: &[u8]) -> Result<Event, DeadLetter> {
         let dead = |reason: String| DeadLetter {
@@ -103,6 +109,8 @@ impl Decoder {
             return Err(dead("line is not a JSON object".into()));
         };
         let key: Arc<str> = match object.get(&self.key_field) {
+            // Unkeyed (a join keys each side by its own field, after decoding).
+            _ if self.key_field.is_empty() => Arc::from(""),
             None => return Err(dead(format!("missing key field `{}`", self.key_field))),
             Some(serde_json::Value::String(s)) if s.is_empty() => {
                 return Err(dead(format!("key field `{}` is empty", self.key_field)));

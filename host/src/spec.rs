@@ -276,39 +276,23 @@ fn check_nexmark(nexmark: &NexmarkSpec, key: Option<&str>, timestamp: &str) -> R
             "source.kinds is empty: name at least one of person, auction, bid",
         ));
     }
-    for kind in &nexmark.kinds {
-        let fields = key.map(|key| ("event.key", key)).into_iter();
-        for (what, field) in fields.chain([("event.timestamp", timestamp)]) {
-            if !kind.fields().contains(&field) {
-                return Err(invalid(format!(
-                    "{what} = {field:?} is not a field of Nexmark {} events ({}); keep only \
-                     the kinds that have it with source.kinds",
-                    kind.name(),
-                    kind.fields().join(", ")
-                )));
-            }
-        }
-    }
-    if [
-        "id",
-        "auction",
-        "bidder",
-        "seller",
-        "category",
-        "price",
-        "initial_bid",
-        "reserve",
-        "name",
-        "city",
-        "state",
-        "channel",
-        "kind",
-    ]
-    .contains(&timestamp)
-    {
+    if timestamp != "date_time" {
         return Err(invalid(format!(
-            "event.timestamp = {timestamp:?} is not a time: use date_time (or expires for auctions)"
+            "event.timestamp = {timestamp:?}: Nexmark events are timed by date_time; use \
+             timestamp = \"date_time\""
         )));
+    }
+    for kind in &nexmark.kinds {
+        if let Some(key) = key
+            && !kind.fields().contains(&key)
+        {
+            return Err(invalid(format!(
+                "event.key = {key:?} is not a field of Nexmark {} events ({}); keep only the \
+                 kinds that have it with source.kinds",
+                kind.name(),
+                kind.fields().join(", ")
+            )));
+        }
     }
     Ok(())
 }
@@ -689,6 +673,12 @@ fn check_stages(
         .enumerate()
         .map(|(i, stage)| {
             let at = format!("stages[{i}]");
+            if stage.operator.global {
+                return Err(invalid(format!(
+                    "{at}.operator: `global` is for the pipeline's aggregate; a stage without a \
+                     key is global already"
+                )));
+            }
             if stage.key.as_deref() == Some("") {
                 return Err(invalid(format!(
                     "{at}.key is empty: name a field of the previous stage's results, or leave \
@@ -1504,13 +1494,13 @@ mod tests {
                 "events = 10\nkinds = [\"bid\"]",
                 "auction",
                 "ts",
-                "\"ts\" is not a field",
+                "are timed by date_time",
             ),
             (
                 "events = 10\nkinds = [\"bid\"]",
                 "auction",
                 "price",
-                "not a time",
+                "are timed by date_time",
             ),
             (
                 "events = 10\nkinds = []",

@@ -518,3 +518,50 @@ fn results_a_stage_cannot_take_become_dead_letters_with_the_reason() {
         "{dead}"
     );
 }
+
+#[test]
+fn a_join_over_json_lines_keys_each_side_by_its_own_field() {
+    let body = "[event]\nkey = \"id\"\ntimestamp = \"date_time\"\n\
+                [window]\ntype = \"tumbling\"\nsize = \"10s\"\n\
+                [join]\nfield = \"kind\"\nleft = { value = \"person\", key = \"id\" }\n\
+                right = { value = \"auction\", key = \"seller\" }\n\
+                [[operators]]\nname = \"q8\"\nkind = \"aggregate\"\nnative = \"nexmark-q8\"\n";
+    let events = [
+        json!({"kind": "person", "id": 7, "name": "Ann", "date_time": 1_000}),
+        // An auction keeps its own `id` field; it is keyed by `seller`, and has no `id` key.
+        json!({"kind": "auction", "id": 99, "seller": 7, "date_time": 2_000}),
+        json!({"kind": "auction", "seller": 7, "date_time": 3_000}),
+        json!({"kind": "person", "id": 8, "name": "Bo", "date_time": 4_000}),
+        json!({"kind": "bid", "auction": 99, "date_time": 5_000}),
+        json!({"kind": "auction", "id": 100, "date_time": 6_000}),
+        json!({"id": 9, "date_time": 7_000}),
+    ];
+    let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+    let pipeline = crate::support::Pipeline::new(body, &(lines.join("\n") + "\n"));
+    let run = pipeline.run(&[]);
+    assert!(run.success, "{}", run.stderr);
+    let results: Vec<Value> = run
+        .results
+        .iter()
+        .map(|r| json!([r["key"], r["value"]]))
+        .collect();
+    assert_eq!(
+        results,
+        [json!(["7", {"name": "Ann", "auctions": 2}])],
+        "{:?}",
+        run.results
+    );
+    let reasons: Vec<&str> = run
+        .dead_letters
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "on neither side of the join: `kind` is neither \"person\" nor \"auction\"",
+            "the right side's key field `seller` is not text or an integer",
+            "on neither side of the join: it has no field `kind`",
+        ]
+    );
+}

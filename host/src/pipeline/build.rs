@@ -248,9 +248,9 @@ fn build_aggregate(
     Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
             // The operator has the key as its scope's key and the time as the event's, so
-            // those fields are not sent again; a global aggregate's scope key is a bucket, so
-            // it is sent the key field.
-            let all_but_key_and_time = if spec.global {
+            // those fields are not sent again; a global aggregate's scope key is a bucket and a
+            // join's is its side's field, so they are sent the key field.
+            let all_but_key_and_time = if spec.global || spec.join.is_some() {
                 Projection::Except(vec![spec.timestamp_field.clone()])
             } else {
                 Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()])

@@ -39,6 +39,15 @@ impl Joiner {
             Some(Value::Text(value)) if *value == self.spec.right.value => {
                 ("right", &self.spec.right.key)
             }
+            None => {
+                return Err(self.dead(
+                    &event,
+                    format!(
+                        "on neither side of the join: it has no field `{}`",
+                        self.spec.field
+                    ),
+                ));
+            }
             _ => {
                 return Err(self.dead(
                     &event,

@@ -241,6 +241,7 @@ pub fn run_controlled(
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
         .collect::<Result<Vec<_>>>()?;
+    let stages = build::build_stages(spec, &loaded, &resume)?;
     info!(shards, "pipeline started");
 
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
@@ -256,7 +257,6 @@ pub fn run_controlled(
         acks,
         stats: Vec::new(),
     });
-    let stages = build::build_stages(spec, &loaded, &resume)?;
     let collector = spawn_collector(spec, part_rx, shards, sinks, checkpointer, stages, &control);
 
     let mut router = router::Router {

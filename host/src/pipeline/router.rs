@@ -59,7 +59,10 @@ impl Router<'_> {
     pub fn route(&mut self, source: &mut dyn Source, start: Start) -> Result<u64> {
         let spec = self.spec;
         let n = self.shards.len();
-        let mut decoder = Decoder::new(&spec.key_field, &spec.timestamp_field);
+        let mut decoder = match &spec.join {
+            Some(_) => Decoder::unkeyed(&spec.timestamp_field),
+            None => Decoder::new(&spec.key_field, &spec.timestamp_field),
+        };
         let mut watermark = BoundedOutOfOrderness::resume(spec.watermark_bound, start.watermark);
         let mut seq = start.events;
         let mut batch_id = 0u64;

@@ -194,6 +194,9 @@ fn as_event(emission: &Emission, key_field: Option<&str>, names: &Names) -> Resu
         Some(field) => match fields.iter().find(|(name, _)| &**name == field) {
             Some((_, Value::Text(text))) if !text.is_empty() => text.as_str().into(),
             Some((_, Value::Int(i))) => i.to_string().into(),
+            Some((_, Value::Text(_))) => {
+                return Err(format!("the result's field `{field}` to key by is empty"));
+            }
             _ => {
                 return Err(format!(
                     "the result has no text or integer field `{field}` to key by"

@@ -156,9 +156,13 @@ impl Nexmark {
         let initial_bid = random.price();
         let reserve = initial_bid + random.price();
         // An auction runs until about when the auctions in flight after it are created.
-        let horizon =
-            self.time_of(n + IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION) - time;
-        let expires = time + 1 + random.below(horizon.max(1) as u64 * 2) as i64;
+        let horizon = self
+            .time_of(n + IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION)
+            .saturating_sub(time);
+        let length = random.below((horizon.max(1) as u64).saturating_mul(2));
+        let expires = time
+            .saturating_add(1)
+            .saturating_add(i64::try_from(length).unwrap_or(i64::MAX));
         vec![
             text(NexmarkKind::Auction.name()),
             int(id),

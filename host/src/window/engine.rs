@@ -733,6 +733,8 @@ impl WindowEngine {
                 }
                 Ok(value) => {
                     let live = self.windows.get_mut(&id).expect("a due window is live");
+                    // A result after none (the first, or after a withdrawal) is a result.
+                    let replaces = live.last_output.is_some();
                     live.changed = false;
                     live.version += 1;
                     live.last_output = Some(value.clone());
@@ -743,10 +745,10 @@ impl WindowEngine {
                         trigger,
                         key,
                         window,
-                        kind: if live.version == 1 {
-                            EmissionKind::Result
-                        } else {
+                        kind: if replaces {
                             EmissionKind::Update
+                        } else {
+                            EmissionKind::Result
                         },
                         version: live.version,
                         value,

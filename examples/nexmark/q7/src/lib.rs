@@ -5,6 +5,8 @@
 //! The pipeline keys bids by a field every bid has the same value of (`kind`), so each window
 //! has one key: the single-stage form of a global aggregate.
 
+use std::cmp::Reverse;
+
 use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
 
 /// The highest-bid aggregate.
@@ -21,7 +23,8 @@ struct Ranked {
 impl Ranked {
     fn beats(self, other: Option<Ranked>) -> bool {
         other.is_none_or(|other| {
-            (self.price, -self.auction, -self.bidder) > (other.price, -other.auction, -other.bidder)
+            (self.price, Reverse(self.auction), Reverse(self.bidder))
+                > (other.price, Reverse(other.auction), Reverse(other.bidder))
         })
     }
 

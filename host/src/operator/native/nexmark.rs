@@ -10,6 +10,7 @@
 //! - Q8 [`NewUsers`]: per person and window, the name and auctions opened, if both (a join).
 //! - Q11 [`SessionBids`]: per bidder session, the number of bids.
 
+use std::cmp::Reverse;
 use std::sync::Arc;
 
 use crate::event::Event;
@@ -114,7 +115,8 @@ struct Ranked {
 impl Ranked {
     fn beats(self, other: Option<Ranked>) -> bool {
         other.is_none_or(|other| {
-            (self.price, -self.auction, -self.bidder) > (other.price, -other.auction, -other.bidder)
+            (self.price, Reverse(self.auction), Reverse(self.bidder))
+                > (other.price, Reverse(other.auction), Reverse(other.bidder))
         })
     }
 

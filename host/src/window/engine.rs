@@ -733,8 +733,6 @@ impl WindowEngine {
                 }
                 Ok(value) => {
                     let live = self.windows.get_mut(&id).expect("a due window is live");
-                    // A result after none (the first, or after a withdrawal) is a result.
-                    let replaces = live.last_output.is_some();
                     live.changed = false;
                     live.version += 1;
                     live.last_output = Some(value.clone());
@@ -745,10 +743,12 @@ impl WindowEngine {
                         trigger,
                         key,
                         window,
-                        kind: if replaces {
-                            EmissionKind::Update
-                        } else {
+                        // Versions continue across a session merge and a withdrawal: the
+                        // first emission of a window is its result, every later one an update.
+                        kind: if live.version == 1 {
                             EmissionKind::Result
+                        } else {
+                            EmissionKind::Update
                         },
                         version: live.version,
                         value,

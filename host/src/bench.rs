@@ -371,3 +371,77 @@ pub fn nexmark(
         })
         .collect()
 }
+
+/// What [`recovery`] measured.
+#[derive(Debug, Clone)]
+pub struct RecoveryReport {
+    /// Events routed before the stop that left the checkpoint.
+    pub events: u64,
+    /// Bytes of the data directory at the checkpoint.
+    pub data_bytes: u64,
+    /// From the start of the resumed run to its end (it stops at once): recovery, restoring
+    /// the open windows, and one checkpoint of nothing.
+    pub restart: std::time::Duration,
+}
+
+/// Recovery time: a tumbling count-sum over `keys` keys with one-day windows (so every key's
+/// window is still open) runs on the redb backend, checkpointing every second, until `events`
+/// events are in, and is stopped; the time a restart on that data directory takes until it
+/// is running again is then measured, with a restart that is stopped at once.
+pub fn recovery(options: &BenchOptions, events: u64) -> Result<RecoveryReport, PipelineError> {
+    use crate::pipeline::{PipelineControl, ResolveError, RunOptions};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let dir = std::env::temp_dir().join(format!("weir-bench-recovery-{}", std::process::id()));
+    let mut spec = spec(options, OperatorCode::Native("count-sum".into()));
+    spec.source = SourceSpec::Generator(GeneratorSpec {
+        events: events.saturating_mul(2),
+        keys: options.keys,
+        seed: 1,
+        interval_ms: 1,
+        max_delay_ms: 0,
+    });
+    spec.window = Some(WindowSpec::Tumbling { size: 86_400_000 });
+    spec.state = StateSpec::Redb(dir.clone());
+    spec.checkpoint_interval = Some(1_000);
+    let control = || {
+        Arc::new(PipelineControl::new(
+            Box::new(|version| Err(ResolveError::Failed(format!("no version {version} here")))),
+            None,
+        ))
+    };
+    let first = control();
+    let watcher = {
+        let first = first.clone();
+        std::thread::spawn(move || {
+            while first.stats.events_in.load(Ordering::Relaxed) < events && !first.stopping() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            first.stop();
+        })
+    };
+    let result = (|| {
+        let stopped =
+            pipeline::run_controlled(&spec, RunOptions { fresh: true }, Some(first.clone()))?;
+        first.stop();
+        let data_bytes = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        let second = control();
+        second.stop();
+        let resumed = pipeline::run_controlled(&spec, RunOptions::default(), Some(second))?;
+        Ok(RecoveryReport {
+            events: stopped.events_in,
+            data_bytes,
+            restart: resumed.elapsed,
+        })
+    })();
+    let _ = watcher.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}

@@ -139,6 +139,10 @@ struct BenchArgs {
     /// --large for 10 million).
     #[arg(long)]
     checkpoints: bool,
+    /// Measure recovery instead: a count-sum over --keys keys with open windows is stopped
+    /// after --events events (checkpointed), and the restart on its data directory is timed.
+    #[arg(long)]
+    recovery: bool,
     /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
     #[arg(long)]
     large: bool,
@@ -666,6 +670,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         python,
         js,
         checkpoints,
+        recovery,
         large,
     } = args;
     let mut others = Vec::new();
@@ -693,6 +698,20 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     };
     if checkpoints {
         return bench_checkpoints(&options, large);
+    }
+    if recovery {
+        println!(
+            "recovery: count-sum over {keys} keys, one-day windows, redb, stopped after {events} events"
+        );
+        let report = weir::bench::recovery(&options, events)?;
+        let mb = report.data_bytes as f64 / 1e6;
+        println!(
+            "data directory {mb:.0} MB after {} events; restart to running {:.2} s ({:.2} s per 100 MB)",
+            report.events,
+            report.restart.as_secs_f64(),
+            report.restart.as_secs_f64() / mb.max(f64::EPSILON) * 100.0
+        );
+        return Ok(());
     }
     println!(
         "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::time::{Millis, parse_timestamp};
+use crate::time::{Millis, Window, parse_timestamp};
 use crate::value::Value;
 
 /// One input event: its key, its event time and all of its fields (key and timestamp included).
@@ -30,6 +30,29 @@ pub struct Staged {
     pub seq: u64,
     /// The event.
     pub event: Event,
+    /// For a stage's event: the upstream window result it stands for (boxed, as it is rare on
+    /// the hot path).
+    pub origin: Option<Box<Origin>>,
+}
+
+/// The upstream window result a stage's event stands for. A later event of the same origin
+/// replaces the earlier one's contribution downstream (an update upstream), and a withdrawal
+/// removes it (a retraction upstream), so no upstream result is ever counted twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The upstream result's key.
+    pub key: Arc<str>,
+    /// The upstream result's window.
+    pub window: Window,
+    /// Whether the event withdraws the origin's contribution instead of (re)placing it.
+    pub withdrawn: bool,
+}
+
+impl Origin {
+    /// Whether `self` and `other` are the same upstream result.
+    pub fn same(&self, other: &Origin) -> bool {
+        self.key == other.key && self.window == other.window
+    }
 }
 
 impl Event {

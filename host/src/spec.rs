@@ -648,25 +648,18 @@ fn within(at: &str, error: SpecError) -> SpecError {
     }
 }
 
-/// Checks the `[[stages]]`: each has windows without lateness and one aggregate, and the
-/// stages before it emit each window once (no allowed lateness, so no updates to retract).
+/// Checks the `[[stages]]`: each has windows without lateness of its own (a stage keeps its
+/// windows for the pipeline's allowed lateness, as long as an upstream result can change) and
+/// one aggregate.
 fn check_stages(
     raw: Vec<RawStage>,
     base: &Path,
     aggregate: Option<&OperatorSpec>,
-    lateness: Millis,
 ) -> Result<Vec<StageSpec>> {
     if !raw.is_empty() && aggregate.is_none() {
         return Err(invalid(
             "stages aggregate the results of the pipeline's aggregate: add an operator of kind \
              \"aggregate\" (and a [window]) before any [[stages]]",
-        ));
-    }
-    if !raw.is_empty() && lateness > 0 {
-        return Err(invalid(
-            "window.allowed_lateness must be 0 in a pipeline with stages: an update of a window \
-             result would be counted twice downstream (retractions across stages are not \
-             supported yet)",
         ));
     }
     raw.into_iter()
@@ -690,7 +683,8 @@ fn check_stages(
             if lateness > 0 {
                 return Err(invalid(format!(
                     "{at}.window.allowed_lateness: a stage's input is never late, so it has no \
-                     allowed lateness"
+                     allowed lateness of its own (it keeps its windows for the pipeline's \
+                     window.allowed_lateness, while upstream results can still change)"
                 )));
             }
             let (enrichers, aggregate) =
@@ -1266,7 +1260,7 @@ impl RawSpec {
             allowed_lateness,
         )?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
-        let stages = check_stages(self.stages, base, aggregate.as_ref(), allowed_lateness)?;
+        let stages = check_stages(self.stages, base, aggregate.as_ref())?;
         let state = check_state(&self.state, &self.name, base)?;
         let sinks = SinksSpec {
             results: sink("results", self.sinks.results, Sink::Stdout, sink_base)?,
@@ -1535,7 +1529,7 @@ mod tests {
     }
 
     #[test]
-    fn stages_follow_an_aggregate_without_lateness_and_are_checked_one_by_one() {
+    fn stages_follow_an_aggregate_and_are_checked_one_by_one() {
         const STAGED: &str = r#"
             name = "staged"
             [source]
@@ -1570,12 +1564,11 @@ mod tests {
         assert_eq!(spec.stages[0].aggregate.name, "top");
         let no_key = parse(&STAGED.replace("key = \"sum\"", "")).unwrap();
         assert_eq!(no_key.stages[0].key_field, None);
+        let late =
+            parse(&STAGED.replace("size = \"1m\"", "size = \"1m\"\nallowed_lateness = \"1s\""))
+                .unwrap();
+        assert_eq!(late.allowed_lateness, 1_000);
         let refused = [
-            (
-                "size = \"1m\"",
-                "size = \"1m\"\nallowed_lateness = \"1s\"",
-                "must be 0 in a pipeline with stages",
-            ),
             (
                 "size = \"5m\"",
                 "size = \"5m\"\nallowed_lateness = \"1s\"",

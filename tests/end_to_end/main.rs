@@ -15,5 +15,6 @@ mod recovery;
 mod reference;
 mod serve;
 mod sources;
+mod stages;
 mod support;
 mod windows;

@@ -419,7 +419,7 @@ pub(super) fn build_stages(
     };
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
     let first = spec.enrichers.len() as u16 + 1;
-    let mut stages = Stages::new(&stage_specs, operators, first, state);
+    let mut stages = Stages::new(&stage_specs, operators, first, spec.allowed_lateness, state);
     if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
         let windows = store.scan(true, &[], &[0xff; 3])?;
         stages

@@ -175,6 +175,7 @@ impl Enrichment {
             produced.push(Staged {
                 seq: origin.seq,
                 event,
+                origin: None,
             });
         }
         // Back to arrival order; outputs of one origin keep the operator's order.

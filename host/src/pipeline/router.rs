@@ -120,13 +120,19 @@ impl Router<'_> {
                     batch.advances.push((seq, w));
                 }
                 let shard = shard_of(key_group(&event.key), n);
-                batch.per_shard[shard].push(Staged { seq, event });
+                batch.per_shard[shard].push(Staged {
+                    seq,
+                    event,
+                    origin: None,
+                });
                 seq += 1;
             }
             batch.records += usize::from(!tick);
-            // An idle pipeline takes no checkpoints: nothing would change.
+            // The clock is read every 64 records and at each batch's end (a batch smaller
+            // than 64 once never checkpointed). An idle pipeline takes no checkpoints: nothing
+            // would change.
             let due = self.checkpoint_interval.is_some_and(|interval| {
-                (tick || batch.records.is_multiple_of(64))
+                (tick || batch.records.is_multiple_of(64) || batch.records >= spec.batch_size)
                     && last_checkpoint.elapsed() >= interval
                     && (seq != checkpointed || batch.records > 0 || self.control.has_request())
             });

@@ -273,7 +273,11 @@ mod tests {
         };
         ShardMsg::Batch {
             id,
-            events: vec![Staged { seq, event }],
+            events: vec![Staged {
+                seq,
+                event,
+                origin: None,
+            }],
             advances: Arc::new(vec![(seq, ts)]),
             end_of_input: false,
         }

@@ -9,19 +9,22 @@
 //!
 //! Watermarks flow through unchanged: a result fired by the advance at arrival index `t` enters
 //! the next stage as an event with index `t`, so it is processed before that stage sees the same
-//! advance, and is never late there. Stages run on one thread (the collector's) and see every
+//! advance, and is never late there. Updates and retractions flow through as well: each event
+//! carries its upstream result as its [`Origin`], an update replaces that result's contribution
+//! to the stage's windows and a retraction withdraws it (see the window engine). Stages keep
+//! their windows for the pipeline's allowed lateness, as long as an upstream result can change. Stages run on one thread (the collector's) and see every
 //! key; their state is checkpointed with the shards' in the same transaction, under operator
 //! indices after the chain's.
 
 use std::sync::Arc;
 
 use super::ShardSnapshot;
-use crate::event::{DeadLetter, Event, Staged};
+use crate::event::{DeadLetter, Event, Origin, Staged};
 use crate::operator::AggregateOperator;
 use crate::spec::{GLOBAL_KEY, StageSpec};
 use crate::state::{StateBackend, TableRow};
 use crate::time::Millis;
-use crate::value::Value;
+use crate::value::{Fields, Value};
 use crate::window::{Context, Emission, EmissionKind, EngineError, EngineOutput, WindowEngine};
 
 /// One stage: its key field, windows and operator.
@@ -54,11 +57,13 @@ struct Names {
 }
 
 impl Stages {
-    /// Stages for `specs` with their operators, whose state indices start at `first_index`.
+    /// Stages for `specs` with their operators, whose state indices start at `first_index`,
+    /// in a pipeline with `lateness`.
     pub fn new(
         specs: &[StageSpec],
         operators: Vec<Box<dyn AggregateOperator>>,
         first_index: u16,
+        lateness: Millis,
         state: Box<dyn StateBackend>,
     ) -> Stages {
         let stages = specs
@@ -71,10 +76,11 @@ impl Stages {
                     key_field: spec.key_field.clone(),
                     engine: WindowEngine::new(
                         spec.window,
-                        0,
+                        lateness,
                         first_index + i as u16,
                         label.clone(),
-                    ),
+                    )
+                    .keeping_inputs(),
                     label,
                     operator,
                 }
@@ -101,7 +107,23 @@ impl Stages {
         for stage in &mut self.stages {
             let mut events = Vec::with_capacity(emissions.len());
             for emission in &emissions {
-                match as_event(emission, stage.key_field.as_deref(), &names) {
+                let key_field = stage.key_field.as_deref();
+                // An update withdraws the result it replaces (which may have had another key)
+                // before it enters; a withdrawal of a result that could not enter is dropped.
+                let withdrawn = match emission.kind {
+                    EmissionKind::Retract => Some(&emission.value),
+                    EmissionKind::Update => emission.replaces.as_ref(),
+                    EmissionKind::Result => None,
+                };
+                if let Some(value) = withdrawn
+                    && let Ok(event) = as_event(emission, value, true, key_field, &names)
+                {
+                    events.push(event);
+                }
+                if emission.kind == EmissionKind::Retract {
+                    continue;
+                }
+                match as_event(emission, &emission.value, false, key_field, &names) {
                     Ok(event) => events.push(event),
                     Err(reason) => all.dead_letters.push(DeadLetter {
                         line: 0,
@@ -167,16 +189,16 @@ impl Stages {
     }
 }
 
-/// A previous stage's result as this stage's event, or why it cannot be one.
-fn as_event(emission: &Emission, key_field: Option<&str>, names: &Names) -> Result<Staged, String> {
-    if emission.kind != EmissionKind::Result {
-        return Err(format!(
-            "a {} cannot enter a stage (stages take each window's one result)",
-            emission.kind.as_str()
-        ));
-    }
-    let mut fields: Vec<(Arc<str>, Value)> = emission
-        .value
+/// A previous stage's result with output `value` as this stage's event (one that `withdraws`
+/// the result's contribution, or places it), or why it cannot be one.
+fn as_event(
+    emission: &Emission,
+    value: &Fields,
+    withdraws: bool,
+    key_field: Option<&str>,
+    names: &Names,
+) -> Result<Staged, String> {
+    let mut fields: Vec<(Arc<str>, Value)> = value
         .iter()
         .map(|(name, value)| (Arc::from(name.as_str()), value.clone()))
         .collect();
@@ -212,6 +234,11 @@ fn as_event(emission: &Emission, key_field: Option<&str>, names: &Names) -> Resu
             timestamp: emission.window.end.saturating_sub(1),
             fields,
         },
+        origin: Some(Box::new(Origin {
+            key: emission.key.clone(),
+            window: emission.window,
+            withdrawn: withdraws,
+        })),
     })
 }
 

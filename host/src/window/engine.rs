@@ -8,18 +8,27 @@
 //! are buffered per window and cross the Wasm boundary in one call per window, when the window
 //! fires or the batch ends.
 //!
+//! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
+//! upstream result they stand for ([`Origin`]): an upstream update replaces its result's
+//! contribution and a withdrawal removes it, and the window's state is rebuilt from the inputs
+//! that remain (the operator's own `add` over them, as Flink does for aggregates without a
+//! retract function), so a downstream result never counts an upstream one twice. A window left
+//! without inputs withdraws its result. A withdrawal does not shrink or split a session.
+//!
 //! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::assign;
-use crate::event::{DeadLetter, Event, Staged};
+use crate::event::{DeadLetter, Event, Origin, Staged};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
-use crate::state::{Change, Namespace, StateBackend, StateError, StateKey, TableRow, key_group};
+use crate::state::{
+    Change, Namespace, ScopeState, StateBackend, StateError, StateKey, TableRow, key_group,
+};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
-use crate::value::Fields;
+use crate::value::{Fields, Value};
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +70,9 @@ pub struct Emission {
     pub version: u64,
     /// The operator's output (for a retraction: the withdrawn output).
     pub value: Fields,
+    /// For an update: the output it replaces, if the window had one (what a downstream stage
+    /// withdraws before it takes the new one).
+    pub replaces: Option<Fields>,
     /// The operator version that produced it, when it is not the spec's (rollouts).
     pub operator_version: Option<Arc<str>>,
 }
@@ -126,6 +138,17 @@ struct LiveWindow {
     changed: bool,
     /// Whether the window waits in `due`.
     queued: bool,
+    /// A stage's window: its inputs, by origin, in the order their current versions arrived.
+    inputs: Vec<Input>,
+    /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
+    rebuild: bool,
+}
+
+/// One upstream result's contribution to a stage's window.
+#[derive(Debug, Clone)]
+struct Input {
+    origin: Origin,
+    event: Event,
 }
 
 /// One shard's windows for one aggregate operator.
@@ -134,6 +157,7 @@ pub struct WindowEngine {
     lateness: Millis,
     operator_index: u16,
     operator_label: String,
+    keeps_inputs: bool,
     watermark: Millis,
     next_id: WindowId,
     windows: HashMap<WindowId, LiveWindow>,
@@ -160,6 +184,65 @@ pub struct WindowRecord {
     pub changed: bool,
     /// The last emitted output, for retraction.
     pub last_output: Option<Fields>,
+    /// A stage's window: its inputs, so that updates and withdrawals upstream can still be
+    /// applied after a restart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<StoredInput>,
+}
+
+/// One input of a stage's window, as a checkpoint stores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredInput {
+    /// The upstream result's key.
+    pub key: String,
+    /// The upstream result's window start.
+    pub start: Millis,
+    /// The upstream result's window end.
+    pub end: Millis,
+    /// The event's time.
+    pub timestamp: Millis,
+    /// The event's fields.
+    pub fields: Fields,
+}
+
+impl Input {
+    fn stored(&self) -> StoredInput {
+        StoredInput {
+            key: self.origin.key.to_string(),
+            start: self.origin.window.start,
+            end: self.origin.window.end,
+            timestamp: self.event.timestamp,
+            fields: self
+                .event
+                .fields
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.clone()))
+                .collect(),
+        }
+    }
+
+    fn restored(stored: StoredInput, key: &Arc<str>) -> Input {
+        Input {
+            origin: Origin {
+                key: stored.key.into(),
+                window: Window {
+                    start: stored.start,
+                    end: stored.end,
+                },
+                withdrawn: false,
+            },
+            event: Event {
+                line: 0,
+                key: key.clone(),
+                timestamp: stored.timestamp,
+                fields: stored
+                    .fields
+                    .into_iter()
+                    .map(|(name, value): (String, Value)| (Arc::from(name), value))
+                    .collect(),
+            },
+        }
+    }
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -208,6 +291,7 @@ impl WindowEngine {
             lateness,
             operator_index,
             operator_label,
+            keeps_inputs: false,
             watermark: MINUS_INFINITY,
             next_id: 0,
             windows: HashMap::new(),
@@ -219,6 +303,13 @@ impl WindowEngine {
             closed: Vec::new(),
             scratch: Vec::new(),
         }
+    }
+
+    /// The engine of a stage: it keeps each window's inputs by origin, so that an upstream
+    /// update replaces its result's contribution and a withdrawal removes it.
+    pub fn keeping_inputs(mut self) -> Self {
+        self.keeps_inputs = true;
+        self
     }
 
     /// The index of the operator whose state this engine keeps (its place in the chain).
@@ -248,6 +339,7 @@ impl WindowEngine {
                 version: live.version,
                 changed: live.changed,
                 last_output: live.last_output.clone(),
+                inputs: live.inputs.iter().map(Input::stored).collect(),
             };
             let value = serde_json::to_vec(&record).expect("window records are serialisable");
             changes.push(Change {
@@ -269,9 +361,12 @@ impl WindowEngine {
             };
             let record: WindowRecord = serde_json::from_slice(&row.value)
                 .map_err(|e| format!("a window record is unreadable: {e}"))?;
-            let id = self.open(key.key, Window { start, end }, record.version);
+            let id = self.open(key.key.clone(), Window { start, end }, record.version);
             let live = self.windows.get_mut(&id).expect("just opened");
             live.last_output = record.last_output;
+            live.inputs = (record.inputs.into_iter())
+                .map(|stored| Input::restored(stored, &key.key))
+                .collect();
             live.changed = record.changed;
             if record.changed {
                 self.queue(id);
@@ -305,7 +400,14 @@ impl WindowEngine {
                 next_advance += 1;
             }
             self.accept(index, staged, events, cx, out)?;
-            self.fire(staged.seq, events, cx, out)?;
+            // A stage's events of one arrival index (an upstream update's withdrawal and
+            // insertion, or every result of one upstream advance) change its windows at once.
+            let next = events.get(index + 1);
+            if staged.origin.is_none()
+                || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none())
+            {
+                self.fire(staged.seq, events, cx, out)?;
+            }
         }
         for &(seq, watermark) in &advances[next_advance..] {
             self.advance(seq, watermark, events, cx, out)?;
@@ -355,6 +457,14 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        if staged
+            .origin
+            .as_ref()
+            .is_some_and(|origin| origin.withdrawn)
+        {
+            self.withdraw(staged);
+            return Ok(());
+        }
         let event = &staged.event;
         let mut windows = std::mem::take(&mut self.scratch);
         if let Err(error) = assign(&self.spec, event.timestamp, &mut windows) {
@@ -386,7 +496,7 @@ impl WindowEngine {
                 Some(id) => id,
                 None => self.open(event.key.clone(), *window, 0),
             };
-            self.add_pending(id, index);
+            self.contribute(id, index, staged);
         }
         self.scratch = windows;
         if !accepted {
@@ -420,7 +530,7 @@ impl WindowEngine {
                 self.late(staged, out);
             } else {
                 let id = self.open(event.key.clone(), own, 0);
-                self.add_pending(id, index);
+                self.contribute(id, index, staged);
             }
             return Ok(());
         }
@@ -430,7 +540,7 @@ impl WindowEngine {
         if let [only] = touching[..]
             && self.windows[&only].window == merged
         {
-            self.add_pending(only, index);
+            self.contribute(only, index, staged);
             return Ok(());
         }
         // The event bridges or extends sessions: combine their states into the merged window.
@@ -442,15 +552,16 @@ impl WindowEngine {
         let target = match self.merge_states(&key, &touching, cx)? {
             Ok(target) => target,
             // The sessions stay as they were; the event that would have merged them is rejected.
-            Err(error) => return self.operator_failed(error, &[staged], out),
+            Err(error) => return self.operator_failed(error, &[&staged.event], out),
         };
-        let (version, changed) = self.absorb(&key, &touching, staged.seq, cx, out)?;
+        let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open(key.clone(), merged, version);
+        self.windows.get_mut(&id).expect("just opened").inputs = inputs;
         cx.state.put(self.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
             self.mark_changed(id);
         }
-        self.add_pending(id, index);
+        self.contribute(id, index, staged);
         Ok(())
     }
 
@@ -496,8 +607,8 @@ impl WindowEngine {
     }
 
     /// Closes the sessions `touching`, which a merged one absorbs, retracting those already
-    /// emitted (as caused by the event `trigger`). Returns the highest version among them and
-    /// whether any had changed since its last emission.
+    /// emitted (as caused by the event `trigger`). Returns the highest version among them,
+    /// whether any had changed since its last emission, and their inputs (a stage's).
     fn absorb(
         &mut self,
         key: &Arc<str>,
@@ -505,11 +616,13 @@ impl WindowEngine {
         trigger: u64,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, bool, Vec<Input>)> {
         let changed = touching.iter().any(|id| self.windows[id].changed);
         let mut version = 0;
+        let mut inputs = Vec::new();
         for &id in touching {
-            let old = self.close(id);
+            let mut old = self.close(id);
+            inputs.append(&mut old.inputs);
             cx.state.remove(&self.state_key(key, old.window))?;
             version = version.max(old.version);
             if old.version > 0
@@ -522,11 +635,12 @@ impl WindowEngine {
                     kind: EmissionKind::Retract,
                     version: old.version,
                     value,
+                    replaces: None,
                     operator_version: cx.operator.version_for(key),
                 });
             }
         }
-        Ok((version, changed))
+        Ok((version, changed, inputs))
     }
 
     fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
@@ -545,6 +659,8 @@ impl WindowEngine {
                 pending: Vec::new(),
                 changed: false,
                 queued: false,
+                inputs: Vec::new(),
+                rebuild: false,
             },
         );
         self.touched.insert(id);
@@ -572,6 +688,50 @@ impl WindowEngine {
         live
     }
 
+    /// Adds the event at `index` to window `id`. A stage's event also becomes one of the
+    /// window's inputs, replacing an earlier one of the same origin (the window's state is then
+    /// rebuilt).
+    fn contribute(&mut self, id: WindowId, index: usize, staged: &Staged) {
+        if let Some(origin) = &staged.origin {
+            let live = self.windows.get_mut(&id).expect("a live window");
+            let before = live.inputs.len();
+            live.inputs.retain(|input| !input.origin.same(origin));
+            live.rebuild |= live.inputs.len() < before;
+            live.inputs.push(Input {
+                origin: (**origin).clone(),
+                event: staged.event.clone(),
+            });
+            self.touched.insert(id);
+        }
+        self.add_pending(id, index);
+    }
+
+    /// Removes a withdrawn upstream result from every window of its key that holds it; each
+    /// such window is rebuilt from the inputs that remain and fires again.
+    fn withdraw(&mut self, staged: &Staged) {
+        let origin = staged
+            .origin
+            .as_deref()
+            .expect("a withdrawal has an origin");
+        let Some(ids) = self.by_key.get(&staged.event.key) else {
+            return;
+        };
+        let mut hit = Vec::new();
+        for &id in ids {
+            let live = self.windows.get_mut(&id).expect("a live window");
+            let before = live.inputs.len();
+            live.inputs.retain(|input| !input.origin.same(origin));
+            if live.inputs.len() < before {
+                live.rebuild = true;
+                hit.push(id);
+            }
+        }
+        for id in hit {
+            self.dirty.push(id);
+            self.mark_changed(id);
+        }
+    }
+
     fn add_pending(&mut self, id: WindowId, index: usize) {
         let live = self.windows.get_mut(&id).expect("a live window");
         if live.pending.is_empty() {
@@ -596,6 +756,8 @@ impl WindowEngine {
         }
     }
 
+    /// Adds window `id`'s pending events to its state in one operator call, or, for a stage's
+    /// window with a replaced or withdrawn input, rebuilds its state from all of its inputs.
     fn flush_pending(
         &mut self,
         id: WindowId,
@@ -606,47 +768,93 @@ impl WindowEngine {
         let Some(live) = self.windows.get_mut(&id) else {
             return Ok(());
         };
-        if live.pending.is_empty() {
+        if live.pending.is_empty() && !live.rebuild {
             return Ok(());
         }
         let pending = std::mem::take(&mut live.pending);
+        let rebuild = std::mem::take(&mut live.rebuild);
         let (key, window) = (live.key.clone(), live.window);
+        let inputs: Vec<Event> = match rebuild {
+            true => live
+                .inputs
+                .iter()
+                .map(|input| input.event.clone())
+                .collect(),
+            false => Vec::new(),
+        };
+        let batch: Vec<&Event> = match rebuild {
+            true => inputs.iter().collect(),
+            false => pending.iter().map(|&i| &events[i].event).collect(),
+        };
         let state_key = self.state_key(&key, window);
+        let state = cx.state.take(&state_key)?;
         let mut scope = Scope {
             key,
-            state: cx.state.take(&state_key)?,
+            state: if rebuild {
+                ScopeState::default()
+            } else {
+                state
+            },
         };
-        let batch: Vec<&Event> = pending.iter().map(|&i| &events[i].event).collect();
-        let mut changed = false;
-        match cx.operator.add(&mut scope, &batch) {
-            Ok(()) => changed = true,
-            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
-            // A failed call changed nothing. Retry its events one by one, so that only the events
-            // the operator cannot take become dead letters, whatever the batch boundaries were.
-            Err(error) if batch.len() == 1 => {
-                self.operator_failed(error, &[&events[pending[0]]], out)?
-            }
-            Err(_) => {
-                for &i in &pending {
-                    match cx.operator.add(&mut scope, &[&events[i].event]) {
-                        Ok(()) => changed = true,
-                        Err(error) => self.operator_failed(error, &[&events[i]], out)?,
-                    }
-                }
-            }
-        }
+        let failed = self.add(&mut scope, &batch, cx, out)?;
         cx.state.put(state_key, scope.state)?;
-        if changed {
-            self.windows.get_mut(&id).expect("a live window").changed = true;
+        let live = self.windows.get_mut(&id).expect("a live window");
+        if self.keeps_inputs && !failed.is_empty() {
+            // An input the operator could not take is a dead letter, not an input.
+            let origins: Vec<&Origin> = match rebuild {
+                true => failed.iter().map(|&i| &live.inputs[i].origin).collect(),
+                false => (failed.iter())
+                    .filter_map(|&i| events[pending[i]].origin.as_deref())
+                    .collect(),
+            };
+            let origins: Vec<Origin> = origins.into_iter().cloned().collect();
+            live.inputs
+                .retain(|input| !origins.iter().any(|origin| origin.same(&input.origin)));
+        }
+        if rebuild || failed.len() < batch.len() {
+            live.changed = true;
             self.touched.insert(id);
         }
         Ok(())
     }
 
+    /// Adds `batch` to `scope`'s state. A failed call changed nothing: its events are retried
+    /// one by one, so that only the events the operator cannot take become dead letters,
+    /// whatever the batch boundaries were. Returns the indexes of those events.
+    fn add(
+        &self,
+        scope: &mut Scope,
+        batch: &[&Event],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<Vec<usize>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut failed = Vec::new();
+        match cx.operator.add(scope, batch) {
+            Ok(()) => {}
+            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+            Err(error) if batch.len() == 1 => {
+                self.operator_failed(error, batch, out)?;
+                failed.push(0);
+            }
+            Err(_) => {
+                for (i, event) in batch.iter().enumerate() {
+                    if let Err(error) = cx.operator.add(scope, &[event]) {
+                        self.operator_failed(error, &[event], out)?;
+                        failed.push(i);
+                    }
+                }
+            }
+        }
+        Ok(failed)
+    }
+
     fn operator_failed(
         &self,
         error: OperatorError,
-        events: &[&Staged],
+        events: &[&Event],
         out: &mut EngineOutput,
     ) -> Result<()> {
         if let OperatorError::Host(message) = error {
@@ -657,9 +865,9 @@ impl WindowEngine {
         }
         let reason = format!("{} {error}", self.operator_label);
         out.dead_letters
-            .extend(events.iter().map(|staged| DeadLetter {
-                line: staged.event.line,
-                raw: staged.event.to_json().to_string(),
+            .extend(events.iter().map(|event| DeadLetter {
+                line: event.line,
+                raw: event.to_json().to_string(),
                 reason: reason.clone(),
             }));
         Ok(())
@@ -705,16 +913,23 @@ impl WindowEngine {
                 continue;
             }
             let (key, window) = (live.key.clone(), live.window);
-            let state_key = self.state_key(&key, window);
-            let mut scope = Scope {
-                key: key.clone(),
-                state: cx.state.take(&state_key)?,
+            let outcome = if self.keeps_inputs && live.inputs.is_empty() {
+                // Every input of a stage's window was withdrawn: so is its result.
+                Ok(Fields::new())
+            } else {
+                let state_key = self.state_key(&key, window);
+                let mut scope = Scope {
+                    key: key.clone(),
+                    state: cx.state.take(&state_key)?,
+                };
+                let outcome = cx.operator.finish(&mut scope, window);
+                cx.state.put(state_key, scope.state)?;
+                outcome
             };
-            let outcome = cx.operator.finish(&mut scope, window);
-            cx.state.put(state_key, scope.state)?;
             match outcome {
-                // An empty output is no result (a join window with one side only): nothing is
-                // emitted, and a result emitted before is withdrawn.
+                // An empty output is no result (a join window with one side only, a stage's
+                // window whose inputs were all withdrawn): nothing is emitted, and a result
+                // emitted before is withdrawn.
                 Ok(value) if value.is_empty() => {
                     let live = self.windows.get_mut(&id).expect("a due window is live");
                     live.changed = false;
@@ -728,6 +943,7 @@ impl WindowEngine {
                             kind: EmissionKind::Retract,
                             version: live.version,
                             value: withdrawn,
+                            replaces: None,
                         });
                     }
                 }
@@ -735,7 +951,7 @@ impl WindowEngine {
                     let live = self.windows.get_mut(&id).expect("a due window is live");
                     live.changed = false;
                     live.version += 1;
-                    live.last_output = Some(value.clone());
+                    let replaces = live.last_output.replace(value.clone());
                     self.touched.insert(id);
                     let operator_version = cx.operator.version_for(&key);
                     out.emissions.push(Emission {
@@ -752,6 +968,7 @@ impl WindowEngine {
                         },
                         version: live.version,
                         value,
+                        replaces,
                     });
                 }
                 Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
@@ -801,6 +1018,7 @@ mod tests {
                     timestamp: *ts,
                     fields: vec![("amount".into(), Value::Int(*amount))],
                 },
+                origin: None,
             })
             .collect();
         let mut advances = Vec::new();
@@ -922,5 +1140,126 @@ mod tests {
         assert_eq!(retracted, [(0, 10), (20, 30)]);
         let merged = emitted.last().expect("the merged session");
         assert_eq!((merged.1, merged.2, merged.5), (0, 30, 3), "{emitted:?}");
+    }
+
+    /// A stage event: upstream result `origin` (its key and window `[0, 10)`) with `amount`,
+    /// or its withdrawal (`amount` None), at arrival index `seq`, all under the key `*`.
+    fn stage_event(seq: u64, origin: &str, amount: Option<i64>) -> Staged {
+        Staged {
+            seq,
+            event: Event {
+                line: 0,
+                key: "*".into(),
+                timestamp: 9,
+                fields: amount
+                    .map(|a| vec![("amount".into(), Value::Int(a))])
+                    .unwrap_or_default(),
+            },
+            origin: Some(Box::new(Origin {
+                key: origin.into(),
+                window: Window { start: 0, end: 10 },
+                withdrawn: amount.is_none(),
+            })),
+        }
+    }
+
+    #[test]
+    fn a_stage_replaces_updated_inputs_and_withdraws_a_result_left_without_any() {
+        let mut engine = WindowEngine::new(TUMBLING, 100, 0, "count-sum@1".into()).keeping_inputs();
+        let (mut operator, mut state) = (NativeCountSum, MemoryBackend::default());
+        let mut cx = Context {
+            operator: &mut operator,
+            state: &mut state,
+        };
+        let mut batch = |events: Vec<Staged>, watermark: Millis| {
+            let mut out = EngineOutput::default();
+            let advance = [(events.last().map_or(0, |e| e.seq), watermark)];
+            engine
+                .process(&events, &advance, false, &mut cx, &mut out)
+                .expect("the engine runs");
+            out.emissions
+                .iter()
+                .map(|e| {
+                    let field = |name: &str| e.value.iter().find(|(n, _)| n == name).cloned();
+                    (e.kind.as_str(), e.version, field("count"), field("sum"))
+                })
+                .collect::<Vec<_>>()
+        };
+        let count_sum = |count, sum| {
+            (
+                Some(("count".to_string(), Value::Int(count))),
+                Some(("sum".to_string(), Value::Int(sum))),
+            )
+        };
+        let first = batch(
+            vec![stage_event(0, "a", Some(5)), stage_event(1, "b", Some(3))],
+            10,
+        );
+        let (c, s) = count_sum(2, 8);
+        assert_eq!(first, [("result", 1, c, s)]);
+        // An update of `a` upstream: its withdrawal and its new value.
+        let update = batch(
+            vec![stage_event(2, "a", None), stage_event(2, "a", Some(7))],
+            20,
+        );
+        let (c, s) = count_sum(2, 10);
+        assert_eq!(
+            update,
+            [("update", 2, c, s)],
+            "a is counted once, at its new value"
+        );
+        // A replacement without a withdrawal is still counted once.
+        let replaced = batch(vec![stage_event(3, "b", Some(1))], 30);
+        let (c, s) = count_sum(2, 8);
+        assert_eq!(replaced, [("update", 3, c, s)]);
+        let withdrawn = batch(vec![stage_event(4, "b", None)], 40);
+        let (c, s) = count_sum(1, 7);
+        assert_eq!(withdrawn, [("update", 4, c, s)]);
+        let unknown = batch(vec![stage_event(5, "z", None)], 50);
+        assert!(
+            unknown.is_empty(),
+            "withdrawing what never entered changes nothing"
+        );
+        let last = batch(vec![stage_event(6, "a", None)], 60);
+        let (c, s) = count_sum(1, 7);
+        assert_eq!(last, [("retract", 4, c, s)], "the last result is withdrawn");
+    }
+
+    #[test]
+    fn a_stage_window_keeps_its_inputs_across_a_restart() {
+        let mut engine = WindowEngine::new(TUMBLING, 100, 0, "count-sum@1".into()).keeping_inputs();
+        let (mut operator, mut state) = (NativeCountSum, MemoryBackend::default());
+        let mut cx = Context {
+            operator: &mut operator,
+            state: &mut state,
+        };
+        let mut out = EngineOutput::default();
+        let events = [stage_event(0, "a", Some(5)), stage_event(1, "b", Some(3))];
+        engine
+            .process(&events, &[(1, 10)], false, &mut cx, &mut out)
+            .expect("the engine runs");
+        let rows: Vec<TableRow> = engine
+            .changes()
+            .into_iter()
+            .map(|change| TableRow {
+                key: change.key,
+                value: change.value.expect("an open window"),
+            })
+            .collect();
+        let mut restored =
+            WindowEngine::new(TUMBLING, 100, 0, "count-sum@1".into()).keeping_inputs();
+        restored.restore(10, &rows).expect("the rows restore");
+        let mut out = EngineOutput::default();
+        let events = [stage_event(2, "a", None), stage_event(2, "a", Some(1))];
+        restored
+            .process(&events, &[(2, 20)], false, &mut cx, &mut out)
+            .expect("the engine runs");
+        let sum = out.emissions[0]
+            .value
+            .iter()
+            .find(|(n, _)| n == "sum")
+            .cloned();
+        assert_eq!(sum, Some(("sum".to_string(), Value::Int(4))), "{out:?}");
+        assert_eq!(out.emissions[0].version, 2);
     }
 }

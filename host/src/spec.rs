@@ -64,7 +64,8 @@ pub struct PipelineSpec {
     pub aggregate: Option<OperatorSpec>,
     /// Further stages, each aggregating the window results of the one before.
     pub stages: Vec<StageSpec>,
-    /// A window join of two kinds of event: each side's events keyed by its own field.
+    /// A join of two kinds of event (window or interval): each side's events keyed by its own
+    /// field.
     pub join: Option<JoinSpec>,
     /// The aggregate is global (one result per window over every key), pre-aggregated: each
     /// shard folds its events into partial states per bucket of keys, and the partials are
@@ -359,11 +360,12 @@ pub struct StageSpec {
     pub aggregate: OperatorSpec,
 }
 
-/// A window join: the source's events are on the left or the right by the value of `field`,
-/// and each side is keyed by its own key field, so that the aggregate sees both sides' events
-/// of a key and window together (each with the field `side`: `left` or `right`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A join: the source's events are on the left or the right by the value of `field`, and each
+/// side is keyed by its own key field. A window join lets the aggregate see both sides' events
+/// of a key and window together (each with the field `side`: `left` or `right`); an interval
+/// join pairs each left event with every right event of its key whose time is within its
+/// bounds, and passes the pairs on as events.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSpec {
     /// The field that tells the sides apart.
     pub field: String,
@@ -371,6 +373,35 @@ pub struct JoinSpec {
     pub left: JoinSide,
     /// The right side.
     pub right: JoinSide,
+    /// For an interval join: its bounds.
+    pub interval: Option<IntervalBounds>,
+}
+
+/// An interval join's bounds: a left event at `t` pairs with the right events of its key at
+/// `t + lower ..= t + upper` (as Flink's `between(lower, upper)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalBounds {
+    /// The lower bound, in ms (may be negative).
+    pub lower: Millis,
+    /// The upper bound, in ms (at least `lower`).
+    pub upper: Millis,
+}
+
+/// The `[join]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJoin {
+    #[serde(rename = "type", default = "default_join_type")]
+    kind: String,
+    field: String,
+    left: JoinSide,
+    right: JoinSide,
+    lower: Option<RawDuration>,
+    upper: Option<RawDuration>,
+}
+
+fn default_join_type() -> String {
+    "window".into()
 }
 
 /// One side of a join.
@@ -490,7 +521,7 @@ struct RawSpec {
     operators: Vec<RawOperator>,
     #[serde(default)]
     stages: Vec<RawStage>,
-    join: Option<JoinSpec>,
+    join: Option<RawJoin>,
     #[serde(default)]
     state: RawState,
     #[serde(default)]
@@ -580,13 +611,50 @@ struct RawStage {
 }
 
 /// Checks a `[join]`: two sides told apart by different values, each with a key field, and
-/// windows to join in.
-fn check_join(join: &JoinSpec, windowed: bool) -> Result<()> {
-    if !windowed {
-        return Err(invalid(
-            "join: a join pairs events within windows: add a [window] and an aggregate",
-        ));
-    }
+/// windows to join in (a window join) or bounds (an interval join).
+fn check_join(join: RawJoin, windowed: bool) -> Result<JoinSpec> {
+    let interval = match (join.kind.as_str(), &join.lower, &join.upper) {
+        ("window", None, None) if windowed => None,
+        ("window", None, None) => {
+            return Err(invalid(
+                "join: a window join pairs events within windows: add a [window] and an \
+                 aggregate (or make it type = \"interval\" with lower and upper bounds)",
+            ));
+        }
+        ("window", _, _) => {
+            return Err(invalid(
+                "join: lower and upper are the bounds of an interval join: add type = \"interval\"",
+            ));
+        }
+        ("interval", Some(lower), Some(upper)) => {
+            let lower = signed_duration("join.lower", lower)?;
+            let upper = signed_duration("join.upper", upper)?;
+            if lower > upper {
+                return Err(invalid(format!(
+                    "join: lower ({lower} ms) is above upper ({upper} ms): a left event at t pairs \
+                     with right events at t + lower ..= t + upper"
+                )));
+            }
+            Some(IntervalBounds { lower, upper })
+        }
+        ("interval", _, _) => {
+            return Err(invalid(
+                "join: an interval join needs lower and upper: a left event at t pairs with the \
+                 right events of its key at t + lower ..= t + upper (e.g. lower = \"0s\", upper = \"10s\")",
+            ));
+        }
+        (other, _, _) => {
+            return Err(invalid(format!(
+                "join.type = {other:?}: expected \"window\" or \"interval\""
+            )));
+        }
+    };
+    let join = JoinSpec {
+        field: join.field,
+        left: join.left,
+        right: join.right,
+        interval,
+    };
     if join.field.is_empty() || join.left.key.is_empty() || join.right.key.is_empty() {
         return Err(invalid(
             "join: field, left.key and right.key must not be empty",
@@ -598,7 +666,7 @@ fn check_join(join: &JoinSpec, windowed: bool) -> Result<()> {
             join.left.value, join.field
         )));
     }
-    Ok(())
+    Ok(join)
 }
 
 /// Whether the aggregate is global (`global = true`), and if so that the rest of the spec
@@ -884,6 +952,20 @@ fn duration(field: &str, raw: &RawDuration) -> Result<Millis> {
         RawDuration::Text(text) => {
             parse_duration(text).map_err(|e| invalid(format!("{field}: {e}")))
         }
+    }
+}
+
+/// A duration that may be negative (`-5s`, `-5000`).
+fn signed_duration(field: &str, raw: &RawDuration) -> Result<Millis> {
+    match raw {
+        RawDuration::Millis(ms) if *ms < 0 => {
+            duration(field, &RawDuration::Millis(-ms)).map(|ms| -ms)
+        }
+        RawDuration::Text(text) if text.trim_start().starts_with('-') => {
+            let positive = text.trim_start()[1..].to_owned();
+            duration(field, &RawDuration::Text(positive)).map(|ms| -ms)
+        }
+        raw => duration(field, raw),
     }
 }
 
@@ -1245,14 +1327,15 @@ impl RawSpec {
             None => DEFAULT_MAX_AHEAD,
         };
         let (window, allowed_lateness) = check_window(self.window)?;
-        if let Some(join) = &self.join {
-            check_join(join, window.is_some())?;
-            if self.operators.iter().any(|op| op.global) {
+        let join = match self.join {
+            Some(_) if self.operators.iter().any(|op| op.global) => {
                 return Err(invalid(
                     "join: a join is keyed by its sides' key fields; it cannot be global as well",
                 ));
             }
-        }
+            Some(join) => Some(check_join(join, window.is_some())?),
+            None => None,
+        };
         let global = check_global(
             &self.operators,
             &self.stages,
@@ -1315,7 +1398,7 @@ impl RawSpec {
             enrichers,
             aggregate,
             stages,
-            join: self.join,
+            join,
             global,
             state,
             sinks,
@@ -1662,8 +1745,25 @@ mod tests {
             (parsed.left.key.as_str(), parsed.right.value.as_str()),
             ("id", "auction")
         );
+        assert_eq!(parsed.interval, None, "a window join by default");
+        let interval = join.replace(
+            "field = \"kind\"",
+            "type = \"interval\"\nlower = \"-1500ms\"\nupper = 2000\nfield = \"kind\"",
+        );
+        let bounds = parse(&interval).unwrap().join.unwrap().interval;
+        assert_eq!(
+            bounds,
+            Some(IntervalBounds {
+                lower: -1_500,
+                upper: 2_000
+            })
+        );
         let refused = [
             (join.replace("\"auction\"", "\"person\""), "the same value"),
+            (
+                interval.replace("upper = 2000", "upper = -2000"),
+                "is above upper",
+            ),
             (
                 join.replace("key = \"seller\"", "key = \"\""),
                 "must not be empty",

@@ -565,3 +565,205 @@ fn a_join_over_json_lines_keys_each_side_by_its_own_field() {
         ]
     );
 }
+
+/// A run's records of `sink` in output order.
+fn records(dir: &Path, sink: &str) -> Vec<Value> {
+    std::fs::read_to_string(dir.join(format!("{sink}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect()
+}
+
+/// An interval join of persons (by `id`) with the auctions they open (by `seller`) within
+/// `lower ..= upper` ms of signing up, with no operator: its results are the pairs.
+fn interval_join_spec(dir: &Path, name: &str, lower: i64, upper: i64) -> std::path::PathBuf {
+    let text = format!(
+        "name = \"{name}\"\nbatch_size = 64\n\
+         [source]\ntype = \"nexmark\"\nevents = {EVENTS}\nrate = {RATE}\nseed = 3\n\
+         kinds = [\"person\", \"auction\"]\n\
+         [event]\nkey = \"id\"\ntimestamp = \"date_time\"\n\
+         [join]\ntype = \"interval\"\nfield = \"kind\"\n\
+         left = {{ value = \"person\", key = \"id\" }}\n\
+         right = {{ value = \"auction\", key = \"seller\" }}\nlower = {lower}\nupper = {upper}\n\
+         [state]\ndir = \"data-{name}\"\n\
+         [sinks]\nresults = \"{name}/results.jsonl\"\nlate = \"{name}/late.jsonl\"\n\
+         dead_letters = \"{name}/dead.jsonl\"\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("writing the spec");
+    path
+}
+
+/// The pairs an interval join must give, in its order, computed here from the source's events
+/// in arrival order: each event pairs with the earlier events of the other side and its key
+/// within the bounds, those by time then arrival; `(person, auction, time)`.
+fn interval_pairs(events: &[&Value], lower: i64, upper: i64) -> Vec<(i64, i64, i64)> {
+    let mut pairs = Vec::new();
+    for (i, event) in events.iter().enumerate() {
+        let person = event["kind"] == "person";
+        let key = |e: &Value| {
+            int(
+                e,
+                if e["kind"] == "person" {
+                    "id"
+                } else {
+                    "seller"
+                },
+            )
+        };
+        let t = int(event, "date_time");
+        let mut matches: Vec<(i64, usize)> = events[..i]
+            .iter()
+            .enumerate()
+            .filter(|(_, other)| (other["kind"] == "person") != person)
+            .filter(|(_, other)| key(other) == key(event))
+            .filter(|(_, other)| {
+                let (p, a) = if person {
+                    (t, int(other, "date_time"))
+                } else {
+                    (int(other, "date_time"), t)
+                };
+                p + lower <= a && a <= p + upper
+            })
+            .map(|(j, other)| (int(other, "date_time"), j))
+            .collect();
+        matches.sort();
+        for (time, j) in matches {
+            let other = events[j];
+            let (p, a) = if person {
+                (*event, other)
+            } else {
+                (other, *event)
+            };
+            pairs.push((int(p, "id"), int(a, "id"), t.max(time)));
+        }
+    }
+    pairs
+}
+
+#[test]
+fn an_interval_join_pairs_each_person_with_the_auctions_opened_within_its_bounds() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let q0 = spec(dir.path(), "q0", "native = \"nexmark-q0\"", "");
+    assert!(weir_run(&q0, &["--fresh"]).status.success());
+    let all: Vec<Value> = records(&q0.with_extension(""), "results")
+        .into_iter()
+        .map(|record| record["value"].clone())
+        .collect();
+    let events: Vec<&Value> = all.iter().filter(|e| e["kind"] != "bid").collect();
+    for (name, lower, upper) in [("ij-after", 0, 5_000), ("ij-around", -2_000, 3_000)] {
+        let expected = interval_pairs(&events, lower, upper);
+        assert!(expected.len() > 100, "{name}: the bounds make pairs");
+        let spec = interval_join_spec(dir.path(), name, lower, upper);
+        let out = dir.path().join(name);
+        let mut outputs = Vec::new();
+        for shards in ["1", "3"] {
+            let run = weir_run(&spec, &["--fresh", "--shards", shards]);
+            assert!(
+                run.status.success(),
+                "{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            assert!(records(&out, "late").is_empty() && records(&out, "dead").is_empty());
+            let results = records(&out, "results");
+            let pairs: Vec<(i64, i64, i64)> = results
+                .iter()
+                .map(|r| {
+                    let value = &r["value"];
+                    assert_eq!(value["left_kind"], "person");
+                    assert_eq!(
+                        r["key"],
+                        value["left_id"].to_string(),
+                        "keyed by the person"
+                    );
+                    (
+                        int(value, "left_id"),
+                        int(value, "right_id"),
+                        int(r, "timestamp"),
+                    )
+                })
+                .collect();
+            assert_eq!(pairs, expected, "{name}, {shards} shards");
+            outputs.push(std::fs::read(out.join("results.jsonl")).unwrap());
+        }
+        assert_eq!(
+            outputs[0], outputs[1],
+            "{name}: the same bytes for any shard count"
+        );
+        // Kept events are state: a crash after a checkpoint resumes to the same output.
+        for id in [3, 11] {
+            let crashed = checkpointed_run(&spec, Some(id));
+            assert!(!crashed.status.success(), "the crash hook did not fire");
+            let resumed = weir_run(&spec, &["--checkpoint-interval", "1ms"]);
+            assert!(resumed.status.success());
+            let results = std::fs::read(out.join("results.jsonl")).unwrap();
+            assert!(
+                results == outputs[0],
+                "{name}: after a crash at checkpoint {id}"
+            );
+        }
+    }
+}
+
+#[test]
+fn interval_joins_judge_late_events_and_refuse_bounds_that_make_no_sense() {
+    let body = "[event]\nkey = \"id\"\ntimestamp = \"date_time\"\n\
+                [watermark]\nbound = 1000\n\
+                [join]\ntype = \"interval\"\nfield = \"kind\"\nlower = \"0s\"\nupper = \"5s\"\n\
+                left = { value = \"person\", key = \"id\" }\n\
+                right = { value = \"auction\", key = \"seller\" }\n";
+    let events = [
+        json!({"kind": "person", "id": 7, "date_time": 10_000}),
+        json!({"kind": "auction", "id": 1, "seller": 7, "date_time": 12_000}),
+        json!({"kind": "person", "id": 8, "date_time": 20_000}),
+        // Behind the watermark (19 s): late, though it would pair with person 7.
+        json!({"kind": "auction", "id": 2, "seller": 7, "date_time": 14_000}),
+        // Within the bound: not late, and after person 8's sign-up.
+        json!({"kind": "auction", "id": 3, "seller": 8, "date_time": 19_500}),
+        json!({"kind": "auction", "id": 4, "seller": 8, "date_time": 21_000}),
+    ];
+    let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+    let pipeline = crate::support::Pipeline::new(body, &(lines.join("\n") + "\n"));
+    let run = pipeline.run(&[]);
+    assert!(run.success, "{}", run.stderr);
+    let pairs: Vec<(i64, i64)> = (run.results.iter())
+        .map(|r| (int(&r["value"], "left_id"), int(&r["value"], "right_id")))
+        .collect();
+    assert_eq!(pairs, [(7, 1), (8, 4)]);
+    assert_eq!(run.late.len(), 1, "{:?}", run.late);
+    assert!(
+        run.late[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("interval join")
+    );
+    for (from, to, says) in [
+        (
+            "upper = \"5s\"",
+            "upper = \"-1s\"",
+            "lower (0 ms) is above upper (-1000 ms)",
+        ),
+        (
+            "upper = \"5s\"\n",
+            "",
+            "an interval join needs lower and upper",
+        ),
+        (
+            "type = \"interval\"",
+            "type = \"intervals\"",
+            "expected \"window\" or \"interval\"",
+        ),
+        (
+            "type = \"interval\"\n",
+            "",
+            "lower and upper are the bounds of an interval join",
+        ),
+        ("lower = \"0s\"", "lower = \"-x\"", "join.lower"),
+    ] {
+        let refused = crate::support::Pipeline::new(&body.replace(from, to), "");
+        let run = refused.run(&[]);
+        assert!(!run.success, "{to:?} was accepted");
+        assert!(run.stderr.contains(says), "{to:?}: {}", run.stderr);
+    }
+}

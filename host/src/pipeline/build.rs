@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::interval_join::IntervalJoin;
 use super::stages::Stages;
 use super::{
     CandidateFactory, Enrichment, PipelineControl, PipelineError, REFERENCE_MAP, Result, Shard,
@@ -212,7 +213,10 @@ pub(super) fn build_shard(
         ));
     }
     let aggregate = build_aggregate(spec, loaded, limits, control)?;
-    let mut shard = Shard::new(enrichers, aggregate, state);
+    let join = (spec.join.as_ref())
+        .and_then(|join| join.interval)
+        .map(IntervalJoin::new);
+    let mut shard = Shard::new(join, enrichers, aggregate, state);
     if let Some(routing) = resume.routing
         && routing.candidate.is_some()
     {
@@ -338,8 +342,13 @@ fn restore_shard(
         .into_iter()
         .filter(|row| StateKey::decode(&row.key).is_some_and(|k| k.operator == operator))
         .collect();
-    // Only TTLs need the state itself at restore; everything else is read on demand.
-    let state = if spec.enrichers.iter().any(|op| op.state_ttl.is_some()) {
+    // Only TTLs and an interval join's expiries need the state itself at restore; everything
+    // else is read on demand.
+    let interval_join = spec
+        .join
+        .as_ref()
+        .is_some_and(|join| join.interval.is_some());
+    let state = if interval_join || spec.enrichers.iter().any(|op| op.state_ttl.is_some()) {
         store.scan(false, &start, &end)?
     } else {
         Vec::new()

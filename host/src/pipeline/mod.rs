@@ -20,6 +20,7 @@ mod build;
 mod collector;
 mod control;
 mod enrichment;
+mod interval_join;
 mod join;
 mod messages;
 mod router;

@@ -1,10 +1,12 @@
 //! [`Shard`]: the single writer for the keys of its key groups. It owns those keys' state and
-//! its own operator instances, runs the enrichment chain per key, then the window engine.
+//! its own operator instances, pairs events (an interval join), runs the enrichment chain per
+//! key, then the window engine.
 
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use super::PipelineControl;
 use super::enrichment::Enrichment;
+use super::interval_join::IntervalJoin;
 use super::messages::{Part, ShardMsg};
 use crate::event::Staged;
 use crate::operator::{AggregateCode, Limits, LoadError, Projection};
@@ -44,6 +46,7 @@ pub struct CandidateFactory {
 
 /// A shard.
 pub struct Shard {
+    join: Option<IntervalJoin>,
     enrichers: Vec<Enrichment>,
     aggregate: Option<(WindowEngine, VersionedAggregate, CandidateFactory)>,
     state: Box<dyn StateBackend>,
@@ -61,13 +64,15 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    /// A shard with its operator instances and state.
+    /// A shard with its interval join, operator instances and state.
     pub fn new(
+        join: Option<IntervalJoin>,
         enrichers: Vec<Enrichment>,
         aggregate: Option<(WindowEngine, VersionedAggregate, CandidateFactory)>,
         state: Box<dyn StateBackend>,
     ) -> Self {
         Shard {
+            join,
             enrichers,
             aggregate,
             state,
@@ -95,8 +100,9 @@ impl Shard {
         self.state.committed();
     }
 
-    /// Restores a checkpoint: the watermark, the open windows (`windows`) and the enrichment
-    /// TTLs (`state`: this shard's rows of the state table; only read when a TTL is set).
+    /// Restores a checkpoint: the watermark, the open windows (`windows`), the interval join's
+    /// expiries and the enrichment TTLs (`state`: this shard's rows of the state table; only
+    /// read when there is a join or a TTL).
     pub fn restore(
         &mut self,
         watermark: Millis,
@@ -104,6 +110,9 @@ impl Shard {
         state: &[TableRow],
     ) -> Result<(), String> {
         self.watermark = watermark;
+        if let Some(join) = &mut self.join {
+            join.restore(state)?;
+        }
         for enrichment in &mut self.enrichers {
             enrichment.restore(state)?;
         }
@@ -156,6 +165,9 @@ impl Shard {
                 advances[before - 1].1
             }
         };
+        if let Some(join) = &mut self.join {
+            events = join.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;
+        }
         for enrichment in &mut self.enrichers {
             events = enrichment.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;
         }
@@ -164,6 +176,9 @@ impl Shard {
         }
         if end_of_input {
             self.watermark = PLUS_INFINITY;
+        }
+        if let Some(join) = &mut self.join {
+            join.sweep(self.state.as_mut(), self.watermark)?;
         }
         for enrichment in &mut self.enrichers {
             enrichment.sweep(self.state.as_mut(), self.watermark)?;
@@ -258,6 +273,7 @@ mod tests {
             projection: Projection::All,
         };
         Shard::new(
+            None,
             Vec::new(),
             Some((engine, versioned, factory)),
             Box::new(MemoryBackend::default()),

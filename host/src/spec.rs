@@ -670,15 +670,10 @@ fn check_join(join: RawJoin, windowed: bool) -> Result<JoinSpec> {
 }
 
 /// Whether the aggregate is global (`global = true`), and if so that the rest of the spec
-/// allows it: tumbling windows (a partial belongs to exactly one window), no lateness (a
-/// partial is merged once), no enrichers (they key their state by the event's key, which a
-/// global aggregate replaces by a bucket) and no stages yet.
-fn check_global(
-    operators: &[RawOperator],
-    stages: &[RawStage],
-    window: Option<&WindowSpec>,
-    lateness: Millis,
-) -> Result<bool> {
+/// allows it: tumbling windows (a partial belongs to exactly one window) and no enrichers (they
+/// key their state by the event's key, which a global aggregate replaces by a bucket). With
+/// allowed lateness, an updated partial replaces the old one in the combine (a stage).
+fn check_global(operators: &[RawOperator], window: Option<&WindowSpec>) -> Result<bool> {
     let Some((i, op)) = operators.iter().enumerate().find(|(_, op)| op.global) else {
         return Ok(false);
     };
@@ -692,18 +687,10 @@ fn check_global(
             "a global aggregate needs tumbling windows (sliding and session windows are not supported yet)",
         );
     }
-    if lateness > 0 {
-        return refuse(
-            "a global aggregate needs window.allowed_lateness = 0 (a late partial would be merged twice)",
-        );
-    }
     if operators.iter().any(|op| op.kind == "enrich") {
         return refuse(
             "a global aggregate cannot follow enrichment operators yet (their state is per key)",
         );
-    }
-    if !stages.is_empty() {
-        return refuse("a global aggregate cannot be followed by [[stages]] yet");
     }
     Ok(true)
 }
@@ -1336,12 +1323,7 @@ impl RawSpec {
             Some(join) => Some(check_join(join, window.is_some())?),
             None => None,
         };
-        let global = check_global(
-            &self.operators,
-            &self.stages,
-            window.as_ref(),
-            allowed_lateness,
-        )?;
+        let global = check_global(&self.operators, window.as_ref())?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
         let stages = check_stages(self.stages, base, aggregate.as_ref())?;
         let state = check_state(&self.state, &self.name, base)?;
@@ -1698,13 +1680,18 @@ mod tests {
     }
 
     #[test]
-    fn a_global_aggregate_needs_tumbling_windows_without_lateness_enrichers_or_stages() {
+    fn a_global_aggregate_needs_tumbling_windows_and_no_enrichers() {
         let global = SPEC
             .replace("type = \"sliding\"\n        size = \"1m\"\n        slide = \"30s\"\n        allowed_lateness = 1000", "type = \"tumbling\"\n        size = \"1m\"")
             .replace("module = \"avg.wasm\"", "module = \"avg.wasm\"\n        global = true");
         assert_ne!(global, SPEC);
         assert!(parse(&global).unwrap().global);
         assert!(!parse(SPEC).unwrap().global);
+        let late = global.replace(
+            "size = \"1m\"",
+            "size = \"1m\"\n        allowed_lateness = 5",
+        );
+        assert_eq!(parse(&late).unwrap().allowed_lateness, 5);
         let refused = [
             (
                 SPEC.replace(
@@ -1712,13 +1699,6 @@ mod tests {
                     "module = \"avg.wasm\"\n        global = true",
                 ),
                 "needs tumbling windows",
-            ),
-            (
-                global.replace(
-                    "size = \"1m\"",
-                    "size = \"1m\"\n        allowed_lateness = 5",
-                ),
-                "allowed_lateness = 0",
             ),
             (
                 format!(

@@ -12,7 +12,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::reference::{Emission, Ev, ModelSpec, WindowKind, run_model};
-use crate::support::{Pipeline, component, count_sum_body, to_jsonl};
+use crate::support::{Pipeline, assert_matches_model, component, count_sum_body, to_jsonl};
 
 const STAGE_SIZE: i64 = 20;
 
@@ -209,4 +209,38 @@ fn a_stage_with_lateness_resumes_after_a_crash_to_the_same_output() {
         );
         assert_eq!(resumed.late, expected.late);
     }
+}
+
+#[test]
+fn a_global_aggregate_with_lateness_equals_the_model_over_one_key() {
+    // The shards' partials are updated by late events; the combine replaces each updated
+    // partial instead of merging it twice, so the result is the model's over one key.
+    let model = spec(WindowKind::Tumbling { size: 10 });
+    let input = events(6, 800);
+    let one_key: Vec<Ev> = (input.iter())
+        .map(|e| Ev {
+            key: "*".into(),
+            ..e.clone()
+        })
+        .collect();
+    let expected = run_model(&model, &one_key);
+    assert!(expected.emissions.iter().any(|e| e.kind == "update"));
+    assert!(!expected.late.is_empty());
+    let body = format!("{}global = true\n", count_sum_body(&model));
+    let pipeline = Pipeline::new(&body, &to_jsonl(&input));
+    for shards in ["1", "3"] {
+        assert_matches_model(
+            &pipeline.run(&["--shards", shards, "--batch-size", "50"]),
+            &expected,
+        );
+    }
+    // And a stage after it: the global counts ranked per 20 ms follow them.
+    let stage = format!(
+        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = {STAGE_SIZE}\n\
+         [stages.operator]\nname = \"top-keys\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n"
+    );
+    let staged = Pipeline::new(&format!("{body}{stage}"), &to_jsonl(&input));
+    let run = staged.run(&["--shards", "2"]);
+    assert!(run.success, "{}", run.stderr);
+    assert_stage_follows(&expected.emissions, &run.results, "global, then a stage");
 }

@@ -45,7 +45,8 @@ pub struct PipelineSpec {
     pub name: String,
     /// Where events come from.
     pub source: SourceSpec,
-    /// The field holding each event's key.
+    /// The field holding each event's key (empty with a join: it keys each side by its own
+    /// field).
     pub key_field: String,
     /// The field holding each event's timestamp.
     pub timestamp_field: String,
@@ -556,7 +557,8 @@ enum RawSource {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEvent {
-    key: String,
+    /// Required unless a `[join]` keys each side by its own field.
+    key: Option<String>,
     timestamp: String,
 }
 
@@ -1301,10 +1303,20 @@ impl RawSpec {
             let key = if self.join.is_some() {
                 None
             } else {
-                Some(self.event.key.as_str())
+                self.event.key.as_deref()
             };
             check_nexmark(nexmark, key, &self.event.timestamp)?;
         }
+        let key_field = match (self.event.key, &self.join) {
+            (Some(key), _) => key,
+            (None, Some(_)) => String::new(),
+            (None, None) => {
+                return Err(invalid(
+                    "event.key is required: the field events are keyed by (only a [join], which \
+                     keys each side by its own field, goes without it)",
+                ));
+            }
+        };
         let watermark_bound = match &self.watermark.bound {
             Some(raw) => duration("watermark.bound", raw)?,
             None => 0,
@@ -1371,7 +1383,7 @@ impl RawSpec {
         Ok(PipelineSpec {
             name: self.name,
             source,
-            key_field: self.event.key,
+            key_field,
             timestamp_field: self.event.timestamp,
             watermark_bound,
             max_ahead,
@@ -1726,6 +1738,16 @@ mod tests {
             ("id", "auction")
         );
         assert_eq!(parsed.interval, None, "a window join by default");
+        let keyless = join.replace("key = \"user\"\n        timestamp", "timestamp");
+        assert_ne!(keyless, join);
+        assert_eq!(
+            parse(&keyless).unwrap().key_field,
+            "",
+            "a join needs no event key"
+        );
+        let err =
+            parse(&SPEC.replace("key = \"user\"\n        timestamp", "timestamp")).unwrap_err();
+        assert!(err.to_string().contains("event.key is required"), "{err}");
         let interval = join.replace(
             "field = \"kind\"",
             "type = \"interval\"\nlower = \"-1500ms\"\nupper = 2000\nfield = \"kind\"",

@@ -582,7 +582,7 @@ fn interval_join_spec(dir: &Path, name: &str, lower: i64, upper: i64) -> std::pa
         "name = \"{name}\"\nbatch_size = 64\n\
          [source]\ntype = \"nexmark\"\nevents = {EVENTS}\nrate = {RATE}\nseed = 3\n\
          kinds = [\"person\", \"auction\"]\n\
-         [event]\nkey = \"id\"\ntimestamp = \"date_time\"\n\
+         [event]\ntimestamp = \"date_time\"\n\
          [join]\ntype = \"interval\"\nfield = \"kind\"\n\
          left = {{ value = \"person\", key = \"id\" }}\n\
          right = {{ value = \"auction\", key = \"seller\" }}\nlower = {lower}\nupper = {upper}\n\
@@ -708,7 +708,7 @@ fn an_interval_join_pairs_each_person_with_the_auctions_opened_within_its_bounds
 
 #[test]
 fn interval_joins_judge_late_events_and_refuse_bounds_that_make_no_sense() {
-    let body = "[event]\nkey = \"id\"\ntimestamp = \"date_time\"\n\
+    let body = "[event]\ntimestamp = \"date_time\"\n\
                 [watermark]\nbound = 1000\n\
                 [join]\ntype = \"interval\"\nfield = \"kind\"\nlower = \"0s\"\nupper = \"5s\"\n\
                 left = { value = \"person\", key = \"id\" }\n\

@@ -84,6 +84,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         batch_size: options.batch_size,
         checkpoint_interval: None,
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
+        max_behind: crate::spec::DEFAULT_MAX_BEHIND,
         sandbox: crate::spec::SandboxSpec::default(),
     }
 }

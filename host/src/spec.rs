@@ -85,6 +85,9 @@ pub struct PipelineSpec {
     pub checkpoint_interval: Option<Millis>,
     /// Roughly how much clean state a shard keeps in memory before evicting (redb backend).
     pub memory_budget: usize,
+    /// An HTTP source's bound: how many bytes of accepted events the pipeline may have still to
+    /// read before ingest answers 429 with `Retry-After` (`[source] max_behind`).
+    pub max_behind: u64,
     /// What operators may use and how much.
     pub sandbox: SandboxSpec,
 }
@@ -127,6 +130,9 @@ pub const DEFAULT_BATCH_SIZE: usize = 4_096;
 pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
 /// The default bound on how far ahead of the wall clock an ingested event may be: one day.
 pub const DEFAULT_MAX_AHEAD: Millis = 86_400_000;
+/// The default bound on accepted events an HTTP pipeline has still to read: 64 MiB.
+pub const DEFAULT_MAX_BEHIND: u64 = 64 << 20;
+
 /// The default memory budget per shard: 256 MiB.
 pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 
@@ -549,7 +555,7 @@ struct RawSandbox {
 enum RawSource {
     File { path: PathBuf },
     Stdin,
-    Http,
+    Http { max_behind: Option<RawSize> },
     Generator(GeneratorSpec),
     Nexmark(NexmarkSpec),
 }
@@ -986,7 +992,7 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
     Ok(match raw {
         RawSource::File { path } => SourceSpec::File(base.join(path)),
         RawSource::Stdin => SourceSpec::Stdin,
-        RawSource::Http => SourceSpec::Http(None),
+        RawSource::Http { .. } => SourceSpec::Http(None),
         RawSource::Generator(g) => {
             if g.keys == 0 {
                 return Err(invalid("source.keys must be at least 1"));
@@ -1203,7 +1209,7 @@ impl RawSpec {
     /// What a served spec may not name (see [`PipelineSpec::parse_served`]); its sinks are
     /// relative to `sink_base`.
     fn check_served(&self, sink_base: &Path, served: Served) -> Result<()> {
-        if !matches!(self.source, RawSource::Http) {
+        if !matches!(self.source, RawSource::Http { .. }) {
             return Err(invalid(
                 "source: a pipeline of weir serve reads the events sent to it over HTTP: use \
                  {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
@@ -1297,6 +1303,15 @@ impl RawSpec {
     /// `sink_base`.
     fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
+        let max_behind = match &self.source {
+            RawSource::Http { max_behind } => {
+                match size("source.max_behind", max_behind, DEFAULT_MAX_BEHIND as usize)? {
+                    0 => return Err(invalid("source.max_behind must be more than 0 bytes")),
+                    bytes => bytes as u64,
+                }
+            }
+            _ => DEFAULT_MAX_BEHIND,
+        };
         let source = check_source(self.source, base)?;
         if let SourceSpec::Nexmark(nexmark) = &source {
             // A join keys each side by its own field: the event key is not used.
@@ -1400,6 +1415,7 @@ impl RawSpec {
             batch_size,
             checkpoint_interval,
             memory_budget,
+            max_behind,
             sandbox,
         })
     }

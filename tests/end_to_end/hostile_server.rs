@@ -1390,3 +1390,58 @@ fn metrics_can_have_their_own_address_without_a_token() {
         401,
     );
 }
+
+#[test]
+fn a_pipeline_far_behind_answers_429_and_loses_no_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("spin", "1.0.0", &guest("infinite-loop"));
+    let mut spec = spinning_spec("behind");
+    spec["source"] = json!({"type": "http", "max_behind": "32KiB"});
+    spec["sandbox"] = json!({"call_timeout": "3s"});
+    spec["batch_size"] = json!(100);
+    create_and_start_spec(&server, &spec);
+    // One call spins for 3 s: the pipeline stops reading while events keep coming.
+    let spin = ev("spin-1", BASE_TS - 1_000_000, 1);
+    server.ingest("behind", std::slice::from_ref(&spin));
+    wait_until_routed(&server, "behind");
+    let events = clicks(12_000, 20);
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for chunk in events.chunks(500) {
+        loop {
+            match server.send_events("behind", chunk) {
+                (202, _, _) => break accepted.extend_from_slice(chunk),
+                (429, body, retry_after) => {
+                    refused += 1;
+                    assert!(body.contains("is behind"), "{body}");
+                    assert_eq!(retry_after.as_deref(), Some("1"), "{body}");
+                    thread::sleep(Duration::from_millis(300));
+                }
+                (status, body, _) => panic!("{status} {body}{}", server.diag()),
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "a flood at a stalled pipeline was never pushed back"
+    );
+    assert_eq!(
+        accepted.len(),
+        events.len(),
+        "every chunk got in once it caught up"
+    );
+    server.ingest("behind", &[far_future(&accepted)]);
+    let status = server.wait_for_events_in("behind", accepted.len() + 2);
+    assert_eq!(
+        status["dead_letters"], 1,
+        "only the spinning event: {status}"
+    );
+    server.expect(
+        "stopping",
+        server.post("/v1/pipelines/behind/stop", Some(ADMIN), b""),
+        200,
+    );
+    let expected = live_model(&with_end(&accepted));
+    let results = server.output("behind", "results.jsonl");
+    assert_same_emissions(&server, &results, &expected);
+}

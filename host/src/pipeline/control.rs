@@ -43,6 +43,8 @@ pub struct LiveStats {
     pub dead_letters: AtomicU64,
     /// The watermark.
     pub watermark: AtomicI64,
+    /// How far into its input (bytes) the router has read.
+    pub input_offset: AtomicU64,
     /// Scopes held in memory, over all shards, at the last checkpoint.
     pub state_keys: AtomicU64,
     /// The last committed checkpoint.
@@ -57,6 +59,7 @@ impl Default for LiveStats {
             late: AtomicU64::new(0),
             dead_letters: AtomicU64::new(0),
             watermark: AtomicI64::new(MINUS_INFINITY),
+            input_offset: AtomicU64::new(0),
             state_keys: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
         }

@@ -76,7 +76,7 @@ impl Router<'_> {
         let mut checkpointed = seq;
         let buckets = spec.global.then(Buckets::new);
         let joiner = spec.join.clone().map(Joiner::new);
-        self.publish(seq, start.watermark);
+        self.publish(seq, start.watermark, source.position().offset);
         if start.finished {
             info!("input already finished at the last checkpoint");
             return Ok(0);
@@ -145,7 +145,7 @@ impl Router<'_> {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
-                self.publish(seq, watermark.current());
+                self.publish(seq, watermark.current(), source.position().offset);
             }
             if due {
                 let position = self.position(&*source, seq, watermark.current(), false);
@@ -167,10 +167,13 @@ impl Router<'_> {
     }
 
     /// Live figures (and a sign of life) move per batch, not per event.
-    fn publish(&self, events: u64, watermark: Millis) {
+    /// Publishes how far the router has read: events, the watermark and the source's byte
+    /// offset (what ingest's backpressure compares with the log's length).
+    fn publish(&self, events: u64, watermark: Millis, offset: u64) {
         self.control.beat();
         let stats = &self.control.stats;
         stats.events_in.store(events, Ordering::Relaxed);
+        stats.input_offset.store(offset, Ordering::Relaxed);
         stats.watermark.store(watermark, Ordering::Relaxed);
     }
 

@@ -381,10 +381,11 @@ impl Slot {
         *self.ingest.lock().expect("ingest lock") = None;
     }
 
-    /// Appends events to the ingest log, whole and durably, while the pipeline runs. Returns
-    /// how many lines were accepted.
+    /// Appends events to the ingest log, whole and durably, while the pipeline runs and is not
+    /// behind by more than its `max_behind` (then `Busy`: 429 with `Retry-After`). Returns how
+    /// many lines were accepted.
     pub fn ingest(&self, lines: &[&str]) -> Result<usize, RequestError> {
-        {
+        let (control, max_behind) = {
             let mut inner = self.lock();
             Self::reap(&mut inner);
             if let Err(reason) = &inner.managed {
@@ -397,8 +398,24 @@ impl Slot {
                     self.name
                 )));
             }
-        }
+            let max_behind = inner.managed.as_ref().map_or(0, |m| m.spec.max_behind);
+            (inner.control.clone(), max_behind)
+        };
         let log = self.ingest_log()?;
+        if let Some(control) = control {
+            let read = control.stats.input_offset.load(Ordering::Relaxed);
+            let behind = log.gate().committed().saturating_sub(read);
+            if behind > max_behind {
+                metrics::counter!("weir_ingest_throttled_total", "pipeline" => self.name.clone())
+                    .increment(1);
+                return Err(RequestError::Busy(format!(
+                    "pipeline {:?} is behind: {behind} bytes of accepted events are still to be \
+                     read, more than its source.max_behind of {max_behind}; nothing of this \
+                     request was kept: retry after the Retry-After delay",
+                    self.name
+                )));
+            }
+        }
         log.append(crate::time::wall_clock_ms() as i64, lines)?;
         metrics::counter!("weir_ingested_events_total", "pipeline" => self.name.clone())
             .increment(lines.len() as u64);

@@ -85,6 +85,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         checkpoint_interval: None,
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
         max_behind: crate::spec::DEFAULT_MAX_BEHIND,
+        advance_when_idle: None,
         sandbox: crate::spec::SandboxSpec::default(),
     }
 }

@@ -55,6 +55,10 @@ pub struct PipelineSpec {
     /// How far an event may be ahead of the wall clock at which it was accepted (sources that
     /// record it: HTTP ingest); beyond it the event is a dead letter, not a watermark jump.
     pub max_ahead: Millis,
+    /// HTTP sources: once no event has been accepted for this long, the watermark moves with
+    /// the wall clock (`[watermark] advance_when_idle`), so windows close while the input
+    /// pauses.
+    pub advance_when_idle: Option<Millis>,
     /// The windows, when the pipeline aggregates.
     pub window: Option<WindowSpec>,
     /// How long after a window's end late events still update it.
@@ -573,6 +577,7 @@ struct RawEvent {
 struct RawWatermark {
     bound: Option<RawDuration>,
     max_ahead: Option<RawDuration>,
+    advance_when_idle: Option<RawDuration>,
 }
 
 /// A duration: integer milliseconds or text with a unit.
@@ -1340,6 +1345,16 @@ impl RawSpec {
             Some(raw) => positive("watermark.max_ahead", Some(raw))?,
             None => DEFAULT_MAX_AHEAD,
         };
+        let advance_when_idle = match &self.watermark.advance_when_idle {
+            None => None,
+            Some(_) if !matches!(source, SourceSpec::Http(_)) => {
+                return Err(invalid(
+                    "watermark.advance_when_idle is for a live HTTP source (weir serve): a bounded \
+                     input closes every window at its end",
+                ));
+            }
+            Some(raw) => Some(positive("watermark.advance_when_idle", Some(raw))?),
+        };
         let (window, allowed_lateness) = check_window(self.window)?;
         let join = match self.join {
             Some(_) if self.operators.iter().any(|op| op.global) => {
@@ -1402,6 +1417,7 @@ impl RawSpec {
             timestamp_field: self.event.timestamp,
             watermark_bound,
             max_ahead,
+            advance_when_idle,
             window,
             allowed_lateness,
             enrichers,

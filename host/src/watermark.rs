@@ -41,6 +41,20 @@ impl BoundedOutOfOrderness {
         })
     }
 
+    /// Moves the watermark on by `ms` of wall clock the input was quiet for (never to plus
+    /// infinity, which ends the input; not at all before the first event). Returns the new
+    /// watermark if it advanced.
+    pub fn advance_by(&mut self, ms: Millis) -> Option<Millis> {
+        if self.current == MINUS_INFINITY || ms <= 0 {
+            return None;
+        }
+        let advanced = self.current.saturating_add(ms).min(PLUS_INFINITY - 1);
+        (advanced > self.current).then(|| {
+            self.current = advanced;
+            advanced
+        })
+    }
+
     /// Ends the input: the watermark becomes plus infinity.
     pub fn finish(&mut self) -> Millis {
         self.current = PLUS_INFINITY;
@@ -60,7 +74,23 @@ mod tests {
         assert_eq!(wm.observe(10), Some(5));
         assert_eq!(wm.observe(8), None);
         assert_eq!(wm.observe(20), Some(15));
+        assert_eq!(wm.advance_by(100), Some(115), "an idle input moves it on");
+        assert_eq!(
+            wm.observe(110),
+            None,
+            "an event behind it does not move it back"
+        );
+        assert_eq!(
+            wm.advance_by(i64::MAX),
+            Some(PLUS_INFINITY - 1),
+            "never to the end"
+        );
         assert_eq!(wm.finish(), PLUS_INFINITY);
+        assert_eq!(
+            BoundedOutOfOrderness::new(0).advance_by(5),
+            None,
+            "nothing seen yet"
+        );
     }
 
     proptest! {

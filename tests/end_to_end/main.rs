@@ -8,6 +8,7 @@ mod errors;
 mod examples;
 mod hostile;
 mod hostile_server;
+mod live;
 mod nexmark;
 mod polyglot;
 mod properties;

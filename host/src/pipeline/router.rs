@@ -73,7 +73,7 @@ impl Router<'_> {
             records: 0,
         };
         let mut last_checkpoint = Instant::now();
-        let mut checkpointed = seq;
+        let mut checkpointed = (seq, start.watermark);
         let buckets = spec.global.then(Buckets::new);
         let joiner = spec.join.clone().map(Joiner::new);
         self.publish(seq, start.watermark, source.position().offset);
@@ -97,6 +97,12 @@ impl Router<'_> {
             let tick = matches!(record, Record::Tick);
             if tick {
                 self.control.beat();
+            }
+            // An idle advance follows the last event routed (index `seq - 1`).
+            if let Record::Advance(ms) = record
+                && let Some(w) = watermark.advance_by(ms)
+            {
+                batch.advances.push((seq.saturating_sub(1), w));
             }
             let event = event_of(
                 record,
@@ -134,7 +140,9 @@ impl Router<'_> {
             let due = self.checkpoint_interval.is_some_and(|interval| {
                 (tick || batch.records.is_multiple_of(64) || batch.records >= spec.batch_size)
                     && last_checkpoint.elapsed() >= interval
-                    && (seq != checkpointed || batch.records > 0 || self.control.has_request())
+                    && ((seq, watermark.current()) != checkpointed
+                        || batch.records > 0
+                        || self.control.has_request())
             });
             // While the input pauses, send what we hold: results should not wait for a full
             // batch.
@@ -154,7 +162,7 @@ impl Router<'_> {
                 }
                 batch_id += 1;
                 last_checkpoint = Instant::now();
-                checkpointed = seq;
+                checkpointed = (seq, watermark.current());
             }
         }
         let end = watermark.finish();
@@ -281,7 +289,7 @@ fn event_of(
     dead: &mut Vec<DeadLetter>,
 ) -> Option<crate::event::Event> {
     match record {
-        Record::Tick => None,
+        Record::Tick | Record::Advance(_) => None,
         Record::Clock(ms) => {
             *ingest_clock = Some(ms);
             None

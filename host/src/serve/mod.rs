@@ -373,9 +373,10 @@ impl Server {
         }
     }
 
-    /// Rollout schedules and automatic rollbacks, evaluated every tick.
+    /// Idle advances, rollout schedules and automatic rollbacks, evaluated every tick.
     pub fn tick(&self) {
         for slot in self.slots() {
+            slot.advance_if_idle();
             slot.tick();
         }
     }

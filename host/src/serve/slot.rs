@@ -495,6 +495,39 @@ impl Slot {
         })
     }
 
+    /// For a running pipeline with `[watermark] advance_when_idle` whose input has been quiet
+    /// that long: appends an advance to its ingest log (the pipeline moves its watermark on by
+    /// the quiet time when it reads it, and so does any replay).
+    pub fn advance_if_idle(&self) {
+        let idle = {
+            let Ok(mut inner) = self.inner.try_lock() else {
+                return; // busy: the next tick comes soon
+            };
+            Self::reap(&mut inner);
+            if !Self::is_running(&inner) || inner.stopping {
+                return;
+            }
+            inner
+                .managed
+                .as_ref()
+                .ok()
+                .and_then(|m| m.spec.advance_when_idle)
+        };
+        let Some(idle) = idle else {
+            return;
+        };
+        let Some(log) = self.ingest.lock().expect("ingest lock").clone() else {
+            return;
+        };
+        match log.append_advance(crate::time::wall_clock_ms() as i64, idle) {
+            Ok(Some(quiet_ms)) => {
+                tracing::debug!(pipeline = %self.name, quiet_ms, "input idle: watermark advanced")
+            }
+            Ok(None) => {}
+            Err(e) => warn!(pipeline = %self.name, error = %e, "could not append an idle advance"),
+        }
+    }
+
     /// Follows the rollout schedule and the automatic rollback policy.
     pub fn tick(&self) {
         let Ok(mut inner) = self.inner.try_lock() else {

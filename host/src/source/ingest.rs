@@ -10,11 +10,16 @@
 //! opened, a batch without its end line (the process died while appending it, so it was never
 //! acknowledged) is cut off whole. Event lines never start with `#` (the writer indents such a
 //! line, which stays a dead letter).
+//!
+//! A pipeline with `[watermark] advance_when_idle` gets advance batches while its input is
+//! quiet: a clock line and `#weir advance_ms=<ms>`, the wall-clock time since the previous
+//! batch of any kind. The reader moves the watermark on by that much, so the advance is part of
+//! the input and a replay makes the same one at the same place.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -22,6 +27,8 @@ use std::time::Duration;
 pub const CLOCK_PREFIX: &[u8] = b"#weir ingest_ms=";
 /// The line that ends a batch.
 pub const END_LINE: &[u8] = b"#weir end";
+/// The prefix of an advance line: the watermark moves on by the milliseconds that follow.
+pub const ADVANCE_PREFIX: &[u8] = b"#weir advance_ms=";
 
 /// Why a batch was not appended. Nothing of it is visible to the reader either way.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +90,8 @@ pub struct IngestLog {
     path: PathBuf,
     file: Mutex<File>,
     gate: Arc<IngestGate>,
+    /// The wall clock (ms) of the last batch appended (or of opening the log).
+    last_append: AtomicI64,
     #[cfg(debug_assertions)]
     fault: Option<u64>,
 }
@@ -114,6 +123,7 @@ impl IngestLog {
             path: path.to_owned(),
             file: Mutex::new(file),
             gate,
+            last_append: AtomicI64::new(crate::time::wall_clock_ms() as i64),
             #[cfg(debug_assertions)]
             fault: std::env::var("WEIR_TEST_INGEST_FAIL_AFTER")
                 .ok()
@@ -141,11 +151,43 @@ impl IngestLog {
         }
         text.extend_from_slice(END_LINE);
         text.push(b'\n');
-        let mut file = self.file.lock().expect("ingest log lock");
+        let file = self.file.lock().expect("ingest log lock");
+        self.write_batch(file, now_ms, &text)
+    }
+
+    /// Appends an advance batch if nothing was appended for `idle` ms by the wall clock
+    /// `now_ms`: the watermark is to move on by the time since the last batch. Returns that
+    /// time, or `None` if the input was not idle that long.
+    pub fn append_advance(&self, now_ms: i64, idle: i64) -> Result<Option<i64>, IngestError> {
+        let file = self.file.lock().expect("ingest log lock");
+        let quiet = now_ms.saturating_sub(self.last_append.load(Ordering::Acquire));
+        if quiet < idle {
+            return Ok(None);
+        }
+        let mut text = Vec::with_capacity(64);
+        for line in [CLOCK_PREFIX, ADVANCE_PREFIX] {
+            text.extend_from_slice(line);
+            let value = if line == CLOCK_PREFIX { now_ms } else { quiet };
+            text.extend_from_slice(format!("{value}\n").as_bytes());
+        }
+        text.extend_from_slice(END_LINE);
+        text.push(b'\n');
+        self.write_batch(file, now_ms, &text).map(|()| Some(quiet))
+    }
+
+    /// Writes one framed batch at the end of the committed log, durably, and commits it; or
+    /// cuts back whatever part of it reached the file.
+    fn write_batch(
+        &self,
+        mut file: std::sync::MutexGuard<'_, File>,
+        now_ms: i64,
+        text: &[u8],
+    ) -> Result<(), IngestError> {
         let start = self.gate.committed();
-        match self.write_at(&mut file, start, &text) {
+        match self.write_at(&mut file, start, text) {
             Ok(()) => {
                 self.gate.commit(start + text.len() as u64);
+                self.last_append.fetch_max(now_ms, Ordering::AcqRel);
                 Ok(())
             }
             Err(source) => {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::SourcePosition;
-use super::ingest::{CLOCK_PREFIX, END_LINE, GatedFile, IngestGate};
+use super::ingest::{ADVANCE_PREFIX, CLOCK_PREFIX, END_LINE, GatedFile, IngestGate};
 use super::{Record, Source, SourceError};
 
 /// How long a tailing reader without a gate waits at the end of its file before looking again.
@@ -189,6 +189,12 @@ impl Source for LineReader {
             }
             if self.gate.is_some() && bytes == END_LINE {
                 continue;
+            }
+            if self.gate.is_some()
+                && let Some(ms) = bytes.strip_prefix(ADVANCE_PREFIX)
+            {
+                let ms = std::str::from_utf8(ms).ok().and_then(|ms| ms.parse().ok());
+                return Ok(Some(Record::Advance(ms.unwrap_or(0))));
             }
             if self.gate.is_some()
                 && let Some(ms) = bytes.strip_prefix(CLOCK_PREFIX)

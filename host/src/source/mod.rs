@@ -46,6 +46,9 @@ pub enum Record {
     /// The wall clock (ms) at which the events that follow were accepted (HTTP ingest): what
     /// "too far in the future" is judged against, the same on every replay.
     Clock(i64),
+    /// The input was quiet for this many ms of wall clock (HTTP ingest with
+    /// `advance_when_idle`): the watermark moves on by as much.
+    Advance(i64),
 }
 
 /// A source failed to read.

@@ -94,6 +94,70 @@ pub struct PipelineSpec {
     pub max_behind: u64,
     /// What operators may use and how much.
     pub sandbox: SandboxSpec,
+    /// How window results are written (`[emit]`).
+    pub emit: EmitSpec,
+}
+
+/// How window results are written (`[emit] mode`): `on_close` (the default: a window's result
+/// when the watermark passes its end, then an update per change within the allowed lateness),
+/// `changelog` (each update preceded by the retraction of the result it replaces, so a
+/// downstream sum can subtract) or `early` (also the window's current result every
+/// `early_every` of its events before it closes). A result equal to the last one written for
+/// its window is never written again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmitSpec {
+    /// Updates are written as a retraction and the new result.
+    pub changelog: bool,
+    /// Early results every this many events of a window.
+    pub early_every: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmit {
+    mode: Option<String>,
+    early_every: Option<u64>,
+}
+
+/// Checks the `[emit]`. Early results are the aggregate's: with stages (or a global
+/// aggregate, whose combine is a stage) the output is a later stage's, which has none.
+fn check_emit(raw: &RawEmit, windowed: bool, staged: bool) -> Result<EmitSpec> {
+    let mode = raw.mode.as_deref().unwrap_or("on_close");
+    if mode == "early" && staged {
+        return Err(invalid(
+            "emit.mode = \"early\" is for a pipeline whose output is its aggregate's: with \
+             [[stages]] or a global aggregate the results are a stage's, emitted on close",
+        ));
+    }
+    if mode != "on_close" && !windowed {
+        return Err(invalid(format!(
+            "emit.mode = {mode:?} is about window results: this pipeline has no [window]"
+        )));
+    }
+    match (mode, raw.early_every) {
+        ("on_close", None) => Ok(EmitSpec::default()),
+        ("changelog", None) => Ok(EmitSpec {
+            changelog: true,
+            early_every: None,
+        }),
+        ("early", Some(every @ 1..=1_000_000_000)) => Ok(EmitSpec {
+            changelog: false,
+            early_every: Some(every),
+        }),
+        ("early", Some(other)) => Err(invalid(format!(
+            "emit.early_every = {other}: give 1 to 1000000000 events per early result"
+        ))),
+        ("early", None) => Err(invalid(
+            "emit.mode = \"early\" needs early_every: a window's current result every that many \
+             of its events",
+        )),
+        ("on_close" | "changelog", Some(_)) => {
+            Err(invalid("emit.early_every is for emit.mode = \"early\""))
+        }
+        (other, _) => Err(invalid(format!(
+            "emit.mode = {other:?}: expected \"on_close\", \"changelog\" or \"early\""
+        ))),
+    }
 }
 
 /// Limits on operators and what they are allowed beyond computing. See the README's
@@ -542,6 +606,8 @@ struct RawSpec {
     checkpoint_interval: Option<RawDuration>,
     #[serde(default)]
     sandbox: RawSandbox,
+    #[serde(default)]
+    emit: RawEmit,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1356,6 +1422,8 @@ impl RawSpec {
             Some(raw) => Some(positive("watermark.advance_when_idle", Some(raw))?),
         };
         let (window, allowed_lateness) = check_window(self.window)?;
+        let staged = !self.stages.is_empty() || self.operators.iter().any(|op| op.global);
+        let emit = check_emit(&self.emit, window.is_some(), staged)?;
         let join = match self.join {
             Some(_) if self.operators.iter().any(|op| op.global) => {
                 return Err(invalid(
@@ -1432,6 +1500,7 @@ impl RawSpec {
             checkpoint_interval,
             memory_budget,
             max_behind,
+            emit,
             sandbox,
         })
     }

@@ -3,6 +3,7 @@
 //!
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
+mod emit;
 mod enrichment;
 mod errors;
 mod examples;

@@ -6,5 +6,6 @@ mod sink;
 
 pub use record::{
     OperatorLabel, dead_letter_record, event_record, late_record, output_id, result_record,
+    result_records,
 };
 pub use sink::{SinkError, SinkWriter};

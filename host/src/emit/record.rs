@@ -5,7 +5,7 @@ use crate::time::Millis;
 use crate::value::{Fields, fields_to_json};
 use crate::window::{Emission, LateEvent};
 
-/// The pipeline and operator that produced a record.
+/// The pipeline and operator that produced a record, and how updates are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorLabel {
     /// The pipeline's name.
@@ -14,6 +14,9 @@ pub struct OperatorLabel {
     pub name: String,
     /// The operator's version in the spec.
     pub version: String,
+    /// `[emit] mode = "changelog"`: an update is written after the retraction of the result it
+    /// replaces.
+    pub changelog: bool,
 }
 
 /// The output id of a window record: `pipeline/operator/start/end/version/key`, with `r` after
@@ -36,6 +39,29 @@ pub fn output_id(label: &OperatorLabel, emission: &Emission) -> String {
         retract,
         emission.key
     )
+}
+
+/// The records of a window emission: one, or in changelog mode for an update (or an early
+/// result) that replaces an earlier result, the retraction of that result and then the
+/// emission.
+pub fn result_records(emission: &Emission, operator: &OperatorLabel) -> Vec<serde_json::Value> {
+    use crate::window::EmissionKind;
+    let mut records = Vec::with_capacity(2);
+    if operator.changelog
+        && matches!(emission.kind, EmissionKind::Update | EmissionKind::Early)
+        && let Some(previous) = &emission.replaces
+    {
+        let retraction = Emission {
+            kind: EmissionKind::Retract,
+            version: emission.version - 1,
+            value: previous.clone(),
+            replaces: None,
+            ..emission.clone()
+        };
+        records.push(result_record(&retraction, operator));
+    }
+    records.push(result_record(emission, operator));
+    records
 }
 
 /// A window result, update or retraction: `{"id", "key", "window_start", "window_end",

@@ -279,7 +279,8 @@ fn build_aggregate(
                 spec.allowed_lateness,
                 spec.enrichers.len() as u16,
                 label(op),
-            );
+            )
+            .with_early_results(spec.emit.early_every);
             Some((
                 engine,
                 VersionedAggregate::new(&op.version, operator, &control.counters),

@@ -14,7 +14,7 @@ use super::stages::Stages;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
 use crate::emit::{
-    OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_record,
+    OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_records,
 };
 
 /// The three sinks.
@@ -136,7 +136,9 @@ fn write_batch(
         Ok(())
     };
     for emission in &emissions {
-        write_result(result_record(emission, label))?;
+        for record in result_records(emission, label) {
+            write_result(record)?;
+        }
     }
     let mut previous = None;
     let mut n = 0;
@@ -288,6 +290,7 @@ mod tests {
                 pipeline: "p".into(),
                 name: "c".into(),
                 version: "1".into(),
+                changelog: false,
             };
             collect(
                 parts,

@@ -459,6 +459,7 @@ fn spawn_collector(
             pipeline: spec.name.clone(),
             name: op.map(|o| o.name.clone()).unwrap_or_default(),
             version: op.map(|o| o.version.clone()).unwrap_or_default(),
+            changelog: spec.emit.changelog,
         }
     };
     std::thread::Builder::new()

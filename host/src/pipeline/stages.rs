@@ -112,7 +112,7 @@ impl Stages {
                 // before it enters; a withdrawal of a result that could not enter is dropped.
                 let withdrawn = match emission.kind {
                     EmissionKind::Retract => Some(&emission.value),
-                    EmissionKind::Update => emission.replaces.as_ref(),
+                    EmissionKind::Update | EmissionKind::Early => emission.replaces.as_ref(),
                     EmissionKind::Result => None,
                 };
                 if let Some(value) = withdrawn

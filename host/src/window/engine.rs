@@ -41,6 +41,8 @@ pub enum EmissionKind {
     Result,
     /// A later emission of a window (a late event within the allowed lateness).
     Update,
+    /// A window's current result before it closes (`[emit] mode = "early"`).
+    Early,
 }
 
 impl EmissionKind {
@@ -50,6 +52,7 @@ impl EmissionKind {
             EmissionKind::Retract => "retract",
             EmissionKind::Result => "result",
             EmissionKind::Update => "update",
+            EmissionKind::Early => "early",
         }
     }
 }
@@ -138,6 +141,10 @@ struct LiveWindow {
     changed: bool,
     /// Whether the window waits in `due`.
     queued: bool,
+    /// Early results emitted (they come first: the window's result is version `early + 1`).
+    early: u64,
+    /// Events added since the last emission (for early results).
+    since_emit: u64,
     /// A stage's window: its inputs, by origin, in the order their current versions arrived.
     inputs: Vec<Input>,
     /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
@@ -158,6 +165,10 @@ pub struct WindowEngine {
     operator_index: u16,
     operator_label: String,
     keeps_inputs: bool,
+    /// Early results every this many events of a window.
+    early_every: Option<u64>,
+    /// Windows that reached their count for an early result in this event.
+    early: Vec<WindowId>,
     watermark: Millis,
     next_id: WindowId,
     windows: HashMap<WindowId, LiveWindow>,
@@ -184,10 +195,20 @@ pub struct WindowRecord {
     pub changed: bool,
     /// The last emitted output, for retraction.
     pub last_output: Option<Fields>,
+    /// Early results emitted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub early: u64,
+    /// Events added since the last emission.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub since_emit: u64,
     /// A stage's window: its inputs, so that updates and withdrawals upstream can still be
     /// applied after a restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<StoredInput>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One input of a stage's window, as a checkpoint stores it.
@@ -292,6 +313,8 @@ impl WindowEngine {
             operator_index,
             operator_label,
             keeps_inputs: false,
+            early_every: None,
+            early: Vec::new(),
             watermark: MINUS_INFINITY,
             next_id: 0,
             windows: HashMap::new(),
@@ -309,6 +332,12 @@ impl WindowEngine {
     /// update replaces its result's contribution and a withdrawal removes it.
     pub fn keeping_inputs(mut self) -> Self {
         self.keeps_inputs = true;
+        self
+    }
+
+    /// Emits a window's current result every `every` of its events before it closes.
+    pub fn with_early_results(mut self, every: Option<u64>) -> Self {
+        self.early_every = every;
         self
     }
 
@@ -339,6 +368,8 @@ impl WindowEngine {
                 version: live.version,
                 changed: live.changed,
                 last_output: live.last_output.clone(),
+                early: live.early,
+                since_emit: live.since_emit,
                 inputs: live.inputs.iter().map(Input::stored).collect(),
             };
             let value = serde_json::to_vec(&record).expect("window records are serialisable");
@@ -364,11 +395,14 @@ impl WindowEngine {
             let id = self.open(key.key.clone(), Window { start, end }, record.version);
             let live = self.windows.get_mut(&id).expect("just opened");
             live.last_output = record.last_output;
+            live.early = record.early;
+            live.since_emit = record.since_emit;
             live.inputs = (record.inputs.into_iter())
                 .map(|stored| Input::restored(stored, &key.key))
                 .collect();
             live.changed = record.changed;
-            if record.changed {
+            // A window with early results only still waits for its result on time.
+            if record.changed || (record.early > 0 && record.version == record.early) {
                 self.queue(id);
             }
         }
@@ -400,6 +434,9 @@ impl WindowEngine {
                 next_advance += 1;
             }
             self.accept(index, staged, events, cx, out)?;
+            if !self.early.is_empty() {
+                self.fire_early(staged.seq, events, cx, out)?;
+            }
             // A stage's events of one arrival index (an upstream update's withdrawal and
             // insertion, or every result of one upstream advance) change its windows at once.
             let next = events.get(index + 1);
@@ -659,6 +696,8 @@ impl WindowEngine {
                 pending: Vec::new(),
                 changed: false,
                 queued: false,
+                early: 0,
+                since_emit: 0,
                 inputs: Vec::new(),
                 rebuild: false,
             },
@@ -738,6 +777,11 @@ impl WindowEngine {
             self.dirty.push(id);
         }
         live.pending.push(index);
+        if let Some(every) = self.early_every
+            && live.since_emit + live.pending.len() as u64 >= every
+        {
+            self.early.push(id);
+        }
         self.queue(id);
     }
 
@@ -810,6 +854,9 @@ impl WindowEngine {
             let origins: Vec<Origin> = origins.into_iter().cloned().collect();
             live.inputs
                 .retain(|input| !origins.iter().any(|origin| origin.same(&input.origin)));
+        }
+        if !rebuild {
+            live.since_emit += (batch.len() - failed.len()) as u64;
         }
         if rebuild || failed.len() < batch.len() {
             live.changed = true;
@@ -909,81 +956,125 @@ impl WindowEngine {
             self.flush_pending(id, events, cx, out)?;
             let live = self.windows.get_mut(&id).expect("a due window is live");
             live.queued = false;
-            if !live.changed {
-                continue;
-            }
-            let (key, window) = (live.key.clone(), live.window);
-            let outcome = if self.keeps_inputs && live.inputs.is_empty() {
-                // Every input of a stage's window was withdrawn: so is its result.
-                Ok(Fields::new())
-            } else {
-                let state_key = self.state_key(&key, window);
-                let mut scope = Scope {
-                    key: key.clone(),
-                    state: cx.state.take(&state_key)?,
-                };
-                let outcome = cx.operator.finish(&mut scope, window);
-                cx.state.put(state_key, scope.state)?;
-                outcome
-            };
-            match outcome {
-                // An empty output is no result (a join window with one side only, a stage's
-                // window whose inputs were all withdrawn): nothing is emitted, and a result
-                // emitted before is withdrawn.
-                Ok(value) if value.is_empty() => {
-                    let live = self.windows.get_mut(&id).expect("a due window is live");
-                    live.changed = false;
-                    self.touched.insert(id);
-                    if let Some(withdrawn) = live.last_output.take() {
-                        out.emissions.push(Emission {
-                            operator_version: cx.operator.version_for(&key),
-                            trigger,
-                            key,
-                            window,
-                            kind: EmissionKind::Retract,
-                            version: live.version,
-                            value: withdrawn,
-                            replaces: None,
-                        });
-                    }
-                }
-                Ok(value) => {
-                    let live = self.windows.get_mut(&id).expect("a due window is live");
-                    live.changed = false;
-                    live.version += 1;
-                    let replaces = live.last_output.replace(value.clone());
-                    self.touched.insert(id);
-                    let operator_version = cx.operator.version_for(&key);
-                    out.emissions.push(Emission {
-                        operator_version,
-                        trigger,
-                        key,
-                        window,
-                        // Versions continue across a session merge and a withdrawal: the
-                        // first emission of a window is its result, every later one an update.
-                        kind: if live.version == 1 {
-                            EmissionKind::Result
-                        } else {
-                            EmissionKind::Update
-                        },
-                        version: live.version,
-                        value,
-                        replaces,
-                    });
-                }
-                Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
-                Err(error) => {
-                    if matches!(error, OperatorError::Trapped(_)) {
-                        out.traps += 1;
-                    }
-                    out.dead_letters.push(DeadLetter {
-                        line: 0,
-                        raw: serde_json::json!({"key": &*key, "window_start": window.start, "window_end": window.end}).to_string(),
-                        reason: format!("{} could not finish the window: {error}", self.operator_label),
-                    });
-                }
+            // A window with early results only still gets its result on time.
+            let only_early = live.early > 0 && live.version == live.early;
+            if live.changed || only_early {
+                self.emit(id, trigger, false, cx, out)?;
             }
         }
+        Ok(())
+    }
+
+    /// Emits the current result of every window that reached its count of events for an
+    /// early result (`[emit] mode = "early"`) and is not due yet.
+    fn fire_early(
+        &mut self,
+        trigger: u64,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        for id in std::mem::take(&mut self.early) {
+            let Some(live) = self.windows.get(&id) else {
+                continue;
+            };
+            if live.window.end <= self.watermark {
+                continue; // due: it fires on time instead
+            }
+            self.flush_pending(id, events, cx, out)?;
+            if self.windows[&id].changed {
+                self.emit(id, trigger, true, cx, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits window `id`'s current result (an early one if `early`), as caused by `trigger`.
+    /// A result equal to the last one emitted is not emitted again; an empty one withdraws it.
+    fn emit(
+        &mut self,
+        id: WindowId,
+        trigger: u64,
+        early: bool,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = &self.windows[&id];
+        let (key, window) = (live.key.clone(), live.window);
+        let outcome = if self.keeps_inputs && live.inputs.is_empty() {
+            // Every input of a stage's window was withdrawn: so is its result.
+            Ok(Fields::new())
+        } else {
+            let state_key = self.state_key(&key, window);
+            let mut scope = Scope {
+                key: key.clone(),
+                state: cx.state.take(&state_key)?,
+            };
+            let outcome = cx.operator.finish(&mut scope, window);
+            cx.state.put(state_key, scope.state)?;
+            outcome
+        };
+        let value = match outcome {
+            Ok(value) => value,
+            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+            Err(error) => {
+                if matches!(error, OperatorError::Trapped(_)) {
+                    out.traps += 1;
+                }
+                out.dead_letters.push(DeadLetter {
+                    line: 0,
+                    raw: serde_json::json!({"key": &*key, "window_start": window.start, "window_end": window.end}).to_string(),
+                    reason: format!("{} could not finish the window: {error}", self.operator_label),
+                });
+                return Ok(());
+            }
+        };
+        let operator_version = cx.operator.version_for(&key);
+        let live = self.windows.get_mut(&id).expect("a live window");
+        live.changed = false;
+        live.since_emit = 0;
+        self.touched.insert(id);
+        // Unchanged since it was last emitted: not emitted again, unless it is the window's
+        // result on time after early ones (which says the window closed).
+        let first_on_time = !early && live.early > 0 && live.version == live.early;
+        if live.last_output.as_ref() == Some(&value) && !first_on_time {
+            return Ok(());
+        }
+        let (kind, replaces) = if value.is_empty() {
+            // An empty output is no result (a join window with one side only, a stage's window
+            // whose inputs were all withdrawn): a result emitted before is withdrawn.
+            let Some(withdrawn) = live.last_output.take() else {
+                return Ok(());
+            };
+            (EmissionKind::Retract, Some(withdrawn))
+        } else {
+            // Versions continue across early results, a session merge and a withdrawal: the
+            // first emission on time is the window's result, every later one an update.
+            let kind = if early {
+                live.early += 1;
+                EmissionKind::Early
+            } else if live.version == live.early {
+                EmissionKind::Result
+            } else {
+                EmissionKind::Update
+            };
+            live.version += 1;
+            (kind, live.last_output.replace(value.clone()))
+        };
+        let (value, replaces) = match kind {
+            EmissionKind::Retract => (replaces.expect("a withdrawn output"), None),
+            _ => (value, replaces),
+        };
+        out.emissions.push(Emission {
+            operator_version,
+            trigger,
+            key,
+            window,
+            kind,
+            version: live.version,
+            value,
+            replaces,
+        });
         Ok(())
     }
 }

@@ -409,6 +409,7 @@ pub fn recovery(options: &BenchOptions, events: u64) -> Result<RecoveryReport, P
     spec.checkpoint_interval = Some(1_000);
     let control = || {
         Arc::new(PipelineControl::new(
+            "bench-recovery",
             Box::new(|version| Err(ResolveError::Failed(format!("no version {version} here")))),
             None,
         ))

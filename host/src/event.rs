@@ -77,6 +77,48 @@ pub struct DeadLetter {
     pub raw: String,
     /// Why it was rejected.
     pub reason: String,
+    /// The class of the reason, for metrics and filtering.
+    pub cause: DeadCause,
+}
+
+/// What kind of failure made a dead letter: a bounded set, so metrics can be labelled by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadCause {
+    /// The line is not a usable event: not JSON, no key, no timestamp, one out of range.
+    Input,
+    /// Its timestamp is too far ahead of the wall clock when it was accepted.
+    Ahead,
+    /// On neither side of a join, or without its side's key.
+    Join,
+    /// An operator returned an error for it.
+    Rejected,
+    /// An operator trapped on it.
+    Trapped,
+    /// A window result a stage after the aggregate could not take.
+    Stage,
+}
+
+impl DeadCause {
+    /// The name used in records and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadCause::Input => "input",
+            DeadCause::Ahead => "ahead",
+            DeadCause::Join => "join",
+            DeadCause::Rejected => "rejected",
+            DeadCause::Trapped => "trapped",
+            DeadCause::Stage => "stage",
+        }
+    }
+
+    /// The cause of an operator's failure.
+    pub fn of_operator(trapped: bool) -> DeadCause {
+        if trapped {
+            DeadCause::Trapped
+        } else {
+            DeadCause::Rejected
+        }
+    }
 }
 
 /// Turns JSON Lines into events, given which fields hold the key and the timestamp.
@@ -116,6 +158,7 @@ impl Decoder {
             line: line_no,
             raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
             reason,
+            cause: DeadCause::Input,
         };
         if bytes.len() > self.max_line_bytes {
             return Err(dead(format!(

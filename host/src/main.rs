@@ -1,7 +1,9 @@
 //! The `weir` command line: the binary's edge, where errors become messages and exit codes.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -97,6 +99,10 @@ struct RunArgs {
     /// Discard any checkpoint in the data directory and start from the beginning.
     #[arg(long)]
     fresh: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the pipeline runs (no token: bind
+    /// it where only the scraper can reach it, e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The options of `weir savepoint`.
@@ -445,6 +451,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
         batch_size,
         checkpoint_interval,
         fresh,
+        metrics_listen,
     } = args;
     let mut pipeline = weir::PipelineSpec::load(&spec)?;
     if let Some(shards) = shards {
@@ -474,10 +481,76 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
             ),
         };
     }
-    let summary = weir::run_with(&pipeline, weir::RunOptions { fresh })
-        .with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
+    if let Some(address) = metrics_listen {
+        let bound = weir::api::spawn_metrics_endpoint(address)
+            .with_context(|| format!("--metrics-listen {address}"))?;
+        eprintln!("weir: metrics on http://{bound}/metrics");
+    }
+    let control = weir::pipeline::standalone_control(&pipeline.name);
+    let progress = std::io::stderr()
+        .is_terminal()
+        .then(|| Progress::start(control.clone()));
+    let result =
+        weir::pipeline::run_controlled(&pipeline, weir::RunOptions { fresh }, Some(control));
+    drop(progress);
+    let summary = result.with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
     eprintln!("weir: {summary}");
     Ok(())
+}
+
+/// A progress line on a terminal, redrawn every second while a pipeline runs: events in and
+/// their rate, the watermark, results, late events and dead letters. Cleared when dropped.
+struct Progress {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(control: Arc<weir::pipeline::PipelineControl>) -> Progress {
+        use std::sync::atomic::Ordering::Relaxed;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = done.clone();
+        let thread = std::thread::spawn(move || {
+            let mut last = (std::time::Instant::now(), 0u64);
+            while !stop.load(Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                if last.0.elapsed() < std::time::Duration::from_secs(1) {
+                    continue;
+                }
+                let stats = &control.stats;
+                let events = stats.events_in.load(Relaxed);
+                let rate = (events - last.1.min(events)) as f64 / last.0.elapsed().as_secs_f64();
+                last = (std::time::Instant::now(), events);
+                let watermark = match stats.watermark.load(Relaxed) {
+                    i64::MIN => "none yet".to_owned(),
+                    i64::MAX => "end of input".to_owned(),
+                    ms => chrono::DateTime::from_timestamp_millis(ms).map_or(ms.to_string(), |t| {
+                        t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+                    }),
+                };
+                eprint!(
+                    "\r\x1b[2Kweir: {events} events ({rate:.0}/s), watermark {watermark}, {} results, {} late, {} dead letters",
+                    stats.results_out.load(Relaxed),
+                    stats.late.load(Relaxed),
+                    stats.dead_letters.load(Relaxed),
+                );
+            }
+            eprint!("\r\x1b[2K");
+        });
+        Progress {
+            done,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// `weir savepoint`.

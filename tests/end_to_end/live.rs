@@ -1,6 +1,7 @@
-//! Live pipelines under `weir serve` (issue 12): a pipeline whose input pauses still closes its
-//! windows with `[watermark] advance_when_idle`, and the advance is part of the input, so a
-//! server killed and restarted replays it to the same results.
+//! Live pipelines (issue 12): a pipeline whose input pauses still closes its windows with
+//! `[watermark] advance_when_idle`, and the advance is part of the input, so a server killed and
+//! restarted replays it to the same results; every pipeline metric is scraped from `/metrics`
+//! (and from `weir run --metrics-listen`) and checked for its value.
 
 use std::thread;
 use std::time::Duration;
@@ -113,4 +114,219 @@ fn advance_when_idle_is_for_live_sources_and_positive() {
         "{}",
         run.stderr
     );
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text page, with every label given
+/// (and maybe others).
+fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let wanted = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (metric == name && wanted).then(|| value.parse().ok())?
+        })
+}
+
+#[test]
+fn every_pipeline_metric_is_scraped_with_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "6.6.6", &crate::serve::trap_on_key());
+    create_and_start(&server, "watched", None);
+    // 300 clicks (some late), three lines that are not events, one event far ahead of the
+    // wall clock, and a last one that closes every window.
+    let mut events = clicks(300, 5);
+    // Two events for windows closed long ago: late.
+    let first = events[0].ts;
+    events.push(crate::serve::ev("user-1", first, 1));
+    events.push(crate::serve::ev("user-2", first + 1, 1));
+    server.ingest("watched", &events);
+    let ahead = crate::support::now_ms() + 10 * 86_400_000;
+    let bad = format!(
+        "not json\n{{\"user\":\"u\"}}\n[1]\n{{\"user\":\"u\",\"ts\":{ahead},\"amount\":1}}\n"
+    );
+    let (status, body) = server.post_as(
+        "/v1/pipelines/watched/events",
+        Some(crate::serve::INGEST),
+        Some("application/x-ndjson"),
+        bad.as_bytes(),
+        false,
+    );
+    assert_eq!(status, 202, "{body}");
+    let end = crate::serve::far_future(&events);
+    server.ingest("watched", std::slice::from_ref(&end));
+    let mut all = events.clone();
+    all.push(end.clone());
+    let status = server.wait_for_events_in("watched", all.len());
+    let expected = live_model(&all);
+    let model = run_model(&MODEL, &all);
+    server.wait_for_results("watched", &expected);
+    // A pipeline whose operator traps on `boom` keys.
+    let mut trapping = spec();
+    trapping["name"] = json!("trapping");
+    trapping["operators"][0]["version"] = json!("6.6.6");
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &trapping),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/trapping/start", Some(ADMIN), b""),
+        200,
+    );
+    let booms: Vec<_> = (0..4)
+        .map(|i| crate::serve::ev("boom-1", crate::serve::BASE_TS + i, 1))
+        .collect();
+    server.ingest("trapping", &booms);
+    server.wait_for_events_in("trapping", booms.len());
+
+    let page = server.wait_for("the checkpoint and trap figures", PATIENCE, || {
+        let (code, page) = server.get("/metrics", Some(ADMIN));
+        let ready = code == 200
+            && sample(&page, "weir_checkpoints_total", &[("pipeline", "watched")])
+                .is_some_and(|n| n >= 1.0)
+            && sample(
+                &page,
+                "weir_dead_letters_total",
+                &[("pipeline", "trapping"), ("cause", "trapped")],
+            ) == Some(4.0);
+        if ready { Ok(page) } else { Err(page) }
+    });
+    let get = |name: &str, labels: &[(&str, &str)]| {
+        sample(&page, name, labels).unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{page}"))
+    };
+    let watched = [("pipeline", "watched")];
+    let events_in = status["events_in"].as_f64().unwrap();
+    assert_eq!(get("weir_events_in_total", &watched), events_in);
+    assert_eq!(
+        events_in as usize,
+        all.len(),
+        "the bad lines are not events"
+    );
+    assert_eq!(
+        get("weir_ingested_events_total", &watched),
+        (all.len() + 4) as f64
+    );
+    let late = model.late.len() as f64;
+    assert!(late > 0.0, "the clicks have late events");
+    assert_eq!(get("weir_late_events_total", &watched), late);
+    assert!((get("weir_late_ratio", &watched) - late / events_in).abs() < 1e-9);
+    let results = expected.len() as f64;
+    assert_eq!(
+        get(
+            "weir_results_total",
+            &[("pipeline", "watched"), ("kind", "result")]
+        ),
+        results
+    );
+    let cause = |c: &str| {
+        get(
+            "weir_dead_letters_total",
+            &[("pipeline", "watched"), ("cause", c)],
+        )
+    };
+    assert_eq!((cause("input"), cause("ahead")), (3.0, 1.0));
+    assert_eq!(get("weir_watermark_ms", &watched), end.ts as f64);
+    let lag = get("weir_watermark_lag_ms", &watched);
+    let now = crate::support::now_ms() as f64;
+    assert!((now - end.ts as f64 - lag).abs() < 60_000.0, "lag {lag}");
+    assert_eq!(
+        get("weir_input_lag_bytes", &watched),
+        0.0,
+        "the pipeline caught up"
+    );
+    assert!(get("weir_checkpoint_duration_seconds_count", &watched) >= 1.0);
+    assert!(get("weir_checkpoint_bytes", &watched) > 0.0);
+    assert!(get("weir_state_bytes", &watched) > 0.0);
+    assert!(get("weir_state_keys", &watched) >= 0.0);
+    assert!(get("weir_backpressure_milliseconds_total", &watched) >= 0.0);
+    let v1 = [("pipeline", "watched"), ("version", "1.0.0")];
+    let calls = get("weir_operator_calls_total", &v1);
+    assert!(calls > 0.0);
+    assert_eq!(get("weir_operator_call_duration_seconds_count", &v1), calls);
+    assert_eq!(get("weir_operator_traps_total", &v1), 0.0);
+    let traps = get(
+        "weir_operator_traps_total",
+        &[("pipeline", "trapping"), ("version", "6.6.6")],
+    );
+    assert!(
+        traps >= 4.0,
+        "every boom event trapped at least once: {traps}"
+    );
+}
+
+#[test]
+fn weir_run_serves_its_metrics_while_it_runs() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("stdin.toml"),
+        "name = \"piped\"\n[source]\ntype = \"stdin\"\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
+         [window]\ntype = \"tumbling\"\nsize = 10\n\
+         [[operators]]\nname = \"count-sum\"\nkind = \"aggregate\"\nnative = \"count-sum\"\n\
+         [state]\nbackend = \"memory\"\n[sinks]\nresults = \"out.jsonl\"\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "run",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--batch-size",
+            "1",
+        ])
+        .arg(dir.path().join("stdin.toml"))
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("metrics on http://") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "no metrics address printed"
+        );
+    }
+    let url = line.split("metrics on ").nth(1).unwrap().trim().to_owned();
+    let mut stdin = child.stdin.take().unwrap();
+    for ts in [1, 2, 15] {
+        writeln!(stdin, "{{\"k\":\"a\",\"ts\":{ts},\"amount\":1}}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let page = ureq::get(&url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let labels = [("pipeline", "piped"), ("kind", "result")];
+        if sample(&page, "weir_results_total", &labels) == Some(1.0) {
+            assert_eq!(
+                sample(&page, "weir_events_in_total", &[("pipeline", "piped")]),
+                Some(3.0)
+            );
+            assert_eq!(
+                sample(&page, "weir_watermark_ms", &[("pipeline", "piped")]),
+                Some(15.0)
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no result counted:\n{page}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
 }

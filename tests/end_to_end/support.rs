@@ -261,3 +261,11 @@ pub fn assert_matches_model(run: &Run, expected: &ModelOutput) {
         run.dead_letters
     );
 }
+
+/// The wall clock, in ms since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as i64
+}

@@ -159,6 +159,44 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
         .into_response()
 }
 
+/// `weir run --metrics-listen`: serves `GET /metrics` (Prometheus, no token: bind it where
+/// only the scraper can reach it) on `address` from a thread of its own, for the life of the
+/// process. Returns the address it listens on.
+pub fn spawn_metrics_endpoint(address: SocketAddr) -> Result<SocketAddr, std::io::Error> {
+    let handle = crate::serve::metrics_handle();
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("weir-metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                let app = Router::new().route(
+                    "/metrics",
+                    get(move || async move {
+                        let body = handle.render();
+                        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+                    }),
+                );
+                // A few connections are plenty for a scraper; the guard keeps a flood of them
+                // from taking the process's file descriptors.
+                let limits = ConnectionLimits {
+                    max_connections: 64,
+                    ..ConnectionLimits::default()
+                };
+                let listener = GuardedListener::new(listener, limits);
+                serve_connections(listener, app, limits, std::future::pending()).await;
+            })
+        })?;
+    Ok(bound)
+}
+
 /// The token of an `Authorization` header: the scheme `Bearer` in any case, one space, the
 /// token (RFC 9110).
 fn bearer(request: &Request) -> Option<&str> {

@@ -72,6 +72,7 @@ fn crash_point(point: &str, id: u64) {
 impl Committer {
     /// Commits one checkpoint (the sinks are already synced to `sinks`): one transaction, then
     /// the marker. Returns its figures.
+    #[tracing::instrument(name = "checkpoint", skip_all, fields(pipeline = %self.pipeline, checkpoint = self.next_id))]
     pub fn commit(
         &mut self,
         barrier: &Barrier,
@@ -95,8 +96,6 @@ impl Committer {
             "checkpoint committed"
         );
         self.next_id += 1;
-        metrics::counter!("weir_checkpoints_total").increment(1);
-        metrics::histogram!("weir_checkpoint_duration_ms").record(stats.duration_ms);
         Ok(stats)
     }
 

@@ -38,6 +38,7 @@ pub enum CheckpointError {
 pub type Result<T, E = CheckpointError> = std::result::Result<T, E>;
 
 /// Opens the data directory and reads the checkpoint to resume from, if any.
+#[tracing::instrument(name = "recovery", skip_all, fields(pipeline = %spec.name, dir = %dir.display(), fresh))]
 pub fn recover(
     dir: &Path,
     spec: &PipelineSpec,

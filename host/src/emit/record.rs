@@ -120,7 +120,12 @@ pub fn late_record(late: &LateEvent) -> serde_json::Value {
 /// A dead letter: `{"line", "raw", "reason"}` (`line` is 0 for failures not tied to an input
 /// line, such as a window the operator could not finish).
 pub fn dead_letter_record(dead: &DeadLetter) -> serde_json::Value {
-    serde_json::json!({ "line": dead.line, "raw": dead.raw, "reason": dead.reason })
+    serde_json::json!({
+        "line": dead.line,
+        "raw": dead.raw,
+        "reason": dead.reason,
+        "cause": dead.cause.as_str(),
+    })
 }
 
 fn watermark_json(watermark: Millis) -> serde_json::Value {

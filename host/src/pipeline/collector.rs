@@ -16,6 +16,7 @@ use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
 use crate::emit::{
     OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_records,
 };
+use crate::event::DeadCause;
 
 /// The three sinks.
 pub(super) struct Sinks {
@@ -135,11 +136,23 @@ fn write_batch(
         }
         Ok(())
     };
+    // Records written, by kind, for the metrics.
+    let mut kinds = [
+        ("result", 0u64),
+        ("update", 0),
+        ("early", 0),
+        ("retract", 0),
+        ("event", 0),
+    ];
     for emission in &emissions {
         for record in result_records(emission, label) {
+            if let Some(count) = kinds.iter_mut().find(|(kind, _)| record["kind"] == *kind) {
+                count.1 += 1;
+            }
             write_result(record)?;
         }
     }
+    kinds[4].1 = events.len() as u64;
     let mut previous = None;
     let mut n = 0;
     for staged in &events {
@@ -163,16 +176,22 @@ fn write_batch(
     for d in &dead {
         sinks.dead_letters.write(&dead_letter_record(d))?;
     }
-    let results = (emissions.len() + events.len()) as u64;
+    let results = kinds.iter().map(|(_, n)| n).sum::<u64>();
     let stats = &control.stats;
     stats.results_out.fetch_add(results, Ordering::Relaxed);
-    stats.late.fetch_add(late.len() as u64, Ordering::Relaxed);
+    let late_total = stats.late.fetch_add(late.len() as u64, Ordering::Relaxed) + late.len() as u64;
     stats
         .dead_letters
         .fetch_add(dead.len() as u64, Ordering::Relaxed);
-    metrics::counter!("weir_results_total").increment(results);
-    metrics::counter!("weir_late_events_total").increment(late.len() as u64);
-    metrics::counter!("weir_dead_letters_total").increment(dead.len() as u64);
+    let mut causes: Vec<(DeadCause, u64)> = Vec::new();
+    for d in &dead {
+        match causes.iter_mut().find(|(cause, _)| *cause == d.cause) {
+            Some(count) => count.1 += 1,
+            None => causes.push((d.cause, 1)),
+        }
+    }
+    let events_in = stats.events_in.load(Ordering::Relaxed);
+    (control.metrics).wrote(&kinds, late.len() as u64, late_total, events_in, &causes);
     Ok(traps)
 }
 
@@ -201,6 +220,14 @@ fn commit(
     let stats = checkpointer
         .committer
         .commit(&position, changes, sink_positions)?;
+    let state_file = checkpointer
+        .committer
+        .data_dir
+        .join(crate::state::STATE_FILE);
+    let state_bytes = std::fs::metadata(state_file).ok().map(|m| m.len());
+    control
+        .metrics
+        .checkpointed(&stats, hot as u64, state_bytes);
     control
         .stats
         .state_keys
@@ -284,8 +311,11 @@ mod tests {
         let store = checkpointer.committer.store.clone();
         let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
         let collector = std::thread::spawn(move || {
-            let control =
-                PipelineControl::new(Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))), None);
+            let control = PipelineControl::new(
+                "p",
+                Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))),
+                None,
+            );
             let label = OperatorLabel {
                 pipeline: "p".into(),
                 name: "c".into(),

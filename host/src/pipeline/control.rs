@@ -9,6 +9,8 @@ use crate::checkpoint::CheckpointStats;
 use crate::operator::SharedAggregateCode;
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
+
+use super::telemetry::PipelineMetrics;
 use crate::time::MINUS_INFINITY;
 
 /// One result record as sent to subscribers: the byte offset where it ends in the results file
@@ -73,6 +75,8 @@ pub struct PipelineControl {
     applied: Mutex<Option<Routing>>,
     /// Per-version counters.
     pub counters: CounterBook,
+    /// The pipeline's Prometheus metrics.
+    pub metrics: PipelineMetrics,
     /// Live figures.
     pub stats: LiveStats,
     /// Every result record, as a JSON line, once it is written and flushed.
@@ -106,13 +110,15 @@ impl std::fmt::Debug for PipelineControl {
 }
 
 impl PipelineControl {
-    /// A control with the given version resolver and shadow log.
-    pub fn new(resolve: Resolver, shadow_log: Option<ShadowLog>) -> Self {
+    /// A control of pipeline `pipeline` (its metrics' label) with the given version resolver
+    /// and shadow log.
+    pub fn new(pipeline: &str, resolve: Resolver, shadow_log: Option<ShadowLog>) -> Self {
         PipelineControl {
             stop: AtomicBool::new(false),
             requested: Mutex::new(None),
             applied: Mutex::new(None),
-            counters: CounterBook::default(),
+            counters: CounterBook::labelled(pipeline),
+            metrics: PipelineMetrics::new(pipeline),
             stats: LiveStats::default(),
             results: tokio::sync::broadcast::channel(1024).0,
             resolve,
@@ -211,7 +217,14 @@ impl PipelineControl {
         self.applied.lock().expect("routing lock").clone()
     }
 
+    /// A checkpoint committed with `routing`: a rollout step (a new percentage, candidate or
+    /// live version) takes effect from here on.
     pub(crate) fn set_applied(&self, routing: Routing) {
-        *self.applied.lock().expect("routing lock") = Some(routing);
+        let mut applied = self.applied.lock().expect("routing lock");
+        if applied.as_ref() != Some(&routing) {
+            let _step = tracing::info_span!("rollout_step", live = %routing.live).entered();
+            tracing::info!(routing = ?routing, "rollout step applied at a checkpoint");
+        }
+        *applied = Some(routing);
     }
 }

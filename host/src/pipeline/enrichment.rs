@@ -10,8 +10,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::event::DeadLetter;
 use crate::event::Staged;
+use crate::event::{DeadCause, DeadLetter};
 use crate::operator::{EnrichOperator, OperatorError, Scope};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
@@ -166,6 +166,7 @@ impl Enrichment {
                         "{} produced an event with timestamp {} out of range",
                         self.label, output.timestamp
                     ),
+                    cause: DeadCause::Rejected,
                 });
                 continue;
             }
@@ -218,13 +219,13 @@ impl Enrichment {
     }
 
     fn failed(&self, error: OperatorError, staged: &Staged, out: &mut EngineOutput) {
-        if matches!(error, OperatorError::Trapped(_)) {
-            out.traps += 1;
-        }
+        let trapped = matches!(error, OperatorError::Trapped(_));
+        out.traps += u64::from(trapped);
         out.dead_letters.push(DeadLetter {
             line: staged.event.line,
             raw: staged.event.to_json().to_string(),
             reason: format!("{} {error}", self.label),
+            cause: DeadCause::of_operator(trapped),
         });
     }
 

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::event::{DeadLetter, Event, Staged};
+use crate::event::{DeadCause, DeadLetter, Event, Staged};
 use crate::spec::{IntervalBounds, SIDE_FIELD};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
@@ -155,6 +155,7 @@ impl IntervalJoin {
                         line: event.line,
                         raw: event.to_json().to_string(),
                         reason: "the interval join found no side on the event".into(),
+                        cause: DeadCause::Join,
                     });
                     continue;
                 }

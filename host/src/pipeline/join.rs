@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::event::{DeadLetter, Event};
+use crate::event::{DeadCause, DeadLetter, Event};
 use crate::spec::{JoinSpec, SIDE_FIELD};
 use crate::value::Value;
 
@@ -81,6 +81,7 @@ impl Joiner {
             line: event.line,
             raw: event.to_json().to_string(),
             reason,
+            cause: DeadCause::Join,
         }
     }
 }

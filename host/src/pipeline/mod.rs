@@ -26,6 +26,7 @@ mod messages;
 mod router;
 mod shard;
 mod stages;
+mod telemetry;
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -213,7 +214,7 @@ pub fn run_controlled(
     control: Option<Arc<PipelineControl>>,
 ) -> Result<Summary> {
     let started = Instant::now();
-    let control = control.unwrap_or_else(standalone_control);
+    let control = control.unwrap_or_else(|| standalone_control(&spec.name));
     let shards = spec
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -292,8 +293,11 @@ pub fn run_controlled(
 }
 
 /// The control of a run nobody controls (`weir run`): it has no registry of versions.
-fn standalone_control() -> Arc<PipelineControl> {
+/// The control of a pipeline run by itself (`weir run`): no registry to find other versions
+/// in, no shadow log; its live figures can still be watched.
+pub fn standalone_control(pipeline: &str) -> Arc<PipelineControl> {
     Arc::new(PipelineControl::new(
+        pipeline,
         Box::new(|version| {
             Err(ResolveError::Failed(format!(
                 "no registry to find version {version} in"

@@ -96,7 +96,8 @@ impl Router<'_> {
             }
             let tick = matches!(record, Record::Tick);
             if tick {
-                self.control.beat();
+                // Keeps the lags current while the input pauses.
+                self.publish(seq, watermark.current(), source.position().offset);
             }
             // An idle advance follows the last event routed (index `seq - 1`).
             if let Record::Advance(ms) = record
@@ -174,14 +175,17 @@ impl Router<'_> {
         Ok(seq - start.events)
     }
 
-    /// Live figures (and a sign of life) move per batch, not per event.
-    /// Publishes how far the router has read: events, the watermark and the source's byte
-    /// offset (what ingest's backpressure compares with the log's length).
+    /// Publishes how far the router has read (events, the watermark and the source's byte
+    /// offset, which ingest's backpressure compares with the log's length) and a sign of life:
+    /// per batch and idle tick, not per event.
     fn publish(&self, events: u64, watermark: Millis, offset: u64) {
         self.control.beat();
         let stats = &self.control.stats;
         stats.events_in.store(events, Ordering::Relaxed);
         stats.input_offset.store(offset, Ordering::Relaxed);
+        let input_lag =
+            (self.control.ingest_gate.as_ref()).map(|gate| gate.committed().saturating_sub(offset));
+        self.control.metrics.read(events, watermark, input_lag);
         stats.watermark.store(watermark, Ordering::Relaxed);
     }
 
@@ -237,6 +241,8 @@ impl Router<'_> {
 
     fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
+        // A send waits only while the shard's queue is full: that wait is backpressure.
+        let started = Instant::now();
         for (shard, tx) in self.shards.iter().enumerate() {
             let events = std::mem::take(&mut batch.per_shard[shard]);
             if tx
@@ -251,6 +257,7 @@ impl Router<'_> {
                 return false;
             }
         }
+        self.control.metrics.backpressured(started.elapsed());
         batch.records = 0;
         self.control.batch_sent();
         let part = RouterPart {
@@ -324,6 +331,7 @@ fn too_far_ahead(
                  accepted ({clock}); set [watermark] max_ahead to allow more",
                 event.timestamp
             ),
+            cause: crate::event::DeadCause::Ahead,
         }),
         _ => Ok(event),
     }

@@ -304,8 +304,11 @@ mod tests {
         let (messages, inbox) = sync_channel::<ShardMsg>(4);
         let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
         let (ack, acks) = sync_channel::<()>(1);
-        let control =
-            PipelineControl::new(Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))), None);
+        let control = PipelineControl::new(
+            "p",
+            Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))),
+            None,
+        );
         let thread =
             std::thread::spawn(move || run_thread(shard(), &inbox, &parts_tx, &acks, &control));
         let next = |what: &str| {

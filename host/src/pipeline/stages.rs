@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use super::ShardSnapshot;
-use crate::event::{DeadLetter, Event, Origin, Staged};
+use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
 use crate::operator::AggregateOperator;
 use crate::spec::{GLOBAL_KEY, StageSpec};
 use crate::state::{StateBackend, TableRow};
@@ -129,6 +129,7 @@ impl Stages {
                         line: 0,
                         raw: emission_json(emission).to_string(),
                         reason: format!("{}: {reason}", stage.label),
+                        cause: DeadCause::Stage,
                     }),
                 }
             }

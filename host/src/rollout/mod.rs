@@ -72,6 +72,42 @@ pub struct VersionCounters {
     pub shadow_compared: AtomicU64,
     /// Shadow mode: comparisons that differed.
     pub shadow_differed: AtomicU64,
+    /// The version's Prometheus metrics (none for an unnamed pipeline).
+    pub metrics: Option<CallMetrics>,
+}
+
+/// One version's operator calls as Prometheus metrics: calls, traps and call latency.
+pub struct CallMetrics {
+    calls: metrics::Counter,
+    traps: metrics::Counter,
+    latency: metrics::Histogram,
+}
+
+impl std::fmt::Debug for CallMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallMetrics")
+    }
+}
+
+impl CallMetrics {
+    fn new(pipeline: &str, version: &str) -> CallMetrics {
+        let labels = [
+            ("pipeline", pipeline.to_owned()),
+            ("version", version.to_owned()),
+        ];
+        CallMetrics {
+            calls: metrics::counter!("weir_operator_calls_total", &labels),
+            traps: metrics::counter!("weir_operator_traps_total", &labels),
+            latency: metrics::histogram!("weir_operator_call_duration_seconds", &labels),
+        }
+    }
+
+    /// One call that took `took`, trapped or not.
+    pub fn call(&self, took: std::time::Duration, trapped: bool) {
+        self.calls.increment(1);
+        self.traps.increment(u64::from(trapped));
+        self.latency.record(took.as_secs_f64());
+    }
 }
 
 /// A point-in-time copy of [`VersionCounters`].
@@ -105,17 +141,37 @@ impl VersionCounters {
     }
 }
 
-/// Counters by version, created on first use.
+/// Counters by version, created on first use, with Prometheus metrics labelled with the
+/// pipeline (when it has a name) and the version.
 #[derive(Debug, Default)]
 pub struct CounterBook {
+    pipeline: Option<Arc<str>>,
     versions: std::sync::Mutex<std::collections::BTreeMap<String, Arc<VersionCounters>>>,
 }
 
 impl CounterBook {
+    /// A book whose versions' metrics are labelled with `pipeline`.
+    pub fn labelled(pipeline: &str) -> CounterBook {
+        CounterBook {
+            pipeline: Some(pipeline.into()),
+            versions: Default::default(),
+        }
+    }
+
     /// The counters of `version`.
     pub fn of(&self, version: &str) -> Arc<VersionCounters> {
         let mut versions = self.versions.lock().expect("counter book lock");
-        versions.entry(version.to_owned()).or_default().clone()
+        let make = || VersionCounters {
+            metrics: self
+                .pipeline
+                .as_deref()
+                .map(|pipeline| CallMetrics::new(pipeline, version)),
+            ..VersionCounters::default()
+        };
+        versions
+            .entry(version.to_owned())
+            .or_insert_with(|| Arc::new(make()))
+            .clone()
     }
 
     /// Every version's counters.

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::{CounterBook, Routing, VersionCounters};
 use crate::event::Event;
@@ -22,7 +23,8 @@ struct Slot {
 }
 
 impl Slot {
-    fn count<T>(&self, events: usize, outcome: Result<T>) -> Result<T> {
+    /// Counts a call that began at `started`, with `events` events, and its outcome.
+    fn count<T>(&self, events: usize, started: Instant, outcome: Result<T>) -> Result<T> {
         use std::sync::atomic::Ordering::Relaxed;
         self.counters.calls.fetch_add(1, Relaxed);
         self.counters.events.fetch_add(events as u64, Relaxed);
@@ -35,11 +37,16 @@ impl Slot {
             }
             _ => {}
         }
-        metrics::counter!("weir_operator_calls_total", "version" => self.version.to_string())
-            .increment(1);
-        if let Err(OperatorError::Trapped(_)) = &outcome {
-            metrics::counter!("weir_operator_traps_total", "version" => self.version.to_string())
-                .increment(1);
+        let trapped = matches!(&outcome, Err(OperatorError::Trapped(_)));
+        if let Some(metrics) = &self.counters.metrics {
+            metrics.call(started.elapsed(), trapped);
+        }
+        if let Err(OperatorError::Trapped(error)) = &outcome {
+            // Debug, not warn: a guest that traps on every event would flood the log; the trap
+            // counters and the dead letters carry the figures.
+            let _call =
+                tracing::debug_span!("operator_call", version = %self.version, events).entered();
+            tracing::debug!(%error, "operator call trapped");
         }
         outcome
     }
@@ -49,8 +56,9 @@ impl Slot {
         if let Some(from) = scope.state.written_by.clone()
             && from != *self.version
         {
+            let started = Instant::now();
             let outcome = self.operator.migrate(scope, &from);
-            self.count(0, outcome)?;
+            self.count(0, started, outcome)?;
             scope.state.written_by = Some(self.version.to_string());
         }
         Ok(())
@@ -173,14 +181,16 @@ impl AggregateOperator for VersionedAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         let slot = self.slot(&scope.key);
         slot.adopt(scope)?;
+        let started = Instant::now();
         let outcome = slot.operator.add(scope, events);
-        slot.count(events.len(), outcome)?;
+        slot.count(events.len(), started, outcome)?;
         slot.mark(scope);
         if let Some(shadow) = self.shadow() {
             // The shadow's failures are counted and never reach the live results.
             let _ = in_shadow(scope, |copy| {
+                let started = Instant::now();
                 let outcome = shadow.operator.add(copy, events);
-                shadow.count(events.len(), outcome)
+                shadow.count(events.len(), started, outcome)
             });
         }
         Ok(())
@@ -190,8 +200,9 @@ impl AggregateOperator for VersionedAggregate {
         let slot = self.slot(&target.key);
         slot.adopt(target)?;
         slot.adopt(source)?;
+        let started = Instant::now();
         let outcome = slot.operator.merge(target, source);
-        slot.count(0, outcome)?;
+        slot.count(0, started, outcome)?;
         slot.mark(target);
         if let Some(shadow) = self.shadow() {
             let mut source_copy = Scope {
@@ -199,8 +210,9 @@ impl AggregateOperator for VersionedAggregate {
                 state: source.state.shadow.take().map(|s| *s).unwrap_or_default(),
             };
             let _ = in_shadow(target, |copy| {
+                let started = Instant::now();
                 let outcome = shadow.operator.merge(copy, &mut source_copy);
-                shadow.count(0, outcome)
+                shadow.count(0, started, outcome)
             });
         }
         Ok(())
@@ -209,13 +221,15 @@ impl AggregateOperator for VersionedAggregate {
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
         let slot = self.slot(&scope.key);
         slot.adopt(scope)?;
+        let started = Instant::now();
         let outcome = slot.operator.finish(scope, window);
-        let output = slot.count(0, outcome)?;
+        let output = slot.count(0, started, outcome)?;
         let log = self.shadow_log.clone();
         if let Some(shadow) = self.shadow() {
             let candidate = in_shadow(scope, |copy| {
+                let started = Instant::now();
                 let outcome = shadow.operator.finish(copy, window);
-                shadow.count(0, outcome)
+                shadow.count(0, started, outcome)
             });
             use std::sync::atomic::Ordering::Relaxed;
             shadow.counters.shadow_compared.fetch_add(1, Relaxed);

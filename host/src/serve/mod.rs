@@ -83,7 +83,8 @@ impl std::fmt::Debug for Server {
     }
 }
 
-fn metrics_handle() -> PrometheusHandle {
+/// The process's Prometheus recorder, installed on first use.
+pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {

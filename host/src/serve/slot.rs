@@ -300,7 +300,7 @@ impl Slot {
             .map_err(RequestError::from_io)?;
         let shadow_log: ShadowLog =
             Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(shadow_file))));
-        Ok(PipelineControl::new(resolve, Some(shadow_log))
+        Ok(PipelineControl::new(&self.name, resolve, Some(shadow_log))
             .with_results(self.results.clone())
             .with_ingest_gate(log.gate()))
     }

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::assign;
-use crate::event::{DeadLetter, Event, Origin, Staged};
+use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{
@@ -510,6 +510,7 @@ impl WindowEngine {
                 line: event.line,
                 raw: event.to_json().to_string(),
                 reason: error.to_string(),
+                cause: DeadCause::Input,
             });
             return Ok(());
         }
@@ -907,15 +908,15 @@ impl WindowEngine {
         if let OperatorError::Host(message) = error {
             return Err(EngineError::Host(message));
         }
-        if matches!(error, OperatorError::Trapped(_)) {
-            out.traps += 1;
-        }
+        let trapped = matches!(error, OperatorError::Trapped(_));
+        out.traps += u64::from(trapped);
         let reason = format!("{} {error}", self.operator_label);
         out.dead_letters
             .extend(events.iter().map(|event| DeadLetter {
                 line: event.line,
                 raw: event.to_json().to_string(),
                 reason: reason.clone(),
+                cause: DeadCause::of_operator(trapped),
             }));
         Ok(())
     }
@@ -1018,13 +1019,13 @@ impl WindowEngine {
             Ok(value) => value,
             Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
             Err(error) => {
-                if matches!(error, OperatorError::Trapped(_)) {
-                    out.traps += 1;
-                }
+                let trapped = matches!(error, OperatorError::Trapped(_));
+                out.traps += u64::from(trapped);
                 out.dead_letters.push(DeadLetter {
                     line: 0,
                     raw: serde_json::json!({"key": &*key, "window_start": window.start, "window_end": window.end}).to_string(),
                     reason: format!("{} could not finish the window: {error}", self.operator_label),
+                    cause: DeadCause::of_operator(trapped),
                 });
                 return Ok(());
             }

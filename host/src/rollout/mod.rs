@@ -102,11 +102,13 @@ impl CallMetrics {
         }
     }
 
-    /// One call that took `took`, trapped or not.
-    pub fn call(&self, took: std::time::Duration, trapped: bool) {
+    /// One call, trapped or not, and how long it took if it was timed.
+    pub fn call(&self, took: Option<std::time::Duration>, trapped: bool) {
         self.calls.increment(1);
         self.traps.increment(u64::from(trapped));
-        self.latency.record(took.as_secs_f64());
+        if let Some(took) = took {
+            self.latency.record(took.as_secs_f64());
+        }
     }
 }
 

@@ -86,6 +86,8 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
         max_behind: crate::spec::DEFAULT_MAX_BEHIND,
         advance_when_idle: None,
+        partition_field: None,
+        idle_timeout: None,
         emit: Default::default(),
         sandbox: crate::spec::SandboxSpec::default(),
     }

@@ -59,6 +59,13 @@ pub struct PipelineSpec {
     /// the wall clock (`[watermark] advance_when_idle`), so windows close while the input
     /// pauses.
     pub advance_when_idle: Option<Millis>,
+    /// The field naming each event's watermark partition (`[watermark] partition_field`); HTTP
+    /// ingest also takes a partition from the `Weir-Partition` header. The watermark is the
+    /// minimum over active partitions.
+    pub partition_field: Option<String>,
+    /// HTTP sources: a partition without events for this long (by the ingest clock) stops
+    /// holding the watermark back (`[watermark] idle_timeout`).
+    pub idle_timeout: Option<Millis>,
     /// The windows, when the pipeline aggregates.
     pub window: Option<WindowSpec>,
     /// How long after a window's end late events still update it.
@@ -644,6 +651,8 @@ struct RawWatermark {
     bound: Option<RawDuration>,
     max_ahead: Option<RawDuration>,
     advance_when_idle: Option<RawDuration>,
+    partition_field: Option<String>,
+    idle_timeout: Option<RawDuration>,
 }
 
 /// A duration: integer milliseconds or text with a unit.
@@ -1421,6 +1430,22 @@ impl RawSpec {
             }
             Some(raw) => Some(positive("watermark.advance_when_idle", Some(raw))?),
         };
+        let idle_timeout = match &self.watermark.idle_timeout {
+            None => None,
+            Some(_) if !matches!(source, SourceSpec::Http(_)) => {
+                return Err(invalid(
+                    "watermark.idle_timeout judges partitions by the clock at which weir serve \
+                     accepted their events: it is for an HTTP source",
+                ));
+            }
+            Some(raw) => Some(positive("watermark.idle_timeout", Some(raw))?),
+        };
+        let partition_field = match self.watermark.partition_field {
+            Some(field) if field.is_empty() => {
+                return Err(invalid("watermark.partition_field must name a field"));
+            }
+            field => field,
+        };
         let (window, allowed_lateness) = check_window(self.window)?;
         let staged = !self.stages.is_empty() || self.operators.iter().any(|op| op.global);
         let emit = check_emit(&self.emit, window.is_some(), staged)?;
@@ -1486,6 +1511,8 @@ impl RawSpec {
             watermark_bound,
             max_ahead,
             advance_when_idle,
+            partition_field,
+            idle_timeout,
             window,
             allowed_lateness,
             enrichers,

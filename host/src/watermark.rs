@@ -1,8 +1,11 @@
-//! Watermarks: bounded out-of-orderness over arrival order.
+//! Watermarks: bounded out-of-orderness over arrival order, per partition.
 //!
 //! For each event, in arrival order: lateness is judged against the current watermark `W`, the
 //! event is added, then `W = max(W, ts - bound)`. `W` starts at minus infinity and becomes plus
-//! infinity at the end of a bounded input. Depends on `time` only.
+//! infinity at the end of a bounded input. With partitions, `W` is the minimum over the active
+//! ones ([`PartitionedWatermark`]). Depends on `time` only.
+
+use serde::{Deserialize, Serialize};
 
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 
@@ -62,6 +65,177 @@ impl BoundedOutOfOrderness {
     }
 }
 
+/// One partition's part of the watermark, as a checkpoint records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMark {
+    /// The partition (`""`: the pipeline's only one).
+    pub name: String,
+    /// Its highest event time.
+    pub max_timestamp: Millis,
+    /// The ingest clock of its last event, if the source has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<i64>,
+}
+
+/// The most partitions a pipeline's watermark keeps: each costs memory and a place in every
+/// minimum, and a producer chooses them.
+pub const MAX_PARTITIONS: usize = 1_024;
+
+/// Why an event's partition was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the pipeline has {MAX_PARTITIONS} watermark partitions already; this event's partition {0:?} would be one more"
+)]
+pub struct TooManyPartitions(pub String);
+
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    max_timestamp: Millis,
+    last_seen: Option<i64>,
+}
+
+/// Watermarks per partition (Flink's per-split watermarks): each partition trails its own
+/// highest event time by the bound, and the pipeline's watermark is the minimum over the active
+/// partitions. With `idle_timeout`, a partition whose last event was accepted more than that
+/// long before the latest ingest clock is idle and holds nothing back until it sends again (its
+/// events then follow the usual lateness rules). The watermark never moves back. One partition
+/// (`""`) is plain bounded out-of-orderness.
+#[derive(Debug, Clone)]
+pub struct PartitionedWatermark {
+    bound: Millis,
+    idle_timeout: Option<Millis>,
+    partitions: std::collections::HashMap<std::sync::Arc<str>, Mark>,
+    clock: Option<i64>,
+    current: Millis,
+}
+
+impl PartitionedWatermark {
+    /// A watermark of partitions that each trail their highest timestamp by `bound`.
+    pub fn new(bound: Millis, idle_timeout: Option<Millis>) -> Self {
+        Self::resume(bound, idle_timeout, MINUS_INFINITY, &[])
+    }
+
+    /// Continues from a checkpoint's watermark and partitions.
+    pub fn resume(
+        bound: Millis,
+        idle_timeout: Option<Millis>,
+        current: Millis,
+        marks: &[PartitionMark],
+    ) -> Self {
+        let partitions = marks
+            .iter()
+            .map(|m| {
+                let mark = Mark {
+                    max_timestamp: m.max_timestamp,
+                    last_seen: m.last_seen,
+                };
+                (std::sync::Arc::from(m.name.as_str()), mark)
+            })
+            .collect();
+        let clock = marks.iter().filter_map(|m| m.last_seen).max();
+        PartitionedWatermark {
+            bound,
+            idle_timeout,
+            partitions,
+            clock,
+            current,
+        }
+    }
+
+    /// The current watermark.
+    pub fn current(&self) -> Millis {
+        self.current
+    }
+
+    /// The partitions, for a checkpoint (sorted by name).
+    pub fn marks(&self) -> Vec<PartitionMark> {
+        let mut marks: Vec<PartitionMark> = (self.partitions.iter())
+            .map(|(name, mark)| PartitionMark {
+                name: name.to_string(),
+                max_timestamp: mark.max_timestamp,
+                last_seen: mark.last_seen,
+            })
+            .collect();
+        marks.sort_by(|a, b| a.name.cmp(&b.name));
+        marks
+    }
+
+    fn active(&self, mark: &Mark) -> bool {
+        match (self.idle_timeout, self.clock, mark.last_seen) {
+            (Some(timeout), Some(clock), Some(seen)) => clock.saturating_sub(seen) <= timeout,
+            _ => true,
+        }
+    }
+
+    /// Moves to the minimum over active partitions if that is ahead; returns the new watermark.
+    fn recompute(&mut self) -> Option<Millis> {
+        let candidate = (self.partitions.values())
+            .filter(|mark| self.active(mark))
+            .map(|mark| mark.max_timestamp.saturating_sub(self.bound))
+            .min()?;
+        (candidate > self.current).then(|| {
+            self.current = candidate;
+            candidate
+        })
+    }
+
+    /// The ingest clock moved on (a batch accepted at `clock`): partitions may have gone idle.
+    /// Returns the new watermark if it advanced.
+    pub fn clock(&mut self, clock: i64) -> Option<Millis> {
+        self.clock = Some(self.clock.map_or(clock, |c| c.max(clock)));
+        self.idle_timeout.and_then(|_| self.recompute())
+    }
+
+    /// Observes an event of `partition` at `timestamp`; returns the new watermark if it
+    /// advanced, or refuses a partition beyond [`MAX_PARTITIONS`].
+    pub fn observe(
+        &mut self,
+        partition: &str,
+        timestamp: Millis,
+    ) -> Result<Option<Millis>, TooManyPartitions> {
+        let clock = self.clock;
+        if !self.partitions.contains_key(partition) {
+            if self.partitions.len() >= MAX_PARTITIONS {
+                return Err(TooManyPartitions(partition.to_owned()));
+            }
+            let mark = Mark {
+                max_timestamp: MINUS_INFINITY,
+                last_seen: None,
+            };
+            self.partitions.insert(partition.into(), mark);
+        }
+        let mark = self.partitions.get_mut(partition).expect("just ensured");
+        let was_idle_or_behind = mark.max_timestamp.saturating_sub(self.bound) <= self.current;
+        mark.max_timestamp = mark.max_timestamp.max(timestamp);
+        mark.last_seen = clock.or(mark.last_seen);
+        // Only a partition that was holding the watermark back (or just joined) can move it.
+        if !was_idle_or_behind && self.partitions.len() > 1 && self.idle_timeout.is_none() {
+            return Ok(None);
+        }
+        Ok(self.recompute())
+    }
+
+    /// Moves the watermark on by `ms` of wall clock the input was quiet for (never to plus
+    /// infinity, which ends the input; not at all before the first event). Returns the new
+    /// watermark if it advanced.
+    pub fn advance_by(&mut self, ms: Millis) -> Option<Millis> {
+        if self.current == MINUS_INFINITY || ms <= 0 {
+            return None;
+        }
+        let advanced = self.current.saturating_add(ms).min(PLUS_INFINITY - 1);
+        (advanced > self.current).then(|| {
+            self.current = advanced;
+            advanced
+        })
+    }
+
+    /// Ends the input: the watermark becomes plus infinity.
+    pub fn finish(&mut self) -> Millis {
+        self.current = PLUS_INFINITY;
+        self.current
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,7 +267,54 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_watermark_is_the_minimum_over_active_partitions() {
+        let mut wm = PartitionedWatermark::new(0, Some(1_000));
+        wm.clock(0);
+        assert_eq!(wm.observe("a", 100), Ok(Some(100)));
+        assert_eq!(
+            wm.observe("b", 50),
+            Ok(None),
+            "b joins behind: held, not moved back"
+        );
+        assert_eq!(wm.observe("a", 300), Ok(None), "b holds it at 100");
+        assert_eq!(wm.observe("b", 200), Ok(Some(200)));
+        // b goes quiet: a second of ingest clock later it is idle, and a alone leads.
+        wm.clock(500);
+        assert_eq!(wm.observe("a", 400), Ok(None));
+        assert_eq!(wm.clock(1_200), Some(400), "b idle for 1.2 s");
+        assert_eq!(wm.observe("a", 500), Ok(Some(500)));
+        // b rejoins behind the watermark: it holds nothing back that has passed.
+        wm.clock(1_300);
+        assert_eq!(wm.observe("b", 250), Ok(None));
+        assert_eq!(wm.current(), 500);
+        assert_eq!(wm.observe("a", 900), Ok(None), "b (at 250) holds it again");
+        let marks = wm.marks();
+        let resumed = PartitionedWatermark::resume(0, Some(1_000), wm.current(), &marks);
+        assert_eq!(resumed.marks(), marks);
+        assert_eq!(resumed.current(), 500);
+    }
+
+    #[test]
+    fn partitions_are_capped() {
+        let mut wm = PartitionedWatermark::new(0, None);
+        for i in 0..MAX_PARTITIONS {
+            assert!(wm.observe(&i.to_string(), 1).is_ok());
+        }
+        assert!(wm.observe("one more", 1).is_err());
+        assert!(wm.observe("7", 2).is_ok(), "a known one is still taken");
+    }
+
     proptest! {
+        #[test]
+        fn one_partition_is_plain_bounded_out_of_orderness(timestamps in proptest::collection::vec(-1_000_000i64..1_000_000, 0..200), bound in 0i64..10_000) {
+            let mut plain = BoundedOutOfOrderness::new(bound);
+            let mut partitioned = PartitionedWatermark::new(bound, None);
+            for ts in timestamps {
+                prop_assert_eq!(partitioned.observe("", ts).unwrap(), plain.observe(ts));
+            }
+        }
+
         #[test]
         fn never_moves_backwards(timestamps in proptest::collection::vec(-1_000_000i64..1_000_000, 0..200), bound in 0i64..10_000) {
             let mut wm = BoundedOutOfOrderness::new(bound);

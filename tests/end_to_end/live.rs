@@ -335,3 +335,66 @@ fn weir_run_serves_its_metrics_while_it_runs() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn an_idle_partition_stops_holding_the_watermark_back() {
+    use crate::serve::{BASE_TS, ev};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    for (name, idle) in [("idle-part", Some("1s")), ("still-part", None)] {
+        let mut spec = spec();
+        spec["name"] = json!(name);
+        if let Some(idle) = idle {
+            spec["watermark"]["idle_timeout"] = json!(idle);
+        }
+        server.expect(
+            "creating",
+            server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+            201,
+        );
+        let start = format!("/v1/pipelines/{name}/start");
+        server.expect("starting", server.post(&start, Some(ADMIN), b""), 200);
+    }
+    let send = |events: &[crate::reference::Ev], partition: &str| {
+        for name in ["idle-part", "still-part"] {
+            let (status, body, _) = server.send_partition(name, events, Some(partition));
+            assert_eq!(status, 202, "{body}");
+        }
+    };
+    // Partitions a and b take turns for 5 s of event time (in time order: nothing is late),
+    // then b goes quiet while a goes on for 5 s more, over 3 s of wall clock.
+    let all: Vec<_> = (0..200)
+        .map(|i| ev(&format!("user-{}", i % 5), BASE_TS + i * 50, 1))
+        .collect();
+    let (first, then) = all.split_at(100);
+    for (i, chunk) in first.chunks(10).enumerate() {
+        send(chunk, if i % 2 == 0 { "a" } else { "b" });
+    }
+    let b_max = first
+        .chunks(10)
+        .skip(1)
+        .step_by(2)
+        .flatten()
+        .map(|e| e.ts)
+        .max()
+        .unwrap();
+    for chunk in then.chunks(10) {
+        send(chunk, "a");
+        thread::sleep(Duration::from_millis(300));
+    }
+    // With idle_timeout, b stops holding the watermark back a second after its last batch:
+    // every window before a's last event closes.
+    let model = run_model(&MODEL, &all).emissions;
+    let expected = live_model(&all);
+    let results = server.wait_for_results("idle-part", &expected);
+    assert_same_emissions(&server, &results, &expected);
+    // Without it, b's last event holds the watermark.
+    let held: Vec<_> = model.into_iter().filter(|e| e.end <= b_max).collect();
+    assert!(held.len() < expected.len());
+    assert_eq!(emissions(&server.results("still-part")), held);
+    // A partition name is a name.
+    let (status, body, _) = server.send_partition("idle-part", &all[..1], Some("../a b"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("Weir-Partition"), "{body}");
+}

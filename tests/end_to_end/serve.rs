@@ -230,12 +230,27 @@ impl Client {
     /// Sends events as JSON Lines with the ingest token: the status, the body and the
     /// `Retry-After` header.
     pub fn send_events(&self, pipeline: &str, events: &[Ev]) -> (u16, String, Option<String>) {
+        self.send_partition(pipeline, events, None)
+    }
+
+    /// [`send_events`](Self::send_events), naming the events' watermark partition in the
+    /// `Weir-Partition` header.
+    pub fn send_partition(
+        &self,
+        pipeline: &str,
+        events: &[Ev],
+        partition: Option<&str>,
+    ) -> (u16, String, Option<String>) {
         let path = format!("/v1/pipelines/{pipeline}/events");
-        let mut response = self
+        let mut request = self
             .agent
             .post(self.url(&path))
             .header("Authorization", format!("Bearer {INGEST}"))
-            .header("Content-Type", "application/x-ndjson")
+            .header("Content-Type", "application/x-ndjson");
+        if let Some(partition) = partition {
+            request = request.header("Weir-Partition", partition);
+        }
+        let mut response = request
             .send(jsonl(events).as_bytes())
             .unwrap_or_else(|e| panic!("POST {path}: no HTTP answer: {e}{}", self.diag()));
         let retry_after = (response.headers().get("retry-after"))

@@ -195,3 +195,78 @@ fn rfc3339_timestamps_mean_the_same_as_milliseconds() {
     let run = Pipeline::new(&count_sum_body(&spec), rfc3339).run(&[]);
     assert_matches_model(&run, &run_model(&spec, &millis));
 }
+
+#[test]
+fn a_partition_field_keeps_a_slow_partition_on_time() {
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 100 },
+        bound: 0,
+        lateness: 0,
+    };
+    // Region b starts, region a runs 1 s ahead, then b catches up: with one watermark, b's
+    // events after a's are late; with a watermark per region, none is.
+    let at = |region: &str, i: i64| {
+        (
+            region.to_owned(),
+            ev(&format!("k{}", i % 3), i * 10, i % 4 + 1),
+        )
+    };
+    let mut input = vec![at("b", 0)];
+    input.extend((0..1_000).map(|i| at("a", i)));
+    input.extend((1..1_000).map(|i| at("b", i)));
+    let lines: String = (input.iter())
+        .map(|(region, e)| {
+            format!(
+                "{{\"key\":{:?},\"ts\":{},\"amount\":{},\"region\":{region:?}}}\n",
+                e.key, e.ts, e.amount
+            )
+        })
+        .collect();
+    let body = count_sum_body(&spec);
+    let one = Pipeline::new(&body, &lines).run(&[]);
+    assert!(one.success, "{}", one.stderr);
+    assert!(
+        one.late.len() > 50,
+        "one watermark makes b late: {}",
+        one.late.len()
+    );
+    let partitioned = body.replace(
+        "[watermark]\n",
+        "[watermark]\npartition_field = \"region\"\n",
+    );
+    assert_ne!(partitioned, body);
+    let run = Pipeline::new(&partitioned, &lines).run(&["--shards", "2"]);
+    assert!(run.success, "{}", run.stderr);
+    assert!(run.late.is_empty(), "{:?}", run.late);
+    // Every event counted once, in its window: the model's results over the events in time
+    // order (where nothing is late either).
+    let mut sorted: Vec<Ev> = input.into_iter().map(|(_, e)| e).collect();
+    sorted.sort_by_key(|e| e.ts);
+    let mut expected = run_model(&spec, &sorted).emissions;
+    let mut got = crate::support::emissions(&run.results);
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+    // The partitions' marks are checkpointed: a run crashed after a checkpoint resumes to the
+    // same output.
+    let pipeline = Pipeline::new(&partitioned, &lines);
+    let args = ["--checkpoint-interval", "1ms", "--batch-size", "5"];
+    let whole = pipeline.run(&args);
+    for id in [3, 8] {
+        let crashed = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "--fresh"])
+            .arg(pipeline.dir.path().join("pipeline.toml"))
+            .args(args)
+            .env("WEIR_TEST_CRASH", format!("after-commit:{id}"))
+            .output()
+            .unwrap();
+        assert!(!crashed.status.success(), "the crash hook did not fire");
+        let resumed = pipeline.resume(&args);
+        assert!(resumed.success, "{}", resumed.stderr);
+        assert_eq!(
+            resumed.results, whole.results,
+            "after a crash at checkpoint {id}"
+        );
+        assert!(resumed.late.is_empty());
+    }
+}

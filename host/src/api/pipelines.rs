@@ -187,17 +187,30 @@ fn event_lines(body: &[u8]) -> Result<Vec<std::borrow::Cow<'_, str>>, ApiError> 
     Ok(lines)
 }
 
+/// The header naming the watermark partition of an ingest request's events.
+pub const PARTITION_HEADER: &str = "weir-partition";
+
 pub(super) async fn ingest(
     Pipeline(slot): Pipeline,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
+    let partition = match headers.get(PARTITION_HEADER) {
+        None => None,
+        Some(value) => {
+            let name = value.to_str().unwrap_or("\u{fffd}").to_owned();
+            crate::names::check("partition", &name)
+                .map_err(|e| ApiError::bad_request(format!("Weir-Partition: {e}")))?;
+            Some(name)
+        }
+    };
     let turn = slot.ingest_turn()?;
     // Parsing a large body and the synced append are both off the async threads.
     let accepted = tokio::task::spawn_blocking(move || -> Result<usize, ApiError> {
         let _turn = turn;
         let lines = event_lines(&body)?;
         let lines: Vec<&str> = lines.iter().map(AsRef::as_ref).collect();
-        Ok(slot.ingest(&lines)?)
+        Ok(slot.ingest(&lines, partition.as_deref())?)
     })
     .await
     .map_err(ApiError::internal)??;

@@ -24,6 +24,8 @@ pub struct Barrier {
     pub events: u64,
     /// The watermark.
     pub watermark: Millis,
+    /// The watermark's partitions.
+    pub partitions: Vec<crate::watermark::PartitionMark>,
     /// Whether the input ended.
     pub finished: bool,
     /// When the barrier was sent, for the checkpoint's duration.
@@ -115,6 +117,7 @@ impl Committer {
             source: barrier.source.clone(),
             events: barrier.events,
             watermark: barrier.watermark,
+            partitions: barrier.partitions.clone(),
             finished: barrier.finished,
             sinks,
             committed_at_ms: crate::time::wall_clock_ms(),

@@ -34,6 +34,10 @@ pub struct Manifest {
     pub events: u64,
     /// The watermark (`i64::MIN`: none yet; `i64::MAX`: input finished).
     pub watermark: Millis,
+    /// The watermark's partitions (none recorded before partitions existed: one, resumed
+    /// empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<crate::watermark::PartitionMark>,
     /// Whether the whole (bounded) input has been processed.
     pub finished: bool,
     /// Committed sink lengths.

@@ -337,6 +337,7 @@ mod tests {
             source: SourcePosition::default(),
             events: 0,
             watermark: 0,
+            partitions: Vec::new(),
             finished: false,
             started: Instant::now(),
             routing: None,

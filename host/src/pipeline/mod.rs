@@ -276,6 +276,9 @@ pub fn run_controlled(
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),
         watermark,
+        partitions: manifest
+            .as_ref()
+            .map_or(Vec::new(), |m| m.partitions.clone()),
         finished: manifest.as_ref().is_some_and(|m| m.finished),
     };
     let routed = router.route(source.as_mut(), start);

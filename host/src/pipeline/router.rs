@@ -19,15 +19,17 @@ use crate::source::{Record, Source};
 use crate::spec::PipelineSpec;
 use crate::state::key_group;
 use crate::time::Millis;
-use crate::watermark::BoundedOutOfOrderness;
+use crate::watermark::{PartitionMark, PartitionedWatermark};
 
 /// Where routing starts: from scratch, or from a checkpoint.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Start {
     /// The next event's arrival index.
     pub events: u64,
     /// The watermark.
     pub watermark: Millis,
+    /// The watermark's partitions.
+    pub partitions: Vec<PartitionMark>,
     /// Whether the input was already finished.
     pub finished: bool,
 }
@@ -63,7 +65,14 @@ impl Router<'_> {
             Some(_) => Decoder::unkeyed(&spec.timestamp_field),
             None => Decoder::new(&spec.key_field, &spec.timestamp_field),
         };
-        let mut watermark = BoundedOutOfOrderness::resume(spec.watermark_bound, start.watermark);
+        let mut watermark = PartitionedWatermark::resume(
+            spec.watermark_bound,
+            spec.idle_timeout,
+            start.watermark,
+            &start.partitions,
+        );
+        // The partition the producer named for the batch being read (HTTP ingest).
+        let mut named_partition: Option<Arc<str>> = None;
         let mut seq = start.events;
         let mut batch_id = 0u64;
         let mut batch = Batch {
@@ -88,7 +97,7 @@ impl Router<'_> {
                 // A stop is not the end of the input: no window closes; the final checkpoint
                 // lets a restart continue exactly here.
                 if self.send(&mut batch, batch_id, false) && self.checkpoint_interval.is_some() {
-                    let position = self.position(&*source, seq, watermark.current(), false);
+                    let position = self.position(&*source, seq, &watermark, false);
                     self.barrier(batch_id + 1, position);
                 }
                 info!(events = seq - start.events, "stopped");
@@ -99,10 +108,17 @@ impl Router<'_> {
                 // Keeps the lags current while the input pauses.
                 self.publish(seq, watermark.current(), source.position().offset);
             }
-            // An idle advance follows the last event routed (index `seq - 1`).
-            if let Record::Advance(ms) = record
-                && let Some(w) = watermark.advance_by(ms)
-            {
+            // An idle advance, or idle partitions, move the watermark after the last event
+            // routed (index `seq - 1`).
+            let moved = match &record {
+                Record::Advance(ms) => watermark.advance_by(*ms),
+                Record::Clock(ms, partition) => {
+                    named_partition = partition.clone();
+                    watermark.clock(*ms)
+                }
+                _ => None,
+            };
+            if let Some(w) = moved {
                 batch.advances.push((seq.saturating_sub(1), w));
             }
             let event = event_of(
@@ -119,12 +135,30 @@ impl Router<'_> {
                     .ok(),
                 (event, _) => event,
             };
+            let field = spec.partition_field.as_deref();
+            let event = event.and_then(|event| {
+                let partition = partition_of(&event, field, &named_partition);
+                let observed = watermark.observe(&partition, event.timestamp);
+                drop(partition);
+                match observed {
+                    Ok(moved) => {
+                        batch.advances.extend(moved.map(|w| (seq, w)));
+                        Some(event)
+                    }
+                    Err(too_many) => {
+                        batch.dead.push(DeadLetter {
+                            line: event.line,
+                            raw: event.to_json().to_string(),
+                            reason: too_many.to_string(),
+                            cause: crate::event::DeadCause::Input,
+                        });
+                        None
+                    }
+                }
+            });
             if let Some(mut event) = event {
                 if let Some(buckets) = &buckets {
                     event.key = buckets.of(&event.key);
-                }
-                if let Some(w) = watermark.observe(event.timestamp) {
-                    batch.advances.push((seq, w));
                 }
                 let shard = shard_of(key_group(&event.key), n);
                 batch.per_shard[shard].push(Staged {
@@ -157,7 +191,7 @@ impl Router<'_> {
                 self.publish(seq, watermark.current(), source.position().offset);
             }
             if due {
-                let position = self.position(&*source, seq, watermark.current(), false);
+                let position = self.position(&*source, seq, &watermark, false);
                 if !self.barrier(batch_id, position) {
                     return Ok(seq - start.events);
                 }
@@ -166,9 +200,9 @@ impl Router<'_> {
                 checkpointed = (seq, watermark.current());
             }
         }
-        let end = watermark.finish();
+        watermark.finish();
         if self.send(&mut batch, batch_id, true) && self.checkpoint_interval.is_some() {
-            let position = self.position(&*source, seq, end, true);
+            let position = self.position(&*source, seq, &watermark, true);
             self.barrier(batch_id + 1, position);
         }
         info!(events = seq - start.events, "input finished");
@@ -195,7 +229,7 @@ impl Router<'_> {
         &mut self,
         source: &dyn Source,
         events: u64,
-        watermark: Millis,
+        watermark: &PartitionedWatermark,
         finished: bool,
     ) -> Position {
         if let (Some(current), Some(requested)) = (&self.routing, self.control.take_request())
@@ -232,7 +266,8 @@ impl Router<'_> {
         Position {
             source: source.position(),
             events,
-            watermark,
+            watermark: watermark.current(),
+            partitions: watermark.marks(),
             finished,
             started: Instant::now(),
             routing: self.routing.clone(),
@@ -297,7 +332,7 @@ fn event_of(
 ) -> Option<crate::event::Event> {
     match record {
         Record::Tick | Record::Advance(_) => None,
-        Record::Clock(ms) => {
+        Record::Clock(ms, _) => {
             *ingest_clock = Some(ms);
             None
         }
@@ -359,4 +394,22 @@ impl Buckets {
     fn of(&self, key: &str) -> Arc<str> {
         self.0[usize::from(key_group(key) % BUCKETS)].clone()
     }
+}
+
+/// The watermark partition of `event`: its `partition_field`'s value (text or integer), else
+/// the partition the producer named for its batch, else the pipeline's only one (`""`).
+fn partition_of<'a>(
+    event: &'a crate::event::Event,
+    partition_field: Option<&str>,
+    named: &'a Option<Arc<str>>,
+) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    if let Some(field) = partition_field {
+        return match event.fields.iter().find(|(name, _)| &**name == field) {
+            Some((_, crate::value::Value::Text(text))) => Cow::Borrowed(text.as_str()),
+            Some((_, crate::value::Value::Int(i))) => Cow::Owned(i.to_string()),
+            _ => Cow::Borrowed(""),
+        };
+    }
+    Cow::Borrowed(named.as_deref().unwrap_or(""))
 }

@@ -383,8 +383,8 @@ impl Slot {
 
     /// Appends events to the ingest log, whole and durably, while the pipeline runs and is not
     /// behind by more than its `max_behind` (then `Busy`: 429 with `Retry-After`). Returns how
-    /// many lines were accepted.
-    pub fn ingest(&self, lines: &[&str]) -> Result<usize, RequestError> {
+    /// many lines were accepted. `partition` is the watermark partition the producer named.
+    pub fn ingest(&self, lines: &[&str], partition: Option<&str>) -> Result<usize, RequestError> {
         let (control, max_behind) = {
             let mut inner = self.lock();
             Self::reap(&mut inner);
@@ -416,7 +416,7 @@ impl Slot {
                 )));
             }
         }
-        log.append(crate::time::wall_clock_ms() as i64, lines)?;
+        log.append(crate::time::wall_clock_ms() as i64, partition, lines)?;
         metrics::counter!("weir_ingested_events_total", "pipeline" => self.name.clone())
             .increment(lines.len() as u64);
         Ok(lines.len())

@@ -136,12 +136,23 @@ impl IngestLog {
         self.gate.clone()
     }
 
-    /// Appends one batch of event lines, stamped with the wall clock `now_ms`, whole and
+    /// Appends one batch of event lines, stamped with the wall clock `now_ms` and the watermark
+    /// partition the producer named (already checked: a name without spaces), whole and
     /// durably, or not at all.
-    pub fn append(&self, now_ms: i64, lines: &[&str]) -> Result<(), IngestError> {
+    pub fn append(
+        &self,
+        now_ms: i64,
+        partition: Option<&str>,
+        lines: &[&str],
+    ) -> Result<(), IngestError> {
         let mut text = Vec::with_capacity(48 + lines.iter().map(|l| l.len() + 2).sum::<usize>());
         text.extend_from_slice(CLOCK_PREFIX);
-        text.extend_from_slice(format!("{now_ms}\n").as_bytes());
+        match partition {
+            Some(partition) => {
+                text.extend_from_slice(format!("{now_ms} partition={partition}\n").as_bytes())
+            }
+            None => text.extend_from_slice(format!("{now_ms}\n").as_bytes()),
+        }
         for line in lines {
             if line.starts_with('#') {
                 text.push(b' ');
@@ -372,10 +383,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ingest.jsonl");
         let log = IngestLog::open(&path).unwrap();
-        log.append(5, &["{\"b\":2}", "#weir end"]).unwrap();
+        log.append(5, None, &["{\"b\":2}", "#weir end"]).unwrap();
+        log.append(6, Some("eu-1"), &["{\"c\":3}"]).unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            "#weir ingest_ms=5\n{\"b\":2}\n #weir end\n#weir end\n"
+            "#weir ingest_ms=5\n{\"b\":2}\n #weir end\n#weir end\n\
+             #weir ingest_ms=6 partition=eu-1\n{\"c\":3}\n#weir end\n"
         );
     }
 }

@@ -199,10 +199,15 @@ impl Source for LineReader {
             if self.gate.is_some()
                 && let Some(ms) = bytes.strip_prefix(CLOCK_PREFIX)
             {
-                let ms = std::str::from_utf8(ms).ok().and_then(|ms| ms.parse().ok());
-                let ms = ms.unwrap_or(i64::MAX);
+                // `<ms>` or `<ms> partition=<name>`.
+                let text = std::str::from_utf8(ms).unwrap_or("");
+                let (ms, partition) = match text.split_once(' ') {
+                    Some((ms, rest)) => (ms, rest.strip_prefix("partition=")),
+                    None => (text, None),
+                };
+                let ms = ms.parse().unwrap_or(i64::MAX);
                 self.clock = Some(ms);
-                return Ok(Some(Record::Clock(ms)));
+                return Ok(Some(Record::Clock(ms, partition.map(Into::into))));
             }
             return Ok(Some(Record::Line(self.line, bytes)));
         }

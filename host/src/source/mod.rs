@@ -44,8 +44,9 @@ pub enum Record {
     /// send what it holds, take due checkpoints and notice a stop.
     Tick,
     /// The wall clock (ms) at which the events that follow were accepted (HTTP ingest): what
-    /// "too far in the future" is judged against, the same on every replay.
-    Clock(i64),
+    /// "too far in the future" and idle partitions are judged against, the same on every
+    /// replay; and the watermark partition the producer named for them, if any.
+    Clock(i64, Option<std::sync::Arc<str>>),
     /// The input was quiet for this many ms of wall clock (HTTP ingest with
     /// `advance_when_idle`): the watermark moves on by as much.
     Advance(i64),

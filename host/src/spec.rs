@@ -99,6 +99,9 @@ pub struct PipelineSpec {
     /// An HTTP source's bound: how many bytes of accepted events the pipeline may have still to
     /// read before ingest answers 429 with `Retry-After` (`[source] max_behind`).
     pub max_behind: u64,
+    /// An HTTP source's ingest log segment size: segments wholly before the last checkpoint
+    /// are deleted (`[source] segment_size`).
+    pub segment_size: u64,
     /// What operators may use and how much.
     pub sandbox: SandboxSpec,
     /// How window results are written (`[emit]`).
@@ -207,6 +210,8 @@ pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
 pub const DEFAULT_MAX_AHEAD: Millis = 86_400_000;
 /// The default bound on accepted events an HTTP pipeline has still to read: 64 MiB.
 pub const DEFAULT_MAX_BEHIND: u64 = 64 << 20;
+/// The default size of an ingest log segment: 64 MiB.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 
 /// The default memory budget per shard: 256 MiB.
 pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
@@ -630,9 +635,14 @@ struct RawSandbox {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 enum RawSource {
-    File { path: PathBuf },
+    File {
+        path: PathBuf,
+    },
     Stdin,
-    Http { max_behind: Option<RawSize> },
+    Http {
+        max_behind: Option<RawSize>,
+        segment_size: Option<RawSize>,
+    },
     Generator(GeneratorSpec),
     Nexmark(NexmarkSpec),
 }
@@ -1383,14 +1393,27 @@ impl RawSpec {
     /// `sink_base`.
     fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
-        let max_behind = match &self.source {
-            RawSource::Http { max_behind } => {
-                match size("source.max_behind", max_behind, DEFAULT_MAX_BEHIND as usize)? {
-                    0 => return Err(invalid("source.max_behind must be more than 0 bytes")),
-                    bytes => bytes as u64,
+        let (max_behind, segment_size) = match &self.source {
+            RawSource::Http {
+                max_behind,
+                segment_size,
+            } => {
+                let behind =
+                    match size("source.max_behind", max_behind, DEFAULT_MAX_BEHIND as usize)? {
+                        0 => return Err(invalid("source.max_behind must be more than 0 bytes")),
+                        bytes => bytes as u64,
+                    };
+                let segment = size(
+                    "source.segment_size",
+                    segment_size,
+                    DEFAULT_SEGMENT_SIZE as usize,
+                )?;
+                if segment < 1024 {
+                    return Err(invalid("source.segment_size must be at least 1KiB"));
                 }
+                (behind, segment as u64)
             }
-            _ => DEFAULT_MAX_BEHIND,
+            _ => (DEFAULT_MAX_BEHIND, DEFAULT_SEGMENT_SIZE),
         };
         let source = check_source(self.source, base)?;
         if let SourceSpec::Nexmark(nexmark) = &source {
@@ -1527,6 +1550,7 @@ impl RawSpec {
             checkpoint_interval,
             memory_budget,
             max_behind,
+            segment_size,
             emit,
             sandbox,
         })

@@ -398,3 +398,76 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("Weir-Partition"), "{body}");
 }
+
+/// The bytes of a served pipeline's ingest log on disk, over all its segments.
+fn ingest_log_bytes(data: &std::path::Path, pipeline: &str) -> (u64, usize) {
+    let dir = data.join("pipelines").join(pipeline);
+    let segments: Vec<u64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ingest.jsonl"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    (segments.iter().sum(), segments.len())
+}
+
+#[test]
+fn the_ingest_log_stays_bounded_under_steady_load_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = spec();
+    spec["name"] = json!("steady");
+    spec["source"] = json!({"type": "http", "segment_size": "16KiB"});
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/steady/start", Some(ADMIN), b""),
+        200,
+    );
+    // 6,000 events (about 330 KB of log) in 60 batches, while the pipeline keeps up.
+    let events = clicks(6_000, 20);
+    let mut largest = 0;
+    for chunk in events.chunks(100) {
+        server.ingest("steady", chunk);
+        thread::sleep(Duration::from_millis(20));
+        largest = largest.max(ingest_log_bytes(dir.path(), "steady").0);
+    }
+    server.wait_for_events_in("steady", events.len());
+    let written = std::fs::read_to_string(dir.path().join("pipelines/steady/out/results.jsonl"))
+        .map(|t| t.len())
+        .unwrap_or(0);
+    assert!(written > 0);
+    // Segments behind the last checkpoint go: the log on disk stays within a few segments
+    // (16 KiB each, plus the batch that fills one), far below what was sent.
+    let (now, count) = server.wait_for("the log to be truncated", PATIENCE, || {
+        let (bytes, count) = ingest_log_bytes(dir.path(), "steady");
+        if bytes < 64 * 1024 {
+            Ok((bytes, count))
+        } else {
+            Err(format!("{bytes} bytes in {count} segments"))
+        }
+    });
+    assert!(largest < 160 * 1024, "the log grew to {largest} bytes");
+    assert!(count >= 1 && now < 64 * 1024);
+    let (code, page) = server.get("/metrics", Some(ADMIN));
+    assert_eq!(code, 200);
+    let gauge = sample(&page, "weir_ingest_log_bytes", &[("pipeline", "steady")]);
+    assert!(gauge.is_some_and(|b| b < 160.0 * 1024.0), "{gauge:?}");
+    // A server killed now resumes from its checkpoint in a later segment, losing and
+    // repeating nothing.
+    server.kill();
+    let server = Server::start(dir.path());
+    let end = crate::serve::far_future(&events);
+    server.ingest("steady", std::slice::from_ref(&end));
+    let mut all = events.clone();
+    all.push(end);
+    let expected = live_model(&all);
+    let results = server.wait_for_results("steady", &expected);
+    assert_same_emissions(&server, &results, &expected);
+    assert_unique_ids(&results);
+}

@@ -228,6 +228,7 @@ fn commit(
     control
         .metrics
         .checkpointed(&stats, hot as u64, state_bytes);
+    (control.stats.checkpointed_offset).store(position.source.offset, Ordering::Relaxed);
     control
         .stats
         .state_keys

@@ -47,6 +47,8 @@ pub struct LiveStats {
     pub watermark: AtomicI64,
     /// How far into its input (bytes) the router has read.
     pub input_offset: AtomicU64,
+    /// The input offset (bytes) of the last committed checkpoint: a replay starts there.
+    pub checkpointed_offset: AtomicU64,
     /// Scopes held in memory, over all shards, at the last checkpoint.
     pub state_keys: AtomicU64,
     /// The last committed checkpoint.
@@ -62,6 +64,7 @@ impl Default for LiveStats {
             dead_letters: AtomicU64::new(0),
             watermark: AtomicI64::new(MINUS_INFINITY),
             input_offset: AtomicU64::new(0),
+            checkpointed_offset: AtomicU64::new(0),
             state_keys: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
         }

@@ -3,9 +3,9 @@
 //! rollback reason). The running thread and its figures are the [`Slot`](super::Slot)'s.
 //!
 //! Files in `<data dir>/pipelines/<name>/`: `spec.json` (as sent), `desired.json` (running or
-//! not, the rollout and any rollback reason), `ingest.jsonl` (the durable ingest log an HTTP
-//! source reads), `data/` (state and checkpoints), `out/` (results, late events, dead letters,
-//! shadow results).
+//! not, the rollout and any rollback reason), `ingest.jsonl` and its later segments
+//! `ingest.jsonl.<offset>` (the durable ingest log an HTTP source reads), `data/` (state and
+//! checkpoints), `out/` (results, late events, dead letters, shadow results).
 
 use std::path::{Path, PathBuf};
 

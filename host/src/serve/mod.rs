@@ -378,6 +378,7 @@ impl Server {
     pub fn tick(&self) {
         for slot in self.slots() {
             slot.advance_if_idle();
+            slot.truncate_log();
             slot.tick();
         }
     }

@@ -67,6 +67,8 @@ pub struct Slot {
     ingesting: Arc<tokio::sync::Semaphore>,
     /// Set when the pipeline is deleted: its files are gone and must not be opened again.
     closed: std::sync::atomic::AtomicBool,
+    /// The checkpointed input offset the ingest log was last truncated to.
+    truncated: std::sync::atomic::AtomicU64,
 }
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
@@ -126,6 +128,7 @@ impl Slot {
             ingest: Mutex::new(None),
             ingesting: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INGESTS)),
             closed: std::sync::atomic::AtomicBool::new(false),
+            truncated: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -202,7 +205,11 @@ impl Slot {
         if let Some(log) = &*ingest {
             return Ok(log.clone());
         }
-        let log = Arc::new(IngestLog::open(&self.dir.join(INGEST_FILE))?);
+        let segment_size = match &self.lock().managed {
+            Ok(managed) => managed.spec.segment_size,
+            Err(_) => crate::spec::DEFAULT_SEGMENT_SIZE,
+        };
+        let log = Arc::new(IngestLog::open(&self.dir.join(INGEST_FILE), segment_size)?);
         *ingest = Some(log.clone());
         Ok(log)
     }
@@ -525,6 +532,35 @@ impl Slot {
             }
             Ok(None) => {}
             Err(e) => warn!(pipeline = %self.name, error = %e, "could not append an idle advance"),
+        }
+    }
+
+    /// Deletes the ingest log's segments before the last checkpoint's input offset (a replay
+    /// starts there), once per new checkpoint offset, and publishes the log's size on disk.
+    pub fn truncate_log(&self) {
+        let offset = match self.inner.try_lock() {
+            Ok(inner) => match &inner.control {
+                Some(control) => control.stats.checkpointed_offset.load(Ordering::Relaxed),
+                None => return,
+            },
+            Err(_) => return, // busy: the next tick comes soon
+        };
+        if offset <= self.truncated.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(log) = self.ingest.lock().expect("ingest lock").clone() else {
+            return;
+        };
+        match log.truncate_before(offset) {
+            Ok(freed) => {
+                self.truncated.store(offset, Ordering::Relaxed);
+                if freed > 0 {
+                    tracing::debug!(pipeline = %self.name, offset, freed, "ingest log truncated");
+                }
+                metrics::gauge!("weir_ingest_log_bytes", "pipeline" => self.name.clone())
+                    .set(log.disk_bytes() as f64);
+            }
+            Err(e) => warn!(pipeline = %self.name, error = %e, "could not truncate the ingest log"),
         }
     }
 

@@ -11,6 +11,13 @@
 //! acknowledged) is cut off whole. Event lines never start with `#` (the writer indents such a
 //! line, which stays a dead letter).
 //!
+//! The log is a chain of segments: `ingest.jsonl` holds its first bytes, and once the current
+//! segment reaches the segment size, the next batch starts a new one, `ingest.jsonl.<offset>`,
+//! named by the log offset of its first byte, so offsets (which checkpoints record) never
+//! change. Segments wholly before the last checkpoint's offset are deleted
+//! ([`IngestLog::truncate_before`]): a replay starts there, so the log's size stays bounded under
+//! steady load.
+//!
 //! A pipeline with `[watermark] advance_when_idle` gets advance batches while its input is
 //! quiet: a clock line and `#weir advance_ms=<ms>`, the wall-clock time since the previous
 //! batch of any kind. The reader moves the watermark on by that much, so the advance is part of
@@ -84,11 +91,60 @@ impl IngestGate {
     }
 }
 
+/// The file of a log's segment that starts at log offset `base`.
+pub fn segment_path(log: &Path, base: u64) -> PathBuf {
+    match base {
+        0 => log.to_owned(),
+        _ => {
+            let name = log
+                .file_name()
+                .map_or_else(Default::default, |n| n.to_string_lossy());
+            log.with_file_name(format!("{name}.{base}"))
+        }
+    }
+}
+
+/// A log's segments that exist, as `(base offset, file)`, ascending.
+pub fn segments(log: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let name = log
+        .file_name()
+        .map_or_else(Default::default, |n| n.to_string_lossy());
+    let prefix = format!("{name}.");
+    let dir = log
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut found = Vec::new();
+    if log.exists() {
+        found.push((0, log.to_owned()));
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let base = (file_name.to_str())
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|b| b.parse::<u64>().ok());
+        if let Some(base) = base.filter(|b| *b > 0) {
+            found.push((base, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The segment being written: its file and the log offset of its first byte.
+#[derive(Debug)]
+struct Segment {
+    file: File,
+    base: u64,
+}
+
 /// The writer's side of a pipeline's ingest log.
 #[derive(Debug)]
 pub struct IngestLog {
     path: PathBuf,
-    file: Mutex<File>,
+    segment_size: u64,
+    file: Mutex<Segment>,
     gate: Arc<IngestGate>,
     /// The wall clock (ms) of the last batch appended (or of opening the log).
     last_append: AtomicI64,
@@ -97,20 +153,25 @@ pub struct IngestLog {
 }
 
 impl IngestLog {
-    /// Opens (or creates) the log. A batch without its end line (a crash during an append that
-    /// was never acknowledged) is cut off whole, so none of its events is ever read and the
-    /// next batch starts on a line of its own.
-    pub fn open(path: &Path) -> Result<IngestLog, IngestError> {
+    /// Opens (or creates) the log, whose segments start a new file once they hold
+    /// `segment_size` bytes. A batch without its end line (a crash during an append that was
+    /// never acknowledged) is cut off whole, so none of its events is ever read and the next
+    /// batch starts on a line of its own.
+    pub fn open(path: &Path, segment_size: u64) -> Result<IngestLog, IngestError> {
         let io = |source| IngestError::Io {
             path: path.to_owned(),
             source,
         };
+        let (base, last) = segments(path)
+            .map_err(io)?
+            .pop()
+            .unwrap_or_else(|| (0, path.to_owned()));
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
-            .open(path)
+            .open(&last)
             .map_err(io)?;
         let length = complete_length(&mut file).map_err(io)?;
         if file.metadata().map_err(io)?.len() != length {
@@ -118,10 +179,11 @@ impl IngestLog {
             file.sync_data().map_err(io)?;
         }
         let gate = Arc::new(IngestGate::default());
-        gate.commit(length);
+        gate.commit(base + length);
         Ok(IngestLog {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            segment_size: segment_size.max(1),
+            file: Mutex::new(Segment { file, base }),
             gate,
             last_append: AtomicI64::new(crate::time::wall_clock_ms() as i64),
             #[cfg(debug_assertions)]
@@ -186,16 +248,71 @@ impl IngestLog {
         self.write_batch(file, now_ms, &text).map(|()| Some(quiet))
     }
 
+    /// Deletes the segments that end at or before log offset `offset` (the last checkpoint's:
+    /// a replay starts there), never the one being written. Returns the bytes freed.
+    pub fn truncate_before(&self, offset: u64) -> Result<u64, IngestError> {
+        let _writing = self.file.lock().expect("ingest log lock");
+        let io = |source| IngestError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let all = segments(&self.path).map_err(io)?;
+        let mut freed = 0;
+        for pair in all.windows(2) {
+            let ((_, file), (next_base, _)) = (&pair[0], &pair[1]);
+            if *next_base > offset {
+                break;
+            }
+            freed += std::fs::metadata(file).map_or(0, |m| m.len());
+            std::fs::remove_file(file).map_err(io)?;
+        }
+        Ok(freed)
+    }
+
+    /// Bytes of the log on disk (every segment).
+    pub fn disk_bytes(&self) -> u64 {
+        let all = segments(&self.path).unwrap_or_default();
+        all.iter()
+            .map(|(_, file)| std::fs::metadata(file).map_or(0, |m| m.len()))
+            .sum()
+    }
+
+    /// Starts a new segment at log offset `start` once the current one is full.
+    fn roll_if_full(&self, segment: &mut Segment, start: u64) -> std::io::Result<()> {
+        if start - segment.base < self.segment_size {
+            return Ok(());
+        }
+        let path = segment_path(&self.path, start);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        *segment = Segment { file, base: start };
+        Ok(())
+    }
+
     /// Writes one framed batch at the end of the committed log, durably, and commits it; or
     /// cuts back whatever part of it reached the file.
     fn write_batch(
         &self,
-        mut file: std::sync::MutexGuard<'_, File>,
+        mut segment: std::sync::MutexGuard<'_, Segment>,
         now_ms: i64,
         text: &[u8],
     ) -> Result<(), IngestError> {
         let start = self.gate.committed();
-        match self.write_at(&mut file, start, text) {
+        if let Err(source) = self.roll_if_full(&mut segment, start) {
+            return Err(IngestError::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        let base = segment.base;
+        match self.write_at(&mut segment.file, start - base, text) {
             Ok(()) => {
                 self.gate.commit(start + text.len() as u64);
                 self.last_append.fetch_max(now_ms, Ordering::AcqRel);
@@ -204,8 +321,8 @@ impl IngestLog {
             Err(source) => {
                 // Cut back whatever part of the batch reached the file: the next batch must
                 // start where this one did.
-                let _ = file.set_len(start);
-                let _ = file.sync_data();
+                let _ = segment.file.set_len(start - base);
+                let _ = segment.file.sync_data();
                 Err(match source.kind() {
                     std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
                         IngestError::DiskFull
@@ -314,23 +431,54 @@ fn last_newline(file: &mut File, length: u64) -> std::io::Result<u64> {
     Ok(found.unwrap_or(0))
 }
 
-/// A file read only up to the gate's committed length.
+/// A log read only up to the gate's committed length, segment after segment.
 pub(super) struct GatedFile {
-    pub file: File,
-    pub position: u64,
-    pub gate: Arc<IngestGate>,
+    log: PathBuf,
+    file: File,
+    position: u64,
+    gate: Arc<IngestGate>,
+}
+
+impl GatedFile {
+    /// The log at `log`, read from log offset `offset` on.
+    pub(super) fn open_at(log: &Path, offset: u64, gate: Arc<IngestGate>) -> std::io::Result<Self> {
+        let Some((base, path)) = segments(log)?
+            .into_iter()
+            .rfind(|(base, _)| *base <= offset)
+        else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the ingest log before offset {offset} was deleted after a checkpoint"),
+            ));
+        };
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(offset - base))?;
+        Ok(GatedFile {
+            log: log.to_owned(),
+            file,
+            position: offset,
+            gate,
+        })
+    }
 }
 
 impl Read for GatedFile {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let room = self.gate.committed().saturating_sub(self.position);
-        if room == 0 {
-            return Ok(0);
+        loop {
+            let room = self.gate.committed().saturating_sub(self.position);
+            if room == 0 {
+                return Ok(0);
+            }
+            let want = buf.len().min(room as usize);
+            let n = self.file.read(&mut buf[..want])?;
+            if n > 0 {
+                self.position += n as u64;
+                return Ok(n);
+            }
+            // The end of a full segment, with committed bytes beyond: they are in the next one,
+            // which starts here.
+            self.file = File::open(segment_path(&self.log, self.position))?;
         }
-        let want = buf.len().min(room as usize);
-        let n = self.file.read(&mut buf[..want])?;
-        self.position += n as u64;
-        Ok(n)
     }
 }
 
@@ -342,7 +490,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ingest.jsonl");
         std::fs::write(&path, content).unwrap();
-        let log = IngestLog::open(&path).unwrap();
+        let log = IngestLog::open(&path, 1 << 20).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(log.gate().committed(), text.len() as u64);
         text
@@ -382,7 +530,7 @@ mod tests {
     fn appends_are_framed_and_indent_lines_that_look_like_control_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ingest.jsonl");
-        let log = IngestLog::open(&path).unwrap();
+        let log = IngestLog::open(&path, 1 << 20).unwrap();
         log.append(5, None, &["{\"b\":2}", "#weir end"]).unwrap();
         log.append(6, Some("eu-1"), &["{\"c\":3}"]).unwrap();
         assert_eq!(
@@ -390,5 +538,44 @@ mod tests {
             "#weir ingest_ms=5\n{\"b\":2}\n #weir end\n#weir end\n\
              #weir ingest_ms=6 partition=eu-1\n{\"c\":3}\n#weir end\n"
         );
+    }
+    #[test]
+    fn segments_roll_are_read_across_and_are_deleted_behind_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ingest.jsonl");
+        let log = IngestLog::open(&path, 100).unwrap();
+        let lines: Vec<String> = (0..20).map(|i| format!("{{\"n\":{i}}}")).collect();
+        for chunk in lines.chunks(3) {
+            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            log.append(1, None, &chunk).unwrap();
+        }
+        let all = segments(&path).unwrap();
+        assert!(all.len() > 3, "{all:?}");
+        let read_from = |offset: u64| {
+            let mut text = String::new();
+            GatedFile::open_at(&path, offset, log.gate())
+                .unwrap()
+                .read_to_string(&mut text)
+                .unwrap();
+            text
+        };
+        let whole = read_from(0);
+        assert_eq!(whole.len() as u64, log.gate().committed());
+        for n in 0..20 {
+            assert!(whole.contains(&format!("{{\"n\":{n}}}\n")), "{whole}");
+        }
+        // Behind a checkpoint in the third segment, the first two go; reading from there is
+        // unchanged, and the writer goes on.
+        let checkpoint = all[2].0 + 5;
+        let freed = log.truncate_before(checkpoint).unwrap();
+        assert!(freed > 0);
+        assert_eq!(segments(&path).unwrap()[0].0, all[2].0);
+        assert_eq!(read_from(checkpoint), whole[checkpoint as usize..]);
+        assert!(GatedFile::open_at(&path, 0, log.gate()).is_err());
+        log.append(2, None, &["{\"n\":20}"]).unwrap();
+        drop(log);
+        // Reopened, the log continues at the same length.
+        let reopened = IngestLog::open(&path, 100).unwrap();
+        assert_eq!(reopened.gate().committed() as usize, whole.len() + 37);
     }
 }

@@ -69,16 +69,23 @@ impl LineReader {
         gate: Option<Arc<IngestGate>>,
     ) -> Result<LineReader, SourceError> {
         let name = path.display().to_string();
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| SourceError::new(&name, e))?;
-        let mut reader = Self::open(path, cap)?;
+        let mut reader = Self::new(name.clone(), Box::new(std::io::empty()), cap);
+        reader.file = Some(path.to_owned());
         reader.tail = true;
+        if gate.is_none() {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| SourceError::new(&name, e))?;
+        }
         reader.gate = gate;
-        reader.reopen_at(0)?;
-        Ok(reader)
+        match reader.reopen_at(0) {
+            // An ingest log whose first segments were deleted after a checkpoint: the pipeline
+            // resumes from that checkpoint's offset, beyond them.
+            Err(e) if reader.gate.is_some() && e.is_not_found() => Ok(reader),
+            other => other.map(|()| reader),
+        }
     }
 
     /// Reads the file from `offset` on (through the gate, if there is one).
@@ -87,18 +94,16 @@ impl LineReader {
             return Ok(());
         };
         let fail = |error| SourceError::new(&self.name, error);
-        let mut file = std::fs::File::open(path).map_err(fail)?;
-        file.seek(SeekFrom::Start(offset)).map_err(fail)?;
         self.input = match &self.gate {
             Some(gate) => Box::new(BufReader::with_capacity(
                 1 << 16,
-                GatedFile {
-                    file,
-                    position: offset,
-                    gate: gate.clone(),
-                },
+                GatedFile::open_at(path, offset, gate.clone()).map_err(fail)?,
             )),
-            None => Box::new(BufReader::with_capacity(1 << 16, file)),
+            None => {
+                let mut file = std::fs::File::open(path).map_err(fail)?;
+                file.seek(SeekFrom::Start(offset)).map_err(fail)?;
+                Box::new(BufReader::with_capacity(1 << 16, file))
+            }
         };
         self.partial.clear();
         self.offset = offset;
@@ -226,8 +231,14 @@ impl Source for LineReader {
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
         let fail = |error| SourceError::new(&self.name, error);
         if let Some(path) = &self.file {
-            let file = std::fs::File::open(path).map_err(fail)?;
-            let len = file.metadata().map_err(fail)?.len();
+            // An ingest log is as long as its gate says (over all its segments).
+            let len = match &self.gate {
+                Some(gate) => gate.committed(),
+                None => {
+                    let file = std::fs::File::open(path).map_err(fail)?;
+                    file.metadata().map_err(fail)?.len()
+                }
+            };
             if len < position.offset {
                 return Err(fail(std::io::Error::other(format!(
                     "the file is {len} bytes, shorter than the checkpoint's position {}: \
@@ -235,7 +246,6 @@ impl Source for LineReader {
                     position.offset
                 ))));
             }
-            drop(file);
             self.reopen_at(position.offset)?;
             self.line = position.line;
             self.clock = position.clock;

@@ -61,6 +61,11 @@ pub struct SourceError {
 }
 
 impl SourceError {
+    /// Whether the input was not found.
+    pub fn is_not_found(&self) -> bool {
+        self.error.kind() == std::io::ErrorKind::NotFound
+    }
+
     fn new(source_name: &str, error: std::io::Error) -> Self {
         SourceError {
             source_name: source_name.to_owned(),

@@ -30,7 +30,7 @@ fn run(model: &ModelSpec, events: &[Ev], emit: &str) -> crate::support::Run {
 
 /// The model's emissions as a changelog: each update after the retraction of the window's
 /// previous result.
-fn as_changelog(model: &[Emission]) -> Vec<Emission> {
+pub fn as_changelog(model: &[Emission]) -> Vec<Emission> {
     let mut last: BTreeMap<(String, i64, i64), Emission> = BTreeMap::new();
     let mut out = Vec::new();
     for e in model {

@@ -471,3 +471,90 @@ fn the_ingest_log_stays_bounded_under_steady_load_and_survives_a_restart() {
     assert_same_emissions(&server, &results, &expected);
     assert_unique_ids(&results);
 }
+
+#[test]
+fn a_live_changelog_and_early_results_follow_the_model() {
+    use crate::reference::{ModelSpec, WindowKind};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let model = ModelSpec {
+        window: WindowKind::Tumbling { size: 1000 },
+        bound: 0,
+        lateness: 2000,
+    };
+    for (name, emit) in [
+        ("changelog", json!({"mode": "changelog"})),
+        ("early", json!({"mode": "early", "early_every": 4})),
+    ] {
+        let mut spec = spec();
+        spec["name"] = json!(name);
+        spec["window"]["allowed_lateness"] = json!(model.lateness);
+        spec["emit"] = emit;
+        server.expect(
+            "creating",
+            server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+            201,
+        );
+        let start = format!("/v1/pipelines/{name}/start");
+        server.expect("starting", server.post(&start, Some(ADMIN), b""), 200);
+    }
+    let mut events = clicks(400, 3);
+    // Late events within the allowed lateness: updates of windows already emitted.
+    let last = events.iter().map(|e| e.ts).max().unwrap();
+    for i in 0..6 {
+        events.push(crate::serve::ev(&format!("user-{}", i % 3), last - 1_500 - i * 100, 1));
+    }
+    for chunk in events.chunks(50) {
+        server.ingest("changelog", chunk);
+        server.ingest("early", chunk);
+    }
+    let watermark = events.iter().map(|e| e.ts).max().unwrap();
+    let live: Vec<_> = (run_model(&model, &events).emissions.into_iter())
+        .filter(|e| e.end <= watermark)
+        .collect();
+    assert!(
+        live.iter().any(|e| e.kind == "update"),
+        "late events update windows"
+    );
+    let expected = crate::emit::as_changelog(&live);
+    let results = server.wait_for_results("changelog", &expected);
+    assert_same_emissions(&server, &results, &expected);
+    // Early: every fourth event of a window shows its count before it closes; the rest is the
+    // model's, versions after the early ones.
+    let got = server.wait_for("the early pipeline's results", PATIENCE, || {
+        let got = emissions(&server.results("early"));
+        let closed = got.iter().filter(|e| e.kind != "early").count();
+        if closed >= live.len() {
+            Ok(got)
+        } else {
+            Err(format!("{closed} of {}", live.len()))
+        }
+    });
+    let mut early: std::collections::BTreeMap<(String, i64, i64), Vec<i64>> = Default::default();
+    for e in got.iter().filter(|e| e.kind == "early") {
+        early
+            .entry((e.key.clone(), e.start, e.end))
+            .or_default()
+            .push(e.count);
+    }
+    assert!(!early.is_empty());
+    for counts in early.values() {
+        assert_eq!(
+            counts,
+            &(1..=counts.len() as i64).map(|k| 4 * k).collect::<Vec<_>>()
+        );
+    }
+    let rest: Vec<_> = (got.iter().filter(|e| e.kind != "early"))
+        .map(|e| {
+            let before = early
+                .get(&(e.key.clone(), e.start, e.end))
+                .map_or(0, Vec::len) as u64;
+            crate::reference::Emission {
+                version: e.version - before,
+                ..e.clone()
+            }
+        })
+        .collect();
+    assert_eq!(rest, live);
+}

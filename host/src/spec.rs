@@ -120,6 +120,9 @@ pub struct EmitSpec {
     pub changelog: bool,
     /// Early results every this many events of a window.
     pub early_every: Option<u64>,
+    /// HTTP sources: early results of every window that changed, every this long of wall
+    /// clock (`early_interval`).
+    pub early_interval: Option<Millis>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -127,11 +130,26 @@ pub struct EmitSpec {
 struct RawEmit {
     mode: Option<String>,
     early_every: Option<u64>,
+    early_interval: Option<RawDuration>,
 }
 
 /// Checks the `[emit]`. Early results are the aggregate's: with stages (or a global
-/// aggregate, whose combine is a stage) the output is a later stage's, which has none.
-fn check_emit(raw: &RawEmit, windowed: bool, staged: bool) -> Result<EmitSpec> {
+/// aggregate, whose combine is a stage) the output is a later stage's, which has none. Early
+/// results by wall clock need the ingest log to record when they are due (an HTTP source).
+fn check_emit(raw: &RawEmit, windowed: bool, staged: bool, http: bool) -> Result<EmitSpec> {
+    let interval = match &raw.early_interval {
+        None => None,
+        Some(_) if raw.mode.as_deref() != Some("early") => {
+            return Err(invalid("emit.early_interval is for emit.mode = \"early\""));
+        }
+        Some(_) if !http => {
+            return Err(invalid(
+                "emit.early_interval is for an HTTP source (weir serve records when each early \
+                 result is due in the ingest log); use early_every with other sources",
+            ));
+        }
+        Some(raw) => Some(positive("emit.early_interval", Some(raw))?),
+    };
     let mode = raw.mode.as_deref().unwrap_or("on_close");
     if mode == "early" && staged {
         return Err(invalid(
@@ -148,18 +166,23 @@ fn check_emit(raw: &RawEmit, windowed: bool, staged: bool) -> Result<EmitSpec> {
         ("on_close", None) => Ok(EmitSpec::default()),
         ("changelog", None) => Ok(EmitSpec {
             changelog: true,
-            early_every: None,
+            ..EmitSpec::default()
+        }),
+        ("early", None) if interval.is_some() => Ok(EmitSpec {
+            early_interval: interval,
+            ..EmitSpec::default()
         }),
         ("early", Some(every @ 1..=1_000_000_000)) => Ok(EmitSpec {
             changelog: false,
             early_every: Some(every),
+            early_interval: interval,
         }),
         ("early", Some(other)) => Err(invalid(format!(
             "emit.early_every = {other}: give 1 to 1000000000 events per early result"
         ))),
         ("early", None) => Err(invalid(
-            "emit.mode = \"early\" needs early_every: a window's current result every that many \
-             of its events",
+            "emit.mode = \"early\" needs early_every (a window's current result every that many \
+             of its events) or early_interval (every window's that changed, that often)",
         )),
         ("on_close" | "changelog", Some(_)) => {
             Err(invalid("emit.early_every is for emit.mode = \"early\""))
@@ -1471,7 +1494,8 @@ impl RawSpec {
         };
         let (window, allowed_lateness) = check_window(self.window)?;
         let staged = !self.stages.is_empty() || self.operators.iter().any(|op| op.global);
-        let emit = check_emit(&self.emit, window.is_some(), staged)?;
+        let http = matches!(source, SourceSpec::Http(_));
+        let emit = check_emit(&self.emit, window.is_some(), staged, http)?;
         let join = match self.join {
             Some(_) if self.operators.iter().any(|op| op.global) => {
                 return Err(invalid(

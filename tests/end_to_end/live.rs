@@ -503,7 +503,11 @@ fn a_live_changelog_and_early_results_follow_the_model() {
     // Late events within the allowed lateness: updates of windows already emitted.
     let last = events.iter().map(|e| e.ts).max().unwrap();
     for i in 0..6 {
-        events.push(crate::serve::ev(&format!("user-{}", i % 3), last - 1_500 - i * 100, 1));
+        events.push(crate::serve::ev(
+            &format!("user-{}", i % 3),
+            last - 1_500 - i * 100,
+            1,
+        ));
     }
     for chunk in events.chunks(50) {
         server.ingest("changelog", chunk);
@@ -557,4 +561,95 @@ fn a_live_changelog_and_early_results_follow_the_model() {
         })
         .collect();
     assert_eq!(rest, live);
+}
+
+#[test]
+fn early_results_by_wall_clock_show_each_window_as_its_events_arrive() {
+    use crate::serve::{BASE_TS, ev, far_future};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = spec();
+    spec["name"] = json!("ticking");
+    spec["window"]["size"] = json!(60_000);
+    spec["emit"] = json!({"mode": "early", "early_interval": "300ms"});
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/ticking/start", Some(ADMIN), b""),
+        200,
+    );
+    // Five batches 700 ms apart, all in one minute window per key: early lines fall between
+    // batches, so each early count is a key's count after some whole batch.
+    let batches: Vec<Vec<_>> = (0..5)
+        .map(|b| {
+            (0..20)
+                .map(|i| ev(&format!("user-{}", i % 2), BASE_TS + b * 1_000 + i, 1))
+                .collect()
+        })
+        .collect();
+    let mut after_batch: Vec<std::collections::BTreeMap<String, i64>> = Vec::new();
+    let mut counts = std::collections::BTreeMap::new();
+    for batch in &batches {
+        server.ingest("ticking", batch);
+        for e in batch {
+            *counts.entry(e.key.clone()).or_insert(0) += 1;
+        }
+        after_batch.push(counts.clone());
+        thread::sleep(Duration::from_millis(700));
+    }
+    let all: Vec<_> = batches.concat();
+    server.ingest("ticking", &[far_future(&all)]);
+    let mut with_end = all.clone();
+    with_end.push(far_future(&all));
+    let minute = crate::reference::ModelSpec {
+        window: crate::reference::WindowKind::Tumbling { size: 60_000 },
+        ..MODEL
+    };
+    let watermark = with_end.iter().map(|e| e.ts).max().unwrap();
+    let expected: Vec<_> = (run_model(&minute, &with_end).emissions.into_iter())
+        .filter(|e| e.end <= watermark)
+        .collect();
+    let got = server.wait_for("the final results", PATIENCE, || {
+        let got = emissions(&server.results("ticking"));
+        let closed = got.iter().filter(|e| e.kind != "early").count();
+        if closed >= expected.len() {
+            Ok(got)
+        } else {
+            Err(format!("{got:?}"))
+        }
+    });
+    let early: Vec<_> = got.iter().filter(|e| e.kind == "early").collect();
+    for key in ["user-0", "user-1"] {
+        let shown: Vec<i64> = early
+            .iter()
+            .filter(|e| e.key == key)
+            .map(|e| e.count)
+            .collect();
+        assert!(shown.len() >= 3, "{key}: early counts {shown:?}");
+        let possible: Vec<i64> = after_batch.iter().map(|c| c[key]).collect();
+        assert!(
+            shown.iter().all(|c| possible.contains(c)),
+            "{key}: {shown:?} not in {possible:?}"
+        );
+        assert!(
+            shown.windows(2).all(|w| w[0] < w[1]),
+            "{key}: an unchanged window was shown again"
+        );
+    }
+    let rest: Vec<_> = (got.iter().filter(|e| e.kind != "early"))
+        .map(|e| crate::reference::Emission {
+            version: e.version
+                - early
+                    .iter()
+                    .filter(|x| x.key == e.key && x.start == e.start)
+                    .count() as u64,
+            ..e.clone()
+        })
+        .collect();
+    assert_eq!(rest, expected);
 }

@@ -18,6 +18,8 @@ pub(super) enum ShardMsg {
         id: u64,
         events: Vec<Staged>,
         advances: Arc<Vec<(u64, Millis)>>,
+        /// Arrival indexes after which every changed window emits early.
+        early: Arc<Vec<u64>>,
         end_of_input: bool,
     },
     Barrier {

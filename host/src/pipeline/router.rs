@@ -51,6 +51,7 @@ pub(super) struct Router<'a> {
 struct Batch {
     per_shard: Vec<Vec<Staged>>,
     advances: Vec<(u64, Millis)>,
+    early: Vec<u64>,
     dead: Vec<DeadLetter>,
     records: usize,
 }
@@ -78,6 +79,7 @@ impl Router<'_> {
         let mut batch = Batch {
             per_shard: (0..n).map(|_| Vec::new()).collect(),
             advances: Vec::new(),
+            early: Vec::new(),
             dead: Vec::new(),
             records: 0,
         };
@@ -115,6 +117,10 @@ impl Router<'_> {
                 Record::Clock(ms, partition) => {
                     named_partition = partition.clone();
                     watermark.clock(*ms)
+                }
+                Record::Early if seq > 0 => {
+                    batch.early.push(seq - 1);
+                    None
                 }
                 _ => None,
             };
@@ -181,8 +187,11 @@ impl Router<'_> {
             });
             // While the input pauses, send what we hold: results should not wait for a full
             // batch.
-            let idle =
-                tick && (batch.records > 0 || !batch.advances.is_empty() || !batch.dead.is_empty());
+            let idle = tick
+                && (batch.records > 0
+                    || !batch.advances.is_empty()
+                    || !batch.early.is_empty()
+                    || !batch.dead.is_empty());
             if batch.records >= spec.batch_size || due || idle {
                 if !self.send(&mut batch, batch_id, false) {
                     return Ok(seq - start.events);
@@ -276,6 +285,7 @@ impl Router<'_> {
 
     fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
+        let early = Arc::new(std::mem::take(&mut batch.early));
         // A send waits only while the shard's queue is full: that wait is backpressure.
         let started = Instant::now();
         for (shard, tx) in self.shards.iter().enumerate() {
@@ -285,6 +295,7 @@ impl Router<'_> {
                     id,
                     events,
                     advances: advances.clone(),
+                    early: early.clone(),
                     end_of_input,
                 })
                 .is_err()
@@ -331,7 +342,7 @@ fn event_of(
     dead: &mut Vec<DeadLetter>,
 ) -> Option<crate::event::Event> {
     match record {
-        Record::Tick | Record::Advance(_) => None,
+        Record::Tick | Record::Advance(_) | Record::Early => None,
         Record::Clock(ms, _) => {
             *ingest_clock = Some(ms);
             None

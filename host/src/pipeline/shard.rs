@@ -13,7 +13,7 @@ use crate::operator::{AggregateCode, Limits, LoadError, Projection};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
-use crate::window::{Context, EngineError, EngineOutput, WindowEngine};
+use crate::window::{Context, EngineError, EngineOutput, Timeline, WindowEngine};
 
 /// What a shard produced for one batch.
 #[derive(Debug, Default)]
@@ -148,13 +148,14 @@ impl Shard {
             .map(|(_, versioned, _)| versioned.routing())
     }
 
-    /// Processes this shard's events of one batch with all of the batch's watermark advances.
+    /// Processes this shard's events of one batch with all of the batch's watermark advances
+    /// and early firings.
     pub fn process(
         &mut self,
         mut events: Vec<Staged>,
-        advances: &[(u64, Millis)],
-        end_of_input: bool,
+        timeline: &Timeline<'_>,
     ) -> Result<ShardOutput, EngineError> {
+        let (advances, end_of_input) = (timeline.advances, timeline.end_of_input);
         let mut out = ShardOutput::default();
         let start = self.watermark;
         let watermark_at = |seq: u64| -> Millis {
@@ -189,7 +190,7 @@ impl Shard {
                     operator,
                     state: self.state.as_mut(),
                 };
-                engine.process(&events, advances, end_of_input, &mut cx, &mut out.engine)?;
+                engine.process(&events, timeline, &mut cx, &mut out.engine)?;
             }
             None => out.events = events,
         }
@@ -213,9 +214,15 @@ pub(super) fn run_thread(
                 id,
                 events,
                 advances,
+                early,
                 end_of_input,
             } => {
-                let output = shard.process(events, &advances, end_of_input)?;
+                let timeline = Timeline {
+                    advances: &advances,
+                    early: &early,
+                    end_of_input,
+                };
+                let output = shard.process(events, &timeline)?;
                 if parts.send((id, Part::Shard(output))).is_err() {
                     break;
                 }
@@ -295,6 +302,7 @@ mod tests {
                 origin: None,
             }],
             advances: Arc::new(vec![(seq, ts)]),
+            early: Arc::default(),
             end_of_input: false,
         }
     }

@@ -25,7 +25,9 @@ use crate::spec::{GLOBAL_KEY, StageSpec};
 use crate::state::{StateBackend, TableRow};
 use crate::time::Millis;
 use crate::value::{Fields, Value};
-use crate::window::{Context, Emission, EmissionKind, EngineError, EngineOutput, WindowEngine};
+use crate::window::{
+    Context, Emission, EmissionKind, EngineError, EngineOutput, Timeline, WindowEngine,
+};
 
 /// One stage: its key field, windows and operator.
 struct Stage {
@@ -104,6 +106,11 @@ impl Stages {
             window_end: "window_end".into(),
         };
         let mut all = EngineOutput::default();
+        let timeline = Timeline {
+            advances,
+            early: &[],
+            end_of_input,
+        };
         for stage in &mut self.stages {
             let mut events = Vec::with_capacity(emissions.len());
             for emission in &emissions {
@@ -140,7 +147,7 @@ impl Stages {
             };
             stage
                 .engine
-                .process(&events, advances, end_of_input, &mut cx, &mut out)?;
+                .process(&events, &timeline, &mut cx, &mut out)?;
             out.emissions
                 .sort_by(|a, b| a.order_key().cmp(&b.order_key()));
             emissions = out.emissions;

@@ -377,7 +377,7 @@ impl Server {
     /// Idle advances, rollout schedules and automatic rollbacks, evaluated every tick.
     pub fn tick(&self) {
         for slot in self.slots() {
-            slot.advance_if_idle();
+            slot.append_timers();
             slot.truncate_log();
             slot.tick();
         }

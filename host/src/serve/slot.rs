@@ -504,9 +504,11 @@ impl Slot {
 
     /// For a running pipeline with `[watermark] advance_when_idle` whose input has been quiet
     /// that long: appends an advance to its ingest log (the pipeline moves its watermark on by
-    /// the quiet time when it reads it, and so does any replay).
-    pub fn advance_if_idle(&self) {
-        let idle = {
+    /// the quiet time when it reads it); with `[emit] early_interval`, an early line once that
+    /// interval has passed and events came. Both are input, so a replay repeats them where they
+    /// were.
+    pub fn append_timers(&self) {
+        let (idle, early) = {
             let Ok(mut inner) = self.inner.try_lock() else {
                 return; // busy: the next tick comes soon
             };
@@ -514,19 +516,27 @@ impl Slot {
             if !Self::is_running(&inner) || inner.stopping {
                 return;
             }
-            inner
-                .managed
-                .as_ref()
-                .ok()
-                .and_then(|m| m.spec.advance_when_idle)
+            match &inner.managed {
+                Ok(m) => (m.spec.advance_when_idle, m.spec.emit.early_interval),
+                Err(_) => return,
+            }
         };
-        let Some(idle) = idle else {
+        if idle.is_none() && early.is_none() {
             return;
-        };
+        }
         let Some(log) = self.ingest.lock().expect("ingest lock").clone() else {
             return;
         };
-        match log.append_advance(crate::time::wall_clock_ms() as i64, idle) {
+        let now = crate::time::wall_clock_ms() as i64;
+        if let Some(interval) = early
+            && let Err(e) = log.append_early(now, interval)
+        {
+            warn!(pipeline = %self.name, error = %e, "could not append an early line");
+        }
+        let Some(idle) = idle else {
+            return;
+        };
+        match log.append_advance(now, idle) {
             Ok(Some(quiet_ms)) => {
                 tracing::debug!(pipeline = %self.name, quiet_ms, "input idle: watermark advanced")
             }

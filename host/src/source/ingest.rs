@@ -36,6 +36,9 @@ pub const CLOCK_PREFIX: &[u8] = b"#weir ingest_ms=";
 pub const END_LINE: &[u8] = b"#weir end";
 /// The prefix of an advance line: the watermark moves on by the milliseconds that follow.
 pub const ADVANCE_PREFIX: &[u8] = b"#weir advance_ms=";
+/// An early line: every window that changed since its last emission emits its current result
+/// (`[emit] early_interval`).
+pub const EARLY_LINE: &[u8] = b"#weir early";
 
 /// Why a batch was not appended. Nothing of it is visible to the reader either way.
 #[derive(Debug, thiserror::Error)]
@@ -146,8 +149,13 @@ pub struct IngestLog {
     segment_size: u64,
     file: Mutex<Segment>,
     gate: Arc<IngestGate>,
-    /// The wall clock (ms) of the last batch appended (or of opening the log).
+    /// The wall clock (ms) of the last batch of events or advance appended (or of opening the
+    /// log): what idleness is measured from.
     last_append: AtomicI64,
+    /// The wall clock (ms) of the last batch of events appended.
+    last_events: AtomicI64,
+    /// The wall clock (ms) of the last early line appended.
+    last_early: AtomicI64,
     #[cfg(debug_assertions)]
     fault: Option<u64>,
 }
@@ -186,6 +194,8 @@ impl IngestLog {
             file: Mutex::new(Segment { file, base }),
             gate,
             last_append: AtomicI64::new(crate::time::wall_clock_ms() as i64),
+            last_events: AtomicI64::new(i64::MIN),
+            last_early: AtomicI64::new(i64::MIN),
             #[cfg(debug_assertions)]
             fault: std::env::var("WEIR_TEST_INGEST_FAIL_AFTER")
                 .ok()
@@ -225,7 +235,32 @@ impl IngestLog {
         text.extend_from_slice(END_LINE);
         text.push(b'\n');
         let file = self.file.lock().expect("ingest log lock");
-        self.write_batch(file, now_ms, &text)
+        self.write_batch(file, &text)?;
+        self.last_append.fetch_max(now_ms, Ordering::AcqRel);
+        self.last_events.fetch_max(now_ms, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Appends an early line if events came since the last one and `interval` ms have passed
+    /// since it by the wall clock `now_ms`. Returns whether it did.
+    pub fn append_early(&self, now_ms: i64, interval: i64) -> Result<bool, IngestError> {
+        let file = self.file.lock().expect("ingest log lock");
+        let last = self.last_early.load(Ordering::Acquire);
+        if now_ms.saturating_sub(last) < interval
+            || self.last_events.load(Ordering::Acquire) <= last
+        {
+            return Ok(false);
+        }
+        let mut text = Vec::with_capacity(64);
+        text.extend_from_slice(CLOCK_PREFIX);
+        text.extend_from_slice(format!("{now_ms}\n").as_bytes());
+        for line in [EARLY_LINE, END_LINE] {
+            text.extend_from_slice(line);
+            text.push(b'\n');
+        }
+        self.write_batch(file, &text)?;
+        self.last_early.store(now_ms, Ordering::Release);
+        Ok(true)
     }
 
     /// Appends an advance batch if nothing was appended for `idle` ms by the wall clock
@@ -245,7 +280,9 @@ impl IngestLog {
         }
         text.extend_from_slice(END_LINE);
         text.push(b'\n');
-        self.write_batch(file, now_ms, &text).map(|()| Some(quiet))
+        self.write_batch(file, &text)?;
+        self.last_append.fetch_max(now_ms, Ordering::AcqRel);
+        Ok(Some(quiet))
     }
 
     /// Deletes the segments that end at or before log offset `offset` (the last checkpoint's:
@@ -301,7 +338,6 @@ impl IngestLog {
     fn write_batch(
         &self,
         mut segment: std::sync::MutexGuard<'_, Segment>,
-        now_ms: i64,
         text: &[u8],
     ) -> Result<(), IngestError> {
         let start = self.gate.committed();
@@ -315,7 +351,6 @@ impl IngestLog {
         match self.write_at(&mut segment.file, start - base, text) {
             Ok(()) => {
                 self.gate.commit(start + text.len() as u64);
-                self.last_append.fetch_max(now_ms, Ordering::AcqRel);
                 Ok(())
             }
             Err(source) => {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::SourcePosition;
-use super::ingest::{ADVANCE_PREFIX, CLOCK_PREFIX, END_LINE, GatedFile, IngestGate};
+use super::ingest::{ADVANCE_PREFIX, CLOCK_PREFIX, EARLY_LINE, END_LINE, GatedFile, IngestGate};
 use super::{Record, Source, SourceError};
 
 /// How long a tailing reader without a gate waits at the end of its file before looking again.
@@ -194,6 +194,9 @@ impl Source for LineReader {
             }
             if self.gate.is_some() && bytes == END_LINE {
                 continue;
+            }
+            if self.gate.is_some() && bytes == EARLY_LINE {
+                return Ok(Some(Record::Early));
             }
             if self.gate.is_some()
                 && let Some(ms) = bytes.strip_prefix(ADVANCE_PREFIX)

@@ -50,6 +50,9 @@ pub enum Record {
     /// The input was quiet for this many ms of wall clock (HTTP ingest with
     /// `advance_when_idle`): the watermark moves on by as much.
     Advance(i64),
+    /// Every window that changed since its last emission emits its current result now (HTTP
+    /// ingest with `[emit] early_interval`).
+    Early,
 }
 
 /// A source failed to read.

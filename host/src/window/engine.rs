@@ -99,6 +99,19 @@ impl Emission {
     }
 }
 
+/// What happens besides a shard's events in one batch, by arrival index: watermark advances
+/// (`(index, new watermark)`, ascending), early firings of every changed window (`[emit]
+/// early_interval`: indexes, ascending), and whether the input ends after them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timeline<'a> {
+    /// Watermark advances.
+    pub advances: &'a [(u64, Millis)],
+    /// Early firings.
+    pub early: &'a [u64],
+    /// Whether the input ends after the batch.
+    pub end_of_input: bool,
+}
+
 /// An event too late for all of its windows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LateEvent {
@@ -415,24 +428,19 @@ impl WindowEngine {
         self.windows.len()
     }
 
-    /// Processes one batch: this shard's `events` and all watermark `advances` of the batch
-    /// (`(arrival index, new watermark)`, ascending), then, if `end_of_input`, the final
-    /// advance to plus infinity. All pending adds are flushed before returning.
+    /// Processes one batch: this shard's `events` and everything else of the batch's
+    /// `timeline` (watermark advances, early firings, then, if the input ends, the final advance
+    /// to plus infinity), in arrival order. All pending adds are flushed before returning.
     pub fn process(
         &mut self,
         events: &[Staged],
-        advances: &[(u64, Millis)],
-        end_of_input: bool,
+        timeline: &Timeline<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let mut next_advance = 0;
+        let mut next = (0, 0);
         for (index, staged) in events.iter().enumerate() {
-            while next_advance < advances.len() && advances[next_advance].0 < staged.seq {
-                let (seq, watermark) = advances[next_advance];
-                self.advance(seq, watermark, events, cx, out)?;
-                next_advance += 1;
-            }
+            self.catch_up(Some(staged.seq), timeline, &mut next, events, cx, out)?;
             self.accept(index, staged, events, cx, out)?;
             if !self.early.is_empty() {
                 self.fire_early(staged.seq, events, cx, out)?;
@@ -446,14 +454,69 @@ impl WindowEngine {
                 self.fire(staged.seq, events, cx, out)?;
             }
         }
-        for &(seq, watermark) in &advances[next_advance..] {
-            self.advance(seq, watermark, events, cx, out)?;
-        }
-        if end_of_input {
+        self.catch_up(None, timeline, &mut next, events, cx, out)?;
+        if timeline.end_of_input {
             self.advance(u64::MAX, PLUS_INFINITY, events, cx, out)?;
         }
         for id in std::mem::take(&mut self.dirty) {
             self.flush_pending(id, events, cx, out)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the timeline's advances and early firings before arrival index `before` (all
+    /// that are left, if `None`), in order; `next` is how far each list has been applied. At
+    /// the same index, the advance comes first.
+    fn catch_up(
+        &mut self,
+        before: Option<u64>,
+        timeline: &Timeline<'_>,
+        next: &mut (usize, usize),
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let due = |at: u64| before.is_none_or(|b| at < b);
+        loop {
+            let advance = timeline.advances.get(next.0).filter(|(at, _)| due(*at));
+            let early = timeline.early.get(next.1).filter(|at| due(**at));
+            match (advance, early) {
+                (Some(&(at, watermark)), Some(&mark)) if at <= mark => {
+                    self.advance(at, watermark, events, cx, out)?;
+                    next.0 += 1;
+                }
+                (_, Some(&mark)) => {
+                    self.fire_all_early(mark, events, cx, out)?;
+                    next.1 += 1;
+                }
+                (Some(&(at, watermark)), None) => {
+                    self.advance(at, watermark, events, cx, out)?;
+                    next.0 += 1;
+                }
+                (None, None) => return Ok(()),
+            }
+        }
+    }
+
+    /// Emits the current result of every window that changed since its last emission and is
+    /// not due yet (`[emit] early_interval`), as caused by `trigger`.
+    fn fire_all_early(
+        &mut self,
+        trigger: u64,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let mut ids: Vec<WindowId> = (self.windows.iter())
+            .filter(|(_, w)| w.window.end > self.watermark && (w.changed || !w.pending.is_empty()))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.flush_pending(id, events, cx, out)?;
+            if self.windows[&id].changed {
+                self.emit(id, trigger, true, cx, out)?;
+            }
         }
         Ok(())
     }
@@ -1091,6 +1154,14 @@ mod tests {
     use crate::state::MemoryBackend;
     use crate::value::Value;
 
+    fn timeline(advances: &[(u64, Millis)], end_of_input: bool) -> Timeline<'_> {
+        Timeline {
+            advances,
+            early: &[],
+            end_of_input,
+        }
+    }
+
     /// Runs `events` (key, timestamp, amount) through one engine in one batch, the watermark
     /// following the highest timestamp (bound 0), and ends the input if `end`.
     fn run(
@@ -1129,7 +1200,7 @@ mod tests {
         };
         let mut out = EngineOutput::default();
         engine
-            .process(&staged, &advances, end, &mut cx, &mut out)
+            .process(&staged, &timeline(&advances, end), &mut cx, &mut out)
             .expect("the engine runs");
         out
     }
@@ -1267,7 +1338,7 @@ mod tests {
             let mut out = EngineOutput::default();
             let advance = [(events.last().map_or(0, |e| e.seq), watermark)];
             engine
-                .process(&events, &advance, false, &mut cx, &mut out)
+                .process(&events, &timeline(&advance, false), &mut cx, &mut out)
                 .expect("the engine runs");
             out.emissions
                 .iter()
@@ -1328,7 +1399,7 @@ mod tests {
         let mut out = EngineOutput::default();
         let events = [stage_event(0, "a", Some(5)), stage_event(1, "b", Some(3))];
         engine
-            .process(&events, &[(1, 10)], false, &mut cx, &mut out)
+            .process(&events, &timeline(&[(1, 10)], false), &mut cx, &mut out)
             .expect("the engine runs");
         let rows: Vec<TableRow> = engine
             .changes()
@@ -1344,7 +1415,7 @@ mod tests {
         let mut out = EngineOutput::default();
         let events = [stage_event(2, "a", None), stage_event(2, "a", Some(1))];
         restored
-            .process(&events, &[(2, 20)], false, &mut cx, &mut out)
+            .process(&events, &timeline(&[(2, 20)], false), &mut cx, &mut out)
             .expect("the engine runs");
         let sum = out.emissions[0]
             .value

@@ -244,6 +244,9 @@ pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 pub enum SourceSpec {
     /// A JSON Lines file.
     File(PathBuf),
+    /// Several JSON Lines files read one line from each in turn, each a watermark partition
+    /// named by its path as the spec gives it: `(file, name)`.
+    Files(Vec<(PathBuf, String)>),
     /// JSON Lines on standard input.
     Stdin,
     /// A deterministic generator, for demos and benchmarks.
@@ -660,6 +663,9 @@ struct RawSandbox {
 enum RawSource {
     File {
         path: PathBuf,
+    },
+    Files {
+        paths: Vec<PathBuf>,
     },
     Stdin,
     Http {
@@ -1104,6 +1110,24 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
 fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
     Ok(match raw {
         RawSource::File { path } => SourceSpec::File(base.join(path)),
+        RawSource::Files { paths } => {
+            if paths.is_empty() || paths.len() > crate::watermark::MAX_PARTITIONS {
+                return Err(invalid(format!(
+                    "source.paths: give 1 to {} files (each is a watermark partition)",
+                    crate::watermark::MAX_PARTITIONS
+                )));
+            }
+            let mut seen = std::collections::HashSet::new();
+            let mut files = Vec::with_capacity(paths.len());
+            for path in paths {
+                let name = path.display().to_string();
+                if !seen.insert(name.clone()) {
+                    return Err(invalid(format!("source.paths names {name:?} twice")));
+                }
+                files.push((base.join(&path), name));
+            }
+            SourceSpec::Files(files)
+        }
         RawSource::Stdin => SourceSpec::Stdin,
         RawSource::Http { .. } => SourceSpec::Http(None),
         RawSource::Generator(g) => {

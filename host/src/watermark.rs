@@ -75,6 +75,9 @@ pub struct PartitionMark {
     /// The ingest clock of its last event, if the source has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<i64>,
+    /// Whether it ended (a file read to its end): it holds nothing back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finished: bool,
 }
 
 /// The most partitions a pipeline's watermark keeps: each costs memory and a place in every
@@ -92,6 +95,7 @@ pub struct TooManyPartitions(pub String);
 struct Mark {
     max_timestamp: Millis,
     last_seen: Option<i64>,
+    finished: bool,
 }
 
 /// Watermarks per partition (Flink's per-split watermarks): each partition trails its own
@@ -128,6 +132,7 @@ impl PartitionedWatermark {
                 let mark = Mark {
                     max_timestamp: m.max_timestamp,
                     last_seen: m.last_seen,
+                    finished: m.finished,
                 };
                 (std::sync::Arc::from(m.name.as_str()), mark)
             })
@@ -154,6 +159,7 @@ impl PartitionedWatermark {
                 name: name.to_string(),
                 max_timestamp: mark.max_timestamp,
                 last_seen: mark.last_seen,
+                finished: mark.finished,
             })
             .collect();
         marks.sort_by(|a, b| a.name.cmp(&b.name));
@@ -161,6 +167,9 @@ impl PartitionedWatermark {
     }
 
     fn active(&self, mark: &Mark) -> bool {
+        if mark.finished {
+            return false;
+        }
         match (self.idle_timeout, self.clock, mark.last_seen) {
             (Some(timeout), Some(clock), Some(seen)) => clock.saturating_sub(seen) <= timeout,
             _ => true,
@@ -177,6 +186,14 @@ impl PartitionedWatermark {
             self.current = candidate;
             candidate
         })
+    }
+
+    /// Partition `partition` ended: it no longer holds the watermark back. Returns the new
+    /// watermark if it advanced.
+    pub fn finish_partition(&mut self, partition: &str) -> Option<Millis> {
+        let mark = self.partitions.get_mut(partition)?;
+        mark.finished = true;
+        self.recompute()
     }
 
     /// The ingest clock moved on (a batch accepted at `clock`): partitions may have gone idle.
@@ -201,6 +218,7 @@ impl PartitionedWatermark {
             let mark = Mark {
                 max_timestamp: MINUS_INFINITY,
                 last_seen: None,
+                finished: false,
             };
             self.partitions.insert(partition.into(), mark);
         }

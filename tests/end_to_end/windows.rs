@@ -270,3 +270,124 @@ fn a_partition_field_keeps_a_slow_partition_on_time() {
         assert!(resumed.late.is_empty());
     }
 }
+
+#[test]
+fn files_read_in_turn_are_watermark_partitions() {
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 100 },
+        bound: 0,
+        lateness: 0,
+    };
+    // A dense file and a sparse one over the same 5 s, read a line from each in turn: the
+    // sparse one's times run ten times ahead of the dense one's.
+    let dense: Vec<Ev> = (0..500)
+        .map(|i| ev(&format!("d{}", i % 3), i * 10, 1))
+        .collect();
+    let sparse: Vec<Ev> = (0..50)
+        .map(|i| ev(&format!("s{}", i % 2), i * 100 + 5, 2))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dense.jsonl"), to_jsonl(&dense)).unwrap();
+    std::fs::write(dir.path().join("sparse.jsonl"), to_jsonl(&sparse)).unwrap();
+    let body = count_sum_body(&spec);
+    let write_spec = |source: &str| {
+        let text = format!(
+            "name = \"files\"\n[source]\n{source}\n[state]\ndir = \"data\"\n\
+             [sinks]\nresults = \"out/results.jsonl\"\nlate = \"out/late.jsonl\"\n\
+             dead_letters = \"out/dead.jsonl\"\n{body}"
+        );
+        std::fs::write(dir.path().join("pipeline.toml"), text).unwrap();
+    };
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "--fresh"])
+            .arg(dir.path().join("pipeline.toml"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.path().join("out").join(name))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        };
+        (read("results.jsonl"), read("late.jsonl"))
+    };
+    // One watermark over the interleaved lines: the sparse file's times make most of the dense
+    // file late.
+    let interleaved: Vec<String> = (0..500)
+        .flat_map(|i| {
+            let mut lines = vec![to_jsonl(&dense[i..=i])];
+            lines.extend(sparse.get(i).map(|e| to_jsonl(std::slice::from_ref(e))));
+            lines
+        })
+        .collect();
+    std::fs::write(dir.path().join("one.jsonl"), interleaved.concat()).unwrap();
+    write_spec("type = \"file\"\npath = \"one.jsonl\"");
+    let (_, late) = run(&[]);
+    assert!(late.len() > 300, "one watermark: {} late", late.len());
+    // A watermark per file: nothing is late, every event counted once, in its window.
+    write_spec("type = \"files\"\npaths = [\"dense.jsonl\", \"sparse.jsonl\"]");
+    let (results, late) = run(&["--shards", "2"]);
+    assert!(late.is_empty(), "{late:?}");
+    let mut all: Vec<Ev> = dense.iter().chain(&sparse).cloned().collect();
+    all.sort_by_key(|e| e.ts);
+    let mut expected = run_model(&spec, &all).emissions;
+    let mut got = crate::support::emissions(&results);
+    expected.sort();
+    got.sort();
+    assert_eq!(got, expected);
+    // Resumed after a crash, the files go on in turn from where they were.
+    let (whole, _) = run(&["--checkpoint-interval", "1ms", "--batch-size", "5"]);
+    for id in [2, 6] {
+        let crashed = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "run",
+                "--fresh",
+                "--checkpoint-interval",
+                "1ms",
+                "--batch-size",
+                "5",
+            ])
+            .arg(dir.path().join("pipeline.toml"))
+            .env("WEIR_TEST_CRASH", format!("after-commit:{id}"))
+            .output()
+            .unwrap();
+        assert!(!crashed.status.success(), "the crash hook did not fire");
+        let resumed = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "--checkpoint-interval", "1ms", "--batch-size", "5"])
+            .arg(dir.path().join("pipeline.toml"))
+            .output()
+            .unwrap();
+        assert!(resumed.status.success());
+        let text = std::fs::read_to_string(dir.path().join("out/results.jsonl")).unwrap();
+        let after: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(after, whole, "after a crash at checkpoint {id}");
+    }
+    // Bad lists are refused.
+    for (paths, says) in [
+        ("[]", "give 1 to"),
+        ("[\"dense.jsonl\", \"dense.jsonl\"]", "twice"),
+    ] {
+        write_spec(&format!("type = \"files\"\npaths = {paths}"));
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("run")
+            .arg(dir.path().join("pipeline.toml"))
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains(says),
+            "{paths}"
+        );
+    }
+}

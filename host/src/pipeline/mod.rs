@@ -45,7 +45,7 @@ use crate::emit::{OperatorLabel, SinkError, SinkWriter};
 use crate::event::DEFAULT_MAX_LINE_BYTES;
 use crate::operator::{LoadError, SharedAggregateCode};
 use crate::rollout::Routing;
-use crate::source::{Generator, LineReader, Nexmark, Source, SourceError};
+use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
 use crate::state::{KEY_GROUPS, StateError};
 use crate::time::MINUS_INFINITY;
@@ -344,6 +344,10 @@ fn open_source(
 ) -> Result<Box<dyn Source>> {
     let mut source: Box<dyn Source> = match &spec.source {
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
+        SourceSpec::Files(files) => {
+            let (paths, names): (Vec<_>, Vec<_>) = files.iter().cloned().unzip();
+            Box::new(Interleaved::open(&paths, &names, DEFAULT_MAX_LINE_BYTES)?)
+        }
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
         SourceSpec::Nexmark(nexmark) => Box::new(Nexmark::new(nexmark.clone(), &spec.key_field)),

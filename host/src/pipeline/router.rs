@@ -122,6 +122,11 @@ impl Router<'_> {
                     batch.early.push(seq - 1);
                     None
                 }
+                Record::Partition(name) => {
+                    named_partition = Some(name.clone());
+                    None
+                }
+                Record::PartitionEnd(name) => watermark.finish_partition(name),
                 _ => None,
             };
             if let Some(w) = moved {
@@ -342,7 +347,11 @@ fn event_of(
     dead: &mut Vec<DeadLetter>,
 ) -> Option<crate::event::Event> {
     match record {
-        Record::Tick | Record::Advance(_) | Record::Early => None,
+        Record::Tick
+        | Record::Advance(_)
+        | Record::Early
+        | Record::Partition(_)
+        | Record::PartitionEnd(_) => None,
         Record::Clock(ms, _) => {
             *ingest_clock = Some(ms);
             None

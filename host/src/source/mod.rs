@@ -4,11 +4,13 @@
 
 mod generator;
 mod ingest;
+mod interleave;
 mod lines;
 mod nexmark;
 
 pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog};
+pub use interleave::Interleaved;
 pub use lines::LineReader;
 pub use nexmark::Nexmark;
 
@@ -31,6 +33,10 @@ pub struct SourcePosition {
     /// "too far ahead of the wall clock" as the first run did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<i64>,
+    /// Each file's own position (several files read in turn; `offset` is then whose turn is
+    /// next).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<SourcePosition>,
 }
 
 /// What a source yields.
@@ -53,6 +59,10 @@ pub enum Record {
     /// Every window that changed since its last emission emits its current result now (HTTP
     /// ingest with `[emit] early_interval`).
     Early,
+    /// The lines that follow belong to this watermark partition (several files).
+    Partition(std::sync::Arc<str>),
+    /// This partition has ended: it no longer holds the watermark back.
+    PartitionEnd(std::sync::Arc<str>),
 }
 
 /// A source failed to read.

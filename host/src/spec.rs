@@ -233,6 +233,10 @@ pub const DEFAULT_CHECKPOINT_INTERVAL: Millis = 1_000;
 pub const DEFAULT_MAX_AHEAD: Millis = 86_400_000;
 /// The default bound on accepted events an HTTP pipeline has still to read: 64 MiB.
 pub const DEFAULT_MAX_BEHIND: u64 = 64 << 20;
+/// The most watermark partitions a pipeline keeps (header or field values, files): each costs
+/// memory and a place in every minimum, and a producer chooses them.
+pub const MAX_PARTITIONS: usize = 1_024;
+
 /// The default size of an ingest log segment: 64 MiB.
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 
@@ -1111,10 +1115,10 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
     Ok(match raw {
         RawSource::File { path } => SourceSpec::File(base.join(path)),
         RawSource::Files { paths } => {
-            if paths.is_empty() || paths.len() > crate::watermark::MAX_PARTITIONS {
+            if paths.is_empty() || paths.len() > MAX_PARTITIONS {
                 return Err(invalid(format!(
                     "source.paths: give 1 to {} files (each is a watermark partition)",
-                    crate::watermark::MAX_PARTITIONS
+                    MAX_PARTITIONS
                 )));
             }
             let mut seen = std::collections::HashSet::new();

@@ -3,7 +3,7 @@
 //! For each event, in arrival order: lateness is judged against the current watermark `W`, the
 //! event is added, then `W = max(W, ts - bound)`. `W` starts at minus infinity and becomes plus
 //! infinity at the end of a bounded input. With partitions, `W` is the minimum over the active
-//! ones ([`PartitionedWatermark`]). Depends on `time` only.
+//! ones ([`PartitionedWatermark`]). Depends on `time` (and `spec` for the partition cap).
 
 use serde::{Deserialize, Serialize};
 
@@ -80,9 +80,7 @@ pub struct PartitionMark {
     pub finished: bool,
 }
 
-/// The most partitions a pipeline's watermark keeps: each costs memory and a place in every
-/// minimum, and a producer chooses them.
-pub const MAX_PARTITIONS: usize = 1_024;
+pub use crate::spec::MAX_PARTITIONS;
 
 /// Why an event's partition was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

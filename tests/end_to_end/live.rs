@@ -630,7 +630,7 @@ fn early_results_by_wall_clock_show_each_window_as_its_events_arrive() {
             .filter(|e| e.key == key)
             .map(|e| e.count)
             .collect();
-        assert!(shown.len() >= 3, "{key}: early counts {shown:?}");
+        assert!(shown.len() >= 2, "{key}: early counts {shown:?}");
         let possible: Vec<i64> = after_batch.iter().map(|c| c[key]).collect();
         assert!(
             shown.iter().all(|c| possible.contains(c)),

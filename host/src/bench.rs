@@ -66,6 +66,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         stages: Vec::new(),
         join: None,
         global: false,
+        pre_aggregate: false,
         aggregate: Some(OperatorSpec {
             name: "count-sum".into(),
             version: "bench".into(),

@@ -83,6 +83,9 @@ pub struct PipelineSpec {
     /// shard folds its events into partial states per bucket of keys, and the partials are
     /// merged with the operator's `merge` at window end.
     pub global: bool,
+    /// The aggregate pre-aggregates each key's events in buckets spread over the shards, and
+    /// a combine merges each key's partials (`pre_aggregate = true`: for a few hot keys).
+    pub pre_aggregate: bool,
     /// Where state lives.
     pub state: StateSpec,
     /// Where output goes.
@@ -731,6 +734,8 @@ struct RawOperator {
     state_ttl: Option<RawDuration>,
     #[serde(default)]
     global: bool,
+    #[serde(default)]
+    pre_aggregate: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -800,18 +805,29 @@ fn check_join(join: RawJoin, windowed: bool) -> Result<JoinSpec> {
     Ok(join)
 }
 
-/// Whether the aggregate is global (`global = true`), and if so that the rest of the spec
-/// allows it: tumbling windows (a partial belongs to exactly one window) and no enrichers (they
-/// key their state by the event's key, which a global aggregate replaces by a bucket). With
-/// allowed lateness, an updated partial replaces the old one in the combine (a stage).
-fn check_global(operators: &[RawOperator], window: Option<&WindowSpec>) -> Result<bool> {
-    let Some((i, op)) = operators.iter().enumerate().find(|(_, op)| op.global) else {
-        return Ok(false);
+/// Whether the aggregate combines partials (`global = true`: one result over all keys;
+/// `pre_aggregate = true`: one per key, each key's events spread over buckets first), and if so
+/// that the rest of the spec allows it: tumbling windows (a partial belongs to exactly one
+/// window) and no enrichers (they key their state by the event's key, which the partials
+/// replace by a bucket). With allowed lateness, an updated partial replaces the old one in the
+/// combine (a stage). Returns `(global, pre_aggregate)`.
+fn check_global(operators: &[RawOperator], window: Option<&WindowSpec>) -> Result<(bool, bool)> {
+    let Some((i, op)) =
+        (operators.iter().enumerate()).find(|(_, op)| op.global || op.pre_aggregate)
+    else {
+        return Ok((false, false));
     };
-    let at = format!("operators[{i}] ({:?}): global", op.name);
+    let what = if op.global { "global" } else { "pre_aggregate" };
+    let at = format!("operators[{i}] ({:?}): {what}", op.name);
     let refuse = |why: &str| Err(invalid(format!("{at}: {why}")));
+    if op.global && op.pre_aggregate {
+        return refuse(
+            "global and pre_aggregate are two ways to combine partials: a global aggregate \
+             pre-aggregates already",
+        );
+    }
     if op.kind != "aggregate" {
-        return refuse("only an aggregate can be global");
+        return refuse("only an aggregate combines partials");
     }
     if !matches!(window, Some(WindowSpec::Tumbling { .. })) {
         return refuse(
@@ -823,7 +839,7 @@ fn check_global(operators: &[RawOperator], window: Option<&WindowSpec>) -> Resul
             "a global aggregate cannot follow enrichment operators yet (their state is per key)",
         );
     }
-    Ok(true)
+    Ok((op.global, op.pre_aggregate))
 }
 
 /// `error`, said of `at` (a part of the spec checked on its own).
@@ -852,7 +868,7 @@ fn check_stages(
         .enumerate()
         .map(|(i, stage)| {
             let at = format!("stages[{i}]");
-            if stage.operator.global {
+            if stage.operator.global || stage.operator.pre_aggregate {
                 return Err(invalid(format!(
                     "{at}.operator: `global` is for the pipeline's aggregate; a stage without a \
                      key is global already"
@@ -1356,10 +1372,14 @@ impl RawSpec {
                  {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
             ));
         }
-        if self.operators.iter().any(|op| op.global) {
+        if self
+            .operators
+            .iter()
+            .any(|op| op.global || op.pre_aggregate)
+        {
             return Err(invalid(
-                "operators: a global aggregate runs under `weir run` for now (a rollout would \
-                 merge partials of two versions)",
+                "operators: a global or pre-aggregated aggregate runs under `weir run` for now \
+                 (a rollout would merge partials of two versions)",
             ));
         }
         let operators = self
@@ -1521,11 +1541,20 @@ impl RawSpec {
             field => field,
         };
         let (window, allowed_lateness) = check_window(self.window)?;
-        let staged = !self.stages.is_empty() || self.operators.iter().any(|op| op.global);
+        let staged = !self.stages.is_empty()
+            || self
+                .operators
+                .iter()
+                .any(|op| op.global || op.pre_aggregate);
         let http = matches!(source, SourceSpec::Http(_));
         let emit = check_emit(&self.emit, window.is_some(), staged, http)?;
         let join = match self.join {
-            Some(_) if self.operators.iter().any(|op| op.global) => {
+            Some(_)
+                if self
+                    .operators
+                    .iter()
+                    .any(|op| op.global || op.pre_aggregate) =>
+            {
                 return Err(invalid(
                     "join: a join is keyed by its sides' key fields; it cannot be global as well",
                 ));
@@ -1533,7 +1562,7 @@ impl RawSpec {
             Some(join) => Some(check_join(join, window.is_some())?),
             None => None,
         };
-        let global = check_global(&self.operators, window.as_ref())?;
+        let (global, pre_aggregate) = check_global(&self.operators, window.as_ref())?;
         let (enrichers, aggregate) = check_operators(self.operators, base, window.as_ref())?;
         let stages = check_stages(self.stages, base, aggregate.as_ref())?;
         let state = check_state(&self.state, &self.name, base)?;
@@ -1595,6 +1624,7 @@ impl RawSpec {
             stages,
             join,
             global,
+            pre_aggregate,
             state,
             sinks,
             shards: self.shards,

@@ -244,3 +244,32 @@ fn a_global_aggregate_with_lateness_equals_the_model_over_one_key() {
     assert!(run.success, "{}", run.stderr);
     assert_stage_follows(&expected.emissions, &run.results, "global, then a stage");
 }
+
+#[test]
+fn a_pre_aggregated_aggregate_equals_the_model_key_by_key() {
+    // Six hot keys, each spread over 32 buckets by arrival, folded in the shards and merged per
+    // key: the results are the plain aggregate's, updates included.
+    let model = spec(WindowKind::Tumbling { size: 10 });
+    let input = events(7, 800);
+    let expected = run_model(&model, &input);
+    assert!(expected.emissions.iter().any(|e| e.kind == "update"));
+    let body = format!("{}pre_aggregate = true\n", count_sum_body(&model));
+    let pipeline = Pipeline::new(&body, &to_jsonl(&input));
+    for shards in ["1", "3"] {
+        assert_matches_model(
+            &pipeline.run(&["--shards", shards, "--batch-size", "50"]),
+            &expected,
+        );
+    }
+    let both = body.replace(
+        "pre_aggregate = true",
+        "pre_aggregate = true\nglobal = true",
+    );
+    let refused = Pipeline::new(&both, "").run(&[]);
+    assert!(!refused.success);
+    assert!(
+        refused.stderr.contains("two ways to combine partials"),
+        "{}",
+        refused.stderr
+    );
+}

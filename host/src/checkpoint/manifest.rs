@@ -90,6 +90,9 @@ pub fn fingerprint(spec: &PipelineSpec) -> String {
     if spec.global {
         fingerprint.push_str(" global");
     }
+    if spec.pre_aggregate {
+        fingerprint.push_str(" pre_aggregate");
+    }
     if let Some(join) = &spec.join {
         fingerprint.push_str(&format!(" join={join:?}"));
     }

@@ -254,7 +254,7 @@ fn build_aggregate(
             // The operator has the key as its scope's key and the time as the event's, so
             // those fields are not sent again; a global aggregate's scope key is a bucket and a
             // join's is its side's field, so they are sent the key field.
-            let all_but_key_and_time = if spec.global || spec.join.is_some() {
+            let all_but_key_and_time = if spec.global || spec.pre_aggregate || spec.join.is_some() {
                 Projection::Except(vec![spec.timestamp_field.clone()])
             } else {
                 Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()])
@@ -267,8 +267,9 @@ fn build_aggregate(
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
             };
-            // A global aggregate's shards end their windows with partial states.
-            let operator: Box<dyn AggregateOperator> = if spec.global {
+            // A global or pre-aggregated aggregate's shards end their windows with partial
+            // states.
+            let operator: Box<dyn AggregateOperator> = if spec.global || spec.pre_aggregate {
                 Box::new(Partial(operator))
             } else {
                 operator
@@ -371,10 +372,10 @@ pub(super) fn build_stages(
     loaded: &Loaded,
     resume: &Resume<'_>,
 ) -> Result<Option<Stages>> {
-    // A global aggregate's combine is a stage of its own: the partials of each window, under
-    // one key, merged by the same operator.
+    // A global (or pre-aggregated) aggregate's combine is a stage of its own: the partials of
+    // each window, under one key (or each under its key), merged by the same operator.
     let combine = match (
-        spec.global,
+        spec.global || spec.pre_aggregate,
         &spec.aggregate,
         &spec.window,
         &loaded.aggregate,
@@ -429,7 +430,14 @@ pub(super) fn build_stages(
     };
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
     let first = spec.enrichers.len() as u16 + 1;
-    let mut stages = Stages::new(&stage_specs, operators, first, spec.allowed_lateness, state);
+    let mut stages = Stages::new(
+        &stage_specs,
+        operators,
+        first,
+        spec.allowed_lateness,
+        spec.pre_aggregate,
+        state,
+    );
     if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
         let windows = store.scan(true, &[], &[0xff; 3])?;
         stages

@@ -32,6 +32,9 @@ use crate::window::{
 /// One stage: its key field, windows and operator.
 struct Stage {
     key_field: Option<String>,
+    /// The combine of a pre-aggregated aggregate: keyed by the key each partial's bucket
+    /// stands for.
+    unbucket: bool,
     label: String,
     engine: WindowEngine,
     operator: Box<dyn AggregateOperator>,
@@ -60,12 +63,14 @@ struct Names {
 
 impl Stages {
     /// Stages for `specs` with their operators, whose state indices start at `first_index`,
-    /// in a pipeline with `lateness`.
+    /// in a pipeline with `lateness`. With `unbucket_first`, the first stage is the combine of
+    /// a pre-aggregated aggregate.
     pub fn new(
         specs: &[StageSpec],
         operators: Vec<Box<dyn AggregateOperator>>,
         first_index: u16,
         lateness: Millis,
+        unbucket_first: bool,
         state: Box<dyn StateBackend>,
     ) -> Stages {
         let stages = specs
@@ -76,6 +81,7 @@ impl Stages {
                 let label = format!("{}@{}", spec.aggregate.name, spec.aggregate.version);
                 Stage {
                     key_field: spec.key_field.clone(),
+                    unbucket: unbucket_first && i == 0,
                     engine: WindowEngine::new(
                         spec.window,
                         lateness,
@@ -114,7 +120,11 @@ impl Stages {
         for stage in &mut self.stages {
             let mut events = Vec::with_capacity(emissions.len());
             for emission in &emissions {
-                let key_field = stage.key_field.as_deref();
+                let keying = match (stage.unbucket, stage.key_field.as_deref()) {
+                    (true, _) => Keying::Unbucket,
+                    (false, Some(field)) => Keying::Field(field),
+                    (false, None) => Keying::Global,
+                };
                 // An update withdraws the result it replaces (which may have had another key)
                 // before it enters; a withdrawal of a result that could not enter is dropped.
                 let withdrawn = match emission.kind {
@@ -123,14 +133,14 @@ impl Stages {
                     EmissionKind::Result => None,
                 };
                 if let Some(value) = withdrawn
-                    && let Ok(event) = as_event(emission, value, true, key_field, &names)
+                    && let Ok(event) = as_event(emission, value, true, &keying, &names)
                 {
                     events.push(event);
                 }
                 if emission.kind == EmissionKind::Retract {
                     continue;
                 }
-                match as_event(emission, &emission.value, false, key_field, &names) {
+                match as_event(emission, &emission.value, false, &keying, &names) {
                     Ok(event) => events.push(event),
                     Err(reason) => all.dead_letters.push(DeadLetter {
                         line: 0,
@@ -199,11 +209,21 @@ impl Stages {
 
 /// A previous stage's result with output `value` as this stage's event (one that `withdraws`
 /// the result's contribution, or places it), or why it cannot be one.
+/// How a stage keys its events.
+enum Keying<'a> {
+    /// By a field of the previous stage's results.
+    Field(&'a str),
+    /// All under [`GLOBAL_KEY`].
+    Global,
+    /// By the key a pre-aggregated partial's bucket stands for.
+    Unbucket,
+}
+
 fn as_event(
     emission: &Emission,
     value: &Fields,
     withdraws: bool,
-    key_field: Option<&str>,
+    keying: &Keying<'_>,
     names: &Names,
 ) -> Result<Staged, String> {
     let mut fields: Vec<(Arc<str>, Value)> = value
@@ -219,9 +239,10 @@ fn as_event(
             fields.push((name.clone(), value));
         }
     }
-    let key: Arc<str> = match key_field {
-        None => GLOBAL_KEY.into(),
-        Some(field) => match fields.iter().find(|(name, _)| &**name == field) {
+    let key: Arc<str> = match keying {
+        Keying::Global => GLOBAL_KEY.into(),
+        Keying::Unbucket => super::router::unbucket(&emission.key).into(),
+        Keying::Field(field) => match fields.iter().find(|(name, _)| &**name == *field) {
             Some((_, Value::Text(text))) if !text.is_empty() => text.as_str().into(),
             Some((_, Value::Int(i))) => i.to_string().into(),
             Some((_, Value::Text(_))) => {

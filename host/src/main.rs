@@ -138,7 +138,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     shards: usize,
     /// Events per batch.
-    #[arg(long, default_value_t = 4_096)]
+    #[arg(long, default_value_t = weir::spec::DEFAULT_BATCH_SIZE)]
     batch_size: usize,
     /// Measure checkpoint cost instead: throughput with checkpoints every second versus
     /// none, and checkpoint duration as state grows (10 thousand to 1 million keys; add
@@ -669,7 +669,7 @@ enum BenchSuite {
         #[arg(long, default_value_t = 1)]
         shards: usize,
         /// Events per batch.
-        #[arg(long, default_value_t = 4_096)]
+        #[arg(long, default_value_t = weir::spec::DEFAULT_BATCH_SIZE)]
         batch_size: usize,
         /// Where the query components are (`make components` builds them).
         #[arg(long, default_value = "target/wasm32-wasip2/release")]

@@ -107,6 +107,9 @@ pub struct PartitionedWatermark {
     bound: Millis,
     idle_timeout: Option<Millis>,
     partitions: std::collections::HashMap<std::sync::Arc<str>, Mark>,
+    /// The partition of the last event, and its mark's copy: events come in runs of one
+    /// partition (every event, with one), so most find theirs here without hashing.
+    last: Option<(std::sync::Arc<str>, Mark)>,
     clock: Option<i64>,
     current: Millis,
 }
@@ -140,6 +143,7 @@ impl PartitionedWatermark {
             bound,
             idle_timeout,
             partitions,
+            last: None,
             clock,
             current,
         }
@@ -150,8 +154,21 @@ impl PartitionedWatermark {
         self.current
     }
 
+    /// Writes the cached mark of the last event's partition back.
+    fn settle(&mut self) {
+        if let Some((name, mark)) = self.last.take() {
+            self.partitions.insert(name, mark);
+        }
+    }
+
     /// The partitions, for a checkpoint (sorted by name).
     pub fn marks(&self) -> Vec<PartitionMark> {
+        let mut all = self.clone();
+        all.settle();
+        all.marks_settled()
+    }
+
+    fn marks_settled(&self) -> Vec<PartitionMark> {
         let mut marks: Vec<PartitionMark> = (self.partitions.iter())
             .map(|(name, mark)| PartitionMark {
                 name: name.to_string(),
@@ -176,6 +193,7 @@ impl PartitionedWatermark {
 
     /// Moves to the minimum over active partitions if that is ahead; returns the new watermark.
     fn recompute(&mut self) -> Option<Millis> {
+        self.settle();
         let candidate = (self.partitions.values())
             .filter(|mark| self.active(mark))
             .map(|mark| mark.max_timestamp.saturating_sub(self.bound))
@@ -189,6 +207,7 @@ impl PartitionedWatermark {
     /// Partition `partition` ended: it no longer holds the watermark back. Returns the new
     /// watermark if it advanced.
     pub fn finish_partition(&mut self, partition: &str) -> Option<Millis> {
+        self.settle();
         let mark = self.partitions.get_mut(partition)?;
         mark.finished = true;
         self.recompute()
@@ -209,6 +228,25 @@ impl PartitionedWatermark {
         timestamp: Millis,
     ) -> Result<Option<Millis>, TooManyPartitions> {
         let clock = self.clock;
+        // The common case: the last event's partition, with one partition and no idleness.
+        if let Some((name, mark)) = &mut self.last
+            && **name == *partition
+        {
+            if timestamp <= mark.max_timestamp {
+                mark.last_seen = clock.or(mark.last_seen);
+                return Ok(None);
+            }
+            if self.partitions.is_empty() && self.idle_timeout.is_none() {
+                mark.max_timestamp = timestamp;
+                mark.last_seen = clock.or(mark.last_seen);
+                let candidate = timestamp.saturating_sub(self.bound);
+                return Ok((candidate > self.current).then(|| {
+                    self.current = candidate;
+                    candidate
+                }));
+            }
+        }
+        self.settle();
         if !self.partitions.contains_key(partition) {
             if self.partitions.len() >= MAX_PARTITIONS {
                 return Err(TooManyPartitions(partition.to_owned()));
@@ -225,10 +263,19 @@ impl PartitionedWatermark {
         mark.max_timestamp = mark.max_timestamp.max(timestamp);
         mark.last_seen = clock.or(mark.last_seen);
         // Only a partition that was holding the watermark back (or just joined) can move it.
-        if !was_idle_or_behind && self.partitions.len() > 1 && self.idle_timeout.is_none() {
-            return Ok(None);
-        }
-        Ok(self.recompute())
+        let moved =
+            if !was_idle_or_behind && self.partitions.len() > 1 && self.idle_timeout.is_none() {
+                None
+            } else {
+                self.recompute()
+            };
+        // Keep this partition's mark at hand for its next event (alone, it is the whole
+        // watermark: `partitions` is left empty while it is cached).
+        let (name, mark) = (self.partitions)
+            .remove_entry(partition)
+            .expect("just ensured");
+        self.last = Some((name, mark));
+        Ok(moved)
     }
 
     /// Moves the watermark on by `ms` of wall clock the input was quiet for (never to plus

@@ -184,10 +184,25 @@ impl Enrichment {
         Ok(produced)
     }
 
-    /// One operator call over `members` (events of one key). A failed call changed nothing; its
-    /// events are retried one by one, so that only those the operator cannot take become dead
-    /// letters.
+    /// Operator calls over `members` (events of one key), at most
+    /// [`MAX_EVENTS_PER_CALL`](crate::window::MAX_EVENTS_PER_CALL) events each.
     fn call(
+        &mut self,
+        scope: &mut Scope,
+        members: &[usize],
+        events: &[Staged],
+        outputs: &mut Vec<(usize, crate::operator::Enriched)>,
+        out: &mut EngineOutput,
+    ) -> Result<(), EngineError> {
+        for chunk in members.chunks(crate::window::MAX_EVENTS_PER_CALL) {
+            self.call_once(scope, chunk, events, outputs, out)?;
+        }
+        Ok(())
+    }
+
+    /// One operator call over `members`. A failed call changed nothing; its events are retried
+    /// one by one, so that only those the operator cannot take become dead letters.
+    fn call_once(
         &mut self,
         scope: &mut Scope,
         members: &[usize],

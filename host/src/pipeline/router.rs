@@ -85,6 +85,7 @@ impl Router<'_> {
             records: 0,
         };
         let mut last_checkpoint = Instant::now();
+        let mut batch_opened = Instant::now();
         let mut checkpointed = (seq, start.watermark);
         let mut buckets = (spec.global || spec.pre_aggregate).then(|| Buckets::new(spec.global));
         let joiner = spec.join.clone().map(Joiner::new);
@@ -184,8 +185,10 @@ impl Router<'_> {
             // The clock is read every 64 records and at each batch's end (a batch smaller
             // than 64 once never checkpointed). An idle pipeline takes no checkpoints: nothing
             // would change.
+            let clock =
+                tick || batch.records.is_multiple_of(64) || batch.records >= spec.batch_size;
             let due = self.checkpoint_interval.is_some_and(|interval| {
-                (tick || batch.records.is_multiple_of(64) || batch.records >= spec.batch_size)
+                clock
                     && last_checkpoint.elapsed() >= interval
                     && ((seq, watermark.current()) != checkpointed
                         || batch.records > 0
@@ -198,11 +201,14 @@ impl Router<'_> {
                     || !batch.advances.is_empty()
                     || !batch.early.is_empty()
                     || !batch.dead.is_empty());
-            if batch.records >= spec.batch_size || due || idle {
+            // Nor behind a batch that fills slowly under a steady trickle.
+            let lingered = clock && batch.records > 0 && batch_opened.elapsed() >= MAX_BATCH_DELAY;
+            if batch.records >= spec.batch_size || due || idle || lingered {
                 if !self.send(&mut batch, batch_id, false) {
                     return Ok(seq - start.events);
                 }
                 batch_id += 1;
+                batch_opened = Instant::now();
                 self.publish(seq, watermark.current(), source.position().offset);
             }
             if due {
@@ -392,6 +398,10 @@ fn too_far_ahead(
         _ => Ok(event),
     }
 }
+
+/// The longest a batch waits to fill before it is sent anyway, so a large batch size costs no
+/// latency under a slow, steady input (as Flink's buffer timeout).
+const MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
 
 /// The keys of an aggregate's partials. A global aggregate replaces each event's key by one of
 /// [`BUCKETS`] bucket keys (`*/0` ... ), chosen by the key's group, so that the partials spread

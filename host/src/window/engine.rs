@@ -140,6 +140,10 @@ pub struct EngineOutput {
 
 type WindowId = u64;
 
+/// The most events one operator call takes: batches may be larger (fewer calls per key), but
+/// a call's input and output stay within what a guest's memory and output limit allow.
+pub const MAX_EVENTS_PER_CALL: usize = 4_096;
+
 #[derive(Debug)]
 struct LiveWindow {
     key: Arc<str>,
@@ -929,9 +933,10 @@ impl WindowEngine {
         Ok(())
     }
 
-    /// Adds `batch` to `scope`'s state. A failed call changed nothing: its events are retried
-    /// one by one, so that only the events the operator cannot take become dead letters,
-    /// whatever the batch boundaries were. Returns the indexes of those events.
+    /// Adds `batch` to `scope`'s state, in calls of at most [`MAX_EVENTS_PER_CALL`] events.
+    /// A failed call changed nothing: its events are retried one by one, so that only the
+    /// events the operator cannot take become dead letters, whatever the batch boundaries were.
+    /// Returns the indexes of those events.
     fn add(
         &self,
         scope: &mut Scope,
@@ -939,22 +944,22 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<Vec<usize>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
         let mut failed = Vec::new();
-        match cx.operator.add(scope, batch) {
-            Ok(()) => {}
-            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
-            Err(error) if batch.len() == 1 => {
-                self.operator_failed(error, batch, out)?;
-                failed.push(0);
-            }
-            Err(_) => {
-                for (i, event) in batch.iter().enumerate() {
-                    if let Err(error) = cx.operator.add(scope, &[event]) {
-                        self.operator_failed(error, &[event], out)?;
-                        failed.push(i);
+        for (c, chunk) in batch.chunks(MAX_EVENTS_PER_CALL).enumerate() {
+            let first = c * MAX_EVENTS_PER_CALL;
+            match cx.operator.add(scope, chunk) {
+                Ok(()) => {}
+                Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+                Err(error) if chunk.len() == 1 => {
+                    self.operator_failed(error, chunk, out)?;
+                    failed.push(first);
+                }
+                Err(_) => {
+                    for (i, event) in chunk.iter().enumerate() {
+                        if let Err(error) = cx.operator.add(scope, &[event]) {
+                            self.operator_failed(error, &[event], out)?;
+                            failed.push(first + i);
+                        }
                     }
                 }
             }
@@ -1251,6 +1256,14 @@ mod tests {
                 ("b".into(), 10, 20, "result", 1, 1)
             ]
         );
+    }
+
+    #[test]
+    fn a_window_takes_more_events_than_one_call_carries() {
+        let n = MAX_EVENTS_PER_CALL * 2 + 7;
+        let events: Vec<(&str, Millis, i64)> = (0..n).map(|_| ("a", 1, 1)).collect();
+        let out = run(TUMBLING, 0, &events, true);
+        assert_eq!(emitted(&out), [("a".into(), 0, 10, "result", 1, n as i64)]);
     }
 
     #[test]

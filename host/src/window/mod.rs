@@ -7,6 +7,6 @@ mod engine;
 pub use crate::time::Window;
 pub use assign::assign;
 pub use engine::{
-    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline, WindowEngine,
-    WindowRecord,
+    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, MAX_EVENTS_PER_CALL,
+    Timeline, WindowEngine, WindowRecord,
 };

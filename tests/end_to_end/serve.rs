@@ -1304,6 +1304,42 @@ fn shadow_results_are_kept_apart() {
 }
 
 #[test]
+fn a_shadow_starts_from_the_live_state_so_open_windows_compare_fairly() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    // The same code under another version: a fair shadow differs nowhere.
+    server.upload_ok("count-sum", "1.0.1", &count_sum_v1());
+    create_and_start(&server);
+    // Windows open (1 s windows, events 37 ms apart) before the shadow begins...
+    let events = clicks(300, 5);
+    let (before, after) = events.split_at(150);
+    server.ingest(PIPELINE, before);
+    server.wait_for_events_in(PIPELINE, before.len());
+    let rollout = json!({"version": "1.0.1", "percent": 0, "shadow": true});
+    let path = format!("/v1/pipelines/{PIPELINE}/rollout");
+    server.expect(
+        "a shadow rollout",
+        server.post_json(&path, Some(ADMIN), &rollout),
+        200,
+    );
+    thread::sleep(Duration::from_millis(300));
+    // ... and go on after it: it starts from a copy of their live state.
+    server.ingest(PIPELINE, after);
+    server.ingest(PIPELINE, &[far_future(&events)]);
+    let entry = server.wait_for("shadow comparisons", PATIENCE, || {
+        let entry = version_entry(&server.status(PIPELINE), "1.0.1");
+        match entry["shadow_compared"].as_u64() {
+            Some(n) if n >= 5 => Ok(entry),
+            _ => Err(entry.to_string()),
+        }
+    });
+    assert_eq!(entry["shadow_differed"], 0, "{entry}");
+    let shadow = server.output(PIPELINE, "shadow.jsonl");
+    assert!(shadow.iter().all(|r| r["same"] == true), "{shadow:?}");
+}
+
+#[test]
 fn a_candidate_that_traps_is_rolled_back_automatically() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let server = Server::start(dir.path());

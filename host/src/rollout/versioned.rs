@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::{CounterBook, Routing, VersionCounters};
 use crate::event::Event;
 use crate::operator::{AggregateOperator, OperatorError, Result, Scope};
+use crate::state::ScopeState;
 use crate::time::Window;
 use crate::value::{Fields, fields_to_json};
 
@@ -178,14 +179,35 @@ impl VersionedAggregate {
             _ => None,
         }
     }
+
+    /// For a shadow run that has no state of its own for `scope` yet (or only an earlier
+    /// candidate's): a copy of the live state as it is now, before this call changes it. The
+    /// shadow starts where the live version is, so windows open when it began are compared
+    /// fairly (the candidate migrates the copy as a rollout would).
+    fn fresh_shadow(&self, scope: &Scope) -> Option<ScopeState> {
+        let candidate = self.candidate.as_ref().filter(|_| self.routing.shadow)?;
+        let own = (scope.state.shadow.as_ref())
+            .is_some_and(|shadow| shadow.written_by.as_deref() == Some(&*candidate.version));
+        if own {
+            return None;
+        }
+        let mut copy = scope.state.clone();
+        copy.shadow = None;
+        Some(copy)
+    }
 }
 
 /// Runs `f` on the shadow copy of a scope's state (kept inside the scope's state, so it is
-/// checkpointed and dropped with it).
-fn in_shadow<T>(scope: &mut Scope, f: impl FnOnce(&mut Scope) -> T) -> T {
+/// checkpointed and dropped with it): `fresh` if given, else the shadow's own.
+fn in_shadow<T>(
+    scope: &mut Scope,
+    fresh: Option<ScopeState>,
+    f: impl FnOnce(&mut Scope) -> T,
+) -> T {
+    let own = scope.state.shadow.take().map(|s| *s);
     let mut shadow = Scope {
         key: scope.key.clone(),
-        state: scope.state.shadow.take().map(|s| *s).unwrap_or_default(),
+        state: fresh.or(own).unwrap_or_default(),
     };
     let result = f(&mut shadow);
     scope.state.shadow = Some(Box::new(shadow.state));
@@ -194,6 +216,7 @@ fn in_shadow<T>(scope: &mut Scope, f: impl FnOnce(&mut Scope) -> T) -> T {
 
 impl AggregateOperator for VersionedAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
+        let fresh = self.fresh_shadow(scope);
         let slot = self.slot(&scope.key);
         slot.adopt(scope)?;
         let started = slot.clock();
@@ -202,16 +225,20 @@ impl AggregateOperator for VersionedAggregate {
         slot.mark(scope);
         if let Some(shadow) = self.shadow() {
             // The shadow's failures are counted and never reach the live results.
-            let _ = in_shadow(scope, |copy| {
+            let _ = in_shadow(scope, fresh, |copy| {
+                shadow.adopt(copy)?;
                 let started = shadow.clock();
                 let outcome = shadow.operator.add(copy, events);
-                shadow.count(events.len(), started, outcome)
+                shadow.count(events.len(), started, outcome)?;
+                shadow.mark(copy);
+                Ok::<(), OperatorError>(())
             });
         }
         Ok(())
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
+        let (fresh_target, fresh_source) = (self.fresh_shadow(target), self.fresh_shadow(source));
         let slot = self.slot(&target.key);
         slot.adopt(target)?;
         slot.adopt(source)?;
@@ -220,20 +247,26 @@ impl AggregateOperator for VersionedAggregate {
         slot.count(0, started, outcome)?;
         slot.mark(target);
         if let Some(shadow) = self.shadow() {
+            let own_source = source.state.shadow.take().map(|s| *s);
             let mut source_copy = Scope {
                 key: source.key.clone(),
-                state: source.state.shadow.take().map(|s| *s).unwrap_or_default(),
+                state: fresh_source.or(own_source).unwrap_or_default(),
             };
-            let _ = in_shadow(target, |copy| {
+            let _ = in_shadow(target, fresh_target, |copy| {
+                shadow.adopt(copy)?;
+                shadow.adopt(&mut source_copy)?;
                 let started = shadow.clock();
                 let outcome = shadow.operator.merge(copy, &mut source_copy);
-                shadow.count(0, started, outcome)
+                shadow.count(0, started, outcome)?;
+                shadow.mark(copy);
+                Ok::<(), OperatorError>(())
             });
         }
         Ok(())
     }
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
+        let fresh = self.fresh_shadow(scope);
         let slot = self.slot(&scope.key);
         slot.adopt(scope)?;
         let started = slot.clock();
@@ -241,10 +274,13 @@ impl AggregateOperator for VersionedAggregate {
         let output = slot.count(0, started, outcome)?;
         let log = self.shadow_log.clone();
         if let Some(shadow) = self.shadow() {
-            let candidate = in_shadow(scope, |copy| {
+            let candidate = in_shadow(scope, fresh, |copy| {
+                shadow.adopt(copy)?;
                 let started = shadow.clock();
                 let outcome = shadow.operator.finish(copy, window);
-                shadow.count(0, started, outcome)
+                let output = shadow.count(0, started, outcome)?;
+                shadow.mark(copy);
+                Ok::<Fields, OperatorError>(output)
             });
             use std::sync::atomic::Ordering::Relaxed;
             shadow.counters.shadow_compared.fetch_add(1, Relaxed);

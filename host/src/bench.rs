@@ -87,6 +87,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
         max_behind: crate::spec::DEFAULT_MAX_BEHIND,
         segment_size: crate::spec::DEFAULT_SEGMENT_SIZE,
+        max_rate: None,
         advance_when_idle: None,
         partition_field: None,
         idle_timeout: None,

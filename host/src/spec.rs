@@ -105,6 +105,9 @@ pub struct PipelineSpec {
     /// An HTTP source's ingest log segment size: segments wholly before the last checkpoint
     /// are deleted (`[source] segment_size`).
     pub segment_size: u64,
+    /// An HTTP source's ingest rate limit, in events per second (a second's worth may come at
+    /// once); beyond it, ingest answers 429 (`[source] max_events_per_second`).
+    pub max_rate: Option<u64>,
     /// What operators may use and how much.
     pub sandbox: SandboxSpec,
     /// How window results are written (`[emit]`).
@@ -680,6 +683,7 @@ enum RawSource {
     Http {
         max_behind: Option<RawSize>,
         segment_size: Option<RawSize>,
+        max_events_per_second: Option<u64>,
     },
     Generator(GeneratorSpec),
     Nexmark(NexmarkSpec),
@@ -1466,10 +1470,26 @@ impl RawSpec {
     /// `sink_base`.
     fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
         crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
+        let max_rate = match &self.source {
+            RawSource::Http {
+                max_events_per_second: Some(0),
+                ..
+            } => {
+                return Err(invalid(
+                    "source.max_events_per_second must be at least 1 (leave it out for no limit)",
+                ));
+            }
+            RawSource::Http {
+                max_events_per_second,
+                ..
+            } => *max_events_per_second,
+            _ => None,
+        };
         let (max_behind, segment_size) = match &self.source {
             RawSource::Http {
                 max_behind,
                 segment_size,
+                ..
             } => {
                 let behind =
                     match size("source.max_behind", max_behind, DEFAULT_MAX_BEHIND as usize)? {
@@ -1635,6 +1655,7 @@ impl RawSpec {
             memory_budget,
             max_behind,
             segment_size,
+            max_rate,
             emit,
             sandbox,
         })

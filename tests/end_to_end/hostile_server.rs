@@ -1443,3 +1443,43 @@ fn a_pipeline_far_behind_answers_429_and_loses_no_acknowledged_event() {
     let results = server.output("behind", "results.jsonl");
     assert_same_emissions(&server, &results, &expected);
 }
+
+#[test]
+fn an_ingest_rate_limit_answers_429_beyond_it_and_keeps_what_it_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = spec_named("limited");
+    spec["source"] = json!({"type": "http", "max_events_per_second": 500});
+    create_and_start_spec(&server, &spec);
+    let events = clicks(2_000, 5);
+    let started = Instant::now();
+    let mut refused = 0;
+    for chunk in events.chunks(100) {
+        loop {
+            match server.send_events("limited", chunk) {
+                (202, _, _) => break,
+                (429, body, retry_after) => {
+                    refused += 1;
+                    assert!(body.contains("at most 500 events per second"), "{body}");
+                    assert_eq!(retry_after.as_deref(), Some("1"));
+                    thread::sleep(Duration::from_millis(50));
+                }
+                (status, body, _) => panic!("{status} {body}"),
+            }
+        }
+    }
+    // A second's worth at once, then 500 a second: 2,000 events take at least 3 s.
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(2_900), "{took:?}");
+    assert!(refused > 0);
+    server.wait_for_events_in("limited", events.len());
+    let mut zero = spec_named("zero");
+    zero["source"] = json!({"type": "http", "max_events_per_second": 0});
+    let error = server.expect_error(
+        "a zero rate",
+        server.post_json("/v1/pipelines", Some(ADMIN), &zero),
+        400,
+    );
+    assert!(error.contains("at least 1"), "{error}");
+}

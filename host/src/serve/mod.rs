@@ -10,6 +10,7 @@
 
 mod error;
 mod managed;
+mod rate;
 mod rollout;
 mod slot;
 mod tokens;

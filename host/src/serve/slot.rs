@@ -69,6 +69,8 @@ pub struct Slot {
     closed: std::sync::atomic::AtomicBool,
     /// The checkpointed input offset the ingest log was last truncated to.
     truncated: std::sync::atomic::AtomicU64,
+    /// The ingest rate limit (`source.max_events_per_second`), made on first use.
+    rate: Mutex<Option<super::rate::RateLimit>>,
 }
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
@@ -129,6 +131,7 @@ impl Slot {
             ingesting: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INGESTS)),
             closed: std::sync::atomic::AtomicBool::new(false),
             truncated: std::sync::atomic::AtomicU64::new(0),
+            rate: Mutex::new(None),
         }
     }
 
@@ -392,7 +395,7 @@ impl Slot {
     /// behind by more than its `max_behind` (then `Busy`: 429 with `Retry-After`). Returns how
     /// many lines were accepted. `partition` is the watermark partition the producer named.
     pub fn ingest(&self, lines: &[&str], partition: Option<&str>) -> Result<usize, RequestError> {
-        let (control, max_behind) = {
+        let (control, max_behind, max_rate) = {
             let mut inner = self.lock();
             Self::reap(&mut inner);
             if let Err(reason) = &inner.managed {
@@ -405,16 +408,42 @@ impl Slot {
                     self.name
                 )));
             }
-            let max_behind = inner.managed.as_ref().map_or(0, |m| m.spec.max_behind);
-            (inner.control.clone(), max_behind)
+            let (max_behind, max_rate) = (inner.managed.as_ref())
+                .map_or((0, None), |m| (m.spec.max_behind, m.spec.max_rate));
+            (inner.control.clone(), max_behind, max_rate)
         };
+        if let Some(rate) = max_rate {
+            let now = Instant::now();
+            let mut limit = self.rate.lock().expect("rate lock");
+            let limit = match &mut *limit {
+                Some(limit) if limit.rate() == rate => limit,
+                other => other.insert(super::rate::RateLimit::new(rate, now)),
+            };
+            if let Err(wait) = limit.take(lines.len() as u64, now) {
+                let labels = [
+                    ("pipeline", self.name.clone()),
+                    ("reason", "rate".to_owned()),
+                ];
+                metrics::counter!("weir_ingest_throttled_total", &labels).increment(1);
+                return Err(RequestError::Busy(format!(
+                    "pipeline {:?} takes at most {rate} events per second \
+                     (source.max_events_per_second); room for these in {} ms: nothing of this \
+                     request was kept, retry after the Retry-After delay",
+                    self.name,
+                    wait.as_millis()
+                )));
+            }
+        }
         let log = self.ingest_log()?;
         if let Some(control) = control {
             let read = control.stats.input_offset.load(Ordering::Relaxed);
             let behind = log.gate().committed().saturating_sub(read);
             if behind > max_behind {
-                metrics::counter!("weir_ingest_throttled_total", "pipeline" => self.name.clone())
-                    .increment(1);
+                let labels = [
+                    ("pipeline", self.name.clone()),
+                    ("reason", "behind".to_owned()),
+                ];
+                metrics::counter!("weir_ingest_throttled_total", &labels).increment(1);
                 return Err(RequestError::Busy(format!(
                     "pipeline {:?} is behind: {behind} bytes of accepted events are still to be \
                      read, more than its source.max_behind of {max_behind}; nothing of this \

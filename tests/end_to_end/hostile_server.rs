@@ -1452,6 +1452,9 @@ fn an_ingest_rate_limit_answers_429_beyond_it_and_keeps_what_it_accepts() {
     let mut spec = spec_named("limited");
     spec["source"] = json!({"type": "http", "max_events_per_second": 500});
     create_and_start_spec(&server, &spec);
+    let limits = server.status("limited")["limits"].clone();
+    assert_eq!(limits["max_events_per_second"], 500, "{limits}");
+    assert_eq!(limits["max_behind_bytes"], 64 << 20, "{limits}");
     let events = clicks(2_000, 5);
     let started = Instant::now();
     let mut refused = 0;

@@ -691,6 +691,12 @@ impl Slot {
             // The routing in effect since the last checkpoint (a rollout step or a promotion
             // applies at a barrier).
             "applied_routing": control.and_then(|c| c.applied()),
+            // The limits ingest holds the pipeline to (429 beyond them).
+            "limits": {
+                "max_behind_bytes": managed.spec.max_behind,
+                "max_events_per_second": managed.spec.max_rate,
+                "segment_size_bytes": managed.spec.segment_size,
+            },
         });
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
         let figures = control

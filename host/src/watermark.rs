@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 
-/// The bounded out-of-orderness watermark strategy.
+/// The bounded out-of-orderness watermark strategy over one stream: the reference the
+/// partitioned watermark with one partition is checked against.
 #[derive(Debug, Clone)]
 pub struct BoundedOutOfOrderness {
     bound: Millis,
@@ -41,20 +42,6 @@ impl BoundedOutOfOrderness {
         (candidate > self.current).then(|| {
             self.current = candidate;
             candidate
-        })
-    }
-
-    /// Moves the watermark on by `ms` of wall clock the input was quiet for (never to plus
-    /// infinity, which ends the input; not at all before the first event). Returns the new
-    /// watermark if it advanced.
-    pub fn advance_by(&mut self, ms: Millis) -> Option<Millis> {
-        if self.current == MINUS_INFINITY || ms <= 0 {
-            return None;
-        }
-        let advanced = self.current.saturating_add(ms).min(PLUS_INFINITY - 1);
-        (advanced > self.current).then(|| {
-            self.current = advanced;
-            advanced
         })
     }
 
@@ -311,10 +298,18 @@ mod tests {
         assert_eq!(wm.observe(10), Some(5));
         assert_eq!(wm.observe(8), None);
         assert_eq!(wm.observe(20), Some(15));
+        assert_eq!(wm.finish(), PLUS_INFINITY);
+    }
+
+    #[test]
+    fn an_idle_advance_moves_the_watermark_on_never_back_nor_to_the_end() {
+        let mut wm = PartitionedWatermark::new(5, None);
+        assert_eq!(wm.advance_by(5), None, "nothing seen yet");
+        assert_eq!(wm.observe("", 20), Ok(Some(15)));
         assert_eq!(wm.advance_by(100), Some(115), "an idle input moves it on");
         assert_eq!(
-            wm.observe(110),
-            None,
+            wm.observe("", 110),
+            Ok(None),
             "an event behind it does not move it back"
         );
         assert_eq!(
@@ -323,11 +318,6 @@ mod tests {
             "never to the end"
         );
         assert_eq!(wm.finish(), PLUS_INFINITY);
-        assert_eq!(
-            BoundedOutOfOrderness::new(0).advance_by(5),
-            None,
-            "nothing seen yet"
-        );
     }
 
     #[test]

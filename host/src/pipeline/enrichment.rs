@@ -7,9 +7,10 @@
 //! watermark at the event's arrival, so where batches begin and end never matters; keys that
 //! go quiet are swept at the end of each batch.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::deadlines::Deadlines;
 use crate::event::Staged;
 use crate::event::{DeadCause, DeadLetter};
 use crate::operator::{EnrichOperator, OperatorError, Scope};
@@ -28,9 +29,8 @@ pub struct Enrichment {
     index: u16,
     operator: Box<dyn EnrichOperator>,
     ttl: Option<Millis>,
-    /// `(expiry, key)` for keys with state that can expire.
-    expiry: BTreeSet<(Millis, Arc<str>)>,
-    expires: HashMap<Arc<str>, Millis>,
+    /// When keys with state that can expire expire.
+    expiry: Deadlines,
 }
 
 impl std::fmt::Debug for Enrichment {
@@ -62,8 +62,7 @@ impl Enrichment {
             index,
             operator,
             ttl,
-            expiry: BTreeSet::new(),
-            expires: HashMap::new(),
+            expiry: Deadlines::default(),
         }
     }
 
@@ -89,17 +88,10 @@ impl Enrichment {
             let state: ScopeState = crate::state::decode_scope(&row.value)
                 .map_err(|e| format!("a state scope is unreadable: {e}"))?;
             if let Some(last) = state.last_event {
-                self.arm(key.key, last.saturating_add(ttl));
+                self.expiry.set(key.key, last.saturating_add(ttl));
             }
         }
         Ok(())
-    }
-
-    fn arm(&mut self, key: Arc<str>, at: Millis) {
-        if let Some(old) = self.expires.insert(key.clone(), at) {
-            self.expiry.remove(&(old, key.clone()));
-        }
-        self.expiry.insert((at, key));
     }
 
     /// Runs the operator over a batch (one call per key and TTL period) and returns its output
@@ -151,7 +143,7 @@ impl Enrichment {
             }
             self.call(&mut scope, &run, &events, &mut outputs, out)?;
             if let (Some(ttl), Some(last)) = (self.ttl, scope.state.last_event) {
-                self.arm(key.clone(), last.saturating_add(ttl));
+                self.expiry.set(key.clone(), last.saturating_add(ttl));
             }
             state.put(state_key, scope.state)?;
         }
@@ -250,12 +242,7 @@ impl Enrichment {
         state: &mut dyn StateBackend,
         watermark: Millis,
     ) -> Result<(), EngineError> {
-        while let Some((at, key)) = self.expiry.first().cloned() {
-            if at > watermark {
-                break;
-            }
-            self.expiry.pop_first();
-            self.expires.remove(&key);
+        while let Some(key) = self.expiry.pop_through(watermark) {
             let state_key = self.state_key(&key);
             let mut scope = state.take(&state_key)?;
             expire(&mut scope);

@@ -14,9 +14,10 @@
 //!
 //! Depends on `event`, `spec`, `state`, `value` and `window` (for its output types).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::deadlines::Deadlines;
 use crate::event::{DeadCause, DeadLetter, Event, Staged};
 use crate::spec::{IntervalBounds, SIDE_FIELD};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
@@ -34,9 +35,8 @@ const RIGHT: &str = "right";
 #[derive(Debug)]
 pub struct IntervalJoin {
     bounds: IntervalBounds,
-    /// `(time, key)`: once the watermark passes `time`, some of the key's kept events expire.
-    expiry: BTreeSet<(Millis, Arc<str>)>,
-    expires: HashMap<Arc<str>, Millis>,
+    /// Once the watermark passes a key's deadline, some of its kept events expire.
+    expiry: Deadlines,
 }
 
 /// Where a kept event sorts in its side's map: by time, then arrival.
@@ -77,8 +77,7 @@ impl IntervalJoin {
     pub fn new(bounds: IntervalBounds) -> IntervalJoin {
         IntervalJoin {
             bounds,
-            expiry: BTreeSet::new(),
-            expires: HashMap::new(),
+            expiry: Deadlines::default(),
         }
     }
 
@@ -111,7 +110,7 @@ impl IntervalJoin {
             let state = crate::state::decode_scope(&row.value)
                 .map_err(|e| format!("an interval join's state is unreadable: {e}"))?;
             if let Some(at) = self.first_expiry(&state) {
-                self.arm(key.key, at);
+                self.expiry.set(key.key, at);
             }
         }
         Ok(())
@@ -125,13 +124,6 @@ impl IntervalJoin {
                 Some(self.useful_until(side, entry_time(first)?))
             })
             .min()
-    }
-
-    fn arm(&mut self, key: Arc<str>, at: Millis) {
-        if let Some(old) = self.expires.insert(key.clone(), at) {
-            self.expiry.remove(&(old, key.clone()));
-        }
-        self.expiry.insert((at, key));
     }
 
     /// Pairs a batch's events (in arrival order) and returns the pairs in arrival order.
@@ -181,11 +173,7 @@ impl IntervalJoin {
                     entry_key(event.timestamp, staged.seq),
                     encode_fields(&event.fields),
                 );
-                let at = self
-                    .expires
-                    .get(&event.key)
-                    .map_or(until, |&at| at.min(until));
-                self.arm(event.key.clone(), at);
+                self.expiry.set_earliest(&event.key, until);
             }
             state.put(state_key, scope)?;
         }
@@ -255,12 +243,7 @@ impl IntervalJoin {
         state: &mut dyn StateBackend,
         watermark: Millis,
     ) -> Result<(), EngineError> {
-        while let Some((at, key)) = self.expiry.first().cloned() {
-            if at >= watermark {
-                break;
-            }
-            self.expiry.pop_first();
-            self.expires.remove(&key);
+        while let Some(key) = self.expiry.pop_through(watermark.saturating_sub(1)) {
             let state_key = Self::state_key(&key);
             let mut scope = state.take(&state_key)?;
             for side in [LEFT, RIGHT] {
@@ -275,7 +258,7 @@ impl IntervalJoin {
                 .retain(|_, kept: &mut BTreeMap<String, Value>| !kept.is_empty());
             match self.first_expiry(&scope) {
                 Some(at) => {
-                    self.arm(key, at);
+                    self.expiry.set(key, at);
                     state.put(state_key, scope)?;
                 }
                 None => state.remove(&state_key)?,
@@ -371,12 +354,9 @@ mod tests {
         let first = vec![event(0, "left", "a", 10, 1)];
         join.run(first, &mut state, &|_| 0, &mut out).unwrap();
         join.sweep(&mut state, 15).unwrap();
-        assert!(
-            !join.expires.is_empty(),
-            "kept while a right at 15 may come"
-        );
+        assert!(!join.expiry.is_empty(), "kept while a right at 15 may come");
         join.sweep(&mut state, 16).unwrap();
-        assert!(join.expires.is_empty(), "dropped once none can");
+        assert!(join.expiry.is_empty(), "dropped once none can");
         let key = IntervalJoin::state_key(&"a".into());
         assert!(state.take(&key).unwrap().is_empty());
         let late = vec![event(1, "right", "a", 12, 100)];

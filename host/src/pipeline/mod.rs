@@ -19,6 +19,7 @@
 mod build;
 mod collector;
 mod control;
+mod deadlines;
 mod enrichment;
 mod interval_join;
 mod join;

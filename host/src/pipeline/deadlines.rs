@@ -1,0 +1,48 @@
+//! [`Deadlines`]: keys with an event time by which something of theirs expires (enrichment
+//! TTLs, an interval join's kept events), in time order, one deadline per key. Depends on
+//! `time` only.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::time::Millis;
+
+/// One deadline per key, ordered by time.
+#[derive(Debug, Default)]
+pub(super) struct Deadlines {
+    by_time: BTreeSet<(Millis, Arc<str>)>,
+    by_key: HashMap<Arc<str>, Millis>,
+}
+
+impl Deadlines {
+    /// Sets `key`'s deadline to `at`, replacing any earlier one.
+    pub(super) fn set(&mut self, key: Arc<str>, at: Millis) {
+        if let Some(old) = self.by_key.insert(key.clone(), at) {
+            self.by_time.remove(&(old, key.clone()));
+        }
+        self.by_time.insert((at, key));
+    }
+
+    /// Sets `key`'s deadline to `at` unless it has an earlier one.
+    pub(super) fn set_earliest(&mut self, key: &Arc<str>, at: Millis) {
+        let at = self.by_key.get(key).map_or(at, |&old| old.min(at));
+        self.set(key.clone(), at);
+    }
+
+    /// Removes and returns a key whose deadline is at or before `last`, if there is one.
+    pub(super) fn pop_through(&mut self, last: Millis) -> Option<Arc<str>> {
+        let (at, _) = self.by_time.first()?;
+        if *at > last {
+            return None;
+        }
+        let (_, key) = self.by_time.pop_first()?;
+        self.by_key.remove(&key);
+        Some(key)
+    }
+
+    /// Whether no key has a deadline.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}

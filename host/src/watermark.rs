@@ -69,12 +69,25 @@ pub struct PartitionMark {
 
 pub use crate::spec::MAX_PARTITIONS;
 
+/// The longest watermark partition name, in bytes: the names are kept for the pipeline's life
+/// and in every checkpoint, and an event's field may hold any text.
+pub const MAX_PARTITION_NAME: usize = 256;
+
 /// Why an event's partition was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the pipeline has {MAX_PARTITIONS} watermark partitions already; this event's partition {0:?} would be one more"
-)]
-pub struct TooManyPartitions(pub String);
+#[non_exhaustive]
+pub enum PartitionRefused {
+    /// One partition more than [`MAX_PARTITIONS`].
+    #[error(
+        "the pipeline has {MAX_PARTITIONS} watermark partitions already; this event's partition {0:?} would be one more"
+    )]
+    TooMany(String),
+    /// A name longer than [`MAX_PARTITION_NAME`].
+    #[error(
+        "this event's watermark partition is named by {0} bytes; at most {MAX_PARTITION_NAME} are taken"
+    )]
+    TooLong(usize),
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Mark {
@@ -213,7 +226,7 @@ impl PartitionedWatermark {
         &mut self,
         partition: &str,
         timestamp: Millis,
-    ) -> Result<Option<Millis>, TooManyPartitions> {
+    ) -> Result<Option<Millis>, PartitionRefused> {
         let clock = self.clock;
         // The common case: the last event's partition, with one partition and no idleness.
         if let Some((name, mark)) = &mut self.last
@@ -235,8 +248,11 @@ impl PartitionedWatermark {
         }
         self.settle();
         if !self.partitions.contains_key(partition) {
+            if partition.len() > MAX_PARTITION_NAME {
+                return Err(PartitionRefused::TooLong(partition.len()));
+            }
             if self.partitions.len() >= MAX_PARTITIONS {
-                return Err(TooManyPartitions(partition.to_owned()));
+                return Err(PartitionRefused::TooMany(partition.to_owned()));
             }
             let mark = Mark {
                 max_timestamp: MINUS_INFINITY,
@@ -355,6 +371,12 @@ mod tests {
             assert!(wm.observe(&i.to_string(), 1).is_ok());
         }
         assert!(wm.observe("one more", 1).is_err());
+        let long = "p".repeat(MAX_PARTITION_NAME + 1);
+        let mut fresh = PartitionedWatermark::new(0, None);
+        assert_eq!(
+            fresh.observe(&long, 1),
+            Err(PartitionRefused::TooLong(MAX_PARTITION_NAME + 1))
+        );
         assert!(wm.observe("7", 2).is_ok(), "a known one is still taken");
     }
 

@@ -158,11 +158,11 @@ impl Router<'_> {
                         batch.advances.extend(moved.map(|w| (seq, w)));
                         Some(event)
                     }
-                    Err(too_many) => {
+                    Err(refused) => {
                         batch.dead.push(DeadLetter {
                             line: event.line,
                             raw: event.to_json().to_string(),
-                            reason: too_many.to_string(),
+                            reason: refused.to_string(),
                             cause: crate::event::DeadCause::Input,
                         });
                         None

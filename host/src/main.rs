@@ -242,6 +242,13 @@ enum SavepointAction {
         /// The savepoint's name.
         name: String,
     },
+    /// Delete a savepoint.
+    Delete {
+        /// A pipeline spec or its data directory.
+        target: PathBuf,
+        /// The savepoint's name.
+        name: String,
+    },
 }
 
 /// File descriptors a started pipeline holds (ingest log writer and reader, state, three sinks,
@@ -556,7 +563,9 @@ impl Drop for Progress {
 /// `weir savepoint`.
 fn savepoint(args: SavepointArgs) -> anyhow::Result<()> {
     let SavepointArgs { action } = args;
-    use weir::checkpoint::{create_savepoint, list_savepoints, restore_savepoint};
+    use weir::checkpoint::{
+        create_savepoint, delete_savepoint, list_savepoints, restore_savepoint,
+    };
     match action {
         SavepointAction::Create { target, name } => {
             let saved = create_savepoint(&data_dir(&target)?, &name)?;
@@ -574,6 +583,10 @@ fn savepoint(args: SavepointArgs) -> anyhow::Result<()> {
                 restored.name,
                 describe(&restored.manifest)
             );
+        }
+        SavepointAction::Delete { target, name } => {
+            delete_savepoint(&data_dir(&target)?, &name)?;
+            println!("deleted {name:?}");
         }
     }
     Ok(())

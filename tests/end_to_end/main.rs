@@ -15,6 +15,7 @@ mod polyglot;
 mod properties;
 mod recovery;
 mod reference;
+mod savepoints;
 mod serve;
 mod sources;
 mod stages;

@@ -11,6 +11,7 @@ mod openapi;
 mod operators;
 mod pipelines;
 pub mod routes;
+mod savepoints;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +112,18 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .route("/v1/pipelines/{name}/rollout", post(pipelines::rollout))
         .route("/v1/pipelines/{name}/rollback", post(pipelines::rollback))
         .route("/v1/pipelines/{name}/promote", post(pipelines::promote))
+        .route(
+            "/v1/pipelines/{name}/savepoints",
+            get(savepoints::list).post(savepoints::take),
+        )
+        .route(
+            "/v1/pipelines/{name}/savepoints/{savepoint}",
+            axum::routing::delete(savepoints::delete),
+        )
+        .route(
+            "/v1/pipelines/{name}/savepoints/{savepoint}/fork",
+            post(savepoints::fork),
+        )
         .route_layer(middleware::from_fn_with_state(gate, authorize));
     routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })

@@ -32,7 +32,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 
 /// The pipeline named by the route's `{name}`, checked against the name rule after
 /// percent-decoding, and looked up.
-pub(super) struct Pipeline(Arc<Slot>);
+pub(super) struct Pipeline(pub(super) Arc<Slot>);
 
 impl axum::extract::FromRequestParts<Arc<Server>> for Pipeline {
     type Rejection = ApiError;

@@ -97,6 +97,14 @@ pub const ROUTES: &[Route] = &[
         [(200, "status"), (404, "unknown"), (409, "no rollout")]),
     route!(POST "/v1/pipelines/{name}/promote", ADMIN, "Promote the candidate: it becomes the live version at the next barrier",
         [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
+    route!(POST "/v1/pipelines/{name}/savepoints", ADMIN, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
+        [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full")]),
+    route!(GET "/v1/pipelines/{name}/savepoints", ADMIN, "List the pipeline's savepoints",
+        [(200, "savepoints"), (404, "unknown pipeline")]),
+    route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",
+        [(204, "deleted"), (404, "unknown")]),
+    route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", ADMIN, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped",
+        [(201, "the new pipeline's status"), (400, "invalid spec, or another key, window or chain than the savepoint's"), (404, "unknown pipeline or savepoint"), (409, "name taken"), (507, "the disk is full")]),
 ];
 
 /// The route with this method and template.

@@ -244,7 +244,24 @@ fn commit(
     for ack in &checkpointer.acks {
         let _ = ack.send(());
     }
+    take_savepoints(&checkpointer.committer, control);
     Ok(())
+}
+
+/// Takes the savepoints asked for from the checkpoint just committed (after the shards were
+/// released: they go on while the copy is written).
+fn take_savepoints(committer: &crate::checkpoint::Committer, control: &PipelineControl) {
+    for request in control.take_savepoints() {
+        let outcome =
+            crate::checkpoint::save_from(&committer.store, &committer.data_dir, &request.name);
+        match &outcome {
+            Ok(saved) => {
+                tracing::info!(savepoint = %request.name, checkpoint = saved.manifest.id, bytes = saved.bytes, "savepoint taken")
+            }
+            Err(e) => tracing::warn!(savepoint = %request.name, error = %e, "savepoint failed"),
+        }
+        let _ = request.reply.send(outcome.map_err(|e| e.to_string()));
+    }
 }
 
 /// Splits a barrier's parts into the router's position and the shards' changes.

@@ -1,11 +1,11 @@
 //! [`PipelineControl`]: what a running pipeline shares with whoever runs it (`weir serve`): a
-//! stop switch, the requested and applied rollout routing, live figures, per-version counters
-//! and a tap on the result records.
+//! stop switch, the requested and applied rollout routing, savepoints asked for, live figures,
+//! per-version counters and a tap on the result records.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::checkpoint::CheckpointStats;
+use crate::checkpoint::{CheckpointStats, SavepointInfo};
 use crate::operator::SharedAggregateCode;
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
@@ -101,6 +101,17 @@ pub struct PipelineControl {
     /// Batches (and barriers) the router sent, and those the collector completed.
     sent: AtomicU64,
     done: AtomicU64,
+    /// Savepoints asked for: taken right after the next checkpoint commits.
+    savepoints: Mutex<Vec<SavepointRequest>>,
+}
+
+/// A savepoint to take after the next checkpoint, and who waits for it.
+#[derive(Debug)]
+pub struct SavepointRequest {
+    /// Its name (checked).
+    pub name: String,
+    /// Where the outcome goes.
+    pub reply: std::sync::mpsc::SyncSender<Result<SavepointInfo, String>>,
 }
 
 impl std::fmt::Debug for PipelineControl {
@@ -132,6 +143,7 @@ impl PipelineControl {
             progress: AtomicU64::new(crate::time::wall_clock_ms()),
             sent: AtomicU64::new(0),
             done: AtomicU64::new(0),
+            savepoints: Mutex::new(Vec::new()),
         }
     }
 
@@ -208,6 +220,33 @@ impl PipelineControl {
     /// Whether a routing request waits for the next barrier.
     pub(crate) fn has_request(&self) -> bool {
         self.requested.lock().expect("routing lock").is_some()
+    }
+
+    /// Asks for savepoint `name` (already checked) right after the next checkpoint; the
+    /// receiver gets its outcome, or is dropped if the run ends first.
+    pub fn request_savepoint(
+        &self,
+        name: &str,
+    ) -> std::sync::mpsc::Receiver<Result<SavepointInfo, String>> {
+        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
+        (self.savepoints.lock().expect("savepoint lock")).push(SavepointRequest {
+            name: name.to_owned(),
+            reply,
+        });
+        if let Some(gate) = &self.ingest_gate {
+            gate.wake(); // an idle reader ticks now, so the barrier comes soon
+        }
+        outcome
+    }
+
+    /// Whether a savepoint waits for the next checkpoint.
+    pub(crate) fn wants_savepoint(&self) -> bool {
+        !self.savepoints.lock().expect("savepoint lock").is_empty()
+    }
+
+    /// Takes the savepoints asked for.
+    pub(crate) fn take_savepoints(&self) -> Vec<SavepointRequest> {
+        std::mem::take(&mut *self.savepoints.lock().expect("savepoint lock"))
     }
 
     /// Takes the pending routing request, if any.

@@ -192,7 +192,8 @@ impl Router<'_> {
                     && last_checkpoint.elapsed() >= interval
                     && ((seq, watermark.current()) != checkpointed
                         || batch.records > 0
-                        || self.control.has_request())
+                        || self.control.has_request()
+                        || self.control.wants_savepoint())
             });
             // While the input pauses, send what we hold: results should not wait for a full
             // batch.

@@ -100,3 +100,18 @@ impl From<crate::source::IngestError> for RequestError {
         }
     }
 }
+
+impl From<crate::checkpoint::SavepointError> for RequestError {
+    fn from(error: crate::checkpoint::SavepointError) -> Self {
+        use crate::checkpoint::SavepointError as E;
+        match error {
+            E::BadName(_) => RequestError::Invalid(error.to_string()),
+            E::Unknown { .. } => RequestError::NotFound(error.to_string()),
+            E::Exists(_) | E::Full(_) | E::NoCheckpoint(_) => {
+                RequestError::Conflict(error.to_string())
+            }
+            E::Io { source, .. } => RequestError::from_io(source),
+            _ => RequestError::Internal(error.to_string()),
+        }
+    }
+}

@@ -272,6 +272,67 @@ impl Server {
         Ok(slot)
     }
 
+    /// Creates a pipeline from savepoint `savepoint` of pipeline `from`, with the spec `json`
+    /// (its own name; the same key, timestamp, watermark, windows and chain as the savepoint's,
+    /// any operator versions): its state is the savepoint's, its ingest log the original's from
+    /// the savepoint on, its output starts empty. Created stopped.
+    pub fn fork(
+        &self,
+        from: &Slot,
+        savepoint: &str,
+        json: serde_json::Value,
+    ) -> Result<Arc<Slot>, RequestError> {
+        crate::names::check("savepoint name", savepoint)?;
+        let name = json
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
+            .to_owned();
+        let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
+        let spec = Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
+        let saved = (from.savepoints()?.into_iter())
+            .find(|s| s.name == savepoint)
+            .ok_or_else(|| {
+                RequestError::NotFound(format!(
+                    "pipeline {:?} has no savepoint {savepoint:?}; GET its savepoints to list them",
+                    from.name
+                ))
+            })?;
+        let fingerprint = crate::checkpoint::fingerprint(&spec);
+        if saved.manifest.fingerprint != fingerprint {
+            return Err(RequestError::Invalid(format!(
+                "savepoint {savepoint:?} was taken with a different key, timestamp, watermark,                  window or operator chain ({}); this spec has {fingerprint}. Only operator \
+                 versions may change",
+                saved.manifest.fingerprint
+            )));
+        }
+        let crate::spec::StateSpec::Redb(data) = &spec.state else {
+            return Err(RequestError::Invalid(
+                "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),
+            ));
+        };
+        let _reserved = self.reserve(&name, true)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
+        }
+        let made = Managed::create(json, &dir, &self.registry)
+            .and_then(|managed| Ok((from.fork_into(savepoint, &name, data, &dir)?, managed)));
+        let managed = match made {
+            Ok((_, managed)) => managed,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        info!(pipeline = %name, from = %from.name, %savepoint, "pipeline created from a savepoint");
+        let slot = Arc::new(Slot::new(&name, &dir, managed));
+        self.pipelines
+            .write()
+            .expect("pipelines lock")
+            .insert(name, slot.clone());
+        Ok(slot)
+    }
+
     /// Reserves `name` while its directory is created (`creating`) or removed; refuses a name
     /// that exists (when creating), is busy, or would pass the pipeline limit.
     fn reserve(&self, name: &str, creating: bool) -> Result<Reservation<'_>, RequestError> {

@@ -71,7 +71,14 @@ pub struct Slot {
     truncated: std::sync::atomic::AtomicU64,
     /// The ingest rate limit (`source.max_events_per_second`), made on first use.
     rate: Mutex<Option<super::rate::RateLimit>>,
+    /// The lowest input offset of the pipeline's savepoints (`u64::MAX`: none): the ingest log
+    /// is kept from there on, so a savepoint can always be replayed or forked.
+    pinned: std::sync::atomic::AtomicU64,
+    /// Savepoints being taken or copied: while any is, the log is not truncated.
+    holds: std::sync::atomic::AtomicUsize,
 }
+
+mod savepoints;
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
 /// take turns anyway; the bound keeps one pipeline's flood from taking every blocking thread.
@@ -113,6 +120,12 @@ impl Slot {
     }
 
     fn with(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
+        let slot = Self::bare(name, dir, managed);
+        slot.refresh_pin();
+        slot
+    }
+
+    fn bare(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
         Slot {
             name: name.to_owned(),
             dir: dir.to_owned(),
@@ -132,6 +145,8 @@ impl Slot {
             closed: std::sync::atomic::AtomicBool::new(false),
             truncated: std::sync::atomic::AtomicU64::new(0),
             rate: Mutex::new(None),
+            pinned: std::sync::atomic::AtomicU64::new(u64::MAX),
+            holds: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -575,7 +590,8 @@ impl Slot {
     }
 
     /// Deletes the ingest log's segments before the last checkpoint's input offset (a replay
-    /// starts there), once per new checkpoint offset, and publishes the log's size on disk.
+    /// starts there) and before every savepoint's, once per new checkpoint offset, and
+    /// publishes the log's size on disk.
     pub fn truncate_log(&self) {
         let offset = match self.inner.try_lock() {
             Ok(inner) => match &inner.control {
@@ -584,6 +600,10 @@ impl Slot {
             },
             Err(_) => return, // busy: the next tick comes soon
         };
+        if self.holds.load(Ordering::Acquire) > 0 {
+            return; // a savepoint is being taken or copied
+        }
+        let offset = offset.min(self.pinned.load(Ordering::Acquire));
         if offset <= self.truncated.load(Ordering::Relaxed) {
             return;
         }

@@ -9,7 +9,7 @@ mod lines;
 mod nexmark;
 
 pub use generator::Generator;
-pub use ingest::{IngestError, IngestGate, IngestLog};
+pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
 pub use lines::LineReader;
 pub use nexmark::Nexmark;

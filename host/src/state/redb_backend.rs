@@ -264,6 +264,20 @@ impl RedbStore {
         Ok(bytes)
     }
 
+    /// Replaces the manifest of the last checkpoint (a savepoint copied into another
+    /// pipeline's directory is renamed to it), durably.
+    pub fn set_manifest(&self, manifest: &[u8]) -> Result<()> {
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| self.error(e))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
+            meta.insert("manifest", manifest)
+                .map_err(|e| self.error(e))?;
+        }
+        txn.commit().map_err(|e| self.error(e))
+    }
+
     /// Writes a consistent copy of the whole database (as of its last commit) to `path`.
     pub fn copy_to(&self, path: &Path) -> Result<()> {
         let target = Database::create(path).map_err(|e| StateError::Store {

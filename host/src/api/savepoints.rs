@@ -1,0 +1,102 @@
+//! `/v1/pipelines/{name}/savepoints`: take, list and delete a pipeline's savepoints, and create
+//! a new pipeline from one. Request and response shapes live here; what they do is `serve`'s.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+
+use super::ApiError;
+use super::pipelines::{Pipeline, blocking};
+use crate::checkpoint::SavepointInfo;
+use crate::serve::{RequestError, Server, Slot};
+
+/// `{name}/savepoints/{savepoint}`: the pipeline, looked up, and the savepoint's name, both
+/// checked against the name rule after percent-decoding.
+pub(super) struct SavepointPath {
+    slot: Arc<Slot>,
+    savepoint: String,
+}
+
+impl axum::extract::FromRequestParts<Arc<Server>> for SavepointPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        server: &Arc<Server>,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path((name, savepoint)) =
+            axum::extract::Path::<(String, String)>::from_request_parts(parts, server)
+                .await
+                .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        crate::names::check("savepoint name", &savepoint).map_err(RequestError::from)?;
+        Ok(SavepointPath {
+            slot: server.pipeline(&name)?,
+            savepoint,
+        })
+    }
+}
+
+/// What a savepoint looks like in the API.
+fn describe(saved: &SavepointInfo) -> serde_json::Value {
+    let m = &saved.manifest;
+    serde_json::json!({
+        "name": saved.name,
+        "checkpoint": m.id,
+        "input_offset": m.source.offset,
+        "events": m.events,
+        "watermark": (m.watermark != i64::MIN).then_some(m.watermark),
+        "committed_at_ms": m.committed_at_ms,
+        "output": m.sinks,
+        "bytes": saved.bytes,
+        "routing": m.routing,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TakeRequest {
+    name: String,
+}
+
+pub(super) async fn take(
+    Pipeline(slot): Pipeline,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let request: TakeRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body is not a savepoint request {{\"name\": ...}}: {e}"
+        ))
+    })?;
+    let saved = blocking(move || slot.savepoint(&request.name)).await?;
+    Ok((StatusCode::CREATED, Json(describe(&saved))))
+}
+
+pub(super) async fn list(
+    Pipeline(slot): Pipeline,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let saved = blocking(move || slot.savepoints()).await?;
+    Ok(Json(saved.iter().map(describe).collect()))
+}
+
+pub(super) async fn delete(path: SavepointPath) -> Result<StatusCode, ApiError> {
+    let SavepointPath { slot, savepoint } = path;
+    blocking(move || slot.delete_savepoint(&savepoint)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn fork(
+    State(server): State<Arc<Server>>,
+    path: SavepointPath,
+    body: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let SavepointPath { slot, savepoint } = path;
+    let json: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
+    let created = blocking(move || server.fork(&slot, &savepoint, json)).await?;
+    Ok((StatusCode::CREATED, Json(created.status())))
+}

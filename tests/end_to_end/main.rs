@@ -15,6 +15,7 @@ mod polyglot;
 mod properties;
 mod recovery;
 mod reference;
+mod replay;
 mod savepoints;
 mod serve;
 mod sources;

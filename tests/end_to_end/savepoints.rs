@@ -154,7 +154,7 @@ fn a_savepoint_taken_under_load_forks_into_a_pipeline_that_continues_the_origina
         out_file(&server, "orig", "late.jsonl")[late_position..]
     );
     assert!(
-        position > 0 && continued.len() > 0,
+        position > 0 && !continued.is_empty(),
         "both sides of the savepoint hold results"
     );
     assert_unique_ids(&server.results("copy"));

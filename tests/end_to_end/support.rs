@@ -87,8 +87,9 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 6] = [
+const GUESTS: [&str; 7] = [
     "trap-on-key",
+    "count-sum-capped",
     "infinite-loop",
     "memory-bomb",
     "huge-output",

@@ -124,6 +124,7 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
             "/v1/pipelines/{name}/savepoints/{savepoint}/fork",
             post(savepoints::fork),
         )
+        .route("/v1/pipelines/{name}/replay", post(savepoints::replay))
         .route_layer(middleware::from_fn_with_state(gate, authorize));
     routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })

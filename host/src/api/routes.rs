@@ -99,6 +99,8 @@ pub const ROUTES: &[Route] = &[
         [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
     route!(POST "/v1/pipelines/{name}/savepoints", ADMIN, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
         [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full")]),
+    route!(POST "/v1/pipelines/{name}/replay", ADMIN, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
+        [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, or the log before the start was truncated (replay from a savepoint)"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
     route!(GET "/v1/pipelines/{name}/savepoints", ADMIN, "List the pipeline's savepoints",
         [(200, "savepoints"), (404, "unknown pipeline")]),
     route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",

@@ -1,5 +1,6 @@
-//! `/v1/pipelines/{name}/savepoints`: take, list and delete a pipeline's savepoints, and create
-//! a new pipeline from one. Request and response shapes live here; what they do is `serve`'s.
+//! `/v1/pipelines/{name}/savepoints` and `/replay`: take, list and delete a pipeline's
+//! savepoints, create a new pipeline from one, and replay its recorded input through two
+//! versions. Request and response shapes live here; what they do is `serve`'s.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use super::ApiError;
 use super::pipelines::{Pipeline, blocking};
 use crate::checkpoint::SavepointInfo;
-use crate::serve::{RequestError, Server, Slot};
+use crate::serve::{ReplayRequest, RequestError, Server, Slot};
 
 /// `{name}/savepoints/{savepoint}`: the pipeline, looked up, and the savepoint's name, both
 /// checked against the name rule after percent-decoding.
@@ -99,4 +100,15 @@ pub(super) async fn fork(
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
     let created = blocking(move || server.fork(&slot, &savepoint, json)).await?;
     Ok((StatusCode::CREATED, Json(created.status())))
+}
+
+pub(super) async fn replay(
+    State(server): State<Arc<Server>>,
+    Pipeline(slot): Pipeline,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let request: ReplayRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a replay request: {e}")))?;
+    let answer = blocking(move || slot.replay(&request, &server.registry)).await?;
+    Ok(Json(answer))
 }

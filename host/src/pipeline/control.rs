@@ -147,6 +147,21 @@ impl PipelineControl {
         }
     }
 
+    /// A control for a sandboxed run of pipeline `pipeline` (a replay): its figures go to no
+    /// metric series, and it has no other versions to resolve.
+    pub fn sandboxed(pipeline: &str) -> Self {
+        let resolve: Resolver = Box::new(|version| {
+            Err(ResolveError::Unknown(format!(
+                "a sandboxed run serves one version, not {version}"
+            )))
+        });
+        PipelineControl {
+            counters: CounterBook::default(),
+            metrics: PipelineMetrics::unrecorded(pipeline),
+            ..Self::new(pipeline, resolve, None)
+        }
+    }
+
     /// Sends result records to `results` (a channel that outlives this run), and flushes them
     /// to the results file first after every batch, so that a subscriber resuming from the file
     /// (by offset) and the channel together miss nothing, subscribed or not.

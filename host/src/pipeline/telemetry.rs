@@ -60,6 +60,26 @@ impl PipelineMetrics {
         }
     }
 
+    /// Metrics recorded nowhere: for a sandboxed run (a replay) that must not show in the
+    /// pipeline's own series.
+    pub fn unrecorded(pipeline: &str) -> PipelineMetrics {
+        PipelineMetrics {
+            pipeline: pipeline.into(),
+            events_in: Counter::noop(),
+            late: Counter::noop(),
+            late_ratio: Gauge::noop(),
+            watermark: Gauge::noop(),
+            watermark_lag: Gauge::noop(),
+            input_lag: Gauge::noop(),
+            state_keys: Gauge::noop(),
+            state_bytes: Gauge::noop(),
+            checkpoints: Counter::noop(),
+            checkpoint_duration: Histogram::noop(),
+            checkpoint_bytes: Gauge::noop(),
+            backpressure: Counter::noop(),
+        }
+    }
+
     /// How far the router has read: events over the pipeline's life, its watermark, and (HTTP
     /// ingest) the bytes of accepted events still to read.
     pub fn read(&self, events_in: u64, watermark: Millis, input_lag: Option<u64>) {

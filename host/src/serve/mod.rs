@@ -27,7 +27,7 @@ use tracing::{info, warn};
 pub use error::{RequestError, ServeError};
 pub use managed::{Desired, Managed};
 pub use rollout::{RolloutPlan, RolloutRequest};
-pub use slot::{ResultLine, Slot, StopOutcome};
+pub use slot::{ReplayRequest, ResultLine, Slot, StopOutcome};
 pub use tokens::{Scope, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};

@@ -78,7 +78,10 @@ pub struct Slot {
     holds: std::sync::atomic::AtomicUsize,
 }
 
+mod replay;
 mod savepoints;
+
+pub use replay::ReplayRequest;
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
 /// take turns anyway; the bound keeps one pipeline's flood from taking every blocking thread.
@@ -121,6 +124,7 @@ impl Slot {
 
     fn with(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
         let slot = Self::bare(name, dir, managed);
+        replay::remove_leftover_sandboxes(dir);
         slot.refresh_pin();
         slot
     }

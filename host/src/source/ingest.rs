@@ -78,6 +78,14 @@ impl IngestGate {
         self.more.notify_all();
     }
 
+    /// A gate that lets a reader see the first `length` bytes of a log and no more (a replay
+    /// of what was committed when it began).
+    pub fn fixed(length: u64) -> Arc<IngestGate> {
+        let gate = IngestGate::default();
+        gate.committed.store(length, Ordering::Release);
+        Arc::new(gate)
+    }
+
     /// Wakes the reader (a stop request).
     pub fn wake(&self) {
         let _guard = self.lock.lock().expect("gate lock");

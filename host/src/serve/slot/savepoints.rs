@@ -17,10 +17,10 @@ use crate::source::{segment_path, segments};
 const SAVEPOINT_WAIT: Duration = Duration::from_secs(60);
 
 /// Holds the ingest log against truncation while it lives.
-struct Hold<'a>(&'a Slot);
+pub(super) struct Hold<'a>(&'a Slot);
 
 impl<'a> Hold<'a> {
-    fn new(slot: &'a Slot) -> Self {
+    pub(super) fn new(slot: &'a Slot) -> Self {
         slot.holds.fetch_add(1, Ordering::AcqRel);
         Hold(slot)
     }

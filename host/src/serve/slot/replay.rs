@@ -1,0 +1,419 @@
+//! Replays: "what would version 2 have said for these keys?" A pipeline's recorded input (its
+//! ingest log from a savepoint's offset, or from the start, to what is committed when the call
+//! comes) runs through two versions of its aggregate, one after the other, each in a sandbox of
+//! its own (a copy of the savepoint, or empty state, in a directory that is removed afterwards;
+//! no metric series, one shard). The live pipeline is not touched: its log is only read (and not
+//! truncated meanwhile), its state and output not at all.
+//!
+//! Every key's events run, so each sandbox's watermark is the live one's and a window closes
+//! where it closed live; the answer shows only the keys asked for (or a deterministic sample),
+//! and the windows within the time range. Like the live pipeline, a replay ends where its input
+//! ends without closing the windows still open there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::Slot;
+use super::savepoints::Hold;
+use crate::operator::{ComponentKind, Registry};
+use crate::pipeline::{PipelineControl, RunOptions};
+use crate::serve::RequestError;
+use crate::source::IngestGate;
+use crate::spec::{PipelineSpec, Sink, StateSpec};
+use crate::time::Millis;
+
+/// The most keys a replay names or samples.
+pub const MAX_REPLAY_KEYS: usize = 1_000;
+/// The most rows a replay answers with (the rest are counted, not shown).
+pub const MAX_REPLAY_ROWS: usize = 10_000;
+/// The most bytes of ingest log one replay reads.
+pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
+/// How long one version's run may take.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// What a replay compares (`POST /v1/pipelines/{name}/replay`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// The two versions, as `[a, b]`.
+    pub versions: [String; 2],
+    /// The keys to show.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Or: how many keys to show, chosen deterministically among those with results.
+    pub sample: Option<usize>,
+    /// Only windows starting at or after this time (ms).
+    pub from: Option<Millis>,
+    /// Only windows ending at or before this time (ms).
+    pub to: Option<Millis>,
+    /// Start from this savepoint's state and input offset (default: empty, from the start of
+    /// the log, which must still be whole).
+    pub savepoint: Option<String>,
+}
+
+impl ReplayRequest {
+    /// Checks the request on its own (names, counts, the range).
+    fn check(&self) -> Result<(), RequestError> {
+        let invalid = |message: String| Err(RequestError::Invalid(message));
+        for version in &self.versions {
+            crate::names::check("operator version", version)?;
+        }
+        if let Some(savepoint) = &self.savepoint {
+            crate::names::check("savepoint name", savepoint)?;
+        }
+        match (self.keys.len(), self.sample) {
+            (0, None) => {
+                return invalid("name the \"keys\" to replay, or a \"sample\" size".into());
+            }
+            (n, Some(_)) if n > 0 => {
+                return invalid("give \"keys\" or \"sample\", not both".into());
+            }
+            (_, Some(n)) if n == 0 || n > MAX_REPLAY_KEYS => {
+                return invalid(format!("\"sample\" is 1 to {MAX_REPLAY_KEYS}"));
+            }
+            (n, _) if n > MAX_REPLAY_KEYS => {
+                return invalid(format!("at most {MAX_REPLAY_KEYS} keys per replay"));
+            }
+            _ => {}
+        }
+        if let Some(key) = (self.keys.iter()).find(|k| k.is_empty() || k.len() > 256) {
+            return invalid(format!(
+                "a key is 1 to 256 bytes; {} bytes given",
+                key.len()
+            ));
+        }
+        if let (Some(from), Some(to)) = (self.from, self.to)
+            && from >= to
+        {
+            return invalid(format!("\"from\" ({from}) must be before \"to\" ({to})"));
+        }
+        Ok(())
+    }
+}
+
+/// One window result as a replay compares it.
+type WindowId = (String, Millis, Millis);
+
+/// Removes the sandbox when the replay ends, however it ends.
+struct Sandbox(PathBuf);
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the sandboxes a replay left in pipeline directory `dir` when the server died during
+/// it.
+pub(super) fn remove_leftover_sandboxes(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("replay-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// One replay runs at a time in a server: each takes a core while it runs.
+static REPLAYING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The turn of the one replay running.
+struct Turn;
+
+impl Turn {
+    fn take() -> Result<Turn, RequestError> {
+        REPLAYING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| Turn)
+            .map_err(|_| {
+                RequestError::Busy(
+                    "another replay is running (one at a time); retry after it".into(),
+                )
+            })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        REPLAYING.store(false, Ordering::Release);
+    }
+}
+
+impl Slot {
+    /// Runs a replay (see the module documentation) and returns its answer.
+    pub fn replay(
+        &self,
+        request: &ReplayRequest,
+        registry: &Registry,
+    ) -> Result<serde_json::Value, RequestError> {
+        request.check()?;
+        let _turn = Turn::take()?;
+        let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
+        let operator = replayable(&spec)?;
+        for version in &request.versions {
+            let known = registry
+                .get(&operator, version)
+                .is_some_and(|info| info.world == ComponentKind::Aggregate.world());
+            if !known {
+                return Err(RequestError::NotFound(format!(
+                    "aggregate {operator}@{version} is not in the registry"
+                )));
+            }
+        }
+        let _hold = Hold::new(self);
+        let log = self.ingest_log()?;
+        let end = log.gate().committed();
+        let start = match &request.savepoint {
+            Some(name) => self.savepoint_offset(name)?,
+            None => self.whole_log()?,
+        };
+        if end.saturating_sub(start) > MAX_REPLAY_BYTES {
+            return Err(RequestError::TooLarge(format!(
+                "the log from offset {start} holds {} bytes, more than a replay reads \
+                 ({MAX_REPLAY_BYTES}); replay from a later savepoint",
+                end - start
+            )));
+        }
+        let sandbox = Sandbox(self.dir.join(format!("replay-{}", sandbox_nonce())));
+        let mut outputs = Vec::with_capacity(2);
+        for (index, version) in request.versions.iter().enumerate() {
+            let dir = sandbox.0.join(index.to_string());
+            let spec = sandboxed(&spec, &dir, version, registry)?;
+            if let Some(savepoint) = &request.savepoint {
+                let data = match &spec.state {
+                    StateSpec::Redb(data) => data.clone(),
+                    StateSpec::Memory => unreachable!("sandboxes keep their state in redb"),
+                };
+                crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &data, &spec.name)?;
+            }
+            run_to(&spec, end)?;
+            outputs.push(read_results(&dir.join("results.jsonl"))?);
+        }
+        let keys = chosen_keys(request, &outputs);
+        Ok(compare(request, &keys, &outputs, start, end))
+    }
+
+    /// The input offset of savepoint `name`.
+    fn savepoint_offset(&self, name: &str) -> Result<u64, RequestError> {
+        (self.savepoints()?.into_iter())
+            .find(|s| s.name == name)
+            .map(|s| s.manifest.source.offset)
+            .ok_or_else(|| {
+                RequestError::NotFound(format!(
+                    "pipeline {:?} has no savepoint {name:?}",
+                    self.name
+                ))
+            })
+    }
+
+    /// Offset 0, if the log still starts there.
+    fn whole_log(&self) -> Result<u64, RequestError> {
+        let log = self.dir.join(super::INGEST_FILE);
+        let first = crate::source::segments(&log).map_err(RequestError::from_io)?;
+        match first.first() {
+            Some((0, _)) | None => Ok(0),
+            Some((base, _)) => Err(RequestError::Conflict(format!(
+                "the ingest log before offset {base} was deleted after a checkpoint, so a replay \
+                 from empty state cannot see it: replay from a savepoint (a savepoint keeps the \
+                 log after it)"
+            ))),
+        }
+    }
+}
+
+/// The name of the aggregate a replay compares versions of; refused for pipelines whose results
+/// are not one keyed aggregate's.
+fn replayable(spec: &PipelineSpec) -> Result<String, RequestError> {
+    match &spec.aggregate {
+        Some(op)
+            if spec.stages.is_empty()
+                && spec.join.is_none()
+                && !spec.global
+                && !spec.pre_aggregate =>
+        {
+            Ok(op.name.clone())
+        }
+        _ => Err(RequestError::Conflict(
+            "a replay compares the versions of a pipeline's one keyed aggregate; this pipeline \
+             has none, or stages, a join or a global aggregate after it"
+                .into(),
+        )),
+    }
+}
+
+fn sandbox_nonce() -> String {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The pipeline's spec for a sandbox in `dir` running `version`: state in `dir/data`, results
+/// in `dir/results.jsonl`, late events and dead letters discarded, one shard, no checkpoints.
+fn sandboxed(
+    spec: &PipelineSpec,
+    dir: &Path,
+    version: &str,
+    registry: &Registry,
+) -> Result<PipelineSpec, RequestError> {
+    let mut spec = spec.clone();
+    let op = spec.aggregate.as_mut().expect("checked: replayable");
+    op.code = registry.code(&op.name, version)?;
+    op.version = version.to_owned();
+    spec.state = StateSpec::Redb(dir.join("data"));
+    spec.sinks.results = Sink::File(dir.join("results.jsonl"));
+    spec.sinks.late = Sink::Discard;
+    spec.sinks.dead_letters = Sink::Discard;
+    spec.shards = Some(1);
+    spec.checkpoint_interval = None;
+    std::fs::create_dir_all(dir.join("data")).map_err(RequestError::from_io)?;
+    Ok(spec)
+}
+
+/// Runs `spec` (an ingest log source) until it has read the log to `end`, then stops it as a
+/// live pipeline stops: windows still open stay open.
+fn run_to(spec: &PipelineSpec, end: u64) -> Result<(), RequestError> {
+    let control =
+        Arc::new(PipelineControl::sandboxed(&spec.name).with_ingest_gate(IngestGate::fixed(end)));
+    let run = {
+        let (spec, control) = (spec.clone(), control.clone());
+        std::thread::Builder::new()
+            .name(format!("weir-replay-{}", spec.name))
+            .spawn(move || {
+                crate::pipeline::run_controlled(&spec, RunOptions::default(), Some(control))
+            })
+            .map_err(RequestError::from_io)?
+    };
+    let began = Instant::now();
+    while !run.is_finished() {
+        let read = control.stats.input_offset.load(Ordering::Relaxed);
+        if read >= end || began.elapsed() > RUN_LIMIT {
+            control.stop();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let outcome = run
+        .join()
+        .map_err(|_| RequestError::Internal("a replay run panicked".into()))?;
+    if began.elapsed() > RUN_LIMIT {
+        return Err(RequestError::Busy(format!(
+            "a replay run took longer than {} s and was stopped; replay fewer events (a later \
+             savepoint)",
+            RUN_LIMIT.as_secs()
+        )));
+    }
+    outcome
+        .map(|_| ())
+        .map_err(|e| RequestError::Conflict(format!("the replay failed: {e}")))
+}
+
+/// A sandbox's results: each window's values in the order they were written.
+fn read_results(path: &Path) -> Result<BTreeMap<WindowId, Vec<serde_json::Value>>, RequestError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(RequestError::from_io(e)),
+    };
+    let mut windows: BTreeMap<WindowId, Vec<serde_json::Value>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let record: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| RequestError::Internal(format!("a replay result is not JSON: {e}")))?;
+        let id = (
+            record["key"].as_str().unwrap_or_default().to_owned(),
+            record["window_start"].as_i64().unwrap_or_default(),
+            record["window_end"].as_i64().unwrap_or_default(),
+        );
+        let value = match record["kind"].as_str() {
+            Some("retract") => serde_json::json!({"retract": record["value"]}),
+            _ => record["value"].clone(),
+        };
+        windows.entry(id).or_default().push(value);
+    }
+    Ok(windows)
+}
+
+/// The keys the answer shows: those asked for, or a sample of those with results, chosen by
+/// key group then key (deterministic, and spread over the key space).
+fn chosen_keys(
+    request: &ReplayRequest,
+    outputs: &[BTreeMap<WindowId, Vec<serde_json::Value>>],
+) -> BTreeSet<String> {
+    if request.sample.is_none() {
+        return request.keys.iter().cloned().collect();
+    }
+    let all: BTreeSet<&str> = (outputs.iter())
+        .flat_map(|windows| windows.keys().map(|(key, _, _)| key.as_str()))
+        .collect();
+    let mut ordered: Vec<(u16, &str)> = (all.into_iter())
+        .map(|key| (crate::state::key_group(key), key))
+        .collect();
+    ordered.sort_unstable();
+    (ordered.into_iter())
+        .take(request.sample.unwrap_or(0))
+        .map(|(_, key)| key.to_owned())
+        .collect()
+}
+
+/// The answer: every window of the chosen keys within the range, both versions' results side
+/// by side, the differing ones marked.
+fn compare(
+    request: &ReplayRequest,
+    keys: &BTreeSet<String>,
+    outputs: &[BTreeMap<WindowId, Vec<serde_json::Value>>],
+    start: u64,
+    end: u64,
+) -> serde_json::Value {
+    let (a, b) = (&outputs[0], &outputs[1]);
+    let in_range = |(key, window_start, window_end): &WindowId| {
+        keys.contains(key)
+            && request.from.is_none_or(|from| *window_start >= from)
+            && request.to.is_none_or(|to| *window_end <= to)
+    };
+    let windows: BTreeSet<&WindowId> = a.keys().chain(b.keys()).filter(|w| in_range(w)).collect();
+    let (mut rows, mut differing) = (Vec::new(), 0usize);
+    for window in &windows {
+        let (left, right) = (a.get(*window), b.get(*window));
+        let same = left == right;
+        differing += usize::from(!same);
+        if rows.len() < MAX_REPLAY_ROWS {
+            rows.push(serde_json::json!({
+                "key": window.0,
+                "window_start": window.1,
+                "window_end": window.2,
+                "a": side(left),
+                "b": side(right),
+                "same": same,
+            }));
+        }
+    }
+    serde_json::json!({
+        "versions": request.versions,
+        "keys": keys,
+        "savepoint": request.savepoint,
+        "input": {"from_offset": start, "to_offset": end},
+        "windows": windows.len(),
+        "differing": differing,
+        "rows": rows,
+        "truncated": windows.len() > rows.len(),
+    })
+}
+
+/// One version's results for a window: its last value (what is in force), and every value when
+/// it was updated.
+fn side(values: Option<&Vec<serde_json::Value>>) -> serde_json::Value {
+    match values.map(Vec::as_slice) {
+        None | Some([]) => serde_json::Value::Null,
+        Some([only]) => only.clone(),
+        Some(all) => serde_json::json!({"updates": all}),
+    }
+}

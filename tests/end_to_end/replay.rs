@@ -152,6 +152,35 @@ fn a_replay_shows_exactly_the_differences_a_shadow_run_of_the_same_keys_shows() 
     assert_eq!(answer["differing"], json!(differing(&replayed).len()));
     // Deterministic: the same call, the same answer.
     assert_eq!(replay(&server, "clicks", &request), answer);
+    // `weir replay` asks the same and prints it side by side, differing windows marked.
+    let base = server.url("");
+    let cli = |extra: &[&str]| {
+        let mut args = vec!["replay", "--server", &base, "clicks", "1.0.0", "1.1.0"];
+        for key in keys {
+            args.extend(["--key", key]);
+        }
+        args.extend(extra);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let printed: Value = serde_json::from_str(&cli(&["--json"])).unwrap();
+    assert_eq!(printed, answer);
+    let table = cli(&[]);
+    let marked = table.lines().filter(|line| line.starts_with('*')).count();
+    assert_eq!(marked, differing(&replayed).len(), "{table}");
+    assert!(
+        table.contains(&format!("{marked} of {} windows differ", replayed.len())),
+        "{table}"
+    );
 
     // From the savepoint: exactly the windows that closed after it, with state from before it.
     let from_savepoint = replay(

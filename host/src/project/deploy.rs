@@ -24,37 +24,22 @@ pub fn deploy(
         server: server.to_owned(),
         message,
     };
-    if !server.starts_with("http://") {
-        return Err(failed(
-            "the server must be an http:// address (weir has no TLS client built in: reach a TLS front end through a tunnel)".into(),
-        ));
-    }
     let bytes = std::fs::read(module).map_err(|e| {
         failed(format!(
             "cannot read the component {}: {e} (build it first with `weir build`)",
             module.display()
         ))
     })?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(UPLOAD_TIMEOUT))
-        .build()
-        .into();
-    let url = format!(
-        "{}/v1/operators/{name}/{version}",
-        server.trim_end_matches('/')
-    );
-    let mut response = agent
-        .post(&url)
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", "application/wasm")
-        .send(&bytes[..])
-        .map_err(|e| failed(e.to_string()))?;
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| failed(e.to_string()))?;
+    let path = format!("/v1/operators/{name}/{version}");
+    let (status, body) = crate::client::post(
+        server,
+        token,
+        &path,
+        "application/wasm",
+        &bytes,
+        UPLOAD_TIMEOUT,
+    )
+    .map_err(|e| failed(e.message))?;
     if status != 201 {
         return Err(failed(format!("the server answered {status}: {body}")));
     }

@@ -1,0 +1,85 @@
+//! A small client of a running `weir serve` for the CLI: one authorised request, its status and
+//! body (`weir deploy` uploads with it, `weir replay` asks for a replay), and the replay's answer
+//! rendered as a table. Depends on nothing else of the crate; the CLI and `project` use it.
+
+use std::time::Duration;
+
+/// Why a call to the server failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{server}: {message}")]
+pub struct ClientError {
+    /// The server's address.
+    pub server: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Sends `body` (of `content_type`) to `path` of `server` (`http://host:port`) with the bearer
+/// `token`, waiting at most `timeout`; returns the status and the body of the answer.
+pub fn post(
+    server: &str,
+    token: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<(u16, String), ClientError> {
+    let failed = |message: String| ClientError {
+        server: server.to_owned(),
+        message,
+    };
+    if !server.starts_with("http://") {
+        return Err(failed(
+            "the server must be an http:// address (weir has no TLS client built in: reach a TLS front end through a tunnel)".into(),
+        ));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let url = format!("{}{path}", server.trim_end_matches('/'));
+    let mut response = agent
+        .post(&url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", content_type)
+        .send(body)
+        .map_err(|e| failed(e.to_string()))?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| failed(e.to_string()))?;
+    Ok((status, text))
+}
+
+/// A replay's answer as a table: one line per window, both versions' results side by side, the
+/// differing ones marked `*`, then a count.
+pub fn render_replay(answer: &serde_json::Value) -> String {
+    let versions = &answer["versions"];
+    let mut out = format!(
+        "  {:<24} {:<28} {:<36} {}\n",
+        "key", "window", versions[0], versions[1]
+    );
+    for row in answer["rows"].as_array().into_iter().flatten() {
+        let mark = if row["same"] == true { ' ' } else { '*' };
+        let window = format!("[{}, {})", row["window_start"], row["window_end"]);
+        let key = row["key"].as_str().unwrap_or_default();
+        out.push_str(&format!(
+            "{mark} {key:<24} {window:<28} {:<36} {}\n",
+            row["a"].to_string(),
+            row["b"]
+        ));
+    }
+    out.push_str(&format!(
+        "{} of {} windows differ{}\n",
+        answer["differing"],
+        answer["windows"],
+        if answer["truncated"] == true {
+            " (only the first rows are shown)"
+        } else {
+            ""
+        }
+    ));
+    out
+}

@@ -35,6 +35,10 @@ pub struct LineReader {
     gate: Option<Arc<IngestGate>>,
     /// Gate mode: the last clock line read.
     clock: Option<i64>,
+    /// Tail mode: the last record was a tick at the end of the input. The first tick after
+    /// new input comes at once, so the pipeline sends what it read without waiting for more;
+    /// only the next one waits.
+    at_end: bool,
 }
 
 impl std::fmt::Debug for LineReader {
@@ -129,6 +133,7 @@ impl LineReader {
             offset: 0,
             cap,
             tail: false,
+            at_end: false,
             partial: Vec::new(),
             gate: None,
             clock: None,
@@ -176,12 +181,16 @@ impl Source for LineReader {
                 .read_line(&mut bytes)
                 .map_err(|e| SourceError::new(&self.name, e))?;
             if !more && self.tail {
-                match &self.gate {
-                    Some(gate) => gate.wait_beyond(self.offset, GATE_WAIT),
-                    None => std::thread::sleep(TAIL_POLL),
+                if self.at_end {
+                    match &self.gate {
+                        Some(gate) => gate.wait_beyond(self.offset, GATE_WAIT),
+                        None => std::thread::sleep(TAIL_POLL),
+                    }
                 }
+                self.at_end = true;
                 return Ok(Some(Record::Tick));
             }
+            self.at_end = false;
             if !more {
                 return Ok(None);
             }

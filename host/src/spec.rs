@@ -213,6 +213,10 @@ pub struct SandboxSpec {
     pub clock: bool,
     /// Operators get real entropy (default: a fixed pseudo-random sequence).
     pub random: bool,
+    /// The share of a core the pipeline's operator code may use, over all its instances, in
+    /// thousandths of a core; beyond it, calls wait (the pipeline is slowed, not stopped).
+    /// `None`: no budget.
+    pub cpu_millicores: Option<u32>,
 }
 
 impl Default for SandboxSpec {
@@ -223,6 +227,7 @@ impl Default for SandboxSpec {
             max_output_bytes: 1 << 20,
             clock: false,
             random: false,
+            cpu_millicores: None,
         }
     }
 }
@@ -664,6 +669,7 @@ struct RawSpec {
 #[serde(deny_unknown_fields)]
 struct RawSandbox {
     call_timeout: Option<RawDuration>,
+    cpu: Option<f64>,
     memory: Option<RawSize>,
     max_output_bytes: Option<RawSize>,
     #[serde(default)]
@@ -1312,6 +1318,10 @@ fn check_operators(
     Ok((enrichers, aggregate))
 }
 
+/// The smallest and largest CPU budget (`[sandbox] cpu`, in cores).
+const MIN_CPU: f64 = 0.01;
+const MAX_CPU: f64 = 1024.0;
+
 /// Checks the `[sandbox]`: limits within their bounds, and only the grants Weir offers.
 fn check_sandbox(raw: &RawSandbox) -> Result<SandboxSpec> {
     let defaults = SandboxSpec::default();
@@ -1344,6 +1354,14 @@ fn check_sandbox(raw: &RawSandbox) -> Result<SandboxSpec> {
         return Err(invalid(
             "sandbox.memory must be at least 1MiB: a component needs some memory to start",
         ));
+    }
+    if let Some(cpu) = raw.cpu {
+        if !(MIN_CPU..=MAX_CPU).contains(&cpu) {
+            return Err(invalid(format!(
+                "sandbox.cpu is the share of a core the operators may use, {MIN_CPU} to {MAX_CPU} (e.g. 0.5); {cpu} given"
+            )));
+        }
+        sandbox.cpu_millicores = Some((cpu * 1000.0).round() as u32);
     }
     for grant in &raw.allow {
         match grant.as_str() {

@@ -13,6 +13,7 @@ mod live;
 mod nexmark;
 mod polyglot;
 mod properties;
+mod quotas;
 mod recovery;
 mod reference;
 mod replay;

@@ -87,9 +87,10 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 7] = [
+const GUESTS: [&str; 8] = [
     "trap-on-key",
     "count-sum-capped",
+    "busy-per-event",
     "infinite-loop",
     "memory-bomb",
     "huge-output",

@@ -192,12 +192,12 @@ pub(super) fn build_shard(
         Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
         None => Box::new(MemoryBackend::default()),
     };
-    let limits = Limits::from(&spec.sandbox);
+    let limits = sandbox_limits(spec, control);
     let mut enrichers = Vec::new();
     for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
         let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
         let operator: Box<dyn EnrichOperator> = match code {
-            Code::Wasm(wasm) => Box::new(wasm.enrich(limits, projection)?),
+            Code::Wasm(wasm) => Box::new(wasm.enrich(limits.clone(), projection)?),
             Code::Native(name) => native::enrich(name).expect("load checked the name"),
         };
         // Reference data is part of the state from the first checkpoint on.
@@ -264,7 +264,7 @@ fn build_aggregate(
                 .clone()
                 .map_or(all_but_key_and_time, Projection::Only);
             let operator: Box<dyn AggregateOperator> = match code {
-                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection.clone())?),
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
             };
             // A global or pre-aggregated aggregate's shards end their windows with partial
@@ -365,12 +365,22 @@ fn restore_shard(
         })
 }
 
+/// The limits of every operator instance of the run: the spec's sandbox, with the run's CPU
+/// budget shared by all of them.
+fn sandbox_limits(spec: &PipelineSpec, control: &PipelineControl) -> Limits {
+    Limits {
+        cpu: control.cpu_quota(spec.sandbox.cpu_millicores),
+        ..Limits::from(&spec.sandbox)
+    }
+}
+
 /// The stages after the aggregate, if the pipeline has any, with their state (in the store,
 /// when there is one) and, when resuming, their open windows.
 pub(super) fn build_stages(
     spec: &PipelineSpec,
     loaded: &Loaded,
     resume: &Resume<'_>,
+    control: &PipelineControl,
 ) -> Result<Option<Stages>> {
     // A global (or pre-aggregated) aggregate's combine is a stage of its own: the partials of
     // each window, under one key (or each under its key), merged by the same operator.
@@ -398,7 +408,7 @@ pub(super) fn build_stages(
     if stage_specs.is_empty() {
         return Ok(None);
     }
-    let limits = Limits::from(&spec.sandbox);
+    let limits = sandbox_limits(spec, control);
     let codes = combine.iter().map(|(_, code)| *code).chain(&loaded.stages);
     let operators = stage_specs
         .iter()
@@ -410,7 +420,7 @@ pub(super) fn build_stages(
                 .clone()
                 .map_or(Projection::All, Projection::Only);
             Ok(match code {
-                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits, projection)?) as _,
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection)?) as _,
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
             })
         })

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointStats, SavepointInfo};
 use crate::operator::SharedAggregateCode;
+use crate::operator::cpu_quota::CpuQuota;
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
 
@@ -103,6 +104,8 @@ pub struct PipelineControl {
     done: AtomicU64,
     /// Savepoints asked for: taken right after the next checkpoint commits.
     savepoints: Mutex<Vec<SavepointRequest>>,
+    /// The CPU budget of the run's operator code (`[sandbox] cpu`), made as the run starts.
+    cpu: std::sync::OnceLock<Arc<CpuQuota>>,
 }
 
 /// A savepoint to take after the next checkpoint, and who waits for it.
@@ -144,6 +147,7 @@ impl PipelineControl {
             sent: AtomicU64::new(0),
             done: AtomicU64::new(0),
             savepoints: Mutex::new(Vec::new()),
+            cpu: std::sync::OnceLock::new(),
         }
     }
 
@@ -262,6 +266,26 @@ impl PipelineControl {
     /// Takes the savepoints asked for.
     pub(crate) fn take_savepoints(&self) -> Vec<SavepointRequest> {
         std::mem::take(&mut *self.savepoints.lock().expect("savepoint lock"))
+    }
+
+    /// The run's CPU budget of `millicores` (the spec's `[sandbox] cpu`), shared by all its
+    /// operator instances; `None` without a budget.
+    pub(crate) fn cpu_quota(&self, millicores: Option<u32>) -> Option<Arc<CpuQuota>> {
+        let cores = f64::from(millicores?) / 1000.0;
+        let make = || {
+            let metrics = &self.metrics;
+            Arc::new(CpuQuota::new(
+                cores,
+                metrics.cpu_used.clone(),
+                metrics.cpu_throttled.clone(),
+            ))
+        };
+        Some(self.cpu.get_or_init(make).clone())
+    }
+
+    /// The run's CPU budget, if it has one and has started.
+    pub fn cpu(&self) -> Option<&CpuQuota> {
+        self.cpu.get().map(|quota| &**quota)
     }
 
     /// Takes the pending routing request, if any.

@@ -244,7 +244,7 @@ pub fn run_controlled(
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
         .collect::<Result<Vec<_>>>()?;
-    let stages = build::build_stages(spec, &loaded, &resume)?;
+    let stages = build::build_stages(spec, &loaded, &resume, &control)?;
     info!(shards, "pipeline started");
 
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);

@@ -135,7 +135,7 @@ impl Shard {
             return Ok(());
         };
         let instance = candidate
-            .map(|code| code.instantiate(factory.limits, factory.projection.clone()))
+            .map(|code| code.instantiate(factory.limits.clone(), factory.projection.clone()))
             .transpose()?;
         versioned.route(routing, instance, counters, shadow_log);
         Ok(())

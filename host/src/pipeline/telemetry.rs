@@ -29,6 +29,9 @@ pub struct PipelineMetrics {
     checkpoint_duration: Histogram,
     checkpoint_bytes: Gauge,
     backpressure: Counter,
+    /// Operator time charged to the CPU quota (µs), and time waited for it (ms).
+    pub(crate) cpu_used: Counter,
+    pub(crate) cpu_throttled: Counter,
 }
 
 impl std::fmt::Debug for PipelineMetrics {
@@ -57,6 +60,8 @@ impl PipelineMetrics {
             checkpoint_duration: metrics::histogram!("weir_checkpoint_duration_seconds", &[p()]),
             checkpoint_bytes: metrics::gauge!("weir_checkpoint_bytes", &[p()]),
             backpressure: metrics::counter!("weir_backpressure_milliseconds_total", &[p()]),
+            cpu_used: metrics::counter!("weir_operator_cpu_microseconds_total", &[p()]),
+            cpu_throttled: metrics::counter!("weir_operator_throttled_milliseconds_total", &[p()]),
         }
     }
 
@@ -77,6 +82,8 @@ impl PipelineMetrics {
             checkpoint_duration: Histogram::noop(),
             checkpoint_bytes: Gauge::noop(),
             backpressure: Counter::noop(),
+            cpu_used: Counter::noop(),
+            cpu_throttled: Counter::noop(),
         }
     }
 

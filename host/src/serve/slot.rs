@@ -720,6 +720,8 @@ impl Slot {
                 "max_behind_bytes": managed.spec.max_behind,
                 "max_events_per_second": managed.spec.max_rate,
                 "segment_size_bytes": managed.spec.segment_size,
+                "cpu_cores": managed.spec.sandbox.cpu_millicores.map(|m| f64::from(m) / 1000.0),
+                "memory_per_instance_bytes": managed.spec.sandbox.memory,
             },
         });
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
@@ -750,6 +752,11 @@ fn figures(control: &PipelineControl) -> serde_json::Value {
         "lag_ms": (watermark != i64::MIN).then(|| (crate::time::wall_clock_ms() as i64).saturating_sub(watermark)),
         "state_keys": stats.state_keys.load(Ordering::Relaxed),
         "last_checkpoint": last,
+        // Operator time charged to the CPU quota, and time calls waited for it.
+        "cpu": control.cpu().map(|quota| serde_json::json!({
+            "used_ms": quota.used().as_millis() as u64,
+            "throttled_ms": quota.throttled().as_millis() as u64,
+        })),
     })
 }
 

@@ -75,7 +75,7 @@ impl AggregateOperator for WasmAggregate {
                 .iter()
                 .map(|(name, value)| name.len() + value_size(value))
                 .sum(),
-            self.guest.limits,
+            &self.guest.limits,
         )?;
         Ok(fields)
     }

@@ -42,7 +42,7 @@ impl EnrichOperator for WasmEnrich {
             })
             .sum::<usize>()
             + output.fields.iter().map(String::len).sum::<usize>();
-        check_output(size, self.guest.limits)?;
+        check_output(size, &self.guest.limits)?;
         let names: Vec<Arc<str>> = output.fields.into_iter().map(Arc::from).collect();
         output
             .rows

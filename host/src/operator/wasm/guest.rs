@@ -60,7 +60,7 @@ impl Guest {
         limits: Limits,
     ) -> std::result::Result<Guest, LoadError> {
         let (store, bindings) =
-            Self::instantiate(&operator, limits).map_err(|e| LoadError::Link {
+            Self::instantiate(&operator, &limits).map_err(|e| LoadError::Link {
                 path: operator.path.clone(),
                 message: root_cause(&e),
             })?;
@@ -74,7 +74,7 @@ impl Guest {
 
     fn instantiate(
         operator: &WasmOperator,
-        limits: Limits,
+        limits: &Limits,
     ) -> wasmtime::Result<(Store<HostData>, Bindings)> {
         // No preopened directories, no environment, no arguments, no sockets: WASI is there
         // only because the guests' standard libraries import it.
@@ -140,8 +140,15 @@ impl Guest {
             .iter()
             .map(|h| Resource::new_borrow(h.rep()))
             .collect();
-        self.store.set_epoch_deadline(deadline_ticks(self.limits));
+        if let Some(quota) = &self.limits.cpu {
+            quota.wait_turn();
+        }
+        let started = self.limits.cpu.is_some().then(std::time::Instant::now);
+        self.store.set_epoch_deadline(deadline_ticks(&self.limits));
         let outcome = call(&mut self.store, &self.bindings, &borrows);
+        if let (Some(quota), Some(started)) = (&self.limits.cpu, started) {
+            quota.charge(started.elapsed());
+        }
         let mut slots = Vec::with_capacity(handles.len());
         for handle in handles {
             let slot = self
@@ -160,9 +167,9 @@ impl Guest {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => Err(OperatorError::Rejected(message)),
             Err(trap) => {
-                let reason = trap_reason(&trap, self.limits);
+                let reason = trap_reason(&trap, &self.limits);
                 // A trapped instance is poisoned: replace it. Its state lived in the host.
-                match Self::instantiate(&self.operator, self.limits) {
+                match Self::instantiate(&self.operator, &self.limits) {
                     Ok((store, bindings)) => {
                         self.store = store;
                         self.bindings = bindings;
@@ -188,11 +195,11 @@ pub(super) enum Writes {
     Discard,
 }
 
-pub(super) fn deadline_ticks(limits: Limits) -> u64 {
+pub(super) fn deadline_ticks(limits: &Limits) -> u64 {
     (limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1
 }
 
-pub(super) fn trap_reason(error: &wasmtime::Error, limits: Limits) -> String {
+pub(super) fn trap_reason(error: &wasmtime::Error, limits: &Limits) -> String {
     let cause = root_cause(error);
     if cause.contains("forcing trap when growing memory") {
         return format!(
@@ -219,7 +226,7 @@ pub(super) fn value_size(value: &Value) -> usize {
     }
 }
 
-pub(super) fn check_output(size: usize, limits: Limits) -> Result<()> {
+pub(super) fn check_output(size: usize, limits: &Limits) -> Result<()> {
     if size > limits.max_output_bytes {
         return Err(OperatorError::Rejected(format!(
             "the output is {size} bytes, more than the limit of {} bytes (sandbox.max_output_bytes)",

@@ -88,7 +88,7 @@ impl ComponentKind {
 }
 
 /// Limits on each guest call and instance. What each protects is in its field's doc.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Wall time one call may take before it is interrupted (protects the shard from a runaway
     /// loop that would stall every key behind it). Default 1 s.
@@ -103,6 +103,9 @@ pub struct Limits {
     pub clock: bool,
     /// Real entropy instead of a fixed pseudo-random sequence.
     pub random: bool,
+    /// The pipeline's CPU budget for operator code, shared by all its instances (protects the
+    /// other pipelines' share of the cores).
+    pub cpu: Option<std::sync::Arc<crate::operator::cpu_quota::CpuQuota>>,
 }
 
 impl From<&crate::spec::SandboxSpec> for Limits {
@@ -113,6 +116,7 @@ impl From<&crate::spec::SandboxSpec> for Limits {
             max_output_bytes: sandbox.max_output_bytes,
             clock: sandbox.clock,
             random: sandbox.random,
+            cpu: None,
         }
     }
 }

@@ -1,0 +1,131 @@
+//! [`CpuQuota`]: the share of a core a pipeline's operator code may use (`[sandbox] cpu`), over
+//! all its shards, stages and versions. Each guest call's wall time is charged to a token bucket
+//! that refills at the quota (at most one second's worth saved up); a call that finds the bucket
+//! in debt waits until the debt is paid. The pipeline is slowed, never killed: it falls behind,
+//! and its ingest pushes back (`429`) as for any slow pipeline.
+//!
+//! Depends on nothing else of the crate; the Wasm guest charges it, the pipeline owns it.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest single wait: a waiting call looks at the bucket again at least this often (other
+/// shards charge it meanwhile).
+const MAX_WAIT: Duration = Duration::from_millis(100);
+
+/// A pipeline's CPU budget for operator code.
+#[derive(Debug)]
+pub struct CpuQuota {
+    /// Cores' worth per second of wall clock.
+    cores: f64,
+    bucket: Mutex<Bucket>,
+    /// Operator time charged, in ns.
+    used_ns: AtomicU64,
+    /// Time calls waited for the budget, in ns.
+    throttled_ns: AtomicU64,
+    used: metrics::Counter,
+    throttled: metrics::Counter,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    /// Operator time (ns) that may be used now; negative: a debt.
+    balance_ns: f64,
+    refilled: Instant,
+}
+
+impl CpuQuota {
+    /// A budget of `cores` cores (e.g. 0.25), charged to the counters `used` and `throttled`
+    /// (seconds of operator time, seconds waited).
+    pub fn new(cores: f64, used: metrics::Counter, throttled: metrics::Counter) -> CpuQuota {
+        CpuQuota {
+            cores,
+            bucket: Mutex::new(Bucket {
+                balance_ns: cores * 1e9,
+                refilled: Instant::now(),
+            }),
+            used_ns: AtomicU64::new(0),
+            throttled_ns: AtomicU64::new(0),
+            used,
+            throttled,
+        }
+    }
+
+    /// The budget, in cores.
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
+    /// Operator time used so far.
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.used_ns.load(Ordering::Relaxed))
+    }
+
+    /// Time calls waited for the budget so far.
+    pub fn throttled(&self) -> Duration {
+        Duration::from_nanos(self.throttled_ns.load(Ordering::Relaxed))
+    }
+
+    /// The debt now (zero if there is none), after refilling for the time passed.
+    fn debt(&self) -> Duration {
+        let mut bucket = self.bucket.lock().expect("cpu quota lock");
+        let now = Instant::now();
+        let passed = now.duration_since(bucket.refilled).as_nanos() as f64;
+        bucket.balance_ns = (bucket.balance_ns + passed * self.cores).min(self.cores * 1e9);
+        bucket.refilled = now;
+        if bucket.balance_ns >= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos((-bucket.balance_ns / self.cores) as u64)
+    }
+
+    /// Waits until the budget has room for a call.
+    pub fn wait_turn(&self) {
+        loop {
+            let debt = self.debt();
+            if debt.is_zero() {
+                return;
+            }
+            let wait = debt.min(MAX_WAIT);
+            std::thread::sleep(wait);
+            self.throttled_ns
+                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
+            self.throttled.increment(wait.as_millis() as u64);
+        }
+    }
+
+    /// Charges a call that took `took`.
+    pub fn charge(&self, took: Duration) {
+        let ns = took.as_nanos() as u64;
+        self.used_ns.fetch_add(ns, Ordering::Relaxed);
+        self.used.increment(ns / 1_000);
+        let mut bucket = self.bucket.lock().expect("cpu quota lock");
+        bucket.balance_ns -= ns as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_beyond_the_budget_wait_until_it_refills() {
+        let quota = CpuQuota::new(0.5, metrics::Counter::noop(), metrics::Counter::noop());
+        // One second's worth (0.5 s) is saved up: the first call does not wait.
+        let started = Instant::now();
+        quota.wait_turn();
+        assert!(started.elapsed() < Duration::from_millis(50));
+        // 0.7 s used: 0.2 s of debt, paid at 0.5 s per second: about 0.4 s of waiting.
+        quota.charge(Duration::from_millis(700));
+        let started = Instant::now();
+        quota.wait_turn();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(350) && waited < Duration::from_millis(900),
+            "{waited:?}"
+        );
+        assert!(quota.throttled() >= Duration::from_millis(350));
+        assert_eq!(quota.used(), Duration::from_millis(700));
+    }
+}

@@ -1,0 +1,168 @@
+//! Quotas (issue 13): a pipeline whose operator spins on every event is held to its CPU quota
+//! (`[sandbox] cpu`), slowed but not stopped, while another pipeline on the same server keeps
+//! its throughput within 20 % of running alone; bad quotas are refused.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::reference::Ev;
+use crate::serve::{ADMIN, BASE_TS, PATIENCE, Server, count_sum_v1, ev, spec};
+
+/// A pipeline running `operator` 1.0.0 with `sandbox` settings, started.
+fn create_and_start(server: &Server, name: &str, operator: &str, sandbox: Value, shards: usize) {
+    let mut spec = spec();
+    spec["name"] = json!(name);
+    spec["operators"][0]["name"] = json!(operator);
+    spec["sandbox"] = sandbox;
+    spec["shards"] = json!(shards);
+    server.expect(
+        &format!("creating {name}"),
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+        201,
+    );
+    server.expect(
+        &format!("starting {name}"),
+        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
+        200,
+    );
+}
+
+/// Round `round` of the steady pipeline's events: 4,000 events of 20 keys, 10 ms apart (each
+/// 1 s window holds every key), then one far ahead that closes them all.
+fn round_events(round: i64) -> Vec<Ev> {
+    let base = BASE_TS + round * 10_000_000;
+    let mut events: Vec<Ev> = (0..4_000)
+        .map(|i| ev(&format!("k{}", i % 20), base + i * 10, 1))
+        .collect();
+    events.push(ev("zz-final", base + 1_000_000, 1));
+    events
+}
+
+/// Results the steady pipeline has written after `rounds` rounds: 40 windows of 20 keys per
+/// round, and each earlier round's final event's window.
+fn results_after(rounds: i64) -> u64 {
+    (800 * rounds + rounds - 1) as u64
+}
+
+/// Sends round `round` to pipeline `name` and returns how long the pipeline took to write all
+/// its results.
+fn timed_round(server: &Server, name: &str, round: i64) -> Duration {
+    let started = Instant::now();
+    server.ingest(name, &round_events(round));
+    server.wait_for(&format!("round {round} of {name}"), PATIENCE, || {
+        let out = server.status(name)["results_out"].as_u64().unwrap_or(0);
+        if out >= results_after(round) {
+            Ok(())
+        } else {
+            Err(format!("{out} results"))
+        }
+    });
+    started.elapsed()
+}
+
+fn cpu_used_ms(server: &Server, name: &str) -> (u64, u64) {
+    let status = server.status(name);
+    let cpu = &status["cpu"];
+    (
+        cpu["used_ms"].as_u64().unwrap_or(0),
+        cpu["throttled_ms"].as_u64().unwrap_or(0),
+    )
+}
+
+#[test]
+fn a_spinning_pipeline_is_held_to_its_cpu_quota_and_another_keeps_its_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("busy", "1.0.0", &crate::support::guest("busy-per-event"));
+    // The steady pipeline burns a third of a millisecond per event too, on one shard; its
+    // quota of 4 cores never binds, it only counts its operator time.
+    create_and_start(&server, "steady", "busy", json!({"cpu": 4}), 1);
+    let mut round = 1;
+    let mut alone = Duration::MAX;
+    for _ in 0..3 {
+        alone = alone.min(timed_round(&server, "steady", round));
+        round += 1;
+    }
+
+    // The spinner: the same operator on two shards (all the cores of a small machine) under a
+    // flood, held to a quarter of a core.
+    create_and_start(
+        &server,
+        "spinner",
+        "busy",
+        json!({"cpu": 0.25, "call_timeout": "5s"}),
+        2,
+    );
+    let flood: Vec<Ev> = (0..100_000)
+        .map(|i| ev(&format!("s{}", i % 1_000), BASE_TS + i, 1))
+        .collect();
+    for chunk in flood.chunks(10_000) {
+        server.ingest("spinner", chunk);
+    }
+    server.wait_for("the spinner to be throttled", PATIENCE, || {
+        let (used, throttled) = cpu_used_ms(&server, "spinner");
+        if throttled > 0 {
+            Ok(())
+        } else {
+            Err(format!("used {used} ms, throttled {throttled} ms"))
+        }
+    });
+    let (used_before, _) = cpu_used_ms(&server, "spinner");
+    let measured = Instant::now();
+    let mut beside = Duration::MAX;
+    for _ in 0..3 {
+        beside = beside.min(timed_round(&server, "steady", round));
+        round += 1;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let (used_after, throttled) = cpu_used_ms(&server, "spinner");
+    let share = (used_after - used_before) as f64 / measured.elapsed().as_millis() as f64;
+    eprintln!(
+        "steady rounds: {alone:?} alone, {beside:?} beside the spinner; spinner {share:.3} cores"
+    );
+    assert!(
+        share <= 0.25 * 1.2,
+        "the spinner used {share:.2} cores, over its quota of 0.25"
+    );
+    assert!(
+        share > 0.05 && throttled > 0,
+        "the spinner is slowed, not stopped: {share:.2} cores"
+    );
+    assert!(
+        beside.as_secs_f64() <= alone.as_secs_f64() * 1.25,
+        "the steady pipeline's rounds took {beside:?} beside the spinner, {alone:?} alone: \
+         its throughput fell by more than 20 %"
+    );
+    assert_eq!(server.status("spinner")["state"], "running");
+    let limits = &server.status("spinner")["limits"];
+    assert_eq!(limits["cpu_cores"], 0.25, "{limits}");
+}
+
+#[test]
+fn cpu_quotas_out_of_bounds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    for cpu in [
+        json!(0),
+        json!(-1),
+        json!(0.001),
+        json!(5000),
+        json!("lots"),
+    ] {
+        let mut spec = spec();
+        spec["name"] = json!("bad");
+        spec["sandbox"] = json!({"cpu": cpu});
+        let error = server.expect_error(
+            &format!("cpu {cpu}"),
+            server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+            400,
+        );
+        assert!(
+            error.contains("sandbox.cpu") || error.contains("expected f64"),
+            "{error}"
+        );
+    }
+}

@@ -52,6 +52,10 @@ pub(super) fn collect(
     let mut next = 0u64;
     let mut collected = Collected::default();
     while let Ok((id, part)) = parts.recv() {
+        if matches!(part, Part::Failed) {
+            // The shard's error is what the run reports.
+            return Err(PipelineError::Config("a shard failed".into()));
+        }
         pending.entry(id).or_default().push(part);
         while pending
             .get(&next)
@@ -104,8 +108,8 @@ fn write_batch(
                 dead.extend(output.engine.dead_letters);
                 traps += output.engine.traps;
             }
-            Part::Position(_) | Part::Snapshot(..) => {
-                unreachable!("checkpoint parts travel alone")
+            Part::Position(_) | Part::Snapshot(..) | Part::Failed => {
+                unreachable!("checkpoint parts travel alone; a failure is never batched")
             }
         }
     }
@@ -281,7 +285,9 @@ fn gather(batch: Vec<Part>) -> (Position, Changes) {
                 changes.windows.extend(windows);
                 changes.hot += hot;
             }
-            Part::Router(_) | Part::Shard(_) => unreachable!("checkpoint parts travel alone"),
+            Part::Router(_) | Part::Shard(_) | Part::Failed => {
+                unreachable!("checkpoint parts travel alone; a failure is never batched")
+            }
         }
     }
     let position = position.expect("a barrier carries the router's position");

@@ -53,4 +53,7 @@ pub(super) enum Part {
     Router(RouterPart),
     Snapshot(ShardSnapshot),
     Position(Position),
+    /// A shard failed and stopped: no batch will be complete again, so the collector stops too
+    /// (which releases the other shards, waiting for a checkpoint's acknowledgement).
+    Failed,
 }

@@ -438,7 +438,13 @@ fn spawn_shards(
         let control = control.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-shard-{index}"))
-            .spawn(move || shard::run_thread(shard, &rx, &parts, &ack_rx, &control))
+            .spawn(move || {
+                let outcome = shard::run_thread(shard, &rx, &parts, &ack_rx, &control);
+                if outcome.is_err() {
+                    let _ = parts.send((u64::MAX, Part::Failed));
+                }
+                outcome
+            })
             .expect("spawning a shard thread");
         handles.push(handle);
     }

@@ -217,6 +217,9 @@ pub struct SandboxSpec {
     /// thousandths of a core; beyond it, calls wait (the pipeline is slowed, not stopped).
     /// `None`: no budget.
     pub cpu_millicores: Option<u32>,
+    /// Linear memory all of the pipeline's operator instances may hold together, in bytes.
+    /// `None`: no pool (each instance has its own `memory`).
+    pub total_memory: Option<usize>,
 }
 
 impl Default for SandboxSpec {
@@ -228,6 +231,7 @@ impl Default for SandboxSpec {
             clock: false,
             random: false,
             cpu_millicores: None,
+            total_memory: None,
         }
     }
 }
@@ -670,6 +674,7 @@ struct RawSpec {
 struct RawSandbox {
     call_timeout: Option<RawDuration>,
     cpu: Option<f64>,
+    total_memory: Option<RawSize>,
     memory: Option<RawSize>,
     max_output_bytes: Option<RawSize>,
     #[serde(default)]
@@ -1362,6 +1367,17 @@ fn check_sandbox(raw: &RawSandbox) -> Result<SandboxSpec> {
             )));
         }
         sandbox.cpu_millicores = Some((cpu * 1000.0).round() as u32);
+    }
+    if raw.total_memory.is_some() {
+        let total = size("sandbox.total_memory", &raw.total_memory, 0)?;
+        if !(1 << 20..=MAX_SANDBOX_MEMORY * 4).contains(&total) {
+            return Err(invalid(format!(
+                "sandbox.total_memory is the memory of all the pipeline's instances together, \
+                 1MiB to {} GiB; {total} bytes given",
+                (MAX_SANDBOX_MEMORY * 4) >> 30
+            )));
+        }
+        sandbox.total_memory = Some(total);
     }
     for grant in &raw.allow {
         match grant.as_str() {

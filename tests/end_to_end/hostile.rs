@@ -110,6 +110,22 @@ fn a_memory_bomb_stops_at_the_memory_limit() {
 }
 
 #[test]
+fn a_memory_bomb_stops_at_the_pipelines_memory_pool() {
+    // Each instance may grow to 256 MiB, but all of them together (one per shard) to 24 MiB:
+    // the pool binds first, and the instances' memory comes back to it after each trap.
+    let reasons = run_hostile(
+        &guest("memory-bomb"),
+        "bomb",
+        "memory = \"256MiB\"\ntotal_memory = \"24MiB\"",
+    );
+    assert!(
+        reasons.iter().all(|r| r
+            .contains("operator instances together reached their memory limit of 25165824 bytes")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
 fn huge_outputs_are_refused_and_the_window_is_not_emitted() {
     let (all, healthy) = events("huge", 200);
     let module = guest("huge-output");

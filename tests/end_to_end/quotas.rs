@@ -141,7 +141,7 @@ fn a_spinning_pipeline_is_held_to_its_cpu_quota_and_another_keeps_its_throughput
 }
 
 #[test]
-fn cpu_quotas_out_of_bounds_are_refused() {
+fn cpu_and_memory_quotas_out_of_bounds_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());

@@ -6,8 +6,8 @@
 //! Depends on `state`, `value`, `event` and `window` (for the [`Window`] type only).
 
 pub mod combine;
-pub mod cpu_quota;
 pub mod native;
+pub mod quota;
 pub mod registry;
 pub mod scope_slot;
 mod wasm;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointStats, SavepointInfo};
 use crate::operator::SharedAggregateCode;
-use crate::operator::cpu_quota::CpuQuota;
+use crate::operator::quota::{CpuQuota, MemoryPool};
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
 
@@ -106,6 +106,8 @@ pub struct PipelineControl {
     savepoints: Mutex<Vec<SavepointRequest>>,
     /// The CPU budget of the run's operator code (`[sandbox] cpu`), made as the run starts.
     cpu: std::sync::OnceLock<Arc<CpuQuota>>,
+    /// The memory pool of the run's operator instances (`[sandbox] total_memory`).
+    memory: std::sync::OnceLock<Arc<MemoryPool>>,
 }
 
 /// A savepoint to take after the next checkpoint, and who waits for it.
@@ -148,6 +150,7 @@ impl PipelineControl {
             done: AtomicU64::new(0),
             savepoints: Mutex::new(Vec::new()),
             cpu: std::sync::OnceLock::new(),
+            memory: std::sync::OnceLock::new(),
         }
     }
 
@@ -281,6 +284,19 @@ impl PipelineControl {
             ))
         };
         Some(self.cpu.get_or_init(make).clone())
+    }
+
+    /// The run's memory pool of `bytes` (the spec's `[sandbox] total_memory`), shared by all its
+    /// operator instances; `None` without one.
+    pub(crate) fn memory_pool(&self, bytes: Option<usize>) -> Option<Arc<MemoryPool>> {
+        let bytes = bytes?;
+        let make = || Arc::new(MemoryPool::new(bytes, self.metrics.operator_memory.clone()));
+        Some(self.memory.get_or_init(make).clone())
+    }
+
+    /// The run's memory pool, if it has one and has started.
+    pub fn memory(&self) -> Option<&MemoryPool> {
+        self.memory.get().map(|pool| &**pool)
     }
 
     /// The run's CPU budget, if it has one and has started.

@@ -32,6 +32,8 @@ pub struct PipelineMetrics {
     /// Operator time charged to the CPU quota (µs), and time waited for it (ms).
     pub(crate) cpu_used: Counter,
     pub(crate) cpu_throttled: Counter,
+    /// Linear memory the operator instances hold from the pipeline's pool.
+    pub(crate) operator_memory: Gauge,
 }
 
 impl std::fmt::Debug for PipelineMetrics {
@@ -62,6 +64,7 @@ impl PipelineMetrics {
             backpressure: metrics::counter!("weir_backpressure_milliseconds_total", &[p()]),
             cpu_used: metrics::counter!("weir_operator_cpu_microseconds_total", &[p()]),
             cpu_throttled: metrics::counter!("weir_operator_throttled_milliseconds_total", &[p()]),
+            operator_memory: metrics::gauge!("weir_operator_memory_bytes", &[p()]),
         }
     }
 
@@ -84,6 +87,7 @@ impl PipelineMetrics {
             backpressure: Counter::noop(),
             cpu_used: Counter::noop(),
             cpu_throttled: Counter::noop(),
+            operator_memory: Gauge::noop(),
         }
     }
 

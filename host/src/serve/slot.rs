@@ -722,6 +722,7 @@ impl Slot {
                 "segment_size_bytes": managed.spec.segment_size,
                 "cpu_cores": managed.spec.sandbox.cpu_millicores.map(|m| f64::from(m) / 1000.0),
                 "memory_per_instance_bytes": managed.spec.sandbox.memory,
+                "total_memory_bytes": managed.spec.sandbox.total_memory,
             },
         });
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
@@ -757,6 +758,8 @@ fn figures(control: &PipelineControl) -> serde_json::Value {
             "used_ms": quota.used().as_millis() as u64,
             "throttled_ms": quota.throttled().as_millis() as u64,
         })),
+        // Linear memory the operator instances hold from the pipeline's pool.
+        "operator_memory_bytes": control.memory().map(|pool| pool.used()),
     })
 }
 

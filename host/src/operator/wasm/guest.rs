@@ -3,12 +3,100 @@
 //! drops its writes, and replaces a trapped instance.
 
 use super::*;
+use crate::operator::quota::MemoryPool;
 
 /// The data of each guest's store.
 pub struct HostData {
     pub(super) table: ResourceTable,
     pub(super) wasi: WasiCtx,
-    pub(super) limits: StoreLimits,
+    pub(super) limits: GuestLimiter,
+}
+
+/// The instance's memory limits: its own (`sandbox.memory`, wasmtime's [`StoreLimits`]), and
+/// its share of the pipeline's pool (`sandbox.total_memory`), given back when the store goes.
+pub(super) struct GuestLimiter {
+    own: StoreLimits,
+    pool: Option<Arc<MemoryPool>>,
+    /// Bytes reserved from the pool, and those of the last growth (given back if it fails).
+    reserved: usize,
+    last: usize,
+}
+
+impl wasmtime::ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if !self.own.memory_growing(current, desired, maximum)? {
+            return Ok(false);
+        }
+        let Some(pool) = &self.pool else {
+            return Ok(true);
+        };
+        let more = desired.saturating_sub(current);
+        if !pool.try_reserve(more) {
+            wasmtime::bail!(
+                "the pipeline's operator instances together reached their memory limit of {} \
+                 bytes (sandbox.total_memory)",
+                pool.limit()
+            );
+        }
+        self.reserved += more;
+        self.last = more;
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        if let Some(pool) = &self.pool {
+            pool.release(self.last);
+            self.reserved -= self.last;
+            self.last = 0;
+        }
+        self.own.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.own.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.own.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.own.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.own.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.own.memories()
+    }
+}
+
+impl GuestLimiter {
+    /// Gives the instance's memory back to the pool (it is about to be dropped).
+    fn release_all(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.release(self.reserved);
+        }
+        self.reserved = 0;
+    }
+}
+
+impl Drop for GuestLimiter {
+    fn drop(&mut self) {
+        self.release_all();
+    }
 }
 
 impl WasiView for HostData {
@@ -95,11 +183,16 @@ impl Guest {
         let data = HostData {
             table: ResourceTable::new(),
             wasi: wasi.build(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(16)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: GuestLimiter {
+                own: StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes)
+                    .instances(16)
+                    .trap_on_grow_failure(true)
+                    .build(),
+                pool: limits.memory_pool.clone(),
+                reserved: 0,
+                last: 0,
+            },
         };
         let mut store = Store::new(&operator.engine, data);
         store.limiter(|data| &mut data.limits);
@@ -168,6 +261,9 @@ impl Guest {
             Ok(Err(message)) => Err(OperatorError::Rejected(message)),
             Err(trap) => {
                 let reason = trap_reason(&trap, &self.limits);
+                // The poisoned instance's memory goes back to the pool before its replacement
+                // takes its own (the old store is dropped right after).
+                self.store.data_mut().limits.release_all();
                 // A trapped instance is poisoned: replace it. Its state lived in the host.
                 match Self::instantiate(&self.operator, &self.limits) {
                     Ok((store, bindings)) => {

@@ -105,7 +105,10 @@ pub struct Limits {
     pub random: bool,
     /// The pipeline's CPU budget for operator code, shared by all its instances (protects the
     /// other pipelines' share of the cores).
-    pub cpu: Option<std::sync::Arc<crate::operator::cpu_quota::CpuQuota>>,
+    pub cpu: Option<std::sync::Arc<crate::operator::quota::CpuQuota>>,
+    /// The pipeline's memory pool, shared by all its instances (protects the host's memory from
+    /// one pipeline's many instances).
+    pub memory_pool: Option<std::sync::Arc<crate::operator::quota::MemoryPool>>,
 }
 
 impl From<&crate::spec::SandboxSpec> for Limits {
@@ -117,6 +120,7 @@ impl From<&crate::spec::SandboxSpec> for Limits {
             clock: sandbox.clock,
             random: sandbox.random,
             cpu: None,
+            memory_pool: None,
         }
     }
 }

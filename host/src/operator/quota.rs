@@ -1,10 +1,16 @@
-//! [`CpuQuota`]: the share of a core a pipeline's operator code may use (`[sandbox] cpu`), over
-//! all its shards, stages and versions. Each guest call's wall time is charged to a token bucket
-//! that refills at the quota (at most one second's worth saved up); a call that finds the bucket
-//! in debt waits until the debt is paid. The pipeline is slowed, never killed: it falls behind,
-//! and its ingest pushes back (`429`) as for any slow pipeline.
+//! The budgets a pipeline's operator code shares over all its instances (shards, stages,
+//! versions), so that one pipeline cannot take what the others need:
 //!
-//! Depends on nothing else of the crate; the Wasm guest charges it, the pipeline owns it.
+//! - [`CpuQuota`] (`[sandbox] cpu`): the share of a core. Each guest call's wall time is charged
+//!   to a token bucket that refills at the quota (at most one second's worth saved up); a call
+//!   that finds the bucket in debt waits until the debt is paid. The pipeline is slowed, never
+//!   killed: it falls behind, and its ingest pushes back (`429`) as for any slow pipeline.
+//! - [`MemoryPool`] (`[sandbox] total_memory`): the linear memory of all instances together.
+//!   Each instance reserves what it grows to; a growth past the pool traps the call (its events
+//!   become dead letters with the reason), and an instance that cannot get its initial memory is
+//!   not made.
+//!
+//! Depends on nothing else of the crate; the Wasm guest charges them, the pipeline owns them.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,6 +111,55 @@ impl CpuQuota {
     }
 }
 
+/// The linear memory all of a pipeline's instances may hold together.
+#[derive(Debug)]
+pub struct MemoryPool {
+    limit: usize,
+    used: AtomicU64,
+    gauge: metrics::Gauge,
+}
+
+impl MemoryPool {
+    /// A pool of `limit` bytes, whose use is shown on `gauge`.
+    pub fn new(limit: usize, gauge: metrics::Gauge) -> MemoryPool {
+        MemoryPool {
+            limit,
+            used: AtomicU64::new(0),
+            gauge,
+        }
+    }
+
+    /// The pool's size.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes reserved now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `bytes` if the pool has room for them.
+    pub fn try_reserve(&self, bytes: usize) -> bool {
+        let bytes = bytes as u64;
+        let reserved = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + bytes <= self.limit as u64).then_some(used + bytes)
+            });
+        if let Ok(before) = reserved {
+            self.gauge.set((before + bytes) as f64);
+        }
+        reserved.is_ok()
+    }
+
+    /// Gives `bytes` back (an instance dropped, or a growth that failed).
+    pub fn release(&self, bytes: usize) {
+        let after = self.used.fetch_sub(bytes as u64, Ordering::AcqRel) - bytes as u64;
+        self.gauge.set(after as f64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +182,17 @@ mod tests {
         );
         assert!(quota.throttled() >= Duration::from_millis(350));
         assert_eq!(quota.used(), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn a_pool_gives_out_no_more_than_its_limit_and_takes_back_what_is_released() {
+        let pool = MemoryPool::new(100, metrics::Gauge::noop());
+        assert!(pool.try_reserve(60));
+        assert!(!pool.try_reserve(50));
+        assert!(pool.try_reserve(40));
+        assert_eq!(pool.used(), 100);
+        pool.release(60);
+        assert!(pool.try_reserve(50));
+        assert_eq!(pool.used(), 90);
     }
 }

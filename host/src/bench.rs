@@ -85,6 +85,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         batch_size: options.batch_size,
         checkpoint_interval: None,
         memory_budget: crate::spec::DEFAULT_MEMORY_BUDGET,
+        state_quota: Default::default(),
         max_behind: crate::spec::DEFAULT_MAX_BEHIND,
         segment_size: crate::spec::DEFAULT_SEGMENT_SIZE,
         max_rate: None,

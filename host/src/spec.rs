@@ -99,6 +99,9 @@ pub struct PipelineSpec {
     pub checkpoint_interval: Option<Millis>,
     /// Roughly how much clean state a shard keeps in memory before evicting (redb backend).
     pub memory_budget: usize,
+    /// The most state the operators may keep (`[state] max_keys`, `max_bytes`): scopes, and
+    /// bytes of their encoded values. Writes past it are refused (dead letters).
+    pub state_quota: StateQuotaSpec,
     /// An HTTP source's bound: how many bytes of accepted events the pipeline may have still to
     /// read before ingest answers 429 with `Retry-After` (`[source] max_behind`).
     pub max_behind: u64,
@@ -591,6 +594,15 @@ pub enum StateSpec {
     Redb(PathBuf),
 }
 
+/// The state quota (`[state] max_keys`, `max_bytes`); both absent: no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateQuotaSpec {
+    /// Scopes: a key's state, or a key's state in one window.
+    pub max_keys: Option<u64>,
+    /// Bytes of the scopes' encoded values.
+    pub max_bytes: Option<u64>,
+}
+
 /// Where output goes. `None` for a sink means standard output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinksSpec {
@@ -940,6 +952,8 @@ struct RawState {
     backend: Option<String>,
     dir: Option<PathBuf>,
     memory_budget: Option<RawSize>,
+    max_keys: Option<u64>,
+    max_bytes: Option<RawSize>,
 }
 
 /// A size: integer bytes or text with a unit.
@@ -1656,6 +1670,18 @@ impl RawSpec {
                 MAX_MEMORY_BUDGET >> 30
             )));
         }
+        let state_quota = StateQuotaSpec {
+            max_keys: self.state.max_keys,
+            max_bytes: match &self.state.max_bytes {
+                Some(_) => Some(size("state.max_bytes", &self.state.max_bytes, 0)? as u64),
+                None => None,
+            },
+        };
+        if state_quota.max_keys == Some(0) || state_quota.max_bytes == Some(0) {
+            return Err(invalid(
+                "state.max_keys and state.max_bytes, when given, are positive: leave them out for no quota",
+            ));
+        }
         let sandbox = check_sandbox(&self.sandbox)?;
         let batch_size = self.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
         if !(1..=MAX_BATCH_SIZE).contains(&batch_size) {
@@ -1687,6 +1713,7 @@ impl RawSpec {
             batch_size,
             checkpoint_interval,
             memory_budget,
+            state_quota,
             max_behind,
             segment_size,
             max_rate,

@@ -1,6 +1,8 @@
 //! Quotas (issue 13): a pipeline whose operator spins on every event is held to its CPU quota
 //! (`[sandbox] cpu`), slowed but not stopped, while another pipeline on the same server keeps
-//! its throughput within 20 % of running alone; bad quotas are refused.
+//! its throughput within 20 % of running alone; writes past a state quota become dead letters
+//! and room comes back as windows close; bad quotas are refused. (The memory pool's test is in
+//! `hostile.rs`, beside the per-instance limit's.)
 
 use std::time::{Duration, Instant};
 
@@ -165,4 +167,96 @@ fn cpu_and_memory_quotas_out_of_bounds_are_refused() {
             "{error}"
         );
     }
+}
+
+/// Events of keys `k{from}`..`k{to}` in the window starting at `second` seconds after the base.
+fn keys_in_window(from: usize, to: usize, second: i64) -> Vec<Ev> {
+    (from..to)
+        .map(|i| ev(&format!("k{i}"), BASE_TS + second * 1_000 + i as i64, 1))
+        .collect()
+}
+
+#[test]
+fn writes_past_the_state_quota_become_dead_letters_and_room_comes_back_as_windows_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = spec();
+    spec["name"] = json!("capped");
+    spec["state"] = json!({"max_keys": 10});
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/capped/start", Some(ADMIN), b""),
+        200,
+    );
+    // 30 keys in one window: the first 10 take the quota, the other 20 are refused.
+    server.ingest("capped", &keys_in_window(0, 30, 0));
+    let dead = server.wait_for("20 dead letters", PATIENCE, || {
+        let dead = server.output("capped", "dead-letters.jsonl");
+        if dead.len() >= 20 {
+            Ok(dead)
+        } else {
+            Err(format!("{}", dead.len()))
+        }
+    });
+    assert_eq!(dead.len(), 20);
+    for letter in &dead {
+        let reason = letter["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("quota of 10 keys ([state] max_keys)"),
+            "{reason}"
+        );
+    }
+    let refused: std::collections::BTreeSet<String> = dead
+        .iter()
+        .map(|d| {
+            serde_json::from_str::<Value>(d["raw"].as_str().unwrap()).unwrap()["user"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(refused.len(), 20, "each refused key once: {refused:?}");
+    let status = server.status("capped");
+    assert_eq!(status["limits"]["max_state_keys"], 10, "{status}");
+    assert_eq!(status["state_quota_used"]["keys"], 10, "{status}");
+    // The window closes (an event ten seconds on, itself refused: the quota is full), its 10
+    // results are written and its state goes at the next checkpoint: room for 10 keys again.
+    server.ingest("capped", &keys_in_window(100, 101, 10));
+    server.wait_for("the 10 admitted keys' results", PATIENCE, || {
+        let results = server.results("capped");
+        if results.len() >= 10 {
+            Ok(())
+        } else {
+            Err(format!("{}", results.len()))
+        }
+    });
+    server.wait_for("the quota to free up", PATIENCE, || {
+        let used = server.status("capped")["state_quota_used"]["keys"]
+            .as_u64()
+            .unwrap_or(99);
+        if used == 0 {
+            Ok(())
+        } else {
+            Err(format!("{used} keys"))
+        }
+    });
+    server.ingest("capped", &keys_in_window(200, 205, 20));
+    server.ingest("capped", &keys_in_window(300, 301, 30));
+    server.wait_for("the next window's results", PATIENCE, || {
+        let results = server.results("capped");
+        if results.len() >= 15 {
+            Ok(())
+        } else {
+            Err(format!("{}", results.len()))
+        }
+    });
+    let results = server.results("capped");
+    assert_eq!(results.len(), 15, "10 + 5 results: {results:?}");
+    assert!(results.iter().all(|r| r["value"]["count"] == 1));
 }

@@ -58,6 +58,8 @@ pub struct Committer {
     pub fingerprint: String,
     /// The next checkpoint's id.
     pub next_id: u64,
+    /// The state's totals after the last commit.
+    pub totals: crate::state::StateTotals,
 }
 
 /// A fault-injection hook for crash tests: `WEIR_TEST_CRASH=before-commit:N` or
@@ -84,7 +86,7 @@ impl Committer {
         let id = self.next_id;
         let (stored, mut stats) = self.prepare(barrier, changes, sinks);
         crash_point("before-commit", id);
-        self.store.commit(&stored)?;
+        self.totals = self.store.commit(&stored)?;
         stats.duration_ms = barrier.started.elapsed().as_secs_f64() * 1e3;
         crash_point("after-commit", id);
         write_marker(&self.data_dir, id)?;

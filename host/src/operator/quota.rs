@@ -9,6 +9,10 @@
 //!   Each instance reserves what it grows to; a growth past the pool traps the call (its events
 //!   become dead letters with the reason), and an instance that cannot get its initial memory is
 //!   not made.
+//! - [`StateQuota`] (`[state] max_keys`, `max_bytes`): the state the pipeline's operators keep.
+//!   It counts what the last checkpoint committed (exact, from the store) plus what calls wrote
+//!   since; a call whose writes would pass it is refused like an operator error, so its events
+//!   become dead letters with the reason, and its writes are dropped.
 //!
 //! Depends on nothing else of the crate; the Wasm guest charges them, the pipeline owns them.
 
@@ -160,6 +164,66 @@ impl MemoryPool {
     }
 }
 
+/// The state a pipeline's operators may keep: scopes and bytes.
+#[derive(Debug)]
+pub struct StateQuota {
+    max_scopes: Option<u64>,
+    max_bytes: Option<u64>,
+    /// What the last checkpoint committed, plus what calls wrote since (may be negative while
+    /// calls shrink state).
+    scopes: std::sync::atomic::AtomicI64,
+    bytes: std::sync::atomic::AtomicI64,
+}
+
+impl StateQuota {
+    /// A quota of `max_scopes` scopes and `max_bytes` bytes (either may be absent).
+    pub fn new(max_scopes: Option<u64>, max_bytes: Option<u64>) -> StateQuota {
+        StateQuota {
+            max_scopes,
+            max_bytes,
+            scopes: Default::default(),
+            bytes: Default::default(),
+        }
+    }
+
+    /// Scopes and bytes counted now.
+    pub fn used(&self) -> (u64, u64) {
+        let get = |n: &std::sync::atomic::AtomicI64| n.load(Ordering::Relaxed).max(0) as u64;
+        (get(&self.scopes), get(&self.bytes))
+    }
+
+    /// A checkpoint committed: the state is now exactly this (every write before it is in it).
+    pub fn checkpointed(&self, scopes: u64, bytes: u64) {
+        self.scopes.store(scopes as i64, Ordering::Relaxed);
+        self.bytes.store(bytes as i64, Ordering::Relaxed);
+    }
+
+    /// Admits a call's writes, which change the state by `scopes` scopes and `bytes` bytes, or
+    /// says why not. Writes that shrink the state are always admitted.
+    pub fn admit(&self, scopes: i64, bytes: i64) -> Result<(), String> {
+        let over = |limit: Option<u64>, counter: &std::sync::atomic::AtomicI64, delta: i64| {
+            limit.filter(|limit| {
+                delta > 0 && counter.load(Ordering::Relaxed) + delta > *limit as i64
+            })
+        };
+        if let Some(limit) = over(self.max_scopes, &self.scopes, scopes) {
+            return Err(format!(
+                "the pipeline's state holds its quota of {limit} keys ([state] max_keys): \
+                 this write would add more"
+            ));
+        }
+        if let Some(limit) = over(self.max_bytes, &self.bytes, bytes) {
+            return Err(format!(
+                "the pipeline's state holds its quota of {limit} bytes ([state] max_bytes): \
+                 this write would add more"
+            ));
+        }
+        self.scopes.fetch_add(scopes, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +258,19 @@ mod tests {
         pool.release(60);
         assert!(pool.try_reserve(50));
         assert_eq!(pool.used(), 90);
+    }
+
+    #[test]
+    fn state_past_its_quota_is_refused_and_shrinking_always_admitted() {
+        let quota = StateQuota::new(Some(3), Some(100));
+        quota.checkpointed(2, 60);
+        assert!(quota.admit(1, 30).is_ok());
+        let refused = quota.admit(1, 1).unwrap_err();
+        assert!(refused.contains("3 keys"), "{refused}");
+        let refused = quota.admit(0, 11).unwrap_err();
+        assert!(refused.contains("100 bytes"), "{refused}");
+        assert!(quota.admit(-1, -50).is_ok());
+        assert!(quota.admit(1, 10).is_ok());
+        assert_eq!(quota.used(), (3, 50));
     }
 }

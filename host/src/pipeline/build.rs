@@ -366,11 +366,12 @@ fn restore_shard(
 }
 
 /// The limits of every operator instance of the run: the spec's sandbox, with the run's CPU
-/// budget and memory pool shared by all of them.
+/// budget, memory pool and state quota shared by all of them.
 fn sandbox_limits(spec: &PipelineSpec, control: &PipelineControl) -> Limits {
     Limits {
         cpu: control.cpu_quota(spec.sandbox.cpu_millicores),
         memory_pool: control.memory_pool(spec.sandbox.total_memory),
+        state_quota: control.state_quota(spec.state_quota),
         ..Limits::from(&spec.sandbox)
     }
 }

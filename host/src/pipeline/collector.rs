@@ -220,10 +220,13 @@ fn commit(
         late: sinks.late.sync()?,
         dead_letters: sinks.dead_letters.sync()?,
     };
-    let hot = changes.hot;
     let stats = checkpointer
         .committer
         .commit(&position, changes, sink_positions)?;
+    let totals = checkpointer.committer.totals;
+    if let Some(quota) = control.state() {
+        quota.checkpointed(totals.scopes, totals.bytes);
+    }
     let state_file = checkpointer
         .committer
         .data_dir
@@ -231,12 +234,12 @@ fn commit(
     let state_bytes = std::fs::metadata(state_file).ok().map(|m| m.len());
     control
         .metrics
-        .checkpointed(&stats, hot as u64, state_bytes);
+        .checkpointed(&stats, totals.scopes, state_bytes);
     (control.stats.checkpointed_offset).store(position.source.offset, Ordering::Relaxed);
     control
         .stats
         .state_keys
-        .store(hot as u64, Ordering::Relaxed);
+        .store(totals.scopes, Ordering::Relaxed);
     *control.stats.last_checkpoint.lock().expect("stats lock") = Some(stats.clone());
     if let Some(routing) = position.routing {
         control.set_applied(routing);
@@ -328,6 +331,7 @@ mod tests {
                 pipeline: "p".into(),
                 fingerprint: "f".into(),
                 next_id: 1,
+                totals: Default::default(),
             },
             acks: vec![ack_tx],
             stats: Vec::new(),

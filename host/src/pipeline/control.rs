@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointStats, SavepointInfo};
 use crate::operator::SharedAggregateCode;
-use crate::operator::quota::{CpuQuota, MemoryPool};
+use crate::operator::quota::{CpuQuota, MemoryPool, StateQuota};
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
+use crate::spec::StateQuotaSpec;
 
 use super::telemetry::PipelineMetrics;
 use crate::time::MINUS_INFINITY;
@@ -108,6 +109,8 @@ pub struct PipelineControl {
     cpu: std::sync::OnceLock<Arc<CpuQuota>>,
     /// The memory pool of the run's operator instances (`[sandbox] total_memory`).
     memory: std::sync::OnceLock<Arc<MemoryPool>>,
+    /// The state quota of the run's operators (`[state] max_keys`, `max_bytes`).
+    state: std::sync::OnceLock<Arc<StateQuota>>,
 }
 
 /// A savepoint to take after the next checkpoint, and who waits for it.
@@ -151,6 +154,7 @@ impl PipelineControl {
             savepoints: Mutex::new(Vec::new()),
             cpu: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
+            state: std::sync::OnceLock::new(),
         }
     }
 
@@ -292,6 +296,21 @@ impl PipelineControl {
         let bytes = bytes?;
         let make = || Arc::new(MemoryPool::new(bytes, self.metrics.operator_memory.clone()));
         Some(self.memory.get_or_init(make).clone())
+    }
+
+    /// The run's state quota (the spec's `[state] max_keys` and `max_bytes`), shared by all its
+    /// operator instances; `None` without one.
+    pub(crate) fn state_quota(&self, spec: StateQuotaSpec) -> Option<Arc<StateQuota>> {
+        if spec.max_keys.is_none() && spec.max_bytes.is_none() {
+            return None;
+        }
+        let make = || Arc::new(StateQuota::new(spec.max_keys, spec.max_bytes));
+        Some(self.state.get_or_init(make).clone())
+    }
+
+    /// The run's state quota, if it has one and has started.
+    pub fn state(&self) -> Option<&StateQuota> {
+        self.state.get().map(|quota| &**quota)
     }
 
     /// The run's memory pool, if it has one and has started.

@@ -230,6 +230,10 @@ pub fn run_controlled(
             (Some((store, dir.clone())), manifest)
         }
     };
+    if let (Some((store, _)), Some(quota)) = (&store, control.state_quota(spec.state_quota)) {
+        let totals = store.totals()?;
+        quota.checkpointed(totals.scopes, totals.bytes);
+    }
     let sinks = open_sinks(spec, manifest.as_ref())?;
     let mut source = open_source(spec, &control, manifest.as_ref())?;
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
@@ -256,6 +260,7 @@ pub fn run_controlled(
             pipeline: spec.name.clone(),
             fingerprint: fingerprint(spec),
             next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
+            totals: Default::default(),
         },
         acks,
         stats: Vec::new(),

@@ -723,6 +723,8 @@ impl Slot {
                 "cpu_cores": managed.spec.sandbox.cpu_millicores.map(|m| f64::from(m) / 1000.0),
                 "memory_per_instance_bytes": managed.spec.sandbox.memory,
                 "total_memory_bytes": managed.spec.sandbox.total_memory,
+                "max_state_keys": managed.spec.state_quota.max_keys,
+                "max_state_bytes": managed.spec.state_quota.max_bytes,
             },
         });
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
@@ -760,6 +762,11 @@ fn figures(control: &PipelineControl) -> serde_json::Value {
         })),
         // Linear memory the operator instances hold from the pipeline's pool.
         "operator_memory_bytes": control.memory().map(|pool| pool.used()),
+        // The state the quota counts: the last checkpoint's, plus what calls wrote since.
+        "state_quota_used": control.state().map(|quota| {
+            let (keys, bytes) = quota.used();
+            serde_json::json!({"keys": keys, "bytes": bytes})
+        }),
     })
 }
 

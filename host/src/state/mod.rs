@@ -12,7 +12,9 @@ mod scope;
 pub use codec::{CodecError, decode as decode_scope};
 pub use key::{KEY_GROUPS, Namespace, StateKey, key_group};
 pub use memory::MemoryBackend;
-pub use redb_backend::{RedbBackend, RedbStore, STATE_FILE, StoredCheckpoint, TableRow};
+pub use redb_backend::{
+    RedbBackend, RedbStore, STATE_FILE, StateTotals, StoredCheckpoint, TableRow,
+};
 pub use scope::ScopeState;
 
 /// Errors of the state backends.

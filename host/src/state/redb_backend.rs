@@ -5,7 +5,9 @@
 //! Tables (see `docs/design.md` for the byte layout):
 //! - `state`: [`StateKey::encode`] → the scope's JSON;
 //! - `windows`: the same key layout → the window's metadata (JSON, written by the window engine);
-//! - `meta`: `"manifest"` → the last committed checkpoint's manifest (JSON);
+//! - `meta`: `"manifest"` → the last committed checkpoint's manifest (JSON); `"totals"` → the
+//!   scopes in `state` and the bytes of their values (two little-endian u64), kept by each
+//!   commit from what its inserts and removals replace;
 //! - `checkpoints`: checkpoint id → that checkpoint's figures (JSON), the last 100.
 
 use std::collections::{HashMap, HashSet};
@@ -23,6 +25,44 @@ const CHECKPOINTS: TableDefinition<u64, &[u8]> = TableDefinition::new("checkpoin
 
 /// How many checkpoints' figures are kept.
 const CHECKPOINT_HISTORY: u64 = 100;
+
+/// How much state a store holds: scopes and the bytes of their values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateTotals {
+    /// Scopes (a key's state, or a key's state in one window).
+    pub scopes: u64,
+    /// Bytes of their encoded values.
+    pub bytes: u64,
+}
+
+impl StateTotals {
+    /// A scope whose value of `old` bytes (if any) becomes one of `new` bytes (if any).
+    fn replace(&mut self, old: Option<usize>, new: Option<usize>) {
+        if let Some(old) = old {
+            self.scopes = self.scopes.saturating_sub(1);
+            self.bytes = self.bytes.saturating_sub(old as u64);
+        }
+        if let Some(new) = new {
+            self.scopes += 1;
+            self.bytes += new as u64;
+        }
+    }
+
+    fn encode(self) -> [u8; 16] {
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&self.scopes.to_le_bytes());
+        out[8..].copy_from_slice(&self.bytes.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<StateTotals> {
+        let bytes: &[u8; 16] = bytes.try_into().ok()?;
+        Some(StateTotals {
+            scopes: u64::from_le_bytes(bytes[..8].try_into().ok()?),
+            bytes: u64::from_le_bytes(bytes[8..].try_into().ok()?),
+        })
+    }
+}
 
 /// The name of the state file inside a data directory.
 pub const STATE_FILE: &str = "state.redb";
@@ -218,38 +258,40 @@ impl RedbStore {
         Ok(out)
     }
 
-    /// Commits a checkpoint in one durable write transaction. Returns the bytes written.
-    pub fn commit(&self, checkpoint: &StoredCheckpoint) -> Result<u64> {
+    /// Commits a checkpoint in one durable write transaction. Returns the state's totals after
+    /// it.
+    pub fn commit(&self, checkpoint: &StoredCheckpoint) -> Result<StateTotals> {
         let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
         txn.set_durability(Durability::Immediate)
             .map_err(|e| self.error(e))?;
-        let mut bytes = 0u64;
+        let mut totals = self.totals_in(&txn)?;
         {
-            for (definition, changes) in
-                [(STATE, &checkpoint.state), (WINDOWS, &checkpoint.windows)]
-            {
+            for (definition, changes, counted) in [
+                (STATE, &checkpoint.state, true),
+                (WINDOWS, &checkpoint.windows, false),
+            ] {
                 let mut table = txn.open_table(definition).map_err(|e| self.error(e))?;
                 for change in changes {
-                    bytes += change.key.len() as u64;
-                    match &change.value {
-                        Some(value) => {
-                            bytes += value.len() as u64;
-                            table
-                                .insert(change.key.as_slice(), value.as_slice())
-                                .map_err(|e| self.error(e))?;
-                        }
-                        None => {
-                            table
-                                .remove(change.key.as_slice())
-                                .map_err(|e| self.error(e))?;
-                        }
+                    let replaced = match &change.value {
+                        Some(value) => table
+                            .insert(change.key.as_slice(), value.as_slice())
+                            .map_err(|e| self.error(e))?
+                            .map(|old| old.value().len()),
+                        None => table
+                            .remove(change.key.as_slice())
+                            .map_err(|e| self.error(e))?
+                            .map(|old| old.value().len()),
+                    };
+                    if counted {
+                        totals.replace(replaced, change.value.as_ref().map(Vec::len));
                     }
                 }
             }
             let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
+            meta.insert("totals", totals.encode().as_slice())
+                .map_err(|e| self.error(e))?;
             meta.insert("manifest", checkpoint.manifest.as_slice())
                 .map_err(|e| self.error(e))?;
-            bytes += checkpoint.manifest.len() as u64;
             let mut history = txn.open_table(CHECKPOINTS).map_err(|e| self.error(e))?;
             history
                 .insert(checkpoint.id, checkpoint.stats.as_slice())
@@ -261,7 +303,37 @@ impl RedbStore {
             }
         }
         txn.commit().map_err(|e| self.error(e))?;
-        Ok(bytes)
+        Ok(totals)
+    }
+
+    /// The totals as the transaction sees them: recorded by the last commit, or counted once
+    /// (a store written before totals were kept).
+    fn totals_in(&self, txn: &redb::WriteTransaction) -> Result<StateTotals> {
+        let meta = txn.open_table(META).map_err(|e| self.error(e))?;
+        if let Some(recorded) = meta.get("totals").map_err(|e| self.corrupt(e))? {
+            return StateTotals::decode(recorded.value())
+                .ok_or_else(|| self.corrupt("the state totals record is damaged"));
+        }
+        let mut totals = StateTotals::default();
+        let state = txn.open_table(STATE).map_err(|e| self.error(e))?;
+        for row in state.iter().map_err(|e| self.corrupt(e))? {
+            let (_, value) = row.map_err(|e| self.corrupt(e))?;
+            totals.replace(None, Some(value.value().len()));
+        }
+        Ok(totals)
+    }
+
+    /// The state's totals as of the last commit.
+    pub fn totals(&self) -> Result<StateTotals> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let Ok(meta) = txn.open_table(META) else {
+            return Ok(StateTotals::default());
+        };
+        match meta.get("totals").map_err(|e| self.corrupt(e))? {
+            Some(recorded) => StateTotals::decode(recorded.value())
+                .ok_or_else(|| self.corrupt("the state totals record is damaged")),
+            None => Ok(StateTotals::default()),
+        }
     }
 
     /// Replaces the manifest of the last checkpoint (a savepoint copied into another
@@ -398,7 +470,11 @@ impl StateBackend for RedbBackend {
     fn changes(&mut self) -> Result<Vec<Change>> {
         let mut changes = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
-            let value = self.hot.get(&key).map(encode_scope);
+            // A scope that holds nothing is not stored: one a refused or failed call left
+            // empty is no scope at all (nor counted in the state's totals).
+            let value = (self.hot.get(&key))
+                .filter(|state| !state.is_empty())
+                .map(encode_scope);
             self.set_size(&key, value.as_ref().map(Vec::len));
             changes.push(Change {
                 key: key.encode(),
@@ -490,6 +566,42 @@ mod tests {
         assert!(backend.take(&key("bob")).unwrap().is_empty());
         assert_eq!(store.manifest().unwrap(), Some(b"{}".to_vec()));
         assert_eq!(store.checkpoint_history().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn commits_keep_the_state_totals_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut backend = RedbBackend::new(store.clone(), usize::MAX);
+        let sized = |n: i64| {
+            let mut state = ScopeState::default();
+            state.put("n", Value::Int(n));
+            state
+        };
+        backend.put(key("ann"), sized(1)).unwrap();
+        backend.put(key("bob"), sized(2)).unwrap();
+        checkpoint(&mut backend, &store, 1);
+        let one = encode_scope(&sized(1)).len() as u64;
+        assert_eq!(
+            store.totals().unwrap(),
+            StateTotals {
+                scopes: 2,
+                bytes: 2 * one
+            }
+        );
+        let mut bigger = sized(3);
+        bigger.put("name", Value::Text("a longer value".into()));
+        let big = encode_scope(&bigger).len() as u64;
+        backend.put(key("ann"), bigger).unwrap();
+        backend.remove(&key("bob")).unwrap();
+        checkpoint(&mut backend, &store, 2);
+        assert_eq!(
+            store.totals().unwrap(),
+            StateTotals {
+                scopes: 1,
+                bytes: big
+            }
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! drops its writes, and replaces a trapped instance.
 
 use super::*;
-use crate::operator::quota::MemoryPool;
+use crate::operator::quota::{MemoryPool, StateQuota};
+use crate::operator::scope_slot::ScopeSlot;
+use crate::state::ScopeState;
 
 /// The data of each guest's store.
 pub struct HostData {
@@ -253,8 +255,13 @@ impl Guest {
             slots.push(slot);
         }
         let committed = matches!(outcome, Ok(Ok(_))) && writes == Writes::Keep;
-        for (scope, slot) in scopes.iter_mut().zip(slots) {
-            scope.state = if committed { slot.commit() } else { slot.base };
+        match &self.limits.state_quota {
+            Some(quota) if committed => admit_writes(quota, scopes, slots)?,
+            _ => {
+                for (scope, slot) in scopes.iter_mut().zip(slots) {
+                    scope.state = if committed { slot.commit() } else { slot.base };
+                }
+            }
         }
         match outcome {
             Ok(Ok(value)) => Ok(value),
@@ -289,6 +296,35 @@ pub(super) enum Writes {
     /// They are dropped: the call may only read (`finish`, whose contract says it must not
     /// change the state; a guest that writes anyway changes nothing).
     Discard,
+}
+
+/// Keeps a call's writes if the pipeline's state quota admits them (what they add in scopes and
+/// encoded bytes); otherwise every scope stays as it was and the call is refused with the
+/// reason, so its events become dead letters.
+fn admit_writes(
+    quota: &StateQuota,
+    scopes: &mut [&mut Scope],
+    slots: Vec<ScopeSlot>,
+) -> Result<()> {
+    let (mut added_scopes, mut added_bytes) = (0i64, 0i64);
+    let mut written = Vec::with_capacity(slots.len());
+    for slot in slots {
+        let size = |state: &ScopeState| {
+            (!state.is_empty()).then(|| crate::state::encode_scope(state).len() as i64)
+        };
+        let base = slot.base.clone();
+        let before = size(&base);
+        let after_state = slot.commit();
+        let after = size(&after_state);
+        added_scopes += i64::from(after.is_some()) - i64::from(before.is_some());
+        added_bytes += after.unwrap_or(0) - before.unwrap_or(0);
+        written.push((base, after_state));
+    }
+    let admitted = quota.admit(added_scopes, added_bytes);
+    for (scope, (base, after)) in scopes.iter_mut().zip(written) {
+        scope.state = if admitted.is_ok() { after } else { base };
+    }
+    admitted.map_err(OperatorError::Rejected)
 }
 
 pub(super) fn deadline_ticks(limits: &Limits) -> u64 {

@@ -109,6 +109,9 @@ pub struct Limits {
     /// The pipeline's memory pool, shared by all its instances (protects the host's memory from
     /// one pipeline's many instances).
     pub memory_pool: Option<std::sync::Arc<crate::operator::quota::MemoryPool>>,
+    /// The pipeline's state quota, shared by all its instances (protects the disk and the
+    /// memory state takes).
+    pub state_quota: Option<std::sync::Arc<crate::operator::quota::StateQuota>>,
 }
 
 impl From<&crate::spec::SandboxSpec> for Limits {
@@ -121,6 +124,7 @@ impl From<&crate::spec::SandboxSpec> for Limits {
             random: sandbox.random,
             cpu: None,
             memory_pool: None,
+            state_quota: None,
         }
     }
 }

@@ -260,3 +260,73 @@ fn writes_past_the_state_quota_become_dead_letters_and_room_comes_back_as_window
     assert_eq!(results.len(), 15, "10 + 5 results: {results:?}");
     assert!(results.iter().all(|r| r["value"]["count"] == 1));
 }
+
+#[test]
+fn a_token_creates_no_more_pipelines_and_operators_than_its_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        r#"[{"name": "team-a", "token": "team-a-secret", "scopes": ["admin"],
+             "max_pipelines": 2, "max_operators": 1}]"#,
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--tokens", tokens.to_str().unwrap()]);
+    let team = Some("team-a-secret");
+    let component = std::fs::read(count_sum_v1()).unwrap();
+    let upload = |version: &str| {
+        server.post_as(
+            &format!("/v1/operators/count-sum/{version}"),
+            team,
+            None,
+            &component,
+            false,
+        )
+    };
+    let uploaded = server.expect("team-a's first operator", upload("1.0.0"), 201);
+    assert_eq!(uploaded["owner"], "team-a", "{uploaded}");
+    let error = server.expect_error("team-a's second operator", upload("1.0.1"), 409);
+    assert!(error.contains("max_operators"), "{error}");
+    let create = |name: &str| {
+        let mut spec = spec();
+        spec["name"] = json!(name);
+        server.post_json("/v1/pipelines", team, &spec)
+    };
+    let created = server.expect("team-a's first pipeline", create("a1"), 201);
+    assert_eq!(created["owner"], "team-a", "{created}");
+    server.expect("team-a's second pipeline", create("a2"), 201);
+    let error = server.expect_error("team-a's third pipeline", create("a3"), 409);
+    assert!(error.contains("max_pipelines"), "{error}");
+    // A token without a quota is not held to another's.
+    let mut other = spec();
+    other["name"] = json!("admins");
+    server.expect(
+        "the admin's pipeline",
+        server.post_json("/v1/pipelines", Some(ADMIN), &other),
+        201,
+    );
+    // The counts are in /metrics; deleting one gives the room back.
+    let (_, page) = server.get("/metrics", Some(ADMIN));
+    assert!(
+        page.contains("weir_token_pipelines{token=\"team-a\"} 2"),
+        "{page}"
+    );
+    assert!(
+        page.contains("weir_token_operators{token=\"team-a\"} 1"),
+        "{page}"
+    );
+    server.expect("deleting a2", server.delete("/v1/pipelines/a2", team), 204);
+    server.expect("team-a's pipeline after a delete", create("a3"), 201);
+    // Ownership survives a restart of the server.
+    drop(server);
+    let server = Server::start_with(&data, &["--tokens", tokens.to_str().unwrap()]);
+    let mut spec = spec();
+    spec["name"] = json!("a4");
+    let error = server.expect_error(
+        "team-a's third pipeline after a restart",
+        server.post_json("/v1/pipelines", team, &spec),
+        409,
+    );
+    assert!(error.contains("max_pipelines"), "{error}");
+}

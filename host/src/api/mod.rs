@@ -226,7 +226,7 @@ fn bearer(request: &Request) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
-async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     let server = &gate.server;
     let template = request
         .extensions()
@@ -248,7 +248,12 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         )
         .into_response();
     };
-    match server.tokens.judge(token, scope).0 {
+    let (verdict, caller) = server.tokens.judge(token, scope);
+    if let Some(caller) = caller {
+        // Handlers that create something record it under the caller, within its quota.
+        request.extensions_mut().insert(caller);
+    }
+    match verdict {
         Verdict::Unknown => {
             ApiError::new(StatusCode::UNAUTHORIZED, "unknown token").into_response()
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 
@@ -12,7 +12,7 @@ use super::ApiError;
 use super::pipelines::blocking;
 use crate::names;
 use crate::operator::VersionInfo;
-use crate::serve::{RequestError, Server};
+use crate::serve::{Caller, RequestError, Server};
 
 /// `{name}/{version}` of an operator route, checked against the name rule after
 /// percent-decoding.
@@ -57,12 +57,23 @@ pub(super) async fn get(
 
 pub(super) async fn upload(
     State(server): State<Arc<Server>>,
+    caller: Option<Extension<Caller>>,
     OperatorPath { name, version }: OperatorPath,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = server.max_upload;
     // Compiling takes a while: off the async threads.
-    let info = blocking(move || Ok(server.registry.upload(&name, &version, &body, limit)?)).await?;
+    let info = blocking(move || {
+        let owner = caller
+            .as_ref()
+            .map(|c| (c.name.as_str(), c.quota.max_operators));
+        let info = server
+            .registry
+            .upload(&name, &version, &body, limit, owner)?;
+        server.publish_ownership();
+        Ok(info)
+    })
+    .await?;
     metrics::counter!("weir_operator_uploads_total").increment(1);
     Ok((StatusCode::CREATED, Json(info)))
 }
@@ -78,6 +89,7 @@ pub(super) async fn delete(
             )));
         }
         server.registry.delete(&name, &version)?;
+        server.publish_ownership();
         Ok(StatusCode::NO_CONTENT)
     })
     .await

@@ -17,7 +17,7 @@ use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use super::ApiError;
 use crate::serve::{
-    RequestError, ResultLine, RolloutPlan, RolloutRequest, Server, Slot, StopOutcome,
+    Caller, RequestError, ResultLine, RolloutPlan, RolloutRequest, Server, Slot, StopOutcome,
 };
 
 /// Runs `f` off the async threads (file writes, fsyncs, joins) and maps its error.
@@ -57,11 +57,12 @@ pub(super) async fn list(
 
 pub(super) async fn create(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
     let json: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
-    let slot = blocking(move || server.create(json)).await?;
+    let slot = blocking(move || server.create(json, caller.as_deref())).await?;
     Ok((StatusCode::CREATED, Json(slot.status())))
 }
 

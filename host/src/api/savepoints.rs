@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::ApiError;
 use super::pipelines::{Pipeline, blocking};
 use crate::checkpoint::SavepointInfo;
-use crate::serve::{ReplayRequest, RequestError, Server, Slot};
+use crate::serve::{Caller, ReplayRequest, RequestError, Server, Slot};
 
 /// `{name}/savepoints/{savepoint}`: the pipeline, looked up, and the savepoint's name, both
 /// checked against the name rule after percent-decoding.
@@ -92,13 +92,14 @@ pub(super) async fn delete(path: SavepointPath) -> Result<StatusCode, ApiError> 
 
 pub(super) async fn fork(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
     path: SavepointPath,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
     let SavepointPath { slot, savepoint } = path;
     let json: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
-    let created = blocking(move || server.fork(&slot, &savepoint, json)).await?;
+    let created = blocking(move || server.fork(&slot, &savepoint, json, caller.as_deref())).await?;
     Ok((StatusCode::CREATED, Json(created.status())))
 }
 

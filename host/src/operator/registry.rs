@@ -55,6 +55,16 @@ pub enum RegistryError {
         /// The limit.
         limit: usize,
     },
+    /// The uploading token owns as many versions as its quota allows.
+    #[error(
+        "token {owner:?} owns {limit} operator versions, its quota (max_operators): delete one of them first"
+    )]
+    Quota {
+        /// The token's name.
+        owner: String,
+        /// Its quota.
+        limit: usize,
+    },
     /// Reading or writing the registry's files failed.
     #[error("registry storage {path}: {source}")]
     Io {
@@ -83,6 +93,9 @@ pub struct VersionInfo {
     pub world: String,
     /// Upload time, ms since the epoch.
     pub uploaded_at_ms: u64,
+    /// The name of the token that uploaded it (counted against that token's quota).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// The operator registry of a data directory.
@@ -165,13 +178,22 @@ impl Registry {
         Ok(dir.join(format!("{version}.json")))
     }
 
-    /// Validates and stores a new version.
+    /// How many versions token `owner` uploaded (that still exist).
+    pub fn owned_by(&self, owner: &str) -> usize {
+        (self.versions.read().expect("registry lock").values())
+            .filter(|info| info.owner.as_deref() == Some(owner))
+            .count()
+    }
+
+    /// Validates and stores a new version, owned by `owner` (a token's name) if given, which may
+    /// own at most `quota` versions.
     pub fn upload(
         &self,
         name: &str,
         version: &str,
         bytes: &[u8],
         limit: usize,
+        owner: Option<(&str, Option<usize>)>,
     ) -> Result<VersionInfo> {
         let info_path = self.info_path(name, version)?;
         if bytes.len() > limit {
@@ -195,6 +217,7 @@ impl Registry {
             size: bytes.len() as u64,
             world: kind.world().into(),
             uploaded_at_ms: crate::time::wall_clock_ms(),
+            owner: owner.map(|(owner, _)| owner.to_owned()),
         };
         // Writers take turns; readers (every pipeline's look-ups) wait only for the insert.
         let _writing = self.writing.lock().expect("registry writer lock");
@@ -202,6 +225,14 @@ impl Registry {
             return Err(RegistryError::Exists {
                 name: name.into(),
                 version: version.into(),
+            });
+        }
+        if let Some((owner, Some(limit))) = owner
+            && self.owned_by(owner) >= limit
+        {
+            return Err(RegistryError::Quota {
+                owner: owner.to_owned(),
+                limit,
             });
         }
         let blob = self.blob_path(&info.digest);

@@ -83,7 +83,9 @@ impl From<NameError> for RequestError {
 impl From<RegistryError> for RequestError {
     fn from(error: RegistryError) -> Self {
         match error {
-            RegistryError::Exists { .. } => RequestError::Conflict(error.to_string()),
+            RegistryError::Exists { .. } | RegistryError::Quota { .. } => {
+                RequestError::Conflict(error.to_string())
+            }
             RegistryError::Unknown { .. } => RequestError::NotFound(error.to_string()),
             RegistryError::TooLarge { .. } => RequestError::TooLarge(error.to_string()),
             RegistryError::Io { source, .. } => RequestError::from_io(source),

@@ -32,6 +32,9 @@ pub struct Desired {
     pub rollout: Option<RolloutPlan>,
     /// Why the last rollout was rolled back.
     pub rolled_back: Option<String>,
+    /// The name of the token that created the pipeline (counted against its quota).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// One pipeline's spec and desired state.
@@ -110,11 +113,12 @@ impl Managed {
         Ok(spec)
     }
 
-    /// A new pipeline from an API request, written to `dir`.
+    /// A new pipeline from an API request, written to `dir`, owned by token `owner`.
     pub fn create(
         json: serde_json::Value,
         dir: &Path,
         registry: &Registry,
+        owner: Option<String>,
     ) -> Result<Managed, RequestError> {
         let spec = Self::resolve(&json, dir, registry, Served::New)?;
         let json = stored_form(json);
@@ -125,7 +129,10 @@ impl Managed {
             dir: dir.to_owned(),
             spec_json: json,
             spec,
-            desired: Desired::default(),
+            desired: Desired {
+                owner,
+                ..Desired::default()
+            },
         };
         managed.save()?;
         Ok(managed)

@@ -18,7 +18,7 @@ mod tokens;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -28,7 +28,7 @@ pub use error::{RequestError, ServeError};
 pub use managed::{Desired, Managed};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{ReplayRequest, ResultLine, Slot, StopOutcome};
-pub use tokens::{Scope, Tokens, Verdict};
+pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};
 
@@ -74,6 +74,9 @@ pub struct Server {
     pub metrics: PrometheusHandle,
     /// How pipelines are treated.
     pub limits: PipelineLimits,
+    /// Held while a pipeline is created, so two creations by one token cannot both pass its
+    /// quota.
+    owning: Mutex<()>,
     /// Held for the server's life: no second server uses the same data directory.
     _lock: File,
 }
@@ -175,6 +178,7 @@ impl Server {
             max_upload,
             metrics: metrics_handle(),
             limits,
+            owning: Mutex::new(()),
             _lock: lock,
         });
         let dir = server.pipelines_dir();
@@ -207,7 +211,49 @@ impl Server {
                 .expect("pipelines lock")
                 .insert(name, slot);
         }
+        server.publish_ownership();
         Ok(server)
+    }
+
+    /// How many pipelines token `owner` created (that still exist).
+    fn owned_by(&self, owner: &str) -> usize {
+        let owns = |slot: &Arc<Slot>| {
+            slot.with_managed(|m| Ok(m.desired.owner.as_deref() == Some(owner)))
+                .unwrap_or(false)
+        };
+        self.slots().iter().filter(|slot| owns(slot)).count()
+    }
+
+    /// Refuses a new pipeline of a token that owns as many as its quota allows; the guard
+    /// returned is held until the pipeline is in the table.
+    fn within_quota(&self, caller: Option<&Caller>) -> Result<MutexGuard<'_, ()>, RequestError> {
+        let owning = self.owning.lock().expect("owning lock");
+        if let Some(Caller { name, quota }) = caller
+            && let Some(limit) = quota.max_pipelines
+            && self.owned_by(name) >= limit
+        {
+            return Err(RequestError::Conflict(format!(
+                "token {name:?} owns {limit} pipelines, its quota (max_pipelines): delete one of \
+                 them first"
+            )));
+        }
+        Ok(owning)
+    }
+
+    /// Sets `weir_token_pipelines` and `weir_token_operators` for every token with a quota.
+    pub fn publish_ownership(&self) {
+        for (token, quota) in self.tokens.with_quotas() {
+            let label = [("token", token.to_owned())];
+            metrics::gauge!("weir_token_pipelines", &label).set(self.owned_by(token) as f64);
+            metrics::gauge!("weir_token_operators", &label)
+                .set(self.registry.owned_by(token) as f64);
+            if let Some(limit) = quota.max_pipelines {
+                metrics::gauge!("weir_token_max_pipelines", &label).set(limit as f64);
+            }
+            if let Some(limit) = quota.max_operators {
+                metrics::gauge!("weir_token_max_operators", &label).set(limit as f64);
+            }
+        }
     }
 
     /// `<data dir>/pipelines`.
@@ -244,7 +290,11 @@ impl Server {
     /// leftover directory of the same name (one that is not a pipeline) is removed first, so a
     /// new pipeline never inherits state it did not create. No lock is held while files are
     /// written: the name is reserved instead.
-    pub fn create(&self, json: serde_json::Value) -> Result<Arc<Slot>, RequestError> {
+    pub fn create(
+        &self,
+        json: serde_json::Value,
+        caller: Option<&Caller>,
+    ) -> Result<Arc<Slot>, RequestError> {
         let name = json
             .get("name")
             .and_then(|n| n.as_str())
@@ -253,11 +303,13 @@ impl Server {
         let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
         Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
         let _reserved = self.reserve(&name, true)?;
+        let _owning = self.within_quota(caller)?;
         if dir.exists() {
             warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
             std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
         }
-        let managed = match Managed::create(json, &dir, &self.registry) {
+        let owner = caller.map(|c| c.name.clone());
+        let managed = match Managed::create(json, &dir, &self.registry, owner) {
             Ok(managed) => managed,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -269,6 +321,8 @@ impl Server {
             .write()
             .expect("pipelines lock")
             .insert(name, slot.clone());
+        drop(_owning);
+        self.publish_ownership();
         Ok(slot)
     }
 
@@ -281,6 +335,7 @@ impl Server {
         from: &Slot,
         savepoint: &str,
         json: serde_json::Value,
+        caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
         crate::names::check("savepoint name", savepoint)?;
         let name = json
@@ -312,10 +367,12 @@ impl Server {
             ));
         };
         let _reserved = self.reserve(&name, true)?;
+        let _owning = self.within_quota(caller)?;
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
         }
-        let made = Managed::create(json, &dir, &self.registry)
+        let owner = caller.map(|c| c.name.clone());
+        let made = Managed::create(json, &dir, &self.registry, owner)
             .and_then(|managed| Ok((from.fork_into(savepoint, &name, data, &dir)?, managed)));
         let managed = match made {
             Ok((_, managed)) => managed,
@@ -330,6 +387,8 @@ impl Server {
             .write()
             .expect("pipelines lock")
             .insert(name, slot.clone());
+        drop(_owning);
+        self.publish_ownership();
         Ok(slot)
     }
 
@@ -401,6 +460,7 @@ impl Server {
             crate::time::wall_clock_ms()
         ));
         std::fs::rename(&slot.dir, &trash).map_err(RequestError::from_io)?;
+        self.publish_ownership();
         std::fs::remove_dir_all(&trash).map_err(RequestError::from_io)
     }
 

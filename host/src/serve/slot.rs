@@ -712,6 +712,8 @@ impl Slot {
             "state": state,
             "error": inner.failure,
             "versions": control.map(versions).unwrap_or_default(),
+            // The token that created it (counted against that token's max_pipelines).
+            "owner": managed.desired.owner,
             // The routing in effect since the last checkpoint (a rollout step or a promotion
             // applies at a barrier).
             "applied_routing": control.and_then(|c| c.applied()),

@@ -1,6 +1,8 @@
-//! Bearer tokens and their scopes, from a JSON file and the environment. Every token is checked
-//! when the server starts (no empty, blank, short, duplicate or unprintable tokens), and a
-//! presented token is compared with every configured one in constant time.
+//! Bearer tokens, their scopes and quotas, from a JSON file and the environment. Every token is
+//! checked when the server starts (no empty, blank, short, duplicate or unprintable tokens), and
+//! a presented token is compared with every configured one in constant time. A token's quotas
+//! (how many pipelines and operator versions it may own) travel with the request as its
+//! [`Caller`].
 
 use std::path::Path;
 
@@ -29,6 +31,30 @@ struct Entry {
     name: Option<String>,
     token: String,
     scopes: Vec<Scope>,
+    /// The most pipelines the token may own (those it created and that exist).
+    #[serde(default)]
+    max_pipelines: Option<usize>,
+    /// The most operator versions it may own (those it uploaded and that exist).
+    #[serde(default)]
+    max_operators: Option<usize>,
+}
+
+/// What a token may own; `None`: no limit of its own (the server's limits still apply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenQuota {
+    /// Pipelines.
+    pub max_pipelines: Option<usize>,
+    /// Operator versions.
+    pub max_operators: Option<usize>,
+}
+
+/// Who makes a request: the token's name (what it owns is recorded under it) and its quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The token's name.
+    pub name: String,
+    /// Its quota.
+    pub quota: TokenQuota,
 }
 
 /// The shortest token accepted.
@@ -37,7 +63,7 @@ pub const MIN_TOKEN_LEN: usize = 8;
 /// The tokens the API accepts.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
-    entries: Vec<(String, [u8; 32], Vec<Scope>)>,
+    entries: Vec<(String, [u8; 32], Vec<Scope>, TokenQuota)>,
 }
 
 /// What a presented token is.
@@ -77,6 +103,8 @@ impl Tokens {
                     name: Some(variable.to_owned()),
                     token,
                     scopes: vec![scope],
+                    max_pipelines: None,
+                    max_operators: None,
                 });
             }
         }
@@ -110,12 +138,21 @@ impl Tokens {
                 return Err(fail(format!("{name}: the token has no scopes")));
             }
             let digest: [u8; 32] = Sha256::digest(entry.token.as_bytes()).into();
-            if tokens.entries.iter().any(|(_, other, _)| *other == digest) {
+            if tokens.entries.iter().any(|(_, other, ..)| *other == digest) {
                 return Err(fail(format!(
                     "{name}: the same token is configured twice; give each caller its own"
                 )));
             }
-            tokens.entries.push((name, digest, entry.scopes));
+            if tokens.entries.iter().any(|(other, ..)| *other == name) {
+                return Err(fail(format!(
+                    "{name}: two tokens have this name; what a token owns is recorded by name"
+                )));
+            }
+            let quota = TokenQuota {
+                max_pipelines: entry.max_pipelines,
+                max_operators: entry.max_operators,
+            };
+            tokens.entries.push((name, digest, entry.scopes, quota));
         }
         Ok(tokens)
     }
@@ -127,26 +164,39 @@ impl Tokens {
 
     /// Judges a presented token for a scope (admin implies every scope). Compares against
     /// every configured token, in constant time, so the answer's timing tells nothing.
-    pub fn judge(&self, presented: &str, scope: Scope) -> (Verdict, Option<&str>) {
+    pub fn judge(&self, presented: &str, scope: Scope) -> (Verdict, Option<Caller>) {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
-        for (name, configured, scopes) in &self.entries {
+        for (name, configured, scopes, quota) in &self.entries {
             let same = configured
                 .iter()
                 .zip(digest.iter())
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
             if same {
-                found = Some((name.as_str(), scopes));
+                found = Some((name.as_str(), scopes, *quota));
             }
         }
+        let caller = |name: &str, quota| Caller {
+            name: name.to_owned(),
+            quota,
+        };
         match found {
             None => (Verdict::Unknown, None),
-            Some((name, scopes)) if scopes.contains(&scope) || scopes.contains(&Scope::Admin) => {
-                (Verdict::Allowed, Some(name))
+            Some((name, scopes, quota))
+                if scopes.contains(&scope) || scopes.contains(&Scope::Admin) =>
+            {
+                (Verdict::Allowed, Some(caller(name, quota)))
             }
-            Some((name, _)) => (Verdict::Forbidden, Some(name)),
+            Some((name, _, quota)) => (Verdict::Forbidden, Some(caller(name, quota))),
         }
+    }
+
+    /// The named tokens with a quota, for the ownership gauges.
+    pub fn with_quotas(&self) -> impl Iterator<Item = (&str, TokenQuota)> {
+        (self.entries.iter())
+            .filter(|(.., quota)| *quota != TokenQuota::default())
+            .map(|(name, .., quota)| (name.as_str(), *quota))
     }
 }
 
@@ -159,6 +209,8 @@ mod tests {
             name: None,
             token: token.into(),
             scopes: scopes.to_vec(),
+            max_pipelines: None,
+            max_operators: None,
         }
     }
 

@@ -416,7 +416,7 @@ pub fn recovery(options: &BenchOptions, events: u64) -> Result<RecoveryReport, P
     let control = || {
         Arc::new(PipelineControl::new(
             "bench-recovery",
-            Box::new(|version| Err(ResolveError::Failed(format!("no version {version} here")))),
+            Box::new(|_, version| Err(ResolveError::Failed(format!("no version {version} here")))),
             None,
         ))
     };

@@ -4,6 +4,7 @@
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
 mod emit;
+mod enricher_rollout;
 mod enrichment;
 mod errors;
 mod examples;

@@ -119,6 +119,25 @@ impl AggregateCode for NativeAggregate {
 /// Aggregate code shared by every shard (and the router, which hands it to them).
 pub type SharedAggregateCode = Arc<dyn AggregateCode>;
 
+/// The code of an operator version a rollout brings in, shared by every shard: an aggregate's,
+/// or an enrichment operator's (a Wasm component from the registry).
+#[derive(Clone)]
+pub enum VersionCode {
+    /// An aggregate's.
+    Aggregate(SharedAggregateCode),
+    /// An enrichment operator's.
+    Enrich(Arc<WasmOperator>),
+}
+
+impl std::fmt::Debug for VersionCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionCode::Aggregate(_) => f.write_str("VersionCode::Aggregate"),
+            VersionCode::Enrich(_) => f.write_str("VersionCode::Enrich"),
+        }
+    }
+}
+
 /// One event produced by an enrichment operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Enriched {

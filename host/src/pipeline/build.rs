@@ -13,10 +13,10 @@ use super::{
 use crate::checkpoint::{CheckpointError, Manifest};
 use crate::operator::combine::{Combine, Partial};
 use crate::operator::{
-    AggregateCode, AggregateOperator, ComponentKind, EnrichOperator, Limits, Projection,
+    AggregateOperator, ComponentKind, EnrichOperator, Limits, Projection, VersionCode,
     WasmOperator, WasmRuntime, native,
 };
-use crate::rollout::{Routing, VersionedAggregate};
+use crate::rollout::{Routing, VersionedAggregate, VersionedEnrich};
 use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, StageSpec};
 use crate::state::{
     KEY_GROUPS, MemoryBackend, Namespace, RedbBackend, RedbStore, StateBackend, StateKey, key_group,
@@ -176,7 +176,7 @@ pub(super) struct Resume<'a> {
     pub(super) manifest: Option<&'a Manifest>,
     pub(super) watermark: Millis,
     pub(super) routing: Option<&'a Routing>,
-    pub(super) candidate: Option<&'a dyn AggregateCode>,
+    pub(super) candidate: Option<&'a VersionCode>,
 }
 
 /// Builds shard `index` of `shards`.
@@ -197,9 +197,10 @@ pub(super) fn build_shard(
     for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
         let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
         let operator: Box<dyn EnrichOperator> = match code {
-            Code::Wasm(wasm) => Box::new(wasm.enrich(limits.clone(), projection)?),
+            Code::Wasm(wasm) => Box::new(wasm.enrich(limits.clone(), projection.clone())?),
             Code::Native(name) => native::enrich(name).expect("load checked the name"),
         };
+        let operator = VersionedEnrich::new(&op.name, &op.version, operator, &control.counters);
         // Reference data is part of the state from the first checkpoint on.
         if resume.manifest.is_none() {
             let rows = loaded.references[position].iter().flatten();
@@ -210,6 +211,7 @@ pub(super) fn build_shard(
             position as u16,
             operator,
             op.state_ttl,
+            (limits.clone(), projection),
         ));
     }
     let aggregate = build_aggregate(spec, loaded, limits, control)?;

@@ -341,7 +341,7 @@ mod tests {
         let collector = std::thread::spawn(move || {
             let control = PipelineControl::new(
                 "p",
-                Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))),
+                Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
                 None,
             );
             let label = OperatorLabel {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::{CheckpointStats, SavepointInfo};
-use crate::operator::SharedAggregateCode;
+use crate::operator::VersionCode;
 use crate::operator::quota::{CpuQuota, MemoryPool, StateQuota};
 use crate::rollout::{CounterBook, Routing, ShadowLog};
 use crate::source::IngestGate;
@@ -19,8 +19,10 @@ use crate::time::MINUS_INFINITY;
 /// (its id: the same record has the same offset in every replay), and its JSON line.
 pub type ResultLine = (u64, Arc<str>);
 
-/// Resolves an operator version (of the pipeline's aggregate) to its code, Wasm or native.
-pub type Resolver = Box<dyn Fn(&str) -> Result<SharedAggregateCode, ResolveError> + Send + Sync>;
+/// Resolves a version of the pipeline's aggregate (`None`) or of its enrichment operator of that
+/// name to its code.
+pub type Resolver =
+    Box<dyn Fn(Option<&str>, &str) -> Result<VersionCode, ResolveError> + Send + Sync>;
 
 /// Why an operator version could not be resolved.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -161,7 +163,7 @@ impl PipelineControl {
     /// A control for a sandboxed run of pipeline `pipeline` (a replay): its figures go to no
     /// metric series, and it has no other versions to resolve.
     pub fn sandboxed(pipeline: &str) -> Self {
-        let resolve: Resolver = Box::new(|version| {
+        let resolve: Resolver = Box::new(|_, version| {
             Err(ResolveError::Unknown(format!(
                 "a sandboxed run serves one version, not {version}"
             )))

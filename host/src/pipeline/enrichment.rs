@@ -1,6 +1,6 @@
-//! [`Enrichment`]: one enrichment operator of a shard's chain. It calls the operator once per
-//! key of a batch, keeps per-key state with an optional time-to-live in event time, and turns
-//! failures into dead letters.
+//! [`Enrichment`]: one enrichment operator of a shard's chain. It calls the operator (its
+//! versions, during a rollout) once per key of a batch, keeps per-key state with an optional
+//! time-to-live in event time, and turns failures into dead letters.
 //!
 //! TTL: a key's enrichment state (all but its reference data) expires once the watermark
 //! passes the key's latest event time plus the TTL. Expiry is judged per event, against the
@@ -13,7 +13,10 @@ use std::sync::Arc;
 use super::deadlines::Deadlines;
 use crate::event::Staged;
 use crate::event::{DeadCause, DeadLetter};
-use crate::operator::{EnrichOperator, OperatorError, Scope};
+use crate::operator::{
+    EnrichOperator, Limits, LoadError, OperatorError, Projection, Scope, WasmOperator,
+};
+use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedEnrich};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
 use crate::window::{EngineError, EngineOutput};
@@ -27,7 +30,10 @@ pub struct Enrichment {
     label: String,
     /// Its position in the chain (state is kept per position).
     index: u16,
-    operator: Box<dyn EnrichOperator>,
+    operator: VersionedEnrich,
+    /// How instances of other versions are made (rollouts).
+    limits: Limits,
+    projection: Projection,
     ttl: Option<Millis>,
     /// When keys with state that can expire expire.
     expiry: Deadlines,
@@ -50,20 +56,46 @@ fn expire(state: &mut ScopeState) {
 }
 
 impl Enrichment {
-    /// Operator `operator` at position `index` of the chain, labelled `label`.
+    /// Operator `operator` at position `index` of the chain, labelled `label`; instances of other
+    /// versions get `limits` and the fields `projection` selects.
     pub fn new(
         label: String,
         index: u16,
-        operator: Box<dyn EnrichOperator>,
+        operator: VersionedEnrich,
         ttl: Option<Millis>,
+        (limits, projection): (Limits, Projection),
     ) -> Self {
         Enrichment {
             label,
             index,
             operator,
+            limits,
+            projection,
             ttl,
             expiry: Deadlines::default(),
         }
+    }
+
+    /// The operator's name.
+    pub fn name(&self) -> &str {
+        self.operator.name()
+    }
+
+    /// Routes keys between the operator's versions from now on; `code` is the code of a version
+    /// this shard does not run yet.
+    pub fn route(
+        &mut self,
+        routing: Routing,
+        code: Option<&WasmOperator>,
+        counters: &CounterBook,
+        shadow_log: Option<ShadowLog>,
+    ) -> Result<(), LoadError> {
+        let instance = code
+            .map(|code| code.enrich(self.limits.clone(), self.projection.clone()))
+            .transpose()?
+            .map(|instance| Box::new(instance) as Box<dyn EnrichOperator>);
+        self.operator.route(routing, instance, counters, shadow_log);
+        Ok(())
     }
 
     fn state_key(&self, key: &Arc<str>) -> StateKey {

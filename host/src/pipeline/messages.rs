@@ -8,7 +8,7 @@ use super::ShardOutput;
 use super::ShardSnapshot;
 use crate::event::DeadLetter;
 use crate::event::Staged;
-use crate::operator::SharedAggregateCode;
+use crate::operator::VersionCode;
 use crate::rollout::Routing;
 use crate::time::Millis;
 
@@ -33,7 +33,7 @@ pub(super) enum ShardMsg {
 pub(super) struct RoutingChange {
     pub(super) routing: Routing,
     /// The candidate's code, when it is a version the shards do not run yet.
-    pub(super) candidate: Option<SharedAggregateCode>,
+    pub(super) candidate: Option<VersionCode>,
 }
 
 /// The router's part of a checkpoint.

@@ -44,7 +44,7 @@ use crate::checkpoint::{
 };
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
 use crate::event::DEFAULT_MAX_LINE_BYTES;
-use crate::operator::{LoadError, SharedAggregateCode};
+use crate::operator::{LoadError, VersionCode};
 use crate::rollout::Routing;
 use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
@@ -243,7 +243,7 @@ pub fn run_controlled(
         manifest: manifest.as_ref(),
         watermark,
         routing: routing.as_ref(),
-        candidate: candidate.as_deref(),
+        candidate: candidate.as_ref(),
     };
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
@@ -307,7 +307,7 @@ pub fn run_controlled(
 pub fn standalone_control(pipeline: &str) -> Arc<PipelineControl> {
     Arc::new(PipelineControl::new(
         pipeline,
-        Box::new(|version| {
+        Box::new(|_, version| {
             Err(ResolveError::Failed(format!(
                 "no registry to find version {version} in"
             )))
@@ -381,29 +381,44 @@ fn open_source(
 }
 
 /// The routing between operator versions the checkpoint was taken with, and the code of its
-/// candidate. A spec whose live version differs from the checkpoint's was promoted since: the
-/// promoted version serves every key from here on. A candidate that was replaced and deleted
-/// since no longer exists: its keys go back to the live version from this restart on, as a
-/// rollback at a barrier would send them. A candidate that exists but cannot be loaded stops
-/// the run, as before.
+/// candidate. The routing is the aggregate's, or an enrichment operator's (one rollout at a time).
+/// A spec whose live version differs from the checkpoint's was promoted since: the promoted
+/// version serves every key from here on. A candidate that was replaced and deleted since no
+/// longer exists: its keys go back to the live version from this restart on, as a rollback at a
+/// barrier would send them. A candidate that exists but cannot be loaded stops the run, as
+/// before.
 fn resume_routing(
     spec: &PipelineSpec,
     control: &PipelineControl,
     manifest: Option<&Manifest>,
-) -> Result<(Option<Routing>, Option<SharedAggregateCode>)> {
-    let Some(op) = &spec.aggregate else {
+) -> Result<(Option<Routing>, Option<VersionCode>)> {
+    let live_of = |routing: &Routing| match &routing.operator {
+        None => spec.aggregate.as_ref().map(|op| &op.version),
+        Some(name) => (spec.enrichers.iter())
+            .find(|op| op.name == *name)
+            .map(|op| &op.version),
+    };
+    let recorded = manifest
+        .and_then(|m| m.routing.clone())
+        .filter(|routing| live_of(routing) == Some(&routing.live));
+    let Some(mut routing) = recorded.or_else(|| {
+        spec.aggregate
+            .as_ref()
+            .map(|op| Routing::single(&op.version))
+    }) else {
         return Ok((None, None));
     };
-    let mut routing = manifest
-        .and_then(|m| m.routing.clone())
-        .filter(|routing| routing.live == op.version)
-        .unwrap_or_else(|| Routing::single(&op.version));
     let candidate = match &routing.candidate {
-        Some(version) => match (control.resolve)(version) {
+        Some(version) => match (control.resolve)(routing.operator.as_deref(), version) {
             Ok(code) => Some(code),
             Err(ResolveError::Unknown(message)) => {
                 tracing::warn!(%version, error = %message, "the checkpoint's candidate no longer exists: every key goes to the live version");
-                routing = Routing::single(&routing.live);
+                routing = Routing {
+                    candidate: None,
+                    percent: 0,
+                    shadow: false,
+                    ..routing
+                };
                 None
             }
             Err(error) => {

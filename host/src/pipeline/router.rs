@@ -254,8 +254,21 @@ impl Router<'_> {
         watermark: &PartitionedWatermark,
         finished: bool,
     ) -> Position {
-        if let (Some(current), Some(requested)) = (&self.routing, self.control.take_request())
-            && *current != requested
+        let requested = self.control.take_request();
+        // A pipeline without an aggregate has no routing until its first enricher rollout: the
+        // request's live version is what runs.
+        let current = match (&self.routing, &requested) {
+            (Some(current), _) => Some(current.clone()),
+            (None, Some(requested)) => Some(Routing {
+                candidate: None,
+                percent: 0,
+                shadow: false,
+                ..requested.clone()
+            }),
+            (None, None) => None,
+        };
+        if let (Some(current), Some(requested)) = (current, requested)
+            && current != requested
         {
             // The code the shards need: a new candidate's, or a promoted version's that they
             // do not hold as the candidate.
@@ -269,7 +282,9 @@ impl Router<'_> {
                 _ => None,
             };
             let candidate = match needed {
-                Some(version) => (self.control.resolve)(version).map(Some),
+                Some(version) => {
+                    (self.control.resolve)(requested.operator.as_deref(), version).map(Some)
+                }
                 None => Ok(None),
             };
             match candidate {

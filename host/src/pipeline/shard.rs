@@ -9,7 +9,7 @@ use super::enrichment::Enrichment;
 use super::interval_join::IntervalJoin;
 use super::messages::{Part, ShardMsg};
 use crate::event::Staged;
-use crate::operator::{AggregateCode, Limits, LoadError, Projection};
+use crate::operator::{Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
@@ -122,21 +122,35 @@ impl Shard {
         }
     }
 
-    /// Routes keys between the aggregate's versions from now on. `candidate` is the code of
-    /// the routing's candidate version if this shard must instantiate it.
+    /// Routes keys between the versions of the aggregate, or of the enrichment operator the
+    /// routing names, from now on. `candidate` is the code of the routing's version if this
+    /// shard must instantiate it.
     pub fn route(
         &mut self,
         routing: Routing,
-        candidate: Option<&dyn AggregateCode>,
+        candidate: Option<&VersionCode>,
         counters: &CounterBook,
         shadow_log: Option<ShadowLog>,
     ) -> Result<(), LoadError> {
+        if let Some(name) = &routing.operator {
+            let Some(enrichment) = self.enrichers.iter_mut().find(|e| e.name() == name) else {
+                return Ok(());
+            };
+            let code = match candidate {
+                Some(VersionCode::Enrich(code)) => Some(&**code),
+                _ => None,
+            };
+            return enrichment.route(routing, code, counters, shadow_log);
+        }
         let Some((_, versioned, factory)) = &mut self.aggregate else {
             return Ok(());
         };
-        let instance = candidate
-            .map(|code| code.instantiate(factory.limits.clone(), factory.projection.clone()))
-            .transpose()?;
+        let instance = match candidate {
+            Some(VersionCode::Aggregate(code)) => {
+                Some(code.instantiate(factory.limits.clone(), factory.projection.clone())?)
+            }
+            _ => None,
+        };
         versioned.route(routing, instance, counters, shadow_log);
         Ok(())
     }
@@ -240,7 +254,7 @@ pub(super) fn run_thread(
                     shard
                         .route(
                             change.routing,
-                            change.candidate.as_deref(),
+                            change.candidate.as_ref(),
                             &control.counters,
                             control.shadow_log.clone(),
                         )
@@ -314,7 +328,7 @@ mod tests {
         let (ack, acks) = sync_channel::<()>(1);
         let control = PipelineControl::new(
             "p",
-            Box::new(|v| Err(ResolveError::Unknown(v.to_owned()))),
+            Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
             None,
         );
         let thread =

@@ -1,4 +1,5 @@
-//! Rollout: running two versions of a pipeline's aggregate at once.
+//! Rollout: running two versions of a pipeline's aggregate, or of one of its enrichment
+//! operators, at once (one rollout per pipeline at a time).
 //!
 //! Keys are split by bucket (`key_group(key) % 100`): a key is served by the candidate when its
 //! bucket is below the rollout percentage, so a key is sticky and only moves forward while the
@@ -10,6 +11,7 @@
 
 mod policy;
 mod versioned;
+mod versioned_enrich;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use policy::{Policy, RateWatch};
 pub use versioned::{ShadowLog, VersionedAggregate};
+pub use versioned_enrich::{VersionedEnrich, counter_key};
 
 use crate::state::key_group;
 
@@ -33,6 +36,9 @@ pub struct Routing {
     /// The candidate runs in shadow: it serves nothing and its results are only compared.
     #[serde(default)]
     pub shadow: bool,
+    /// The enrichment operator the routing is for; `None`: the aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
 }
 
 impl Routing {
@@ -43,6 +49,7 @@ impl Routing {
             candidate: None,
             percent: 0,
             shadow: false,
+            operator: None,
         }
     }
 
@@ -195,7 +202,7 @@ mod tests {
         #[test]
         fn keys_only_move_forward_as_the_percentage_rises(key in "[a-z0-9-]{1,12}", low in 0u8..=100, high in 0u8..=100) {
             let (low, high) = (low.min(high), low.max(high));
-            let routing = |percent| Routing { live: "1".into(), candidate: Some("2".into()), percent, shadow: false };
+            let routing = |percent| Routing { live: "1".into(), candidate: Some("2".into()), percent, shadow: false, operator: None };
             if routing(low).to_candidate(&key) {
                 prop_assert!(routing(high).to_candidate(&key));
             }
@@ -210,6 +217,7 @@ mod tests {
             candidate: Some("2".into()),
             percent: 10,
             shadow: false,
+            operator: None,
         };
         let share = keys.iter().filter(|k| routing.to_candidate(k)).count();
         assert!(

@@ -17,27 +17,34 @@ use crate::value::{Fields, fields_to_json};
 /// version's result beside it.
 pub type ShadowLog = Arc<Mutex<Box<dyn Write + Send>>>;
 
-struct Slot {
-    version: Arc<str>,
-    operator: Box<dyn AggregateOperator>,
-    counters: Arc<VersionCounters>,
+/// One version of an operator in a shard, with its counters (aggregates here, enrichers in
+/// `versioned_enrich`).
+pub(super) struct Slot<O: ?Sized> {
+    pub(super) version: Arc<str>,
+    pub(super) operator: Box<O>,
+    pub(super) counters: Arc<VersionCounters>,
     /// Calls made, to time one in [`TIMED_EVERY`].
-    calls: u64,
+    pub(super) calls: u64,
 }
 
 /// One call in this many is timed for the latency summary: reading the clock around every call
 /// cost the native benchmark a few per cent.
 const TIMED_EVERY: u64 = 16;
 
-impl Slot {
+impl<O: ?Sized> Slot<O> {
     /// The clock at the start of a call, if this one is timed.
-    fn clock(&mut self) -> Option<Instant> {
+    pub(super) fn clock(&mut self) -> Option<Instant> {
         self.calls += 1;
         (self.counters.metrics.is_some() && self.calls % TIMED_EVERY == 1).then(Instant::now)
     }
 
     /// Counts a call that began at `started` (if timed), with `events` events, and its outcome.
-    fn count<T>(&self, events: usize, started: Option<Instant>, outcome: Result<T>) -> Result<T> {
+    pub(super) fn count<T>(
+        &self,
+        events: usize,
+        started: Option<Instant>,
+        outcome: Result<T>,
+    ) -> Result<T> {
         use std::sync::atomic::Ordering::Relaxed;
         self.counters.calls.fetch_add(1, Relaxed);
         self.counters.events.fetch_add(events as u64, Relaxed);
@@ -63,7 +70,9 @@ impl Slot {
         }
         outcome
     }
+}
 
+impl Slot<dyn AggregateOperator> {
     /// Lets this version convert a scope another version wrote, before touching it.
     fn adopt(&mut self, scope: &mut Scope) -> Result<()> {
         if let Some(from) = scope.state.written_by.clone()
@@ -87,8 +96,8 @@ impl Slot {
 
 /// The aggregate of one shard during (or outside) a rollout.
 pub struct VersionedAggregate {
-    live: Slot,
-    candidate: Option<Slot>,
+    live: Slot<dyn AggregateOperator>,
+    candidate: Option<Slot<dyn AggregateOperator>>,
     routing: Routing,
     shadow_log: Option<ShadowLog>,
 }
@@ -166,14 +175,14 @@ impl VersionedAggregate {
         self.routing = routing;
     }
 
-    fn slot(&mut self, key: &str) -> &mut Slot {
+    fn slot(&mut self, key: &str) -> &mut Slot<dyn AggregateOperator> {
         match &mut self.candidate {
             Some(candidate) if self.routing.to_candidate(key) => candidate,
             _ => &mut self.live,
         }
     }
 
-    fn shadow(&mut self) -> Option<&mut Slot> {
+    fn shadow(&mut self) -> Option<&mut Slot<dyn AggregateOperator>> {
         match &mut self.candidate {
             Some(candidate) if self.routing.shadow => Some(candidate),
             _ => None,

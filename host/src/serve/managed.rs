@@ -32,6 +32,10 @@ pub struct Desired {
     pub rollout: Option<RolloutPlan>,
     /// Why the last rollout was rolled back.
     pub rolled_back: Option<String>,
+    /// The operator the last rollout was for (an enricher's name; `None`: the aggregate): its
+    /// routing is the one asked for once that rollout is promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed: Option<String>,
     /// The name of the token that created the pipeline (counted against its quota).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -173,26 +177,62 @@ impl Managed {
         write_json(&self.dir.join(DESIRED_FILE), &self.desired)
     }
 
-    /// The routing the desired state asks for.
+    /// The live version of the aggregate (`None`) or of the enricher named.
+    fn live_version(&self, operator: Option<&str>) -> Option<&str> {
+        let op = match operator {
+            None => self.spec.aggregate.as_ref(),
+            Some(name) => self.spec.enrichers.iter().find(|op| op.name == name),
+        };
+        op.map(|op| op.version.as_str())
+    }
+
+    /// The routing the desired state asks for: the rollout's operator's, or after a promotion
+    /// that operator's with its new live version alone, or the aggregate's.
     pub fn routing(&self) -> Option<Routing> {
-        let live = &self.spec.aggregate.as_ref()?.version;
+        let operator = match &self.desired.rollout {
+            Some(plan) => plan.operator.clone(),
+            None => self.desired.routed.clone(),
+        };
+        let live = self.live_version(operator.as_deref())?.to_owned();
+        let single = Routing {
+            operator: operator.clone(),
+            ..Routing::single(&live)
+        };
         Some(match (&self.desired.rollout, &self.desired.rolled_back) {
             (Some(plan), None) => Routing {
-                live: live.clone(),
+                live,
                 candidate: Some(plan.version.clone()),
                 percent: plan.percent_now(),
                 shadow: plan.shadow,
+                operator,
             },
-            _ => Routing::single(live),
+            _ => single,
         })
     }
 
-    /// Checks a rollout against the pipeline and the registry, then records it.
+    /// Checks a rollout against the pipeline and the registry, then records it. One operator
+    /// is rolled out at a time: another's rollout must be promoted or rolled back first.
     pub fn rollout(&mut self, plan: RolloutPlan, registry: &Registry) -> Result<(), RequestError> {
-        let Some(op) = &self.spec.aggregate else {
-            return Err(RequestError::Invalid(
-                "the pipeline has no aggregate operator to roll out".into(),
-            ));
+        if let (Some(current), None) = (&self.desired.rollout, &self.desired.rolled_back)
+            && current.operator != plan.operator
+        {
+            return Err(RequestError::Conflict(format!(
+                "a rollout of {} is in progress: promote it or roll it back first",
+                current.operator.as_deref().unwrap_or("the aggregate")
+            )));
+        }
+        let (op, kind) = match &plan.operator {
+            None => (self.spec.aggregate.as_ref(), ComponentKind::Aggregate),
+            Some(name) => (
+                self.spec.enrichers.iter().find(|op| op.name == *name),
+                ComponentKind::Enrich,
+            ),
+        };
+        let Some(op) = op else {
+            return Err(RequestError::Invalid(match &plan.operator {
+                None => "the pipeline has no aggregate operator to roll out; name an enrichment operator (\"operator\")".into(),
+                Some(name) => format!("the pipeline has no enrichment operator {name:?}"),
+            }));
         };
         let info = registry.get(&op.name, &plan.version).ok_or_else(|| {
             RequestError::Invalid(format!(
@@ -200,10 +240,13 @@ impl Managed {
                 op.name, plan.version
             ))
         })?;
-        if info.world != ComponentKind::Aggregate.world() {
+        if info.world != kind.world() {
             return Err(RequestError::Invalid(format!(
-                "operator {}@{} is an {}, not an aggregator",
-                op.name, plan.version, info.world
+                "operator {}@{} is an {}, not an {}",
+                op.name,
+                plan.version,
+                info.world,
+                kind.world()
             )));
         }
         if plan.version == op.version {
@@ -212,6 +255,7 @@ impl Managed {
                 plan.version
             )));
         }
+        self.desired.routed = plan.operator.clone();
         self.desired.rollout = Some(plan);
         self.desired.rolled_back = None;
         self.save()
@@ -251,7 +295,13 @@ impl Managed {
             .and_then(|ops| ops.as_array_mut())
             .ok_or_else(|| RequestError::Internal("spec.json has no operators".into()))?;
         for op in operators {
-            if op.get("kind").and_then(|k| k.as_str()) == Some("aggregate") {
+            let kind = op.get("kind").and_then(|k| k.as_str());
+            let name = op.get("name").and_then(|n| n.as_str());
+            let promoted = match &plan.operator {
+                None => kind == Some("aggregate"),
+                Some(enricher) => kind == Some("enrich") && name == Some(enricher),
+            };
+            if promoted {
                 op["version"] = plan.version.clone().into();
             }
         }
@@ -274,16 +324,13 @@ impl Managed {
             .chain(self.spec.aggregate.iter())
             .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
             .any(|op| op.name == name && op.version == version);
-        let candidate = self
-            .spec
-            .aggregate
-            .as_ref()
-            .is_some_and(|op| op.name == name)
-            && self
-                .desired
-                .rollout
-                .as_ref()
-                .is_some_and(|plan| plan.version == version);
+        let candidate = self.desired.rollout.as_ref().is_some_and(|plan| {
+            let operator = match &plan.operator {
+                None => self.spec.aggregate.as_ref().map(|op| op.name.as_str()),
+                Some(enricher) => Some(enricher.as_str()),
+            };
+            plan.version == version && operator == Some(name)
+        });
         live || candidate
     }
 
@@ -292,6 +339,7 @@ impl Managed {
         let op = self.spec.aggregate.as_ref().or(self.spec.enrichers.last());
         let rollout = self.desired.rollout.as_ref().map(|plan| {
             serde_json::json!({
+                "operator": plan.operator.as_deref().or(self.spec.aggregate.as_ref().map(|op| op.name.as_str())),
                 "candidate": plan.version,
                 "percent": if self.desired.rolled_back.is_some() { 0 } else { plan.percent_now() },
                 "applied_percent": applied.filter(|r| r.candidate.as_deref() == Some(&plan.version)).map_or(0, |r| r.percent),

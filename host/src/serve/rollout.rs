@@ -9,7 +9,9 @@ use crate::rollout::Policy;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RolloutRequest {
-    /// The candidate version (of the pipeline's aggregate operator).
+    /// The enrichment operator to roll out (by name); absent: the aggregate.
+    pub operator: Option<String>,
+    /// The candidate version.
     pub version: String,
     /// The candidate's share of key buckets, 0-100.
     pub percent: Option<u8>,
@@ -38,6 +40,9 @@ pub struct PolicyRequest {
 /// A rollout in progress.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RolloutPlan {
+    /// The enrichment operator rolled out; `None`: the aggregate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
     /// The candidate version.
     pub version: String,
     /// The share when there is no schedule.
@@ -85,6 +90,9 @@ impl RolloutPlan {
     /// Checks a request.
     pub fn from_request(request: RolloutRequest) -> Result<RolloutPlan, String> {
         crate::names::check("operator version", &request.version).map_err(|e| e.to_string())?;
+        if let Some(operator) = &request.operator {
+            crate::names::check("operator name", operator).map_err(|e| e.to_string())?;
+        }
         if request
             .steps
             .iter()
@@ -120,6 +128,7 @@ impl RolloutPlan {
             }
         }
         Ok(RolloutPlan {
+            operator: request.operator,
             version: request.version,
             percent: request
                 .percent
@@ -131,6 +140,14 @@ impl RolloutPlan {
             started_ms: crate::time::wall_clock_ms(),
             policy,
         })
+    }
+
+    /// The key of the candidate's counters (an enricher's are kept as `name@version`).
+    pub fn counter_key(&self) -> String {
+        match &self.operator {
+            Some(operator) => crate::rollout::counter_key(operator, &self.version),
+            None => self.version.clone(),
+        }
     }
 
     /// The share now, following the schedule if there is one.

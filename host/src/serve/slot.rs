@@ -17,8 +17,10 @@ use tracing::{info, warn};
 
 use super::managed::INGEST_FILE;
 use super::{Managed, RequestError, RolloutPlan};
-use crate::operator::{ComponentKind, Registry, RegistryError, SharedAggregateCode};
-use crate::pipeline::{PipelineControl, PipelineError, ResolveError, RunOptions, Summary};
+use crate::operator::{ComponentKind, Registry, RegistryError, VersionCode};
+use crate::pipeline::{
+    PipelineControl, PipelineError, ResolveError, Resolver, RunOptions, Summary,
+};
 use crate::rollout::{RateWatch, Routing, ShadowLog};
 use crate::source::IngestLog;
 
@@ -306,19 +308,26 @@ impl Slot {
         registry: &Arc<Registry>,
         log: &IngestLog,
     ) -> Result<PipelineControl, RequestError> {
-        let operator = managed.spec.aggregate.as_ref().map(|op| op.name.clone());
+        let aggregate = managed.spec.aggregate.as_ref().map(|op| op.name.clone());
         let lookup = registry.clone();
-        let resolve = Box::new(move |version: &str| match &operator {
-            Some(name) => lookup
-                .load(name, version, ComponentKind::Aggregate)
-                .map(|code| Arc::new(code) as SharedAggregateCode)
-                .map_err(|e| match e {
-                    RegistryError::Unknown { .. } => ResolveError::Unknown(e.to_string()),
-                    other => ResolveError::Failed(other.to_string()),
-                }),
-            None => Err(ResolveError::Failed(
-                "the pipeline has no aggregate to roll out".into(),
-            )),
+        let resolve: Resolver = Box::new(move |enricher: Option<&str>, version: &str| {
+            let (name, kind) = match (enricher, &aggregate) {
+                (Some(name), _) => (name, ComponentKind::Enrich),
+                (None, Some(name)) => (name.as_str(), ComponentKind::Aggregate),
+                (None, None) => {
+                    return Err(ResolveError::Failed(
+                        "the pipeline has no aggregate to roll out".into(),
+                    ));
+                }
+            };
+            let code = lookup.load(name, version, kind).map_err(|e| match e {
+                RegistryError::Unknown { .. } => ResolveError::Unknown(e.to_string()),
+                other => ResolveError::Failed(other.to_string()),
+            })?;
+            Ok(match kind {
+                ComponentKind::Aggregate => VersionCode::Aggregate(Arc::new(code)),
+                ComponentKind::Enrich => VersionCode::Enrich(Arc::new(code)),
+            })
         });
         let out = self.dir.join("out");
         std::fs::create_dir_all(&out).map_err(RequestError::from_io)?;
@@ -530,8 +539,28 @@ impl Slot {
         }
     }
 
-    /// Starts, changes or replaces the rollout.
+    /// Starts, changes or replaces the rollout. A rollout of another operator than the last
+    /// waits until the last one's final routing has applied (at a checkpoint), so no shard is
+    /// left splitting the other operator's keys.
     pub fn rollout(&self, plan: RolloutPlan, registry: &Registry) -> Result<(), RequestError> {
+        {
+            let inner = self.lock();
+            let last = inner
+                .managed
+                .as_ref()
+                .ok()
+                .map(|m| m.desired.routed.clone());
+            let applied = inner.control.as_ref().and_then(|c| c.applied());
+            let pending =
+                Self::is_running(&inner) && inner.requested.is_some() && inner.requested != applied;
+            if last.is_some_and(|last| last != plan.operator) && pending {
+                return Err(RequestError::Conflict(
+                    "the last rollout's final routing has not applied yet (it does at the next \
+                     checkpoint): retry shortly"
+                        .into(),
+                ));
+            }
+        }
         self.steer(|managed| managed.rollout(plan, registry))
     }
 
@@ -648,7 +677,7 @@ impl Slot {
         let Some(control) = inner.control.clone() else {
             return;
         };
-        let counters = control.counters.of(&plan.version).snapshot();
+        let counters = control.counters.of(&plan.counter_key()).snapshot();
         if let Some(reason) = inner.watch.check(&plan.policy, Instant::now(), counters) {
             warn!(pipeline = %self.name, reason = %reason, "automatic rollback");
             let recorded = match &mut inner.managed {
@@ -671,15 +700,13 @@ impl Slot {
             return false;
         };
         let applied = inner.control.as_ref().and_then(|c| c.applied());
-        let aggregate = managed
-            .spec
-            .aggregate
-            .as_ref()
-            .is_some_and(|op| op.name == name);
+        let aggregate = managed.spec.aggregate.as_ref().map(|op| op.name.as_str());
         managed.uses(name, version)
-            || (aggregate
-                && applied
-                    .is_some_and(|r| r.live == version || r.candidate.as_deref() == Some(version)))
+            || applied.is_some_and(|r| {
+                let routed = r.operator.as_deref().or(aggregate);
+                routed == Some(name)
+                    && (r.live == version || r.candidate.as_deref() == Some(version))
+            })
     }
 
     /// The status document of the API.

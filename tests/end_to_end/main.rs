@@ -4,7 +4,6 @@
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
 mod emit;
-mod enricher_rollout;
 mod enrichment;
 mod errors;
 mod examples;
@@ -12,6 +11,7 @@ mod hostile;
 mod hostile_server;
 mod live;
 mod nexmark;
+mod operator_rollouts;
 mod polyglot;
 mod properties;
 mod quotas;

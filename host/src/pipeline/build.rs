@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::interval_join::IntervalJoin;
+use super::stages::StageOperator;
 use super::stages::Stages;
 use super::{
     CandidateFactory, Enrichment, PipelineControl, PipelineError, REFERENCE_MAP, Result, Shard,
@@ -417,27 +418,28 @@ pub(super) fn build_stages(
     let operators = stage_specs
         .iter()
         .zip(codes)
-        .map(|(stage, code)| {
+        .enumerate()
+        .map(|(i, (stage, code))| {
             let projection = stage
                 .aggregate
                 .fields
                 .clone()
                 .map_or(Projection::All, Projection::Only);
-            Ok(match code {
-                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection)?) as _,
+            let operator: Box<dyn AggregateOperator> = match code {
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
+            };
+            let op = &stage.aggregate;
+            Ok(match combine {
+                Some(_) if i == 0 => StageOperator::Fixed(Box::new(Combine(operator))),
+                _ => StageOperator::Versioned(Box::new((
+                    VersionedAggregate::named(&op.name, &op.version, operator, &control.counters),
+                    limits.clone(),
+                    projection,
+                ))),
             })
         })
-        .collect::<Result<Vec<Box<dyn AggregateOperator>>>>()?;
-    let operators: Vec<Box<dyn AggregateOperator>> = if combine.is_some() {
-        let mut operators = operators.into_iter();
-        let first = operators.next().expect("the combine stage's operator");
-        std::iter::once(Box::new(Combine(first)) as Box<dyn AggregateOperator>)
-            .chain(operators)
-            .collect()
-    } else {
-        operators
-    };
+        .collect::<Result<Vec<StageOperator>>>()?;
     let state: Box<dyn StateBackend> = match resume.store {
         Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
         None => Box::new(MemoryBackend::default()),
@@ -452,6 +454,14 @@ pub(super) fn build_stages(
         spec.pre_aggregate,
         state,
     );
+    if let Some(routing) = resume.routing.filter(|r| r.candidate.is_some()) {
+        stages.route(
+            routing,
+            resume.candidate,
+            &control.counters,
+            control.shadow_log.clone(),
+        )?;
+    }
     if let (Some((store, dir)), Some(_)) = (resume.store, resume.manifest) {
         let windows = store.scan(true, &[], &[0xff; 3])?;
         stages

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 
-use super::messages::{Part, Position};
+use super::messages::{Part, Position, RoutingChange};
 use super::stages::Stages;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
@@ -63,7 +63,7 @@ pub(super) fn collect(
         {
             let batch = pending.remove(&next).expect("a complete batch");
             next += 1;
-            if batch.iter().any(|p| matches!(p, Part::Position(_))) {
+            if batch.iter().any(|p| matches!(p, Part::Position(..))) {
                 let checkpointer = checkpointer
                     .as_mut()
                     .expect("barriers are only sent when checkpointing");
@@ -108,7 +108,7 @@ fn write_batch(
                 dead.extend(output.engine.dead_letters);
                 traps += output.engine.traps;
             }
-            Part::Position(_) | Part::Snapshot(..) | Part::Failed => {
+            Part::Position(..) | Part::Snapshot(..) | Part::Failed => {
                 unreachable!("checkpoint parts travel alone; a failure is never batched")
             }
         }
@@ -206,7 +206,7 @@ fn commit(
     mut stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<()> {
-    let (position, mut changes) = gather(batch);
+    let (position, change, mut changes) = gather(batch);
     if let Some(stages) = stages.as_deref_mut() {
         let snapshot = stages
             .checkpoint()
@@ -247,6 +247,15 @@ fn commit(
     checkpointer.stats.push(stats);
     if let Some(stages) = stages {
         stages.committed();
+        if let Some(change) = change {
+            let shadow_log = control.shadow_log.clone();
+            stages.route(
+                &change.routing,
+                change.candidate.as_ref(),
+                &control.counters,
+                shadow_log,
+            )?;
+        }
     }
     for ack in &checkpointer.acks {
         let _ = ack.send(());
@@ -271,13 +280,18 @@ fn take_savepoints(committer: &crate::checkpoint::Committer, control: &PipelineC
     }
 }
 
-/// Splits a barrier's parts into the router's position and the shards' changes.
-fn gather(batch: Vec<Part>) -> (Position, Changes) {
+/// Splits a barrier's parts into the router's position (and the routing change that applies
+/// from it) and the shards' changes.
+fn gather(batch: Vec<Part>) -> (Position, Option<RoutingChange>, Changes) {
     let mut position = None;
+    let mut change = None;
     let mut changes = Changes::default();
     for part in batch {
         match part {
-            Part::Position(p) => position = Some(p),
+            Part::Position(barrier) => {
+                let (p, c) = *barrier;
+                (position, change) = (Some(p), c);
+            }
             Part::Snapshot(snapshot) => {
                 let ShardSnapshot {
                     state,
@@ -294,7 +308,7 @@ fn gather(batch: Vec<Part>) -> (Position, Changes) {
         }
     }
     let position = position.expect("a barrier carries the router's position");
-    (position, changes)
+    (position, change, changes)
 }
 
 #[cfg(test)]
@@ -370,7 +384,9 @@ mod tests {
             started: Instant::now(),
             routing: None,
         };
-        parts_tx.send((1, Part::Position(position))).unwrap();
+        parts_tx
+            .send((1, Part::Position(Box::new((position, None)))))
+            .unwrap();
         parts_tx
             .send((1, Part::Snapshot(ShardSnapshot::default())))
             .unwrap();

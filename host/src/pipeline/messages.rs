@@ -52,7 +52,9 @@ pub(super) enum Part {
     Shard(ShardOutput),
     Router(RouterPart),
     Snapshot(ShardSnapshot),
-    Position(Position),
+    /// The router's position at a barrier, and the routing change that applies from it (the
+    /// stages, run by the collector, take theirs there).
+    Position(Box<(Position, Option<RoutingChange>)>),
     /// A shard failed and stopped: no batch will be complete again, so the collector stops too
     /// (which releases the other shards, waiting for a checkpoint's acknowledgement).
     Failed,

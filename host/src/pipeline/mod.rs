@@ -381,7 +381,8 @@ fn open_source(
 }
 
 /// The routing between operator versions the checkpoint was taken with, and the code of its
-/// candidate. The routing is the aggregate's, or an enrichment operator's (one rollout at a time).
+/// candidate. The routing is the aggregate's, or an enrichment operator's or a stage's (one
+/// rollout at a time).
 /// A spec whose live version differs from the checkpoint's was promoted since: the promoted
 /// version serves every key from here on. A candidate that was replaced and deleted since no
 /// longer exists: its keys go back to the live version from this restart on, as a rollback at a
@@ -395,6 +396,7 @@ fn resume_routing(
     let live_of = |routing: &Routing| match &routing.operator {
         None => spec.aggregate.as_ref().map(|op| &op.version),
         Some(name) => (spec.enrichers.iter())
+            .chain(spec.stages.iter().map(|stage| &stage.aggregate))
             .find(|op| op.name == *name)
             .map(|op| &op.version),
     };

@@ -356,7 +356,9 @@ impl Router<'_> {
             }
         }
         self.control.batch_sent();
-        self.parts.send((id, Part::Position(position))).is_ok()
+        self.parts
+            .send((id, Part::Position(Box::new((position, change)))))
+            .is_ok()
     }
 }
 

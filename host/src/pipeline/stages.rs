@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 use super::ShardSnapshot;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
-use crate::operator::AggregateOperator;
+use crate::operator::{AggregateOperator, Limits, LoadError, Projection, VersionCode};
+use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::spec::{GLOBAL_KEY, StageSpec};
 use crate::state::{StateBackend, TableRow};
 use crate::time::Millis;
@@ -37,7 +38,26 @@ struct Stage {
     unbucket: bool,
     label: String,
     engine: WindowEngine,
-    operator: Box<dyn AggregateOperator>,
+    operator: StageOperator,
+}
+
+/// A stage's operator.
+pub enum StageOperator {
+    /// The combine of a global or pre-aggregated aggregate (its versions follow the aggregate's
+    /// live version, not a rollout of their own).
+    Fixed(Box<dyn AggregateOperator>),
+    /// A stage's own operator, whose versions a rollout may split keys between; candidates get
+    /// these limits and fields.
+    Versioned(Box<(VersionedAggregate, Limits, Projection)>),
+}
+
+impl StageOperator {
+    fn as_mut(&mut self) -> &mut dyn AggregateOperator {
+        match self {
+            StageOperator::Fixed(operator) => operator.as_mut(),
+            StageOperator::Versioned(versioned) => &mut versioned.0,
+        }
+    }
 }
 
 /// The stages of a pipeline, in order, and their state.
@@ -67,7 +87,7 @@ impl Stages {
     /// a pre-aggregated aggregate.
     pub fn new(
         specs: &[StageSpec],
-        operators: Vec<Box<dyn AggregateOperator>>,
+        operators: Vec<StageOperator>,
         first_index: u16,
         lateness: Millis,
         unbucket_first: bool,
@@ -167,6 +187,38 @@ impl Stages {
         }
         all.emissions = emissions;
         Ok(all)
+    }
+
+    /// Routes the keys of the stage whose operator the routing names between its versions from
+    /// now on (at a barrier, as the shards do); `candidate` is the code of a version the stage
+    /// does not run yet.
+    pub fn route(
+        &mut self,
+        routing: &Routing,
+        candidate: Option<&VersionCode>,
+        counters: &CounterBook,
+        shadow_log: Option<ShadowLog>,
+    ) -> Result<(), LoadError> {
+        let Some(name) = &routing.operator else {
+            return Ok(());
+        };
+        for stage in &mut self.stages {
+            let StageOperator::Versioned(versioned) = &mut stage.operator else {
+                continue;
+            };
+            let (versioned, limits, projection) = &mut **versioned;
+            if versioned.routing().operator.as_ref() != Some(name) {
+                continue;
+            }
+            let instance = match candidate {
+                Some(VersionCode::Aggregate(code)) => {
+                    Some(code.instantiate(limits.clone(), projection.clone())?)
+                }
+                _ => None,
+            };
+            versioned.route(routing.clone(), instance, counters, shadow_log.clone());
+        }
+        Ok(())
     }
 
     /// Everything the stages changed since the last checkpoint.

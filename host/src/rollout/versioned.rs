@@ -100,6 +100,9 @@ pub struct VersionedAggregate {
     candidate: Option<Slot<dyn AggregateOperator>>,
     routing: Routing,
     shadow_log: Option<ShadowLog>,
+    /// A stage's operator name: its versions' counters are kept as `name@version`, and its
+    /// routings name it (the pipeline's aggregate has none).
+    name: Option<String>,
 }
 
 impl std::fmt::Debug for VersionedAggregate {
@@ -123,6 +126,29 @@ impl VersionedAggregate {
             candidate: None,
             routing: Routing::single(version),
             shadow_log: None,
+            name: None,
+        }
+    }
+
+    /// The operator `name` of a stage, only `live` (version `version`) serving.
+    pub fn named(
+        name: &str,
+        version: &str,
+        live: Box<dyn AggregateOperator>,
+        counters: &CounterBook,
+    ) -> Self {
+        let mut versioned = Self::new(version, live, counters);
+        versioned.live.counters = counters.of(&super::counter_key(name, version));
+        versioned.routing.operator = Some(name.to_owned());
+        versioned.name = Some(name.to_owned());
+        versioned
+    }
+
+    /// The key of `version`'s counters.
+    fn counter_key(&self, version: &str) -> String {
+        match &self.name {
+            Some(name) => super::counter_key(name, version),
+            None => version.to_owned(),
         }
     }
 
@@ -152,7 +178,7 @@ impl VersionedAggregate {
                         self.live = Slot {
                             version: routing.live.as_str().into(),
                             operator,
-                            counters: counters.of(&routing.live),
+                            counters: counters.of(&self.counter_key(&routing.live)),
                             calls: 0,
                         };
                     }
@@ -164,7 +190,7 @@ impl VersionedAggregate {
                 self.candidate = Some(Slot {
                     version: version.as_str().into(),
                     operator,
-                    counters: counters.of(version),
+                    counters: counters.of(&self.counter_key(version)),
                     calls: 0,
                 })
             }

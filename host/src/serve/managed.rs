@@ -177,13 +177,41 @@ impl Managed {
         write_json(&self.dir.join(DESIRED_FILE), &self.desired)
     }
 
-    /// The live version of the aggregate (`None`) or of the enricher named.
-    fn live_version(&self, operator: Option<&str>) -> Option<&str> {
-        let op = match operator {
-            None => self.spec.aggregate.as_ref(),
-            Some(name) => self.spec.enrichers.iter().find(|op| op.name == name),
+    /// The operator a rollout names: the aggregate (`None`), or the enrichment operator or stage
+    /// operator of that name, with the kind of component it is.
+    fn operator(
+        &self,
+        name: Option<&str>,
+    ) -> Result<(&crate::spec::OperatorSpec, ComponentKind), RequestError> {
+        let Some(name) = name else {
+            return (self.spec.aggregate.as_ref())
+                .map(|op| (op, ComponentKind::Aggregate))
+                .ok_or_else(|| RequestError::Invalid(
+                    "the pipeline has no aggregate operator to roll out; name an enrichment or stage operator (\"operator\")".into(),
+                ));
         };
-        op.map(|op| op.version.as_str())
+        let enrichers = self.spec.enrichers.iter().filter(|op| op.name == name);
+        let stages =
+            (self.spec.stages.iter().map(|stage| &stage.aggregate)).filter(|op| op.name == name);
+        let found: Vec<_> = (enrichers.map(|op| (op, ComponentKind::Enrich)))
+            .chain(stages.map(|op| (op, ComponentKind::Aggregate)))
+            .collect();
+        match found.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(RequestError::Invalid(format!(
+                "the pipeline has no enrichment or stage operator {name:?}"
+            ))),
+            _ => Err(RequestError::Invalid(format!(
+                "the pipeline has several operators named {name:?}: it cannot tell which to roll out"
+            ))),
+        }
+    }
+
+    /// The live version of the aggregate (`None`) or of the operator named.
+    fn live_version(&self, operator: Option<&str>) -> Option<&str> {
+        self.operator(operator)
+            .ok()
+            .map(|(op, _)| op.version.as_str())
     }
 
     /// The routing the desired state asks for: the rollout's operator's, or after a promotion
@@ -221,19 +249,7 @@ impl Managed {
                 current.operator.as_deref().unwrap_or("the aggregate")
             )));
         }
-        let (op, kind) = match &plan.operator {
-            None => (self.spec.aggregate.as_ref(), ComponentKind::Aggregate),
-            Some(name) => (
-                self.spec.enrichers.iter().find(|op| op.name == *name),
-                ComponentKind::Enrich,
-            ),
-        };
-        let Some(op) = op else {
-            return Err(RequestError::Invalid(match &plan.operator {
-                None => "the pipeline has no aggregate operator to roll out; name an enrichment operator (\"operator\")".into(),
-                Some(name) => format!("the pipeline has no enrichment operator {name:?}"),
-            }));
-        };
+        let (op, kind) = self.operator(plan.operator.as_deref())?;
         let info = registry.get(&op.name, &plan.version).ok_or_else(|| {
             RequestError::Invalid(format!(
                 "operator {}@{} is not in the registry: upload it first",
@@ -303,6 +319,15 @@ impl Managed {
             };
             if promoted {
                 op["version"] = plan.version.clone().into();
+            }
+        }
+        if let Some(stage_operator) = &plan.operator {
+            let stages = json.get_mut("stages").and_then(|s| s.as_array_mut());
+            for stage in stages.into_iter().flatten() {
+                let op = &mut stage["operator"];
+                if op.get("name").and_then(|n| n.as_str()) == Some(stage_operator) {
+                    op["version"] = plan.version.clone().into();
+                }
             }
         }
         let spec = Self::resolve(&json, &self.dir, registry, Served::Stored)?;

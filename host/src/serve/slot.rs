@@ -309,10 +309,16 @@ impl Slot {
         log: &IngestLog,
     ) -> Result<PipelineControl, RequestError> {
         let aggregate = managed.spec.aggregate.as_ref().map(|op| op.name.clone());
+        let enrichers: Vec<String> = (managed.spec.enrichers.iter())
+            .map(|op| op.name.clone())
+            .collect();
         let lookup = registry.clone();
-        let resolve: Resolver = Box::new(move |enricher: Option<&str>, version: &str| {
-            let (name, kind) = match (enricher, &aggregate) {
-                (Some(name), _) => (name, ComponentKind::Enrich),
+        let resolve: Resolver = Box::new(move |named: Option<&str>, version: &str| {
+            let (name, kind) = match (named, &aggregate) {
+                (Some(name), _) if enrichers.iter().any(|e| e == name) => {
+                    (name, ComponentKind::Enrich)
+                }
+                (Some(stage), _) => (stage, ComponentKind::Aggregate),
                 (None, Some(name)) => (name.as_str(), ComponentKind::Aggregate),
                 (None, None) => {
                     return Err(ResolveError::Failed(

@@ -14,6 +14,17 @@ pub struct ClientError {
     pub message: String,
 }
 
+/// Refuses a server address this client cannot reach: only `http://` (no TLS built in).
+pub fn check_server(server: &str) -> Result<(), ClientError> {
+    if server.starts_with("http://") {
+        return Ok(());
+    }
+    Err(ClientError {
+        server: server.to_owned(),
+        message: "the server must be an http:// address (weir has no TLS client built in: reach a TLS front end through a tunnel)".into(),
+    })
+}
+
 /// Sends `body` (of `content_type`) to `path` of `server` (`http://host:port`) with the bearer
 /// `token`, waiting at most `timeout`; returns the status and the body of the answer.
 pub fn post(
@@ -28,11 +39,7 @@ pub fn post(
         server: server.to_owned(),
         message,
     };
-    if !server.starts_with("http://") {
-        return Err(failed(
-            "the server must be an http:// address (weir has no TLS client built in: reach a TLS front end through a tunnel)".into(),
-        ));
-    }
+    check_server(server)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(timeout))

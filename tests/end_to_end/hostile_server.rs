@@ -350,6 +350,19 @@ fn every_route_answers_by_its_scope() {
         ("post", "/v1/pipelines/{name}/rollout", Some("admin")),
         ("post", "/v1/pipelines/{name}/rollback", Some("admin")),
         ("post", "/v1/pipelines/{name}/promote", Some("admin")),
+        ("post", "/v1/pipelines/{name}/replay", Some("admin")),
+        ("post", "/v1/pipelines/{name}/savepoints", Some("admin")),
+        ("get", "/v1/pipelines/{name}/savepoints", Some("admin")),
+        (
+            "delete",
+            "/v1/pipelines/{name}/savepoints/{savepoint}",
+            Some("admin"),
+        ),
+        (
+            "post",
+            "/v1/pipelines/{name}/savepoints/{savepoint}/fork",
+            Some("admin"),
+        ),
     ];
     assert_eq!(checked, expected.len(), "routes in the document: {checked}");
     for (method, path, scope) in expected {

@@ -24,6 +24,7 @@ pub fn deploy(
         server: server.to_owned(),
         message,
     };
+    crate::client::check_server(server).map_err(|e| failed(e.message))?;
     let bytes = std::fs::read(module).map_err(|e| {
         failed(format!(
             "cannot read the component {}: {e} (build it first with `weir build`)",

@@ -1,6 +1,7 @@
 //! A small client of a running `weir serve` for the CLI: one authorised request, its status and
-//! body (`weir deploy` uploads with it, `weir replay` asks for a replay), and the replay's answer
-//! rendered as a table. Depends on nothing else of the crate; the CLI and `project` use it.
+//! body (`weir deploy` uploads with it, `weir replay` asks for a replay, `weir savepoint
+//! --server` manages a served pipeline's savepoints), and the replay's answer rendered as a
+//! table. Depends on nothing else of the crate; the CLI and `project` use it.
 
 use std::time::Duration;
 
@@ -35,6 +36,26 @@ pub fn post(
     body: &[u8],
     timeout: Duration,
 ) -> Result<(u16, String), ClientError> {
+    call(
+        server,
+        token,
+        "POST",
+        path,
+        Some((content_type, body)),
+        timeout,
+    )
+}
+
+/// Calls `method` (`GET`, `POST` or `DELETE`) on `path` of `server` with the bearer `token` and
+/// an optional body with its content type; returns the status and the body of the answer.
+pub fn call(
+    server: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+    timeout: Duration,
+) -> Result<(u16, String), ClientError> {
     let failed = |message: String| ClientError {
         server: server.to_owned(),
         message,
@@ -46,12 +67,24 @@ pub fn post(
         .build()
         .into();
     let url = format!("{}{path}", server.trim_end_matches('/'));
-    let mut response = agent
-        .post(&url)
-        .header("Authorization", format!("Bearer {token}"))
-        .header("Content-Type", content_type)
-        .send(body)
-        .map_err(|e| failed(e.to_string()))?;
+    let bearer = format!("Bearer {token}");
+    let answer = match (method, body) {
+        ("GET", None) => agent.get(&url).header("Authorization", &bearer).call(),
+        ("DELETE", None) => agent.delete(&url).header("Authorization", &bearer).call(),
+        ("POST", body) => {
+            let (content_type, bytes) = body.unwrap_or(("application/json", b""));
+            (agent.post(&url))
+                .header("Authorization", &bearer)
+                .header("Content-Type", content_type)
+                .send(bytes)
+        }
+        _ => {
+            return Err(failed(format!(
+                "{method} with this body is not a call weir makes"
+            )));
+        }
+    };
+    let mut response = answer.map_err(|e| failed(e.to_string()))?;
     let status = response.status().as_u16();
     let text = response
         .body_mut()

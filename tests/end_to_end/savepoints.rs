@@ -367,3 +367,56 @@ fn savepoint_requests_with_hostile_names_specs_and_counts_are_refused() {
     );
     assert!(error.contains("delete one first"), "{error}");
 }
+
+#[test]
+fn weir_savepoint_with_server_does_what_the_api_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    create(&server, "orig", "1MiB");
+    start(&server, "orig");
+    server.ingest("orig", &clicks(300, 5));
+    server.wait_for_events_in("orig", 300);
+    let base = server.url("");
+    let weir = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("savepoint")
+            .args(args)
+            .args(["--server", &base])
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr),
+        )
+    };
+    let (ok, out) = weir(&["create", "orig", "by-cli"]);
+    assert!(ok, "{out}");
+    let listed = server.expect(
+        "listing",
+        server.get("/v1/pipelines/orig/savepoints", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed[0]["name"], "by-cli", "{listed}");
+    let (ok, out) = weir(&["list", "orig"]);
+    assert!(ok && out.contains("by-cli"), "{out}");
+    let spec_file = dir.path().join("copy.json");
+    std::fs::write(&spec_file, fork_spec("cli-copy", "1.0.0").to_string()).unwrap();
+    let (ok, out) = weir(&["fork", "orig", "by-cli", spec_file.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert_eq!(server.status("cli-copy")["state"], "stopped");
+    let (ok, out) = weir(&["restore", "orig", "by-cli"]);
+    assert!(!ok && out.contains("fork"), "{out}");
+    let (ok, out) = weir(&["delete", "orig", "../x"]);
+    assert!(!ok && out.contains("name"), "{out}");
+    let (ok, out) = weir(&["delete", "orig", "by-cli"]);
+    assert!(ok, "{out}");
+    let listed = server.expect(
+        "listing",
+        server.get("/v1/pipelines/orig/savepoints", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed, json!([]));
+}

@@ -14,6 +14,10 @@ COMPONENTIZE_PY := 0.25.1
 
 setup:
 	rustup target add wasm32-wasip2
+	@command -v nats-server >/dev/null || { echo "installing nats-server (the NATS tests run a real one)"; \
+		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server \
+		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
+		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server; }; }
 
 components: setup
 	cargo build --release --target wasm32-wasip2 $(addprefix -p weir-example-,$(EXAMPLES))

@@ -280,6 +280,53 @@ pub enum SourceSpec {
     /// Events sent over HTTP to `weir serve`, which appends them to this durable ingest log
     /// (`None` until the server assigns one).
     Http(Option<PathBuf>),
+    /// A NATS JetStream stream.
+    Nats(NatsSourceSpec),
+}
+
+/// A NATS JetStream stream to read (`[source] type = "nats"`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSourceSpec {
+    /// The server, `nats://host:port`.
+    pub url: String,
+    /// The stream's name.
+    pub stream: String,
+    /// Only messages of these subjects (wildcards allowed); all of the stream's when empty.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+}
+
+/// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),
+/// whose stream de-duplicates on the results' ids.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSinkSpec {
+    /// The server, `nats://host:port`.
+    pub nats: String,
+    /// The subject.
+    pub subject: String,
+}
+
+/// Checks a NATS server address and subjects: `nats://`, printable, bounded.
+fn check_nats(field: &str, url: &str, subjects: &[&str]) -> Result<()> {
+    if !url.starts_with("nats://") || url.len() > 1024 || url.chars().any(char::is_whitespace) {
+        return Err(invalid(format!(
+            "{field}: the server is a nats://host:port address, not {url:?}"
+        )));
+    }
+    for subject in subjects {
+        let bad = subject.is_empty()
+            || subject.len() > 256
+            || subject.chars().any(|c| c.is_whitespace() || c.is_control())
+            || subject.split('.').any(str::is_empty);
+        if bad {
+            return Err(invalid(format!(
+                "{field}: {subject:?} is not a NATS subject (dot-separated tokens, no spaces, at most 256 bytes)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The generator's parameters. Events have the fields `key`, `ts` and `amount`.
@@ -650,6 +697,8 @@ pub enum Sink {
     File(PathBuf),
     /// Discarded (benchmarks).
     Discard,
+    /// Published to a NATS JetStream subject, each record with its id as `Nats-Msg-Id`.
+    Nats(NatsSinkSpec),
 }
 
 // ---- The file format -------------------------------------------------------------------------
@@ -710,6 +759,7 @@ enum RawSource {
     },
     Generator(GeneratorSpec),
     Nexmark(NexmarkSpec),
+    Nats(NatsSourceSpec),
 }
 
 #[derive(Debug, Deserialize)]
@@ -992,9 +1042,17 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSinks {
-    results: Option<String>,
-    late: Option<String>,
-    dead_letters: Option<String>,
+    results: Option<RawSink>,
+    late: Option<RawSink>,
+    dead_letters: Option<RawSink>,
+}
+
+/// A sink: a file path, `stdout`, `stderr` or `discard`, or a NATS subject.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawSink {
+    Named(String),
+    Nats(NatsSinkSpec),
 }
 
 impl PipelineSpec {
@@ -1142,7 +1200,20 @@ fn positive(field: &str, raw: Option<&RawDuration>) -> Result<Millis> {
     }
 }
 
-fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<Sink> {
+fn sink(field: &str, raw: Option<RawSink>, default: Sink, base: &Path) -> Result<Sink> {
+    let raw = match raw {
+        Some(RawSink::Nats(nats)) => {
+            check_nats(&format!("sinks.{field}"), &nats.nats, &[&nats.subject])?;
+            if nats.subject.contains(['*', '>']) {
+                return Err(invalid(format!(
+                    "sinks.{field}: results are published to one subject, without wildcards"
+                )));
+            }
+            return Ok(Sink::Nats(nats));
+        }
+        Some(RawSink::Named(name)) => Some(name),
+        None => None,
+    };
     Ok(match raw.as_deref() {
         None => default,
         Some("stdout") | Some("-") => Sink::Stdout,
@@ -1160,6 +1231,18 @@ fn sink(field: &str, raw: Option<String>, default: Sink, base: &Path) -> Result<
 /// Checks the `[source]`; a file's path is relative to `base`.
 fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
     Ok(match raw {
+        RawSource::Nats(nats) => {
+            let subjects: Vec<&str> = nats.subjects.iter().map(String::as_str).collect();
+            check_nats("source", &nats.url, &subjects)?;
+            crate::names::check("source.stream", &nats.stream)
+                .map_err(|e| invalid(e.to_string()))?;
+            if nats.stream.contains('.') || nats.subjects.len() > 64 {
+                return Err(invalid(
+                    "source.stream is a stream name without dots, with at most 64 subjects",
+                ));
+            }
+            SourceSpec::Nats(nats)
+        }
         RawSource::File { path } => SourceSpec::File(base.join(path)),
         RawSource::Files { paths } => {
             if paths.is_empty() || paths.len() > MAX_PARTITIONS {
@@ -1481,7 +1564,17 @@ impl RawSpec {
             ("sinks.dead_letters", &self.sinks.dead_letters),
         ];
         for (field, sink) in sinks {
-            match sink.as_deref() {
+            let sink = match sink {
+                // A caller of the API must not make the server connect where it likes.
+                Some(RawSink::Nats(_)) => {
+                    return Err(invalid(format!(
+                        "{field}: a served pipeline writes its results to files; NATS sinks are for weir run"
+                    )));
+                }
+                Some(RawSink::Named(name)) => Some(name.as_str()),
+                None => None,
+            };
+            match sink {
                 None | Some("discard") => {}
                 Some("stdout" | "stderr" | "-") => {
                     return Err(invalid(format!(

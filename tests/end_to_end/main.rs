@@ -10,6 +10,7 @@ mod examples;
 mod hostile;
 mod hostile_server;
 mod live;
+mod nats;
 mod nexmark;
 mod operator_rollouts;
 mod polyglot;

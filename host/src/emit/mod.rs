@@ -1,6 +1,7 @@
 //! Output: the JSON Lines records Weir writes (results, enriched events, late events, dead
 //! letters) and the sinks that receive them.
 
+mod nats;
 mod record;
 mod sink;
 

@@ -1,11 +1,15 @@
-//! Sinks: where JSON Lines go (standard output, standard error, a file, or nowhere).
+//! Sinks: where JSON Lines go (standard output, standard error, a file, a NATS subject, or
+//! nowhere).
 //!
 //! A file sink is exactly-once across crashes by truncate-to-committed: records are appended
 //! as they are produced; each checkpoint syncs the file and records its length; a restarted
 //! pipeline cuts the file back to the committed length and replays from the committed input
 //! position, which reproduces the same bytes. Readers that must never see uncommitted records
 //! read up to the committed length, or de-duplicate on the records' `id`. Standard output and
-//! standard error cannot be cut back: across restarts they are at-least-once.
+//! standard error cannot be cut back: across restarts they are at-least-once. A NATS sink
+//! publishes each record with its `id` as `Nats-Msg-Id` and waits for every acknowledgement
+//! before a checkpoint records its position: the records a restart publishes again are the
+//! same, with the same ids, and the stream's de-duplication window drops them.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -25,6 +29,7 @@ enum Target {
     Stdout(BufWriter<std::io::Stdout>),
     Stderr(std::io::Stderr),
     File(BufWriter<File>),
+    Nats(Box<super::nats::NatsPublisher>),
     Discard,
 }
 
@@ -61,6 +66,15 @@ impl SinkWriter {
                 Target::Stderr(std::io::stderr()),
             ),
             Sink::Discard => ("nowhere".to_owned(), Target::Discard),
+            Sink::Nats(nats) => {
+                let target = format!("nats subject {} at {}", nats.subject, nats.nats);
+                let publisher =
+                    super::nats::NatsPublisher::connect(nats).map_err(|e| SinkError {
+                        target: target.clone(),
+                        source: std::io::Error::other(e),
+                    })?;
+                (target, Target::Nats(Box::new(publisher)))
+            }
             Sink::File(path) => {
                 let target = path.display().to_string();
                 let file = open_file(path, committed).map_err(|source| SinkError {
@@ -93,6 +107,11 @@ impl SinkWriter {
             Target::Stdout(out) => out.write_all(&self.line),
             Target::Stderr(out) => out.write_all(&self.line),
             Target::File(out) => out.write_all(&self.line),
+            Target::Nats(out) => {
+                let id = record.get("id").and_then(|id| id.as_str());
+                let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+                out.publish(id, line).map_err(std::io::Error::other)
+            }
             Target::Discard => Ok(()),
         };
         result.map_err(|source| SinkError {
@@ -123,6 +142,7 @@ impl SinkWriter {
             Target::Stdout(out) => out.flush(),
             Target::Stderr(out) => out.flush(),
             Target::File(out) => out.flush(),
+            Target::Nats(out) => out.flush().map_err(std::io::Error::other),
             Target::Discard => Ok(()),
         };
         result.map_err(|source| SinkError {

@@ -357,6 +357,7 @@ fn open_source(
         SourceSpec::Stdin => Box::new(LineReader::stdin(DEFAULT_MAX_LINE_BYTES)),
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
         SourceSpec::Nexmark(nexmark) => Box::new(Nexmark::new(nexmark.clone(), &spec.key_field)),
+        SourceSpec::Nats(nats) => Box::new(crate::source::NatsSource::new(nats.clone())?),
         SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(
             log,
             DEFAULT_MAX_LINE_BYTES,

@@ -6,12 +6,15 @@ mod generator;
 mod ingest;
 mod interleave;
 mod lines;
+mod nats;
 mod nexmark;
 
 pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
 pub use lines::LineReader;
+pub use nats::NatsSource;
+pub(crate) use nats::client_runtime;
 pub use nexmark::Nexmark;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,124 @@
+//! [`NatsPublisher`]: the NATS sink's client. Each record is published to the subject with its
+//! `id` as `Nats-Msg-Id`; acknowledgements are collected, and [`flush`](NatsPublisher::flush)
+//! (before every checkpoint) waits for all of them, publishing again (same id: the stream drops
+//! the duplicate) whatever was not acknowledged, while the server is away, for up to
+//! [`GIVE_UP`].
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::context::PublishAckFuture;
+
+use crate::spec::NatsSinkSpec;
+
+/// Records published but not yet acknowledged before a publish waits for the oldest.
+const MAX_IN_FLIGHT: usize = 4_096;
+/// How long a flush keeps publishing again before the sink fails.
+const GIVE_UP: Duration = Duration::from_secs(300);
+
+/// A record on its way: what to publish again if its acknowledgement does not come.
+struct InFlight {
+    id: Option<String>,
+    payload: bytes::Bytes,
+    ack: Option<PublishAckFuture>,
+}
+
+/// Publishes to one subject of a JetStream stream.
+pub struct NatsPublisher {
+    runtime: tokio::runtime::Runtime,
+    jetstream: async_nats::jetstream::Context,
+    subject: String,
+    in_flight: Vec<InFlight>,
+}
+
+impl NatsPublisher {
+    /// Connects to the server of `spec` (waiting for it if it is not up yet).
+    pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, String> {
+        let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
+        let url = spec.nats.clone();
+        let client = runtime
+            .block_on(async move {
+                async_nats::ConnectOptions::new()
+                    .retry_on_initial_connect()
+                    .connect(&url)
+                    .await
+            })
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let jetstream = {
+            let _inside = runtime.enter();
+            async_nats::jetstream::new(client)
+        };
+        Ok(NatsPublisher {
+            runtime,
+            jetstream,
+            subject: spec.subject.clone(),
+            in_flight: Vec::new(),
+        })
+    }
+
+    /// Publishes one record (its JSON line), de-duplicated by `id` when it has one.
+    pub fn publish(&mut self, id: Option<&str>, line: &[u8]) -> Result<(), String> {
+        if self.in_flight.len() >= MAX_IN_FLIGHT {
+            self.flush()?;
+        }
+        let mut record = InFlight {
+            id: id.map(str::to_owned),
+            payload: bytes::Bytes::copy_from_slice(line),
+            ack: None,
+        };
+        record.ack = self.send(&record).ok();
+        self.in_flight.push(record);
+        Ok(())
+    }
+
+    fn send(&self, record: &InFlight) -> Result<PublishAckFuture, String> {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(id) = &record.id {
+            headers.insert("Nats-Msg-Id", id.as_str());
+        }
+        let (jetstream, subject, payload) = (
+            &self.jetstream,
+            self.subject.clone(),
+            record.payload.clone(),
+        );
+        self.runtime
+            .block_on(jetstream.publish_with_headers(subject, headers, payload))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until the server has acknowledged every record published so far.
+    pub fn flush(&mut self) -> Result<(), String> {
+        let started = Instant::now();
+        let mut pending = std::mem::take(&mut self.in_flight);
+        while !pending.is_empty() {
+            let mut failed = Vec::new();
+            for mut record in pending {
+                let acked = match record.ack.take() {
+                    Some(ack) => (self.runtime)
+                        .block_on(std::future::IntoFuture::into_future(ack))
+                        .map_err(|e| e.to_string()),
+                    None => Err("not sent".to_owned()),
+                };
+                if let Err(error) = acked {
+                    tracing::debug!(subject = %self.subject, %error, "publishing again");
+                    failed.push(record);
+                }
+            }
+            if failed.is_empty() {
+                break;
+            }
+            if started.elapsed() > GIVE_UP {
+                return Err(format!(
+                    "{} records were not acknowledged within {} s",
+                    failed.len(),
+                    GIVE_UP.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            for record in &mut failed {
+                record.ack = self.send(record).ok();
+            }
+            pending = failed;
+        }
+        Ok(())
+    }
+}

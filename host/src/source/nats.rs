@@ -1,0 +1,181 @@
+//! [`NatsSource`]: events from a NATS JetStream stream (`[source] type = "nats"`). Messages are
+//! read in stream order by an ordered pull consumer (ephemeral: the pipeline's checkpoint, not
+//! the server, records how far it read), so input is read exactly once into state: the
+//! position is the last stream sequence handed to the pipeline, and a restart resumes at the
+//! next one. Each message's subject is its watermark partition (as a producer's
+//! `Weir-Partition` is for HTTP), each payload one JSON event.
+//!
+//! The client runs on a small runtime of its own; the pipeline's router reads through
+//! [`Source`], waiting at most a tick for the next message. A server that goes away is waited
+//! for (the client reconnects, the ordered consumer recreates itself at the next sequence).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_stream::StreamExt;
+
+use super::{Record, Source, SourceError, SourcePosition};
+use crate::spec::NatsSourceSpec;
+
+/// How long a read waits for a message before yielding a tick.
+const TICK: Duration = Duration::from_millis(100);
+
+type Messages = async_nats::jetstream::consumer::pull::Ordered;
+
+/// A JetStream stream read in order from a stream sequence on.
+pub struct NatsSource {
+    spec: NatsSourceSpec,
+    runtime: tokio::runtime::Runtime,
+    messages: Option<Messages>,
+    /// The last stream sequence handed to the pipeline (0: none).
+    sequence: u64,
+    /// Events handed to the pipeline.
+    line: u64,
+    /// The partition of the last message (a partition record is sent when it changes).
+    subject: Option<Arc<str>>,
+    /// A message (its sequence and line) whose partition record was sent first; it counts as
+    /// read only once handed out.
+    pending: Option<(u64, Record)>,
+}
+
+impl std::fmt::Debug for NatsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsSource")
+            .field("stream", &self.spec.stream)
+            .field("sequence", &self.sequence)
+            .finish()
+    }
+}
+
+fn fail(spec: &NatsSourceSpec, message: impl std::fmt::Display) -> SourceError {
+    SourceError::new(
+        &format!("nats stream {} at {}", spec.stream, spec.url),
+        std::io::Error::other(message.to_string()),
+    )
+}
+
+/// A small runtime for a NATS client: one worker keeps the connection alive between calls.
+pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-nats")
+        .enable_all()
+        .build()
+}
+
+impl NatsSource {
+    /// A source over `spec`; it connects on the first read (after a resume, if any).
+    pub fn new(spec: NatsSourceSpec) -> Result<NatsSource, SourceError> {
+        let runtime = client_runtime().map_err(|e| fail(&spec, e))?;
+        Ok(NatsSource {
+            spec,
+            runtime,
+            messages: None,
+            sequence: 0,
+            line: 0,
+            subject: None,
+            pending: None,
+        })
+    }
+
+    /// Connects and opens an ordered consumer at the sequence after the last one read.
+    fn open(&mut self) -> Result<(), SourceError> {
+        use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
+        let spec = self.spec.clone();
+        let start = self.sequence + 1;
+        let opened: Result<Messages, String> = self.runtime.block_on(async move {
+            let client = async_nats::ConnectOptions::new()
+                .retry_on_initial_connect()
+                .connect(&spec.url)
+                .await
+                .map_err(|e| format!("cannot connect: {e}"))?;
+            let jetstream = async_nats::jetstream::new(client);
+            let stream = jetstream.get_stream(&spec.stream).await.map_err(|e| {
+                format!("cannot open the stream (create it first, with the subjects it holds): {e}")
+            })?;
+            let consumer = stream
+                .create_consumer(OrderedConfig {
+                    deliver_policy: DeliverPolicy::ByStartSequence {
+                        start_sequence: start,
+                    },
+                    filter_subjects: spec.subjects.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("cannot create a consumer: {e}"))?;
+            consumer
+                .messages()
+                .await
+                .map_err(|e| format!("cannot read messages: {e}"))
+        });
+        self.messages = Some(opened.map_err(|e| fail(&self.spec, e))?);
+        Ok(())
+    }
+
+    /// The next message, or `None` after a tick without one.
+    fn next_message(&mut self) -> Result<Option<async_nats::jetstream::Message>, SourceError> {
+        if self.messages.is_none() {
+            self.open()?;
+        }
+        let messages = self.messages.as_mut().expect("opened above");
+        let next = self
+            .runtime
+            .block_on(async { tokio::time::timeout(TICK, messages.next()).await });
+        match next {
+            Err(_) => Ok(None),
+            Ok(None) => Err(fail(&self.spec, "the consumer ended")),
+            Ok(Some(Ok(message))) => Ok(Some(message)),
+            Ok(Some(Err(e))) => {
+                // The ordered consumer recreates itself; a transient error is a tick.
+                tracing::warn!(stream = %self.spec.stream, error = %e, "reading from NATS");
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Source for NatsSource {
+    fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
+        if let Some((sequence, line)) = self.pending.take() {
+            (self.sequence, self.line) = (sequence, self.line + 1);
+            return Ok(Some(line));
+        }
+        let Some(message) = self.next_message()? else {
+            return Ok(Some(Record::Tick));
+        };
+        let sequence = message
+            .info()
+            .map(|info| info.stream_sequence)
+            .map_err(|e| fail(&self.spec, format!("a message without its sequence: {e}")))?;
+        if sequence <= self.sequence {
+            return Ok(Some(Record::Tick)); // delivered again after a reconnect: already read
+        }
+        let line = Record::Line(sequence, message.payload.to_vec());
+        let subject = message.subject.as_str();
+        if self.subject.as_deref() == Some(subject) {
+            (self.sequence, self.line) = (sequence, self.line + 1);
+            return Ok(Some(line));
+        }
+        let subject: Arc<str> = subject.into();
+        self.subject = Some(subject.clone());
+        self.pending = Some((sequence, line));
+        Ok(Some(Record::Partition(subject)))
+    }
+
+    fn position(&self) -> SourcePosition {
+        SourcePosition {
+            line: self.line,
+            offset: self.sequence,
+            ..SourcePosition::default()
+        }
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
+        self.sequence = position.offset;
+        self.line = position.line;
+        self.messages = None;
+        self.pending = None;
+        self.subject = None;
+        Ok(())
+    }
+}

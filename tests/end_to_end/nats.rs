@@ -1,0 +1,341 @@
+//! NATS JetStream as source and sink (issue 14), against a real `nats-server -js` on loopback:
+//! `weir run` reads a stream (a watermark partition per subject) and publishes its results with
+//! their ids as `Nats-Msg-Id`; SIGKILLed mid-stream and restarted, it resumes from the
+//! checkpointed stream sequence, and the results stream holds every window's result exactly
+//! once (the re-published ones dropped by JetStream's de-duplication). Bad NATS specs are
+//! refused before anything connects, and a served pipeline may not name a NATS sink.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::Value;
+use tokio_stream::StreamExt;
+
+/// A `nats-server -js` on a free loopback port, with its store in a temporary directory.
+struct NatsServer {
+    child: Child,
+    url: String,
+    _store: tempfile::TempDir,
+}
+
+impl NatsServer {
+    fn start() -> NatsServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let store = tempfile::tempdir().unwrap();
+        let child = Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server is installed (make setup installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        NatsServer {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            _store: store,
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A JetStream client for the test's own publishing and reading.
+struct Client {
+    runtime: tokio::runtime::Runtime,
+    jetstream: jetstream::Context,
+}
+
+impl Client {
+    fn connect(url: &str) -> Client {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let client = runtime.block_on(async_nats::connect(url)).unwrap();
+        let _inside = runtime.enter();
+        Client {
+            runtime,
+            jetstream: jetstream::new(client),
+        }
+    }
+
+    fn stream(&self, name: &str, subjects: &[&str]) {
+        let config = jetstream::stream::Config {
+            name: name.into(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        };
+        self.runtime
+            .block_on(self.jetstream.create_stream(config))
+            .unwrap();
+    }
+
+    fn publish(&self, subject: &str, events: &[Value]) {
+        self.runtime.block_on(async {
+            for event in events {
+                let ack = self
+                    .jetstream
+                    .publish(subject.to_owned(), event.to_string().into())
+                    .await
+                    .unwrap();
+                ack.await.unwrap();
+            }
+        });
+    }
+
+    /// Every message of `stream`: its `Nats-Msg-Id` and payload.
+    fn read_all(&self, stream: &str) -> Vec<(String, Value)> {
+        self.runtime.block_on(async {
+            let stream = self.jetstream.get_stream(stream).await.unwrap();
+            let consumer = stream
+                .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+                .await
+                .unwrap();
+            let mut messages = consumer.messages().await.unwrap();
+            let mut out = Vec::new();
+            while let Ok(Some(Ok(message))) =
+                tokio::time::timeout(Duration::from_millis(500), messages.next()).await
+            {
+                let id = message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Msg-Id"))
+                    .map(|v| v.to_string())
+                    .unwrap_or_default();
+                out.push((id, serde_json::from_slice(&message.payload).unwrap()));
+            }
+            out
+        })
+    }
+}
+
+const BASE: i64 = 1_772_442_000_000;
+
+/// In-order clicks of 20 users, `n` of them from index `from`, 7 ms apart.
+fn clicks(from: usize, n: usize) -> Vec<Value> {
+    (from..from + n)
+        .map(|i| serde_json::json!({"user": format!("u{}", i % 20), "ts": BASE + i as i64 * 7, "amount": i % 10}))
+        .collect()
+}
+
+/// The count and sum of every 1 s window of every user in `events`, by `(user, start)`.
+fn windows(events: &[Value]) -> BTreeMap<(String, i64), (i64, i64)> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        let start = e["ts"].as_i64().unwrap().div_euclid(1000) * 1000;
+        let entry = out
+            .entry((e["user"].as_str().unwrap().to_owned(), start))
+            .or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 += e["amount"].as_i64().unwrap();
+    }
+    out
+}
+
+fn spec(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let module = crate::serve::count_sum_v1();
+    let text = format!(
+        r#"name = "from-nats"
+checkpoint_interval = "100ms"
+shards = 2
+[source]
+type = "nats"
+url = "{url}"
+stream = "CLICKS"
+[event]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[[operators]]
+name = "count-sum"
+version = "1.0.0"
+kind = "aggregate"
+module = {module:?}
+[state]
+dir = "data"
+[sinks]
+results = {{ nats = "{url}", subject = "results" }}
+late = "late.jsonl"
+dead_letters = "dead.jsonl"
+"#
+    );
+    let path = dir.join("pipeline.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(spec: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("run")
+        .arg(spec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_results(client: &Client, n: usize) -> Vec<(String, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let results = client.read_all("RESULTS");
+        if results.len() >= n || Instant::now() > deadline {
+            return results;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results"]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), &server.url);
+
+    // Two subjects, two watermark partitions; the first half of each, then a SIGKILL.
+    let (eu, us) = (clicks(0, 1_500), clicks(100_000, 1_500));
+    client.publish("clicks.eu", &eu[..700]);
+    client.publish("clicks.us", &us[..700]);
+    let mut weir = run(&spec);
+    let first = wait_for_results(&client, 1);
+    assert!(!first.is_empty(), "results before the kill");
+    std::thread::sleep(Duration::from_millis(400));
+    weir.kill().unwrap();
+    weir.wait().unwrap();
+
+    // The rest arrives while it is down; the restart resumes from its checkpoint.
+    client.publish("clicks.eu", &eu[700..]);
+    client.publish("clicks.us", &us[700..]);
+    let far = |subject_base: i64| {
+        vec![serde_json::json!({"user": "zz", "ts": subject_base + 10_000_000, "amount": 0})]
+    };
+    client.publish("clicks.eu", &far(BASE));
+    client.publish("clicks.us", &far(BASE + 700_000));
+    let mut weir = run(&spec);
+    let mut all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let expected = windows(&all);
+    let results = wait_for_results(&client, expected.len());
+    weir.kill().unwrap();
+    let stderr = {
+        use std::io::Read;
+        let mut text = String::new();
+        weir.stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        text
+    };
+    weir.wait().unwrap();
+
+    let ids: std::collections::BTreeSet<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        results.len(),
+        "every result once in the stream (ids are unique)"
+    );
+    assert!(
+        results.iter().all(|(id, record)| record["id"] == *id),
+        "Nats-Msg-Id is the result id"
+    );
+    let got: BTreeMap<(String, i64), (i64, i64)> = results
+        .iter()
+        .map(|(_, r)| {
+            let key = (
+                r["key"].as_str().unwrap().to_owned(),
+                r["window_start"].as_i64().unwrap(),
+            );
+            (
+                key,
+                (
+                    r["value"]["count"].as_i64().unwrap(),
+                    r["value"]["sum"].as_i64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    all.clear();
+    assert_eq!(
+        got, expected,
+        "every window's result, exactly once\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default(),
+        ""
+    );
+}
+
+#[test]
+fn bad_nats_specs_are_refused_before_anything_connects() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(spec(dir.path(), "nats://127.0.0.1:1")).unwrap();
+    for (from, to, why) in [
+        (
+            "url = \"nats://127.0.0.1:1\"",
+            "url = \"http://127.0.0.1:1\"",
+            "nats://host:port",
+        ),
+        ("stream = \"CLICKS\"", "stream = \"../x\"", "source.stream"),
+        ("stream = \"CLICKS\"", "stream = \"A.B\"", "without dots"),
+        (
+            "subject = \"results\"",
+            "subject = \"results.>\"",
+            "without wildcards",
+        ),
+        (
+            "subject = \"results\"",
+            "subject = \"a..b\"",
+            "not a NATS subject",
+        ),
+        (
+            "subject = \"results\"",
+            "subject = \"has space\"",
+            "not a NATS subject",
+        ),
+    ] {
+        assert!(good.contains(from), "{from}");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, good.replacen(from, to, 1)).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("run")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(why),
+            "{to}: {stderr}"
+        );
+    }
+    // A caller of the API may not make the server connect where it likes.
+    let data = tempfile::tempdir().unwrap();
+    let server = crate::serve::Server::start(data.path());
+    let mut spec = crate::serve::spec();
+    spec["sinks"] =
+        serde_json::json!({"results": {"nats": "nats://10.0.0.1:4222", "subject": "x"}});
+    let error = server.expect_error(
+        "a served pipeline with a NATS sink",
+        server.post_json("/v1/pipelines", Some(crate::serve::ADMIN), &spec),
+        400,
+    );
+    assert!(error.contains("NATS sinks are for weir run"), "{error}");
+}

@@ -2,8 +2,9 @@
 //! `weir run` reads a stream (a watermark partition per subject) and publishes its results with
 //! their ids as `Nats-Msg-Id`; SIGKILLed mid-stream and restarted, it resumes from the
 //! checkpointed stream sequence, and the results stream holds every window's result exactly
-//! once (the re-published ones dropped by JetStream's de-duplication). Bad NATS specs are
-//! refused before anything connects, and a served pipeline may not name a NATS sink.
+//! once (the re-published ones dropped by JetStream's de-duplication); a NATS server that stops
+//! and comes back is waited for, with nothing lost or repeated. Bad NATS specs are refused
+//! before anything connects, and a served pipeline may not name a NATS sink.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -29,9 +30,18 @@ impl NatsServer {
             .unwrap()
             .port();
         let store = tempfile::tempdir().unwrap();
+        let child = Self::spawn(port, store.path());
+        NatsServer {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            _store: store,
+        }
+    }
+
+    fn spawn(port: u16, store: &std::path::Path) -> Child {
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(store.path())
+            .arg(store)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -41,11 +51,18 @@ impl NatsServer {
             assert!(Instant::now() < deadline, "nats-server did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        NatsServer {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _store: store,
-        }
+        child
+    }
+
+    /// Stops the server gracefully (its streams are kept on disk), waits `away`, and starts it
+    /// again on the same port and store.
+    fn restart(&mut self, away: Duration) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(away);
+        let port: u16 = self.url.rsplit(':').next().unwrap().parse().unwrap();
+        self.child = Self::spawn(port, self._store.path());
     }
 }
 
@@ -282,6 +299,65 @@ fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
         std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default(),
         ""
     );
+}
+
+/// Checks that `results` hold every window of `events` exactly once.
+fn assert_exactly_once(results: &[(String, Value)], events: &[Value], context: &str) {
+    let ids: std::collections::BTreeSet<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids.len(), results.len(), "result ids are unique");
+    let got: BTreeMap<(String, i64), (i64, i64)> = results
+        .iter()
+        .map(|(_, r)| {
+            let key = (
+                r["key"].as_str().unwrap().to_owned(),
+                r["window_start"].as_i64().unwrap(),
+            );
+            (
+                key,
+                (
+                    r["value"]["count"].as_i64().unwrap(),
+                    r["value"]["sum"].as_i64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        windows(events),
+        "every window's result, exactly once\n{context}"
+    );
+}
+
+#[test]
+fn a_nats_server_that_stops_and_comes_back_is_waited_for_with_nothing_lost() {
+    let mut server = NatsServer::start();
+    let client = Client::connect(&server.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results"]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), &server.url);
+    let events = clicks(0, 2_000);
+    client.publish("clicks.all", &events[..1_000]);
+    let mut weir = run(&spec);
+    assert!(!wait_for_results(&client, 1).is_empty());
+    drop(client);
+    // Away for 3 s while weir runs; it keeps waiting, and goes on when the server is back.
+    server.restart(Duration::from_secs(3));
+    let client = Client::connect(&server.url);
+    client.publish("clicks.all", &events[1_000..]);
+    client.publish(
+        "clicks.all",
+        &[serde_json::json!({"user": "zz", "ts": BASE + 10_000_000, "amount": 0})],
+    );
+    let expected = windows(&events).len();
+    let results = wait_for_results(&client, expected);
+    let still_running = weir.try_wait().unwrap().is_none();
+    weir.kill().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut weir.stderr.take().unwrap(), &mut stderr).unwrap();
+    weir.wait().unwrap();
+    assert!(still_running, "weir run waited for the server: {stderr}");
+    assert_exactly_once(&results, &events, &stderr);
 }
 
 #[test]

@@ -30,6 +30,14 @@ pub struct NatsPublisher {
     in_flight: Vec<InFlight>,
 }
 
+impl Drop for NatsPublisher {
+    fn drop(&mut self) {
+        // The client's parts may spawn as they go: drop what can be dropped in its runtime.
+        let _inside = self.runtime.enter();
+        self.in_flight.clear();
+    }
+}
+
 impl NatsPublisher {
     /// Connects to the server of `spec` (waiting for it if it is not up yet).
     pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, String> {

@@ -19,6 +19,8 @@ use crate::spec::NatsSourceSpec;
 
 /// How long a read waits for a message before yielding a tick.
 const TICK: Duration = Duration::from_millis(100);
+/// How long to wait before opening a consumer again while the server is away.
+const REOPEN_WAIT: Duration = Duration::from_millis(500);
 
 type Messages = async_nats::jetstream::consumer::pull::Ordered;
 
@@ -26,7 +28,10 @@ type Messages = async_nats::jetstream::consumer::pull::Ordered;
 pub struct NatsSource {
     spec: NatsSourceSpec,
     runtime: tokio::runtime::Runtime,
+    jetstream: Option<async_nats::jetstream::Context>,
     messages: Option<Messages>,
+    /// Whether a consumer was ever opened (a first failure is the spec's mistake).
+    opened: bool,
     /// The last stream sequence handed to the pipeline (0: none).
     sequence: u64,
     /// Events handed to the pipeline.
@@ -70,7 +75,9 @@ impl NatsSource {
         Ok(NatsSource {
             spec,
             runtime,
+            jetstream: None,
             messages: None,
+            opened: false,
             sequence: 0,
             line: 0,
             subject: None,
@@ -78,19 +85,28 @@ impl NatsSource {
         })
     }
 
-    /// Connects and opens an ordered consumer at the sequence after the last one read.
-    fn open(&mut self) -> Result<(), SourceError> {
+    /// Connects (once) and opens an ordered consumer at the sequence after the last one read.
+    fn open(&mut self) -> Result<(), String> {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
-        let spec = self.spec.clone();
+        if self.jetstream.is_none() {
+            let url = self.spec.url.clone();
+            let client = self
+                .runtime
+                .block_on(async move {
+                    async_nats::ConnectOptions::new()
+                        .retry_on_initial_connect()
+                        .connect(&url)
+                        .await
+                })
+                .map_err(|e| format!("cannot connect: {e}"))?;
+            let _inside = self.runtime.enter();
+            self.jetstream = Some(async_nats::jetstream::new(client));
+        }
+        let jetstream = self.jetstream.clone().expect("connected above");
+        let (stream, subjects) = (self.spec.stream.clone(), self.spec.subjects.clone());
         let start = self.sequence + 1;
         let opened: Result<Messages, String> = self.runtime.block_on(async move {
-            let client = async_nats::ConnectOptions::new()
-                .retry_on_initial_connect()
-                .connect(&spec.url)
-                .await
-                .map_err(|e| format!("cannot connect: {e}"))?;
-            let jetstream = async_nats::jetstream::new(client);
-            let stream = jetstream.get_stream(&spec.stream).await.map_err(|e| {
+            let stream = jetstream.get_stream(&stream).await.map_err(|e| {
                 format!("cannot open the stream (create it first, with the subjects it holds): {e}")
             })?;
             let consumer = stream
@@ -98,7 +114,7 @@ impl NatsSource {
                     deliver_policy: DeliverPolicy::ByStartSequence {
                         start_sequence: start,
                     },
-                    filter_subjects: spec.subjects.clone(),
+                    filter_subjects: subjects,
                     ..Default::default()
                 })
                 .await
@@ -108,14 +124,24 @@ impl NatsSource {
                 .await
                 .map_err(|e| format!("cannot read messages: {e}"))
         });
-        self.messages = Some(opened.map_err(|e| fail(&self.spec, e))?);
+        self.messages = Some(opened?);
         Ok(())
     }
 
-    /// The next message, or `None` after a tick without one.
+    /// The next message, or `None` after a tick without one. The first open failing is a
+    /// mistake in the spec (no such server or stream); later failures are the server away:
+    /// the source waits for it, opening a new consumer at the next sequence once it is back.
     fn next_message(&mut self) -> Result<Option<async_nats::jetstream::Message>, SourceError> {
         if self.messages.is_none() {
-            self.open()?;
+            match self.open() {
+                Ok(()) => self.opened = true,
+                Err(e) if !self.opened => return Err(fail(&self.spec, e)),
+                Err(e) => {
+                    tracing::warn!(stream = %self.spec.stream, error = %e, "NATS away: waiting");
+                    std::thread::sleep(REOPEN_WAIT);
+                    return Ok(None);
+                }
+            }
         }
         let messages = self.messages.as_mut().expect("opened above");
         let next = self
@@ -123,14 +149,29 @@ impl NatsSource {
             .block_on(async { tokio::time::timeout(TICK, messages.next()).await });
         match next {
             Err(_) => Ok(None),
-            Ok(None) => Err(fail(&self.spec, "the consumer ended")),
             Ok(Some(Ok(message))) => Ok(Some(message)),
-            Ok(Some(Err(e))) => {
-                // The ordered consumer recreates itself; a transient error is a tick.
-                tracing::warn!(stream = %self.spec.stream, error = %e, "reading from NATS");
+            Ok(None) | Ok(Some(Err(_))) => {
+                // The consumer is gone (the server went away, or missed heartbeats): open a new
+                // one at the next sequence.
+                tracing::warn!(stream = %self.spec.stream, sequence = self.sequence, "NATS consumer lost: opening another");
+                self.close();
                 Ok(None)
             }
         }
+    }
+}
+
+impl NatsSource {
+    /// Drops the consumer (inside the client's runtime: its subscription unsubscribes there).
+    fn close(&mut self) {
+        let _inside = self.runtime.enter();
+        self.messages = None;
+    }
+}
+
+impl Drop for NatsSource {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -173,7 +214,7 @@ impl Source for NatsSource {
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
         self.sequence = position.offset;
         self.line = position.line;
-        self.messages = None;
+        self.close();
         self.pending = None;
         self.subject = None;
         Ok(())

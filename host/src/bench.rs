@@ -1,6 +1,7 @@
 //! `weir bench`: throughput of a tumbling count-and-sum over generated events, for the Wasm
-//! example component and the equivalent native operator, and their ratio. A measurement, not
-//! a test: run it on a quiet machine, in a release build.
+//! example component and the equivalent native operator, and their ratio; the same through a
+//! NATS JetStream source and sink against a file (`weir bench nats`). A measurement, not a
+//! test: run it on a quiet machine, in a release build.
 
 use std::path::PathBuf;
 
@@ -454,4 +455,155 @@ pub fn recovery(options: &BenchOptions, events: u64) -> Result<RecoveryReport, P
     let _ = watcher.join();
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// What `weir bench nats` measured.
+#[derive(Debug, Clone)]
+pub struct NatsReport {
+    /// The same events from a JSON Lines file, results discarded.
+    pub file: Summary,
+    /// From a JetStream stream, results published to a JetStream subject.
+    pub nats: Summary,
+    /// Publishing the events into the stream (not part of the pipeline), events/s.
+    pub publish_rate: f64,
+}
+
+/// The count-sum over `options.events` events read from a JSON Lines file, then from a
+/// JetStream stream of the NATS server at `url` with the results published back to it (one
+/// process). The streams it creates are deleted afterwards.
+pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineError> {
+    let fail = |e: String| PipelineError::Config(format!("NATS benchmark at {url}: {e}"));
+    let dir = tempfile_dir().map_err(|e| fail(e.to_string()))?;
+    let lines: Vec<String> = (0..options.events)
+        .map(|i| {
+            format!(
+                "{{\"key\":\"k{}\",\"ts\":{},\"amount\":{}}}",
+                i % options.keys,
+                1_767_225_600_000 + i as i64,
+                i % 100
+            )
+        })
+        .collect();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| fail(e.to_string()))?;
+    let mut file_spec = spec(options, OperatorCode::Component(options.module.clone()));
+    file_spec.source = SourceSpec::File(file);
+    let file_run = pipeline::run(&file_spec)?;
+
+    let nonce = format!("{}{}", std::process::id(), crate::time::wall_clock_ms());
+    let (events, results) = (
+        format!("WEIR_BENCH_{nonce}"),
+        format!("WEIR_BENCH_OUT_{nonce}"),
+    );
+    let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
+    let jetstream = runtime
+        .block_on(async_nats::connect(url))
+        .map(|client| {
+            let _inside = runtime.enter();
+            async_nats::jetstream::new(client)
+        })
+        .map_err(|e| fail(e.to_string()))?;
+    let started = std::time::Instant::now();
+    runtime
+        .block_on(publish_all(&jetstream, &events, &results, &nonce, &lines))
+        .map_err(fail)?;
+    let publish_rate = lines.len() as f64 / started.elapsed().as_secs_f64();
+    let mut nats_spec = spec(options, OperatorCode::Component(options.module.clone()));
+    nats_spec.source = SourceSpec::Nats(crate::spec::NatsSourceSpec {
+        url: url.into(),
+        stream: events.clone(),
+        subjects: Vec::new(),
+    });
+    nats_spec.sinks.results = Sink::Nats(crate::spec::NatsSinkSpec {
+        nats: url.into(),
+        subject: format!("bench-results.{nonce}"),
+    });
+    let nats_run = run_until(&nats_spec, options.events)?;
+    runtime.block_on(async {
+        let _ = jetstream.delete_stream(&events).await;
+        let _ = jetstream.delete_stream(&results).await;
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(NatsReport {
+        file: file_run,
+        nats: nats_run,
+        publish_rate,
+    })
+}
+
+/// A fresh temporary directory.
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "weir-bench-{}-{}",
+        std::process::id(),
+        crate::time::wall_clock_ms()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Creates the events and results streams and publishes `lines` into the first.
+async fn publish_all(
+    jetstream: &async_nats::jetstream::Context,
+    events: &str,
+    results: &str,
+    nonce: &str,
+    lines: &[String],
+) -> Result<(), String> {
+    use async_nats::jetstream::stream::Config;
+    for (name, subject) in [
+        (events, format!("bench.{nonce}")),
+        (results, format!("bench-results.{nonce}")),
+    ] {
+        let config = Config {
+            name: name.to_owned(),
+            subjects: vec![subject],
+            ..Default::default()
+        };
+        jetstream
+            .create_stream(config)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let subject = format!("bench.{nonce}");
+    // The context lets 5,000 publishes wait for their acknowledgements at once.
+    for chunk in lines.chunks(2_000) {
+        let mut acks = Vec::with_capacity(chunk.len());
+        for line in chunk {
+            let ack = jetstream
+                .publish(
+                    subject.clone(),
+                    bytes::Bytes::copy_from_slice(line.as_bytes()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await.map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `spec` (an endless source) until it has read `events` events, then stops it.
+fn run_until(spec: &PipelineSpec, events: u64) -> Result<Summary, PipelineError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let control = pipeline::standalone_control(&spec.name);
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (control, done) = (control.clone(), done.clone());
+        std::thread::spawn(move || {
+            while control.stats.events_in.load(Ordering::Relaxed) < events
+                && !done.load(Ordering::Relaxed)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            control.stop();
+        })
+    };
+    let summary = pipeline::run_controlled(spec, pipeline::RunOptions::default(), Some(control));
+    done.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    summary
 }

@@ -850,6 +850,58 @@ enum BenchSuite {
         #[arg(long, default_value = "target/wasm32-wasip2/release")]
         components: PathBuf,
     },
+    /// The count-sum reading a NATS JetStream stream and publishing its results to one, against
+    /// the same events from a file: events/s and the NATS path's cost per event. Needs a
+    /// running `nats-server -js`.
+    Nats {
+        /// The server.
+        #[arg(long, default_value = "nats://127.0.0.1:4222")]
+        nats: String,
+        /// Events.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 1_000)]
+        keys: u64,
+        /// The count-sum component.
+        #[arg(
+            long,
+            default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
+        )]
+        module: PathBuf,
+    },
+}
+
+/// `weir bench nats`.
+fn bench_nats(url: &str, events: u64, keys: u64, module: PathBuf) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        events > 0 && keys > 0,
+        "--events and --keys must be at least 1"
+    );
+    let options = weir::bench::BenchOptions {
+        events,
+        keys,
+        shards: 1,
+        module,
+        others: Vec::new(),
+        batch_size: weir::spec::DEFAULT_BATCH_SIZE,
+    };
+    println!("tumbling count+sum (Rust Wasm), {events} events, {keys} keys, 1 shard, one process");
+    let report = weir::bench::nats(&options, url)?;
+    let rate = weir::bench::BenchReport::rate;
+    let (file, nats) = (rate(&report.file), rate(&report.nats));
+    println!("file source, results discarded    {file:>12.0} events/s");
+    println!(
+        "NATS source, results to NATS      {nats:>12.0} events/s  ({} results published)",
+        report.nats.results_out
+    );
+    println!(
+        "NATS path cost: {:.2} us per event more than the file ({:.2} x the file's rate); publishing the events took {:.0} events/s",
+        (1.0 / nats - 1.0 / file) * 1e6,
+        nats / file,
+        report.publish_rate
+    );
+    Ok(())
 }
 
 /// `weir bench nexmark`.
@@ -907,6 +959,15 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }) = args.suite
     {
         return bench_nexmark(queries, events, shards, batch_size, &components);
+    }
+    if let Some(BenchSuite::Nats {
+        nats,
+        events,
+        keys,
+        module,
+    }) = args.suite
+    {
+        return bench_nats(&nats, events, keys, module);
     }
     let BenchArgs {
         suite: _,

@@ -19,6 +19,8 @@ use crate::spec::NatsSourceSpec;
 
 /// How long a read waits for a message before yielding a tick.
 const TICK: Duration = Duration::from_millis(100);
+/// The most messages taken from the client at once.
+const MAX_READY: usize = 1_024;
 /// How long to wait before opening a consumer again while the server is away.
 const REOPEN_WAIT: Duration = Duration::from_millis(500);
 
@@ -30,6 +32,8 @@ pub struct NatsSource {
     runtime: tokio::runtime::Runtime,
     jetstream: Option<async_nats::jetstream::Context>,
     messages: Option<Messages>,
+    /// Messages received and not yet handed out.
+    ready: std::collections::VecDeque<async_nats::jetstream::Message>,
     /// Whether a consumer was ever opened (a first failure is the spec's mistake).
     opened: bool,
     /// The last stream sequence handed to the pipeline (0: none).
@@ -77,6 +81,7 @@ impl NatsSource {
             runtime,
             jetstream: None,
             messages: None,
+            ready: Default::default(),
             opened: false,
             sequence: 0,
             line: 0,
@@ -143,10 +148,26 @@ impl NatsSource {
                 }
             }
         }
+        if let Some(message) = self.ready.pop_front() {
+            return Ok(Some(message));
+        }
         let messages = self.messages.as_mut().expect("opened above");
-        let next = self
-            .runtime
-            .block_on(async { tokio::time::timeout(TICK, messages.next()).await });
+        let ready = &mut self.ready;
+        // One wait for the next message, then whatever else has arrived, without waiting: a
+        // hand-over between the client's thread and this one per message cost more than the
+        // message.
+        let next = self.runtime.block_on(async {
+            let next = tokio::time::timeout(TICK, messages.next()).await;
+            if matches!(next, Ok(Some(Ok(_)))) {
+                while ready.len() < MAX_READY {
+                    match tokio::time::timeout(Duration::ZERO, messages.next()).await {
+                        Ok(Some(Ok(message))) => ready.push_back(message),
+                        _ => break,
+                    }
+                }
+            }
+            next
+        });
         match next {
             Err(_) => Ok(None),
             Ok(Some(Ok(message))) => Ok(Some(message)),
@@ -166,6 +187,7 @@ impl NatsSource {
     fn close(&mut self) {
         let _inside = self.runtime.enter();
         self.messages = None;
+        self.ready.clear();
     }
 }
 

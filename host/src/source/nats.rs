@@ -7,9 +7,10 @@
 //!
 //! The client runs on a small runtime of its own; the pipeline's router reads through
 //! [`Source`], waiting at most a tick for the next message. A server that goes away is waited
-//! for (the client reconnects, the ordered consumer recreates itself at the next sequence).
+//! for: the client reconnects, and the source opens a new consumer at the next sequence.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio_stream::StreamExt;
@@ -36,6 +37,8 @@ pub struct NatsSource {
     ready: std::collections::VecDeque<async_nats::jetstream::Message>,
     /// Whether a consumer was ever opened (a first failure is the spec's mistake).
     opened: bool,
+    /// Set by the client when it connects again after losing the server.
+    reconnected: Arc<AtomicBool>,
     /// The last stream sequence handed to the pipeline (0: none).
     sequence: u64,
     /// Events handed to the pipeline.
@@ -83,6 +86,7 @@ impl NatsSource {
             messages: None,
             ready: Default::default(),
             opened: false,
+            reconnected: Arc::new(AtomicBool::new(false)),
             sequence: 0,
             line: 0,
             subject: None,
@@ -95,11 +99,20 @@ impl NatsSource {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
         if self.jetstream.is_none() {
             let url = self.spec.url.clone();
+            let reconnected = self.reconnected.clone();
             let client = self
                 .runtime
                 .block_on(async move {
                     async_nats::ConnectOptions::new()
                         .retry_on_initial_connect()
+                        .event_callback(move |event| {
+                            let reconnected = reconnected.clone();
+                            async move {
+                                if matches!(event, async_nats::Event::Connected) {
+                                    reconnected.store(true, Ordering::Release);
+                                }
+                            }
+                        })
                         .connect(&url)
                         .await
                 })
@@ -139,7 +152,11 @@ impl NatsSource {
     fn next_message(&mut self) -> Result<Option<async_nats::jetstream::Message>, SourceError> {
         if self.messages.is_none() {
             match self.open() {
-                Ok(()) => self.opened = true,
+                Ok(()) => {
+                    self.opened = true;
+                    // The first connection is no return (a late notice of it costs one reopen).
+                    self.reconnected.store(false, Ordering::Release);
+                }
                 Err(e) if !self.opened => return Err(fail(&self.spec, e)),
                 Err(e) => {
                     tracing::warn!(stream = %self.spec.stream, error = %e, "NATS away: waiting");
@@ -150,6 +167,12 @@ impl NatsSource {
         }
         if let Some(message) = self.ready.pop_front() {
             return Ok(Some(message));
+        }
+        if self.reconnected.swap(false, Ordering::AcqRel) && self.opened {
+            // Back after the server was away: a new consumer at the next sequence now, rather
+            // than when the old one's pending pull expires.
+            self.close();
+            return Ok(None);
         }
         let messages = self.messages.as_mut().expect("opened above");
         let ready = &mut self.ready;

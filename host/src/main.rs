@@ -581,6 +581,7 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("weir: metrics on http://{bound}/metrics");
     }
     let control = weir::pipeline::standalone_control(&pipeline.name);
+    stop_on_signals(control.clone())?;
     let progress = std::io::stderr()
         .is_terminal()
         .then(|| Progress::start(control.clone()));
@@ -589,6 +590,42 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
     drop(progress);
     let summary = result.with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
     eprintln!("weir: {summary}");
+    Ok(())
+}
+
+/// SIGINT or SIGTERM stops the run after a final checkpoint (its windows stay open, so a
+/// restart goes on where it stopped): how an endless input (stdin, NATS) is ended. A second
+/// signal exits at once; the last checkpoint still holds.
+fn stop_on_signals(control: Arc<weir::pipeline::PipelineControl>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let (mut interrupt, mut terminate) = {
+        let _inside = runtime.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        )
+    };
+    std::thread::Builder::new()
+        .name("weir-signals".into())
+        .spawn(move || {
+            runtime.block_on(async {
+                for _ in 0..2 {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                    if control.stopping() {
+                        eprintln!("weir: stopping now (the last checkpoint holds)");
+                        std::process::exit(130);
+                    }
+                    eprintln!("weir: stopping after a final checkpoint (again to stop now)");
+                    control.stop();
+                }
+            })
+        })?;
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! their ids as `Nats-Msg-Id`; SIGKILLed mid-stream and restarted, it resumes from the
 //! checkpointed stream sequence, and the results stream holds every window's result exactly
 //! once (the re-published ones dropped by JetStream's de-duplication); a NATS server that stops
-//! and comes back is waited for, with nothing lost or repeated. Bad NATS specs are refused
+//! and comes back is waited for, with nothing lost or repeated; SIGTERM stops a run after a
+//! final checkpoint and the next goes on from there. Bad NATS specs are refused
 //! before anything connects, and a served pipeline may not name a NATS sink.
 
 use std::collections::BTreeMap;
@@ -358,6 +359,51 @@ fn a_nats_server_that_stops_and_comes_back_is_waited_for_with_nothing_lost() {
     weir.wait().unwrap();
     assert!(still_running, "weir run waited for the server: {stderr}");
     assert_exactly_once(&results, &events, &stderr);
+}
+
+#[test]
+fn sigterm_stops_an_endless_nats_run_after_a_final_checkpoint_and_it_goes_on_from_there() {
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results"]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), &server.url);
+    let events = clicks(0, 1_000);
+    client.publish("clicks.all", &events[..600]);
+    let mut weir = run(&spec);
+    assert!(!wait_for_results(&client, 1).is_empty());
+    let pid = weir.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = weir.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir run did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut weir.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "a clean stop: {status} {stderr}");
+    assert!(
+        stderr.contains("stopping after a final checkpoint"),
+        "{stderr}"
+    );
+    // The final checkpoint holds all 600 events read: the next run starts after them.
+    client.publish("clicks.all", &events[600..]);
+    client.publish(
+        "clicks.all",
+        &[serde_json::json!({"user": "zz", "ts": BASE + 10_000_000, "amount": 0})],
+    );
+    let mut weir = run(&spec);
+    let results = wait_for_results(&client, windows(&events).len());
+    weir.kill().unwrap();
+    weir.wait().unwrap();
+    assert_exactly_once(&results, &events, "after a SIGTERM and a restart");
 }
 
 #[test]

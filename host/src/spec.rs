@@ -1689,10 +1689,11 @@ impl RawSpec {
         };
         let idle_timeout = match &self.watermark.idle_timeout {
             None => None,
-            Some(_) if !matches!(source, SourceSpec::Http(_)) => {
+            Some(_) if !matches!(source, SourceSpec::Http(_) | SourceSpec::Nats(_)) => {
                 return Err(invalid(
-                    "watermark.idle_timeout judges partitions by the clock at which weir serve \
-                     accepted their events: it is for an HTTP source",
+                    "watermark.idle_timeout judges partitions by the clock at which their events \
+                     were accepted (by weir serve, or by a NATS server): it is for an HTTP or NATS \
+                     source",
                 ));
             }
             Some(raw) => Some(positive("watermark.idle_timeout", Some(raw))?),

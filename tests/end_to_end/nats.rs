@@ -4,7 +4,8 @@
 //! checkpointed stream sequence, and the results stream holds every window's result exactly
 //! once (the re-published ones dropped by JetStream's de-duplication); a NATS server that stops
 //! and comes back is waited for, with nothing lost or repeated; SIGTERM stops a run after a
-//! final checkpoint and the next goes on from there. Bad NATS specs are refused
+//! final checkpoint and the next goes on from there; a quiet subject stops holding the
+//! watermark back after `idle_timeout` by the server's publication clock. Bad NATS specs are refused
 //! before anything connects, and a served pipeline may not name a NATS sink.
 
 use std::collections::BTreeMap;
@@ -404,6 +405,55 @@ fn sigterm_stops_an_endless_nats_run_after_a_final_checkpoint_and_it_goes_on_fro
     weir.kill().unwrap();
     weir.wait().unwrap();
     assert_exactly_once(&results, &events, "after a SIGTERM and a restart");
+}
+
+#[test]
+fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = spec(dir.path(), &server.url);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let idle = text.replacen("[event]", "[watermark]\nidle_timeout = \"1s\"\n[event]", 1);
+    std::fs::write(&path, idle).unwrap();
+    // The quiet subject's events end at 2 s; the busy one's go on to 30 s, published 1.5 s
+    // later by the server's clock: the quiet one is idle by then, so the windows up to the busy
+    // subject's watermark close (without idleness they would wait for the quiet subject).
+    let quiet: Vec<Value> = clicks(0, 200)
+        .into_iter()
+        .filter(|e| e["ts"].as_i64().unwrap() < BASE + 2_000)
+        .collect();
+    client.publish("clicks.quiet", &quiet);
+    let early: Vec<Value> = clicks(0, 280);
+    client.publish("clicks.busy", &early);
+    let mut weir = run(&path);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let late: Vec<Value> = clicks(280, 4_000);
+    client.publish("clicks.busy", &late);
+    let closed = |results: &[(String, Value)]| {
+        results
+            .iter()
+            .map(|(_, r)| r["window_end"].as_i64().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let results = loop {
+        let results = client.read_all("RESULTS");
+        if closed(&results) >= BASE + 20_000 || Instant::now() > deadline {
+            break results;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    weir.kill().unwrap();
+    weir.wait().unwrap();
+    assert!(
+        closed(&results) >= BASE + 20_000,
+        "windows past the quiet subject's last event closed: last closed window ends at {}",
+        closed(&results) - BASE
+    );
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! the server, records how far it read), so input is read exactly once into state: the
 //! position is the last stream sequence handed to the pipeline, and a restart resumes at the
 //! next one. Each message's subject is its watermark partition (as a producer's
-//! `Weir-Partition` is for HTTP), each payload one JSON event.
+//! `Weir-Partition` is for HTTP), the server's publication time its ingest clock (for
+//! `idle_timeout` and `max_ahead`, as an HTTP log's clock lines are), each payload one JSON
+//! event.
 //!
 //! The client runs on a small runtime of its own; the pipeline's router reads through
 //! [`Source`], waiting at most a tick for the next message. A server that goes away is waited
@@ -20,6 +22,8 @@ use crate::spec::NatsSourceSpec;
 
 /// How long a read waits for a message before yielding a tick.
 const TICK: Duration = Duration::from_millis(100);
+/// How far the server's publication clock moves before the source tells the pipeline (ms).
+const CLOCK_STEP: i64 = 100;
 /// The most messages taken from the client at once.
 const MAX_READY: usize = 1_024;
 /// How long to wait before opening a consumer again while the server is away.
@@ -43,8 +47,10 @@ pub struct NatsSource {
     sequence: u64,
     /// Events handed to the pipeline.
     line: u64,
-    /// The partition of the last message (a partition record is sent when it changes).
+    /// The partition of the last message (a clock record naming it is sent when it changes).
     subject: Option<Arc<str>>,
+    /// The last publication time sent as a clock record (ms since the epoch).
+    clock: Option<i64>,
     /// A message (its sequence and line) whose partition record was sent first; it counts as
     /// read only once handed out.
     pending: Option<(u64, Record)>,
@@ -90,6 +96,7 @@ impl NatsSource {
             sequence: 0,
             line: 0,
             subject: None,
+            clock: None,
             pending: None,
         })
     }
@@ -236,22 +243,38 @@ impl Source for NatsSource {
         if sequence <= self.sequence {
             return Ok(Some(Record::Tick)); // delivered again after a reconnect: already read
         }
+        let published = message
+            .info()
+            .map(|info| (info.published.unix_timestamp_nanos() / 1_000_000) as i64)
+            .unwrap_or(i64::MIN);
         let line = Record::Line(sequence, message.payload.to_vec());
         let subject = message.subject.as_str();
-        if self.subject.as_deref() == Some(subject) {
+        let same_subject = self.subject.as_deref() == Some(subject);
+        let clock_moved = published >= self.clock.unwrap_or(i64::MIN).saturating_add(CLOCK_STEP);
+        if same_subject && !clock_moved {
             (self.sequence, self.line) = (sequence, self.line + 1);
             return Ok(Some(line));
         }
-        let subject: Arc<str> = subject.into();
+        // The subject (the partition) and the server's clock at publication, as an ingest
+        // clock line of an HTTP log: idleness per subject and "too far ahead" judge by it.
+        let subject: Arc<str> = match &self.subject {
+            Some(current) if same_subject => current.clone(),
+            _ => subject.into(),
+        };
         self.subject = Some(subject.clone());
+        self.clock = Some(self.clock.map_or(published, |c| c.max(published)));
         self.pending = Some((sequence, line));
-        Ok(Some(Record::Partition(subject)))
+        Ok(Some(Record::Clock(
+            self.clock.expect("set above"),
+            Some(subject),
+        )))
     }
 
     fn position(&self) -> SourcePosition {
         SourcePosition {
             line: self.line,
             offset: self.sequence,
+            clock: self.clock,
             ..SourcePosition::default()
         }
     }
@@ -259,6 +282,7 @@ impl Source for NatsSource {
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
         self.sequence = position.offset;
         self.line = position.line;
+        self.clock = position.clock;
         self.close();
         self.pending = None;
         self.subject = None;

@@ -295,35 +295,9 @@ impl Server {
         json: serde_json::Value,
         caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
-        let name = json
-            .get("name")
-            .and_then(|n| n.as_str())
-            .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
-            .to_owned();
-        let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
+        let (name, dir) = self.named_dir(&json)?;
         Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
-        let _reserved = self.reserve(&name, true)?;
-        let _owning = self.within_quota(caller)?;
-        if dir.exists() {
-            warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
-            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
-        }
-        let owner = caller.map(|c| c.name.clone());
-        let managed = match Managed::create(json, &dir, &self.registry, owner) {
-            Ok(managed) => managed,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        let slot = Arc::new(Slot::new(&name, &dir, managed));
-        self.pipelines
-            .write()
-            .expect("pipelines lock")
-            .insert(name, slot.clone());
-        drop(_owning);
-        self.publish_ownership();
-        Ok(slot)
+        self.install(&name, &dir, json, caller, |_| Ok(()))
     }
 
     /// Creates a pipeline from savepoint `savepoint` of pipeline `from`, with the spec `json`
@@ -338,12 +312,7 @@ impl Server {
         caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
         crate::names::check("savepoint name", savepoint)?;
-        let name = json
-            .get("name")
-            .and_then(|n| n.as_str())
-            .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
-            .to_owned();
-        let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
+        let (name, dir) = self.named_dir(&json)?;
         let spec = Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
         let saved = (from.savepoints()?.into_iter())
             .find(|s| s.name == savepoint)
@@ -356,7 +325,8 @@ impl Server {
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
             return Err(RequestError::Invalid(format!(
-                "savepoint {savepoint:?} was taken with a different key, timestamp, watermark,                  window or operator chain ({}); this spec has {fingerprint}. Only operator \
+                "savepoint {savepoint:?} was taken with a different key, timestamp, watermark, \
+                 window or operator chain ({}); this spec has {fingerprint}. Only operator \
                  versions may change",
                 saved.manifest.fingerprint
             )));
@@ -366,28 +336,57 @@ impl Server {
                 "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),
             ));
         };
-        let _reserved = self.reserve(&name, true)?;
-        let _owning = self.within_quota(caller)?;
+        let slot = self.install(&name, &dir, json, caller, |_| {
+            from.fork_into(savepoint, &name, data, &dir).map(drop)
+        })?;
+        info!(pipeline = %name, from = %from.name, %savepoint, "pipeline created from a savepoint");
+        Ok(slot)
+    }
+
+    /// The name a spec gives and the directory that name makes (checked against the name rule).
+    fn named_dir(&self, json: &serde_json::Value) -> Result<(String, PathBuf), RequestError> {
+        let name = json
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| RequestError::Invalid("the spec needs a \"name\"".into()))?
+            .to_owned();
+        let dir = crate::names::child("pipeline name", &self.pipelines_dir(), &name)?;
+        Ok((name, dir))
+    }
+
+    /// Writes a new pipeline (a spec already checked) to `dir`, owned by `caller`, runs `seed`
+    /// on its files, and adds it: the name reserved and the caller's quota held meanwhile, the
+    /// directory removed if anything fails.
+    fn install(
+        &self,
+        name: &str,
+        dir: &std::path::Path,
+        json: serde_json::Value,
+        caller: Option<&Caller>,
+        seed: impl FnOnce(&Managed) -> Result<(), RequestError>,
+    ) -> Result<Arc<Slot>, RequestError> {
+        let _reserved = self.reserve(name, true)?;
+        let owning = self.within_quota(caller)?;
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(RequestError::from_io)?;
+            warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
+            std::fs::remove_dir_all(dir).map_err(RequestError::from_io)?;
         }
         let owner = caller.map(|c| c.name.clone());
-        let made = Managed::create(json, &dir, &self.registry, owner)
-            .and_then(|managed| Ok((from.fork_into(savepoint, &name, data, &dir)?, managed)));
+        let made = Managed::create(json, dir, &self.registry, owner)
+            .and_then(|managed| seed(&managed).map(|()| managed));
         let managed = match made {
-            Ok((_, managed)) => managed,
+            Ok(managed) => managed,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
         };
-        info!(pipeline = %name, from = %from.name, %savepoint, "pipeline created from a savepoint");
-        let slot = Arc::new(Slot::new(&name, &dir, managed));
+        let slot = Arc::new(Slot::new(name, dir, managed));
         self.pipelines
             .write()
             .expect("pipelines lock")
-            .insert(name, slot.clone());
-        drop(_owning);
+            .insert(name.to_owned(), slot.clone());
+        drop(owning);
         self.publish_ownership();
         Ok(slot)
     }

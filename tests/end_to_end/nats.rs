@@ -221,14 +221,30 @@ fn wait_for_results(client: &Client, n: usize) -> Vec<(String, Value)> {
     }
 }
 
-#[test]
-fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
+/// A NATS server with the events (`CLICKS`, subjects `clicks.>`) and results (`RESULTS`)
+/// streams, a client, and the test pipeline's spec in a temporary directory.
+fn setup() -> (NatsServer, Client, tempfile::TempDir, std::path::PathBuf) {
     let server = NatsServer::start();
     let client = Client::connect(&server.url);
     client.stream("CLICKS", &["clicks.>"]);
     client.stream("RESULTS", &["results"]);
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), &server.url);
+    (server, client, dir, spec)
+}
+
+/// Kills `weir run` and returns what it printed to stderr.
+fn stop(mut weir: Child) -> String {
+    weir.kill().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut weir.stderr.take().unwrap(), &mut stderr).unwrap();
+    weir.wait().unwrap();
+    stderr
+}
+
+#[test]
+fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
+    let (_server, client, dir, spec) = setup();
 
     // Two subjects, two watermark partitions; the first half of each, then a SIGKILL.
     let (eu, us) = (clicks(0, 1_500), clicks(100_000, 1_500));
@@ -249,54 +265,16 @@ fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
     };
     client.publish("clicks.eu", &far(BASE));
     client.publish("clicks.us", &far(BASE + 700_000));
-    let mut weir = run(&spec);
-    let mut all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
-    let expected = windows(&all);
-    let results = wait_for_results(&client, expected.len());
-    weir.kill().unwrap();
-    let stderr = {
-        use std::io::Read;
-        let mut text = String::new();
-        weir.stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut text)
-            .unwrap();
-        text
-    };
-    weir.wait().unwrap();
+    let weir = run(&spec);
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&client, windows(&all).len());
+    let stderr = stop(weir);
 
-    let ids: std::collections::BTreeSet<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(
-        ids.len(),
-        results.len(),
-        "every result once in the stream (ids are unique)"
-    );
     assert!(
         results.iter().all(|(id, record)| record["id"] == *id),
         "Nats-Msg-Id is the result id"
     );
-    let got: BTreeMap<(String, i64), (i64, i64)> = results
-        .iter()
-        .map(|(_, r)| {
-            let key = (
-                r["key"].as_str().unwrap().to_owned(),
-                r["window_start"].as_i64().unwrap(),
-            );
-            (
-                key,
-                (
-                    r["value"]["count"].as_i64().unwrap(),
-                    r["value"]["sum"].as_i64().unwrap(),
-                ),
-            )
-        })
-        .collect();
-    all.clear();
-    assert_eq!(
-        got, expected,
-        "every window's result, exactly once\n{stderr}"
-    );
+    assert_exactly_once(&results, &all, &stderr);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default(),
         ""
@@ -332,12 +310,7 @@ fn assert_exactly_once(results: &[(String, Value)], events: &[Value], context: &
 
 #[test]
 fn a_nats_server_that_stops_and_comes_back_is_waited_for_with_nothing_lost() {
-    let mut server = NatsServer::start();
-    let client = Client::connect(&server.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results"]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), &server.url);
+    let (mut server, client, _dir, spec) = setup();
     let events = clicks(0, 2_000);
     client.publish("clicks.all", &events[..1_000]);
     let mut weir = run(&spec);
@@ -354,22 +327,14 @@ fn a_nats_server_that_stops_and_comes_back_is_waited_for_with_nothing_lost() {
     let expected = windows(&events).len();
     let results = wait_for_results(&client, expected);
     let still_running = weir.try_wait().unwrap().is_none();
-    weir.kill().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut weir.stderr.take().unwrap(), &mut stderr).unwrap();
-    weir.wait().unwrap();
+    let stderr = stop(weir);
     assert!(still_running, "weir run waited for the server: {stderr}");
     assert_exactly_once(&results, &events, &stderr);
 }
 
 #[test]
 fn sigterm_stops_an_endless_nats_run_after_a_final_checkpoint_and_it_goes_on_from_there() {
-    let server = NatsServer::start();
-    let client = Client::connect(&server.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results"]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), &server.url);
+    let (_server, client, _dir, spec) = setup();
     let events = clicks(0, 1_000);
     client.publish("clicks.all", &events[..600]);
     let mut weir = run(&spec);
@@ -409,12 +374,7 @@ fn sigterm_stops_an_endless_nats_run_after_a_final_checkpoint_and_it_goes_on_fro
 
 #[test]
 fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
-    let server = NatsServer::start();
-    let client = Client::connect(&server.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results"]);
-    let dir = tempfile::tempdir().unwrap();
-    let path = spec(dir.path(), &server.url);
+    let (_server, client, _dir, path) = setup();
     let text = std::fs::read_to_string(&path).unwrap();
     let idle = text.replacen("[event]", "[watermark]\nidle_timeout = \"1s\"\n[event]", 1);
     std::fs::write(&path, idle).unwrap();

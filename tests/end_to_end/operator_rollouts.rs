@@ -80,17 +80,10 @@ fn applied(server: &Server, what: &str, check: impl Fn(&Value) -> bool) {
     });
 }
 
-fn events_of(server: &Server, version: &str) -> u64 {
-    let key = format!("{OPERATOR}@{version}");
-    version_entry(&server.status(PIPELINE), &key)["events"]
-        .as_u64()
-        .unwrap_or(0)
-}
-
-#[test]
-fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+/// A server in `data` with versions 1.0.0 and 2.0.0 of the enricher (the same component) and
+/// the orders pipeline created and started on 1.0.0.
+fn orders_pipeline(data: &std::path::Path) -> Server {
+    let server = Server::start(data);
     let component = crate::support::component(OPERATOR);
     server.upload_ok(OPERATOR, "1.0.0", &component);
     server.upload_ok(OPERATOR, "2.0.0", &component);
@@ -104,6 +97,20 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
         server.post(&format!("/v1/pipelines/{PIPELINE}/start"), Some(ADMIN), b""),
         200,
     );
+    server
+}
+
+fn events_of(server: &Server, version: &str) -> u64 {
+    let key = format!("{OPERATOR}@{version}");
+    version_entry(&server.status(PIPELINE), &key)["events"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = orders_pipeline(dir.path());
     let all = orders(0, 4_000);
     let sender = {
         let client = server.client();
@@ -203,20 +210,7 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
 #[test]
 fn an_enricher_shadow_compares_both_versions_and_serves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
-    let component = crate::support::component(OPERATOR);
-    server.upload_ok(OPERATOR, "1.0.0", &component);
-    server.upload_ok(OPERATOR, "2.0.0", &component);
-    server.expect(
-        "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &spec()),
-        201,
-    );
-    server.expect(
-        "starting",
-        server.post(&format!("/v1/pipelines/{PIPELINE}/start"), Some(ADMIN), b""),
-        200,
-    );
+    let server = orders_pipeline(dir.path());
     step(
         &server,
         json!({"operator": OPERATOR, "version": "2.0.0", "percent": 0, "shadow": true}),
@@ -288,20 +282,7 @@ fn an_enricher_shadow_compares_both_versions_and_serves_nothing() {
 #[test]
 fn an_enricher_rollout_survives_a_sigkill_with_every_order_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path());
-    let component = crate::support::component(OPERATOR);
-    server.upload_ok(OPERATOR, "1.0.0", &component);
-    server.upload_ok(OPERATOR, "2.0.0", &component);
-    server.expect(
-        "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &spec()),
-        201,
-    );
-    server.expect(
-        "starting",
-        server.post(&format!("/v1/pipelines/{PIPELINE}/start"), Some(ADMIN), b""),
-        200,
-    );
+    let mut server = orders_pipeline(dir.path());
     step(
         &server,
         json!({"operator": OPERATOR, "version": "2.0.0", "percent": 50}),

@@ -27,18 +27,21 @@ fn replay(server: &Server, pipeline: &str, request: &Value) -> Value {
     )
 }
 
+/// A record as a row: its key, window, and the two sides' values named `a` and `b`.
+fn row(record: &Value, a: &str, b: &str) -> Row {
+    (
+        record["key"].as_str().unwrap().to_owned(),
+        record["window_start"].as_i64().unwrap(),
+        record["window_end"].as_i64().unwrap(),
+        record[a].to_string(),
+        record[b].to_string(),
+    )
+}
+
 fn replay_rows(answer: &Value) -> BTreeSet<Row> {
     assert_eq!(answer["truncated"], false, "{answer}");
     (answer["rows"].as_array().unwrap().iter())
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().to_owned(),
-                r["window_start"].as_i64().unwrap(),
-                r["window_end"].as_i64().unwrap(),
-                r["a"].to_string(),
-                r["b"].to_string(),
-            )
-        })
+        .map(|r| row(r, "a", "b"))
         .collect()
 }
 
@@ -46,15 +49,7 @@ fn replay_rows(answer: &Value) -> BTreeSet<Row> {
 fn shadow_rows(shadow: &[Value], keys: &[&str]) -> BTreeSet<Row> {
     (shadow.iter())
         .filter(|r| keys.contains(&r["key"].as_str().unwrap()))
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap().to_owned(),
-                r["window_start"].as_i64().unwrap(),
-                r["window_end"].as_i64().unwrap(),
-                r["live"].to_string(),
-                r["candidate"].to_string(),
-            )
-        })
+        .map(|r| row(r, "live", "candidate"))
         .collect()
 }
 

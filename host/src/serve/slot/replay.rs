@@ -194,9 +194,12 @@ impl Slot {
                 crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &data, &spec.name)?;
             }
             run_to(&spec, end)?;
-            outputs.push(read_results(&dir.join("results.jsonl"))?);
+            outputs.push(dir.join("results.jsonl"));
         }
-        let keys = chosen_keys(request, &outputs);
+        let keys = chosen_keys(request, &outputs)?;
+        let outputs = (outputs.iter())
+            .map(|path| read_results(path, &keys))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(compare(request, &keys, &outputs, start, end))
     }
 
@@ -317,19 +320,41 @@ fn run_to(spec: &PipelineSpec, end: u64) -> Result<(), RequestError> {
         .map_err(|e| RequestError::Conflict(format!("the replay failed: {e}")))
 }
 
-/// A sandbox's results: each window's values in the order they were written.
-fn read_results(path: &Path) -> Result<BTreeMap<WindowId, Vec<serde_json::Value>>, RequestError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+/// Calls `f` with every record of a sandbox's results file, read a line at a time (a replay of
+/// much input writes many results: only what the answer needs is kept).
+fn for_each_result(path: &Path, mut f: impl FnMut(serde_json::Value)) -> Result<(), RequestError> {
+    use std::io::BufRead;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(RequestError::from_io(e)),
     };
-    let mut windows: BTreeMap<WindowId, Vec<serde_json::Value>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let record: serde_json::Value = serde_json::from_str(line)
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.map_err(RequestError::from_io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = serde_json::from_str(&line)
             .map_err(|e| RequestError::Internal(format!("a replay result is not JSON: {e}")))?;
+        f(record);
+    }
+    Ok(())
+}
+
+/// The results of `keys` in a sandbox's results file: each window's values in the order they
+/// were written.
+fn read_results(
+    path: &Path,
+    keys: &BTreeSet<String>,
+) -> Result<BTreeMap<WindowId, Vec<serde_json::Value>>, RequestError> {
+    let mut windows: BTreeMap<WindowId, Vec<serde_json::Value>> = BTreeMap::new();
+    for_each_result(path, |record| {
+        let key = record["key"].as_str().unwrap_or_default();
+        if !keys.contains(key) {
+            return;
+        }
         let id = (
-            record["key"].as_str().unwrap_or_default().to_owned(),
+            key.to_owned(),
             record["window_start"].as_i64().unwrap_or_default(),
             record["window_end"].as_i64().unwrap_or_default(),
         );
@@ -338,30 +363,28 @@ fn read_results(path: &Path) -> Result<BTreeMap<WindowId, Vec<serde_json::Value>
             _ => record["value"].clone(),
         };
         windows.entry(id).or_default().push(value);
-    }
+    })?;
     Ok(windows)
 }
 
-/// The keys the answer shows: those asked for, or a sample of those with results, chosen by
-/// key group then key (deterministic, and spread over the key space).
+/// The keys the answer shows: those asked for, or a sample of those with results in either
+/// file, chosen by key group then key (deterministic, and spread over the key space).
 fn chosen_keys(
     request: &ReplayRequest,
-    outputs: &[BTreeMap<WindowId, Vec<serde_json::Value>>],
-) -> BTreeSet<String> {
-    if request.sample.is_none() {
-        return request.keys.iter().cloned().collect();
+    results: &[PathBuf],
+) -> Result<BTreeSet<String>, RequestError> {
+    let Some(sample) = request.sample else {
+        return Ok(request.keys.iter().cloned().collect());
+    };
+    let mut all: BTreeSet<(u16, String)> = BTreeSet::new();
+    for path in results {
+        for_each_result(path, |record| {
+            if let Some(key) = record["key"].as_str() {
+                all.insert((crate::state::key_group(key), key.to_owned()));
+            }
+        })?;
     }
-    let all: BTreeSet<&str> = (outputs.iter())
-        .flat_map(|windows| windows.keys().map(|(key, _, _)| key.as_str()))
-        .collect();
-    let mut ordered: Vec<(u16, &str)> = (all.into_iter())
-        .map(|key| (crate::state::key_group(key), key))
-        .collect();
-    ordered.sort_unstable();
-    (ordered.into_iter())
-        .take(request.sample.unwrap_or(0))
-        .map(|(_, key)| key.to_owned())
-        .collect()
+    Ok(all.into_iter().take(sample).map(|(_, key)| key).collect())
 }
 
 /// The answer: every window of the chosen keys within the range, both versions' results side

@@ -117,8 +117,15 @@ pub fn save_from(
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let partial = path.with_extension("redb.partial");
     let _ = std::fs::remove_file(&partial);
-    store.copy_to(&partial)?;
-    std::fs::rename(&partial, &path).map_err(io(&path))?;
+    // A copy that fails (a full disk) leaves nothing behind to fill it further.
+    let copied = store
+        .copy_to(&partial)
+        .map_err(SavepointError::from)
+        .and_then(|()| std::fs::rename(&partial, &path).map_err(io(&path)));
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     Ok(SavepointInfo {
         name: name.into(),

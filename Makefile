@@ -14,7 +14,7 @@ COMPONENTIZE_PY := 0.25.1
 
 setup:
 	rustup target add wasm32-wasip2
-	@command -v nats-server >/dev/null || { echo "installing nats-server (the NATS tests run a real one)"; \
+	@command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || { echo "installing nats-server (the NATS tests run a real one)"; \
 		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server \
 		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
 		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server; }; }

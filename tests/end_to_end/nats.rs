@@ -41,7 +41,12 @@ impl NatsServer {
     }
 
     fn spawn(port: u16, store: &std::path::Path) -> Child {
-        let child = Command::new("nats-server")
+        // Debian puts it in /usr/sbin, which a user's PATH may leave out.
+        let program = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
+            .into_iter()
+            .find(|path| std::path::Path::new(path).exists())
+            .unwrap_or("nats-server");
+        let child = Command::new(program)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store)
             .stdout(Stdio::null())

@@ -64,6 +64,26 @@ impl StateTotals {
     }
 }
 
+/// Creates a new, empty store file at `path` whole or not at all: made beside it and renamed
+/// into place, so a crash while redb writes its header cannot leave a file that the next start
+/// takes for a damaged store.
+fn create_whole(path: &Path) -> Result<()> {
+    let creating = path.with_extension("redb.creating");
+    let fail = |message: String| StateError::Store {
+        path: path.to_owned(),
+        message,
+    };
+    let _ = std::fs::remove_file(&creating);
+    drop(Database::create(&creating).map_err(|e| fail(e.to_string()))?);
+    std::fs::rename(&creating, path).map_err(|e| fail(e.to_string()))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| fail(format!("cannot sync the directory: {e}")))?;
+    }
+    Ok(())
+}
+
 /// The name of the state file inside a data directory.
 pub const STATE_FILE: &str = "state.redb";
 
@@ -119,6 +139,9 @@ impl RedbStore {
                 path,
                 message: "the file is empty".into(),
             });
+        }
+        if !existed {
+            create_whole(&path)?;
         }
         let db = Database::create(&path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StateError::Store {

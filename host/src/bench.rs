@@ -138,7 +138,10 @@ pub fn checkpoint_throughput(
     let mut without = with.clone();
     without.state = StateSpec::Redb(dir.join("without"));
     without.checkpoint_interval = None;
-    let fresh = crate::pipeline::RunOptions { fresh: true };
+    let fresh = crate::pipeline::RunOptions {
+        fresh: true,
+        ..Default::default()
+    };
     let result = pipeline::run_with(&with, fresh)
         .and_then(|a| Ok((a, pipeline::run_with(&without, fresh)?)));
     let _ = std::fs::remove_dir_all(&dir);
@@ -432,8 +435,14 @@ pub fn recovery(options: &BenchOptions, events: u64) -> Result<RecoveryReport, P
         })
     };
     let result = (|| {
-        let stopped =
-            pipeline::run_controlled(&spec, RunOptions { fresh: true }, Some(first.clone()))?;
+        let stopped = pipeline::run_controlled(
+            &spec,
+            RunOptions {
+                fresh: true,
+                ..Default::default()
+            },
+            Some(first.clone()),
+        )?;
         first.stop();
         let data_bytes = std::fs::read_dir(&dir)
             .map(|entries| {

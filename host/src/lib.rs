@@ -24,6 +24,7 @@ pub mod api;
 pub mod bench;
 pub mod checkpoint;
 pub mod client;
+pub mod cluster;
 pub mod emit;
 pub mod event;
 pub mod fsutil;

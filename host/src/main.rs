@@ -37,6 +37,57 @@ enum Command {
     Deploy(DeployArgs),
     /// Replay a served pipeline's recorded input through two operator versions, side by side.
     Replay(ReplayArgs),
+    /// Share a pipeline among `weir worker` processes through a NATS server: deploy, status.
+    Cluster(ClusterArgs),
+    /// Run a share of a pipeline deployed with `weir cluster deploy`, with other workers.
+    Worker(WorkerArgs),
+}
+
+/// The options of `weir cluster`.
+#[derive(Debug, clap::Args)]
+struct ClusterArgs {
+    #[command(subcommand)]
+    action: ClusterAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterAction {
+    /// Store a pipeline spec and its components on the NATS server for workers to run.
+    Deploy {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The spec file (its source a NATS stream, its results a NATS subject).
+        spec: PathBuf,
+        /// How many slices the key groups are cut into (1-64; the most workers that get work).
+        #[arg(long)]
+        slices: Option<usize>,
+    },
+    /// Print the pipeline's slices, live workers and who runs each slice, as JSON.
+    Status {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+    },
+}
+
+/// The options of `weir worker`.
+#[derive(Debug, clap::Args)]
+struct WorkerArgs {
+    /// The NATS server, nats://host:port.
+    #[arg(long)]
+    nats: String,
+    /// The pipeline (deployed with `weir cluster deploy`).
+    #[arg(long)]
+    pipeline: String,
+    /// This worker's name, unique among the pipeline's workers (default: host name and pid).
+    #[arg(long)]
+    id: Option<String>,
+    /// Where to keep local state and components.
+    #[arg(long, default_value = "weir-worker")]
+    dir: PathBuf,
 }
 
 /// The options of `weir new`.
@@ -459,6 +510,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run_pipeline(args),
         Command::Savepoint(args) => savepoint(args),
         Command::Replay(args) => replay(args),
+        Command::Cluster(args) => cluster(args),
+        Command::Worker(args) => worker(args),
         Command::Serve(args) => serve(*args),
         Command::State(args) => state(args),
         Command::Bench(args) => bench(args),
@@ -585,18 +638,58 @@ fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
     let progress = std::io::stderr()
         .is_terminal()
         .then(|| Progress::start(control.clone()));
-    let result =
-        weir::pipeline::run_controlled(&pipeline, weir::RunOptions { fresh }, Some(control));
+    let result = weir::pipeline::run_controlled(
+        &pipeline,
+        weir::RunOptions {
+            fresh,
+            ..Default::default()
+        },
+        Some(control),
+    );
     drop(progress);
     let summary = result.with_context(|| format!("pipeline {:?} failed", pipeline.name))?;
     eprintln!("weir: {summary}");
     Ok(())
 }
 
-/// SIGINT or SIGTERM stops the run after a final checkpoint (its windows stay open, so a
-/// restart goes on where it stopped): how an endless input (stdin, NATS) is ended. A second
-/// signal exits at once; the last checkpoint still holds.
-fn stop_on_signals(control: Arc<weir::pipeline::PipelineControl>) -> anyhow::Result<()> {
+fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
+    match args.action {
+        ClusterAction::Deploy { nats, spec, slices } => {
+            let record = weir::cluster::deploy(&nats, &spec, slices)?;
+            eprintln!(
+                "weir: pipeline {} deployed in {} slices ({} components)",
+                record.name,
+                record.slices,
+                record.code.len()
+            );
+        }
+        ClusterAction::Status { nats, pipeline } => {
+            let status = weir::cluster::status(&nats, &pipeline)?;
+            println!("{status}");
+        }
+    }
+    Ok(())
+}
+
+/// Runs a worker until SIGINT or SIGTERM, then gives its slices up (each after a final
+/// checkpoint, uploaded) so the other workers take them at once.
+fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let worker = weir::cluster::Worker::start(weir::cluster::WorkerOptions {
+        url: args.nats,
+        pipeline: args.pipeline,
+        id: args.id,
+        dir: args.dir,
+    })?;
+    eprintln!("weir: worker {} started", worker.id());
+    let stop = worker.stopper();
+    on_signals(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))?;
+    worker.run()?;
+    eprintln!("weir: worker stopped");
+    Ok(())
+}
+
+/// Calls `stop` on the first SIGINT or SIGTERM; a second one exits at once.
+fn on_signals(stop: impl Fn() + Send + 'static) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -612,21 +705,28 @@ fn stop_on_signals(control: Arc<weir::pipeline::PipelineControl>) -> anyhow::Res
         .name("weir-signals".into())
         .spawn(move || {
             runtime.block_on(async {
-                for _ in 0..2 {
+                for round in 0..2 {
                     tokio::select! {
                         _ = interrupt.recv() => {}
                         _ = terminate.recv() => {}
                     }
-                    if control.stopping() {
+                    if round == 1 {
                         eprintln!("weir: stopping now (the last checkpoint holds)");
                         std::process::exit(130);
                     }
                     eprintln!("weir: stopping after a final checkpoint (again to stop now)");
-                    control.stop();
+                    stop();
                 }
             })
         })?;
     Ok(())
+}
+
+/// SIGINT or SIGTERM stops the run after a final checkpoint (its windows stay open, so a
+/// restart goes on where it stopped): how an endless input (stdin, NATS) is ended. A second
+/// signal exits at once; the last checkpoint still holds.
+fn stop_on_signals(control: Arc<weir::pipeline::PipelineControl>) -> anyhow::Result<()> {
+    on_signals(move || control.stop())
 }
 
 /// A progress line on a terminal, redrawn every second while a pipeline runs: events in and

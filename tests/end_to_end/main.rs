@@ -3,6 +3,7 @@
 //!
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
+mod cluster;
 mod emit;
 mod enrichment;
 mod errors;

@@ -18,14 +18,14 @@ use serde_json::Value;
 use tokio_stream::StreamExt;
 
 /// A `nats-server -js` on a free loopback port, with its store in a temporary directory.
-struct NatsServer {
+pub(crate) struct NatsServer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _store: tempfile::TempDir,
 }
 
 impl NatsServer {
-    fn start() -> NatsServer {
+    pub(crate) fn start() -> NatsServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -63,7 +63,7 @@ impl NatsServer {
 
     /// Stops the server gracefully (its streams are kept on disk), waits `away`, and starts it
     /// again on the same port and store.
-    fn restart(&mut self, away: Duration) {
+    pub(crate) fn restart(&mut self, away: Duration) {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         self.child.wait().unwrap();
@@ -81,13 +81,13 @@ impl Drop for NatsServer {
 }
 
 /// A JetStream client for the test's own publishing and reading.
-struct Client {
-    runtime: tokio::runtime::Runtime,
-    jetstream: jetstream::Context,
+pub(crate) struct Client {
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) jetstream: jetstream::Context,
 }
 
 impl Client {
-    fn connect(url: &str) -> Client {
+    pub(crate) fn connect(url: &str) -> Client {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let client = runtime.block_on(async_nats::connect(url)).unwrap();
         let _inside = runtime.enter();
@@ -97,7 +97,7 @@ impl Client {
         }
     }
 
-    fn stream(&self, name: &str, subjects: &[&str]) {
+    pub(crate) fn stream(&self, name: &str, subjects: &[&str]) {
         let config = jetstream::stream::Config {
             name: name.into(),
             subjects: subjects.iter().map(|s| s.to_string()).collect(),
@@ -109,7 +109,7 @@ impl Client {
             .unwrap();
     }
 
-    fn publish(&self, subject: &str, events: &[Value]) {
+    pub(crate) fn publish(&self, subject: &str, events: &[Value]) {
         self.runtime.block_on(async {
             for event in events {
                 let ack = self
@@ -123,7 +123,7 @@ impl Client {
     }
 
     /// Every message of `stream`: its `Nats-Msg-Id` and payload.
-    fn read_all(&self, stream: &str) -> Vec<(String, Value)> {
+    pub(crate) fn read_all(&self, stream: &str) -> Vec<(String, Value)> {
         self.runtime.block_on(async {
             let stream = self.jetstream.get_stream(stream).await.unwrap();
             let consumer = stream
@@ -148,17 +148,17 @@ impl Client {
     }
 }
 
-const BASE: i64 = 1_772_442_000_000;
+pub(crate) const BASE: i64 = 1_772_442_000_000;
 
 /// In-order clicks of 20 users, `n` of them from index `from`, 7 ms apart.
-fn clicks(from: usize, n: usize) -> Vec<Value> {
+pub(crate) fn clicks(from: usize, n: usize) -> Vec<Value> {
     (from..from + n)
         .map(|i| serde_json::json!({"user": format!("u{}", i % 20), "ts": BASE + i as i64 * 7, "amount": i % 10}))
         .collect()
 }
 
 /// The count and sum of every 1 s window of every user in `events`, by `(user, start)`.
-fn windows(events: &[Value]) -> BTreeMap<(String, i64), (i64, i64)> {
+pub(crate) fn windows(events: &[Value]) -> BTreeMap<(String, i64), (i64, i64)> {
     let mut out = BTreeMap::new();
     for e in events {
         let start = e["ts"].as_i64().unwrap().div_euclid(1000) * 1000;
@@ -215,7 +215,7 @@ fn run(spec: &std::path::Path) -> Child {
         .unwrap()
 }
 
-fn wait_for_results(client: &Client, n: usize) -> Vec<(String, Value)> {
+pub(crate) fn wait_for_results(client: &Client, n: usize) -> Vec<(String, Value)> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let results = client.read_all("RESULTS");
@@ -287,7 +287,7 @@ fn a_nats_stream_in_and_out_survives_a_sigkill_with_every_result_once() {
 }
 
 /// Checks that `results` hold every window of `events` exactly once.
-fn assert_exactly_once(results: &[(String, Value)], events: &[Value], context: &str) {
+pub(crate) fn assert_exactly_once(results: &[(String, Value)], events: &[Value], context: &str) {
     let ids: std::collections::BTreeSet<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids.len(), results.len(), "result ids are unique");
     let got: BTreeMap<(String, i64), (i64, i64)> = results

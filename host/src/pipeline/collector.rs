@@ -261,6 +261,12 @@ fn commit(
         let _ = ack.send(());
     }
     take_savepoints(&checkpointer.committer, control);
+    if let Some(listener) = &control.on_commit {
+        listener(
+            &checkpointer.committer.store,
+            checkpointer.committer.next_id - 1,
+        );
+    }
     Ok(())
 }
 

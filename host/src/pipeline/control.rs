@@ -113,7 +113,13 @@ pub struct PipelineControl {
     memory: std::sync::OnceLock<Arc<MemoryPool>>,
     /// The state quota of the run's operators (`[state] max_keys`, `max_bytes`).
     state: std::sync::OnceLock<Arc<StateQuota>>,
+    /// Told of every checkpoint right after it commits (a worker uploads it).
+    pub on_commit: Option<CommitListener>,
 }
+
+/// Called by the collector with the store and the id of each checkpoint it committed; it must
+/// return quickly (hand the work to another thread).
+pub type CommitListener = Arc<dyn Fn(&crate::state::RedbStore, u64) + Send + Sync>;
 
 /// A savepoint to take after the next checkpoint, and who waits for it.
 #[derive(Debug)]
@@ -157,6 +163,7 @@ impl PipelineControl {
             cpu: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
             state: std::sync::OnceLock::new(),
+            on_commit: None,
         }
     }
 
@@ -181,6 +188,12 @@ impl PipelineControl {
     pub fn with_results(mut self, results: tokio::sync::broadcast::Sender<ResultLine>) -> Self {
         self.results = results;
         self.stream_results = true;
+        self
+    }
+
+    /// Telling `listener` of every checkpoint committed.
+    pub fn with_commit_listener(mut self, listener: CommitListener) -> Self {
+        self.on_commit = Some(listener);
         self
     }
 

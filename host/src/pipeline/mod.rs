@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use control::{LiveStats, PipelineControl, ResolveError, Resolver, ResultLine};
+pub use control::{CommitListener, LiveStats, PipelineControl, ResolveError, Resolver, ResultLine};
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
@@ -117,6 +117,32 @@ pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
 pub struct RunOptions {
     /// Discard any checkpoint in the data directory and start from the beginning.
     pub fresh: bool,
+    /// Process only the events of these key groups (a worker's slice of a pipeline shared by
+    /// several processes); `None`: all. Every event is still read, numbered and observed by
+    /// the watermark, so results are those of a run over all key groups, restricted to these.
+    pub key_groups: Option<KeyGroups>,
+}
+
+/// A contiguous range `[first, end)` of key groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyGroups {
+    /// The first key group.
+    pub first: u16,
+    /// One past the last (at most [`KEY_GROUPS`]).
+    pub end: u32,
+}
+
+impl KeyGroups {
+    /// Whether `group` is in the range.
+    pub fn contains(&self, group: u16) -> bool {
+        group >= self.first && u32::from(group) < self.end
+    }
+
+    /// Slice `index` of `slices` equal contiguous ranges of all key groups.
+    pub fn slice(index: usize, slices: usize) -> KeyGroups {
+        let (first, end) = groups_of(index, slices);
+        KeyGroups { first, end }
+    }
 }
 
 /// What a run did.
@@ -278,6 +304,7 @@ pub fn run_controlled(
         control: &control,
         routing,
         pending_change: None,
+        key_groups: options.key_groups,
     };
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),

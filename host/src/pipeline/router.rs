@@ -47,6 +47,9 @@ pub(super) struct Router<'a> {
     pub routing: Option<Routing>,
     /// A routing taken with the last position, for the barrier that follows.
     pub pending_change: Option<RoutingChange>,
+    /// Route only these key groups' events (the others are numbered, observed and dropped);
+    /// the router's own dead letters go only to the run holding key group 0.
+    pub key_groups: Option<super::KeyGroups>,
 }
 
 struct Batch {
@@ -173,12 +176,14 @@ impl Router<'_> {
                 if let Some(buckets) = &mut buckets {
                     event.key = buckets.of(&event.key, seq);
                 }
-                let shard = shard_of(key_group(&event.key), n);
-                batch.per_shard[shard].push(Staged {
-                    seq,
-                    event,
-                    origin: None,
-                });
+                let group = key_group(&event.key);
+                if self.key_groups.is_none_or(|owned| owned.contains(group)) {
+                    batch.per_shard[shard_of(group, n)].push(Staged {
+                        seq,
+                        event,
+                        origin: None,
+                    });
+                }
                 seq += 1;
             }
             batch.records += usize::from(!tick);
@@ -334,8 +339,12 @@ impl Router<'_> {
         self.control.metrics.backpressured(started.elapsed());
         batch.records = 0;
         self.control.batch_sent();
+        let mut dead = std::mem::take(&mut batch.dead);
+        if self.key_groups.is_some_and(|owned| !owned.contains(0)) {
+            dead.clear(); // every run of a shared pipeline reads them; one writes them
+        }
         let part = RouterPart {
-            dead: std::mem::take(&mut batch.dead),
+            dead,
             advances,
             end_of_input,
         };

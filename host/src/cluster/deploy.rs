@@ -1,0 +1,193 @@
+//! Sharing a pipeline through the NATS server (`weir cluster deploy`): its spec goes into the
+//! `weir-pipelines` bucket and its components into the `weir-operators` object store by digest,
+//! so every worker runs the same code; and what the buckets say about a shared pipeline
+//! (`weir cluster status`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+use super::leases::Leases;
+use super::{
+    CODE_BUCKET, ClusterError, Connection, DEFAULT_SLICES, MAX_COMPONENT_BYTES, MAX_SLICES,
+    PIPELINES_BUCKET, Result, check_name, check_shareable,
+};
+use crate::spec::{OperatorCode, PipelineSpec};
+
+/// A shared pipeline as the bucket holds it (`pipelines.<name>`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineRecord {
+    /// The pipeline's name (the spec's).
+    pub name: String,
+    /// The spec's text, as deployed.
+    pub spec: String,
+    /// Whether the text is JSON (else TOML).
+    pub json: bool,
+    /// How many slices the key groups are cut into (fixed once workers ran it).
+    pub slices: usize,
+    /// Each component's digest (`sha256:<hex>`), by `operator@version`.
+    pub code: BTreeMap<String, String>,
+}
+
+/// The bucket key of a shared pipeline.
+pub(super) fn record_key(name: &str) -> String {
+    format!("pipelines.{name}")
+}
+
+/// Shares the pipeline of the spec file at `path`, cut into `slices` slices (default 6): its
+/// components are uploaded by digest and the spec stored. Deploying again replaces the spec
+/// for workers that start afterwards.
+pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineRecord> {
+    let slices = slices.unwrap_or(DEFAULT_SLICES);
+    if !(1..=MAX_SLICES).contains(&slices) {
+        return Err(ClusterError::Unshareable(format!(
+            "--slices {slices}: from 1 to {MAX_SLICES}"
+        )));
+    }
+    let spec = PipelineSpec::load(path)?;
+    check_name("pipeline name", &spec.name)?;
+    check_shareable(&spec)?;
+    let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let connection = Connection::open(url)?;
+    let mut code = BTreeMap::new();
+    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
+        if let OperatorCode::Component(file) = &operator.code {
+            let digest = upload_component(&connection, file)?;
+            code.insert(format!("{}@{}", operator.name, operator.version), digest);
+        }
+    }
+    let record = PipelineRecord {
+        name: spec.name.clone(),
+        spec: text,
+        json: path.extension().is_some_and(|e| e == "json"),
+        slices,
+        code,
+    };
+    let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
+    let bytes = serde_json::to_vec(&record).expect("a record serialises");
+    connection
+        .block_on(bucket.put(record_key(&record.name), bytes.into()))
+        .map_err(|e| connection.error("storing the pipeline", e))?;
+    Ok(record)
+}
+
+/// Uploads a component file (unless the store has it) and returns its digest.
+fn upload_component(connection: &Connection, file: &Path) -> Result<String> {
+    let io = |source| ClusterError::Io {
+        path: file.to_owned(),
+        source,
+    };
+    let size = std::fs::metadata(file).map_err(io)?.len();
+    if size > MAX_COMPONENT_BYTES {
+        return Err(ClusterError::Unshareable(format!(
+            "{}: {size} bytes, more than a component may have ({MAX_COMPONENT_BYTES})",
+            file.display()
+        )));
+    }
+    let bytes = std::fs::read(file).map_err(io)?;
+    let hex = hex_digest(&bytes);
+    let store = connection.objects(CODE_BUCKET)?;
+    connection
+        .block_on(async {
+            if store.info(&hex).await.is_ok() {
+                return Ok(());
+            }
+            store
+                .put(hex.as_str(), &mut bytes.as_slice())
+                .await
+                .map(drop)
+        })
+        .map_err(|e| connection.error("uploading a component", e))?;
+    Ok(format!("sha256:{hex}"))
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Reads the shared pipeline `name`.
+pub(super) fn fetch_record(connection: &Connection, name: &str) -> Result<PipelineRecord> {
+    check_name("pipeline name", name)?;
+    let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
+    let bytes = connection
+        .block_on(bucket.get(record_key(name)))
+        .map_err(|e| connection.error("reading the pipeline", e))?
+        .ok_or_else(|| ClusterError::Unknown(name.to_owned()))?;
+    let record: PipelineRecord = serde_json::from_slice(&bytes)
+        .map_err(|e| ClusterError::Damaged(format!("pipeline record {name}: {e}")))?;
+    if record.name != name || !(1..=MAX_SLICES).contains(&record.slices) {
+        return Err(ClusterError::Damaged(format!(
+            "pipeline record {name}: name {:?}, {} slices",
+            record.name, record.slices
+        )));
+    }
+    Ok(record)
+}
+
+/// Downloads the component of `digest` (`sha256:<hex>`) into `dir` unless it is there, and
+/// checks it against the digest: its path.
+pub(super) fn fetch_component(
+    connection: &Connection,
+    digest: &str,
+    dir: &Path,
+) -> Result<std::path::PathBuf> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| ClusterError::Damaged(format!("component digest {digest:?}")))?;
+    let path = dir.join(format!("{hex}.wasm"));
+    if std::fs::read(&path).is_ok_and(|bytes| hex_digest(&bytes) == hex) {
+        return Ok(path);
+    }
+    let store = connection.objects(CODE_BUCKET)?;
+    let bytes = connection
+        .block_on(async {
+            let object = store.get(hex).await.map_err(|e| e.to_string())?;
+            let mut bytes = Vec::new();
+            object
+                .take(MAX_COMPONENT_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(bytes)
+        })
+        .map_err(|e| connection.error(&format!("component {digest}"), e))?;
+    if hex_digest(&bytes) != hex {
+        return Err(ClusterError::Damaged(format!(
+            "component {digest}: the stored bytes do not match"
+        )));
+    }
+    crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ClusterError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// What the server says about a shared pipeline: its slices, live members, and who holds
+/// each slice.
+pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
+    let connection = std::sync::Arc::new(Connection::open(url)?);
+    let record = fetch_record(&connection, name)?;
+    let leases = Leases::open(connection, name, None)?;
+    let owners: BTreeMap<String, String> = leases
+        .owners()?
+        .into_iter()
+        .map(|(slice, owner)| (slice.to_string(), owner))
+        .collect();
+    Ok(serde_json::json!({
+        "pipeline": name,
+        "slices": record.slices,
+        "members": leases.members()?,
+        "owners": owners,
+    }))
+}

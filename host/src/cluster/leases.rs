@@ -1,0 +1,184 @@
+//! Membership and slice leases in the `weir-leases` key-value bucket, whose entries expire
+//! [`LEASE`](super::LEASE) after their last write: `members.<pipeline>.<worker>` says a worker
+//! is alive, `slices.<pipeline>.<i>` which worker runs slice `i`. A lease is taken with a
+//! create (only one succeeds) and kept by updates that expect its last revision, so a worker
+//! that was presumed dead and whose slice was taken finds out at its next renewal.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{Operation, Store};
+use tokio_stream::StreamExt;
+
+use super::{Connection, LEASE, LEASES_BUCKET, Result};
+
+/// What renewing a lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Renewal {
+    /// Still ours, at this revision.
+    Held(u64),
+    /// Another worker holds it now.
+    Lost,
+    /// The server did not answer: nobody else can take it meanwhile.
+    Unreachable,
+}
+
+/// One pipeline's leases, seen by one worker (or by nobody: `weir cluster status`).
+pub(super) struct Leases {
+    connection: Arc<Connection>,
+    bucket: Store,
+    pipeline: String,
+    worker: Option<String>,
+}
+
+impl Leases {
+    pub(super) fn open(
+        connection: Arc<Connection>,
+        pipeline: &str,
+        worker: Option<&str>,
+    ) -> Result<Leases> {
+        let bucket = connection.bucket(LEASES_BUCKET, LEASE)?;
+        Ok(Leases {
+            connection,
+            bucket,
+            pipeline: pipeline.to_owned(),
+            worker: worker.map(str::to_owned),
+        })
+    }
+
+    fn me(&self) -> &str {
+        self.worker.as_deref().unwrap_or("")
+    }
+
+    fn slice_key(&self, slice: usize) -> String {
+        format!("slices.{}.{slice}", self.pipeline)
+    }
+
+    /// Says this worker is alive.
+    pub(super) fn beat(&self) -> Result<()> {
+        let key = format!("members.{}.{}", self.pipeline, self.me());
+        let value = self.me().as_bytes().to_vec().into();
+        match self.connection.block_on(timed(self.bucket.put(key, value))) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.connection.error("membership", e)),
+            Err(_) => Err(self.connection.error("membership", "no answer")),
+        }
+    }
+
+    /// Says this worker is gone (its slices were released before).
+    pub(super) fn leave(&self) {
+        let key = format!("members.{}.{}", self.pipeline, self.me());
+        let _ = self.connection.block_on(timed(self.bucket.delete(key)));
+    }
+
+    /// The workers alive, sorted.
+    pub(super) fn members(&self) -> Result<Vec<String>> {
+        let prefix = format!("members.{}.", self.pipeline);
+        let mut members: Vec<String> = self
+            .keys()?
+            .into_iter()
+            .filter_map(|key| key.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        members.sort();
+        Ok(members)
+    }
+
+    /// Who holds each slice that is held.
+    pub(super) fn owners(&self) -> Result<BTreeMap<usize, String>> {
+        let prefix = format!("slices.{}.", self.pipeline);
+        let mut owners = BTreeMap::new();
+        for key in self.keys()? {
+            let Some(slice) = key.strip_prefix(&prefix).and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Ok(Ok(Some(owner))) = self.connection.block_on(timed(self.bucket.get(&key))) {
+                owners.insert(slice, String::from_utf8_lossy(&owner).into_owned());
+            }
+        }
+        Ok(owners)
+    }
+
+    fn keys(&self) -> Result<Vec<String>> {
+        self.connection
+            .block_on(async {
+                let mut keys = self.bucket.keys().await.map_err(|e| e.to_string())?;
+                let mut out = Vec::new();
+                while let Some(key) = tokio::time::timeout(Duration::from_secs(5), keys.next())
+                    .await
+                    .map_err(|_| "no answer".to_owned())?
+                {
+                    out.push(key.map_err(|e| e.to_string())?);
+                }
+                Ok::<_, String>(out)
+            })
+            .map_err(|e| self.connection.error("listing leases", e))
+    }
+
+    /// Takes slice `slice` if nobody holds it (or this worker held it before a restart):
+    /// its revision, or `None`.
+    pub(super) fn acquire(&self, slice: usize) -> Option<u64> {
+        let key = self.slice_key(slice);
+        let value = self.me().as_bytes().to_vec();
+        self.connection.block_on(async {
+            if let Ok(Ok(revision)) = timed(self.bucket.create(&key, value.clone().into())).await {
+                return Some(revision);
+            }
+            match timed(self.bucket.entry(&key)).await {
+                Ok(Ok(Some(entry)))
+                    if entry.operation == Operation::Put && entry.value == value =>
+                {
+                    timed(self.bucket.update(&key, value.into(), entry.revision))
+                        .await
+                        .ok()?
+                        .ok()
+                }
+                _ => None,
+            }
+        })
+    }
+
+    /// Renews this worker's lease of `slice`, last written at `revision`.
+    pub(super) fn renew(&self, slice: usize, revision: u64) -> Renewal {
+        let key = self.slice_key(slice);
+        let value: bytes::Bytes = self.me().as_bytes().to_vec().into();
+        self.connection.block_on(async {
+            match timed(self.bucket.update(&key, value.clone(), revision)).await {
+                Ok(Ok(revision)) => return Renewal::Held(revision),
+                Err(_) => return Renewal::Unreachable,
+                Ok(Err(_)) => {}
+            }
+            // Expired meanwhile (the server was away longer than a lease) or taken.
+            match timed(self.bucket.entry(&key)).await {
+                Ok(Ok(Some(entry))) if entry.operation == Operation::Put => {
+                    if entry.value == value {
+                        Renewal::Held(entry.revision)
+                    } else {
+                        Renewal::Lost
+                    }
+                }
+                Ok(Ok(_)) => match timed(self.bucket.create(&key, value)).await {
+                    Ok(Ok(revision)) => Renewal::Held(revision),
+                    Ok(Err(_)) => Renewal::Lost,
+                    Err(_) => Renewal::Unreachable,
+                },
+                _ => Renewal::Unreachable,
+            }
+        })
+    }
+
+    /// Gives slice `slice` up (after its last checkpoint was uploaded).
+    pub(super) fn release(&self, slice: usize, revision: u64) {
+        let key = self.slice_key(slice);
+        let _ = self.connection.block_on(timed(
+            self.bucket.delete_expect_revision(key, Some(revision)),
+        ));
+    }
+}
+
+/// A request that gives up after a few seconds (the server may be away).
+async fn timed<F: std::future::Future>(
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    tokio::time::timeout(Duration::from_secs(3), future).await
+}

@@ -1,0 +1,260 @@
+//! Scale-out over NATS JetStream: several `weir worker` processes share a pipeline.
+//!
+//! A shared pipeline's 32,768 key groups are cut into a fixed number of **slices** (contiguous
+//! ranges). Each slice is run by exactly one worker at a time, as a pipeline run of its own
+//! that reads the whole input stream and processes only its slice's keys
+//! ([`crate::pipeline::KeyGroups`]); so its watermark, and therefore its results, are those of
+//! a single process, restricted to its keys. Who runs which slice is decided through a
+//! JetStream key-value bucket (`leases.rs`: membership and slice leases that expire when not
+//! renewed); each slice's checkpoints are uploaded to a JetStream object store
+//! (`snapshots.rs`), from which the next owner restores it and resumes its input from the
+//! recorded stream sequence. Results are published with their ids as `Nats-Msg-Id`, so what a
+//! new owner publishes again after a takeover is dropped by the stream's de-duplication.
+//!
+//! The pipeline's spec and operator components are shared through the same server
+//! (`deploy.rs`: `weir cluster deploy`); `worker.rs` is the worker's loop.
+//!
+//! May depend on `pipeline`, `spec`, `checkpoint`, `state` and `names`; nothing depends on it
+//! but the binary.
+
+mod deploy;
+mod leases;
+mod snapshots;
+mod worker;
+
+use std::time::Duration;
+
+pub use deploy::{PipelineRecord, deploy, status};
+pub use worker::{Worker, WorkerOptions};
+
+use crate::spec::{OperatorCode, PipelineSpec, Sink, SourceSpec};
+
+/// The key-value bucket holding shared pipelines (`pipelines.<name>`).
+const PIPELINES_BUCKET: &str = "weir-pipelines";
+/// The key-value bucket of members and slice leases: entries expire [`LEASE`] after their last
+/// write, so a process that stops renewing loses them.
+const LEASES_BUCKET: &str = "weir-leases";
+/// The object store of operator components, by digest.
+const CODE_BUCKET: &str = "weir-operators";
+/// The object store of slice checkpoints (`<pipeline>/slice-<i>`).
+const CHECKPOINTS_BUCKET: &str = "weir-checkpoints";
+
+/// How long a lease (a membership, a slice) lives without being renewed.
+pub const LEASE: Duration = Duration::from_secs(5);
+/// How often a worker renews its leases and looks at the membership.
+pub const BEAT: Duration = Duration::from_secs(1);
+/// The most slices a pipeline may be cut into.
+pub const MAX_SLICES: usize = 64;
+/// The default number of slices (divides among 1, 2, 3 and 6 workers evenly).
+pub const DEFAULT_SLICES: usize = 6;
+/// The largest component accepted for sharing.
+const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
+/// What can go wrong sharing a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The NATS server could not be reached or refused a request.
+    #[error("NATS at {url}: {message}")]
+    Nats {
+        /// The server.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The spec cannot be shared by several workers.
+    #[error("this pipeline cannot be shared by workers: {0}")]
+    Unshareable(String),
+    /// A name (pipeline, worker) is not acceptable.
+    #[error("{0}")]
+    BadName(String),
+    /// The spec (from a file or from the bucket) is not valid.
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    /// The shared pipeline is not there.
+    #[error("no pipeline {0:?} is deployed on this NATS server: `weir cluster deploy` it first")]
+    Unknown(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// A stored record or component is damaged or does not match its digest.
+    #[error("damaged shared data: {0}")]
+    Damaged(String),
+}
+
+/// `Result` for the cluster.
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+/// Checks a name used in bucket keys: the name rule, and no dots (a dot separates the key's
+/// parts).
+fn check_name(what: &'static str, name: &str) -> Result<()> {
+    crate::names::check(what, name).map_err(|e| ClusterError::BadName(e.to_string()))?;
+    if name.contains('.') {
+        return Err(ClusterError::BadName(format!(
+            "{what} {name:?}: no dots in a shared pipeline's or a worker's name"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses what several workers cannot share: input other than a NATS stream, output other
+/// than NATS subjects (or nowhere), and what combines keys after the aggregate (stages, global
+/// aggregates, pre-aggregation: their keys would have to cross processes), reference files and
+/// built-in operators aside.
+pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
+    let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
+    if !matches!(spec.source, SourceSpec::Nats(_)) {
+        return refuse("its source must be a NATS stream ([source] type = \"nats\")");
+    }
+    if !matches!(spec.sinks.results, Sink::Nats(_)) {
+        return refuse("its results must go to NATS (results = { nats = ..., subject = ... })");
+    }
+    for (name, sink) in [
+        ("late", &spec.sinks.late),
+        ("dead_letters", &spec.sinks.dead_letters),
+    ] {
+        if matches!(sink, Sink::File(_)) {
+            return Err(ClusterError::Unshareable(format!(
+                "sinks.{name} is a file, which a slice moving to another machine cannot take along: use a NATS subject"
+            )));
+        }
+    }
+    if !spec.stages.is_empty() || spec.global || spec.pre_aggregate {
+        return refuse(
+            "stages, global aggregates and pre-aggregation combine keys across slices; a shared pipeline is enrichers and one keyed aggregate",
+        );
+    }
+    if spec.enrichers.iter().any(|e| e.reference.is_some()) {
+        return refuse("reference data files are not shared through NATS yet");
+    }
+    if spec.checkpoint_interval.is_none() {
+        return refuse("it needs a checkpoint_interval: slices move by their checkpoints");
+    }
+    let operators = spec.enrichers.iter().chain(spec.aggregate.as_ref());
+    for operator in operators {
+        if !matches!(
+            operator.code,
+            OperatorCode::Component(_) | OperatorCode::Native(_) | OperatorCode::Stored { .. }
+        ) {
+            return Err(ClusterError::Unshareable(format!(
+                "operator {}: a component file or a built-in",
+                operator.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A connection to the NATS server with the buckets the cluster uses, on a small runtime of
+/// its own; its methods block.
+pub(crate) struct Connection {
+    url: String,
+    runtime: tokio::runtime::Runtime,
+    jetstream: async_nats::jetstream::Context,
+}
+
+impl Connection {
+    /// Connects (failing after `wait` if the server does not answer).
+    pub(crate) fn open(url: &str) -> Result<Connection> {
+        let fail = |message: String| ClusterError::Nats {
+            url: url.to_owned(),
+            message,
+        };
+        if !url.starts_with("nats://") || url.len() > 1024 || url.contains(char::is_whitespace) {
+            return Err(fail("the server is a nats://host:port address".into()));
+        }
+        let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
+        let client = runtime
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    async_nats::ConnectOptions::new()
+                        .retry_on_initial_connect()
+                        .connect(url),
+                )
+                .await
+            })
+            .map_err(|_| fail("no answer within 10 s".into()))?
+            .map_err(|e| fail(e.to_string()))?;
+        let jetstream = {
+            let _inside = runtime.enter();
+            async_nats::jetstream::new(client)
+        };
+        Ok(Connection {
+            url: url.to_owned(),
+            runtime,
+            jetstream,
+        })
+    }
+
+    fn error(&self, what: &str, e: impl std::fmt::Display) -> ClusterError {
+        ClusterError::Nats {
+            url: self.url.clone(),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The key-value bucket `name`, created if missing.
+    fn bucket(&self, name: &str, max_age: Duration) -> Result<async_nats::jetstream::kv::Store> {
+        self.block_on(async {
+            if let Ok(store) = self.jetstream.get_key_value(name).await {
+                return Ok::<_, String>(store);
+            }
+            // The stream a key-value bucket is, made directly: the client's own bucket
+            // creation first asks for account details that Debian's nats-server 2.9 answers
+            // in a form the client cannot read.
+            use async_nats::jetstream::stream::{Config, DiscardPolicy};
+            self.jetstream
+                .create_stream(Config {
+                    name: format!("KV_{name}"),
+                    subjects: vec![format!("$KV.{name}.>")],
+                    max_messages_per_subject: 1,
+                    max_age,
+                    max_message_size: 1 << 20,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
+                    discard: DiscardPolicy::New,
+                    num_replicas: 1,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            self.jetstream
+                .get_key_value(name)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| self.error(&format!("bucket {name}"), e))
+    }
+
+    /// The object store `name`, created if missing.
+    fn objects(&self, name: &str) -> Result<async_nats::jetstream::object_store::ObjectStore> {
+        self.block_on(async {
+            if let Ok(store) = self.jetstream.get_object_store(name).await {
+                return Ok(store);
+            }
+            self.jetstream
+                .create_object_store(async_nats::jetstream::object_store::Config {
+                    bucket: name.to_owned(),
+                    ..Default::default()
+                })
+                .await
+        })
+        .map_err(|e| self.error(&format!("object store {name}"), e))
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let _inside = self.runtime.enter();
+    }
+}

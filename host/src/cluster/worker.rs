@@ -1,0 +1,337 @@
+//! [`Worker`]: one `weir worker` process's share of a pipeline. Every [`BEAT`] it renews its
+//! membership and its slices' leases, works out which slices are its own (slice `i` goes to
+//! the `i mod n`-th of the `n` live members, sorted), gives up the slices that are no longer
+//! its own (a final checkpoint, uploaded, then the lease released) and takes those that are
+//! free (the last uploaded checkpoint restored, then a run started from it).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::deploy::{PipelineRecord, fetch_component, fetch_record};
+use super::leases::{Leases, Renewal};
+use super::snapshots::{Snapshots, Uploader};
+use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
+use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
+use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, StateSpec};
+
+/// How a worker is started (`weir worker`).
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The NATS server.
+    pub url: String,
+    /// The shared pipeline to work on.
+    pub pipeline: String,
+    /// This worker's name (unique among the pipeline's workers; default: host name and pid).
+    pub id: Option<String>,
+    /// Where this worker keeps its slices' local state and the components.
+    pub dir: PathBuf,
+}
+
+/// How long a slice whose run failed is left alone before this worker takes it again.
+const COOLDOWN: Duration = Duration::from_secs(5);
+
+/// A slice this worker runs.
+struct SliceRun {
+    control: Arc<PipelineControl>,
+    thread: std::thread::JoinHandle<Result<Summary, PipelineError>>,
+    uploader: Uploader,
+    /// The lease's revision.
+    revision: u64,
+}
+
+/// One process's share of a shared pipeline.
+pub struct Worker {
+    id: String,
+    dir: PathBuf,
+    record: PipelineRecord,
+    spec: PipelineSpec,
+    leases: Leases,
+    snapshots: Arc<Snapshots>,
+    running: BTreeMap<usize, SliceRun>,
+    failed: BTreeMap<usize, Instant>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Connects, reads the shared pipeline and fetches its components.
+    pub fn start(options: WorkerOptions) -> Result<Worker> {
+        let id = options
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
+        check_name("worker name", &id)?;
+        check_name("pipeline name", &options.pipeline)?;
+        let connection = Arc::new(Connection::open(&options.url)?);
+        let record = fetch_record(&connection, &options.pipeline)?;
+        let dir = options.dir.join(&record.name);
+        let spec = shared_spec(&connection, &record, &dir)?;
+        let leases = Leases::open(connection.clone(), &record.name, Some(&id))?;
+        let snapshots = Arc::new(Snapshots::open(connection)?);
+        Ok(Worker {
+            id,
+            dir,
+            record,
+            spec,
+            leases,
+            snapshots,
+            running: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Set it to stop the worker: its slices are checkpointed, uploaded and released.
+    pub fn stopper(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// This worker's name.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Works until stopped, then gives every slice up.
+    pub fn run(mut self) -> Result<()> {
+        info!(worker = %self.id, pipeline = %self.record.name, slices = self.record.slices, "worker started");
+        while !self.stop.load(Ordering::SeqCst) {
+            let started = Instant::now();
+            self.step();
+            let rest = BEAT.saturating_sub(started.elapsed());
+            let until = Instant::now() + rest;
+            while Instant::now() < until && !self.stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let held: Vec<usize> = self.running.keys().copied().collect();
+        for slice in held {
+            self.give_up(slice);
+        }
+        self.leases.leave();
+        info!(worker = %self.id, "worker stopped");
+        Ok(())
+    }
+
+    fn step(&mut self) {
+        if let Err(e) = self.leases.beat() {
+            warn!(worker = %self.id, error = %e, "membership not renewed");
+        }
+        self.reap_finished();
+        let mut reachable = true;
+        let held: Vec<(usize, u64)> = self.running.iter().map(|(s, r)| (*s, r.revision)).collect();
+        for (slice, revision) in held {
+            match self.leases.renew(slice, revision) {
+                Renewal::Held(revision) => {
+                    if let Some(run) = self.running.get_mut(&slice) {
+                        run.revision = revision;
+                    }
+                }
+                Renewal::Lost => self.lose(slice),
+                Renewal::Unreachable => reachable = false,
+            }
+        }
+        if !reachable {
+            return;
+        }
+        let members = match self.leases.members() {
+            Ok(members) if members.contains(&self.id) => members,
+            Ok(_) => return, // our own membership is not visible yet
+            Err(e) => {
+                warn!(worker = %self.id, error = %e, "membership unknown");
+                return;
+            }
+        };
+        let mine: Vec<usize> = (0..self.record.slices)
+            .filter(|slice| members[slice % members.len()] == self.id)
+            .collect();
+        let surplus: Vec<usize> = (self.running.keys())
+            .filter(|slice| !mine.contains(slice))
+            .copied()
+            .collect();
+        for slice in surplus {
+            self.give_up(slice);
+        }
+        self.failed.retain(|_, at| at.elapsed() < COOLDOWN);
+        for slice in mine {
+            if self.running.contains_key(&slice) || self.failed.contains_key(&slice) {
+                continue;
+            }
+            if let Some(revision) = self.leases.acquire(slice)
+                && let Err(e) = self.take(slice, revision)
+            {
+                warn!(worker = %self.id, slice, error = %e, "cannot run slice");
+                self.leases.release(slice, revision);
+                self.failed.insert(slice, Instant::now());
+            }
+        }
+    }
+
+    /// Restores slice `slice`'s last uploaded checkpoint and starts running it.
+    fn take(&mut self, slice: usize, revision: u64) -> Result<()> {
+        let slice_dir = self.dir.join(format!("slice-{slice}"));
+        let data = slice_dir.join("data");
+        let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
+        let mut spec = self.spec.clone();
+        spec.state = StateSpec::Redb(data);
+        spec.shards = Some(spec.shards.unwrap_or(1));
+        let uploader = Uploader::start(
+            self.snapshots.clone(),
+            &self.record.name,
+            slice,
+            slice_dir.join("upload.redb"),
+        )
+        .map_err(|source| ClusterError::Io {
+            path: slice_dir.clone(),
+            source,
+        })?;
+        let label = format!("{}/slice-{slice}", self.record.name);
+        let control = Arc::new(
+            PipelineControl::new(
+                &label,
+                Box::new(|_, version| {
+                    Err(crate::pipeline::ResolveError::Failed(format!(
+                        "a shared pipeline has no registry to find version {version} in"
+                    )))
+                }),
+                None,
+            )
+            .with_commit_listener(uploader.listener()),
+        );
+        let options = RunOptions {
+            fresh: false,
+            key_groups: Some(KeyGroups::slice(slice, self.record.slices)),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-slice-{slice}"))
+            .spawn({
+                let control = control.clone();
+                move || crate::pipeline::run_controlled(&spec, options, Some(control))
+            })
+            .map_err(|source| ClusterError::Io {
+                path: slice_dir,
+                source,
+            })?;
+        info!(worker = %self.id, slice, resumed_from = ?restored, "slice taken");
+        eprintln!(
+            "weir: worker {} runs slice {slice} (from checkpoint {})",
+            self.id,
+            restored.map_or("none".into(), |id| id.to_string())
+        );
+        self.running.insert(
+            slice,
+            SliceRun {
+                control,
+                thread,
+                uploader,
+                revision,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops slice `slice` after a final checkpoint, uploads it and releases the lease.
+    fn give_up(&mut self, slice: usize) {
+        let Some(run) = self.running.remove(&slice) else {
+            return;
+        };
+        run.control.stop();
+        let outcome = run.thread.join();
+        let uploaded = run.uploader.finish();
+        if let Ok(Err(e)) = &outcome {
+            warn!(worker = %self.id, slice, error = %e, "slice run failed");
+        }
+        self.leases.release(slice, run.revision);
+        info!(worker = %self.id, slice, checkpoint = uploaded, "slice given up");
+        eprintln!(
+            "weir: worker {} gave slice {slice} up (checkpoint {uploaded})",
+            self.id
+        );
+    }
+
+    /// Slice `slice`'s lease went to another worker: stop at once, uploading nothing more.
+    fn lose(&mut self, slice: usize) {
+        let Some(run) = self.running.remove(&slice) else {
+            return;
+        };
+        run.uploader.fence();
+        run.control.stop();
+        let _ = run.thread.join();
+        drop(run.uploader);
+        warn!(worker = %self.id, slice, "slice lease lost to another worker; stopped");
+    }
+
+    /// Slices whose run ended by itself (a failure: a NATS input does not end): their last
+    /// checkpoint is uploaded, the lease released, and the slice left alone for a while.
+    fn reap_finished(&mut self) {
+        let finished: Vec<usize> = (self.running.iter())
+            .filter(|(_, run)| run.thread.is_finished())
+            .map(|(slice, _)| *slice)
+            .collect();
+        for slice in finished {
+            self.give_up(slice);
+            self.failed.insert(slice, Instant::now());
+        }
+    }
+}
+
+/// The shared pipeline's spec as this worker runs it: parsed from the record (relative paths
+/// under `dir`), checked again (the bucket is input like any other), and every component
+/// replaced by the one fetched by its digest.
+fn shared_spec(
+    connection: &Connection,
+    record: &PipelineRecord,
+    dir: &Path,
+) -> Result<PipelineSpec> {
+    let mut spec = PipelineSpec::parse(&record.spec, record.json, dir)?;
+    if spec.name != record.name {
+        return Err(ClusterError::Damaged(format!(
+            "pipeline record {}: its spec names {:?}",
+            record.name, spec.name
+        )));
+    }
+    check_shareable(&spec)?;
+    let blobs = dir.join("operators");
+    std::fs::create_dir_all(&blobs).map_err(|source| ClusterError::Io {
+        path: blobs.clone(),
+        source,
+    })?;
+    let fetch = |operator: &mut OperatorSpec| -> Result<()> {
+        if !matches!(operator.code, OperatorCode::Component(_)) {
+            return Ok(());
+        }
+        let label = format!("{}@{}", operator.name, operator.version);
+        let digest = record.code.get(&label).ok_or_else(|| {
+            ClusterError::Damaged(format!(
+                "pipeline record {}: no code for {label}",
+                record.name
+            ))
+        })?;
+        let path = fetch_component(connection, digest, &blobs)?;
+        operator.code = OperatorCode::Stored {
+            path,
+            digest: digest.clone(),
+        };
+        Ok(())
+    };
+    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
+        fetch(operator)?;
+    }
+    Ok(spec)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| {
+            name.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty() && name.len() <= 40)
+        .unwrap_or_else(|| "worker".into())
+}

@@ -1,0 +1,405 @@
+//! Scale-out over NATS JetStream (issue 14): `weir cluster deploy` shares a pipeline through a
+//! real `nats-server -js` on loopback, and `weir worker` processes split its slices of key
+//! groups between them. One worker and three give the same de-duplicated results (and those of
+//! an independent model); a worker SIGKILLed mid-run has its slices taken over within a
+//! bounded time with nothing lost or repeated; workers joining and leaving move slices by
+//! their uploaded checkpoints; a NATS server that goes away and comes back is waited for.
+//! Specs and names that cannot be shared, and damaged shared records, are refused.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::nats::{
+    BASE, Client, NatsServer, assert_exactly_once, clicks, wait_for_results, windows,
+};
+
+const PIPELINE: &str = "shared-clicks";
+
+fn spec_text(url: &str, module: &Path) -> String {
+    format!(
+        r#"name = "{PIPELINE}"
+checkpoint_interval = "200ms"
+[source]
+type = "nats"
+url = "{url}"
+stream = "CLICKS"
+[event]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[[operators]]
+name = "count-sum"
+version = "1.0.0"
+kind = "aggregate"
+module = {module:?}
+[sinks]
+results = {{ nats = "{url}", subject = "results" }}
+"#
+    )
+}
+
+/// A NATS server with the `CLICKS` and `RESULTS` streams, and the shared pipeline deployed in
+/// six slices.
+struct Cluster {
+    server: NatsServer,
+    client: Client,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let server = NatsServer::start();
+        let client = Client::connect(&server.url);
+        client.stream("CLICKS", &["clicks.>"]);
+        client.stream("RESULTS", &["results"]);
+        let dir = tempfile::tempdir().unwrap();
+        let spec = dir.path().join("pipeline.toml");
+        std::fs::write(&spec, spec_text(&server.url, &crate::serve::count_sum_v1())).unwrap();
+        let output = weir(&["cluster", "deploy", "--nats", &server.url])
+            .arg(&spec)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        Cluster {
+            server,
+            client,
+            dir,
+        }
+    }
+
+    /// Starts worker `id`, its local files in its own directory, its stderr in a file.
+    fn worker(&self, id: &str) -> Child {
+        let dir = self.dir.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(self.log(id)).unwrap();
+        weir(&[
+            "worker",
+            "--nats",
+            &self.server.url,
+            "--pipeline",
+            PIPELINE,
+            "--id",
+            id,
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+    }
+
+    fn log(&self, id: &str) -> PathBuf {
+        self.dir.path().join(format!("{id}.log"))
+    }
+
+    fn logs(&self, ids: &[&str]) -> String {
+        ids.iter()
+            .map(|id| {
+                let text = std::fs::read_to_string(self.log(id)).unwrap_or_default();
+                format!("--- {id}\n{text}")
+            })
+            .collect()
+    }
+
+    /// Who runs each slice, by `weir cluster status`.
+    fn owners(&self) -> BTreeMap<String, String> {
+        let output = weir(&["cluster", "status", "--nats", &self.server.url, PIPELINE])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(status["slices"], 6);
+        serde_json::from_value(status["owners"].clone()).unwrap()
+    }
+
+    /// Waits until the six slices are run by exactly the workers `ids`, two each: how long
+    /// that took.
+    fn wait_for_owners(&self, ids: &[&str]) -> Duration {
+        let started = Instant::now();
+        let want: BTreeSet<&str> = ids.iter().copied().collect();
+        loop {
+            let owners = self.owners();
+            let held: BTreeSet<&str> = owners.values().map(String::as_str).collect();
+            let even = want
+                .iter()
+                .all(|id| owners.values().filter(|o| o == id).count() == 6 / ids.len());
+            if owners.len() == 6 && held == want && even {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "slices never settled on {ids:?}: {owners:?}\n{}",
+                self.logs(&["w1", "w2", "w3"])
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Purges the input stream's messages before the last one, once every slice has had time
+    /// to upload a checkpoint past them: a slice that did not resume from its uploaded
+    /// checkpoint (and read the stream from the start) would miss them.
+    fn purge_read_input(&self) {
+        std::thread::sleep(Duration::from_millis(1_500));
+        self.client.runtime.block_on(async {
+            let mut stream = self.client.jetstream.get_stream("CLICKS").await.unwrap();
+            let last = stream.info().await.unwrap().state.last_sequence;
+            stream.purge().sequence(last).await.unwrap();
+        });
+    }
+
+    /// Publishes events far ahead on both subjects, which close every earlier window.
+    fn close_windows(&self) {
+        for subject in ["clicks.eu", "clicks.us"] {
+            let far = serde_json::json!({"user": "zz", "ts": BASE + 100_000_000, "amount": 0});
+            self.client.publish(subject, &[far]);
+        }
+    }
+}
+
+fn weir(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.args(args);
+    command
+}
+
+fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends SIGTERM and waits for a clean exit.
+fn terminate(mut child: Child) {
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(
+                status.success(),
+                "a worker stops cleanly on SIGTERM: {status}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two subjects of clicks, 1,500 each.
+fn input() -> (Vec<Value>, Vec<Value>) {
+    (clicks(0, 1_500), clicks(100_000, 1_500))
+}
+
+/// Runs the whole input through `workers` workers and returns the results by id.
+fn run_with_workers(workers: &[&str]) -> BTreeMap<String, Value> {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let children: Vec<Child> = workers.iter().map(|id| cluster.worker(id)).collect();
+    cluster.wait_for_owners(workers);
+    cluster.client.publish("clicks.eu", &eu);
+    cluster.client.publish("clicks.us", &us);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    children.into_iter().for_each(kill);
+    assert_exactly_once(&results, &all, &cluster.logs(workers));
+    results.into_iter().collect()
+}
+
+#[test]
+fn one_worker_and_three_give_the_same_results_as_the_model() {
+    let one = run_with_workers(&["w1"]);
+    let three = run_with_workers(&["w1", "w2", "w3"]);
+    assert_eq!(one, three, "the same results, ids and values");
+}
+
+#[test]
+fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let mut workers: BTreeMap<&str, Child> =
+        ["w1", "w2", "w3"].map(|id| (id, cluster.worker(id))).into();
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    cluster.client.publish("clicks.eu", &eu[..800]);
+    cluster.client.publish("clicks.us", &us[..800]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    cluster.purge_read_input();
+    kill(workers.remove("w2").unwrap());
+    cluster.client.publish("clicks.eu", &eu[800..]);
+    cluster.client.publish("clicks.us", &us[800..]);
+    cluster.close_windows();
+    let took = cluster.wait_for_owners(&["w1", "w3"]);
+    eprintln!("slices of the killed worker taken over after {took:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "taken over within 15 s (a 5 s lease): {took:?}"
+    );
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    workers.into_values().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2", "w3"]);
+    assert_exactly_once(&results, &all, &logs);
+    let resumed =
+        logs.matches("(from checkpoint ").count() - logs.matches("(from checkpoint none)").count();
+    assert!(
+        resumed >= 2,
+        "the killed worker's two slices resumed from checkpoints: {logs}"
+    );
+}
+
+#[test]
+fn workers_joining_and_leaving_move_slices_with_their_state() {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let w1 = cluster.worker("w1");
+    let w2 = cluster.worker("w2");
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.client.publish("clicks.eu", &eu[..500]);
+    cluster.client.publish("clicks.us", &us[..500]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    // 2 -> 3: a third worker joins and takes two slices.
+    cluster.purge_read_input();
+    let w3 = cluster.worker("w3");
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    cluster.client.publish("clicks.eu", &eu[500..1_000]);
+    cluster.client.publish("clicks.us", &us[500..1_000]);
+    // 3 -> 2: one leaves cleanly; its slices go on elsewhere from its final checkpoint.
+    cluster.purge_read_input();
+    terminate(w2);
+    let took = cluster.wait_for_owners(&["w1", "w3"]);
+    assert!(
+        took < Duration::from_secs(10),
+        "a clean leave moves at once: {took:?}"
+    );
+    cluster.client.publish("clicks.eu", &eu[1_000..]);
+    cluster.client.publish("clicks.us", &us[1_000..]);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    kill(w1);
+    kill(w3);
+    let logs = cluster.logs(&["w1", "w2", "w3"]);
+    assert!(logs.contains("gave slice"), "{logs}");
+    assert_exactly_once(&results, &all, &logs);
+}
+
+#[test]
+fn workers_wait_for_a_nats_server_that_goes_away_and_lose_nothing() {
+    let mut cluster = Cluster::start();
+    let (eu, us) = input();
+    let workers = [cluster.worker("w1"), cluster.worker("w2")];
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.client.publish("clicks.eu", &eu[..700]);
+    cluster.client.publish("clicks.us", &us[..700]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    cluster.server.restart(Duration::from_secs(3));
+    cluster.client = Client::connect(&cluster.server.url);
+    cluster.client.publish("clicks.eu", &eu[700..]);
+    cluster.client.publish("clicks.us", &us[700..]);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    workers.into_iter().for_each(kill);
+    assert_exactly_once(&results, &all, &cluster.logs(&["w1", "w2"]));
+}
+
+#[test]
+fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
+    let cluster = Cluster::start();
+    let url = cluster.server.url.clone();
+    let good = spec_text(&url, &crate::serve::count_sum_v1());
+    let spec = cluster.dir.path().join("bad.toml");
+    let refused = |text: &str, args: &[&str], why: &str| {
+        std::fs::write(&spec, text).unwrap();
+        let output = weir(&["cluster", "deploy", "--nats", &url])
+            .arg(&spec)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(why),
+            "{why}: {stderr}"
+        );
+    };
+    refused(
+        &good.replace("results = {", "late = \"late.jsonl\"\nresults = {"),
+        &[],
+        "sinks.late is a file",
+    );
+    refused(
+        &good.replace(
+            "[sinks]",
+            "[[stages]]\nkey = \"*\"\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n[stages.aggregate]\nname = \"c\"\nversion = \"1\"\nnative = \"count-sum\"\n[sinks]",
+        ),
+        &[],
+        "stages",
+    );
+    refused(&good.replace("shared-clicks", "a.b"), &[], "no dots");
+    refused(&good, &["--slices", "0"], "from 1 to 64");
+    refused(&good, &["--slices", "65"], "from 1 to 64");
+
+    let worker_error = |args: &[&str]| {
+        let output = weir(&["worker", "--nats", &url])
+            .args(args)
+            .arg("--dir")
+            .arg(cluster.dir.path().join("refused"))
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let error = worker_error(&["--pipeline", "nothing-here"]);
+    assert!(error.contains("no pipeline \"nothing-here\""), "{error}");
+    let error = worker_error(&["--pipeline", PIPELINE, "--id", "../x"]);
+    assert!(error.contains("worker name"), "{error}");
+    let error = worker_error(&["--pipeline", PIPELINE, "--id", "a.b"]);
+    assert!(error.contains("no dots"), "{error}");
+
+    // A record someone else wrote into the bucket is input like any other.
+    let put = |record: Value| {
+        let bucket = cluster
+            .client
+            .runtime
+            .block_on(cluster.client.jetstream.get_key_value("weir-pipelines"))
+            .unwrap();
+        cluster
+            .client
+            .runtime
+            .block_on(bucket.put(format!("pipelines.{PIPELINE}"), record.to_string().into()))
+            .unwrap();
+    };
+    let record = |code: &str| {
+        serde_json::json!({"name": PIPELINE, "spec": good, "json": false, "slices": 6,
+            "code": {"count-sum@1.0.0": code}})
+    };
+    put(record("sha256:../../../etc/passwd"));
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(
+        error.contains("damaged shared data: component digest"),
+        "{error}"
+    );
+    put(record(&format!("sha256:{}", "0".repeat(64))));
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(error.contains("component sha256:0000"), "{error}");
+    let mut wrong = record("x");
+    wrong["slices"] = 1000.into();
+    put(wrong);
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(error.contains("1000 slices"), "{error}");
+    put(
+        serde_json::json!({"name": PIPELINE, "spec": good.replace("[sinks]", "[state]\ndir = \"/\"\n[sinks]\nlate = \"/tmp/x\""), "json": false, "slices": 6, "code": {}}),
+    );
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(error.contains("cannot be shared"), "{error}");
+}

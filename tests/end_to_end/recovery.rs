@@ -175,6 +175,43 @@ fn committed_output_is_byte_identical_after_sigkill_at_random_points() {
 }
 
 #[test]
+fn sigterm_mid_run_stops_after_a_final_checkpoint_and_the_restart_loses_nothing() {
+    let events = stream(60_000);
+    let input = to_jsonl(&events);
+    let (expected, _took) = uninterrupted(&input);
+    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &input);
+    let marker = pipeline.dir.path().join("data/CHECKPOINT");
+    // Each run is stopped by SIGTERM while it reads (after its first checkpoint), then the
+    // next goes on: the record being read as the stop came must not be lost.
+    let mut stopped = 0;
+    for attempt in 0..3 {
+        let _ = std::fs::remove_file(&marker);
+        let mut args = vec!["--checkpoint-interval", "15ms"];
+        if attempt == 0 {
+            args.push("--fresh");
+        }
+        let mut child = weir(&pipeline, &args).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !marker.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        stopped += usize::from(stderr.contains("stopping after a final checkpoint"));
+    }
+    assert!(stopped >= 2, "the runs were stopped mid-input");
+    let rest = weir(&pipeline, &[]).output().unwrap();
+    assert!(rest.status.success());
+    assert!(
+        outputs(pipeline.dir.path()) == expected,
+        "output after SIGTERMs and restarts differs from an uninterrupted run's"
+    );
+}
+
+#[test]
 fn a_crash_inside_the_checkpoint_commit_loses_and_duplicates_nothing() {
     let input = to_jsonl(&stream(20_000));
     let (expected, _) = uninterrupted(&input);

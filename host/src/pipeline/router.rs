@@ -99,7 +99,9 @@ impl Router<'_> {
         }
         // The wall clock at which the events being read were accepted (HTTP ingest).
         let mut ingest_clock = source.position().clock;
-        while let Some(record) = source.next_record()? {
+        loop {
+            // Checked before reading: a record read and then left behind would be counted in
+            // the position the final checkpoint records, and so lost.
             if self.control.stopping() {
                 // A stop is not the end of the input: no window closes; the final checkpoint
                 // lets a restart continue exactly here.
@@ -110,6 +112,9 @@ impl Router<'_> {
                 info!(events = seq - start.events, "stopped");
                 return Ok(seq - start.events);
             }
+            let Some(record) = source.next_record()? else {
+                break;
+            };
             let tick = matches!(record, Record::Tick);
             if tick {
                 // Keeps the lags current while the input pauses.

@@ -3,6 +3,9 @@
 //! NATS JetStream source and sink against a file (`weir bench nats`). A measurement, not a
 //! test: run it on a quiet machine, in a release build.
 
+mod cluster;
+pub use cluster::{ClusterReport, cluster};
+
 use std::path::PathBuf;
 
 use crate::pipeline::{self, PipelineError, Summary};

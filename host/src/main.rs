@@ -1006,11 +1006,21 @@ enum BenchSuite {
             default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
         )]
         module: PathBuf,
+        /// Also share the pipeline among this many `weir worker` processes (repeat for more
+        /// runs, e.g. --workers 1 --workers 3) and time them.
+        #[arg(long)]
+        workers: Vec<usize>,
     },
 }
 
 /// `weir bench nats`.
-fn bench_nats(url: &str, events: u64, keys: u64, module: PathBuf) -> anyhow::Result<()> {
+fn bench_nats(
+    url: &str,
+    events: u64,
+    keys: u64,
+    module: PathBuf,
+    workers: &[usize],
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         events > 0 && keys > 0,
         "--events and --keys must be at least 1"
@@ -1019,7 +1029,7 @@ fn bench_nats(url: &str, events: u64, keys: u64, module: PathBuf) -> anyhow::Res
         events,
         keys,
         shards: 1,
-        module,
+        module: module.clone(),
         others: Vec::new(),
         batch_size: weir::spec::DEFAULT_BATCH_SIZE,
     };
@@ -1038,6 +1048,16 @@ fn bench_nats(url: &str, events: u64, keys: u64, module: PathBuf) -> anyhow::Res
         nats / file,
         report.publish_rate
     );
+    for &count in workers {
+        anyhow::ensure!((1..=16).contains(&count), "--workers from 1 to 16");
+        let run = weir::bench::cluster(url, &module, events, keys, count)?;
+        println!(
+            "shared by {count} worker process(es), 6 slices {:>8.0} events/s  ({} results, {:.2} s from the workers' start)",
+            run.rate(),
+            run.results,
+            run.elapsed.as_secs_f64()
+        );
+    }
     Ok(())
 }
 
@@ -1102,9 +1122,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         events,
         keys,
         module,
+        workers,
     }) = args.suite
     {
-        return bench_nats(&nats, events, keys, module);
+        return bench_nats(&nats, events, keys, module, &workers);
     }
     let BenchArgs {
         suite: _,

@@ -306,10 +306,17 @@ pub(crate) fn assert_exactly_once(results: &[(String, Value)], events: &[Value],
             )
         })
         .collect();
-    assert_eq!(
-        got,
-        windows(events),
-        "every window's result, exactly once\n{context}"
+    let want = windows(events);
+    let wrong: Vec<_> = (want.keys().chain(got.keys()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|key| got.get(*key) != want.get(*key))
+        .map(|key| (key, got.get(key), want.get(key)))
+        .take(20)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "every window's result, exactly once: (window, got, want) {wrong:?}\n{context}"
     );
 }
 

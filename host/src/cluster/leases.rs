@@ -80,7 +80,9 @@ impl Leases {
             .into_iter()
             .filter_map(|key| key.strip_prefix(&prefix).map(str::to_owned))
             .collect();
+        // A listing made while a member renews may name it twice.
         members.sort();
+        members.dedup();
         Ok(members)
     }
 

@@ -17,7 +17,8 @@ use super::leases::{Leases, Renewal};
 use super::snapshots::{Snapshots, Uploader};
 use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
-use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, StateSpec};
+use crate::source::NatsFeed;
+use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
 
 /// How a worker is started (`weir worker`).
 #[derive(Debug, Clone)]
@@ -55,6 +56,8 @@ pub struct Worker {
     running: BTreeMap<usize, SliceRun>,
     failed: BTreeMap<usize, Instant>,
     stop: Arc<AtomicBool>,
+    /// The one reader of the input stream, shared by this worker's slices.
+    feed: NatsFeed,
 }
 
 impl Worker {
@@ -72,7 +75,13 @@ impl Worker {
         let spec = shared_spec(&connection, &record, &dir)?;
         let leases = Leases::open(connection.clone(), &record.name, Some(&id))?;
         let snapshots = Arc::new(Snapshots::open(connection)?);
+        let SourceSpec::Nats(input) = &spec.source else {
+            unreachable!("check_shareable refuses other sources")
+        };
+        let feed =
+            NatsFeed::start(input.clone()).map_err(|e| ClusterError::Unshareable(e.to_string()))?;
         Ok(Worker {
+            feed,
             id,
             dir,
             record,
@@ -199,7 +208,8 @@ impl Worker {
                 }),
                 None,
             )
-            .with_commit_listener(uploader.listener()),
+            .with_commit_listener(uploader.listener())
+            .with_source(Box::new(self.feed.source())),
         );
         let options = RunOptions {
             fresh: false,

@@ -115,6 +115,8 @@ pub struct PipelineControl {
     state: std::sync::OnceLock<Arc<StateQuota>>,
     /// Told of every checkpoint right after it commits (a worker uploads it).
     pub on_commit: Option<CommitListener>,
+    /// A source handed in instead of opening the spec's (a worker's slices share a reader).
+    source: Mutex<Option<Box<dyn crate::source::Source>>>,
 }
 
 /// Called by the collector with the store and the id of each checkpoint it committed; it must
@@ -164,6 +166,7 @@ impl PipelineControl {
             memory: std::sync::OnceLock::new(),
             state: std::sync::OnceLock::new(),
             on_commit: None,
+            source: Mutex::new(None),
         }
     }
 
@@ -195,6 +198,18 @@ impl PipelineControl {
     pub fn with_commit_listener(mut self, listener: CommitListener) -> Self {
         self.on_commit = Some(listener);
         self
+    }
+
+    /// Reading `source` instead of opening the spec's (it is resumed from the checkpoint like
+    /// the spec's would be).
+    pub fn with_source(self, source: Box<dyn crate::source::Source>) -> Self {
+        *self.source.lock().expect("source lock") = Some(source);
+        self
+    }
+
+    /// The source handed in, if any (taken once, by the run).
+    pub(crate) fn take_source(&self) -> Option<Box<dyn crate::source::Source>> {
+        self.source.lock().expect("source lock").take()
     }
 
     /// With the gate of the ingest log the pipeline reads.

@@ -375,7 +375,9 @@ fn open_source(
     control: &PipelineControl,
     manifest: Option<&Manifest>,
 ) -> Result<Box<dyn Source>> {
+    let handed_in = control.take_source();
     let mut source: Box<dyn Source> = match &spec.source {
+        _ if handed_in.is_some() => handed_in.expect("checked"),
         SourceSpec::File(path) => Box::new(LineReader::open(path, DEFAULT_MAX_LINE_BYTES)?),
         SourceSpec::Files(files) => {
             let (paths, names): (Vec<_>, Vec<_>) = files.iter().cloned().unzip();

@@ -7,6 +7,7 @@ mod ingest;
 mod interleave;
 mod lines;
 mod nats;
+mod nats_feed;
 mod nexmark;
 
 pub use generator::Generator;
@@ -15,6 +16,7 @@ pub use interleave::Interleaved;
 pub use lines::LineReader;
 pub use nats::NatsSource;
 pub(crate) use nats::client_runtime;
+pub use nats_feed::{FeedSource, NatsFeed};
 pub use nexmark::Nexmark;
 
 use serde::{Deserialize, Serialize};

@@ -43,6 +43,15 @@ pub struct NatsSource {
     opened: bool,
     /// Set by the client when it connects again after losing the server.
     reconnected: Arc<AtomicBool>,
+    /// Where the pipeline is in the stream.
+    framing: Framing,
+}
+
+/// Messages, in stream order, as the pipeline's records: each message a line, preceded by a
+/// clock record naming its subject (the partition) and the server's publication clock when
+/// the subject changed or the clock moved [`CLOCK_STEP`]; and the position they reach.
+#[derive(Debug, Default)]
+pub(super) struct Framing {
     /// The last stream sequence handed to the pipeline (0: none).
     sequence: u64,
     /// Events handed to the pipeline.
@@ -56,11 +65,68 @@ pub struct NatsSource {
     pending: Option<(u64, Record)>,
 }
 
+impl Framing {
+    /// The line held back behind its clock record, if any.
+    pub(super) fn take_pending(&mut self) -> Option<Record> {
+        let (sequence, line) = self.pending.take()?;
+        (self.sequence, self.line) = (sequence, self.line + 1);
+        Some(line)
+    }
+
+    /// The record a message starts with: a tick for one already read (delivered again).
+    pub(super) fn frame(
+        &mut self,
+        sequence: u64,
+        subject: &str,
+        published: i64,
+        payload: Vec<u8>,
+    ) -> Record {
+        if sequence <= self.sequence {
+            return Record::Tick; // delivered again after a reconnect: already read
+        }
+        let line = Record::Line(sequence, payload);
+        let same_subject = self.subject.as_deref() == Some(subject);
+        let clock_moved = published >= self.clock.unwrap_or(i64::MIN).saturating_add(CLOCK_STEP);
+        if same_subject && !clock_moved {
+            (self.sequence, self.line) = (sequence, self.line + 1);
+            return line;
+        }
+        // The subject (the partition) and the server's clock at publication, as an ingest
+        // clock line of an HTTP log: idleness per subject and "too far ahead" judge by it.
+        let subject: Arc<str> = match &self.subject {
+            Some(current) if same_subject => current.clone(),
+            _ => subject.into(),
+        };
+        self.subject = Some(subject.clone());
+        self.clock = Some(self.clock.map_or(published, |c| c.max(published)));
+        self.pending = Some((sequence, line));
+        Record::Clock(self.clock.expect("set above"), Some(subject))
+    }
+
+    pub(super) fn position(&self) -> SourcePosition {
+        SourcePosition {
+            line: self.line,
+            offset: self.sequence,
+            clock: self.clock,
+            ..SourcePosition::default()
+        }
+    }
+
+    pub(super) fn resume(&mut self, position: &SourcePosition) {
+        *self = Framing {
+            sequence: position.offset,
+            line: position.line,
+            clock: position.clock,
+            ..Framing::default()
+        };
+    }
+}
+
 impl std::fmt::Debug for NatsSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsSource")
             .field("stream", &self.spec.stream)
-            .field("sequence", &self.sequence)
+            .field("sequence", &self.framing.sequence)
             .finish()
     }
 }
@@ -93,11 +159,7 @@ impl NatsSource {
             ready: Default::default(),
             opened: false,
             reconnected: Arc::new(AtomicBool::new(false)),
-            sequence: 0,
-            line: 0,
-            subject: None,
-            clock: None,
-            pending: None,
+            framing: Framing::default(),
         })
     }
 
@@ -129,7 +191,7 @@ impl NatsSource {
         }
         let jetstream = self.jetstream.clone().expect("connected above");
         let (stream, subjects) = (self.spec.stream.clone(), self.spec.subjects.clone());
-        let start = self.sequence + 1;
+        let start = self.framing.sequence + 1;
         let opened: Result<Messages, String> = self.runtime.block_on(async move {
             let stream = jetstream.get_stream(&stream).await.map_err(|e| {
                 format!("cannot open the stream (create it first, with the subjects it holds): {e}")
@@ -156,7 +218,9 @@ impl NatsSource {
     /// The next message, or `None` after a tick without one. The first open failing is a
     /// mistake in the spec (no such server or stream); later failures are the server away:
     /// the source waits for it, opening a new consumer at the next sequence once it is back.
-    fn next_message(&mut self) -> Result<Option<async_nats::jetstream::Message>, SourceError> {
+    pub(super) fn next_message(
+        &mut self,
+    ) -> Result<Option<async_nats::jetstream::Message>, SourceError> {
         if self.messages.is_none() {
             match self.open() {
                 Ok(()) => {
@@ -204,7 +268,7 @@ impl NatsSource {
             Ok(None) | Ok(Some(Err(_))) => {
                 // The consumer is gone (the server went away, or missed heartbeats): open a new
                 // one at the next sequence.
-                tracing::warn!(stream = %self.spec.stream, sequence = self.sequence, "NATS consumer lost: opening another");
+                tracing::warn!(stream = %self.spec.stream, sequence = self.framing.sequence, "NATS consumer lost: opening another");
                 self.close();
                 Ok(None)
             }
@@ -213,6 +277,17 @@ impl NatsSource {
 }
 
 impl NatsSource {
+    /// The last sequence read.
+    pub(super) fn framing_sequence(&self) -> u64 {
+        self.framing.sequence
+    }
+
+    /// Counts every message up to `sequence` as read (a shared feed reads messages, not
+    /// records).
+    pub(super) fn skip_to(&mut self, sequence: u64) {
+        self.framing.sequence = sequence;
+    }
+
     /// Drops the consumer (inside the client's runtime: its subscription unsubscribes there).
     fn close(&mut self) {
         let _inside = self.runtime.enter();
@@ -227,65 +302,42 @@ impl Drop for NatsSource {
     }
 }
 
+/// A message's stream sequence and publication time (ms since the epoch).
+pub(super) fn sequence_and_time(
+    message: &async_nats::jetstream::Message,
+) -> Result<(u64, i64), String> {
+    let info = message
+        .info()
+        .map_err(|e| format!("a message without its sequence: {e}"))?;
+    let published = (info.published.unix_timestamp_nanos() / 1_000_000) as i64;
+    Ok((info.stream_sequence, published))
+}
+
 impl Source for NatsSource {
     fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
-        if let Some((sequence, line)) = self.pending.take() {
-            (self.sequence, self.line) = (sequence, self.line + 1);
+        if let Some(line) = self.framing.take_pending() {
             return Ok(Some(line));
         }
         let Some(message) = self.next_message()? else {
             return Ok(Some(Record::Tick));
         };
-        let sequence = message
-            .info()
-            .map(|info| info.stream_sequence)
-            .map_err(|e| fail(&self.spec, format!("a message without its sequence: {e}")))?;
-        if sequence <= self.sequence {
-            return Ok(Some(Record::Tick)); // delivered again after a reconnect: already read
-        }
-        let published = message
-            .info()
-            .map(|info| (info.published.unix_timestamp_nanos() / 1_000_000) as i64)
-            .unwrap_or(i64::MIN);
-        let line = Record::Line(sequence, message.payload.to_vec());
+        let (sequence, published) = sequence_and_time(&message).map_err(|e| fail(&self.spec, e))?;
         let subject = message.subject.as_str();
-        let same_subject = self.subject.as_deref() == Some(subject);
-        let clock_moved = published >= self.clock.unwrap_or(i64::MIN).saturating_add(CLOCK_STEP);
-        if same_subject && !clock_moved {
-            (self.sequence, self.line) = (sequence, self.line + 1);
-            return Ok(Some(line));
-        }
-        // The subject (the partition) and the server's clock at publication, as an ingest
-        // clock line of an HTTP log: idleness per subject and "too far ahead" judge by it.
-        let subject: Arc<str> = match &self.subject {
-            Some(current) if same_subject => current.clone(),
-            _ => subject.into(),
-        };
-        self.subject = Some(subject.clone());
-        self.clock = Some(self.clock.map_or(published, |c| c.max(published)));
-        self.pending = Some((sequence, line));
-        Ok(Some(Record::Clock(
-            self.clock.expect("set above"),
-            Some(subject),
+        Ok(Some(self.framing.frame(
+            sequence,
+            subject,
+            published,
+            message.payload.to_vec(),
         )))
     }
 
     fn position(&self) -> SourcePosition {
-        SourcePosition {
-            line: self.line,
-            offset: self.sequence,
-            clock: self.clock,
-            ..SourcePosition::default()
-        }
+        self.framing.position()
     }
 
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
-        self.sequence = position.offset;
-        self.line = position.line;
-        self.clock = position.clock;
+        self.framing.resume(position);
         self.close();
-        self.pending = None;
-        self.subject = None;
         Ok(())
     }
 }

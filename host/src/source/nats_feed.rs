@@ -1,0 +1,205 @@
+//! [`NatsFeed`]: one JetStream consumer shared by several runs of one pipeline in a process
+//! (a worker's slices, each a run over the whole stream that keeps its own key groups). Each
+//! run reads through a [`FeedSource`], which subscribes from its own position; the feed reads
+//! the stream once, from the lowest position subscribed (going back when a run that is behind
+//! subscribes), and hands each message to every run that has not had it, waiting for the
+//! slowest (backpressure). Without it, every slice read the stream over the network again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::nats::{Framing, NatsSource, sequence_and_time};
+use super::{Record, Source, SourceError, SourcePosition};
+use crate::spec::NatsSourceSpec;
+
+/// Messages queued for one run before the feed waits for it.
+const DEPTH: usize = 4_096;
+/// How long a read waits for the next message before yielding a tick.
+const TICK: Duration = Duration::from_millis(100);
+
+/// One message, shared by the runs it is handed to.
+struct FeedMessage {
+    sequence: u64,
+    subject: Arc<str>,
+    published: i64,
+    payload: bytes::Bytes,
+}
+
+type Delivery = Result<Arc<FeedMessage>, String>;
+
+/// A run reading the feed: the last sequence it has had, and its queue.
+struct Subscriber {
+    after: u64,
+    queue: SyncSender<Delivery>,
+}
+
+/// A consumer of one stream whose messages go to every subscribed run.
+pub struct NatsFeed {
+    stream: String,
+    inbox: Arc<Mutex<Vec<Subscriber>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for NatsFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsFeed")
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+impl NatsFeed {
+    /// Starts reading `spec`'s stream for the runs that subscribe.
+    pub fn start(spec: NatsSourceSpec) -> Result<NatsFeed, SourceError> {
+        let stream = spec.stream.clone();
+        let reader = NatsSource::new(spec)?;
+        let inbox = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::Builder::new()
+            .name("weir-nats-feed".into())
+            .spawn({
+                let (inbox, stop) = (inbox.clone(), stop.clone());
+                move || feed(reader, &inbox, &stop)
+            })
+            .map_err(|e| SourceError::new(&format!("nats stream {stream}"), e))?;
+        Ok(NatsFeed {
+            stream,
+            inbox,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// A source for one run, reading from the feed from where the run resumes.
+    pub fn source(&self) -> FeedSource {
+        FeedSource {
+            stream: self.stream.clone(),
+            inbox: self.inbox.clone(),
+            queue: None,
+            framing: Framing::default(),
+        }
+    }
+}
+
+impl Drop for NatsFeed {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.inbox.lock().expect("feed lock").clear();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The feed's loop: take new subscribers (going back for one that is behind), read, deliver.
+fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBool) {
+    let mut subscribers: Vec<Subscriber> = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let joined: Vec<Subscriber> = std::mem::take(&mut *inbox.lock().expect("feed lock"));
+        if let Some(behind) = joined.iter().map(|s| s.after).min()
+            && (subscribers.is_empty() || behind < reader.framing_sequence())
+        {
+            let _ = reader.resume(&SourcePosition {
+                offset: behind,
+                ..SourcePosition::default()
+            });
+        }
+        subscribers.extend(joined);
+        if subscribers.is_empty() {
+            std::thread::sleep(TICK);
+            continue;
+        }
+        let message = match reader.next_message() {
+            Ok(Some(message)) => message,
+            Ok(None) => continue,
+            Err(e) => {
+                // The stream cannot be read at all (no such stream): every run fails with it.
+                for subscriber in subscribers.drain(..) {
+                    let _ = subscriber.queue.try_send(Err(e.to_string()));
+                }
+                std::thread::sleep(TICK);
+                continue;
+            }
+        };
+        let Ok((sequence, published)) = sequence_and_time(&message) else {
+            continue;
+        };
+        if sequence <= reader.framing_sequence() {
+            continue;
+        }
+        reader.skip_to(sequence);
+        let shared = Arc::new(FeedMessage {
+            sequence,
+            subject: message.subject.as_str().into(),
+            published,
+            payload: message.payload.clone(),
+        });
+        // A run that stopped has dropped its queue: it is forgotten.
+        subscribers.retain_mut(|subscriber| {
+            if sequence <= subscriber.after {
+                return true;
+            }
+            subscriber.after = sequence;
+            subscriber.queue.send(Ok(shared.clone())).is_ok()
+        });
+    }
+}
+
+/// One run's reading of a [`NatsFeed`]: the same records a [`NatsSource`] of its own would
+/// give, from the position the run resumes at.
+pub struct FeedSource {
+    stream: String,
+    inbox: Arc<Mutex<Vec<Subscriber>>>,
+    queue: Option<Receiver<Delivery>>,
+    framing: Framing,
+}
+
+impl FeedSource {
+    fn fail(&self, message: impl std::fmt::Display) -> SourceError {
+        SourceError::new(
+            &format!("nats stream {}", self.stream),
+            std::io::Error::other(message.to_string()),
+        )
+    }
+}
+
+impl Source for FeedSource {
+    fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
+        if let Some(line) = self.framing.take_pending() {
+            return Ok(Some(line));
+        }
+        let queue = self.queue.get_or_insert_with(|| {
+            let (queue, receiver) = sync_channel(DEPTH);
+            let after = self.framing.position().offset;
+            self.inbox
+                .lock()
+                .expect("feed lock")
+                .push(Subscriber { after, queue });
+            receiver
+        });
+        match queue.recv_timeout(TICK) {
+            Ok(Ok(message)) => Ok(Some(self.framing.frame(
+                message.sequence,
+                &message.subject,
+                message.published,
+                message.payload.to_vec(),
+            ))),
+            Ok(Err(e)) => Err(self.fail(e)),
+            Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),
+            Err(RecvTimeoutError::Disconnected) => Err(self.fail("the shared reader stopped")),
+        }
+    }
+
+    fn position(&self) -> SourcePosition {
+        self.framing.position()
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
+        self.framing.resume(position);
+        self.queue = None;
+        Ok(())
+    }
+}

@@ -190,7 +190,7 @@ fn sigterm_mid_run_stops_after_a_final_checkpoint_and_the_restart_loses_nothing(
         if attempt == 0 {
             args.push("--fresh");
         }
-        let mut child = weir(&pipeline, &args).spawn().unwrap();
+        let child = weir(&pipeline, &args).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !marker.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));

@@ -63,6 +63,40 @@ enum ClusterAction {
         #[arg(long)]
         slices: Option<usize>,
     },
+    /// Route a share of the keys of the aggregate (or of an enricher) to another version;
+    /// every worker's slices switch at their next checkpoint.
+    Rollout {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+        /// The candidate version.
+        version: String,
+        /// Its component (needed the first time this version is rolled out).
+        #[arg(long)]
+        module: Option<PathBuf>,
+        /// Share of keys (0-100) the candidate serves.
+        #[arg(long)]
+        percent: u8,
+        /// Run the candidate in shadow (it serves nothing).
+        #[arg(long)]
+        shadow: bool,
+        /// An enricher to roll out instead of the aggregate.
+        #[arg(long)]
+        operator: Option<String>,
+    },
+    /// Send every key back to the live version.
+    Rollback {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+        /// An enricher instead of the aggregate.
+        #[arg(long)]
+        operator: Option<String>,
+    },
     /// Print the pipeline's slices, live workers and who runs each slice, as JSON.
     Status {
         /// The NATS server, nats://host:port.
@@ -662,6 +696,34 @@ fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
                 record.slices,
                 record.code.len()
             );
+        }
+        ClusterAction::Rollout {
+            nats,
+            pipeline,
+            version,
+            module,
+            percent,
+            shadow,
+            operator,
+        } => {
+            let routing = weir::cluster::rollout(
+                &nats,
+                &pipeline,
+                operator.as_deref(),
+                &version,
+                module.as_deref(),
+                percent,
+                shadow,
+            )?;
+            eprintln!("weir: routing stored: {}", serde_json::to_string(&routing)?);
+        }
+        ClusterAction::Rollback {
+            nats,
+            pipeline,
+            operator,
+        } => {
+            let routing = weir::cluster::rollback(&nats, &pipeline, operator.as_deref())?;
+            eprintln!("weir: routing stored: {}", serde_json::to_string(&routing)?);
         }
         ClusterAction::Status { nats, pipeline } => {
             let status = weir::cluster::status(&nats, &pipeline)?;

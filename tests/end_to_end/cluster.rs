@@ -403,3 +403,91 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     let error = worker_error(&["--pipeline", PIPELINE]);
     assert!(error.contains("cannot be shared"), "{error}");
 }
+
+#[test]
+fn a_rollout_across_three_workers_under_continuous_input_loses_and_repeats_nothing() {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let workers = [
+        cluster.worker("w1"),
+        cluster.worker("w2"),
+        cluster.worker("w3"),
+    ];
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    let url = cluster.server.url.clone();
+    let publisher = std::thread::spawn({
+        let (eu, us, url) = (eu.clone(), us.clone(), url.clone());
+        move || {
+            let client = Client::connect(&url);
+            for (eu, us) in eu.chunks(100).zip(us.chunks(100)) {
+                client.publish("clicks.eu", eu);
+                client.publish("clicks.us", us);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        }
+    });
+    let rollout = |args: &[&str]| {
+        let output = weir(&["cluster", "rollout", "--nats", &url, PIPELINE])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    };
+    std::thread::sleep(Duration::from_millis(600));
+    let v2 = crate::serve::count_sum_v2();
+    rollout(&["2.0.0", "--percent", "50", "--module", v2.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(800));
+    rollout(&["2.0.0", "--percent", "100"]);
+    publisher.join().unwrap();
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    workers.into_iter().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2", "w3"]);
+    assert_exactly_once(&results, &all, &logs);
+    // Both versions served; the windows that closed last, all by version 2 (with `avg`).
+    let by_v2 = |r: &Value| r["value"].get("avg").is_some();
+    assert!(results.iter().any(|(_, r)| by_v2(r)), "{logs}");
+    assert!(results.iter().any(|(_, r)| !by_v2(r)), "{logs}");
+    let last_start = all.iter().map(|e| e["ts"].as_i64().unwrap()).max().unwrap() / 1000 * 1000;
+    let last: Vec<&Value> = (results.iter().map(|(_, r)| r))
+        .filter(|r| r["window_start"].as_i64().unwrap() >= last_start - 1_000)
+        .collect();
+    assert!(
+        !last.is_empty() && last.iter().all(|r| by_v2(r)),
+        "{last:?}"
+    );
+    assert_eq!(logs.matches("routes 100% of keys").count(), 3, "{logs}");
+}
+
+#[test]
+fn bad_rollouts_are_refused() {
+    let cluster = Cluster::start();
+    let url = cluster.server.url.clone();
+    let refused = |args: &[&str], why: &str| {
+        let output = weir(&["cluster", "rollout", "--nats", &url])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains(why),
+            "{why}: {stderr}"
+        );
+    };
+    refused(
+        &[PIPELINE, "2.0.0", "--percent", "10"],
+        "give its component with --module",
+    );
+    refused(
+        &[PIPELINE, "1.0.0", "--percent", "10"],
+        "the live version already",
+    );
+    refused(&[PIPELINE, "../x", "--percent", "10"], "version");
+    refused(&[PIPELINE, "2.0.0", "--percent", "101"], "from 0 to 100");
+    refused(&["nothing", "2.0.0", "--percent", "1"], "no pipeline");
+    refused(
+        &[PIPELINE, "2.0.0", "--percent", "1", "--operator", "nope"],
+        "operator nope",
+    );
+}

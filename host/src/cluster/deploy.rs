@@ -78,7 +78,7 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
 }
 
 /// Uploads a component file (unless the store has it) and returns its digest.
-fn upload_component(connection: &Connection, file: &Path) -> Result<String> {
+pub(super) fn upload_component(connection: &Connection, file: &Path) -> Result<String> {
     let io = |source| ClusterError::Io {
         path: file.to_owned(),
         source,
@@ -178,14 +178,16 @@ pub(super) fn fetch_component(
 pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
     let connection = std::sync::Arc::new(Connection::open(url)?);
     let record = fetch_record(&connection, name)?;
-    let leases = Leases::open(connection, name, None)?;
+    let leases = Leases::open(connection.clone(), name, None)?;
     let owners: BTreeMap<String, String> = leases
         .owners()?
         .into_iter()
         .map(|(slice, owner)| (slice.to_string(), owner))
         .collect();
+    let routing = super::rollout::read_routing(&connection, name)?.map(|(_, routing)| routing);
     Ok(serde_json::json!({
         "pipeline": name,
+        "routing": routing,
         "slices": record.slices,
         "members": leases.members()?,
         "owners": owners,

@@ -19,12 +19,14 @@
 
 mod deploy;
 mod leases;
+mod rollout;
 mod snapshots;
 mod worker;
 
 use std::time::Duration;
 
 pub use deploy::{PipelineRecord, deploy, status};
+pub use rollout::{rollback, rollout};
 pub use worker::{Worker, WorkerOptions};
 
 use crate::spec::{OperatorCode, PipelineSpec, Sink, SourceSpec};

@@ -14,11 +14,13 @@ use tracing::{info, warn};
 
 use super::deploy::{PipelineRecord, fetch_component, fetch_record};
 use super::leases::{Leases, Renewal};
+use super::rollout::{FetchedCode, read_routing, resolver};
 use super::snapshots::{Snapshots, Uploader};
 use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
+use crate::rollout::Routing;
 use crate::source::NatsFeed;
-use crate::spec::{OperatorCode, OperatorSpec, PipelineSpec, SourceSpec, StateSpec};
+use crate::spec::{OperatorCode, PipelineSpec, SourceSpec, StateSpec};
 
 /// How a worker is started (`weir worker`).
 #[derive(Debug, Clone)]
@@ -58,6 +60,11 @@ pub struct Worker {
     stop: Arc<AtomicBool>,
     /// The one reader of the input stream, shared by this worker's slices.
     feed: NatsFeed,
+    connection: Arc<Connection>,
+    /// The components fetched, for the spec and for rollouts.
+    code: FetchedCode,
+    /// The routing stored by `weir cluster rollout`, with its revision.
+    routing: Option<(u64, Routing)>,
 }
 
 impl Worker {
@@ -72,9 +79,10 @@ impl Worker {
         let connection = Arc::new(Connection::open(&options.url)?);
         let record = fetch_record(&connection, &options.pipeline)?;
         let dir = options.dir.join(&record.name);
-        let spec = shared_spec(&connection, &record, &dir)?;
+        let code = FetchedCode::default();
+        let spec = shared_spec(&connection, &record, &dir, &code)?;
         let leases = Leases::open(connection.clone(), &record.name, Some(&id))?;
-        let snapshots = Arc::new(Snapshots::open(connection)?);
+        let snapshots = Arc::new(Snapshots::open(connection.clone())?);
         let SourceSpec::Nats(input) = &spec.source else {
             unreachable!("check_shareable refuses other sources")
         };
@@ -82,6 +90,9 @@ impl Worker {
             NatsFeed::start(input.clone()).map_err(|e| ClusterError::Unshareable(e.to_string()))?;
         Ok(Worker {
             feed,
+            connection,
+            code,
+            routing: None,
             id,
             dir,
             record,
@@ -146,6 +157,7 @@ impl Worker {
         if !reachable {
             return;
         }
+        self.follow_rollout();
         let members = match self.leases.members() {
             Ok(members) if members.contains(&self.id) => members,
             Ok(_) => return, // our own membership is not visible yet
@@ -179,6 +191,47 @@ impl Worker {
         }
     }
 
+    /// Takes up a routing stored since the last look: fetches the pipeline's components again
+    /// (a rollout adds the candidate's) and hands the routing to every slice run.
+    fn follow_rollout(&mut self) {
+        let stored = match read_routing(&self.connection, &self.record.name) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(worker = %self.id, error = %e, "routing unknown");
+                return;
+            }
+        };
+        if self.routing.as_ref().map(|(revision, _)| *revision) == Some(stored.0) {
+            return;
+        }
+        let fetched = fetch_record(&self.connection, &self.record.name).and_then(|record| {
+            fetch_code(
+                &self.connection,
+                &record,
+                &self.dir.join("operators"),
+                &self.code,
+            )
+        });
+        if let Err(e) = fetched {
+            warn!(worker = %self.id, error = %e, "cannot fetch the rollout's code");
+            return;
+        }
+        let routing = stored.1.clone();
+        info!(worker = %self.id, ?routing, "routing taken up");
+        eprintln!(
+            "weir: worker {} routes {}% of keys to {:?}{}",
+            self.id,
+            routing.percent,
+            routing.candidate,
+            if routing.shadow { " (shadow)" } else { "" }
+        );
+        for run in self.running.values() {
+            run.control.request(routing.clone());
+        }
+        self.routing = Some(stored);
+    }
+
     /// Restores slice `slice`'s last uploaded checkpoint and starts running it.
     fn take(&mut self, slice: usize, revision: u64) -> Result<()> {
         let slice_dir = self.dir.join(format!("slice-{slice}"));
@@ -199,18 +252,13 @@ impl Worker {
         })?;
         let label = format!("{}/slice-{slice}", self.record.name);
         let control = Arc::new(
-            PipelineControl::new(
-                &label,
-                Box::new(|_, version| {
-                    Err(crate::pipeline::ResolveError::Failed(format!(
-                        "a shared pipeline has no registry to find version {version} in"
-                    )))
-                }),
-                None,
-            )
-            .with_commit_listener(uploader.listener())
-            .with_source(Box::new(self.feed.source())),
+            PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
+                .with_commit_listener(uploader.listener())
+                .with_source(Box::new(self.feed.source())),
         );
+        if let Some((_, routing)) = &self.routing {
+            control.request(routing.clone());
+        }
         let options = RunOptions {
             fresh: false,
             key_groups: Some(KeyGroups::slice(slice, self.record.slices)),
@@ -295,6 +343,7 @@ fn shared_spec(
     connection: &Connection,
     record: &PipelineRecord,
     dir: &Path,
+    code: &FetchedCode,
 ) -> Result<PipelineSpec> {
     let mut spec = PipelineSpec::parse(&record.spec, record.json, dir)?;
     if spec.name != record.name {
@@ -304,33 +353,43 @@ fn shared_spec(
         )));
     }
     check_shareable(&spec)?;
-    let blobs = dir.join("operators");
-    std::fs::create_dir_all(&blobs).map_err(|source| ClusterError::Io {
-        path: blobs.clone(),
-        source,
-    })?;
-    let fetch = |operator: &mut OperatorSpec| -> Result<()> {
+    fetch_code(connection, record, &dir.join("operators"), code)?;
+    let fetched = code.lock().expect("code lock");
+    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
         if !matches!(operator.code, OperatorCode::Component(_)) {
-            return Ok(());
+            continue;
         }
         let label = format!("{}@{}", operator.name, operator.version);
-        let digest = record.code.get(&label).ok_or_else(|| {
+        let (path, digest) = fetched.get(&label).cloned().ok_or_else(|| {
             ClusterError::Damaged(format!(
                 "pipeline record {}: no code for {label}",
                 record.name
             ))
         })?;
-        let path = fetch_component(connection, digest, &blobs)?;
-        operator.code = OperatorCode::Stored {
-            path,
-            digest: digest.clone(),
-        };
-        Ok(())
-    };
-    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
-        fetch(operator)?;
+        operator.code = OperatorCode::Stored { path, digest };
     }
     Ok(spec)
+}
+
+/// Fetches every component of the record not fetched yet into `dir`.
+fn fetch_code(
+    connection: &Connection,
+    record: &PipelineRecord,
+    dir: &Path,
+    code: &FetchedCode,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| ClusterError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    for (label, digest) in &record.code {
+        if code.lock().expect("code lock").contains_key(label) {
+            continue;
+        }
+        let path = fetch_component(connection, digest, dir)?;
+        (code.lock().expect("code lock")).insert(label.clone(), (path, digest.clone()));
+    }
+    Ok(())
 }
 
 fn host_name() -> String {

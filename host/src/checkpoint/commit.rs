@@ -46,7 +46,6 @@ pub struct Changes {
 }
 
 /// Commits the checkpoints of one run, numbering them on from the last committed one.
-#[derive(Debug)]
 pub struct Committer {
     /// The pipeline's store.
     pub store: RedbStore,
@@ -60,7 +59,13 @@ pub struct Committer {
     pub next_id: u64,
     /// The state's totals after the last commit.
     pub totals: crate::state::StateTotals,
+    /// Told of every checkpoint right after it commits (a worker uploads it).
+    pub on_commit: Option<CommitListener>,
 }
+
+/// Called with the store and each checkpoint as committed to it (its changes, manifest and
+/// figures); it must return quickly (hand the work to another thread).
+pub type CommitListener = std::sync::Arc<dyn Fn(&RedbStore, &StoredCheckpoint) + Send + Sync>;
 
 /// A fault-injection hook for crash tests: `WEIR_TEST_CRASH=before-commit:N` or
 /// `after-commit:N` aborts the process at that point of checkpoint N.
@@ -70,6 +75,15 @@ fn crash_point(point: &str, id: u64) {
     {
         eprintln!("weir: WEIR_TEST_CRASH: aborting {point} of checkpoint {id}");
         std::process::abort();
+    }
+}
+
+impl std::fmt::Debug for Committer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committer")
+            .field("pipeline", &self.pipeline)
+            .field("next_id", &self.next_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -90,6 +104,9 @@ impl Committer {
         stats.duration_ms = barrier.started.elapsed().as_secs_f64() * 1e3;
         crash_point("after-commit", id);
         write_marker(&self.data_dir, id)?;
+        if let Some(listener) = &self.on_commit {
+            listener(&self.store, &stored);
+        }
         info!(
             checkpoint = id,
             duration_ms = stats.duration_ms,

@@ -14,7 +14,7 @@ mod recovery;
 mod savepoint;
 
 pub use crate::source::SourcePosition;
-pub use commit::{Barrier, Changes, Committer};
+pub use commit::{Barrier, Changes, CommitListener, Committer};
 pub use inspect::{Inspection, inspect};
 pub use manifest::{CheckpointStats, Manifest, SinkPositions, fingerprint};
 pub use recovery::{CheckpointError, recover, write_marker};

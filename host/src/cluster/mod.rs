@@ -17,6 +17,7 @@
 //! May depend on `pipeline`, `spec`, `checkpoint`, `state` and `names`; nothing depends on it
 //! but the binary.
 
+mod delta;
 mod deploy;
 mod leases;
 mod rollout;

@@ -1,29 +1,78 @@
-//! Slice checkpoints in the `weir-checkpoints` object store: each slice's last uploaded
-//! checkpoint is one object, `<pipeline>/slice-<i>`, a copy of the slice's state file as
-//! committed (replaced whole by the next upload, so a reader sees the old one or the new one).
-//! [`Uploader`] uploads a running slice's checkpoints in the background, newest first;
-//! [`Snapshots::restore`] puts the last one into a data directory for the slice's next run.
+//! Slice checkpoints in the `weir-checkpoints` object store, incremental like the local ones:
+//! under `<pipeline>/slice-<i>/`, a **base** (`base-<epoch>-<id>`: a copy of the slice's
+//! state file as of checkpoint `id`) and the **deltas** after it (`delta-<epoch>-<id>`: the
+//! changes of the checkpoints up to `id`, each naming the one it follows, `delta.rs`). The
+//! epoch is the revision of the lease under which they were written: a new owner starts its
+//! own epoch with a base, so whatever a worker that lost its lease still writes (a lower
+//! epoch) is never mixed into the chain. A new base is written when the deltas since the last
+//! one outgrow it; older objects are deleted then. [`Uploader`] uploads a running slice's
+//! checkpoints in the background; [`Snapshots::restore`] rebuilds the last one into a data
+//! directory for the slice's next run.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::object_store::{GetErrorKind, ObjectStore};
+use tokio::io::AsyncReadExt;
+use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
+use super::delta;
 use super::{CHECKPOINTS_BUCKET, ClusterError, Connection, Result};
 use crate::pipeline::CommitListener;
-use crate::state::{RedbStore, STATE_FILE};
+use crate::state::{RedbStore, STATE_FILE, StoredCheckpoint};
+
+/// The largest delta object read back (a bigger one is damaged or hostile).
+const MAX_DELTA_BYTES: u64 = 1 << 30;
+/// Deltas may add up to this (or twice the base, if more) before a new base is written.
+const MIN_CHAIN_BYTES: u64 = 8 << 20;
+/// Deltas after one base at most.
+const MAX_CHAIN: usize = 256;
+/// Checkpoints queued for upload at most (bytes); beyond, the queue is dropped and the next
+/// upload is a base.
+const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+/// One object of a slice's chain.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Link {
+    epoch: u64,
+    id: u64,
+    base: bool,
+    name: String,
+}
+
+fn prefix(pipeline: &str, slice: usize) -> String {
+    format!("{pipeline}/slice-{slice}/")
+}
+
+fn link_name(pipeline: &str, slice: usize, base: bool, epoch: u64, id: u64) -> String {
+    let kind = if base { "base" } else { "delta" };
+    format!("{}{kind}-{epoch:020}-{id:020}", prefix(pipeline, slice))
+}
+
+fn parse_link(prefix: &str, name: &str) -> Option<Link> {
+    let rest = name.strip_prefix(prefix)?;
+    let (kind, numbers) = rest.split_once('-')?;
+    let (epoch, id) = numbers.split_once('-')?;
+    Some(Link {
+        epoch: epoch.parse().ok()?,
+        id: id.parse().ok()?,
+        base: match kind {
+            "base" => true,
+            "delta" => false,
+            _ => return None,
+        },
+        name: name.to_owned(),
+    })
+}
 
 /// The object store of slice checkpoints.
 pub(super) struct Snapshots {
     connection: Arc<Connection>,
     store: ObjectStore,
-}
-
-fn object_name(pipeline: &str, slice: usize) -> String {
-    format!("{pipeline}/slice-{slice}")
 }
 
 impl Snapshots {
@@ -32,25 +81,53 @@ impl Snapshots {
         Ok(Snapshots { connection, store })
     }
 
-    /// Uploads the state file `file` as slice `slice`'s checkpoint.
-    fn upload(&self, pipeline: &str, slice: usize, file: &Path) -> Result<()> {
-        let name = object_name(pipeline, slice);
+    fn put(&self, name: &str, reader: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<()> {
         self.connection
-            .block_on(async {
-                let mut reader = tokio::fs::File::open(file)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                self.store
-                    .put(name.as_str(), &mut reader)
-                    .await
-                    .map_err(|e| e.to_string())
-            })
+            .block_on(self.store.put(name, reader))
             .map(drop)
             .map_err(|e| self.connection.error(&format!("uploading {name}"), e))
     }
 
-    /// Replaces `data_dir` with slice `slice`'s last uploaded checkpoint: the id of that
-    /// checkpoint, or `None` (and an empty directory) if the slice has none yet.
+    /// The links of a slice's chain in the store, sorted.
+    fn links(&self, pipeline: &str, slice: usize) -> Result<Vec<Link>> {
+        let prefix = prefix(pipeline, slice);
+        // A listing can wait forever for its last entry when other slices replace theirs
+        // meanwhile (the entry it expects is gone): each item waits at most a few seconds,
+        // and the listing is made again.
+        let list_once = || async {
+            let mut list = self.store.list().await.map_err(|e| e.to_string())?;
+            let mut links = Vec::new();
+            loop {
+                let next = tokio::time::timeout(Duration::from_secs(3), list.next())
+                    .await
+                    .map_err(|_| "the listing stalled".to_owned())?;
+                let Some(info) = next else {
+                    return Ok::<_, String>(links);
+                };
+                let info = info.map_err(|e| e.to_string())?;
+                links.extend(parse_link(&prefix, &info.name).filter(|_| !info.deleted));
+            }
+        };
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match self.connection.block_on(list_once()) {
+                Ok(mut links) => {
+                    links.sort();
+                    return Ok(links);
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        Err(self.connection.error("listing checkpoints", last_error))
+    }
+
+    fn delete(&self, name: &str) {
+        let _ = self.connection.block_on(self.store.delete(name));
+    }
+
+    /// Replaces `data_dir` with slice `slice`'s last uploaded checkpoint (the newest epoch's
+    /// base, then its deltas as long as they chain): that checkpoint's id, or `None` (and an
+    /// empty directory) if the slice has none yet.
     pub(super) fn restore(
         &self,
         pipeline: &str,
@@ -65,57 +142,109 @@ impl Snapshots {
             std::fs::remove_dir_all(data_dir).map_err(io(data_dir))?;
         }
         std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
-        let name = object_name(pipeline, slice);
+        let links = self.links(pipeline, slice)?;
+        let Some(base) = links
+            .iter()
+            .filter(|link| link.base)
+            .max_by_key(|l| (l.epoch, l.id))
+        else {
+            return Ok(None);
+        };
+        let damaged = |e: &dyn std::fmt::Display| {
+            ClusterError::Damaged(format!("checkpoint {}: {e}", base.name))
+        };
         let partial = data_dir.join("download.partial");
-        let found = self
-            .connection
+        self.download(&base.name, &partial)?;
+        let state = data_dir.join(STATE_FILE);
+        std::fs::rename(&partial, &state).map_err(io(&state))?;
+        let store = RedbStore::open(data_dir).map_err(|e| damaged(&e))?;
+        let mut head = manifest_id(&store).map_err(|e| damaged(&e))?;
+        let first = head;
+        let deltas = links
+            .iter()
+            .filter(|link| !link.base && link.epoch == base.epoch && link.id > first);
+        for link in deltas {
+            let bytes = self.read(&link.name)?;
+            let delta = delta::decode(&bytes)
+                .map_err(|e| ClusterError::Damaged(format!("checkpoint {}: {e}", link.name)))?;
+            if delta.after != head {
+                warn!(
+                    pipeline,
+                    slice,
+                    after = delta.after,
+                    head,
+                    "checkpoint chain broken: restoring up to its break"
+                );
+                break;
+            }
+            for checkpoint in &delta.checkpoints {
+                store.commit(checkpoint).map_err(|e| damaged(&e))?;
+                head = checkpoint.id;
+            }
+        }
+        drop(store);
+        crate::checkpoint::write_marker(data_dir, head).map_err(|e| damaged(&e))?;
+        Ok(Some(head))
+    }
+
+    fn download(&self, name: &str, to: &Path) -> Result<()> {
+        self.connection
             .block_on(async {
-                let mut object = match self.store.get(&name).await {
-                    Ok(object) => object,
-                    Err(e) if e.kind() == GetErrorKind::NotFound => return Ok(false),
-                    Err(e) => return Err(e.to_string()),
-                };
-                let mut file = tokio::fs::File::create(&partial)
+                let mut object = self.store.get(name).await.map_err(|e| e.to_string())?;
+                let mut file = tokio::fs::File::create(to)
                     .await
                     .map_err(|e| e.to_string())?;
                 tokio::io::copy(&mut object, &mut file)
                     .await
                     .map_err(|e| e.to_string())?;
-                file.sync_all().await.map_err(|e| e.to_string())?;
-                Ok(true)
+                file.sync_all().await.map_err(|e| e.to_string())
             })
-            .map_err(|e| self.connection.error(&format!("downloading {name}"), e))?;
-        if !found {
-            return Ok(None);
-        }
-        let state = data_dir.join(STATE_FILE);
-        std::fs::rename(&partial, &state).map_err(io(&state))?;
-        let id = {
-            let store = RedbStore::open(data_dir)
-                .map_err(|e| ClusterError::Damaged(format!("checkpoint {name}: {e}")))?;
-            let manifest = store
-                .manifest()
-                .map_err(|e| ClusterError::Damaged(format!("checkpoint {name}: {e}")))?
-                .ok_or_else(|| ClusterError::Damaged(format!("checkpoint {name}: no manifest")))?;
-            serde_json::from_slice::<crate::checkpoint::Manifest>(&manifest)
-                .map_err(|e| ClusterError::Damaged(format!("checkpoint {name}: {e}")))?
-                .id
-        };
-        crate::checkpoint::write_marker(data_dir, id)
-            .map_err(|e| ClusterError::Damaged(format!("checkpoint {name}: {e}")))?;
-        Ok(Some(id))
+            .map_err(|e| self.connection.error(&format!("downloading {name}"), e))
     }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>> {
+        self.connection
+            .block_on(async {
+                let object = match self.store.get(name).await {
+                    Ok(object) => object,
+                    Err(e) if e.kind() == GetErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(e.to_string()),
+                };
+                let mut bytes = Vec::new();
+                object
+                    .take(MAX_DELTA_BYTES)
+                    .read_to_end(&mut bytes)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(bytes)
+            })
+            .map_err(|e| self.connection.error(&format!("downloading {name}"), e))
+    }
+}
+
+fn manifest_id(store: &RedbStore) -> std::result::Result<u64, String> {
+    let manifest = store
+        .manifest()
+        .map_err(|e| e.to_string())?
+        .ok_or("no manifest")?;
+    serde_json::from_slice::<crate::checkpoint::Manifest>(&manifest)
+        .map(|m| m.id)
+        .map_err(|e| e.to_string())
 }
 
 /// What the uploader has to do.
 #[derive(Default)]
 struct Pending {
-    /// The running slice's store and its last committed checkpoint.
+    /// The running slice's store.
     store: Option<RedbStore>,
-    committed: u64,
-    /// The last checkpoint uploaded (or a later one: a copy holds the newest commit).
+    /// Checkpoints committed and not yet uploaded: id and record.
+    queue: VecDeque<(u64, Vec<u8>)>,
+    queued_bytes: usize,
+    /// The queue overflowed (or an upload failed): the next upload is a base.
+    rebase: bool,
+    /// The last checkpoint uploaded (the chain's head).
     uploaded: u64,
-    /// No more checkpoints will come: upload the last and stop.
+    /// No more checkpoints will come: upload what is queued and stop.
     closed: bool,
 }
 
@@ -126,19 +255,36 @@ struct Shared {
     fenced: AtomicBool,
 }
 
-/// Uploads one running slice's checkpoints in the background, coalescing: while one upload
-/// runs, only the newest checkpoint committed meanwhile is uploaded next.
+/// Where one slice's chain is: what the uploader needs besides the queue.
+struct Chain {
+    pipeline: String,
+    slice: usize,
+    epoch: u64,
+    /// Whether this epoch's base is uploaded.
+    based: bool,
+    head: u64,
+    base_bytes: u64,
+    chain_bytes: u64,
+    chain_len: usize,
+    scratch: PathBuf,
+}
+
+/// Uploads one running slice's checkpoints in the background: a base first (this owner's
+/// epoch), then each checkpoint's changes as a delta (those committed during one upload go
+/// together into the next), and a new base when the deltas outgrow the last.
 pub(super) struct Uploader {
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Uploader {
-    /// Starts uploading slice `slice` of `pipeline`, copying through `scratch` (a file path).
+    /// Starts uploading slice `slice` of `pipeline` under lease revision `epoch`, copying
+    /// bases through the directory `scratch`.
     pub(super) fn start(
         snapshots: Arc<Snapshots>,
         pipeline: &str,
         slice: usize,
+        epoch: u64,
         scratch: PathBuf,
     ) -> std::io::Result<Uploader> {
         let shared = Arc::new(Shared {
@@ -146,12 +292,22 @@ impl Uploader {
             wake: Condvar::new(),
             fenced: AtomicBool::new(false),
         });
-        let pipeline = pipeline.to_owned();
+        let chain = Chain {
+            pipeline: pipeline.to_owned(),
+            slice,
+            epoch,
+            based: false,
+            head: 0,
+            base_bytes: 0,
+            chain_bytes: 0,
+            chain_len: 0,
+            scratch,
+        };
         let thread = std::thread::Builder::new()
             .name(format!("weir-upload-{slice}"))
             .spawn({
                 let shared = shared.clone();
-                move || upload_loop(&shared, &snapshots, &pipeline, slice, &scratch)
+                move || upload_loop(&shared, &snapshots, chain)
             })?;
         Ok(Uploader {
             shared,
@@ -162,10 +318,17 @@ impl Uploader {
     /// What the slice's run calls after each checkpoint.
     pub(super) fn listener(&self) -> CommitListener {
         let shared = self.shared.clone();
-        Arc::new(move |store: &RedbStore, id: u64| {
+        Arc::new(move |store: &RedbStore, checkpoint: &StoredCheckpoint| {
+            let record = delta::encode_checkpoint(checkpoint);
             let mut pending = shared.pending.lock().expect("upload lock");
             pending.store = Some(store.clone());
-            pending.committed = id;
+            pending.queued_bytes += record.len();
+            pending.queue.push_back((checkpoint.id, record));
+            if pending.queued_bytes > MAX_QUEUED_BYTES {
+                pending.queue.clear();
+                pending.queued_bytes = 0;
+                pending.rebase = true;
+            }
             shared.wake.notify_one();
         })
     }
@@ -176,7 +339,7 @@ impl Uploader {
         self.shared.wake.notify_one();
     }
 
-    /// Uploads the last checkpoint (unless fenced) and stops: the last uploaded checkpoint.
+    /// Uploads what is queued (unless fenced) and stops: the last uploaded checkpoint.
     pub(super) fn finish(mut self) -> u64 {
         self.shared.pending.lock().expect("upload lock").closed = true;
         self.shared.wake.notify_one();
@@ -200,67 +363,145 @@ impl Drop for Uploader {
 /// How often an upload is tried again once the slice stopped (the server may be away).
 const FINAL_ATTEMPTS: u32 = 10;
 
-fn upload_loop(
-    shared: &Shared,
-    snapshots: &Snapshots,
-    pipeline: &str,
-    slice: usize,
-    scratch: &Path,
-) {
+/// What to upload next: the store (for a base) and the queued checkpoints.
+type Work = (RedbStore, Vec<(u64, Vec<u8>)>, bool);
+
+fn next_work(shared: &Shared) -> Option<Work> {
+    let mut pending = shared.pending.lock().expect("upload lock");
+    while !pending.closed && pending.queue.is_empty() && !shared.fenced.load(Ordering::SeqCst) {
+        pending = shared.wake.wait(pending).expect("upload lock");
+    }
+    if shared.fenced.load(Ordering::SeqCst) || (pending.queue.is_empty() && !pending.rebase) {
+        return None;
+    }
+    let store = pending.store.clone()?;
+    let queued = pending.queue.drain(..).collect();
+    pending.queued_bytes = 0;
+    let rebase = std::mem::take(&mut pending.rebase);
+    Some((store, queued, rebase))
+}
+
+fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
     let mut failures = 0;
-    loop {
-        let (store, id) = {
-            let mut pending = shared.pending.lock().expect("upload lock");
-            while !pending.closed
-                && pending.committed <= pending.uploaded
-                && !shared.fenced.load(Ordering::SeqCst)
-            {
-                pending = shared.wake.wait(pending).expect("upload lock");
-            }
-            let due = pending.committed > pending.uploaded;
-            match (&pending.store, due) {
-                (Some(store), true) if !shared.fenced.load(Ordering::SeqCst) => {
-                    (store.clone(), pending.committed)
-                }
-                _ => return,
-            }
-        };
+    while let Some((store, queued, rebase)) = next_work(shared) {
         let started = Instant::now();
-        let _ = std::fs::remove_file(scratch);
-        let uploaded = store
-            .copy_to(scratch)
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                if shared.fenced.load(Ordering::SeqCst) {
-                    return Err("the lease was lost".into());
-                }
-                snapshots
-                    .upload(pipeline, slice, scratch)
-                    .map_err(|e| e.to_string())
-            });
-        let _ = std::fs::remove_file(scratch);
-        match uploaded {
+        let last = queued.last().map_or(chain.head, |(id, _)| *id);
+        let outcome = if !chain.based
+            || rebase
+            || chain.chain_len >= MAX_CHAIN
+            || chain.chain_bytes > MIN_CHAIN_BYTES.max(2 * chain.base_bytes)
+        {
+            upload_base(snapshots, &mut chain, &store, &shared.fenced)
+        } else {
+            upload_delta(snapshots, &mut chain, &queued)
+        };
+        match outcome {
             Ok(()) => {
                 failures = 0;
                 let mut pending = shared.pending.lock().expect("upload lock");
-                pending.uploaded = pending.uploaded.max(id);
-                metrics::counter!("weir_slice_uploads_total", "pipeline" => pipeline.to_owned())
-                    .increment(1);
-                metrics::histogram!("weir_slice_upload_seconds", "pipeline" => pipeline.to_owned())
+                pending.uploaded = chain.head;
+                // A base copies the newest commit: the checkpoints queued meanwhile that it
+                // holds are done.
+                while pending
+                    .queue
+                    .front()
+                    .is_some_and(|(id, _)| *id <= chain.head)
+                {
+                    let (_, record) = pending.queue.pop_front().expect("checked");
+                    pending.queued_bytes -= record.len();
+                }
+                let labels = [("pipeline", chain.pipeline.clone())];
+                metrics::counter!("weir_slice_uploads_total", &labels).increment(1);
+                metrics::histogram!("weir_slice_upload_seconds", &labels)
                     .record(started.elapsed().as_secs_f64());
-                if pending.closed {
-                    info!(pipeline, slice, checkpoint = id, "last checkpoint uploaded");
+                if pending.closed && pending.queue.is_empty() {
+                    info!(pipeline = %chain.pipeline, slice = chain.slice, checkpoint = chain.head, "last checkpoint uploaded");
                 }
             }
             Err(e) => {
                 failures += 1;
-                warn!(pipeline, slice, checkpoint = id, error = %e, "checkpoint upload failed");
-                let closed = shared.pending.lock().expect("upload lock").closed;
-                if closed && failures >= FINAL_ATTEMPTS {
+                warn!(pipeline = %chain.pipeline, slice = chain.slice, checkpoint = last, error = %e, "checkpoint upload failed");
+                let mut pending = shared.pending.lock().expect("upload lock");
+                // What was taken is lost to the queue: a base covers it.
+                pending.rebase = true;
+                if pending.closed && failures >= FINAL_ATTEMPTS {
                     return;
                 }
+                drop(pending);
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
     }
+}
+
+/// Uploads a copy of the store's last commit as this epoch's base, then deletes what it
+/// replaces: the earlier epochs' objects and this epoch's older ones.
+fn upload_base(
+    snapshots: &Snapshots,
+    chain: &mut Chain,
+    store: &RedbStore,
+    fenced: &AtomicBool,
+) -> std::result::Result<(), String> {
+    let _ = std::fs::remove_dir_all(&chain.scratch);
+    std::fs::create_dir_all(&chain.scratch).map_err(|e| e.to_string())?;
+    let file = chain.scratch.join(STATE_FILE);
+    store.copy_to(&file).map_err(|e| e.to_string())?;
+    let id = {
+        let copy = RedbStore::open(&chain.scratch).map_err(|e| e.to_string())?;
+        manifest_id(&copy)?
+    };
+    if fenced.load(Ordering::SeqCst) {
+        return Err("the lease was lost".into());
+    }
+    let bytes = std::fs::metadata(&file).map_err(|e| e.to_string())?.len();
+    let name = link_name(&chain.pipeline, chain.slice, true, chain.epoch, id);
+    let uploaded = (|| {
+        let mut reader = std::fs::File::open(&file).map_err(|e| e.to_string())?;
+        let mut contents = Vec::with_capacity(bytes as usize);
+        std::io::Read::read_to_end(&mut reader, &mut contents).map_err(|e| e.to_string())?;
+        snapshots
+            .put(&name, &mut contents.as_slice())
+            .map_err(|e| e.to_string())
+    })();
+    let _ = std::fs::remove_dir_all(&chain.scratch);
+    uploaded?;
+    (chain.based, chain.head, chain.base_bytes) = (true, id, bytes);
+    (chain.chain_bytes, chain.chain_len) = (0, 0);
+    if let Ok(links) = snapshots.links(&chain.pipeline, chain.slice) {
+        let replaced = links
+            .iter()
+            .filter(|link| link.epoch < chain.epoch || (link.epoch == chain.epoch && link.id < id));
+        for link in replaced {
+            snapshots.delete(&link.name);
+        }
+    }
+    Ok(())
+}
+
+/// Uploads the queued checkpoints after the chain's head as one delta.
+fn upload_delta(
+    snapshots: &Snapshots,
+    chain: &mut Chain,
+    queued: &[(u64, Vec<u8>)],
+) -> std::result::Result<(), String> {
+    let records: Vec<Vec<u8>> = (queued.iter())
+        .filter(|(id, _)| *id > chain.head)
+        .map(|(_, record)| record.clone())
+        .collect();
+    let Some(last) = queued
+        .last()
+        .map(|(id, _)| *id)
+        .filter(|id| *id > chain.head)
+    else {
+        return Ok(());
+    };
+    let bytes = delta::join(chain.head, &records);
+    let name = link_name(&chain.pipeline, chain.slice, false, chain.epoch, last);
+    snapshots
+        .put(&name, &mut bytes.as_slice())
+        .map_err(|e| e.to_string())?;
+    chain.head = last;
+    chain.chain_bytes += bytes.len() as u64;
+    chain.chain_len += 1;
+    Ok(())
 }

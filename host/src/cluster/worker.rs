@@ -244,7 +244,8 @@ impl Worker {
             self.snapshots.clone(),
             &self.record.name,
             slice,
-            slice_dir.join("upload.redb"),
+            revision,
+            slice_dir.join("upload"),
         )
         .map_err(|source| ClusterError::Io {
             path: slice_dir.clone(),

@@ -261,12 +261,6 @@ fn commit(
         let _ = ack.send(());
     }
     take_savepoints(&checkpointer.committer, control);
-    if let Some(listener) = &control.on_commit {
-        listener(
-            &checkpointer.committer.store,
-            checkpointer.committer.next_id - 1,
-        );
-    }
     Ok(())
 }
 
@@ -352,6 +346,7 @@ mod tests {
                 fingerprint: "f".into(),
                 next_id: 1,
                 totals: Default::default(),
+                on_commit: None,
             },
             acks: vec![ack_tx],
             stats: Vec::new(),

@@ -119,9 +119,7 @@ pub struct PipelineControl {
     source: Mutex<Option<Box<dyn crate::source::Source>>>,
 }
 
-/// Called by the collector with the store and the id of each checkpoint it committed; it must
-/// return quickly (hand the work to another thread).
-pub type CommitListener = Arc<dyn Fn(&crate::state::RedbStore, u64) + Send + Sync>;
+pub use crate::checkpoint::CommitListener;
 
 /// A savepoint to take after the next checkpoint, and who waits for it.
 #[derive(Debug)]

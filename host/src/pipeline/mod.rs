@@ -287,6 +287,7 @@ pub fn run_controlled(
             fingerprint: fingerprint(spec),
             next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
             totals: Default::default(),
+            on_commit: control.on_commit.clone(),
         },
         acks,
         stats: Vec::new(),

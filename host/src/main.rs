@@ -122,6 +122,10 @@ struct WorkerArgs {
     /// Where to keep local state and components.
     #[arg(long, default_value = "weir-worker")]
     dir: PathBuf,
+    /// Serve Prometheus metrics at http://ADDR/metrics (no token: bind it where only the
+    /// scraper can reach it, e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The options of `weir new`.
@@ -742,6 +746,11 @@ fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         id: args.id,
         dir: args.dir,
     })?;
+    if let Some(address) = args.metrics_listen {
+        let bound = weir::api::spawn_metrics_endpoint(address)
+            .with_context(|| format!("--metrics-listen {address}"))?;
+        eprintln!("weir: metrics on http://{bound}/metrics");
+    }
     eprintln!("weir: worker {} started", worker.id());
     let stop = worker.stopper();
     on_signals(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))?;

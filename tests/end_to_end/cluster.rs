@@ -224,6 +224,58 @@ fn one_worker_and_three_give_the_same_results_as_the_model() {
 }
 
 #[test]
+fn a_worker_serves_its_slices_metrics() {
+    let cluster = Cluster::start();
+    let dir = cluster.dir.path().join("w1");
+    let mut worker = weir(&[
+        "worker",
+        "--nats",
+        &cluster.server.url,
+        "--pipeline",
+        PIPELINE,
+    ])
+    .args(["--id", "w1", "--metrics-listen", "127.0.0.1:0", "--dir"])
+    .arg(&dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("weir: metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    cluster.wait_for_owners(&["w1"]);
+    let (eu, _) = input();
+    cluster.client.publish("clicks.eu", &eu[..300]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrape = loop {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+        let uploaded = text.lines().any(|l| {
+            l.starts_with("weir_slice_uploads_total{pipeline=\"shared-clicks\"}")
+                && !l.ends_with(" 0")
+        });
+        if uploaded && text.contains("pipeline=\"shared-clicks/slice-0\"") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    kill(worker);
+    assert!(
+        scrape.contains("weir_events_in_total{pipeline=\"shared-clicks/slice-5\"} 300"),
+        "{scrape}"
+    );
+}
+
+#[test]
 fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     let cluster = Cluster::start();
     let (eu, us) = input();

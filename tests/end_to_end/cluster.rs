@@ -108,13 +108,18 @@ impl Cluster {
             .collect()
     }
 
-    /// Who runs each slice, by `weir cluster status`.
-    fn owners(&self) -> BTreeMap<String, String> {
+    /// `weir cluster status`.
+    fn status(&self) -> Value {
         let output = weir(&["cluster", "status", "--nats", &self.server.url, PIPELINE])
             .output()
             .unwrap();
         assert!(output.status.success(), "{output:?}");
-        let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
+    /// Who runs each slice, by `weir cluster status`.
+    fn owners(&self) -> BTreeMap<String, String> {
+        let status = self.status();
         assert_eq!(status["slices"], 6);
         serde_json::from_value(status["owners"].clone()).unwrap()
     }
@@ -142,14 +147,33 @@ impl Cluster {
         }
     }
 
-    /// Purges the input stream's messages before the last one, once every slice has had time
-    /// to upload a checkpoint past them: a slice that did not resume from its uploaded
-    /// checkpoint (and read the stream from the start) would miss them.
+    /// Purges the input stream's messages before the last one once every slice has uploaded
+    /// a checkpoint past them (as `weir cluster status` says): a slice that did not resume
+    /// from its uploaded checkpoint (and read the stream from the start) would miss them.
     fn purge_read_input(&self) {
-        std::thread::sleep(Duration::from_millis(1_500));
-        self.client.runtime.block_on(async {
+        let last = self.client.runtime.block_on(async {
             let mut stream = self.client.jetstream.get_stream("CLICKS").await.unwrap();
-            let last = stream.info().await.unwrap().state.last_sequence;
+            stream.info().await.unwrap().state.last_sequence
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status();
+            let reached = (0..6).all(|slice| {
+                status["uploaded"][slice.to_string()]["sequence"]
+                    .as_u64()
+                    .is_some_and(|sequence| sequence >= last)
+            });
+            if reached {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "uploads never reached sequence {last}: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.client.runtime.block_on(async {
+            let stream = self.client.jetstream.get_stream("CLICKS").await.unwrap();
             stream.purge().sequence(last).await.unwrap();
         });
     }

@@ -185,9 +185,20 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
         .map(|(slice, owner)| (slice.to_string(), owner))
         .collect();
     let routing = super::rollout::read_routing(&connection, name)?.map(|(_, routing)| routing);
+    let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
+    let mut uploaded = serde_json::Map::new();
+    for slice in 0..record.slices {
+        let entry = connection.block_on(bucket.get(format!("uploaded.{name}.{slice}")));
+        if let Ok(Some(bytes)) = entry
+            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        {
+            uploaded.insert(slice.to_string(), value);
+        }
+    }
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
+        "uploaded": uploaded,
         "slices": record.slices,
         "members": leases.members()?,
         "owners": owners,

@@ -98,7 +98,7 @@ impl Snapshots {
             let mut list = self.store.list().await.map_err(|e| e.to_string())?;
             let mut links = Vec::new();
             loop {
-                let next = tokio::time::timeout(Duration::from_secs(3), list.next())
+                let next = tokio::time::timeout(Duration::from_secs(1), list.next())
                     .await
                     .map_err(|_| "the listing stalled".to_owned())?;
                 let Some(info) = next else {
@@ -109,7 +109,7 @@ impl Snapshots {
             }
         };
         let mut last_error = String::new();
-        for _ in 0..3 {
+        for _ in 0..5 {
             match self.connection.block_on(list_once()) {
                 Ok(mut links) => {
                     links.sort();
@@ -119,6 +119,26 @@ impl Snapshots {
             }
         }
         Err(self.connection.error("listing checkpoints", last_error))
+    }
+
+    /// Says, in the pipelines bucket (`uploaded.<pipeline>.<slice>`), how far a slice's
+    /// uploaded checkpoints reach: what a takeover would resume from (`weir cluster status`).
+    fn record_uploaded(&self, chain: &Chain) {
+        let key = format!("uploaded.{}.{}", chain.pipeline, chain.slice);
+        let value = serde_json::json!({
+            "checkpoint": chain.head,
+            "sequence": chain.head_sequence,
+            "epoch": chain.epoch,
+            "at_ms": crate::time::wall_clock_ms(),
+        });
+        if let Ok(bucket) = self
+            .connection
+            .bucket(super::PIPELINES_BUCKET, Duration::ZERO)
+        {
+            let _ = self
+                .connection
+                .block_on(bucket.put(key, value.to_string().into()));
+        }
     }
 
     fn delete(&self, name: &str) {
@@ -158,7 +178,7 @@ impl Snapshots {
         let state = data_dir.join(STATE_FILE);
         std::fs::rename(&partial, &state).map_err(io(&state))?;
         let store = RedbStore::open(data_dir).map_err(|e| damaged(&e))?;
-        let mut head = manifest_id(&store).map_err(|e| damaged(&e))?;
+        let (mut head, _) = manifest_id(&store).map_err(|e| damaged(&e))?;
         let first = head;
         let deltas = links
             .iter()
@@ -222,13 +242,14 @@ impl Snapshots {
     }
 }
 
-fn manifest_id(store: &RedbStore) -> std::result::Result<u64, String> {
+/// The id of the store's last checkpoint and the input sequence it reached.
+fn manifest_id(store: &RedbStore) -> std::result::Result<(u64, u64), String> {
     let manifest = store
         .manifest()
         .map_err(|e| e.to_string())?
         .ok_or("no manifest")?;
     serde_json::from_slice::<crate::checkpoint::Manifest>(&manifest)
-        .map(|m| m.id)
+        .map(|m| (m.id, m.source.offset))
         .map_err(|e| e.to_string())
 }
 
@@ -237,8 +258,8 @@ fn manifest_id(store: &RedbStore) -> std::result::Result<u64, String> {
 struct Pending {
     /// The running slice's store.
     store: Option<RedbStore>,
-    /// Checkpoints committed and not yet uploaded: id and record.
-    queue: VecDeque<(u64, Vec<u8>)>,
+    /// Checkpoints committed and not yet uploaded.
+    queue: VecDeque<Queued>,
     queued_bytes: usize,
     /// The queue overflowed (or an upload failed): the next upload is a base.
     rebase: bool,
@@ -255,6 +276,13 @@ struct Shared {
     fenced: AtomicBool,
 }
 
+/// A checkpoint waiting for upload: its id, the input sequence it reached, its record.
+struct Queued {
+    id: u64,
+    sequence: u64,
+    record: Vec<u8>,
+}
+
 /// Where one slice's chain is: what the uploader needs besides the queue.
 struct Chain {
     pipeline: String,
@@ -263,6 +291,8 @@ struct Chain {
     /// Whether this epoch's base is uploaded.
     based: bool,
     head: u64,
+    /// The input sequence the head reached.
+    head_sequence: u64,
     base_bytes: u64,
     chain_bytes: u64,
     chain_len: usize,
@@ -298,6 +328,7 @@ impl Uploader {
             epoch,
             based: false,
             head: 0,
+            head_sequence: 0,
             base_bytes: 0,
             chain_bytes: 0,
             chain_len: 0,
@@ -320,10 +351,17 @@ impl Uploader {
         let shared = self.shared.clone();
         Arc::new(move |store: &RedbStore, checkpoint: &StoredCheckpoint| {
             let record = delta::encode_checkpoint(checkpoint);
+            let sequence =
+                serde_json::from_slice::<crate::checkpoint::Manifest>(&checkpoint.manifest)
+                    .map_or(0, |m| m.source.offset);
             let mut pending = shared.pending.lock().expect("upload lock");
             pending.store = Some(store.clone());
             pending.queued_bytes += record.len();
-            pending.queue.push_back((checkpoint.id, record));
+            pending.queue.push_back(Queued {
+                id: checkpoint.id,
+                sequence,
+                record,
+            });
             if pending.queued_bytes > MAX_QUEUED_BYTES {
                 pending.queue.clear();
                 pending.queued_bytes = 0;
@@ -364,7 +402,7 @@ impl Drop for Uploader {
 const FINAL_ATTEMPTS: u32 = 10;
 
 /// What to upload next: the store (for a base) and the queued checkpoints.
-type Work = (RedbStore, Vec<(u64, Vec<u8>)>, bool);
+type Work = (RedbStore, Vec<Queued>, bool);
 
 fn next_work(shared: &Shared) -> Option<Work> {
     let mut pending = shared.pending.lock().expect("upload lock");
@@ -385,7 +423,7 @@ fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
     let mut failures = 0;
     while let Some((store, queued, rebase)) = next_work(shared) {
         let started = Instant::now();
-        let last = queued.last().map_or(chain.head, |(id, _)| *id);
+        let last = queued.last().map_or(chain.head, |queued| queued.id);
         let outcome = if !chain.based
             || rebase
             || chain.chain_len >= MAX_CHAIN
@@ -402,14 +440,11 @@ fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
                 pending.uploaded = chain.head;
                 // A base copies the newest commit: the checkpoints queued meanwhile that it
                 // holds are done.
-                while pending
-                    .queue
-                    .front()
-                    .is_some_and(|(id, _)| *id <= chain.head)
-                {
-                    let (_, record) = pending.queue.pop_front().expect("checked");
-                    pending.queued_bytes -= record.len();
+                while pending.queue.front().is_some_and(|q| q.id <= chain.head) {
+                    let done = pending.queue.pop_front().expect("checked");
+                    pending.queued_bytes -= done.record.len();
                 }
+                snapshots.record_uploaded(&chain);
                 let labels = [("pipeline", chain.pipeline.clone())];
                 metrics::counter!("weir_slice_uploads_total", &labels).increment(1);
                 metrics::histogram!("weir_slice_upload_seconds", &labels)
@@ -446,7 +481,7 @@ fn upload_base(
     std::fs::create_dir_all(&chain.scratch).map_err(|e| e.to_string())?;
     let file = chain.scratch.join(STATE_FILE);
     store.copy_to(&file).map_err(|e| e.to_string())?;
-    let id = {
+    let (id, sequence) = {
         let copy = RedbStore::open(&chain.scratch).map_err(|e| e.to_string())?;
         manifest_id(&copy)?
     };
@@ -466,6 +501,7 @@ fn upload_base(
     let _ = std::fs::remove_dir_all(&chain.scratch);
     uploaded?;
     (chain.based, chain.head, chain.base_bytes) = (true, id, bytes);
+    chain.head_sequence = sequence;
     (chain.chain_bytes, chain.chain_len) = (0, 0);
     if let Ok(links) = snapshots.links(&chain.pipeline, chain.slice) {
         let replaced = links
@@ -482,25 +518,23 @@ fn upload_base(
 fn upload_delta(
     snapshots: &Snapshots,
     chain: &mut Chain,
-    queued: &[(u64, Vec<u8>)],
+    queued: &[Queued],
 ) -> std::result::Result<(), String> {
     let records: Vec<Vec<u8>> = (queued.iter())
-        .filter(|(id, _)| *id > chain.head)
-        .map(|(_, record)| record.clone())
+        .filter(|q| q.id > chain.head)
+        .map(|q| q.record.clone())
         .collect();
-    let Some(last) = queued
-        .last()
-        .map(|(id, _)| *id)
-        .filter(|id| *id > chain.head)
-    else {
+    let Some(last) = queued.last().filter(|q| q.id > chain.head) else {
         return Ok(());
     };
+    let (last, sequence) = (last.id, last.sequence);
     let bytes = delta::join(chain.head, &records);
     let name = link_name(&chain.pipeline, chain.slice, false, chain.epoch, last);
     snapshots
         .put(&name, &mut bytes.as_slice())
         .map_err(|e| e.to_string())?;
     chain.head = last;
+    chain.head_sequence = sequence;
     chain.chain_bytes += bytes.len() as u64;
     chain.chain_len += 1;
     Ok(())

@@ -45,3 +45,32 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }
+
+/// The last `limit` lines of a JSON Lines file that parse as JSON, oldest first, read from
+/// its last `window` bytes (the first, possibly cut, line of that window is skipped). A missing
+/// file has none.
+pub fn last_json_lines(path: &Path, limit: usize, window: u64) -> Vec<serde_json::Value> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let length = file.metadata().map_or(0, |m| m.len());
+    let start = length.saturating_sub(window);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err()
+        || file.take(window).read_to_end(&mut bytes).is_err()
+    {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0);
+    }
+    let mut found: Vec<serde_json::Value> = (lines.iter().rev())
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .take(limit)
+        .collect();
+    found.reverse();
+    found
+}

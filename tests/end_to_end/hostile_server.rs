@@ -276,7 +276,14 @@ fn served_specs_name_only_what_the_server_provides() {
 #[test]
 fn every_route_answers_by_its_scope() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_env(dir.path(), &[], &[("WEIR_METRICS_TOKEN", "metrics-secret")]);
+    let server = Server::start_env(
+        dir.path(),
+        &[],
+        &[
+            ("WEIR_METRICS_TOKEN", "metrics-secret"),
+            ("WEIR_READ_TOKEN", "read-secret-1"),
+        ],
+    );
     let openapi = server.expect("GET /openapi.json", server.get("/openapi.json", None), 200);
     let paths = openapi["paths"].as_object().expect("paths");
     let mut checked = 0;
@@ -311,14 +318,21 @@ fn every_route_answers_by_its_scope() {
                     );
                     let ingest = call(Some(INGEST));
                     let metrics = call(Some("metrics-secret"));
+                    let read = call(Some("read-secret-1"));
                     let admin = call(Some(ADMIN));
                     assert!(
                         admin != 401 && admin != 403,
                         "{what} with the admin token: {admin}"
                     );
                     match scope {
-                        "ingest" => assert!(ingest != 401 && ingest != 403, "{what}: {ingest}"),
+                        "ingest" | "read" => {
+                            assert!(ingest != 401 && ingest != 403, "{what}: {ingest}")
+                        }
                         _ => assert_eq!(ingest, 403, "{what} with the ingest token"),
+                    }
+                    match scope {
+                        "read" => assert!(read != 401 && read != 403, "{what}: {read}"),
+                        _ => assert_eq!(read, 403, "{what} with the read token"),
                     }
                     match scope {
                         "metrics" => assert!(metrics != 401 && metrics != 403, "{what}: {metrics}"),
@@ -334,25 +348,30 @@ fn every_route_answers_by_its_scope() {
     let expected: &[(&str, &str, Option<&str>)] = &[
         ("get", "/healthz", None),
         ("get", "/openapi.json", None),
+        ("get", "/", None),
+        ("get", "/console/{file}", None),
         ("get", "/metrics", Some("metrics")),
-        ("get", "/v1/operators", Some("admin")),
+        ("get", "/v1/whoami", Some("read")),
+        ("get", "/v1/operators", Some("read")),
         ("post", "/v1/operators/{name}/{version}", Some("admin")),
-        ("get", "/v1/operators/{name}/{version}", Some("admin")),
+        ("get", "/v1/operators/{name}/{version}", Some("read")),
         ("delete", "/v1/operators/{name}/{version}", Some("admin")),
-        ("get", "/v1/pipelines", Some("admin")),
+        ("get", "/v1/pipelines", Some("read")),
         ("post", "/v1/pipelines", Some("admin")),
-        ("get", "/v1/pipelines/{name}", Some("admin")),
+        ("get", "/v1/pipelines/{name}", Some("read")),
+        ("get", "/v1/pipelines/{name}/spec", Some("read")),
+        ("get", "/v1/pipelines/{name}/dead-letters", Some("read")),
         ("delete", "/v1/pipelines/{name}", Some("admin")),
         ("post", "/v1/pipelines/{name}/start", Some("admin")),
         ("post", "/v1/pipelines/{name}/stop", Some("admin")),
         ("post", "/v1/pipelines/{name}/events", Some("ingest")),
-        ("get", "/v1/pipelines/{name}/results", Some("admin")),
+        ("get", "/v1/pipelines/{name}/results", Some("read")),
         ("post", "/v1/pipelines/{name}/rollout", Some("admin")),
         ("post", "/v1/pipelines/{name}/rollback", Some("admin")),
         ("post", "/v1/pipelines/{name}/promote", Some("admin")),
         ("post", "/v1/pipelines/{name}/replay", Some("admin")),
         ("post", "/v1/pipelines/{name}/savepoints", Some("admin")),
-        ("get", "/v1/pipelines/{name}/savepoints", Some("admin")),
+        ("get", "/v1/pipelines/{name}/savepoints", Some("read")),
         (
             "delete",
             "/v1/pipelines/{name}/savepoints/{savepoint}",

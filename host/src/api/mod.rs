@@ -5,6 +5,7 @@
 //! by the matched route, so an unauthenticated or unauthorised request is refused with 401 or
 //! 403 whatever it carries, and changes nothing.
 
+mod console;
 mod error;
 mod listener;
 mod openapi;
@@ -90,6 +91,9 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .route("/healthz", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi::document))
+        .route("/", get(console::index))
+        .route("/console/{file}", get(console::asset))
+        .route("/v1/whoami", get(whoami))
         .route("/v1/operators", get(operators::list))
         .route(
             "/v1/operators/{name}/{version}",
@@ -109,6 +113,8 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .route("/v1/pipelines/{name}/stop", post(pipelines::stop))
         .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
         .route("/v1/pipelines/{name}/results", get(pipelines::results))
+        .route("/v1/pipelines/{name}/spec", get(pipelines::spec))
+        .route("/v1/pipelines/{name}/dead-letters", get(pipelines::dead_letters))
         .route("/v1/pipelines/{name}/rollout", post(pipelines::rollout))
         .route("/v1/pipelines/{name}/rollback", post(pipelines::rollback))
         .route("/v1/pipelines/{name}/promote", post(pipelines::promote))
@@ -132,6 +138,14 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .layer(DefaultBodyLimit::max(server.max_upload))
         .layer(TraceLayer::new_for_http())
         .with_state(server)
+}
+
+/// `GET /v1/whoami`: the token's name and scopes, for the console to show what it may.
+async fn whoami(caller: Option<axum::Extension<crate::serve::Caller>>) -> axum::Json<serde_json::Value> {
+    let (name, scopes) = caller.map_or((None, Vec::new()), |axum::Extension(caller)| {
+        (Some(caller.name), caller.scopes)
+    });
+    axum::Json(serde_json::json!({"name": name, "scopes": scopes}))
 }
 
 /// `/metrics` alone, without a token, for `--metrics-listen`.

@@ -13,6 +13,7 @@ fn scope_name(scope: Scope) -> &'static str {
         Scope::Admin => "admin",
         Scope::Ingest => "ingest",
         Scope::Metrics => "metrics",
+        Scope::Read => "read",
     }
 }
 

@@ -369,3 +369,38 @@ pub(super) async fn promote(
     })
     .await
 }
+
+pub(super) async fn spec(Pipeline(slot): Pipeline) -> Result<Json<serde_json::Value>, ApiError> {
+    blocking(move || slot.spec_json().map(Json)).await
+}
+
+/// `?limit=N` of the dead-letters route.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Recent {
+    limit: Option<usize>,
+}
+
+/// The most dead letters one request returns.
+const MAX_RECENT: usize = 100;
+
+pub(super) async fn dead_letters(
+    Pipeline(slot): Pipeline,
+    query: Result<axum::extract::Query<Recent>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let axum::extract::Query(recent) =
+        query.map_err(|e| ApiError::bad_request(format!("{e}: use ?limit=N")))?;
+    let limit = recent.limit.unwrap_or(20);
+    if !(1..=MAX_RECENT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit {limit}: from 1 to {MAX_RECENT}"
+        )));
+    }
+    blocking(move || match slot.recent_dead_letters(limit)? {
+        Some(letters) => Ok(Json(letters)),
+        None => Err(RequestError::Conflict(
+            "the dead letters do not go to a file".into(),
+        )),
+    })
+    .await
+}

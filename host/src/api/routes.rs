@@ -32,6 +32,8 @@ pub struct Route {
 }
 
 const ADMIN: Access = Access::Token(Scope::Admin);
+/// Reading: admin, read and ingest tokens.
+const READ: Access = Access::Token(Scope::Read);
 
 /// Answers every token-checked route can give, besides its own.
 pub const AUTH_RESPONSES: &[(u16, &str)] = &[
@@ -65,22 +67,32 @@ pub const ROUTES: &[Route] = &[
     route!(GET "/healthz", Access::Public, "Liveness and pipeline health (counts; names and reasons with an admin token)",
         [(200, "healthy"), (503, "one or more pipelines stopped responding")]),
     route!(GET "/openapi.json", Access::Public, "This document", [(200, "OpenAPI 3.1")]),
+    route!(GET "/", Access::Public, "The web console (its data comes from this API, with the token signed in with)",
+        [(200, "the console's page")]),
+    route!(GET "/console/{file}", Access::Public, "The console's script and style sheet",
+        [(200, "the file"), (404, "no such file")]),
+    route!(GET "/v1/whoami", READ, "The token's name and scopes (what the console may show)",
+        [(200, "{\"name\", \"scopes\"}")]),
     route!(GET "/metrics", Access::Token(Scope::Metrics), "Prometheus metrics (metrics or admin token; or no token on --metrics-listen)",
         [(200, "text exposition format")]),
-    route!(GET "/v1/operators", ADMIN, "List operator versions (GET /healthz lists registry entries that could not be read)",
+    route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),
     route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes)",
         [(201, "the version"), (400, "not a Weir component, or a bad name"), (409, "version exists"), (413, "too large"), (507, "the disk is full")]),
-    route!(GET "/v1/operators/{name}/{version}", ADMIN, "One version",
+    route!(GET "/v1/operators/{name}/{version}", READ, "One version",
         [(200, "the version"), (404, "unknown")]),
     route!(DELETE "/v1/operators/{name}/{version}", ADMIN, "Delete a version",
         [(204, "deleted"), (404, "unknown"), (409, "in use by a pipeline (live or candidate)")]),
-    route!(GET "/v1/pipelines", ADMIN, "List pipelines with status (damaged ones as failed, with the reason)",
+    route!(GET "/v1/pipelines", READ, "List pipelines with status (damaged ones as failed, with the reason)",
         [(200, "statuses")]),
     route!(POST "/v1/pipelines", ADMIN, "Create a pipeline from a JSON spec",
         [(201, "status"), (400, "invalid spec (the reason names the field)"), (409, "name taken"), (413, "too large"), (507, "the disk is full")]),
-    route!(GET "/v1/pipelines/{name}", ADMIN, "Pipeline status",
+    route!(GET "/v1/pipelines/{name}", READ, "Pipeline status",
         [(200, "status"), (404, "unknown")]),
+    route!(GET "/v1/pipelines/{name}/spec", READ, "The pipeline's spec, as created (the live version as promoted)",
+        [(200, "the spec"), (404, "unknown"), (409, "damaged")]),
+    route!(GET "/v1/pipelines/{name}/dead-letters", READ, "The most recent dead letters (?limit=N, at most 100, default 20), oldest first",
+        [(200, "[{line, raw, reason, cause}]"), (400, "a bad limit"), (404, "unknown"), (409, "the dead letters do not go to a file")]),
     route!(DELETE "/v1/pipelines/{name}", ADMIN, "Stop and delete a pipeline with all its files",
         [(204, "deleted"), (404, "unknown"), (409, "still stopping: try again")]),
     route!(POST "/v1/pipelines/{name}/start", ADMIN, "Start (resumes from the last checkpoint)",
@@ -89,7 +101,7 @@ pub const ROUTES: &[Route] = &[
         [(200, "stopped"), (202, "stopping: the pipeline is busy and stops in the background"), (404, "unknown"), (409, "damaged")]),
     route!(POST "/v1/pipelines/{name}/events", Access::Token(Scope::Ingest), "Send events: JSON Lines or a JSON array; durable before 202",
         [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large, or more than 100,000 events"), (429, "the pipeline handles 8 ingest requests already: retry after Retry-After"), (507, "the disk is full: nothing of the batch was kept")]),
-    route!(GET "/v1/pipelines/{name}/results", ADMIN, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
+    route!(GET "/v1/pipelines/{name}/results", READ, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
         [(200, "text/event-stream"), (400, "Last-Event-ID is not a number"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
     route!(POST "/v1/pipelines/{name}/rollout", ADMIN, "Roll out a version: {version, percent | steps+every, shadow, policy}",
         [(200, "status"), (400, "invalid request"), (404, "unknown"), (409, "damaged")]),
@@ -101,7 +113,7 @@ pub const ROUTES: &[Route] = &[
         [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full")]),
     route!(POST "/v1/pipelines/{name}/replay", ADMIN, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
         [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, or the log before the start was truncated (replay from a savepoint)"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
-    route!(GET "/v1/pipelines/{name}/savepoints", ADMIN, "List the pipeline's savepoints",
+    route!(GET "/v1/pipelines/{name}/savepoints", READ, "List the pipeline's savepoints",
         [(200, "savepoints"), (404, "unknown pipeline")]),
     route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",
         [(204, "deleted"), (404, "unknown")]),

@@ -79,6 +79,10 @@ pub struct VersionCounters {
     pub shadow_compared: AtomicU64,
     /// Shadow mode: comparisons that differed.
     pub shadow_differed: AtomicU64,
+    /// Calls timed (one in 16) and their total duration, for the console's latency chart.
+    pub timed_calls: AtomicU64,
+    /// Nanoseconds of the timed calls.
+    pub timed_call_ns: AtomicU64,
     /// The version's Prometheus metrics (none for an unnamed pipeline).
     pub metrics: Option<CallMetrics>,
 }
@@ -134,6 +138,10 @@ pub struct CounterSnapshot {
     pub shadow_compared: u64,
     /// Shadow comparisons that differed.
     pub shadow_differed: u64,
+    /// Calls timed.
+    pub timed_calls: u64,
+    /// Their total duration (ns).
+    pub timed_call_ns: u64,
 }
 
 impl VersionCounters {
@@ -146,6 +154,8 @@ impl VersionCounters {
             traps: self.traps.load(Ordering::Relaxed),
             shadow_compared: self.shadow_compared.load(Ordering::Relaxed),
             shadow_differed: self.shadow_differed.load(Ordering::Relaxed),
+            timed_calls: self.timed_calls.load(Ordering::Relaxed),
+            timed_call_ns: self.timed_call_ns.load(Ordering::Relaxed),
         }
     }
 }

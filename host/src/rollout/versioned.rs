@@ -58,8 +58,13 @@ impl<O: ?Sized> Slot<O> {
             _ => {}
         }
         let trapped = matches!(&outcome, Err(OperatorError::Trapped(_)));
+        let took = started.map(|s| s.elapsed());
+        if let Some(took) = took {
+            self.counters.timed_calls.fetch_add(1, Relaxed);
+            (self.counters.timed_call_ns).fetch_add(took.as_nanos() as u64, Relaxed);
+        }
         if let Some(metrics) = &self.counters.metrics {
-            metrics.call(started.map(|s| s.elapsed()), trapped);
+            metrics.call(took, trapped);
         }
         if let Err(OperatorError::Trapped(error)) = &outcome {
             // Debug, not warn: a guest that traps on every event would flood the log; the trap

@@ -228,7 +228,7 @@ impl Server {
     /// returned is held until the pipeline is in the table.
     fn within_quota(&self, caller: Option<&Caller>) -> Result<MutexGuard<'_, ()>, RequestError> {
         let owning = self.owning.lock().expect("owning lock");
-        if let Some(Caller { name, quota }) = caller
+        if let Some(Caller { name, quota, .. }) = caller
             && let Some(limit) = quota.max_pipelines
             && self.owned_by(name) >= limit
         {

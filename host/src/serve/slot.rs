@@ -507,6 +507,29 @@ impl Slot {
         self.results.subscribe()
     }
 
+    /// The spec as created (its live version rewritten by promotion).
+    pub fn spec_json(&self) -> Result<serde_json::Value, RequestError> {
+        self.with_managed(|managed| Ok(managed.spec_json.clone()))
+    }
+
+    /// The most recent `limit` dead letters, oldest first, if they go to a file: read from
+    /// the file's last 256 KiB (a longer record is skipped).
+    pub fn recent_dead_letters(
+        &self,
+        limit: usize,
+    ) -> Result<Option<Vec<serde_json::Value>>, RequestError> {
+        let file = self.with_managed(|managed| {
+            Ok(match &managed.spec.sinks.dead_letters {
+                crate::spec::Sink::File(path) => Some(path.clone()),
+                _ => None,
+            })
+        })?;
+        let Some(file) = file else {
+            return Ok(None);
+        };
+        Ok(Some(crate::fsutil::last_json_lines(&file, limit, 256 << 10)))
+    }
+
     /// The results file, if the results go to one.
     pub fn results_file(&self) -> Result<Option<PathBuf>, RequestError> {
         self.with_managed(|managed| {

@@ -12,15 +12,27 @@ use sha2::{Digest, Sha256};
 use super::ServeError;
 
 /// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Everything: operators, pipelines, rollouts, result streams, ingest and metrics.
     Admin,
-    /// Sending events.
+    /// Sending events; also what `read` allows (a producer may watch what it feeds).
     Ingest,
     /// Reading `/metrics`.
     Metrics,
+    /// Reading pipelines, their specs, results and dead letters, and the registry: the
+    /// console's read-only view. Changes nothing.
+    Read,
+}
+
+impl Scope {
+    /// Whether a token with `scopes` may use a route that needs this scope.
+    fn granted_by(self, scopes: &[Scope]) -> bool {
+        scopes.contains(&self)
+            || scopes.contains(&Scope::Admin)
+            || (self == Scope::Read && scopes.contains(&Scope::Ingest))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,6 +67,8 @@ pub struct Caller {
     pub name: String,
     /// Its quota.
     pub quota: TokenQuota,
+    /// Its scopes.
+    pub scopes: Vec<Scope>,
 }
 
 /// The shortest token accepted.
@@ -83,7 +97,8 @@ fn fail(message: impl Into<String>) -> ServeError {
 
 impl Tokens {
     /// Tokens from `file` (JSON: `[{"name": "ci", "token": "...", "scopes": ["admin"]}]`), plus
-    /// `WEIR_ADMIN_TOKEN`, `WEIR_INGEST_TOKEN` and `WEIR_METRICS_TOKEN` from the environment.
+    /// `WEIR_ADMIN_TOKEN`, `WEIR_INGEST_TOKEN`, `WEIR_METRICS_TOKEN` and `WEIR_READ_TOKEN` from the
+    /// environment.
     pub fn load(file: Option<&Path>) -> Result<Tokens, ServeError> {
         let mut entries: Vec<Entry> = match file {
             Some(path) => {
@@ -96,6 +111,7 @@ impl Tokens {
         for (variable, scope) in [
             ("WEIR_ADMIN_TOKEN", Scope::Admin),
             ("WEIR_INGEST_TOKEN", Scope::Ingest),
+            ("WEIR_READ_TOKEN", Scope::Read),
             ("WEIR_METRICS_TOKEN", Scope::Metrics),
         ] {
             if let Ok(token) = std::env::var(variable) {
@@ -177,18 +193,19 @@ impl Tokens {
                 found = Some((name.as_str(), scopes, *quota));
             }
         }
-        let caller = |name: &str, quota| Caller {
+        let caller = |name: &str, quota, scopes: &[Scope]| Caller {
             name: name.to_owned(),
             quota,
+            scopes: scopes.to_vec(),
         };
         match found {
             None => (Verdict::Unknown, None),
-            Some((name, scopes, quota))
-                if scopes.contains(&scope) || scopes.contains(&Scope::Admin) =>
-            {
-                (Verdict::Allowed, Some(caller(name, quota)))
+            Some((name, scopes, quota)) if scope.granted_by(scopes) => {
+                (Verdict::Allowed, Some(caller(name, quota, scopes)))
             }
-            Some((name, _, quota)) => (Verdict::Forbidden, Some(caller(name, quota))),
+            Some((name, scopes, quota)) => {
+                (Verdict::Forbidden, Some(caller(name, quota, scopes)))
+            }
         }
     }
 

@@ -1,0 +1,420 @@
+//! The web console (issue 15) in a real browser: Debian's Chromium, headless, driven through
+//! chromedriver (WebDriver over HTTP) against a real `weir serve` on loopback. Sign in, create a
+//! pipeline from the page, send events and watch the charts, the figures and the result tail
+//! follow the API; upload a version through the registry page; step a rollout and roll it back
+//! with the page's buttons; an ingest token sees everything and can change nothing; a dead
+//! letter carrying markup is shown as text. Screenshots of every page are saved under
+//! `target/console-screenshots/` (one is in the README).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::serve::{ADMIN, INGEST, Server, count_sum_v1, count_sum_v2};
+
+/// A headless Chromium session through chromedriver.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    agent: ureq::Agent,
+    _profile: tempfile::TempDir,
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver is installed (make setup installs chromium-driver)");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while agent.get(format!("{base}/status")).call().is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let mut browser = Browser {
+            driver,
+            base,
+            session: String::new(),
+            agent,
+            _profile: profile,
+        };
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1400,1000",
+                         format!("--user-data-dir={}", browser._profile.path().display())]
+            }
+        }}});
+        let answer = browser.command("POST", "/session", Some(capabilities));
+        browser.session = answer["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {answer}"))
+            .to_owned();
+        browser
+    }
+
+    /// A WebDriver command: its `value`.
+    fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}{path}", self.base);
+        let answer = match (method, body) {
+            ("GET", _) => self.agent.get(&url).call(),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            (_, body) => self
+                .agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(body.unwrap_or_else(|| json!({})).to_string()),
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let text = answer.into_body().read_to_string().unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        value.get("value").cloned().unwrap_or(value)
+    }
+
+    fn session_command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        self.command(method, &format!("/session/{}{path}", self.session), body)
+    }
+
+    fn goto(&self, url: &str) {
+        self.session_command("POST", "/url", Some(json!({"url": url})));
+    }
+
+    fn try_find(&self, css: &str) -> Option<String> {
+        let found = self.session_command(
+            "POST",
+            "/element",
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        found.get(ELEMENT).and_then(Value::as_str).map(str::to_owned)
+    }
+
+    fn find(&self, css: &str) -> String {
+        self.wait_for(&format!("element {css}"), || self.try_find(css))
+    }
+
+    fn count(&self, css: &str) -> usize {
+        let found = self.session_command(
+            "POST",
+            "/elements",
+            Some(json!({"using": "css selector", "value": css})),
+        );
+        found.as_array().map_or(0, Vec::len)
+    }
+
+    fn click(&self, css: &str) {
+        let element = self.find(css);
+        self.session_command("POST", &format!("/element/{element}/click"), None);
+    }
+
+    fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css);
+        self.session_command("POST", &format!("/element/{element}/clear"), None);
+        self.session_command(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(json!({"text": text})),
+        );
+    }
+
+    fn text(&self, css: &str) -> String {
+        let element = self.find(css);
+        let text = self.session_command("GET", &format!("/element/{element}/text"), None);
+        text.as_str().unwrap_or_default().to_owned()
+    }
+
+    fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        let element = self.try_find(css)?;
+        let value = self.session_command(
+            "GET",
+            &format!("/element/{element}/attribute/{name}"),
+            None,
+        );
+        value.as_str().map(str::to_owned)
+    }
+
+    fn number(&self, css: &str) -> Option<f64> {
+        self.attribute(css, "data-value")?.parse().ok()
+    }
+
+    fn run(&self, script: &str) -> Value {
+        self.session_command(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    /// Confirmation dialogs answer yes, and are recorded in `window.confirmed`.
+    fn accept_confirmations(&self) {
+        self.run("window.confirmed = []; window.confirm = (m) => { window.confirmed.push(m); return true; };");
+    }
+
+    fn confirmations(&self) -> usize {
+        self.run("return (window.confirmed || []).length;")
+            .as_u64()
+            .unwrap_or(0) as usize
+    }
+
+    fn wait_for<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(found) = f() {
+                return found;
+            }
+            if Instant::now() > deadline {
+                self.screenshot("failure");
+                let page = self.run("return document.body.innerText;");
+                panic!("timed out waiting for {what}; the page says:\n{}", page.as_str().unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&self, name: &str) -> PathBuf {
+        let encoded = self.session_command("GET", "/screenshot", None);
+        let bytes = base64_decode(encoded.as_str().unwrap_or_default());
+        let dir = crate::support::workspace().join("target/console-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self
+                .agent
+                .delete(format!("{}/session/{}", self.base, self.session))
+                .call();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = text.bytes().filter(|c| *c != b'=' && *c != b'\n').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, c)| n | u32::from(value(*c)) << (18 - 6 * i));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+fn sign_in(browser: &Browser, url: &str, token: &str) {
+    browser.goto(url);
+    browser.type_into("#token", token);
+    browser.click("#sign-in");
+    browser.find("#sign-out");
+    browser.accept_confirmations();
+}
+
+fn events(from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| {
+            json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i as i64 * 20, "amount": i % 10})
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+fn send(server: &Server, body: &str) {
+    let (status, answer) = server.post("/v1/pipelines/clicks/events", Some(INGEST), body.as_bytes());
+    assert_eq!(status, 202, "{answer}");
+}
+
+#[test]
+fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let url = server.url("/");
+    let browser = Browser::start();
+
+    // Nothing without a token: the page is only a sign-in form; a wrong token is refused.
+    browser.goto(&url);
+    browser.find("#sign-in-form");
+    assert!(browser.try_find("#pipelines").is_none());
+    browser.screenshot("sign-in");
+    browser.type_into("#token", "not-a-token-at-all");
+    browser.click("#sign-in");
+    browser.wait_for("the sign-in error", || {
+        Some(()).filter(|()| !browser.text("#sign-in-error").is_empty())
+    });
+
+    // Create a pipeline from the page.
+    sign_in(&browser, &url, ADMIN);
+    assert!(browser.try_find("#read-only").is_none());
+    browser.click("#new-pipeline");
+    let spec = json!({"name": "clicks", "source": {"type": "http"},
+        "event": {"key": "user", "timestamp": "ts"}, "watermark": {"bound": 0},
+        "window": {"type": "tumbling", "size": 1000},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
+        "checkpoint_interval": "200ms"});
+    browser.type_into("#new-pipeline-spec", &spec.to_string());
+    browser.click("#create-pipeline");
+    browser.wait_for("the new pipeline running", || {
+        Some(()).filter(|()| browser.try_find("#pipeline-state").is_some_and(|_| browser.text("#pipeline-state").contains("running")))
+    });
+    assert_eq!(server.status("clicks")["state"], "running");
+
+    // Events arrive: the charts grow, the result tail and the figures follow the API.
+    for round in 0..6 {
+        send(&server, &events(round * 200, 200));
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    browser.wait_for("the input chart to grow", || {
+        let points: usize = browser
+            .attribute("#chart-input-rate polyline", "data-points")?
+            .parse()
+            .ok()?;
+        (points >= 3).then_some(())
+    });
+    browser.wait_for("results in the live tail", || {
+        (browser.count("#results-tail .result") >= 5).then_some(())
+    });
+    let status = server.status("clicks");
+    let events_in = status["events_in"].as_f64().unwrap();
+    browser.wait_for("the page's figures to match the API", || {
+        let shown = browser.number("#events-in")?;
+        let results = browser.number("#results-out")?;
+        let api = server.status("clicks");
+        (shown == events_in && results == api["results_out"].as_f64()?).then_some(())
+    });
+    for chart in ["watermark-lag", "late-ratio", "checkpoint-duration", "call-latency"] {
+        browser.find(&format!("#chart-{chart}"));
+    }
+    assert!(browser.count("#stage-graph .stage") >= 3, "source, aggregate, sink");
+
+    // A dead letter carrying markup is shown as text, never as markup.
+    send(&server, "{\"user\": \"<img src=x onerror=alert(1)>\"}\n");
+    browser.wait_for("the dead letter", || {
+        (browser.count("#dead-letters-table .dead-letter") >= 1).then_some(())
+    });
+    assert!(browser.text("#dead-letters-table").contains("<img src=x"));
+    assert_eq!(browser.count("#dead-letters-table img"), 0);
+    browser.screenshot("pipeline");
+
+    // Upload version 2 through the registry page (its file input, as a drop would fill it).
+    browser.click("#nav-operators");
+    let v2 = std::fs::canonicalize(count_sum_v2()).unwrap();
+    let input = browser.find("#upload-file");
+    browser.session_command(
+        "POST",
+        &format!("/element/{input}/value"),
+        Some(json!({"text": v2.display().to_string()})),
+    );
+    browser.type_into("#upload-name", "count-sum");
+    browser.type_into("#upload-version", "2.0.0");
+    browser.click("#upload");
+    browser.wait_for("the uploaded version in the table", || {
+        browser.try_find("tr[data-operator='count-sum@2.0.0']")
+    });
+    let (status, body) = server.get("/v1/operators/count-sum/2.0.0", Some(ADMIN));
+    assert_eq!(status, 200, "{body}");
+    browser.screenshot("operators");
+
+    // Step a rollout to 50 % and roll it back with the page's buttons, each confirmed.
+    browser.goto(&format!("{url}#/pipelines/clicks"));
+    browser.accept_confirmations();
+    browser.wait_for("version 2 to choose", || {
+        browser.try_find("#rollout-version option[value='2.0.0']")
+    });
+    browser.click("#rollout-version option[value='2.0.0']");
+    browser.type_into("#rollout-percent-input", "50");
+    browser.click("#rollout-step");
+    browser.wait_for("the rollout at 50 %", || {
+        (browser.number("#rollout-percent")? == 50.0).then_some(())
+    });
+    assert_eq!(server.status("clicks")["rollout"]["percent"], 50);
+    send(&server, &events(1_200, 400));
+    browser.wait_for("both versions in the versions table", || {
+        browser.try_find("#versions-table tr[data-version='2.0.0']")
+    });
+    browser.screenshot("rollout");
+    browser.click("#rollout-back");
+    browser.wait_for("the rollback on the page", || browser.try_find("#rolled-back"));
+    assert!(!server.status("clicks")["rollout"]["rolled_back"].is_null());
+    assert_eq!(browser.confirmations(), 2, "the step and the rollback asked first");
+
+    // The pipelines list, as the API has it.
+    browser.click("#nav-pipelines");
+    browser.wait_for("the pipelines table", || {
+        browser.try_find("#pipelines tr[data-pipeline='clicks']")
+    });
+    assert!(browser.text("tr[data-pipeline='clicks'] td[data-field='state']").contains("running"));
+    browser.screenshot("pipelines");
+
+    // An ingest token sees the console read-only: no button that changes anything.
+    browser.click("#sign-out");
+    sign_in(&browser, &url, INGEST);
+    browser.find("#read-only");
+    browser.find("#pipelines tr[data-pipeline='clicks']");
+    assert!(browser.try_find("#new-pipeline").is_none());
+    browser.goto(&format!("{url}#/pipelines/clicks"));
+    browser.find("#rollout-panel");
+    for action in ["#rollout-step", "#rollout-back", "#rollout-promote", "#stop", "#start"] {
+        assert!(browser.try_find(action).is_none(), "{action} for an ingest token");
+    }
+    browser.goto(&format!("{url}#/operators"));
+    browser.find("tr[data-operator='count-sum@1.0.0']");
+    assert!(browser.try_find("#upload").is_none());
+}
+
+#[test]
+fn a_hundred_pipelines_list_at_once() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    for i in 0..100 {
+        let spec = json!({"name": format!("p{i:03}"), "source": {"type": "http"},
+            "event": {"key": "user", "timestamp": "ts"},
+            "window": {"type": "tumbling", "size": 1000},
+            "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}]});
+        let (status, body) = server.post_json("/v1/pipelines", Some(ADMIN), &spec);
+        assert_eq!(status, 201, "{body}");
+    }
+    let browser = Browser::start();
+    let url = server.url("/");
+    sign_in(&browser, &url, ADMIN);
+    let started = Instant::now();
+    browser.wait_for("100 rows", || {
+        (browser.count("#pipelines tr[data-pipeline]") == 100).then_some(())
+    });
+    eprintln!("100 pipelines listed {:?} after sign-in", started.elapsed());
+}

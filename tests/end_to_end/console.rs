@@ -106,7 +106,10 @@ impl Browser {
             "/element",
             Some(json!({"using": "css selector", "value": css})),
         );
-        found.get(ELEMENT).and_then(Value::as_str).map(str::to_owned)
+        found
+            .get(ELEMENT)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     }
 
     fn find(&self, css: &str) -> String {
@@ -145,11 +148,8 @@ impl Browser {
 
     fn attribute(&self, css: &str, name: &str) -> Option<String> {
         let element = self.try_find(css)?;
-        let value = self.session_command(
-            "GET",
-            &format!("/element/{element}/attribute/{name}"),
-            None,
-        );
+        let value =
+            self.session_command("GET", &format!("/element/{element}/attribute/{name}"), None);
         value.as_str().map(str::to_owned)
     }
 
@@ -185,7 +185,10 @@ impl Browser {
             if Instant::now() > deadline {
                 self.screenshot("failure");
                 let page = self.run("return document.body.innerText;");
-                panic!("timed out waiting for {what}; the page says:\n{}", page.as_str().unwrap_or_default());
+                panic!(
+                    "timed out waiting for {what}; the page says:\n{}",
+                    page.as_str().unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -254,7 +257,8 @@ fn events(from: usize, n: usize) -> String {
 }
 
 fn send(server: &Server, body: &str) {
-    let (status, answer) = server.post("/v1/pipelines/clicks/events", Some(INGEST), body.as_bytes());
+    let (status, answer) =
+        server.post("/v1/pipelines/clicks/events", Some(INGEST), body.as_bytes());
     assert_eq!(status, 202, "{answer}");
 }
 
@@ -289,7 +293,11 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
     browser.type_into("#new-pipeline-spec", &spec.to_string());
     browser.click("#create-pipeline");
     browser.wait_for("the new pipeline running", || {
-        Some(()).filter(|()| browser.try_find("#pipeline-state").is_some_and(|_| browser.text("#pipeline-state").contains("running")))
+        Some(()).filter(|()| {
+            browser
+                .try_find("#pipeline-state")
+                .is_some_and(|_| browser.text("#pipeline-state").contains("running"))
+        })
     });
     assert_eq!(server.status("clicks")["state"], "running");
 
@@ -316,10 +324,18 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
         let api = server.status("clicks");
         (shown == events_in && results == api["results_out"].as_f64()?).then_some(())
     });
-    for chart in ["watermark-lag", "late-ratio", "checkpoint-duration", "call-latency"] {
+    for chart in [
+        "watermark-lag",
+        "late-ratio",
+        "checkpoint-duration",
+        "call-latency",
+    ] {
         browser.find(&format!("#chart-{chart}"));
     }
-    assert!(browser.count("#stage-graph .stage") >= 3, "source, aggregate, sink");
+    assert!(
+        browser.count("#stage-graph .stage") >= 3,
+        "source, aggregate, sink"
+    );
 
     // A dead letter carrying markup is shown as text, never as markup.
     send(&server, "{\"user\": \"<img src=x onerror=alert(1)>\"}\n");
@@ -368,16 +384,26 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
     });
     browser.screenshot("rollout");
     browser.click("#rollout-back");
-    browser.wait_for("the rollback on the page", || browser.try_find("#rolled-back"));
+    browser.wait_for("the rollback on the page", || {
+        browser.try_find("#rolled-back")
+    });
     assert!(!server.status("clicks")["rollout"]["rolled_back"].is_null());
-    assert_eq!(browser.confirmations(), 2, "the step and the rollback asked first");
+    assert_eq!(
+        browser.confirmations(),
+        2,
+        "the step and the rollback asked first"
+    );
 
     // The pipelines list, as the API has it.
     browser.click("#nav-pipelines");
     browser.wait_for("the pipelines table", || {
         browser.try_find("#pipelines tr[data-pipeline='clicks']")
     });
-    assert!(browser.text("tr[data-pipeline='clicks'] td[data-field='state']").contains("running"));
+    assert!(
+        browser
+            .text("tr[data-pipeline='clicks'] td[data-field='state']")
+            .contains("running")
+    );
     browser.screenshot("pipelines");
 
     // An ingest token sees the console read-only: no button that changes anything.
@@ -388,8 +414,17 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
     assert!(browser.try_find("#new-pipeline").is_none());
     browser.goto(&format!("{url}#/pipelines/clicks"));
     browser.find("#rollout-panel");
-    for action in ["#rollout-step", "#rollout-back", "#rollout-promote", "#stop", "#start"] {
-        assert!(browser.try_find(action).is_none(), "{action} for an ingest token");
+    for action in [
+        "#rollout-step",
+        "#rollout-back",
+        "#rollout-promote",
+        "#stop",
+        "#start",
+    ] {
+        assert!(
+            browser.try_find(action).is_none(),
+            "{action} for an ingest token"
+        );
     }
     browser.goto(&format!("{url}#/operators"));
     browser.find("tr[data-operator='count-sum@1.0.0']");

@@ -114,7 +114,10 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
         .route("/v1/pipelines/{name}/results", get(pipelines::results))
         .route("/v1/pipelines/{name}/spec", get(pipelines::spec))
-        .route("/v1/pipelines/{name}/dead-letters", get(pipelines::dead_letters))
+        .route(
+            "/v1/pipelines/{name}/dead-letters",
+            get(pipelines::dead_letters),
+        )
         .route("/v1/pipelines/{name}/rollout", post(pipelines::rollout))
         .route("/v1/pipelines/{name}/rollback", post(pipelines::rollback))
         .route("/v1/pipelines/{name}/promote", post(pipelines::promote))
@@ -141,7 +144,9 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
 }
 
 /// `GET /v1/whoami`: the token's name and scopes, for the console to show what it may.
-async fn whoami(caller: Option<axum::Extension<crate::serve::Caller>>) -> axum::Json<serde_json::Value> {
+async fn whoami(
+    caller: Option<axum::Extension<crate::serve::Caller>>,
+) -> axum::Json<serde_json::Value> {
     let (name, scopes) = caller.map_or((None, Vec::new()), |axum::Extension(caller)| {
         (Some(caller.name), caller.scopes)
     });

@@ -527,7 +527,11 @@ impl Slot {
         let Some(file) = file else {
             return Ok(None);
         };
-        Ok(Some(crate::fsutil::last_json_lines(&file, limit, 256 << 10)))
+        Ok(Some(crate::fsutil::last_json_lines(
+            &file,
+            limit,
+            256 << 10,
+        )))
     }
 
     /// The results file, if the results go to one.

@@ -203,9 +203,7 @@ impl Tokens {
             Some((name, scopes, quota)) if scope.granted_by(scopes) => {
                 (Verdict::Allowed, Some(caller(name, quota, scopes)))
             }
-            Some((name, scopes, quota)) => {
-                (Verdict::Forbidden, Some(caller(name, quota, scopes)))
-            }
+            Some((name, scopes, quota)) => (Verdict::Forbidden, Some(caller(name, quota, scopes))),
         }
     }
 

@@ -33,19 +33,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn replaces_a_file_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.json");
-        super::write_atomic(&path, b"one").unwrap();
-        super::write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-}
-
 /// The last `limit` lines of a JSON Lines file that parse as JSON, oldest first, read from
 /// its last `window` bytes (the first, possibly cut, line of that window is skipped). A missing
 /// file has none.
@@ -73,4 +60,31 @@ pub fn last_json_lines(path: &Path, limit: usize, window: u64) -> Vec<serde_json
         .collect();
     found.reverse();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replaces_a_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        super::write_atomic(&path, b"one").unwrap();
+        super::write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn the_last_json_lines_of_a_file_skip_a_cut_first_line_and_bad_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("letters.jsonl");
+        let lines: Vec<String> = (0..100).map(|i| format!("{{\"n\":{i}}}")).collect();
+        std::fs::write(&path, lines.join("\n") + "\nnot json\n").unwrap();
+        let last = super::last_json_lines(&path, 3, 1 << 20);
+        assert_eq!(last, [97, 98, 99].map(|n| serde_json::json!({"n": n})));
+        // A window that starts inside a line skips that line rather than misreading it.
+        let cut = super::last_json_lines(&path, 100, 30);
+        assert!(cut.len() < 5 && cut.last() == Some(&serde_json::json!({"n": 99})));
+        assert!(super::last_json_lines(&dir.path().join("missing"), 3, 100).is_empty());
+    }
 }

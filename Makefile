@@ -18,10 +18,10 @@ setup:
 		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server \
 		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
 		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server; }; }
-	@{ [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/chromium ]; } || { echo "installing chromium and chromedriver (the console tests drive a real browser)"; \
-		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver \
+	@{ [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/chromium ] && [ -x /usr/bin/firefox-esr ]; } || { echo "installing chromium, chromedriver and firefox-esr (the console tests drive real browsers)"; \
+		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver firefox-esr \
 		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
-		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver; }; }
+		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver firefox-esr; }; }
 
 components: setup
 	cargo build --release --target wasm32-wasip2 $(addprefix -p weir-example-,$(EXAMPLES))

@@ -1,10 +1,12 @@
-//! The web console (issue 15) in a real browser: Debian's Chromium, headless, driven through
-//! chromedriver (WebDriver over HTTP) against a real `weir serve` on loopback. Sign in, create a
+//! The web console (issue 15) in real browsers: Debian's Chromium, headless, driven through
+//! chromedriver (WebDriver over HTTP), and Debian's Firefox ESR, headless, driven through its
+//! Marionette protocol, each against a real `weir serve` on loopback. Sign in, create a
 //! pipeline from the page, send events and watch the charts, the figures and the result tail
 //! follow the API; upload a version through the registry page; step a rollout and roll it back
 //! with the page's buttons; an ingest token sees everything and can change nothing; a dead
 //! letter carrying markup is shown as text. Screenshots of every page are saved under
-//! `target/console-screenshots/` (one is in the README).
+//! `target/console-screenshots/` (one is in the README). The pipelines list is also shown with
+//! 100 pipelines, after signing in with the keyboard alone.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,24 +16,43 @@ use serde_json::{Value, json};
 
 use crate::serve::{ADMIN, INGEST, Server, count_sum_v1, count_sum_v2};
 
-/// A headless Chromium session through chromedriver.
+/// How the test talks to a browser: chromedriver's WebDriver over HTTP (Chromium), or
+/// Firefox's own Marionette protocol over TCP (Debian has no geckodriver; Marionette is what
+/// geckodriver speaks to Firefox). Both carry the same WebDriver commands.
+enum Driver {
+    Chromium {
+        driver: Child,
+        base: String,
+        session: String,
+        agent: ureq::Agent,
+    },
+    Firefox {
+        browser: Child,
+        connection: std::sync::Mutex<(std::net::TcpStream, u64)>,
+    },
+}
+
+/// A headless browser session.
 struct Browser {
-    driver: Child,
-    base: String,
-    session: String,
-    agent: ureq::Agent,
+    driver: Driver,
+    /// Names the screenshots.
+    name: &'static str,
     _profile: tempfile::TempDir,
 }
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl Browser {
-    fn start() -> Browser {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+    fn chromium() -> Browser {
+        let port = free_port();
         let driver = Command::new("/usr/bin/chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -50,61 +71,180 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         }
         let profile = tempfile::tempdir().unwrap();
-        let mut browser = Browser {
-            driver,
-            base,
-            session: String::new(),
-            agent,
-            _profile: profile,
-        };
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                          "--window-size=1400,1000",
-                         format!("--user-data-dir={}", browser._profile.path().display())]
+                         format!("--user-data-dir={}", profile.path().display())]
             }
         }}});
-        let answer = browser.command("POST", "/session", Some(capabilities));
-        browser.session = answer["sessionId"]
+        let answer = http(
+            &agent,
+            "POST",
+            &format!("{base}/session"),
+            Some(capabilities),
+        );
+        let session = answer["sessionId"]
             .as_str()
             .unwrap_or_else(|| panic!("no session: {answer}"))
             .to_owned();
+        Browser {
+            driver: Driver::Chromium {
+                driver,
+                base,
+                session,
+                agent,
+            },
+            name: "chromium",
+            _profile: profile,
+        }
+    }
+
+    fn firefox() -> Browser {
+        let port = free_port();
+        let profile = tempfile::tempdir().unwrap();
+        std::fs::write(
+            profile.path().join("user.js"),
+            format!(
+                "user_pref(\"marionette.port\", {port});\nuser_pref(\"browser.shell.checkDefaultBrowser\", false);\n"
+            ),
+        )
+        .unwrap();
+        let browser = Command::new("/usr/bin/firefox-esr")
+            .args(["--marionette", "--headless", "--no-remote", "--profile"])
+            .arg(profile.path())
+            .env("MOZ_HEADLESS_WIDTH", "1400")
+            .env("MOZ_HEADLESS_HEIGHT", "1000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("firefox-esr is installed (make setup installs it)");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let stream = loop {
+            if let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                break stream;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Firefox's Marionette did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let browser = Browser {
+            driver: Driver::Firefox {
+                browser,
+                connection: std::sync::Mutex::new((stream, 0)),
+            },
+            name: "firefox",
+            _profile: profile,
+        };
+        browser.marionette_read(); // the greeting
+        browser.marionette(
+            "WebDriver:NewSession",
+            json!({"capabilities": {"alwaysMatch": {}}}),
+        );
         browser
     }
 
-    /// A WebDriver command: its `value`.
-    fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let url = format!("{}{path}", self.base);
-        let answer = match (method, body) {
-            ("GET", _) => self.agent.get(&url).call(),
-            ("DELETE", _) => self.agent.delete(&url).call(),
-            (_, body) => self
-                .agent
-                .post(&url)
-                .header("Content-Type", "application/json")
-                .send(body.unwrap_or_else(|| json!({})).to_string()),
-        }
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let text = answer.into_body().read_to_string().unwrap();
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        value.get("value").cloned().unwrap_or(value)
+    /// One Marionette command: `[0, id, name, params]` out, `[1, id, error, result]` back,
+    /// each framed as `<length>:<json>`.
+    fn marionette(&self, name: &str, params: Value) -> Value {
+        let Driver::Firefox { connection, .. } = &self.driver else {
+            unreachable!("Firefox only")
+        };
+        let id = {
+            let mut connection = connection.lock().unwrap();
+            connection.1 += 1;
+            let message = json!([0, connection.1, name, params]).to_string();
+            std::io::Write::write_all(
+                &mut connection.0,
+                format!("{}:{message}", message.len()).as_bytes(),
+            )
+            .unwrap();
+            connection.1
+        };
+        let answer = self.marionette_read();
+        assert_eq!(answer[1], id, "{answer}");
+        answer[3].clone()
     }
 
-    fn session_command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        self.command(method, &format!("/session/{}{path}", self.session), body)
+    fn marionette_read(&self) -> Value {
+        let Driver::Firefox { connection, .. } = &self.driver else {
+            unreachable!("Firefox only")
+        };
+        let mut connection = connection.lock().unwrap();
+        let mut length = Vec::new();
+        let mut byte = [0u8];
+        loop {
+            std::io::Read::read_exact(&mut connection.0, &mut byte).unwrap();
+            if byte[0] == b':' {
+                break;
+            }
+            length.push(byte[0]);
+        }
+        let length: usize = String::from_utf8(length).unwrap().parse().unwrap();
+        let mut body = vec![0u8; length];
+        std::io::Read::read_exact(&mut connection.0, &mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A WebDriver command by its name, on `element` if given: its `value`.
+    fn op(&self, name: &str, element: Option<&str>, params: Value) -> Value {
+        match &self.driver {
+            Driver::Chromium {
+                base,
+                session,
+                agent,
+                ..
+            } => {
+                let e = element.unwrap_or_default();
+                let (method, path) = match name {
+                    "Navigate" => ("POST", "/url".to_owned()),
+                    "FindElement" => ("POST", "/element".to_owned()),
+                    "FindElements" => ("POST", "/elements".to_owned()),
+                    "ElementClick" => ("POST", format!("/element/{e}/click")),
+                    "ElementClear" => ("POST", format!("/element/{e}/clear")),
+                    "ElementSendKeys" => ("POST", format!("/element/{e}/value")),
+                    "GetElementText" => ("GET", format!("/element/{e}/text")),
+                    "GetElementAttribute" => (
+                        "GET",
+                        format!(
+                            "/element/{e}/attribute/{}",
+                            params["name"].as_str().unwrap()
+                        ),
+                    ),
+                    "ExecuteScript" => ("POST", "/execute/sync".to_owned()),
+                    "TakeScreenshot" => ("GET", "/screenshot".to_owned()),
+                    other => panic!("a command the test does not map: {other}"),
+                };
+                let url = format!("{base}/session/{session}{path}");
+                http(agent, method, &url, (method == "POST").then_some(params))
+            }
+            Driver::Firefox { .. } => {
+                let mut params = params;
+                if let Some(element) = element {
+                    params["id"] = element.into();
+                }
+                let answer = self.marionette(&format!("WebDriver:{name}"), params);
+                answer.get("value").cloned().unwrap_or(answer)
+            }
+        }
     }
 
     fn goto(&self, url: &str) {
-        self.session_command("POST", "/url", Some(json!({"url": url})));
+        self.op("Navigate", None, json!({"url": url}));
     }
 
     fn try_find(&self, css: &str) -> Option<String> {
-        let found = self.session_command(
-            "POST",
-            "/element",
-            Some(json!({"using": "css selector", "value": css})),
+        let found = self.op(
+            "FindElement",
+            None,
+            json!({"using": "css selector", "value": css}),
         );
         found
             .get(ELEMENT)
@@ -117,39 +257,34 @@ impl Browser {
     }
 
     fn count(&self, css: &str) -> usize {
-        let found = self.session_command(
-            "POST",
-            "/elements",
-            Some(json!({"using": "css selector", "value": css})),
+        let found = self.op(
+            "FindElements",
+            None,
+            json!({"using": "css selector", "value": css}),
         );
         found.as_array().map_or(0, Vec::len)
     }
 
     fn click(&self, css: &str) {
         let element = self.find(css);
-        self.session_command("POST", &format!("/element/{element}/click"), None);
+        self.op("ElementClick", Some(&element), json!({}));
     }
 
     fn type_into(&self, css: &str, text: &str) {
         let element = self.find(css);
-        self.session_command("POST", &format!("/element/{element}/clear"), None);
-        self.session_command(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(json!({"text": text})),
-        );
+        self.op("ElementClear", Some(&element), json!({}));
+        self.op("ElementSendKeys", Some(&element), json!({"text": text}));
     }
 
     fn text(&self, css: &str) -> String {
         let element = self.find(css);
-        let text = self.session_command("GET", &format!("/element/{element}/text"), None);
+        let text = self.op("GetElementText", Some(&element), json!({}));
         text.as_str().unwrap_or_default().to_owned()
     }
 
     fn attribute(&self, css: &str, name: &str) -> Option<String> {
         let element = self.try_find(css)?;
-        let value =
-            self.session_command("GET", &format!("/element/{element}/attribute/{name}"), None);
+        let value = self.op("GetElementAttribute", Some(&element), json!({"name": name}));
         value.as_str().map(str::to_owned)
     }
 
@@ -158,11 +293,7 @@ impl Browser {
     }
 
     fn run(&self, script: &str) -> Value {
-        self.session_command(
-            "POST",
-            "/execute/sync",
-            Some(json!({"script": script, "args": []})),
-        )
+        self.op("ExecuteScript", None, json!({"script": script, "args": []}))
     }
 
     /// Confirmation dialogs answer yes, and are recorded in `window.confirmed`.
@@ -195,11 +326,15 @@ impl Browser {
     }
 
     fn screenshot(&self, name: &str) -> PathBuf {
-        let encoded = self.session_command("GET", "/screenshot", None);
+        let encoded = self.op(
+            "TakeScreenshot",
+            None,
+            json!({"full": false, "hash": false}),
+        );
         let bytes = base64_decode(encoded.as_str().unwrap_or_default());
         let dir = crate::support::workspace().join("target/console-screenshots");
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{name}.png"));
+        let path = dir.join(format!("{}-{name}.png", self.name));
         std::fs::write(&path, bytes).unwrap();
         path
     }
@@ -207,15 +342,39 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        if !self.session.is_empty() {
-            let _ = self
-                .agent
-                .delete(format!("{}/session/{}", self.base, self.session))
-                .call();
+        match &mut self.driver {
+            Driver::Chromium {
+                driver,
+                base,
+                session,
+                agent,
+            } => {
+                let _ = agent.delete(format!("{base}/session/{session}")).call();
+                let _ = driver.kill();
+                let _ = driver.wait();
+            }
+            Driver::Firefox { browser, .. } => {
+                let _ = browser.kill();
+                let _ = browser.wait();
+            }
         }
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
+}
+
+/// One WebDriver request over HTTP: its `value`.
+fn http(agent: &ureq::Agent, method: &str, url: &str, body: Option<Value>) -> Value {
+    let answer = match (method, body) {
+        ("GET", _) => agent.get(url).call(),
+        ("DELETE", _) => agent.delete(url).call(),
+        (_, body) => agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body.unwrap_or_else(|| json!({})).to_string()),
+    }
+    .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let text = answer.into_body().read_to_string().unwrap();
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    value.get("value").cloned().unwrap_or(value)
 }
 
 fn base64_decode(text: &str) -> Vec<u8> {
@@ -263,12 +422,20 @@ fn send(server: &Server, body: &str) {
 }
 
 #[test]
-fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
+fn the_console_shows_what_the_api_says_and_its_buttons_act_in_chromium() {
+    the_console_shows_what_the_api_says_and_its_buttons_act(&Browser::chromium());
+}
+
+#[test]
+fn the_console_shows_what_the_api_says_and_its_buttons_act_in_firefox() {
+    the_console_shows_what_the_api_says_and_its_buttons_act(&Browser::firefox());
+}
+
+fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(data.path());
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     let url = server.url("/");
-    let browser = Browser::start();
 
     // Nothing without a token: the page is only a sign-in form; a wrong token is refused.
     browser.goto(&url);
@@ -282,7 +449,7 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
     });
 
     // Create a pipeline from the page.
-    sign_in(&browser, &url, ADMIN);
+    sign_in(browser, &url, ADMIN);
     assert!(browser.try_find("#read-only").is_none());
     browser.click("#new-pipeline");
     let spec = json!({"name": "clicks", "source": {"type": "http"},
@@ -350,10 +517,10 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
     browser.click("#nav-operators");
     let v2 = std::fs::canonicalize(count_sum_v2()).unwrap();
     let input = browser.find("#upload-file");
-    browser.session_command(
-        "POST",
-        &format!("/element/{input}/value"),
-        Some(json!({"text": v2.display().to_string()})),
+    browser.op(
+        "ElementSendKeys",
+        Some(&input),
+        json!({"text": v2.display().to_string()}),
     );
     browser.type_into("#upload-name", "count-sum");
     browser.type_into("#upload-version", "2.0.0");
@@ -408,7 +575,7 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act_in_a_real_browser() {
 
     // An ingest token sees the console read-only: no button that changes anything.
     browser.click("#sign-out");
-    sign_in(&browser, &url, INGEST);
+    sign_in(browser, &url, INGEST);
     browser.find("#read-only");
     browser.find("#pipelines tr[data-pipeline='clicks']");
     assert!(browser.try_find("#new-pipeline").is_none());
@@ -444,9 +611,10 @@ fn a_hundred_pipelines_list_at_once() {
         let (status, body) = server.post_json("/v1/pipelines", Some(ADMIN), &spec);
         assert_eq!(status, 201, "{body}");
     }
-    let browser = Browser::start();
-    let url = server.url("/");
-    sign_in(&browser, &url, ADMIN);
+    let browser = Browser::chromium();
+    // Signed in with the keyboard alone: the token typed, then Enter.
+    browser.goto(&server.url("/"));
+    browser.type_into("#token", &format!("{ADMIN}\u{E007}"));
     let started = Instant::now();
     browser.wait_for("100 rows", || {
         (browser.count("#pipelines tr[data-pipeline]") == 100).then_some(())

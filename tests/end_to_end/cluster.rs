@@ -423,6 +423,7 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     );
     refused(&good.replace("shared-clicks", "a.b"), &[], "no dots");
     refused(&good, &["--slices", "0"], "from 1 to 64");
+    refused(&good, &["--slices", "4"], "cannot be cut into 4");
     refused(&good, &["--slices", "65"], "from 1 to 64");
 
     let worker_error = |args: &[&str]| {

@@ -126,7 +126,7 @@ impl<'a> Reader<'a> {
         if count > (self.bytes.len() - self.at) as u64 / 9 {
             return Err("a change count larger than the delta".into());
         }
-        let mut changes = Vec::with_capacity(count as usize);
+        let mut changes = Vec::with_capacity((count as usize).min(4_096));
         for _ in 0..count {
             let key = self.bytes()?.to_vec();
             let value = match self.take(1)?[0] {

@@ -37,12 +37,14 @@ pub(super) fn record_key(name: &str) -> String {
     format!("pipelines.{name}")
 }
 
-/// Shares the pipeline of the spec file at `path`, cut into `slices` slices (default 6): its
-/// components are uploaded by digest and the spec stored. Deploying again replaces the spec
-/// for workers that start afterwards.
+/// Shares the pipeline of the spec file at `path`, cut into `slices` slices (default 6, or the
+/// count it was deployed with): its components are uploaded by digest and the spec stored.
+/// Deploying again replaces the spec for workers that start afterwards; another slice count
+/// than the deployed one is refused (the state is kept by slice).
 pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineRecord> {
-    let slices = slices.unwrap_or(DEFAULT_SLICES);
-    if !(1..=MAX_SLICES).contains(&slices) {
+    if let Some(slices) = slices
+        && !(1..=MAX_SLICES).contains(&slices)
+    {
         return Err(ClusterError::Unshareable(format!(
             "--slices {slices}: from 1 to {MAX_SLICES}"
         )));
@@ -50,11 +52,17 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
     let spec = PipelineSpec::load(path)?;
     check_name("pipeline name", &spec.name)?;
     check_shareable(&spec)?;
+    let connection = Connection::open(url)?;
+    // Deployed again without --slices: the slices it has.
+    let slices = match (slices, fetch_record(&connection, &spec.name)) {
+        (Some(slices), _) => slices,
+        (None, Ok(existing)) => existing.slices,
+        (None, _) => DEFAULT_SLICES,
+    };
     let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
         path: path.to_owned(),
         source,
     })?;
-    let connection = Connection::open(url)?;
     let mut code = BTreeMap::new();
     for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
         if let OperatorCode::Component(file) = &operator.code {
@@ -69,6 +77,17 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
         slices,
         code,
     };
+    // The slices cannot be cut again under the state of the old ones.
+    match fetch_record(&connection, &record.name) {
+        Ok(existing) if existing.slices != slices => {
+            return Err(ClusterError::Unshareable(format!(
+                "pipeline {} is deployed in {} slices; its state is kept by slice, so it cannot be cut into {slices} (deploy it under another name)",
+                record.name, existing.slices
+            )));
+        }
+        Ok(_) | Err(ClusterError::Unknown(_)) => {}
+        Err(e) => return Err(e),
+    }
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let bytes = serde_json::to_vec(&record).expect("a record serialises");
     connection

@@ -1,8 +1,10 @@
 //! Membership and slice leases in the `weir-leases` key-value bucket, whose entries expire
 //! [`LEASE`](super::LEASE) after their last write: `members.<pipeline>.<worker>` says a worker
-//! is alive, `slices.<pipeline>.<i>` which worker runs slice `i`. A lease is taken with a
-//! create (only one succeeds) and kept by updates that expect its last revision, so a worker
-//! that was presumed dead and whose slice was taken finds out at its next renewal.
+//! is alive, `slices.<pipeline>.<i>` which worker runs slice `i` (the value is the worker's
+//! name and a token of this process: `name:pid:nonce`). A lease is taken with a create (only one
+//! succeeds) and kept by updates that expect its last revision; a renewal that finds the lease
+//! gone or anyone else's is `Lost`, never taken again in passing, so a worker that was presumed
+//! dead stops the slice, and a restarted worker waits for its former leases to expire.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ pub(super) struct Leases {
     bucket: Store,
     pipeline: String,
     worker: Option<String>,
+    /// What this process writes into its slice leases.
+    token: String,
 }
 
 impl Leases {
@@ -39,11 +43,20 @@ impl Leases {
         worker: Option<&str>,
     ) -> Result<Leases> {
         let bucket = connection.bucket(LEASES_BUCKET, LEASE)?;
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let token = format!(
+            "{}:{}:{nonce}",
+            worker.unwrap_or_default(),
+            std::process::id()
+        );
         Ok(Leases {
             connection,
             bucket,
             pipeline: pipeline.to_owned(),
             worker: worker.map(str::to_owned),
+            token,
         })
     }
 
@@ -95,7 +108,9 @@ impl Leases {
                 continue;
             };
             if let Ok(Ok(Some(owner))) = self.connection.block_on(timed(self.bucket.get(&key))) {
-                owners.insert(slice, String::from_utf8_lossy(&owner).into_owned());
+                let owner = String::from_utf8_lossy(&owner);
+                let name = owner.split(':').next().unwrap_or_default();
+                owners.insert(slice, name.to_owned());
             }
         }
         Ok(owners)
@@ -117,53 +132,37 @@ impl Leases {
             .map_err(|e| self.connection.error("listing leases", e))
     }
 
-    /// Takes slice `slice` if nobody holds it (or this worker held it before a restart):
-    /// its revision, or `None`.
+    /// Takes slice `slice` if nobody holds it: the lease's revision, or `None`.
     pub(super) fn acquire(&self, slice: usize) -> Option<u64> {
         let key = self.slice_key(slice);
-        let value = self.me().as_bytes().to_vec();
-        self.connection.block_on(async {
-            if let Ok(Ok(revision)) = timed(self.bucket.create(&key, value.clone().into())).await {
-                return Some(revision);
-            }
-            match timed(self.bucket.entry(&key)).await {
-                Ok(Ok(Some(entry)))
-                    if entry.operation == Operation::Put && entry.value == value =>
-                {
-                    timed(self.bucket.update(&key, value.into(), entry.revision))
-                        .await
-                        .ok()?
-                        .ok()
-                }
-                _ => None,
-            }
-        })
+        let value = self.token.as_bytes().to_vec();
+        match self
+            .connection
+            .block_on(timed(self.bucket.create(&key, value.into())))
+        {
+            Ok(Ok(revision)) => Some(revision),
+            _ => None,
+        }
     }
 
-    /// Renews this worker's lease of `slice`, last written at `revision`.
+    /// Renews this process's lease of `slice`, last written at `revision`.
     pub(super) fn renew(&self, slice: usize, revision: u64) -> Renewal {
         let key = self.slice_key(slice);
-        let value: bytes::Bytes = self.me().as_bytes().to_vec().into();
+        let value: bytes::Bytes = self.token.as_bytes().to_vec().into();
         self.connection.block_on(async {
             match timed(self.bucket.update(&key, value.clone(), revision)).await {
                 Ok(Ok(revision)) => return Renewal::Held(revision),
                 Err(_) => return Renewal::Unreachable,
                 Ok(Err(_)) => {}
             }
-            // Expired meanwhile (the server was away longer than a lease) or taken.
+            // Our update may have landed with its answer lost; anything else is not ours.
             match timed(self.bucket.entry(&key)).await {
-                Ok(Ok(Some(entry))) if entry.operation == Operation::Put => {
-                    if entry.value == value {
-                        Renewal::Held(entry.revision)
-                    } else {
-                        Renewal::Lost
-                    }
+                Ok(Ok(Some(entry)))
+                    if entry.operation == Operation::Put && entry.value == value =>
+                {
+                    Renewal::Held(entry.revision)
                 }
-                Ok(Ok(_)) => match timed(self.bucket.create(&key, value)).await {
-                    Ok(Ok(revision)) => Renewal::Held(revision),
-                    Ok(Err(_)) => Renewal::Lost,
-                    Err(_) => Renewal::Unreachable,
-                },
+                Ok(Ok(_)) => Renewal::Lost,
                 _ => Renewal::Unreachable,
             }
         })

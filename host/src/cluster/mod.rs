@@ -156,7 +156,7 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
 /// its own; its methods block.
 pub(crate) struct Connection {
     url: String,
-    runtime: tokio::runtime::Runtime,
+    pub(super) runtime: tokio::runtime::Runtime,
     jetstream: async_nats::jetstream::Context,
 }
 

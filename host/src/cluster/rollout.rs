@@ -126,6 +126,15 @@ pub(super) fn read_routing(
     };
     let routing: Routing = serde_json::from_slice(&entry.value)
         .map_err(|e| ClusterError::Damaged(format!("routing of {pipeline}: {e}")))?;
+    let names_ok = std::iter::once(&routing.live)
+        .chain(&routing.candidate)
+        .chain(&routing.operator)
+        .all(|name| crate::names::check("version", name).is_ok());
+    if routing.percent > 100 || !names_ok {
+        return Err(ClusterError::Damaged(format!(
+            "routing of {pipeline}: {routing:?}"
+        )));
+    }
     Ok(Some((entry.revision, routing)))
 }
 

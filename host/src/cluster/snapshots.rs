@@ -25,8 +25,12 @@ use super::{CHECKPOINTS_BUCKET, ClusterError, Connection, Result};
 use crate::pipeline::CommitListener;
 use crate::state::{RedbStore, STATE_FILE, StoredCheckpoint};
 
-/// The largest delta object read back (a bigger one is damaged or hostile).
-const MAX_DELTA_BYTES: u64 = 1 << 30;
+/// The largest delta object read back (a bigger one is damaged or hostile): twice the most
+/// that is ever queued for one upload.
+const MAX_DELTA_BYTES: u64 = 2 * MAX_QUEUED_BYTES as u64;
+/// How long one object's download may take before it is given up (the server may have purged
+/// its chunks, or gone away).
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 /// Deltas may add up to this (or twice the base, if more) before a new base is written.
 const MIN_CHAIN_BYTES: u64 = 8 << 20;
 /// Deltas after one base at most.
@@ -141,6 +145,19 @@ impl Snapshots {
         }
     }
 
+    /// What `record_uploaded` last recorded for a slice, if anything.
+    fn uploaded(&self, pipeline: &str, slice: usize) -> Option<serde_json::Value> {
+        let bucket = self
+            .connection
+            .bucket(super::PIPELINES_BUCKET, Duration::ZERO)
+            .ok()?;
+        let bytes = self
+            .connection
+            .block_on(bucket.get(format!("uploaded.{pipeline}.{slice}")))
+            .ok()??;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     fn delete(&self, name: &str) {
         let _ = self.connection.block_on(self.store.delete(name));
     }
@@ -168,6 +185,15 @@ impl Snapshots {
             .filter(|link| link.base)
             .max_by_key(|l| (l.epoch, l.id))
         else {
+            // No checkpoint: a new slice, unless uploads were recorded (then the store lost
+            // them, and starting empty would silently skip input the stream may no longer
+            // hold).
+            if let Some(uploaded) = self.uploaded(pipeline, slice) {
+                return Err(ClusterError::Damaged(format!(
+                    "slice {slice} of {pipeline} has no checkpoint in the object store, though {uploaded} was uploaded; restore the bucket {CHECKPOINTS_BUCKET}, or delete the key uploaded.{pipeline}.{slice} in {} to start the slice empty",
+                    super::PIPELINES_BUCKET
+                )));
+            }
             return Ok(None);
         };
         let damaged = |e: &dyn std::fmt::Display| {
@@ -184,7 +210,10 @@ impl Snapshots {
             .iter()
             .filter(|link| !link.base && link.epoch == base.epoch && link.id > first);
         for link in deltas {
-            let bytes = self.read(&link.name)?;
+            let Some(bytes) = self.read(&link.name)? else {
+                warn!(pipeline, slice, link = %link.name, "checkpoint chain broken (a delta is gone): restoring up to its break");
+                break;
+            };
             let delta = delta::decode(&bytes)
                 .map_err(|e| ClusterError::Damaged(format!("checkpoint {}: {e}", link.name)))?;
             if delta.after != head {
@@ -208,37 +237,58 @@ impl Snapshots {
     }
 
     fn download(&self, name: &str, to: &Path) -> Result<()> {
+        let (store, owned, to) = (self.store.clone(), name.to_owned(), to.to_owned());
+        self.bounded(name, async move {
+            let mut object = store.get(&owned).await.map_err(|e| e.to_string())?;
+            let mut file = tokio::fs::File::create(&to)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::io::copy(&mut object, &mut file)
+                .await
+                .map_err(|e| e.to_string())?;
+            file.sync_all().await.map_err(|e| e.to_string())
+        })
+    }
+
+    /// Runs a download as a task of its own, bounded in time: one that stalls (its chunks
+    /// purged meanwhile) or whose client panics is an error, not a stuck or dead worker.
+    fn bounded<T: Send + 'static>(
+        &self,
+        name: &str,
+        work: impl std::future::Future<Output = std::result::Result<T, String>> + Send + 'static,
+    ) -> Result<T> {
+        let task = self.connection.runtime.spawn(work);
         self.connection
-            .block_on(async {
-                let mut object = self.store.get(name).await.map_err(|e| e.to_string())?;
-                let mut file = tokio::fs::File::create(to)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                tokio::io::copy(&mut object, &mut file)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                file.sync_all().await.map_err(|e| e.to_string())
-            })
+            .block_on(async { tokio::time::timeout(DOWNLOAD_TIMEOUT, task).await })
+            .map_err(|_| format!("no end after {} s", DOWNLOAD_TIMEOUT.as_secs()))
+            .and_then(|joined| joined.map_err(|e| format!("the download failed: {e}")))
+            .and_then(|result| result)
             .map_err(|e| self.connection.error(&format!("downloading {name}"), e))
     }
 
-    fn read(&self, name: &str) -> Result<Vec<u8>> {
-        self.connection
-            .block_on(async {
-                let object = match self.store.get(name).await {
-                    Ok(object) => object,
-                    Err(e) if e.kind() == GetErrorKind::NotFound => return Ok(Vec::new()),
-                    Err(e) => return Err(e.to_string()),
-                };
-                let mut bytes = Vec::new();
-                object
-                    .take(MAX_DELTA_BYTES)
-                    .read_to_end(&mut bytes)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(bytes)
-            })
-            .map_err(|e| self.connection.error(&format!("downloading {name}"), e))
+    /// A delta's bytes (`None`: it is gone, which breaks the chain there).
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let (store, owned) = (self.store.clone(), name.to_owned());
+        self.bounded(name, async move {
+            let object = match store.get(&owned).await {
+                Ok(object) => object,
+                Err(e) if e.kind() == GetErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            };
+            if object.info.size as u64 > MAX_DELTA_BYTES {
+                return Err(format!(
+                    "{} bytes, more than a delta can be",
+                    object.info.size
+                ));
+            }
+            let mut bytes = Vec::new();
+            object
+                .take(MAX_DELTA_BYTES)
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Some(bytes))
+        })
     }
 }
 
@@ -444,7 +494,9 @@ fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
                     let done = pending.queue.pop_front().expect("checked");
                     pending.queued_bytes -= done.record.len();
                 }
-                snapshots.record_uploaded(&chain);
+                if !shared.fenced.load(Ordering::SeqCst) {
+                    snapshots.record_uploaded(&chain);
+                }
                 let labels = [("pipeline", chain.pipeline.clone())];
                 metrics::counter!("weir_slice_uploads_total", &labels).increment(1);
                 metrics::histogram!("weir_slice_upload_seconds", &labels)
@@ -490,14 +542,12 @@ fn upload_base(
     }
     let bytes = std::fs::metadata(&file).map_err(|e| e.to_string())?.len();
     let name = link_name(&chain.pipeline, chain.slice, true, chain.epoch, id);
-    let uploaded = (|| {
-        let mut reader = std::fs::File::open(&file).map_err(|e| e.to_string())?;
-        let mut contents = Vec::with_capacity(bytes as usize);
-        std::io::Read::read_to_end(&mut reader, &mut contents).map_err(|e| e.to_string())?;
-        snapshots
-            .put(&name, &mut contents.as_slice())
-            .map_err(|e| e.to_string())
-    })();
+    // Streamed from the file: the state may be larger than memory.
+    let uploaded = snapshots
+        .connection
+        .block_on(tokio::fs::File::open(&file))
+        .map_err(|e| e.to_string())
+        .and_then(|mut reader| snapshots.put(&name, &mut reader).map_err(|e| e.to_string()));
     let _ = std::fs::remove_dir_all(&chain.scratch);
     uploaded?;
     (chain.based, chain.head, chain.base_bytes) = (true, id, bytes);

@@ -16,7 +16,7 @@ use super::deploy::{PipelineRecord, fetch_component, fetch_record};
 use super::leases::{Leases, Renewal};
 use super::rollout::{FetchedCode, read_routing, resolver};
 use super::snapshots::{Snapshots, Uploader};
-use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
+use super::{BEAT, ClusterError, Connection, LEASE, Result, check_name, check_shareable};
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
 use crate::rollout::Routing;
 use crate::source::NatsFeed;
@@ -45,6 +45,8 @@ struct SliceRun {
     uploader: Uploader,
     /// The lease's revision.
     revision: u64,
+    /// When the lease was last renewed (or taken).
+    renewed: Instant,
 }
 
 /// One process's share of a shared pipeline.
@@ -127,8 +129,10 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        let held: Vec<usize> = self.running.keys().copied().collect();
-        for slice in held {
+        // One at a time, renewing the others' leases in between: a final upload may take a
+        // while, and a lease lapsing meanwhile would let another worker run a slice still here.
+        while let Some(slice) = self.running.keys().next().copied() {
+            self.renew_all();
             self.give_up(slice);
         }
         self.leases.leave();
@@ -137,27 +141,49 @@ impl Worker {
     }
 
     fn step(&mut self) {
+        self.reap_finished();
+        if !self.renew_all() {
+            return;
+        }
+        self.follow_rollout();
+        self.rebalance();
+    }
+
+    /// Renews the membership and every held lease (a lost one's slice stops): whether the
+    /// server answered.
+    fn renew_all(&mut self) -> bool {
         if let Err(e) = self.leases.beat() {
             warn!(worker = %self.id, error = %e, "membership not renewed");
         }
-        self.reap_finished();
         let mut reachable = true;
         let held: Vec<(usize, u64)> = self.running.iter().map(|(s, r)| (*s, r.revision)).collect();
         for (slice, revision) in held {
             match self.leases.renew(slice, revision) {
                 Renewal::Held(revision) => {
                     if let Some(run) = self.running.get_mut(&slice) {
-                        run.revision = revision;
+                        (run.revision, run.renewed) = (revision, Instant::now());
                     }
                 }
                 Renewal::Lost => self.lose(slice),
-                Renewal::Unreachable => reachable = false,
+                Renewal::Unreachable => {
+                    reachable = false;
+                    // Unrenewed for a whole lease: it has expired on the server, and another
+                    // worker that can reach the server may hold the slice now.
+                    if self
+                        .running
+                        .get(&slice)
+                        .is_some_and(|run| run.renewed.elapsed() > LEASE)
+                    {
+                        self.lose(slice);
+                    }
+                }
             }
         }
-        if !reachable {
-            return;
-        }
-        self.follow_rollout();
+        reachable
+    }
+
+    /// Gives up the slices no longer this worker's and takes the free ones that are.
+    fn rebalance(&mut self) {
         let members = match self.leases.members() {
             Ok(members) if members.contains(&self.id) => members,
             Ok(_) => return, // our own membership is not visible yet
@@ -174,6 +200,7 @@ impl Worker {
             .copied()
             .collect();
         for slice in surplus {
+            self.renew_all();
             self.give_up(slice);
         }
         self.failed.retain(|_, at| at.elapsed() < COOLDOWN);
@@ -245,7 +272,7 @@ impl Worker {
             &self.record.name,
             slice,
             revision,
-            slice_dir.join("upload"),
+            slice_dir.join(format!("upload-{revision}")),
         )
         .map_err(|source| ClusterError::Io {
             path: slice_dir.clone(),
@@ -287,6 +314,7 @@ impl Worker {
                 thread,
                 uploader,
                 revision,
+                renewed: Instant::now(),
             },
         );
         Ok(())

@@ -316,6 +316,7 @@ pub fn run_controlled(
         finished: manifest.as_ref().is_some_and(|m| m.finished),
     };
     let routed = router.route(source.as_mut(), start);
+    drop(source); // a shared reader stops feeding this run now, not after its last checkpoint
     drop((shard_txs, part_tx)); // hang up: the shards and then the collector finish
     let summary = join(
         routed,

@@ -568,3 +568,34 @@ fn bad_rollouts_are_refused() {
         "operator nope",
     );
 }
+
+#[test]
+fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_repeated() {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let w1 = cluster.worker("w1");
+    let w2 = cluster.worker("w2");
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.client.publish("clicks.eu", &eu[..500]);
+    cluster.client.publish("clicks.us", &us[..500]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    // Frozen (not dead): its leases lapse and w1 takes every slice.
+    let pid = w2.id().to_string();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    cluster.wait_for_owners(&["w1"]);
+    cluster.client.publish("clicks.eu", &eu[500..1_000]);
+    cluster.client.publish("clicks.us", &us[500..1_000]);
+    // Woken: it finds its leases gone and stops those slices; they are shared out again.
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.client.publish("clicks.eu", &eu[1_000..]);
+    cluster.client.publish("clicks.us", &us[1_000..]);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    kill(w1);
+    kill(w2);
+    let logs = cluster.logs(&["w1", "w2"]);
+    assert!(logs.contains("slice lease lost"), "{logs}");
+    assert_exactly_once(&results, &all, &logs);
+}

@@ -20,6 +20,7 @@
 mod delta;
 mod deploy;
 mod leases;
+mod renewer;
 mod rollout;
 mod snapshots;
 mod worker;

@@ -421,6 +421,15 @@ impl Uploader {
         })
     }
 
+    /// What fences this uploader, for another thread to call.
+    pub(super) fn fencer(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || {
+            shared.fenced.store(true, Ordering::SeqCst);
+            shared.wake.notify_one();
+        }
+    }
+
     /// The lease is lost: nothing more is uploaded.
     pub(super) fn fence(&self) {
         self.shared.fenced.store(true, Ordering::SeqCst);

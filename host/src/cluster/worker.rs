@@ -1,5 +1,6 @@
-//! [`Worker`]: one `weir worker` process's share of a pipeline. Every [`BEAT`] it renews its
-//! membership and its slices' leases, works out which slices are its own (slice `i` goes to
+//! [`Worker`]: one `weir worker` process's share of a pipeline. Its membership and its slices'
+//! leases are renewed by a thread of their own (`renewer.rs`). Every [`BEAT`] the worker reaps
+//! slices whose lease was lost, works out which slices are its own (slice `i` goes to
 //! the `i mod n`-th of the `n` live members, sorted), gives up the slices that are no longer
 //! its own (a final checkpoint, uploaded, then the lease released) and takes those that are
 //! free (the last uploaded checkpoint restored, then a run started from it).
@@ -13,10 +14,11 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::deploy::{PipelineRecord, fetch_component, fetch_record};
-use super::leases::{Leases, Renewal};
+use super::leases::Leases;
+use super::renewer::Renewer;
 use super::rollout::{FetchedCode, read_routing, resolver};
 use super::snapshots::{Snapshots, Uploader};
-use super::{BEAT, ClusterError, Connection, LEASE, Result, check_name, check_shareable};
+use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
 use crate::rollout::Routing;
 use crate::source::NatsFeed;
@@ -43,10 +45,6 @@ struct SliceRun {
     control: Arc<PipelineControl>,
     thread: std::thread::JoinHandle<Result<Summary, PipelineError>>,
     uploader: Uploader,
-    /// The lease's revision.
-    revision: u64,
-    /// When the lease was last renewed (or taken).
-    renewed: Instant,
 }
 
 /// One process's share of a shared pipeline.
@@ -55,7 +53,7 @@ pub struct Worker {
     dir: PathBuf,
     record: PipelineRecord,
     spec: PipelineSpec,
-    leases: Leases,
+    renewer: Renewer,
     snapshots: Arc<Snapshots>,
     running: BTreeMap<usize, SliceRun>,
     failed: BTreeMap<usize, Instant>,
@@ -84,6 +82,10 @@ impl Worker {
         let code = FetchedCode::default();
         let spec = shared_spec(&connection, &record, &dir, &code)?;
         let leases = Leases::open(connection.clone(), &record.name, Some(&id))?;
+        let renewer = Renewer::start(leases).map_err(|source| ClusterError::Io {
+            path: options.dir.clone(),
+            source,
+        })?;
         let snapshots = Arc::new(Snapshots::open(connection.clone())?);
         let SourceSpec::Nats(input) = &spec.source else {
             unreachable!("check_shareable refuses other sources")
@@ -99,7 +101,7 @@ impl Worker {
             dir,
             record,
             spec,
-            leases,
+            renewer,
             snapshots,
             running: BTreeMap::new(),
             failed: BTreeMap::new(),
@@ -129,62 +131,30 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        // One at a time, renewing the others' leases in between: a final upload may take a
-        // while, and a lease lapsing meanwhile would let another worker run a slice still here.
+        // One at a time, while the renewer keeps the others' leases.
         while let Some(slice) = self.running.keys().next().copied() {
-            self.renew_all();
             self.give_up(slice);
         }
-        self.leases.leave();
+        self.renewer.leases().leave();
         info!(worker = %self.id, "worker stopped");
         Ok(())
     }
 
     fn step(&mut self) {
         self.reap_finished();
-        if !self.renew_all() {
+        for slice in self.renewer.lost() {
+            self.lose(slice);
+        }
+        if !self.renewer.reachable() {
             return;
         }
         self.follow_rollout();
         self.rebalance();
     }
 
-    /// Renews the membership and every held lease (a lost one's slice stops): whether the
-    /// server answered.
-    fn renew_all(&mut self) -> bool {
-        if let Err(e) = self.leases.beat() {
-            warn!(worker = %self.id, error = %e, "membership not renewed");
-        }
-        let mut reachable = true;
-        let held: Vec<(usize, u64)> = self.running.iter().map(|(s, r)| (*s, r.revision)).collect();
-        for (slice, revision) in held {
-            match self.leases.renew(slice, revision) {
-                Renewal::Held(revision) => {
-                    if let Some(run) = self.running.get_mut(&slice) {
-                        (run.revision, run.renewed) = (revision, Instant::now());
-                    }
-                }
-                Renewal::Lost => self.lose(slice),
-                Renewal::Unreachable => {
-                    reachable = false;
-                    // Unrenewed for a whole lease: it has expired on the server, and another
-                    // worker that can reach the server may hold the slice now.
-                    if self
-                        .running
-                        .get(&slice)
-                        .is_some_and(|run| run.renewed.elapsed() > LEASE)
-                    {
-                        self.lose(slice);
-                    }
-                }
-            }
-        }
-        reachable
-    }
-
     /// Gives up the slices no longer this worker's and takes the free ones that are.
     fn rebalance(&mut self) {
-        let members = match self.leases.members() {
+        let members = match self.renewer.leases().members() {
             Ok(members) if members.contains(&self.id) => members,
             Ok(_) => return, // our own membership is not visible yet
             Err(e) => {
@@ -200,7 +170,6 @@ impl Worker {
             .copied()
             .collect();
         for slice in surplus {
-            self.renew_all();
             self.give_up(slice);
         }
         self.failed.retain(|_, at| at.elapsed() < COOLDOWN);
@@ -208,11 +177,11 @@ impl Worker {
             if self.running.contains_key(&slice) || self.failed.contains_key(&slice) {
                 continue;
             }
-            if let Some(revision) = self.leases.acquire(slice)
+            if let Some(revision) = self.renewer.leases().acquire(slice)
                 && let Err(e) = self.take(slice, revision)
             {
                 warn!(worker = %self.id, slice, error = %e, "cannot run slice");
-                self.leases.release(slice, revision);
+                self.renewer.leases().release(slice, revision);
                 self.failed.insert(slice, Instant::now());
             }
         }
@@ -307,14 +276,20 @@ impl Worker {
             self.id,
             restored.map_or("none".into(), |id| id.to_string())
         );
+        let on_loss = {
+            let (fence, control) = (uploader.fencer(), control.clone());
+            Box::new(move || {
+                fence();
+                control.stop();
+            })
+        };
+        self.renewer.hold(slice, revision, on_loss);
         self.running.insert(
             slice,
             SliceRun {
                 control,
                 thread,
                 uploader,
-                revision,
-                renewed: Instant::now(),
             },
         );
         Ok(())
@@ -331,7 +306,7 @@ impl Worker {
         if let Ok(Err(e)) = &outcome {
             warn!(worker = %self.id, slice, error = %e, "slice run failed");
         }
-        self.leases.release(slice, run.revision);
+        self.renewer.release(slice);
         info!(worker = %self.id, slice, checkpoint = uploaded, "slice given up");
         eprintln!(
             "weir: worker {} gave slice {slice} up (checkpoint {uploaded})",
@@ -348,6 +323,7 @@ impl Worker {
         run.control.stop();
         let _ = run.thread.join();
         drop(run.uploader);
+        self.renewer.forget(slice);
         warn!(worker = %self.id, slice, "slice lease lost to another worker; stopped");
     }
 

@@ -530,6 +530,10 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
     });
     let (status, body) = server.get("/v1/operators/count-sum/2.0.0", Some(ADMIN));
     assert_eq!(status, 200, "{body}");
+    let used_by = "tr[data-operator='count-sum@1.0.0'] td[data-field='used_by']";
+    browser.wait_for("version 1 used by the pipeline", || {
+        Some(()).filter(|()| browser.text(used_by).contains("clicks"))
+    });
     browser.screenshot("operators");
 
     // Step a rollout to 50 % and roll it back with the page's buttons, each confirmed.

@@ -375,8 +375,15 @@ impl Managed {
                 "rolled_back": self.desired.rolled_back,
             })
         });
+        // Every operator version the chain runs (the console's "used by").
+        let uses: Vec<String> = (self.spec.enrichers.iter())
+            .chain(self.spec.aggregate.iter())
+            .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
+            .map(|op| format!("{}@{}", op.name, op.version))
+            .collect();
         serde_json::json!({
             "operator": op.map(|o| serde_json::json!({"name": o.name, "version": o.version})),
+            "uses": uses,
             "rollout": rollout,
             "rolled_back": self.desired.rolled_back,
         })

@@ -1376,7 +1376,8 @@ async function pollOperators(view) {
   replaceHTML(view, $("operators-body"), sorted.map((o) => operatorRowHTML(o, users)).join("") || empty);
 }
 
-/** "name@version" → [{pipeline, role}] from the pipelines' live operator and candidate. */
+/** "name@version" → [{pipeline, role}] from every operator of the pipelines' chains
+ *  (`uses`: enrichers, aggregate, stages) and the rollout candidate. */
 function usersByOperator(pipelines) {
   const users = new Map();
   const add = (key, use) => {
@@ -1384,7 +1385,8 @@ function usersByOperator(pipelines) {
     users.get(key).push(use);
   };
   for (const p of Array.isArray(pipelines) ? pipelines : []) {
-    if (p.operator) add(`${p.operator.name}@${p.operator.version}`, { pipeline: p.name, role: "live" });
+    const chain = Array.isArray(p.uses) ? p.uses : p.operator ? [`${p.operator.name}@${p.operator.version}`] : [];
+    for (const label of chain) add(String(label), { pipeline: p.name, role: "live" });
     const r = p.rollout;
     const name = (r && r.operator) || (p.operator && p.operator.name);
     if (r && r.candidate && name) add(`${name}@${r.candidate}`, { pipeline: p.name, role: "candidate" });

@@ -486,16 +486,7 @@ pub struct NatsReport {
 pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineError> {
     let fail = |e: String| PipelineError::Config(format!("NATS benchmark at {url}: {e}"));
     let dir = tempfile_dir().map_err(|e| fail(e.to_string()))?;
-    let lines: Vec<String> = (0..options.events)
-        .map(|i| {
-            format!(
-                "{{\"key\":\"k{}\",\"ts\":{},\"amount\":{}}}",
-                i % options.keys,
-                1_767_225_600_000 + i as i64,
-                i % 100
-            )
-        })
-        .collect();
+    let lines = event_lines(options.events, options.keys);
     let file = dir.join("events.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| fail(e.to_string()))?;
     let mut file_spec = spec(options, OperatorCode::Component(options.module.clone()));
@@ -507,14 +498,7 @@ pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineErr
         format!("WEIR_BENCH_{nonce}"),
         format!("WEIR_BENCH_OUT_{nonce}"),
     );
-    let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
-    let jetstream = runtime
-        .block_on(async_nats::connect(url))
-        .map(|client| {
-            let _inside = runtime.enter();
-            async_nats::jetstream::new(client)
-        })
-        .map_err(|e| fail(e.to_string()))?;
+    let (runtime, jetstream) = jetstream_client(url).map_err(fail)?;
     let started = std::time::Instant::now();
     runtime
         .block_on(publish_all(&jetstream, &events, &results, &nonce, &lines))
@@ -541,6 +525,39 @@ pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineErr
         nats: nats_run,
         publish_rate,
     })
+}
+
+/// When the NATS benchmarks' events begin (ms since the epoch: 2026-01-01).
+const EVENTS_FROM_MS: i64 = 1_767_225_600_000;
+
+/// The NATS benchmarks' events as JSON Lines: `events` of `keys` keys, one per ms from
+/// [`EVENTS_FROM_MS`], amounts 0-99.
+fn event_lines(events: u64, keys: u64) -> Vec<String> {
+    (0..events)
+        .map(|i| {
+            format!(
+                "{{\"key\":\"k{}\",\"ts\":{},\"amount\":{}}}",
+                i % keys,
+                EVENTS_FROM_MS + i as i64,
+                i % 100
+            )
+        })
+        .collect()
+}
+
+/// A JetStream client of the server at `url`, on a small runtime of its own.
+fn jetstream_client(
+    url: &str,
+) -> Result<(tokio::runtime::Runtime, async_nats::jetstream::Context), String> {
+    let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
+    let client = runtime
+        .block_on(async_nats::connect(url))
+        .map_err(|e| e.to_string())?;
+    let jetstream = {
+        let _inside = runtime.enter();
+        async_nats::jetstream::new(client)
+    };
+    Ok((runtime, jetstream))
 }
 
 /// A fresh temporary directory.

@@ -40,17 +40,8 @@ pub fn cluster(
     workers: usize,
 ) -> Result<ClusterReport, PipelineError> {
     let fail = |e: String| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
-    let base = 1_767_225_600_000_i64;
-    let mut lines: Vec<String> = (0..events)
-        .map(|i| {
-            format!(
-                "{{\"key\":\"k{}\",\"ts\":{},\"amount\":{}}}",
-                i % keys,
-                base + i as i64,
-                i % 100
-            )
-        })
-        .collect();
+    let base = super::EVENTS_FROM_MS;
+    let mut lines = super::event_lines(events, keys);
     let expected: BTreeSet<(u64, i64)> = (0..events)
         .map(|i| (i % keys, (base + i as i64) / 60_000))
         .collect();
@@ -65,14 +56,7 @@ pub fn cluster(
         format!("WEIR_BENCH_{nonce}"),
         format!("WEIR_BENCH_OUT_{nonce}"),
     );
-    let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
-    let jetstream = runtime
-        .block_on(async_nats::connect(url))
-        .map(|client| {
-            let _inside = runtime.enter();
-            async_nats::jetstream::new(client)
-        })
-        .map_err(|e| fail(e.to_string()))?;
+    let (runtime, jetstream) = super::jetstream_client(url).map_err(fail)?;
     runtime
         .block_on(super::publish_all(
             &jetstream, &stream, &results, &nonce, &lines,
@@ -111,7 +95,7 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
 
     let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
     let started = Instant::now();
-    let mut children: Vec<Child> = Vec::new();
+    let mut children = Workers(Vec::new());
     for index in 0..workers {
         let child = Command::new(&exe)
             .args(["worker", "--nats", url, "--pipeline", &name, "--id"])
@@ -122,7 +106,7 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| fail(e.to_string()))?;
-        children.push(child);
+        children.0.push(child);
     }
     let outcome = runtime.block_on(async {
         let mut stream = jetstream
@@ -148,10 +132,7 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    for mut child in children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    drop(children);
     runtime.block_on(async {
         let _ = jetstream.delete_stream(&stream).await;
         let _ = jetstream.delete_stream(&results).await;
@@ -164,4 +145,16 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
         elapsed,
         results: expected.len(),
     })
+}
+
+/// The worker processes of a run, killed however the run ends (a failed spawn included).
+struct Workers(Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

@@ -178,6 +178,12 @@ impl Cluster {
         });
     }
 
+    /// Publishes events to the two subjects, `clicks.eu` and `clicks.us`.
+    fn publish(&self, eu: &[Value], us: &[Value]) {
+        self.client.publish("clicks.eu", eu);
+        self.client.publish("clicks.us", us);
+    }
+
     /// Publishes events far ahead on both subjects, which close every earlier window.
     fn close_windows(&self) {
         for subject in ["clicks.eu", "clicks.us"] {
@@ -230,8 +236,7 @@ fn run_with_workers(workers: &[&str]) -> BTreeMap<String, Value> {
     let (eu, us) = input();
     let children: Vec<Child> = workers.iter().map(|id| cluster.worker(id)).collect();
     cluster.wait_for_owners(workers);
-    cluster.client.publish("clicks.eu", &eu);
-    cluster.client.publish("clicks.us", &us);
+    cluster.publish(&eu, &us);
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());
@@ -308,13 +313,11 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     let mut workers: BTreeMap<&str, Child> =
         ["w1", "w2", "w3"].map(|id| (id, cluster.worker(id))).into();
     cluster.wait_for_owners(&["w1", "w2", "w3"]);
-    cluster.client.publish("clicks.eu", &eu[..800]);
-    cluster.client.publish("clicks.us", &us[..800]);
+    cluster.publish(&eu[..800], &us[..800]);
     assert!(!wait_for_results(&cluster.client, 1).is_empty());
     cluster.purge_read_input();
     kill(workers.remove("w2").unwrap());
-    cluster.client.publish("clicks.eu", &eu[800..]);
-    cluster.client.publish("clicks.us", &us[800..]);
+    cluster.publish(&eu[800..], &us[800..]);
     cluster.close_windows();
     let took = cluster.wait_for_owners(&["w1", "w3"]);
     eprintln!("slices of the killed worker taken over after {took:?}");
@@ -342,15 +345,13 @@ fn workers_joining_and_leaving_move_slices_with_their_state() {
     let w1 = cluster.worker("w1");
     let w2 = cluster.worker("w2");
     cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.client.publish("clicks.eu", &eu[..500]);
-    cluster.client.publish("clicks.us", &us[..500]);
+    cluster.publish(&eu[..500], &us[..500]);
     assert!(!wait_for_results(&cluster.client, 1).is_empty());
     // 2 -> 3: a third worker joins and takes two slices.
     cluster.purge_read_input();
     let w3 = cluster.worker("w3");
     cluster.wait_for_owners(&["w1", "w2", "w3"]);
-    cluster.client.publish("clicks.eu", &eu[500..1_000]);
-    cluster.client.publish("clicks.us", &us[500..1_000]);
+    cluster.publish(&eu[500..1_000], &us[500..1_000]);
     // 3 -> 2: one leaves cleanly; its slices go on elsewhere from its final checkpoint.
     cluster.purge_read_input();
     terminate(w2);
@@ -359,8 +360,7 @@ fn workers_joining_and_leaving_move_slices_with_their_state() {
         took < Duration::from_secs(10),
         "a clean leave moves at once: {took:?}"
     );
-    cluster.client.publish("clicks.eu", &eu[1_000..]);
-    cluster.client.publish("clicks.us", &us[1_000..]);
+    cluster.publish(&eu[1_000..], &us[1_000..]);
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());
@@ -377,13 +377,11 @@ fn workers_wait_for_a_nats_server_that_goes_away_and_lose_nothing() {
     let (eu, us) = input();
     let workers = [cluster.worker("w1"), cluster.worker("w2")];
     cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.client.publish("clicks.eu", &eu[..700]);
-    cluster.client.publish("clicks.us", &us[..700]);
+    cluster.publish(&eu[..700], &us[..700]);
     assert!(!wait_for_results(&cluster.client, 1).is_empty());
     cluster.server.restart(Duration::from_secs(3));
     cluster.client = Client::connect(&cluster.server.url);
-    cluster.client.publish("clicks.eu", &eu[700..]);
-    cluster.client.publish("clicks.us", &us[700..]);
+    cluster.publish(&eu[700..], &us[700..]);
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());
@@ -578,20 +576,17 @@ fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_r
     let w1 = cluster.worker("w1");
     let w2 = cluster.worker("w2");
     cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.client.publish("clicks.eu", &eu[..500]);
-    cluster.client.publish("clicks.us", &us[..500]);
+    cluster.publish(&eu[..500], &us[..500]);
     assert!(!wait_for_results(&cluster.client, 1).is_empty());
     // Frozen (not dead): its leases lapse and w1 takes every slice.
     let pid = w2.id().to_string();
     Command::new("kill").args(["-STOP", &pid]).status().unwrap();
     cluster.wait_for_owners(&["w1"]);
-    cluster.client.publish("clicks.eu", &eu[500..1_000]);
-    cluster.client.publish("clicks.us", &us[500..1_000]);
+    cluster.publish(&eu[500..1_000], &us[500..1_000]);
     // Woken: it finds its leases gone and stops those slices; they are shared out again.
     Command::new("kill").args(["-CONT", &pid]).status().unwrap();
     cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.client.publish("clicks.eu", &eu[1_000..]);
-    cluster.client.publish("clicks.us", &us[1_000..]);
+    cluster.publish(&eu[1_000..], &us[1_000..]);
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());

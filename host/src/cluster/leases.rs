@@ -20,9 +20,10 @@ use super::{Connection, LEASE, LEASES_BUCKET, Result};
 pub(super) enum Renewal {
     /// Still ours, at this revision.
     Held(u64),
-    /// Another worker holds it now.
+    /// Gone (expired) or another's: the slice must stop.
     Lost,
-    /// The server did not answer: nobody else can take it meanwhile.
+    /// The server did not answer. Another worker that reaches it may take the lease once it
+    /// expires: the renewer treats a lease unrenewed for a whole lease as lost.
     Unreachable,
 }
 

@@ -92,7 +92,7 @@ impl Router<'_> {
         // What the last checkpoint covered: events, watermark and how far the source was read
         // (input that made no event, a bad line, still moves it: its dead letter must be
         // committed, and so written, without waiting for more input).
-        let mut checkpointed = (seq, start.watermark, source.position().offset);
+        let mut checkpointed = (seq, start.watermark, source.position());
         let mut buckets = (spec.global || spec.pre_aggregate).then(|| Buckets::new(spec.global));
         let joiner = spec.join.clone().map(Joiner::new);
         self.publish(seq, start.watermark, source.position().offset);
@@ -203,7 +203,7 @@ impl Router<'_> {
             let due = self.checkpoint_interval.is_some_and(|interval| {
                 clock
                     && last_checkpoint.elapsed() >= interval
-                    && ((seq, watermark.current(), source.position().offset) != checkpointed
+                    && ((seq, watermark.current(), source.position()) != checkpointed
                         || batch.records > 0
                         || self.control.has_request()
                         || self.control.wants_savepoint())
@@ -232,7 +232,7 @@ impl Router<'_> {
                 }
                 batch_id += 1;
                 last_checkpoint = Instant::now();
-                checkpointed = (seq, watermark.current(), source.position().offset);
+                checkpointed = (seq, watermark.current(), source.position());
             }
         }
         watermark.finish();

@@ -625,3 +625,89 @@ fn a_hundred_pipelines_list_at_once() {
     });
     eprintln!("100 pipelines listed {:?} after sign-in", started.elapsed());
 }
+
+#[test]
+fn the_console_s_api_refuses_what_is_bad_and_lets_readers_change_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_env(data.path(), &[], &[("WEIR_READ_TOKEN", "read-secret-1")]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    crate::serve::create_and_start(&server);
+    let letters = "/v1/pipelines/clicks/dead-letters";
+    send(&server, "not json\n{\"user\": \"a\"}\n");
+    let recent = server.wait_for("both dead letters", crate::serve::PATIENCE, || {
+        let (status, body) = server.get(letters, Some(ADMIN));
+        let rows: Value =
+            serde_json::from_str(&body).map_err(|e| format!("{status} {body}: {e}"))?;
+        match rows.as_array().map(Vec::len) {
+            Some(2) => Ok(rows),
+            _ => Err(body),
+        }
+    });
+    assert_eq!(
+        recent[1]["reason"], "missing timestamp field `ts`",
+        "{recent}"
+    );
+    let one = server.get(&format!("{letters}?limit=1"), Some(ADMIN));
+    assert_eq!(
+        serde_json::from_str::<Value>(&one.1).unwrap()[0],
+        recent[1],
+        "the newest"
+    );
+    for query in [
+        "?limit=0",
+        "?limit=101",
+        "?limit=-1",
+        "?limit=abc",
+        "?limit=99999999999999999999",
+        "?path=/etc/passwd",
+    ] {
+        let (status, body) = server.get(&format!("{letters}{query}"), Some(ADMIN));
+        assert_eq!(status, 400, "{query}: {body}");
+    }
+    for path in [
+        "/v1/pipelines/..%2F..%2Fetc/dead-letters",
+        "/v1/pipelines/nothing-here/spec",
+    ] {
+        let (status, _) = server.get(path, Some(ADMIN));
+        assert!(status == 400 || status == 404, "{path}: {status}");
+    }
+    let (_, spec) = server.get("/v1/pipelines/clicks/spec", Some("read-secret-1"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&spec).unwrap(),
+        crate::serve::spec()
+    );
+    // Who signed in, and what a reader may not do.
+    for (token, scope) in [
+        (ADMIN, "admin"),
+        (INGEST, "ingest"),
+        ("read-secret-1", "read"),
+    ] {
+        let (status, body) = server.get("/v1/whoami", Some(token));
+        let who: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (status, who["scopes"][0].as_str()),
+            (200, Some(scope)),
+            "{body}"
+        );
+    }
+    for token in [INGEST, "read-secret-1"] {
+        let rollout = json!({"version": "1.0.0", "percent": 50});
+        let (status, _) = server.post_json("/v1/pipelines/clicks/rollout", Some(token), &rollout);
+        assert_eq!(status, 403);
+        assert_eq!(
+            server.post("/v1/pipelines/clicks/stop", Some(token), b"").0,
+            403
+        );
+        assert_eq!(server.delete("/v1/pipelines/clicks", Some(token)).0, 403);
+    }
+    assert_eq!(server.status("clicks")["state"], "running");
+    // The console's files are the only things served without a token, and nothing else.
+    let (status, page) = server.get("/", None);
+    assert!(
+        status == 200 && page.contains("/console/console.js"),
+        "{page}"
+    );
+    let (status, body) = server.get("/console/..%2Fv1%2Fpipelines", None);
+    assert!(status == 404 && !body.contains("clicks"), "{status} {body}");
+    assert_eq!(server.get("/console/secret.txt", None).0, 404);
+}

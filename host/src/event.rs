@@ -1,11 +1,12 @@
 //! Events and their decoding from JSON Lines. A line that cannot become an event becomes a
 //! [`DeadLetter`] with the reason; decoding never fails the run.
 //!
-//! Depends on `value` and `time` only.
+//! Depends on `value`, `time` and `field_name` only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::field_name::FieldName;
 use crate::time::{Millis, Window, parse_timestamp};
 use crate::value::Value;
 
@@ -19,7 +20,7 @@ pub struct Event {
     /// Event time.
     pub timestamp: Millis,
     /// Every field of the event, in input order.
-    pub fields: Vec<(Arc<str>, Value)>,
+    pub fields: Vec<(FieldName, Value)>,
 }
 
 /// An event on its way through a pipeline: with its arrival index in the whole input, which
@@ -128,7 +129,7 @@ pub struct Decoder {
     timestamp_field: String,
     max_line_bytes: usize,
     /// Field names seen so far, shared between events to save an allocation per field.
-    names: HashMap<String, Arc<str>>,
+    names: HashMap<String, FieldName>,
 }
 
 /// The default cap on one input line: 1 MiB. Longer lines become dead letters instead of
@@ -211,11 +212,11 @@ impl Decoder {
         })
     }
 
-    fn intern(&mut self, name: &str) -> Arc<str> {
+    fn intern(&mut self, name: &str) -> FieldName {
         if let Some(name) = self.names.get(name) {
             return name.clone();
         }
-        let interned: Arc<str> = name.into();
+        let interned = FieldName::new(name);
         self.names.insert(name.to_owned(), interned.clone());
         interned
     }

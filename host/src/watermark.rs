@@ -106,7 +106,7 @@ struct Mark {
 pub struct PartitionedWatermark {
     bound: Millis,
     idle_timeout: Option<Millis>,
-    partitions: std::collections::HashMap<std::sync::Arc<str>, Mark>,
+    partitions: crate::hashing::HashMap<std::sync::Arc<str>, Mark>,
     /// The partition of the last event, and its mark's copy: events come in runs of one
     /// partition (every event, with one), so most find theirs here without hashing.
     last: Option<(std::sync::Arc<str>, Mark)>,

@@ -21,6 +21,7 @@ pub use wasm::{
 };
 
 use crate::event::Event;
+use crate::field_name::FieldName;
 use crate::state::ScopeState;
 use crate::time::Millis;
 use crate::time::Window;
@@ -146,7 +147,7 @@ pub struct Enriched {
     /// Its event time.
     pub timestamp: Millis,
     /// Its fields.
-    pub fields: Vec<(Arc<str>, Value)>,
+    pub fields: Vec<(FieldName, Value)>,
 }
 
 /// A per-key event transformer.

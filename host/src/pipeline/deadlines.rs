@@ -2,7 +2,9 @@
 //! TTLs, an interval join's kept events), in time order, one deadline per key. Depends on
 //! `time` only.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use crate::time::Millis;

@@ -7,7 +7,7 @@
 //! watermark at the event's arrival, so where batches begin and end never matters; keys that
 //! go quiet are swept at the end of each batch.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use super::deadlines::Deadlines;
@@ -136,7 +136,7 @@ impl Enrichment {
         watermark_at: &dyn Fn(u64) -> Millis,
         out: &mut EngineOutput,
     ) -> Result<Vec<Staged>, EngineError> {
-        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::default();
         let mut order = Vec::new();
         for (i, staged) in events.iter().enumerate() {
             groups

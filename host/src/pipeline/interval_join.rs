@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::deadlines::Deadlines;
 use crate::event::{DeadCause, DeadLetter, Event, Staged};
+use crate::field_name::FieldName;
 use crate::spec::{IntervalBounds, SIDE_FIELD};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
@@ -50,7 +51,7 @@ fn entry_time(entry: &str) -> Option<Millis> {
 }
 
 /// A kept event's fields, in order, as stored.
-fn encode_fields(fields: &[(Arc<str>, Value)]) -> Value {
+fn encode_fields(fields: &[(FieldName, Value)]) -> Value {
     let pairs: Vec<serde_json::Value> = fields
         .iter()
         .filter(|(name, _)| &**name != SIDE_FIELD)
@@ -271,10 +272,10 @@ impl IntervalJoin {
 fn prefixed(
     side: &'static str,
     fields: Vec<(String, Value)>,
-) -> impl Iterator<Item = (Arc<str>, Value)> {
+) -> impl Iterator<Item = (FieldName, Value)> {
     fields
         .into_iter()
-        .map(move |(name, value)| (Arc::from(format!("{side}_{name}")), value))
+        .map(move |(name, value)| (FieldName::from(format!("{side}_{name}")), value))
 }
 
 #[cfg(test)]

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 
 use crate::event::{DeadCause, DeadLetter, Event};
+use crate::field_name::FieldName;
 use crate::spec::{JoinSpec, SIDE_FIELD};
 use crate::value::Value;
 
 /// The field names a join adds, shared by all events.
 pub(super) struct Joiner {
     spec: JoinSpec,
-    side: Arc<str>,
+    side: FieldName,
 }
 
 impl Joiner {

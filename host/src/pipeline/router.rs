@@ -1,7 +1,7 @@
 //! The router: reads the source, decodes, numbers events in arrival order, tracks the
 //! watermark, routes events to shards by key group in batches, and injects checkpoint barriers.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
@@ -468,7 +468,7 @@ impl Buckets {
         };
         Buckets {
             global,
-            per_key: HashMap::new(),
+            per_key: HashMap::default(),
         }
     }
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use super::ShardSnapshot;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
+use crate::field_name::FieldName;
 use crate::operator::{AggregateOperator, Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::spec::{GLOBAL_KEY, StageSpec};
@@ -76,9 +77,9 @@ impl std::fmt::Debug for Stages {
 
 /// Field names every stage event carries.
 struct Names {
-    key: Arc<str>,
-    window_start: Arc<str>,
-    window_end: Arc<str>,
+    key: FieldName,
+    window_start: FieldName,
+    window_end: FieldName,
 }
 
 impl Stages {
@@ -278,9 +279,9 @@ fn as_event(
     keying: &Keying<'_>,
     names: &Names,
 ) -> Result<Staged, String> {
-    let mut fields: Vec<(Arc<str>, Value)> = value
+    let mut fields: Vec<(FieldName, Value)> = value
         .iter()
-        .map(|(name, value)| (Arc::from(name.as_str()), value.clone()))
+        .map(|(name, value)| (FieldName::new(name), value.clone()))
         .collect();
     for (name, value) in [
         (&names.key, Value::Text(emission.key.to_string())),

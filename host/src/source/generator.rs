@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::SourcePosition;
 use super::{Record, Source, SourceError};
 use crate::event::Event;
+use crate::field_name::FieldName;
 use crate::spec::GeneratorSpec;
 use crate::value::Value;
 
@@ -19,7 +20,7 @@ pub struct Generator {
     next: u64,
     rng: u64,
     keys: Vec<Arc<str>>,
-    names: [Arc<str>; 3],
+    names: [FieldName; 3],
 }
 
 impl Generator {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::event::Event;
+use crate::field_name::FieldName;
 use crate::spec::{NexmarkKind, NexmarkSpec};
 use crate::time::Millis;
 use crate::value::Value;
@@ -68,7 +69,7 @@ pub struct Nexmark {
     /// The next event number.
     next: u64,
     /// Field names, per kind, shared by all events.
-    names: [Vec<Arc<str>>; 3],
+    names: [Vec<FieldName>; 3],
     /// Which kinds are kept, by [`kind_index`].
     keep: [bool; 3],
 }
@@ -85,8 +86,12 @@ impl Nexmark {
     /// A Nexmark source for `spec`, keying events by `key_field` (a field every kept kind has:
     /// the spec checks it).
     pub fn new(spec: NexmarkSpec, key_field: &str) -> Nexmark {
-        let names = [NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid]
-            .map(|kind| kind.fields().iter().map(|&name| Arc::from(name)).collect());
+        let names = [NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid].map(|kind| {
+            kind.fields()
+                .iter()
+                .map(|&name| FieldName::new(name))
+                .collect()
+        });
         let mut keep = [false; 3];
         for &kind in &spec.kinds {
             keep[kind_index(kind)] = true;
@@ -128,7 +133,7 @@ impl Nexmark {
             NexmarkKind::Bid => bid(n, time, &mut random),
         };
         let names = &self.names[kind_index(kind)];
-        let fields: Vec<(Arc<str>, Value)> = names.iter().cloned().zip(values).collect();
+        let fields: Vec<(FieldName, Value)> = names.iter().cloned().zip(values).collect();
         let key = fields
             .iter()
             .find(|(name, _)| **name == *self.key_field)

@@ -1,6 +1,6 @@
 //! [`MemoryBackend`]: state in a hash map, gone when the process ends.
 
-use std::collections::HashMap;
+use crate::hashing::HashMap;
 
 use super::{Change, Result, ScopeState, StateBackend, StateKey};
 

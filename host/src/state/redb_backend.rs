@@ -10,7 +10,7 @@
 //!   commit from what its inserts and removals replace;
 //! - `checkpoints`: checkpoint id → that checkpoint's figures (JSON), the last 100.
 
-use std::collections::{HashMap, HashSet};
+use crate::hashing::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -440,9 +440,9 @@ impl RedbBackend {
     pub fn new(store: RedbStore, budget_bytes: usize) -> Self {
         RedbBackend {
             store,
-            hot: HashMap::new(),
-            dirty: HashSet::new(),
-            sizes: HashMap::new(),
+            hot: HashMap::default(),
+            dirty: HashSet::default(),
+            sizes: HashMap::default(),
             hot_bytes: 0,
             budget_bytes,
             evicted: 0,

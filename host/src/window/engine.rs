@@ -17,11 +17,14 @@
 //!
 //! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use crate::hashing::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::assign;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
+use crate::field_name::FieldName;
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{
@@ -276,7 +279,7 @@ impl Input {
                 fields: stored
                     .fields
                     .into_iter()
-                    .map(|(name, value): (String, Value)| (Arc::from(name), value))
+                    .map(|(name, value): (String, Value)| (FieldName::from(name), value))
                     .collect(),
             },
         }
@@ -334,12 +337,12 @@ impl WindowEngine {
             early: Vec::new(),
             watermark: MINUS_INFINITY,
             next_id: 0,
-            windows: HashMap::new(),
-            by_key: HashMap::new(),
+            windows: HashMap::default(),
+            by_key: HashMap::default(),
             due: BTreeSet::new(),
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
-            touched: HashSet::new(),
+            touched: HashSet::default(),
             closed: Vec::new(),
             scratch: Vec::new(),
         }

@@ -11,9 +11,9 @@
 //! - Q11 [`SessionBids`]: per bidder session, the number of bids.
 
 use std::cmp::Reverse;
-use std::sync::Arc;
 
 use crate::event::Event;
+use crate::field_name::FieldName;
 use crate::time::Window;
 use crate::value::{Fields, Value};
 
@@ -61,7 +61,7 @@ pub struct Euros;
 
 impl EnrichOperator for Euros {
     fn process(&mut self, _scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let names: [Arc<str>; 4] = ["auction", "bidder", "price", "date_time"].map(Arc::from);
+        let names = ["auction", "bidder", "price", "date_time"].map(FieldName::new);
         let mut output = Vec::with_capacity(events.len());
         for (origin, event) in events.iter().enumerate() {
             let (auction, bidder) = (int(event, "auction")?, int(event, "bidder")?);
@@ -83,7 +83,7 @@ pub struct Selection;
 
 impl EnrichOperator for Selection {
     fn process(&mut self, _scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let names: [Arc<str>; 2] = ["auction", "price"].map(Arc::from);
+        let names = ["auction", "price"].map(FieldName::new);
         let mut output = Vec::new();
         for (origin, event) in events.iter().enumerate() {
             let auction = int(event, "auction")?;

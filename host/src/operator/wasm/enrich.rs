@@ -1,6 +1,7 @@
 //! [`WasmEnrich`]: the `enrich` interface of a component, as an [`EnrichOperator`].
 
 use super::*;
+use crate::field_name::FieldName;
 
 /// A per-shard instance of an enrichment component.
 pub struct WasmEnrich {
@@ -43,7 +44,7 @@ impl EnrichOperator for WasmEnrich {
             .sum::<usize>()
             + output.fields.iter().map(String::len).sum::<usize>();
         check_output(size, &self.guest.limits)?;
-        let names: Vec<Arc<str>> = output.fields.into_iter().map(Arc::from).collect();
+        let names: Vec<FieldName> = output.fields.into_iter().map(FieldName::from).collect();
         output
             .rows
             .into_iter()

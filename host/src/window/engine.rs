@@ -23,15 +23,15 @@ use crate::hashing::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::assign::assign;
+use super::inputs::{Input, Inputs, StoredInput};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
-use crate::field_name::FieldName;
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{
     Change, Namespace, ScopeState, StateBackend, StateError, StateKey, TableRow, key_group,
 };
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
-use crate::value::{Fields, Value};
+use crate::value::Fields;
 
 use serde::{Deserialize, Serialize};
 
@@ -166,16 +166,9 @@ struct LiveWindow {
     /// Events added since the last emission (for early results).
     since_emit: u64,
     /// A stage's window: its inputs, by origin, in the order their current versions arrived.
-    inputs: Vec<Input>,
+    inputs: Inputs,
     /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
     rebuild: bool,
-}
-
-/// One upstream result's contribution to a stage's window.
-#[derive(Debug, Clone)]
-struct Input {
-    origin: Origin,
-    event: Event,
 }
 
 /// One shard's windows for one aggregate operator.
@@ -229,61 +222,6 @@ pub struct WindowRecord {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
-}
-
-/// One input of a stage's window, as a checkpoint stores it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredInput {
-    /// The upstream result's key.
-    pub key: String,
-    /// The upstream result's window start.
-    pub start: Millis,
-    /// The upstream result's window end.
-    pub end: Millis,
-    /// The event's time.
-    pub timestamp: Millis,
-    /// The event's fields.
-    pub fields: Fields,
-}
-
-impl Input {
-    fn stored(&self) -> StoredInput {
-        StoredInput {
-            key: self.origin.key.to_string(),
-            start: self.origin.window.start,
-            end: self.origin.window.end,
-            timestamp: self.event.timestamp,
-            fields: self
-                .event
-                .fields
-                .iter()
-                .map(|(name, value)| (name.to_string(), value.clone()))
-                .collect(),
-        }
-    }
-
-    fn restored(stored: StoredInput, key: &Arc<str>) -> Input {
-        Input {
-            origin: Origin {
-                key: stored.key.into(),
-                window: Window {
-                    start: stored.start,
-                    end: stored.end,
-                },
-                withdrawn: false,
-            },
-            event: Event {
-                line: 0,
-                key: key.clone(),
-                timestamp: stored.timestamp,
-                fields: stored
-                    .fields
-                    .into_iter()
-                    .map(|(name, value): (String, Value)| (FieldName::from(name), value))
-                    .collect(),
-            },
-        }
-    }
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -724,10 +662,10 @@ impl WindowEngine {
         trigger: u64,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
-    ) -> Result<(u64, bool, Vec<Input>)> {
+    ) -> Result<(u64, bool, Inputs)> {
         let changed = touching.iter().any(|id| self.windows[id].changed);
         let mut version = 0;
-        let mut inputs = Vec::new();
+        let mut inputs = Inputs::default();
         for &id in touching {
             let mut old = self.close(id);
             inputs.append(&mut old.inputs);
@@ -769,7 +707,7 @@ impl WindowEngine {
                 queued: false,
                 early: 0,
                 since_emit: 0,
-                inputs: Vec::new(),
+                inputs: Inputs::default(),
                 rebuild: false,
             },
         );
@@ -804,10 +742,7 @@ impl WindowEngine {
     fn contribute(&mut self, id: WindowId, index: usize, staged: &Staged) {
         if let Some(origin) = &staged.origin {
             let live = self.windows.get_mut(&id).expect("a live window");
-            let before = live.inputs.len();
-            live.inputs.retain(|input| !input.origin.same(origin));
-            live.rebuild |= live.inputs.len() < before;
-            live.inputs.push(Input {
+            live.rebuild |= live.inputs.put(Input {
                 origin: (**origin).clone(),
                 event: staged.event.clone(),
             });
@@ -829,9 +764,7 @@ impl WindowEngine {
         let mut hit = Vec::new();
         for &id in ids {
             let live = self.windows.get_mut(&id).expect("a live window");
-            let before = live.inputs.len();
-            live.inputs.retain(|input| !input.origin.same(origin));
-            if live.inputs.len() < before {
+            if live.inputs.remove(origin) {
                 live.rebuild = true;
                 hit.push(id);
             }
@@ -917,14 +850,15 @@ impl WindowEngine {
         if self.keeps_inputs && !failed.is_empty() {
             // An input the operator could not take is a dead letter, not an input.
             let origins: Vec<&Origin> = match rebuild {
-                true => failed.iter().map(|&i| &live.inputs[i].origin).collect(),
+                true => failed.iter().map(|&i| &live.inputs.get(i).origin).collect(),
                 false => (failed.iter())
                     .filter_map(|&i| events[pending[i]].origin.as_deref())
                     .collect(),
             };
             let origins: Vec<Origin> = origins.into_iter().cloned().collect();
-            live.inputs
-                .retain(|input| !origins.iter().any(|origin| origin.same(&input.origin)));
+            for origin in &origins {
+                live.inputs.remove(origin);
+            }
         }
         if !rebuild {
             live.since_emit += (batch.len() - failed.len()) as u64;

@@ -3,6 +3,7 @@
 
 mod assign;
 mod engine;
+mod inputs;
 
 pub use crate::time::Window;
 pub use assign::assign;

@@ -72,11 +72,18 @@ fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf 
              [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\n{stage}\n"
         )
     };
+    // Only the fields each operator reads cross into it (as in the example pipelines): results
+    // must not change.
+    let projection = match query {
+        "q5" | "q11" => "fields = []\n",
+        "q7" | "q7-global" => "fields = [\"price\", \"auction\", \"bidder\"]\n",
+        _ => "",
+    };
     let text = format!(
         "name = \"{name}\"\nbatch_size = 512\n{extra}\n\
          [source]\ntype = \"nexmark\"\nevents = {EVENTS}\nrate = {RATE}\nseed = 3\n{kinds}\n\
          [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
-         [[operators]]\nname = \"{query}\"\nkind = \"{kind}\"\n{code}\n{stage}\
+         [[operators]]\nname = \"{query}\"\nkind = \"{kind}\"\n{code}\n{projection}{stage}\
          [state]\ndir = \"data-{name}\"\n\
          [sinks]\nresults = \"{name}/results.jsonl\"\nlate = \"{name}/late.jsonl\"\n\
          dead_letters = \"{name}/dead.jsonl\"\n"

@@ -2,6 +2,7 @@
 //! and which event fields cross ([`Projection`]).
 
 use super::*;
+use crate::field_name::FieldName;
 
 /// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
 /// allocation for text), so aggregates by default skip the key and timestamp fields, which the
@@ -17,43 +18,85 @@ pub enum Projection {
 }
 
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
+///
+/// Events of a batch nearly always share their field names in the same order, and interned
+/// names compare by address, so each event's layout (where each crossing field sits in it) is
+/// worked out again only when its names differ from the previous event's.
 pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::Events {
-    let mut fields: Vec<&str> = Vec::new();
-    match projection {
-        Projection::Only(names) => fields.extend(names.iter().map(String::as_str)),
-        Projection::All | Projection::Except(_) => {
-            let skip: &[String] = match projection {
-                Projection::Except(skip) => skip,
-                _ => &[],
-            };
-            for event in events {
-                for (name, _) in &event.fields {
-                    if !fields.contains(&&**name) && !skip.iter().any(|s| s == &**name) {
-                        fields.push(name);
-                    }
-                }
-            }
-        }
-    }
+    let fields = crossing_fields(events, projection);
+    let mut shape = Shape::default();
     let rows = events
         .iter()
-        .map(|event| wit::Event {
-            timestamp: event.timestamp,
-            values: fields
-                .iter()
-                .map(|field| {
-                    event
-                        .fields
-                        .iter()
-                        .find(|(name, _)| &**name == *field)
-                        .map_or(wit::Value::Null, |(_, value)| to_wit(value.clone()))
-                })
-                .collect(),
+        .map(|event| {
+            let layout = shape.layout(event, &fields);
+            wit::Event {
+                timestamp: event.timestamp,
+                values: layout
+                    .iter()
+                    .map(|slot| {
+                        slot.map_or(wit::Value::Null, |i| to_wit(event.fields[i].1.clone()))
+                    })
+                    .collect(),
+            }
         })
         .collect();
     wit::Events {
-        fields: fields.into_iter().map(str::to_owned).collect(),
+        fields: fields.iter().map(|name| name.to_string()).collect(),
         rows,
+    }
+}
+
+/// The fields that cross for `events`, in order of first appearance (or the projection's).
+fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName> {
+    let skip: &[String] = match projection {
+        Projection::Only(names) => return names.iter().map(FieldName::from).collect(),
+        Projection::Except(skip) => skip,
+        Projection::All => &[],
+    };
+    let mut fields: Vec<FieldName> = Vec::new();
+    let mut previous: Option<&Event> = None;
+    for &event in events {
+        if previous.is_some_and(|previous| same_names(previous, event)) {
+            continue;
+        }
+        previous = Some(event);
+        for (name, _) in &event.fields {
+            if !fields.contains(name) && !skip.iter().any(|s| s == &**name) {
+                fields.push(name.clone());
+            }
+        }
+    }
+    fields
+}
+
+/// Whether two events have the same field names in the same order.
+fn same_names(a: &Event, b: &Event) -> bool {
+    a.fields.len() == b.fields.len()
+        && a.fields
+            .iter()
+            .zip(&b.fields)
+            .all(|((x, _), (y, _))| x == y)
+}
+
+/// The layout of the last event seen: for each crossing field, its index in that event.
+#[derive(Default)]
+struct Shape<'a> {
+    names: Option<&'a Event>,
+    layout: Vec<Option<usize>>,
+}
+
+impl<'a> Shape<'a> {
+    fn layout(&mut self, event: &'a Event, fields: &[FieldName]) -> &[Option<usize>] {
+        if !self.names.is_some_and(|seen| same_names(seen, event)) {
+            self.layout.clear();
+            self.layout.extend(
+                fields
+                    .iter()
+                    .map(|field| event.fields.iter().position(|(name, _)| name == field)),
+            );
+            self.names = Some(event);
+        }
+        &self.layout
     }
 }
 

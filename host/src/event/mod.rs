@@ -1,9 +1,10 @@
 //! Events and their decoding from JSON Lines. A line that cannot become an event becomes a
 //! [`DeadLetter`] with the reason; decoding never fails the run.
 //!
-//! Depends on `value`, `time` and `field_name` only.
+//! Depends on `value`, `time`, `field_name` and `hashing` only.
 
-use std::collections::HashMap;
+mod object;
+
 use std::sync::Arc;
 
 use crate::field_name::FieldName;
@@ -129,7 +130,7 @@ pub struct Decoder {
     timestamp_field: String,
     max_line_bytes: usize,
     /// Field names seen so far, shared between events to save an allocation per field.
-    names: HashMap<String, FieldName>,
+    names: object::Names,
 }
 
 /// The default cap on one input line: 1 MiB. Longer lines become dead letters instead of
@@ -143,7 +144,7 @@ impl Decoder {
             key_field: key_field.to_owned(),
             timestamp_field: timestamp_field.to_owned(),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-            names: HashMap::new(),
+            names: object::Names::default(),
         }
     }
 
@@ -170,12 +171,14 @@ impl Decoder {
         }
         let text = std::str::from_utf8(bytes)
             .map_err(|e| dead(format!("line is not valid UTF-8 ({e})")))?;
-        let json: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| dead(format!("line is not valid JSON ({e})")))?;
-        let serde_json::Value::Object(object) = json else {
-            return Err(dead("line is not a JSON object".into()));
-        };
-        let key: Arc<str> = match object.get(&self.key_field) {
+        let object = object::read(
+            text,
+            &mut self.names,
+            &self.key_field,
+            &self.timestamp_field,
+        )
+        .map_err(dead)?;
+        let key: Arc<str> = match &object.key {
             // Unkeyed (a join keys each side by its own field, after decoding).
             _ if self.key_field.is_empty() => Arc::from(""),
             None => return Err(dead(format!("missing key field `{}`", self.key_field))),
@@ -191,7 +194,7 @@ impl Decoder {
                 )));
             }
         };
-        let timestamp = match object.get(&self.timestamp_field) {
+        let timestamp = match &object.timestamp {
             None => {
                 return Err(dead(format!(
                     "missing timestamp field `{}`",
@@ -200,25 +203,13 @@ impl Decoder {
             }
             Some(ts) => parse_timestamp(ts).map_err(dead)?,
         };
-        let fields = object
-            .iter()
-            .map(|(name, value)| (self.intern(name), Value::from_json(value)))
-            .collect();
+        let fields = object.fields;
         Ok(Event {
             line: line_no,
             key,
             timestamp,
             fields,
         })
-    }
-
-    fn intern(&mut self, name: &str) -> FieldName {
-        if let Some(name) = self.names.get(name) {
-            return name.clone();
-        }
-        let interned = FieldName::new(name);
-        self.names.insert(name.to_owned(), interned.clone());
-        interned
     }
 }
 

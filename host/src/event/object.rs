@@ -1,0 +1,377 @@
+//! Reading one JSON object (an input line) straight into an event's fields, without building a
+//! `serde_json::Value` map first: that map hashed and allocated every field name of every line
+//! (with SipHash), then its values were converted again. The result is the same as before:
+//! fields in input order, a repeated name keeping its first place and its last value, integers
+//! that fit `i64` as integers, other numbers as floats, nested arrays and objects as their JSON
+//! text. The key and timestamp fields are also kept as JSON, for the decoder's checks.
+//!
+//! Field names are interned ([`FieldName`]); [`Names`] remembers the previous line's names by
+//! position, so a line shaped like the one before costs one string comparison per field. It
+//! holds at most [`MAX_CACHED_NAMES`] other names, so a hostile input inventing names cannot
+//! grow it without bound.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::field_name::FieldName;
+use crate::hashing::HashMap;
+use crate::value::Value;
+
+/// Names a decoder caches beyond those of the previous line.
+pub const MAX_CACHED_NAMES: usize = 4_096;
+
+/// Fields past which a repeated name is found by hashing instead of a scan.
+const SCAN_LIMIT: usize = 32;
+
+/// A decoder's cache of field names.
+#[derive(Debug, Default)]
+pub(super) struct Names {
+    previous: Vec<FieldName>,
+    cached: HashMap<Box<str>, FieldName>,
+}
+
+impl Names {
+    fn name(&mut self, position: usize, text: &str) -> FieldName {
+        if let Some(name) = self.previous.get(position)
+            && name.as_str() == text
+        {
+            return name.clone();
+        }
+        let name = match self.cached.get(text) {
+            Some(name) => name.clone(),
+            None => {
+                let name = FieldName::new(text);
+                if self.cached.len() < MAX_CACHED_NAMES {
+                    self.cached.insert(text.into(), name.clone());
+                }
+                name
+            }
+        };
+        if position < self.previous.len() {
+            self.previous[position] = name.clone();
+        } else if position == self.previous.len() && position < SCAN_LIMIT {
+            self.previous.push(name.clone());
+        }
+        name
+    }
+}
+
+/// A line's fields, with the key and timestamp fields' values as JSON.
+#[derive(Debug, Default)]
+pub(super) struct Object {
+    pub(super) fields: Vec<(FieldName, Value)>,
+    pub(super) key: Option<serde_json::Value>,
+    pub(super) timestamp: Option<serde_json::Value>,
+}
+
+/// Reads `text` as one JSON object. The error is the reason the line is a dead letter.
+pub(super) fn read(
+    text: &str,
+    names: &mut Names,
+    key_field: &str,
+    timestamp_field: &str,
+) -> Result<Object, String> {
+    if !text.trim_start().starts_with('{') {
+        return Err(match serde_json::from_str::<serde_json::Value>(text) {
+            Err(e) => format!("line is not valid JSON ({e})"),
+            Ok(_) => "line is not a JSON object".into(),
+        });
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let reader = ObjectReader {
+        names,
+        key_field,
+        timestamp_field,
+    };
+    deserializer
+        .deserialize_map(reader)
+        .and_then(|object| deserializer.end().map(|()| object))
+        .map_err(|e| format!("line is not valid JSON ({e})"))
+}
+
+struct ObjectReader<'a> {
+    names: &'a mut Names,
+    key_field: &'a str,
+    timestamp_field: &'a str,
+}
+
+impl<'de> Visitor<'de> for ObjectReader<'_> {
+    type Value = Object;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object, A::Error> {
+        let mut object = Object {
+            fields: Vec::with_capacity(self.names.previous.len()),
+            ..Object::default()
+        };
+        let mut index: Option<HashMap<FieldName, usize>> = None;
+        while let Some(name) = map.next_key_seed(NameSeed {
+            names: self.names,
+            position: object.fields.len(),
+        })? {
+            let value = if *name == *self.key_field || *name == *self.timestamp_field {
+                let json: serde_json::Value = map.next_value()?;
+                let value = Value::from_json(&json);
+                if *name == *self.key_field {
+                    object.key = Some(json.clone());
+                }
+                if *name == *self.timestamp_field {
+                    object.timestamp = Some(json);
+                }
+                value
+            } else {
+                map.next_value_seed(ValueSeed)?
+            };
+            put(&mut object.fields, &mut index, name, value);
+        }
+        Ok(object)
+    }
+}
+
+/// Adds a field, or replaces the value of an earlier one of the same name in its place.
+fn put(
+    fields: &mut Vec<(FieldName, Value)>,
+    index: &mut Option<HashMap<FieldName, usize>>,
+    name: FieldName,
+    value: Value,
+) {
+    let earlier = match index {
+        Some(index) => index.get(&name).copied(),
+        None => fields.iter().position(|(seen, _)| *seen == name),
+    };
+    if let Some(at) = earlier {
+        fields[at].1 = value;
+        return;
+    }
+    if let Some(index) = index {
+        index.insert(name.clone(), fields.len());
+    } else if fields.len() == SCAN_LIMIT {
+        let mut built: HashMap<FieldName, usize> = HashMap::default();
+        built.extend(fields.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)));
+        built.insert(name.clone(), fields.len());
+        *index = Some(built);
+    }
+    fields.push((name, value));
+}
+
+struct NameSeed<'a> {
+    names: &'a mut Names,
+    position: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for NameSeed<'_> {
+    type Value = FieldName;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<FieldName, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NameSeed<'_> {
+    type Value = FieldName;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<FieldName, E> {
+        Ok(self.names.name(self.position, text))
+    }
+}
+
+/// A field's value, as [`Value::from_json`] would make it from the parsed JSON.
+struct ValueSeed;
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Boolean(b))
+    }
+
+    fn visit_i64<E: de::Error>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Int(i))
+    }
+
+    fn visit_u64<E: de::Error>(self, u: u64) -> Result<Value, E> {
+        Ok(i64::try_from(u).map_or(Value::Float(u as f64), Value::Int))
+    }
+
+    fn visit_f64<E: de::Error>(self, f: f64) -> Result<Value, E> {
+        Ok(Value::Float(f))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Value, E> {
+        Ok(Value::Text(text.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, text: String) -> Result<Value, E> {
+        Ok(Value::Text(text))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        let json: serde_json::Value =
+            serde::Deserialize::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(Value::from_json(&json))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        let json: serde_json::Value =
+            serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(Value::from_json(&json))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The reader against the `serde_json::Value` path it replaced, on awkward lines.
+
+    use super::*;
+
+    fn old_way(text: &str) -> Vec<(String, Value)> {
+        let json: serde_json::Value = serde_json::from_str(text).unwrap();
+        let serde_json::Value::Object(object) = json else {
+            panic!("not an object")
+        };
+        object
+            .iter()
+            .map(|(name, value)| (name.clone(), Value::from_json(value)))
+            .collect()
+    }
+
+    fn new_way(text: &str, names: &mut Names) -> Vec<(String, Value)> {
+        let object = read(text, names, "k", "t").unwrap();
+        object
+            .fields
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value))
+            .collect()
+    }
+
+    #[test]
+    fn fields_equal_those_of_the_parsed_json_value() {
+        let wide: String = format!(
+            "{{{}}}",
+            (0..100)
+                .map(|i| format!("\"f{}\":{i}", i % 70))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let lines = [
+            r#"{"k":"a","t":1,"x":1.5,"y":null,"z":true}"#,
+            r#"{"t":1,"k":"a","x":"é\n\"q\"","n":{"b":1,"a":[1,{"c":null}]},"s":[]}"#,
+            r#"{"k":"a","x":1,"x":2,"y":3,"x":4}"#,
+            r#"{"big":18446744073709551615,"neg":-9223372036854775808,"e":1e3,"f":-0.0}"#,
+            r#"  {"a\u0041":1, "k" : 7 }  "#,
+            r#"{}"#,
+            &wide,
+        ];
+        let mut names = Names::default();
+        for _ in 0..2 {
+            for line in lines {
+                assert_eq!(new_way(line, &mut names), old_way(line), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_key_and_timestamp_keep_their_json() {
+        let object = read(
+            r#"{"k":18446744073709551615,"t":"2026-01-01T00:00:00Z","k":"b"}"#,
+            &mut Names::default(),
+            "k",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(object.key, Some(serde_json::json!("b")));
+        assert_eq!(
+            object.timestamp,
+            Some(serde_json::json!("2026-01-01T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn bad_lines_say_why() {
+        let mut names = Names::default();
+        for (line, reason) in [
+            ("[1,2]", "line is not a JSON object"),
+            ("5", "line is not a JSON object"),
+            ("{\"a\":1}x", "line is not valid JSON (trailing characters"),
+            ("{\"a\":}", "line is not valid JSON (expected value"),
+            ("{\"a\":1", "line is not valid JSON (EOF while parsing"),
+            ("nope", "line is not valid JSON (expected ident"),
+        ] {
+            let error = read(line, &mut names, "k", "t").unwrap_err();
+            assert!(error.starts_with(reason), "{line}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_name_cache_is_bounded() {
+        let mut names = Names::default();
+        for i in 0..MAX_CACHED_NAMES + 100 {
+            read(&format!("{{\"n{i}\":1}}"), &mut names, "k", "t").unwrap();
+        }
+        assert_eq!(names.cached.len(), MAX_CACHED_NAMES);
+        assert!(names.previous.len() <= SCAN_LIMIT);
+    }
+
+    fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<u64>().prop_map(serde_json::Value::from),
+            (-1e300f64..1e300).prop_map(serde_json::Value::from),
+            "[a-z\\\"é\n]{0,6}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::vec(("[a-c]{1,2}", inner), 0..4)
+                    .prop_map(|pairs| { serde_json::Value::Object(pairs.into_iter().collect()) }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_object_reads_as_the_parsed_json_value_would(
+            fields in proptest::collection::vec(("[a-e]{1,2}", json()), 0..12),
+            repeat in proptest::bool::ANY,
+        ) {
+            // Written by hand so that repeated names stay repeated in the text.
+            let mut pairs: Vec<String> = fields
+                .iter()
+                .map(|(name, value)| format!("{}:{value}", serde_json::Value::from(name.as_str())))
+                .collect();
+            if repeat && !pairs.is_empty() {
+                pairs.push(pairs[0].clone());
+            }
+            let line = format!("{{{}}}", pairs.join(","));
+            let mut names = Names::default();
+            proptest::prop_assert_eq!(new_way(&line, &mut names), old_way(&line));
+        }
+    }
+}

@@ -30,6 +30,8 @@ pub struct BenchOptions {
     pub others: Vec<(String, PathBuf)>,
     /// Events per batch.
     pub batch_size: usize,
+    /// Read the generator's events from a JSON Lines file written first (decoding included).
+    pub jsonl: bool,
 }
 
 /// The runs' summaries.
@@ -105,27 +107,69 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
 /// above the default 64 MiB under sustained load (the examples' specs say the same).
 const GC_RUNTIME_MEMORY: usize = 128 << 20;
 
-/// Runs every pipeline: each component, then the native operator.
+/// Runs every pipeline: each component, then the native operator. With
+/// [`BenchOptions::jsonl`], each reads the generator's events from a JSON Lines file instead
+/// (written to a temporary directory first, not timed, removed after).
 pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
-    let wasm = pipeline::run(&spec(
-        options,
-        OperatorCode::Component(options.module.clone()),
-    ))?;
-    let others = options
-        .others
-        .iter()
-        .map(|(language, module)| {
-            let mut spec = spec(options, OperatorCode::Component(module.clone()));
-            spec.sandbox.memory = GC_RUNTIME_MEMORY;
-            Ok((language.clone(), pipeline::run(&spec)?))
+    let file = match options.jsonl {
+        true => Some(write_generated_lines(options).map_err(|e| {
+            PipelineError::Config(format!("writing the benchmark's JSON Lines file: {e}"))
+        })?),
+        false => None,
+    };
+    let spec = |code: OperatorCode| {
+        let mut spec = spec(options, code);
+        if let Some(file) = &file {
+            spec.source = SourceSpec::File(file.clone());
+        }
+        spec
+    };
+    let report = (|| {
+        let wasm = pipeline::run(&spec(OperatorCode::Component(options.module.clone())))?;
+        let others = options
+            .others
+            .iter()
+            .map(|(language, module)| {
+                let mut spec = spec(OperatorCode::Component(module.clone()));
+                spec.sandbox.memory = GC_RUNTIME_MEMORY;
+                Ok((language.clone(), pipeline::run(&spec)?))
+            })
+            .collect::<Result<Vec<_>, PipelineError>>()?;
+        let native = pipeline::run(&spec(OperatorCode::Native("count-sum".into())))?;
+        Ok(BenchReport {
+            wasm,
+            others,
+            native,
         })
-        .collect::<Result<Vec<_>, PipelineError>>()?;
-    let native = pipeline::run(&spec(options, OperatorCode::Native("count-sum".into())))?;
-    Ok(BenchReport {
-        wasm,
-        others,
-        native,
-    })
+    })();
+    if let Some(file) = &file
+        && let Some(dir) = file.parent()
+    {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    report
+}
+
+/// Writes the events the benchmark's generator makes, as JSON Lines, to a new temporary file.
+fn write_generated_lines(options: &BenchOptions) -> std::io::Result<PathBuf> {
+    use crate::source::{Generator, Record, Source};
+    use std::io::Write;
+    let SourceSpec::Generator(generator) =
+        spec(options, OperatorCode::Native(String::new())).source
+    else {
+        unreachable!("the benchmark's source is its generator")
+    };
+    let path = tempfile_dir()?.join("events.jsonl");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let mut source = Generator::new(generator);
+    while let Some(record) = source.next_record().map_err(std::io::Error::other)? {
+        if let Record::Event(event) = record {
+            serde_json::to_writer(&mut out, &event.to_json())?;
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(path)
 }
 
 /// Throughput of the same pipeline with the redb backend, checkpointing every `interval`

@@ -285,6 +285,10 @@ struct BenchArgs {
     /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
     #[arg(long)]
     large: bool,
+    /// Read the same generated events from a JSON Lines file (written first to a temporary
+    /// directory, about 45 bytes per event), so that decoding is measured too.
+    #[arg(long)]
+    jsonl: bool,
     /// The count-sum component.
     #[arg(
         long,
@@ -1103,6 +1107,7 @@ fn bench_nats(
         module: module.clone(),
         others: Vec::new(),
         batch_size: weir::spec::DEFAULT_BATCH_SIZE,
+        jsonl: false,
     };
     println!("tumbling count+sum (Rust Wasm), {events} events, {keys} keys, 1 shard, one process");
     let report = weir::bench::nats(&options, url)?;
@@ -1210,6 +1215,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         checkpoints,
         recovery,
         large,
+        jsonl,
     } = args;
     let mut others = Vec::new();
     for (language, module) in [("python", python), ("js", js)] {
@@ -1233,6 +1239,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         module,
         others,
         batch_size,
+        jsonl,
     };
     if checkpoints {
         return bench_checkpoints(&options, large);
@@ -1251,8 +1258,13 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    let from = if jsonl {
+        "JSON Lines file"
+    } else {
+        "generator"
+    };
     println!(
-        "tumbling count+sum, 1 min windows, {events} events, {keys} keys, {shards} shard(s), batches of {batch_size}"
+        "tumbling count+sum, 1 min windows, {events} events from the {from}, {keys} keys, {shards} shard(s), batches of {batch_size}"
     );
     let report = weir::bench::run(&options)?;
     let rate = weir::bench::BenchReport::rate;

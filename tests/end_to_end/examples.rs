@@ -185,3 +185,65 @@ fn enrichment_example_joins_the_reference_table_and_drops_duplicates() {
         "the sample has duplicates to drop"
     );
 }
+
+/// `weir bench` runs as the README tells (small, so it is a check of behaviour, not speed):
+/// both runs agree on their results, from the generator and from a JSON Lines file, and the
+/// file is removed afterwards. Bad parameters are refused.
+#[test]
+fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
+    let module = component("tumbling-count-sum");
+    let temp = std::env::temp_dir();
+    let files_before = bench_dirs(&temp);
+    for extra in [&[][..], &["--jsonl"][..]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .current_dir(workspace())
+            .args([
+                "bench", "--events", "40000", "--keys", "50", "--python", "-", "--js", "-",
+            ])
+            .arg("--module")
+            .arg(&module)
+            .args(extra)
+            .output()
+            .expect("running weir bench");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let from = if extra.is_empty() {
+            "generator"
+        } else {
+            "JSON Lines file"
+        };
+        assert!(
+            stdout.contains(&format!("40000 events from the {from}")),
+            "{stdout}"
+        );
+        for label in ["rust wasm", "native", "wasm/native throughput ratio"] {
+            assert!(stdout.contains(label), "{label}: {stdout}");
+        }
+    }
+    assert_eq!(
+        bench_dirs(&temp),
+        files_before,
+        "the JSON Lines file was left behind"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--keys", "0", "--jsonl"])
+        .output()
+        .expect("running weir bench");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("must be at least 1"));
+}
+
+/// The benchmark's temporary directories of this process's children (any `weir-bench-*`).
+fn bench_dirs(temp: &std::path::Path) -> usize {
+    std::fs::read_dir(temp)
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("weir-bench-"))
+                .count()
+        })
+        .unwrap_or(0)
+}

@@ -6,7 +6,7 @@ mod record;
 mod sink;
 
 pub use record::{
-    OperatorLabel, dead_letter_record, event_record, late_record, output_id, result_record,
-    result_records,
+    EventResult, OperatorLabel, ResultRecord, WindowResult, dead_letter_record, event_record,
+    late_record, output_id, result_record, result_records,
 };
-pub use sink::{SinkError, SinkWriter};
+pub use sink::{Record, SinkError, SinkWriter};

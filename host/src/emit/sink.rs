@@ -33,6 +33,21 @@ enum Target {
     Discard,
 }
 
+/// A record a sink writes as one JSON line: anything serialisable, with the id a NATS sink
+/// de-duplicates on (if it has one).
+pub trait Record: serde::Serialize {
+    /// The record's `id`.
+    fn id(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Record for serde_json::Value {
+    fn id(&self) -> Option<&str> {
+        self.get("id").and_then(|id| id.as_str())
+    }
+}
+
 /// An open sink, buffered, that knows how many bytes it has written.
 pub struct SinkWriter {
     target: String,
@@ -97,10 +112,10 @@ impl SinkWriter {
     }
 
     /// Writes one record as a line.
-    pub fn write(&mut self, record: &serde_json::Value) -> Result<(), SinkError> {
+    pub fn write<R: Record + ?Sized>(&mut self, record: &R) -> Result<(), SinkError> {
         self.records += 1;
         self.line.clear();
-        serde_json::to_writer(&mut self.line, record).expect("JSON values always serialise");
+        serde_json::to_writer(&mut self.line, record).expect("records always serialise");
         self.line.push(b'\n');
         self.position += self.line.len() as u64;
         let result = match &mut self.out {
@@ -108,7 +123,7 @@ impl SinkWriter {
             Target::Stderr(out) => out.write_all(&self.line),
             Target::File(out) => out.write_all(&self.line),
             Target::Nats(out) => {
-                let id = record.get("id").and_then(|id| id.as_str());
+                let id = record.id();
                 let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
                 out.publish(id, line).map_err(std::io::Error::other)
             }

@@ -14,7 +14,8 @@ use super::stages::Stages;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
 use crate::emit::{
-    OperatorLabel, SinkWriter, dead_letter_record, event_record, late_record, result_records,
+    OperatorLabel, ResultRecord, SinkWriter, dead_letter_record, event_record, late_record,
+    result_records,
 };
 use crate::event::DeadCause;
 
@@ -132,7 +133,7 @@ fn write_batch(
     // every record it was not sent.
     let tap = control.stream_results || control.results.receiver_count() > 0;
     let mut tapped: Vec<ResultLine> = Vec::new();
-    let mut write_result = |record: serde_json::Value| -> Result<()> {
+    let mut write_result = |record: ResultRecord<'_>| -> Result<()> {
         sinks.results.write(&record)?;
         if tap {
             // The line as written: serialised once.
@@ -150,7 +151,7 @@ fn write_batch(
     ];
     for emission in &emissions {
         for record in result_records(emission, label) {
-            if let Some(count) = kinds.iter_mut().find(|(kind, _)| record["kind"] == *kind) {
+            if let Some(count) = kinds.iter_mut().find(|(kind, _)| record.kind() == *kind) {
                 count.1 += 1;
             }
             write_result(record)?;

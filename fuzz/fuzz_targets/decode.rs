@@ -2,9 +2,15 @@
 //! panic; a decoded event has a non-empty key and a timestamp in range.
 #![no_main]
 
-#[path = "../../host/src/event.rs"]
+#[path = "../../host/src/event/mod.rs"]
 #[allow(dead_code)]
 mod event;
+#[path = "../../host/src/field_name.rs"]
+#[allow(dead_code)]
+mod field_name;
+#[path = "../../host/src/hashing.rs"]
+#[allow(dead_code)]
+mod hashing;
 #[path = "../../host/src/time.rs"]
 #[allow(dead_code)]
 mod time;

@@ -28,7 +28,11 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::
     let rows = events
         .iter()
         .map(|event| {
-            let layout = shape.layout(event, &fields);
+            // No field crosses (`fields = []`): only the timestamps do.
+            let layout = match fields.is_empty() {
+                true => &[][..],
+                false => shape.layout(event, &fields),
+            };
             wit::Event {
                 timestamp: event.timestamp,
                 values: layout

@@ -317,3 +317,35 @@ fn writes_in_finish_are_discarded() {
     );
     assert_eq!(emissions(&run.results), expected.emissions);
 }
+
+/// Input that invents a new field name on every line, past what the host interns (16,384
+/// names for the whole process) and what a decoder caches (4,096), some longer than an
+/// interned name may be: every event is still counted and the operator still finds `amount`
+/// beside names it has never seen.
+#[test]
+fn a_new_field_name_on_every_line_changes_no_result() {
+    let events: Vec<Ev> = (0..40_000)
+        .map(|i| Ev {
+            key: format!("user-{}", i % 7),
+            ts: i as i64 / 40,
+            amount: i as i64 % 10,
+        })
+        .collect();
+    let input: String = to_jsonl(&events)
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            // Names long and short, some past the interned length of 256 bytes.
+            let name = match i % 3 {
+                0 => format!("f{i}"),
+                1 => format!("{}{i}", "n".repeat(300)),
+                _ => format!("é\\u00e9{i}"),
+            };
+            format!("{{\"{name}\":{i},{}\n", &line[1..])
+        })
+        .collect();
+    let run = Pipeline::new(&count_sum_body(&SPEC), &input).run(&[]);
+    assert!(run.success, "{}", run.stderr);
+    assert!(run.dead_letters.is_empty(), "{:?}", &run.dead_letters[..1]);
+    assert_eq!(emissions(&run.results), run_model(&SPEC, &events).emissions);
+}

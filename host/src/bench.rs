@@ -1,7 +1,8 @@
-//! `weir bench`: throughput of a tumbling count-and-sum over generated events, for the Wasm
-//! example component and the equivalent native operator, and their ratio; the same through a
-//! NATS JetStream source and sink against a file (`weir bench nats`). A measurement, not a
-//! test: run it on a quiet machine, in a release build.
+//! `weir bench`: throughput of a tumbling count-and-sum over generated events (or the same
+//! events read from a JSON Lines file), for the Wasm example component and the equivalent native
+//! operator, and their ratio; the same through a NATS JetStream source and sink against a file
+//! (`weir bench nats`). A measurement, not a test: run it on a quiet machine, in a release
+//! build.
 
 mod cluster;
 pub use cluster::{ClusterReport, cluster};
@@ -112,7 +113,7 @@ const GC_RUNTIME_MEMORY: usize = 128 << 20;
 /// (written to a temporary directory first, not timed, removed after).
 pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
     let file = match options.jsonl {
-        true => Some(write_generated_lines(options).map_err(|e| {
+        true => Some(GeneratedLines::write(options).map_err(|e| {
             PipelineError::Config(format!("writing the benchmark's JSON Lines file: {e}"))
         })?),
         false => None,
@@ -120,38 +121,55 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport, PipelineError> {
     let spec = |code: OperatorCode| {
         let mut spec = spec(options, code);
         if let Some(file) = &file {
-            spec.source = SourceSpec::File(file.clone());
+            spec.source = SourceSpec::File(file.path.clone());
         }
         spec
     };
-    let report = (|| {
-        let wasm = pipeline::run(&spec(OperatorCode::Component(options.module.clone())))?;
-        let others = options
-            .others
-            .iter()
-            .map(|(language, module)| {
-                let mut spec = spec(OperatorCode::Component(module.clone()));
-                spec.sandbox.memory = GC_RUNTIME_MEMORY;
-                Ok((language.clone(), pipeline::run(&spec)?))
-            })
-            .collect::<Result<Vec<_>, PipelineError>>()?;
-        let native = pipeline::run(&spec(OperatorCode::Native("count-sum".into())))?;
-        Ok(BenchReport {
-            wasm,
-            others,
-            native,
+    let wasm = pipeline::run(&spec(OperatorCode::Component(options.module.clone())))?;
+    let others = options
+        .others
+        .iter()
+        .map(|(language, module)| {
+            let mut spec = spec(OperatorCode::Component(module.clone()));
+            spec.sandbox.memory = GC_RUNTIME_MEMORY;
+            Ok((language.clone(), pipeline::run(&spec)?))
         })
-    })();
-    if let Some(file) = &file
-        && let Some(dir) = file.parent()
-    {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    report
+        .collect::<Result<Vec<_>, PipelineError>>()?;
+    let native = pipeline::run(&spec(OperatorCode::Native("count-sum".into())))?;
+    Ok(BenchReport {
+        wasm,
+        others,
+        native,
+    })
 }
 
-/// Writes the events the benchmark's generator makes, as JSON Lines, to a new temporary file.
-fn write_generated_lines(options: &BenchOptions) -> std::io::Result<PathBuf> {
+/// The benchmark generator's events as a JSON Lines file in a temporary directory, removed
+/// when this is dropped (however the benchmark ends).
+struct GeneratedLines {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Drop for GeneratedLines {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl GeneratedLines {
+    fn write(options: &BenchOptions) -> std::io::Result<GeneratedLines> {
+        let dir = tempfile_dir()?;
+        let lines = GeneratedLines {
+            path: dir.join("events.jsonl"),
+            dir,
+        };
+        write_generated_lines(options, &lines.path)?;
+        Ok(lines)
+    }
+}
+
+/// Writes the events the benchmark's generator makes, as JSON Lines, to `path`.
+fn write_generated_lines(options: &BenchOptions, path: &std::path::Path) -> std::io::Result<()> {
     use crate::source::{Generator, Record, Source};
     use std::io::Write;
     let SourceSpec::Generator(generator) =
@@ -159,8 +177,7 @@ fn write_generated_lines(options: &BenchOptions) -> std::io::Result<PathBuf> {
     else {
         unreachable!("the benchmark's source is its generator")
     };
-    let path = tempfile_dir()?.join("events.jsonl");
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut source = Generator::new(generator);
     while let Some(record) = source.next_record().map_err(std::io::Error::other)? {
         if let Record::Event(event) = record {
@@ -168,8 +185,7 @@ fn write_generated_lines(options: &BenchOptions) -> std::io::Result<PathBuf> {
             out.write_all(b"\n")?;
         }
     }
-    out.flush()?;
-    Ok(path)
+    out.flush()
 }
 
 /// Throughput of the same pipeline with the redb backend, checkpointing every `interval`

@@ -54,11 +54,15 @@ impl FieldName {
 
 /// `text` from `table`, added if it holds fewer than `bound` names.
 fn intern(table: &RwLock<HashSet<&'static str>>, bound: usize, text: &str) -> FieldName {
-    if let Some(interned) = table.read().unwrap_or_else(|e| e.into_inner()).get(text) {
-        return FieldName(Repr::Interned(interned));
-    }
-    if text.len() > MAX_INTERNED_LEN {
-        return FieldName(Repr::Shared(text.into()));
+    {
+        let read = table.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(interned) = read.get(text) {
+            return FieldName(Repr::Interned(interned));
+        }
+        // A full table is never written again: no name waits for the write lock.
+        if text.len() > MAX_INTERNED_LEN || read.len() >= bound {
+            return FieldName(Repr::Shared(text.into()));
+        }
     }
     let mut table = table.write().unwrap_or_else(|e| e.into_inner());
     if let Some(interned) = table.get(text) {

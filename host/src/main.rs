@@ -287,7 +287,7 @@ struct BenchArgs {
     large: bool,
     /// Read the same generated events from a JSON Lines file (written first to a temporary
     /// directory, about 45 bytes per event), so that decoding is measured too.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["checkpoints", "recovery"])]
     jsonl: bool,
     /// The count-sum component.
     #[arg(
@@ -1183,6 +1183,10 @@ fn bench_nexmark(
 
 /// `weir bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !(args.jsonl && args.suite.is_some()),
+        "--jsonl applies to the count-sum benchmark only, not to `weir bench nexmark` or `nats`"
+    );
     if let Some(BenchSuite::Nexmark {
         queries,
         events,

@@ -188,23 +188,27 @@ fn enrichment_example_joins_the_reference_table_and_drops_duplicates() {
 
 /// `weir bench` runs as the README tells (small, so it is a check of behaviour, not speed):
 /// both runs agree on their results, from the generator and from a JSON Lines file, and the
-/// file is removed afterwards. Bad parameters are refused.
+/// file is removed afterwards. `--jsonl` where it means nothing, and bad parameters, are
+/// refused.
 #[test]
 fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
     let module = component("tumbling-count-sum");
-    let temp = std::env::temp_dir();
-    let files_before = bench_dirs(&temp);
-    for extra in [&[][..], &["--jsonl"][..]] {
-        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let temp = tempfile::tempdir().unwrap();
+    let bench = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
             .current_dir(workspace())
-            .args([
-                "bench", "--events", "40000", "--keys", "50", "--python", "-", "--js", "-",
-            ])
-            .arg("--module")
-            .arg(&module)
-            .args(extra)
+            .env("TMPDIR", temp.path())
+            .arg("bench")
+            .args(args)
             .output()
-            .expect("running weir bench");
+            .expect("running weir bench")
+    };
+    for extra in [&[][..], &["--jsonl"][..]] {
+        let module = module.to_str().unwrap();
+        let mut args = vec!["--events", "40000", "--keys", "50", "--module", module];
+        args.extend(["--python", "-", "--js", "-"]);
+        args.extend(extra);
+        let output = bench(&args);
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
@@ -223,27 +227,20 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
         for label in ["rust wasm", "native", "wasm/native throughput ratio"] {
             assert!(stdout.contains(label), "{label}: {stdout}");
         }
+        let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "the benchmark left {left:?} behind");
     }
-    assert_eq!(
-        bench_dirs(&temp),
-        files_before,
-        "the JSON Lines file was left behind"
-    );
-    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["bench", "--keys", "0", "--jsonl"])
-        .output()
-        .expect("running weir bench");
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("must be at least 1"));
-}
-
-/// The benchmark's temporary directories of this process's children (any `weir-bench-*`).
-fn bench_dirs(temp: &std::path::Path) -> usize {
-    std::fs::read_dir(temp)
-        .map(|dir| {
-            dir.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("weir-bench-"))
-                .count()
-        })
-        .unwrap_or(0)
+    for (args, says) in [
+        (&["--keys", "0"][..], "must be at least 1"),
+        (&["--jsonl", "--checkpoints"][..], "cannot be used with"),
+        (
+            &["--jsonl", "nexmark"][..],
+            "applies to the count-sum benchmark only",
+        ),
+    ] {
+        let output = bench(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }

@@ -7,14 +7,19 @@
 //!
 //! Field names are interned ([`FieldName`]); [`Names`] remembers the previous line's names by
 //! position, so a line shaped like the one before costs one string comparison per field. It
-//! holds at most [`MAX_CACHED_NAMES`] other names, so a hostile input inventing names cannot
-//! grow it without bound.
+//! holds at most [`MAX_CACHED_NAMES`] other names of at most [`MAX_INTERNED_LEN`] bytes (about
+//! 2 MiB), so a hostile input inventing names cannot grow it without bound.
+//!
+//! One deliberate difference from `serde_json::Value`: with serde_json's `raw_value` feature
+//! (on in this workspace), a `Value` read an object whose first key is
+//! `$serde_json::private::RawValue` as raw JSON held in a string. Here every top-level key is a
+//! field name, that one included.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::field_name::FieldName;
+use crate::field_name::{FieldName, MAX_INTERNED_LEN};
 use crate::hashing::HashMap;
 use crate::value::Value;
 
@@ -42,7 +47,7 @@ impl Names {
             Some(name) => name.clone(),
             None => {
                 let name = FieldName::new(text);
-                if self.cached.len() < MAX_CACHED_NAMES {
+                if self.cached.len() < MAX_CACHED_NAMES && text.len() <= MAX_INTERNED_LEN {
                     self.cached.insert(text.into(), name.clone());
                 }
                 name
@@ -327,6 +332,14 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_value_marker_is_an_ordinary_field_name() {
+        let line = r#"{"$serde_json::private::RawValue":"{\"k\":\"a\",\"t\":1}"}"#;
+        let object = read(line, &mut Names::default(), "k", "t").unwrap();
+        assert_eq!(object.key, None);
+        assert_eq!(&*object.fields[0].0, "$serde_json::private::RawValue");
+    }
+
+    #[test]
     fn the_name_cache_is_bounded() {
         let mut names = Names::default();
         for i in 0..MAX_CACHED_NAMES + 100 {
@@ -334,6 +347,10 @@ mod tests {
         }
         assert_eq!(names.cached.len(), MAX_CACHED_NAMES);
         assert!(names.previous.len() <= SCAN_LIMIT);
+        let mut names = Names::default();
+        let long = "x".repeat(MAX_INTERNED_LEN + 1);
+        read(&format!("{{\"{long}\":1,\"a\":2}}"), &mut names, "k", "t").unwrap();
+        assert_eq!(names.cached.len(), 1, "only the short name is cached");
     }
 
     fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {

@@ -1,6 +1,6 @@
 //! [`Deadlines`]: keys with an event time by which something of theirs expires (enrichment
 //! TTLs, an interval join's kept events), in time order, one deadline per key. Depends on
-//! `time` only.
+//! `time` and `hashing` only.
 
 use std::collections::BTreeSet;
 

@@ -12,7 +12,8 @@
 //! watermark. Kept events live in the shard's state (under [`INTERVAL_JOIN_OPERATOR`]), so they
 //! are checkpointed with it.
 //!
-//! Depends on `event`, `spec`, `state`, `value` and `window` (for its output types).
+//! Depends on `event`, `field_name`, `hashing`, `spec`, `state`, `value` and `window` (for its
+//! output types).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use super::deadlines::Deadlines;
 use crate::event::{DeadCause, DeadLetter, Event, Staged};
 use crate::field_name::FieldName;
+use crate::hashing::HashMap;
 use crate::spec::{IntervalBounds, SIDE_FIELD};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
@@ -38,6 +40,8 @@ pub struct IntervalJoin {
     bounds: IntervalBounds,
     /// Once the watermark passes a key's deadline, some of its kept events expire.
     expiry: Deadlines,
+    /// The pairs' field names (`left_<name>`, `right_<name>`), made once each.
+    names: PrefixedNames,
 }
 
 /// Where a kept event sorts in its side's map: by time, then arrival.
@@ -79,6 +83,7 @@ impl IntervalJoin {
         IntervalJoin {
             bounds,
             expiry: Deadlines::default(),
+            names: PrefixedNames::default(),
         }
     }
 
@@ -183,7 +188,7 @@ impl IntervalJoin {
 
     /// The pairs of `staged` (on `side`) with the other side's kept events of its key.
     fn pair(
-        &self,
+        &mut self,
         staged: &Staged,
         side: &str,
         scope: &ScopeState,
@@ -223,7 +228,14 @@ impl IntervalJoin {
                 LEFT => (own.collect(), fields),
                 _ => (fields, own.collect()),
             };
-            let fields = prefixed(LEFT, left).chain(prefixed(RIGHT, right)).collect();
+            let sides = [(LEFT, left), (RIGHT, right)];
+            let mut fields = Vec::new();
+            for (prefix, side) in sides {
+                let named = side
+                    .into_iter()
+                    .map(|(n, v)| (self.names.get(prefix, &n), v));
+                fields.extend(named);
+            }
             pairs.push(Staged {
                 seq: staged.seq,
                 event: Event {
@@ -269,13 +281,32 @@ impl IntervalJoin {
     }
 }
 
-fn prefixed(
-    side: &'static str,
-    fields: Vec<(String, Value)>,
-) -> impl Iterator<Item = (FieldName, Value)> {
-    fields
-        .into_iter()
-        .map(move |(name, value)| (FieldName::from(format!("{side}_{name}")), value))
+/// The pairs' field names by side and input name, so that a pair's fields cost no allocation
+/// or shared lock each. At most [`MAX_PREFIXED_NAMES`] per side are kept (input may invent
+/// names); the others are made each time.
+#[derive(Debug, Default)]
+struct PrefixedNames {
+    left: HashMap<String, FieldName>,
+    right: HashMap<String, FieldName>,
+}
+
+const MAX_PREFIXED_NAMES: usize = 4_096;
+
+impl PrefixedNames {
+    fn get(&mut self, side: &str, name: &str) -> FieldName {
+        let names = match side {
+            LEFT => &mut self.left,
+            _ => &mut self.right,
+        };
+        if let Some(prefixed) = names.get(name) {
+            return prefixed.clone();
+        }
+        let prefixed = FieldName::from(format!("{side}_{name}"));
+        if names.len() < MAX_PREFIXED_NAMES {
+            names.insert(name.to_owned(), prefixed.clone());
+        }
+        prefixed
+    }
 }
 
 #[cfg(test)]

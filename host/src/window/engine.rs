@@ -15,7 +15,8 @@
 //! retract function), so a downstream result never counts an upstream one twice. A window left
 //! without inputs withdraws its result. A withdrawal does not shrink or split a session.
 //!
-//! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`.
+//! Depends on `state`, `operator` (its traits), `event`, `spec`, `time` and `hashing`; a stage
+//! window's inputs live in [`super::inputs`].
 
 use std::collections::BTreeSet;
 

@@ -113,10 +113,12 @@ impl Inputs {
         present
     }
 
-    /// Moves `other`'s inputs after these (sessions merging).
+    /// Moves `other`'s inputs after these (sessions merging). Two sessions of a key never hold
+    /// the same origin: an origin's events all have the time `window.end - 1`.
     pub(super) fn append(&mut self, other: &mut Inputs) {
         for input in other.list.drain(..) {
-            self.put(input);
+            let replaced = self.put(input);
+            debug_assert!(!replaced, "two merging sessions held the same origin");
         }
         other.origins.clear();
     }
@@ -193,12 +195,18 @@ mod tests {
         assert!(inputs.remove(&input("b", 10, 0).origin));
         assert!(!inputs.remove(&input("b", 10, 0).origin));
         assert_eq!(amounts(&inputs), [("a".into(), 3), ("a".into(), 4)]);
-        let mut other: Inputs = [input("c", 10, 5), input("a", 20, 6)].into_iter().collect();
+        let mut other: Inputs = [input("c", 10, 5), input("d", 20, 6)].into_iter().collect();
         inputs.append(&mut other);
         assert!(other.is_empty());
         assert_eq!(
             amounts(&inputs),
-            [("a".into(), 4), ("c".into(), 5), ("a".into(), 6)]
+            [
+                ("a".into(), 3),
+                ("a".into(), 4),
+                ("c".into(), 5),
+                ("d".into(), 6)
+            ]
         );
+        assert!(inputs.remove(&input("d", 20, 0).origin));
     }
 }

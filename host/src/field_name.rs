@@ -7,7 +7,8 @@
 //! copying or dropping one touches no shared memory. A hostile input can invent any number of
 //! field names, so the table is bounded ([`MAX_INTERNED`] names of at most
 //! [`MAX_INTERNED_LEN`] bytes, about 4 MiB at most); names past that are reference counted, as
-//! before. Depends on nothing but `std` and `serde`.
+//! before. [`NameCache`] keeps a thread's own names, so the hot path takes no lock for them.
+//! Depends on nothing in Weir (`std`, `serde`, `foldhash`).
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -74,6 +75,42 @@ fn intern(table: &RwLock<HashSet<&'static str>>, bound: usize, text: &str) -> Fi
     let leaked: &'static str = Box::leak(text.into());
     table.insert(leaked);
     FieldName(Repr::Interned(leaked))
+}
+
+/// Names a [`NameCache`] keeps.
+pub const MAX_CACHED_NAMES: usize = 4_096;
+
+/// One thread's names by text, so that making a name it made before takes no shared lock: the
+/// table behind [`FieldName::new`] is process-wide, and the hot path takes no locks. Holds at
+/// most [`MAX_CACHED_NAMES`] names of at most [`MAX_INTERNED_LEN`] bytes (about 2 MiB with
+/// their keys): input may invent names, and the others are made each time.
+#[derive(Debug, Default)]
+pub struct NameCache {
+    names: std::collections::HashMap<Box<str>, FieldName, foldhash::fast::RandomState>,
+}
+
+impl NameCache {
+    /// The name `text`.
+    pub fn get(&mut self, text: &str) -> FieldName {
+        if let Some(name) = self.names.get(text) {
+            return name.clone();
+        }
+        let name = FieldName::new(text);
+        if self.names.len() < MAX_CACHED_NAMES && text.len() <= MAX_INTERNED_LEN {
+            self.names.insert(text.into(), name.clone());
+        }
+        name
+    }
+
+    /// How many names it holds.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
 }
 
 impl Deref for FieldName {
@@ -219,5 +256,18 @@ mod tests {
         assert!(matches!(late.0, Repr::Shared(_)));
         assert_eq!(late, intern(&table, 16, "name-19"));
         assert!(matches!(intern(&table, 16, "name-3").0, Repr::Interned(_)));
+    }
+
+    #[test]
+    fn a_name_cache_keeps_short_names_up_to_its_bound() {
+        let mut cache = NameCache::default();
+        let long = "y".repeat(MAX_INTERNED_LEN + 1);
+        assert_eq!(&*cache.get(&long), long);
+        assert!(cache.is_empty());
+        for i in 0..MAX_CACHED_NAMES + 10 {
+            cache.get(&format!("cache-test-{i}"));
+        }
+        assert_eq!(cache.len(), MAX_CACHED_NAMES);
+        assert_eq!(cache.get("cache-test-3"), FieldName::new("cache-test-3"));
     }
 }

@@ -6,9 +6,9 @@
 //! text. The key and timestamp fields are also kept as JSON, for the decoder's checks.
 //!
 //! Field names are interned ([`FieldName`]); [`Names`] remembers the previous line's names by
-//! position, so a line shaped like the one before costs one string comparison per field. It
-//! holds at most [`MAX_CACHED_NAMES`] other names of at most [`MAX_INTERNED_LEN`] bytes (about
-//! 2 MiB), so a hostile input inventing names cannot grow it without bound.
+//! position, so a line shaped like the one before costs one string comparison per field, and
+//! keeps other names in a bounded [`NameCache`], so a hostile input inventing names cannot grow
+//! it without bound.
 //!
 //! One deliberate difference from `serde_json::Value`: with serde_json's `raw_value` feature
 //! (on in this workspace), a `Value` read an object whose first key is
@@ -19,12 +19,11 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::field_name::{FieldName, MAX_INTERNED_LEN};
+use crate::field_name::{FieldName, NameCache};
+#[cfg(test)]
+use crate::field_name::{MAX_CACHED_NAMES, MAX_INTERNED_LEN};
 use crate::hashing::HashMap;
 use crate::value::Value;
-
-/// Names a decoder caches beyond those of the previous line.
-pub const MAX_CACHED_NAMES: usize = 4_096;
 
 /// Fields past which a repeated name is found by hashing instead of a scan.
 const SCAN_LIMIT: usize = 32;
@@ -33,7 +32,7 @@ const SCAN_LIMIT: usize = 32;
 #[derive(Debug, Default)]
 pub(super) struct Names {
     previous: Vec<FieldName>,
-    cached: HashMap<Box<str>, FieldName>,
+    cached: NameCache,
 }
 
 impl Names {
@@ -43,16 +42,7 @@ impl Names {
         {
             return name.clone();
         }
-        let name = match self.cached.get(text) {
-            Some(name) => name.clone(),
-            None => {
-                let name = FieldName::new(text);
-                if self.cached.len() < MAX_CACHED_NAMES && text.len() <= MAX_INTERNED_LEN {
-                    self.cached.insert(text.into(), name.clone());
-                }
-                name
-            }
-        };
+        let name = self.cached.get(text);
         if position < self.previous.len() {
             self.previous[position] = name.clone();
         } else if position == self.previous.len() && position < SCAN_LIMIT {

@@ -196,7 +196,10 @@ pub(super) fn build_shard(
     let limits = sandbox_limits(spec, control);
     let mut enrichers = Vec::new();
     for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
-        let projection = op.fields.clone().map_or(Projection::All, Projection::Only);
+        let projection = op
+            .fields
+            .as_deref()
+            .map_or(Projection::All, Projection::only);
         let operator: Box<dyn EnrichOperator> = match code {
             Code::Wasm(wasm) => Box::new(wasm.enrich(limits.clone(), projection.clone())?),
             Code::Native(name) => native::enrich(name).expect("load checked the name"),
@@ -258,14 +261,14 @@ fn build_aggregate(
             // those fields are not sent again; a global aggregate's scope key is a bucket and a
             // join's is its side's field, so they are sent the key field.
             let all_but_key_and_time = if spec.global || spec.pre_aggregate || spec.join.is_some() {
-                Projection::Except(vec![spec.timestamp_field.clone()])
+                Projection::except(&[&spec.timestamp_field])
             } else {
-                Projection::Except(vec![spec.key_field.clone(), spec.timestamp_field.clone()])
+                Projection::except(&[&spec.key_field, &spec.timestamp_field])
             };
             let projection = op
                 .fields
-                .clone()
-                .map_or(all_but_key_and_time, Projection::Only);
+                .as_deref()
+                .map_or(all_but_key_and_time, Projection::only);
             let operator: Box<dyn AggregateOperator> = match code {
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
@@ -423,8 +426,8 @@ pub(super) fn build_stages(
             let projection = stage
                 .aggregate
                 .fields
-                .clone()
-                .map_or(Projection::All, Projection::Only);
+                .as_deref()
+                .map_or(Projection::All, Projection::only);
             let operator: Box<dyn AggregateOperator> = match code {
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),

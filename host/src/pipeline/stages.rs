@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::ShardSnapshot;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
-use crate::field_name::FieldName;
+use crate::field_name::{FieldName, NameCache};
 use crate::operator::{AggregateOperator, Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::spec::{GLOBAL_KEY, StageSpec};
@@ -65,6 +65,7 @@ impl StageOperator {
 pub struct Stages {
     stages: Vec<Stage>,
     state: Box<dyn StateBackend>,
+    names: Names,
 }
 
 impl std::fmt::Debug for Stages {
@@ -80,6 +81,19 @@ struct Names {
     key: FieldName,
     window_start: FieldName,
     window_end: FieldName,
+    /// The results' own field names, made once each.
+    cache: NameCache,
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        Names {
+            key: "key".into(),
+            window_start: "window_start".into(),
+            window_end: "window_end".into(),
+            cache: NameCache::default(),
+        }
+    }
 }
 
 impl Stages {
@@ -115,7 +129,11 @@ impl Stages {
                 }
             })
             .collect();
-        Stages { stages, state }
+        Stages {
+            stages,
+            state,
+            names: Names::default(),
+        }
     }
 
     /// Runs a batch's results (in canonical order) through every stage with the batch's
@@ -127,11 +145,7 @@ impl Stages {
         advances: &[(u64, Millis)],
         end_of_input: bool,
     ) -> Result<EngineOutput, EngineError> {
-        let names = Names {
-            key: "key".into(),
-            window_start: "window_start".into(),
-            window_end: "window_end".into(),
-        };
+        let names = &mut self.names;
         let mut all = EngineOutput::default();
         let timeline = Timeline {
             advances,
@@ -154,14 +168,14 @@ impl Stages {
                     EmissionKind::Result => None,
                 };
                 if let Some(value) = withdrawn
-                    && let Ok(event) = as_event(emission, value, true, &keying, &names)
+                    && let Ok(event) = as_event(emission, value, true, &keying, names)
                 {
                     events.push(event);
                 }
                 if emission.kind == EmissionKind::Retract {
                     continue;
                 }
-                match as_event(emission, &emission.value, false, &keying, &names) {
+                match as_event(emission, &emission.value, false, &keying, names) {
                     Ok(event) => events.push(event),
                     Err(reason) => all.dead_letters.push(DeadLetter {
                         line: 0,
@@ -277,11 +291,11 @@ fn as_event(
     value: &Fields,
     withdraws: bool,
     keying: &Keying<'_>,
-    names: &Names,
+    names: &mut Names,
 ) -> Result<Staged, String> {
     let mut fields: Vec<(FieldName, Value)> = value
         .iter()
-        .map(|(name, value)| (FieldName::new(name), value.clone()))
+        .map(|(name, value)| (names.cache.get(name), value.clone()))
         .collect();
     for (name, value) in [
         (&names.key, Value::Text(emission.key.to_string())),

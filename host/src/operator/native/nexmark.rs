@@ -13,6 +13,8 @@
 use std::cmp::Reverse;
 
 use crate::event::Event;
+use std::sync::OnceLock;
+
 use crate::field_name::FieldName;
 use crate::time::Window;
 use crate::value::{Fields, Value};
@@ -61,7 +63,9 @@ pub struct Euros;
 
 impl EnrichOperator for Euros {
     fn process(&mut self, _scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let names = ["auction", "bidder", "price", "date_time"].map(FieldName::new);
+        static NAMES: OnceLock<[FieldName; 4]> = OnceLock::new();
+        let names =
+            NAMES.get_or_init(|| ["auction", "bidder", "price", "date_time"].map(FieldName::new));
         let mut output = Vec::with_capacity(events.len());
         for (origin, event) in events.iter().enumerate() {
             let (auction, bidder) = (int(event, "auction")?, int(event, "bidder")?);
@@ -83,7 +87,8 @@ pub struct Selection;
 
 impl EnrichOperator for Selection {
     fn process(&mut self, _scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let names = ["auction", "price"].map(FieldName::new);
+        static NAMES: OnceLock<[FieldName; 2]> = OnceLock::new();
+        let names = NAMES.get_or_init(|| ["auction", "price"].map(FieldName::new));
         let mut output = Vec::new();
         for (origin, event) in events.iter().enumerate() {
             let auction = int(event, "auction")?;

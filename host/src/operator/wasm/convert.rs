@@ -12,9 +12,21 @@ pub enum Projection {
     /// Every field of the events.
     All,
     /// Every field but these.
-    Except(Vec<String>),
+    Except(Vec<FieldName>),
     /// Only these fields, in this order (`null` where an event lacks one).
-    Only(Vec<String>),
+    Only(Vec<FieldName>),
+}
+
+impl Projection {
+    /// Only the fields `names`, in this order.
+    pub fn only<S: AsRef<str>>(names: &[S]) -> Projection {
+        Projection::Only(names.iter().map(|n| FieldName::new(n.as_ref())).collect())
+    }
+
+    /// Every field but `names`.
+    pub fn except<S: AsRef<str>>(names: &[S]) -> Projection {
+        Projection::Except(names.iter().map(|n| FieldName::new(n.as_ref())).collect())
+    }
 }
 
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
@@ -52,8 +64,8 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::
 
 /// The fields that cross for `events`, in order of first appearance (or the projection's).
 fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName> {
-    let skip: &[String] = match projection {
-        Projection::Only(names) => return names.iter().map(FieldName::from).collect(),
+    let skip: &[FieldName] = match projection {
+        Projection::Only(names) => return names.clone(),
         Projection::Except(skip) => skip,
         Projection::All => &[],
     };
@@ -65,7 +77,7 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
         }
         previous = Some(event);
         for (name, _) in &event.fields {
-            if !fields.contains(name) && !skip.iter().any(|s| s == &**name) {
+            if !fields.contains(name) && !skip.contains(name) {
                 fields.push(name.clone());
             }
         }

@@ -1,12 +1,14 @@
 //! [`WasmEnrich`]: the `enrich` interface of a component, as an [`EnrichOperator`].
 
 use super::*;
-use crate::field_name::FieldName;
+use crate::field_name::{FieldName, NameCache};
 
 /// A per-shard instance of an enrichment component.
 pub struct WasmEnrich {
     pub(super) guest: Guest,
     pub(super) projection: Projection,
+    /// The output events' field names, made once each.
+    pub(super) names: NameCache,
 }
 
 impl std::fmt::Debug for WasmEnrich {
@@ -44,7 +46,7 @@ impl EnrichOperator for WasmEnrich {
             .sum::<usize>()
             + output.fields.iter().map(String::len).sum::<usize>();
         check_output(size, &self.guest.limits)?;
-        let names: Vec<FieldName> = output.fields.into_iter().map(FieldName::from).collect();
+        let names: Vec<FieldName> = (output.fields.iter()).map(|n| self.names.get(n)).collect();
         output
             .rows
             .into_iter()

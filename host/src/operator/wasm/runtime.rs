@@ -416,6 +416,7 @@ impl WasmOperator {
         Ok(WasmEnrich {
             guest: Guest::new(self.clone(), limits)?,
             projection,
+            names: Default::default(),
         })
     }
 }

@@ -53,16 +53,21 @@ impl BenchReport {
     }
 }
 
+/// The benchmark's events: `events` of `keys` keys, 2 s of disorder.
+fn generator(options: &BenchOptions) -> GeneratorSpec {
+    GeneratorSpec {
+        events: options.events,
+        keys: options.keys,
+        seed: 1,
+        interval_ms: 1,
+        max_delay_ms: 2_000,
+    }
+}
+
 fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
     PipelineSpec {
         name: "bench".into(),
-        source: SourceSpec::Generator(GeneratorSpec {
-            events: options.events,
-            keys: options.keys,
-            seed: 1,
-            interval_ms: 1,
-            max_delay_ms: 2_000,
-        }),
+        source: SourceSpec::Generator(generator(options)),
         key_field: "key".into(),
         timestamp_field: "ts".into(),
         max_ahead: crate::spec::DEFAULT_MAX_AHEAD,
@@ -172,13 +177,8 @@ impl GeneratedLines {
 fn write_generated_lines(options: &BenchOptions, path: &std::path::Path) -> std::io::Result<()> {
     use crate::source::{Generator, Record, Source};
     use std::io::Write;
-    let SourceSpec::Generator(generator) =
-        spec(options, OperatorCode::Native(String::new())).source
-    else {
-        unreachable!("the benchmark's source is its generator")
-    };
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut source = Generator::new(generator);
+    let mut source = Generator::new(generator(options));
     while let Some(record) = source.next_record().map_err(std::io::Error::other)? {
         if let Record::Event(event) = record {
             serde_json::to_writer(&mut out, &event.to_json())?;

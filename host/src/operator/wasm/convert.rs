@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::field_name::FieldName;
+use crate::hashing::{HashMap, HashSet};
 
 /// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
 /// allocation for text), so aggregates by default skip the key and timestamp fields, which the
@@ -40,11 +41,7 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::
     let rows = events
         .iter()
         .map(|event| {
-            // No field crosses (`fields = []`): only the timestamps do.
-            let layout = match fields.is_empty() {
-                true => &[][..],
-                false => shape.layout(event, &fields),
-            };
+            let layout = shape.layout(event, &fields);
             wit::Event {
                 timestamp: event.timestamp,
                 values: layout
@@ -70,6 +67,7 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
         Projection::All => &[],
     };
     let mut fields: Vec<FieldName> = Vec::new();
+    let mut seen: HashSet<&FieldName> = HashSet::default();
     let mut previous: Option<&Event> = None;
     for &event in events {
         if previous.is_some_and(|previous| same_names(previous, event)) {
@@ -77,7 +75,7 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
         }
         previous = Some(event);
         for (name, _) in &event.fields {
-            if !fields.contains(name) && !skip.contains(name) {
+            if !skip.contains(name) && seen.insert(name) {
                 fields.push(name.clone());
             }
         }
@@ -101,17 +99,30 @@ struct Shape<'a> {
     layout: Vec<Option<usize>>,
 }
 
+/// Past this many fields an event's names are looked up by hashing instead of a scan, so that
+/// a line with a hundred thousand fields costs linear time, not quadratic.
+const SCAN_LIMIT: usize = 32;
+
 impl<'a> Shape<'a> {
     fn layout(&mut self, event: &'a Event, fields: &[FieldName]) -> &[Option<usize>] {
-        if !self.names.is_some_and(|seen| same_names(seen, event)) {
-            self.layout.clear();
-            self.layout.extend(
-                fields
-                    .iter()
-                    .map(|field| event.fields.iter().position(|(name, _)| name == field)),
-            );
-            self.names = Some(event);
+        // No field crosses (`fields = []`): only the timestamps do.
+        if fields.is_empty() || self.names.is_some_and(|seen| same_names(seen, event)) {
+            return &self.layout;
         }
+        self.layout.clear();
+        if event.fields.len() <= SCAN_LIMIT {
+            let at = |field| event.fields.iter().position(|(name, _)| name == field);
+            self.layout.extend(fields.iter().map(at));
+        } else {
+            // The first of a repeated name, as the scan finds it.
+            let mut index: HashMap<&FieldName, usize> = HashMap::default();
+            for (i, (name, _)) in event.fields.iter().enumerate() {
+                index.entry(name).or_insert(i);
+            }
+            self.layout
+                .extend(fields.iter().map(|f| index.get(f).copied()));
+        }
+        self.names = Some(event);
         &self.layout
     }
 }
@@ -135,5 +146,53 @@ pub(super) fn from_wit(value: wit::Value) -> Value {
         wit::Value::Float(f) => Value::Float(f),
         wit::Value::Text(s) => Value::Text(s),
         wit::Value::Bytes(b) => Value::Bytes(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(fields: Vec<(FieldName, Value)>) -> Event {
+        Event {
+            line: 1,
+            key: "k".into(),
+            timestamp: 5,
+            fields,
+        }
+    }
+
+    /// An event with 100,000 fields (a hostile 1 MiB line) crosses in linear time, each value in
+    /// its field's column; a narrow event after it gets its own layout.
+    #[test]
+    fn a_very_wide_event_crosses_whole_and_in_order() {
+        let wide = event(
+            (0..100_000)
+                .map(|i| (FieldName::new(&format!("w{i}")), Value::Int(i)))
+                .collect(),
+        );
+        let narrow = event(vec![
+            (FieldName::new("w7"), Value::Int(-7)),
+            (FieldName::new("w7"), Value::Int(-8)),
+        ]);
+        let batch = to_wit_events(&[&wide, &narrow], &Projection::All);
+        assert_eq!(batch.fields.len(), 100_000);
+        assert_eq!(batch.fields[99_999], "w99999");
+        let values = |row: &wit::Event, at: usize| match row.values[at] {
+            wit::Value::Int(i) => Some(i),
+            _ => None,
+        };
+        assert_eq!(values(&batch.rows[0], 12_345), Some(12_345));
+        assert_eq!(
+            values(&batch.rows[1], 7),
+            Some(-7),
+            "a repeated name's first value"
+        );
+        assert_eq!(values(&batch.rows[1], 8), None);
+        let only = to_wit_events(&[&wide], &Projection::only(&["w3", "nope"]));
+        assert_eq!(values(&only.rows[0], 0), Some(3));
+        assert_eq!(values(&only.rows[0], 1), None);
+        let none = to_wit_events(&[&wide], &Projection::only::<&str>(&[]));
+        assert!(none.fields.is_empty() && none.rows[0].values.is_empty());
     }
 }

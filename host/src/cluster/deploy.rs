@@ -207,7 +207,7 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let mut uploaded = serde_json::Map::new();
     for slice in 0..record.slices {
-        let entry = connection.block_on(bucket.get(format!("uploaded.{name}.{slice}")));
+        let entry = connection.block_on(bucket.get(super::snapshots::uploaded_key(name, slice)));
         if let Ok(Some(bytes)) = entry
             && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
         {

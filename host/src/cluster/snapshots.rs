@@ -48,6 +48,11 @@ struct Link {
     name: String,
 }
 
+/// The pipelines bucket's key saying how far a slice's uploaded checkpoints reach.
+pub(super) fn uploaded_key(pipeline: &str, slice: usize) -> String {
+    format!("uploaded.{pipeline}.{slice}")
+}
+
 fn prefix(pipeline: &str, slice: usize) -> String {
     format!("{pipeline}/slice-{slice}/")
 }
@@ -128,7 +133,7 @@ impl Snapshots {
     /// Says, in the pipelines bucket (`uploaded.<pipeline>.<slice>`), how far a slice's
     /// uploaded checkpoints reach: what a takeover would resume from (`weir cluster status`).
     fn record_uploaded(&self, chain: &Chain) {
-        let key = format!("uploaded.{}.{}", chain.pipeline, chain.slice);
+        let key = uploaded_key(&chain.pipeline, chain.slice);
         let value = serde_json::json!({
             "checkpoint": chain.head,
             "sequence": chain.head_sequence,
@@ -153,7 +158,7 @@ impl Snapshots {
             .ok()?;
         let bytes = self
             .connection
-            .block_on(bucket.get(format!("uploaded.{pipeline}.{slice}")))
+            .block_on(bucket.get(uploaded_key(pipeline, slice)))
             .ok()??;
         serde_json::from_slice(&bytes).ok()
     }
@@ -190,7 +195,8 @@ impl Snapshots {
             // hold).
             if let Some(uploaded) = self.uploaded(pipeline, slice) {
                 return Err(ClusterError::Damaged(format!(
-                    "slice {slice} of {pipeline} has no checkpoint in the object store, though {uploaded} was uploaded; restore the bucket {CHECKPOINTS_BUCKET}, or delete the key uploaded.{pipeline}.{slice} in {} to start the slice empty",
+                    "slice {slice} of {pipeline} has no checkpoint in the object store, though {uploaded} was uploaded; restore the bucket {CHECKPOINTS_BUCKET}, or delete the key {} in {} to start the slice empty",
+                    uploaded_key(pipeline, slice),
                     super::PIPELINES_BUCKET
                 )));
             }
@@ -432,8 +438,7 @@ impl Uploader {
 
     /// The lease is lost: nothing more is uploaded.
     pub(super) fn fence(&self) {
-        self.shared.fenced.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_one();
+        self.fencer()();
     }
 
     /// Uploads what is queued (unless fenced) and stops: the last uploaded checkpoint.

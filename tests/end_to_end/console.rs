@@ -548,7 +548,14 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
     browser.wait_for("the rollout at 50 %", || {
         (browser.number("#rollout-percent")? == 50.0).then_some(())
     });
-    assert_eq!(server.status("clicks")["rollout"]["percent"], 50);
+    let status = server.status("clicks");
+    assert_eq!(status["rollout"]["percent"], 50);
+    // The candidate is in use (deleting it would be refused), so the status says so.
+    assert_eq!(
+        status["uses"],
+        json!(["count-sum@1.0.0", "count-sum@2.0.0"]),
+        "{status}"
+    );
     send(&server, &events(1_200, 400));
     browser.wait_for("both versions in the versions table", || {
         browser.try_find("#versions-table tr[data-version='2.0.0']")

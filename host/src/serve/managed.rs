@@ -340,23 +340,26 @@ impl Managed {
         Ok(plan.version)
     }
 
-    /// Whether the pipeline uses operator `name@version` (live or candidate).
-    pub fn uses(&self, name: &str, version: &str) -> bool {
-        let live = self
-            .spec
-            .enrichers
-            .iter()
+    /// Every operator version the pipeline runs, as `(name, version)`: its chain's, then a
+    /// rollout's candidate.
+    fn operator_versions(&self) -> impl Iterator<Item = (&str, &str)> {
+        let live = (self.spec.enrichers.iter())
             .chain(self.spec.aggregate.iter())
             .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
-            .any(|op| op.name == name && op.version == version);
-        let candidate = self.desired.rollout.as_ref().is_some_and(|plan| {
+            .map(|op| (op.name.as_str(), op.version.as_str()));
+        let candidate = self.desired.rollout.as_ref().and_then(|plan| {
             let operator = match &plan.operator {
                 None => self.spec.aggregate.as_ref().map(|op| op.name.as_str()),
                 Some(enricher) => Some(enricher.as_str()),
             };
-            plan.version == version && operator == Some(name)
+            operator.map(|name| (name, plan.version.as_str()))
         });
-        live || candidate
+        live.chain(candidate)
+    }
+
+    /// Whether the pipeline uses operator `name@version` (live or candidate).
+    pub fn uses(&self, name: &str, version: &str) -> bool {
+        self.operator_versions().any(|used| used == (name, version))
     }
 
     /// The status fields that come from the spec and the desired state.
@@ -375,11 +378,10 @@ impl Managed {
                 "rolled_back": self.desired.rolled_back,
             })
         });
-        // Every operator version the chain runs (the console's "used by").
-        let uses: Vec<String> = (self.spec.enrichers.iter())
-            .chain(self.spec.aggregate.iter())
-            .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
-            .map(|op| format!("{}@{}", op.name, op.version))
+        // Every operator version the pipeline runs, a candidate included (the console's "used
+        // by": what deleting the version would refuse).
+        let uses: Vec<String> = (self.operator_versions())
+            .map(|(name, version)| format!("{name}@{version}"))
             .collect();
         serde_json::json!({
             "operator": op.map(|o| serde_json::json!({"name": o.name, "version": o.version})),

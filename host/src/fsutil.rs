@@ -34,26 +34,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// The last `limit` lines of a JSON Lines file that parse as JSON, oldest first, read from
-/// its last `window` bytes (the first, possibly cut, line of that window is skipped). A missing
-/// file has none.
+/// its last `window` bytes (a line the window cuts is skipped; lines longer than the window are
+/// not found). A missing or unreadable file has none.
 pub fn last_json_lines(path: &Path, limit: usize, window: u64) -> Vec<serde_json::Value> {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut file) = std::fs::File::open(path) else {
         return Vec::new();
     };
     let length = file.metadata().map_or(0, |m| m.len());
-    let start = length.saturating_sub(window);
+    // One byte before the window, to know whether it starts on a line's first byte.
+    let start = length.saturating_sub(window.saturating_add(1));
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(start)).is_err()
-        || file.take(window).read_to_end(&mut bytes).is_err()
+        || file.take(length - start).read_to_end(&mut bytes).is_err()
     {
         return Vec::new();
     }
-    let text = String::from_utf8_lossy(&bytes);
-    let mut lines: Vec<&str> = text.lines().collect();
-    if start > 0 && !lines.is_empty() {
-        lines.remove(0);
+    if length > window {
+        let first_line_end = bytes.iter().position(|&b| b == b'\n');
+        bytes.drain(..first_line_end.map_or(bytes.len(), |at| at + 1));
     }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
     let mut found: Vec<serde_json::Value> = (lines.iter().rev())
         .filter_map(|line| serde_json::from_str(line).ok())
         .take(limit)
@@ -83,8 +85,14 @@ mod tests {
         let last = super::last_json_lines(&path, 3, 1 << 20);
         assert_eq!(last, [97, 98, 99].map(|n| serde_json::json!({"n": n})));
         // A window that starts inside a line skips that line rather than misreading it.
+        // The last 30 bytes are `7}\n{"n":98}\n{"n":99}\nnot json\n`.
         let cut = super::last_json_lines(&path, 100, 30);
-        assert!(cut.len() < 5 && cut.last() == Some(&serde_json::json!({"n": 99})));
+        assert_eq!(cut, [98, 99].map(|n| serde_json::json!({"n": n})));
+        // A window that starts exactly on a line keeps it.
+        let whole = super::last_json_lines(&path, 100, 27);
+        assert_eq!(whole, [98, 99].map(|n| serde_json::json!({"n": n})));
+        let shorter = super::last_json_lines(&path, 100, 26);
+        assert_eq!(shorter, [serde_json::json!({"n": 99})]);
         assert!(super::last_json_lines(&dir.path().join("missing"), 3, 100).is_empty());
     }
 }

@@ -74,6 +74,16 @@ impl Cluster {
     }
 
     /// Starts worker `id`, its local files in its own directory, its stderr in a file.
+    /// Workers `ids`, started and owning every slice between them, with `eu` and `us`
+    /// published and results coming.
+    fn running<const N: usize>(&self, ids: [&str; N], eu: &[Value], us: &[Value]) -> [Child; N] {
+        let workers = ids.map(|id| self.worker(id));
+        self.wait_for_owners(&ids);
+        self.publish(eu, us);
+        assert!(!wait_for_results(&self.client, 1).is_empty());
+        workers
+    }
+
     fn worker(&self, id: &str) -> Child {
         let dir = self.dir.path().join(id);
         std::fs::create_dir_all(&dir).unwrap();
@@ -342,11 +352,7 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
 fn workers_joining_and_leaving_move_slices_with_their_state() {
     let cluster = Cluster::start();
     let (eu, us) = input();
-    let w1 = cluster.worker("w1");
-    let w2 = cluster.worker("w2");
-    cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.publish(&eu[..500], &us[..500]);
-    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    let [w1, w2] = cluster.running(["w1", "w2"], &eu[..500], &us[..500]);
     // 2 -> 3: a third worker joins and takes two slices.
     cluster.purge_read_input();
     let w3 = cluster.worker("w3");
@@ -375,10 +381,7 @@ fn workers_joining_and_leaving_move_slices_with_their_state() {
 fn workers_wait_for_a_nats_server_that_goes_away_and_lose_nothing() {
     let mut cluster = Cluster::start();
     let (eu, us) = input();
-    let workers = [cluster.worker("w1"), cluster.worker("w2")];
-    cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.publish(&eu[..700], &us[..700]);
-    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    let workers = cluster.running(["w1", "w2"], &eu[..700], &us[..700]);
     cluster.server.restart(Duration::from_secs(3));
     cluster.client = Client::connect(&cluster.server.url);
     cluster.publish(&eu[700..], &us[700..]);
@@ -573,11 +576,7 @@ fn bad_rollouts_are_refused() {
 fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_repeated() {
     let cluster = Cluster::start();
     let (eu, us) = input();
-    let w1 = cluster.worker("w1");
-    let w2 = cluster.worker("w2");
-    cluster.wait_for_owners(&["w1", "w2"]);
-    cluster.publish(&eu[..500], &us[..500]);
-    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    let [w1, w2] = cluster.running(["w1", "w2"], &eu[..500], &us[..500]);
     // Frozen (not dead): its leases lapse and w1 takes every slice.
     let pid = w2.id().to_string();
     Command::new("kill").args(["-STOP", &pid]).status().unwrap();

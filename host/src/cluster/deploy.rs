@@ -53,12 +53,24 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
     check_name("pipeline name", &spec.name)?;
     check_shareable(&spec)?;
     let connection = Connection::open(url)?;
-    // Deployed again without --slices: the slices it has.
-    let slices = match (slices, fetch_record(&connection, &spec.name)) {
-        (Some(slices), _) => slices,
-        (None, Ok(existing)) => existing.slices,
-        (None, _) => DEFAULT_SLICES,
+    let existing = match fetch_record(&connection, &spec.name) {
+        Ok(existing) => Some(existing),
+        Err(ClusterError::Unknown(_)) => None,
+        Err(e) => return Err(e),
     };
+    // Deployed again without --slices: the slices it has. They cannot be cut again under the
+    // state of the old ones.
+    let slices = slices
+        .or(existing.as_ref().map(|existing| existing.slices))
+        .unwrap_or(DEFAULT_SLICES);
+    if let Some(existing) = &existing
+        && existing.slices != slices
+    {
+        return Err(ClusterError::Unshareable(format!(
+            "pipeline {} is deployed in {} slices; its state is kept by slice, so it cannot be cut into {slices} (deploy it under another name)",
+            spec.name, existing.slices
+        )));
+    }
     let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
         path: path.to_owned(),
         source,
@@ -77,17 +89,6 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
         slices,
         code,
     };
-    // The slices cannot be cut again under the state of the old ones.
-    match fetch_record(&connection, &record.name) {
-        Ok(existing) if existing.slices != slices => {
-            return Err(ClusterError::Unshareable(format!(
-                "pipeline {} is deployed in {} slices; its state is kept by slice, so it cannot be cut into {slices} (deploy it under another name)",
-                record.name, existing.slices
-            )));
-        }
-        Ok(_) | Err(ClusterError::Unknown(_)) => {}
-        Err(e) => return Err(e),
-    }
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let bytes = serde_json::to_vec(&record).expect("a record serialises");
     connection

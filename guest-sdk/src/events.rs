@@ -1,7 +1,43 @@
 //! Accessors and builders for [`Events`], [`Event`], [`OutputEvents`], [`OutputEvent`] and
 //! [`Window`].
 
+use crate::bindings::aggregator::weir::operator0_2_0::columns::{self, Column};
 use crate::{Event, Events, OutputEvent, OutputEvents, Value, Window};
+
+/// The batch a 0.2 host sent as columns, as the rows operators see. A column shorter than the
+/// batch leaves its field null in the events it does not reach.
+pub(crate) fn from_columns(batch: columns::Events) -> Events {
+    let columns::Events {
+        fields,
+        timestamps,
+        columns,
+    } = batch;
+    let width = columns.len();
+    let mut rows: Vec<Event> = (timestamps.into_iter())
+        .map(|timestamp| Event {
+            timestamp,
+            values: Vec::with_capacity(width),
+        })
+        .collect();
+    for (at, column) in columns.into_iter().enumerate() {
+        match column {
+            Column::Ints(ints) => fill(&mut rows, at, ints.into_iter().map(Value::Int)),
+            Column::Floats(floats) => fill(&mut rows, at, floats.into_iter().map(Value::Float)),
+            Column::Values(values) => fill(&mut rows, at, values.into_iter()),
+        }
+    }
+    for event in &mut rows {
+        event.values.resize(width, Value::Null);
+    }
+    Events { fields, rows }
+}
+
+/// Sets field `at` of each event to the column's value for it.
+fn fill(rows: &mut [Event], at: usize, column: impl Iterator<Item = Value>) {
+    for (event, value) in rows.iter_mut().zip(column) {
+        set(&mut event.values, at, value);
+    }
+}
 
 /// The index of `name` in `fields`.
 fn column(fields: &[String], name: &str) -> Option<usize> {
@@ -222,7 +258,49 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
+    use super::{Column, columns, from_columns};
     use crate::{Events, OutputEvent, Value};
+
+    /// Columns become the rows 0.1 sent: each kind of column, a short one padded with nulls, a
+    /// long one cut to the batch.
+    #[test]
+    fn columns_become_rows() {
+        let batch = columns::Events {
+            fields: ["n", "x", "v", "short", "long"].map(String::from).to_vec(),
+            timestamps: vec![10, 20],
+            columns: vec![
+                Column::Ints(vec![1, 2]),
+                Column::Floats(vec![0.5, f64::NAN]),
+                Column::Values(vec![Value::Text("a".into()), Value::Null]),
+                Column::Ints(vec![7]),
+                Column::Ints(vec![1, 2, 3]),
+            ],
+        };
+        let events = from_columns(batch);
+        assert_eq!(events.fields, ["n", "x", "v", "short", "long"]);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events.rows[1].timestamp, 20);
+        assert_eq!(
+            events.rows[0].values,
+            [
+                Value::Int(1),
+                Value::Float(0.5),
+                Value::Text("a".into()),
+                Value::Int(7),
+                Value::Int(1)
+            ]
+        );
+        assert!(matches!(events.rows[1].values[1], Value::Float(x) if x.is_nan()));
+        assert_eq!(events.rows[1].values[3], Value::Null);
+        assert_eq!(events.rows[1].values.len(), 5);
+        let empty = from_columns(columns::Events {
+            fields: vec![],
+            timestamps: vec![1, 2, 3],
+            columns: vec![],
+        });
+        assert_eq!(empty.len(), 3);
+        assert!(empty.rows[2].values.is_empty());
+    }
 
     #[test]
     fn columns_values_and_padding() {

@@ -54,6 +54,11 @@
 //! * Events arrive in [batches](Events) of one key, with the field names sent once per batch:
 //!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
 //!
+//! Components built with this crate implement `weir:operator@0.2.0` (`wit/v0.2/operator.wit`):
+//! a batch crosses the boundary as columns, and an aggregate's named values cross with the
+//! call, so that [`State::get`] and [`State::put`] in `add` cost no call to the host. The
+//! operator sees the same [`Events`] and [`State`] as with 0.1.
+//!
 //! If `add` or `process` returns an error (or traps), nothing the call wrote to the state is
 //! kept, and the host retries the batch's events one at a time, so that only the events the
 //! operator cannot take go to the dead-letter output, with the message.
@@ -108,15 +113,16 @@ mod value;
 #[doc(hidden)]
 pub use wit_bindgen::rt;
 
-pub use bindings::aggregator::weir::operator::types::{
+pub use bindings::aggregator::weir::operator0_1_0::types::{
     Event, Events, Field, OutputEvent, OutputEvents, Value, Window,
 };
 pub use output::Output;
 pub use state::State;
 
-use bindings::aggregator::exports::weir::operator::aggregate;
-use bindings::aggregator::weir::operator::state::Scope;
-use bindings::enricher::exports::weir::operator::enrich;
+use bindings::aggregator::exports::weir::operator0_2_0::aggregate;
+use bindings::aggregator::weir::operator0_1_0::state::Scope;
+use bindings::aggregator::weir::operator0_2_0::columns;
+use bindings::enricher::exports::weir::operator0_2_0::enrich;
 
 /// A mergeable windowed aggregation: the logic of an `aggregator` component.
 ///
@@ -185,8 +191,14 @@ pub trait Enrich {
 }
 
 impl<T: Aggregate> aggregate::Guest for T {
-    fn add(state: &Scope, batch: Events) -> Result<(), String> {
-        <T as Aggregate>::add(&State::host(state), &batch)
+    fn add(
+        state: &Scope,
+        values: Vec<Field>,
+        batch: columns::Events,
+    ) -> Result<Vec<aggregate::Change>, String> {
+        let values = state::Values::new(state, values);
+        <T as Aggregate>::add(&State::with_values(&values), &events::from_columns(batch))?;
+        Ok(values.into_changes())
     }
 
     fn merge(target: &Scope, source: &Scope) -> Result<(), String> {
@@ -203,8 +215,8 @@ impl<T: Aggregate> aggregate::Guest for T {
 }
 
 impl<T: Enrich> enrich::Guest for T {
-    fn process(state: &Scope, batch: Events) -> Result<OutputEvents, String> {
-        <T as Enrich>::process(&State::host(state), batch)
+    fn process(state: &Scope, batch: columns::Events) -> Result<OutputEvents, String> {
+        <T as Enrich>::process(&State::host(state), events::from_columns(batch))
     }
 }
 

@@ -1,14 +1,20 @@
 //! [`State`]: the state of one key (and window), kept by the host.
 
-use crate::Value;
-use crate::bindings::aggregator::weir::operator::state::Scope;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use crate::bindings::aggregator::exports::weir::operator0_2_0::aggregate::Change;
+use crate::bindings::aggregator::weir::operator0_1_0::state::Scope;
 use crate::testing::MemoryState;
+use crate::{Field, Value};
 
 /// The state of one key (and, for aggregates, one window), kept by the host.
 ///
 /// It holds named [`Value`]s ([`get`](State::get), [`put`](State::put)) and named maps from
-/// entry names to values ([`map_get`](State::map_get), [`map_put`](State::map_put)). Every
-/// method is a call to the host; reads see earlier writes of the same call at once.
+/// entry names to values ([`map_get`](State::map_get), [`map_put`](State::map_put)). Reads see
+/// earlier writes of the same call at once. The maps are calls to the host; in an aggregate's
+/// `add` the named values came with the call and its changes go back with its result, so they
+/// cost no call.
 ///
 /// Operators receive it from the host; tests make one with [`MemoryState`].
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +25,48 @@ pub struct State<'a> {
 #[derive(Debug, Clone, Copy)]
 enum Backend<'a> {
     Host(&'a Scope),
+    /// The named values passed with the call, and the scope for the rest.
+    Values(&'a Values<'a>),
     Memory(&'a MemoryState),
+}
+
+/// The scope's named values as an `add` call received them, with the call's changes.
+#[derive(Debug)]
+pub(crate) struct Values<'a> {
+    scope: &'a Scope,
+    /// Each name's value now (`None`: removed), and whether the call changed it.
+    values: RefCell<BTreeMap<String, (Option<Value>, bool)>>,
+}
+
+impl<'a> Values<'a> {
+    pub(crate) fn new(scope: &'a Scope, values: Vec<Field>) -> Self {
+        let values = values
+            .into_iter()
+            .map(|field| (field.name, (Some(field.value), false)))
+            .collect();
+        Self {
+            scope,
+            values: RefCell::new(values),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Value> {
+        self.values.borrow().get(name)?.0.clone()
+    }
+
+    fn set(&self, name: &str, value: Option<Value>) {
+        self.values
+            .borrow_mut()
+            .insert(name.to_owned(), (value, true));
+    }
+
+    /// What the call changed, for the host to apply.
+    pub(crate) fn into_changes(self) -> Vec<Change> {
+        (self.values.into_inner().into_iter())
+            .filter(|(_, (_, changed))| *changed)
+            .map(|(name, (value, _))| Change { name, value })
+            .collect()
+    }
 }
 
 impl<'a> State<'a> {
@@ -27,6 +74,13 @@ impl<'a> State<'a> {
     pub(crate) fn host(scope: &'a Scope) -> Self {
         Self {
             backend: Backend::Host(scope),
+        }
+    }
+
+    /// The state behind a scope whose named values came with the call.
+    pub(crate) fn with_values(values: &'a Values<'a>) -> Self {
+        Self {
+            backend: Backend::Values(values),
         }
     }
 
@@ -40,7 +94,7 @@ impl<'a> State<'a> {
     /// The key this state belongs to, as text.
     pub fn key(&self) -> String {
         match self.backend {
-            Backend::Host(scope) => scope.key(),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.key(),
             Backend::Memory(memory) => memory.key().to_owned(),
         }
     }
@@ -49,6 +103,7 @@ impl<'a> State<'a> {
     pub fn get(&self, name: &str) -> Option<Value> {
         match self.backend {
             Backend::Host(scope) => scope.get(name),
+            Backend::Values(values) => values.get(name),
             Backend::Memory(memory) => memory.get(name),
         }
     }
@@ -77,6 +132,7 @@ impl<'a> State<'a> {
         let value = value.into();
         match self.backend {
             Backend::Host(scope) => scope.put(name, &value),
+            Backend::Values(values) => values.set(name, Some(value)),
             Backend::Memory(memory) => memory.put(name, value),
         }
     }
@@ -93,6 +149,7 @@ impl<'a> State<'a> {
     pub fn remove(&self, name: &str) {
         match self.backend {
             Backend::Host(scope) => scope.remove(name),
+            Backend::Values(values) => values.set(name, None),
             Backend::Memory(memory) => memory.remove(name),
         }
     }
@@ -100,7 +157,9 @@ impl<'a> State<'a> {
     /// The value of entry `entry` of the map named `map`, or `None` if there is none.
     pub fn map_get(&self, map: &str, entry: &str) -> Option<Value> {
         match self.backend {
-            Backend::Host(scope) => scope.map_get(map, entry),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
+                scope.map_get(map, entry)
+            }
             Backend::Memory(memory) => memory.map_get(map, entry),
         }
     }
@@ -109,7 +168,9 @@ impl<'a> State<'a> {
     pub fn map_put(&self, map: &str, entry: &str, value: impl Into<Value>) {
         let value = value.into();
         match self.backend {
-            Backend::Host(scope) => scope.map_put(map, entry, &value),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
+                scope.map_put(map, entry, &value)
+            }
             Backend::Memory(memory) => memory.map_put(map, entry, value),
         }
     }
@@ -117,7 +178,9 @@ impl<'a> State<'a> {
     /// Removes entry `entry` of the map named `map`, if any.
     pub fn map_remove(&self, map: &str, entry: &str) {
         match self.backend {
-            Backend::Host(scope) => scope.map_remove(map, entry),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
+                scope.map_remove(map, entry)
+            }
             Backend::Memory(memory) => memory.map_remove(map, entry),
         }
     }
@@ -125,7 +188,7 @@ impl<'a> State<'a> {
     /// How many entries the map named `map` holds (0 if there is no such map).
     pub fn map_len(&self, map: &str) -> u64 {
         match self.backend {
-            Backend::Host(scope) => scope.map_len(map),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.map_len(map),
             Backend::Memory(memory) => memory.map_len(map),
         }
     }
@@ -133,7 +196,7 @@ impl<'a> State<'a> {
     /// The entry names of the map named `map`, in ascending order.
     pub fn map_entries(&self, map: &str) -> Vec<String> {
         match self.backend {
-            Backend::Host(scope) => scope.map_entries(map),
+            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.map_entries(map),
             Backend::Memory(memory) => memory.map_entries(map),
         }
     }

@@ -3,6 +3,10 @@
 //! three languages, a rollout moves keys from Rust to Python to JavaScript without losing or
 //! repeating a result, hostile guests in both languages are contained, compiled components are
 //! cached on disk, and `weir new` / `weir build` / `weir deploy` work for each language.
+//!
+//! The Rust components implement contract 0.2 (`wit/v0.2`) and the Python and JavaScript ones
+//! 0.1 (`wit/operator.wit`), so these tests also hold the two versions to the same results, and
+//! the rollout moves keys' state between them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

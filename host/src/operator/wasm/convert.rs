@@ -59,6 +59,75 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::
     }
 }
 
+/// Converts a batch to the shape of contract 0.2: field names once, the timestamps, then one
+/// column per field (integers or floats as plain lists when every event has one, otherwise
+/// values). The guest gets the same values as from [`to_wit_events`], in one list per field
+/// instead of one per event.
+pub(super) fn to_wit_columns(events: &[&Event], projection: &Projection) -> wit_columns::Events {
+    let fields = crossing_fields(events, projection);
+    let mut columns: Vec<Column> = fields.iter().map(|_| Column::default()).collect();
+    let mut shape = Shape::default();
+    for event in events {
+        let layout = shape.layout(event, &fields);
+        for (column, slot) in columns.iter_mut().zip(layout) {
+            column.push(slot.map_or(&Value::Null, |i| &event.fields[i].1));
+        }
+    }
+    wit_columns::Events {
+        fields: fields.iter().map(|name| name.to_string()).collect(),
+        timestamps: events.iter().map(|event| event.timestamp).collect(),
+        columns: columns.into_iter().map(Column::into_wit).collect(),
+    }
+}
+
+/// One column being filled: a list of integers or floats while every value so far was one,
+/// values from the first that is not.
+enum Column {
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
+    Values(Vec<wit::Value>),
+}
+
+impl Default for Column {
+    fn default() -> Self {
+        Column::Ints(Vec::new())
+    }
+}
+
+impl Column {
+    fn push(&mut self, value: &Value) {
+        match (&mut *self, value) {
+            (Column::Ints(ints), Value::Int(i)) => ints.push(*i),
+            (Column::Floats(floats), Value::Float(f)) => floats.push(*f),
+            (Column::Ints(ints), Value::Float(f)) if ints.is_empty() => {
+                *self = Column::Floats(vec![*f]);
+            }
+            (Column::Values(values), value) => values.push(to_wit(value.clone())),
+            (_, value) => {
+                let mut values = std::mem::take(self).into_values();
+                values.push(to_wit(value.clone()));
+                *self = Column::Values(values);
+            }
+        }
+    }
+
+    fn into_values(self) -> Vec<wit::Value> {
+        match self {
+            Column::Ints(ints) => ints.into_iter().map(wit::Value::Int).collect(),
+            Column::Floats(floats) => floats.into_iter().map(wit::Value::Float).collect(),
+            Column::Values(values) => values,
+        }
+    }
+
+    fn into_wit(self) -> wit_columns::Column {
+        match self {
+            Column::Ints(ints) => wit_columns::Column::Ints(ints),
+            Column::Floats(floats) => wit_columns::Column::Floats(floats),
+            Column::Values(values) => wit_columns::Column::Values(values),
+        }
+    }
+}
+
 /// The fields that cross for `events`, in order of first appearance (or the projection's).
 fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName> {
     let skip: &[FieldName] = match projection {
@@ -164,6 +233,55 @@ mod tests {
 
     /// An event with 100,000 fields (a hostile 1 MiB line) crosses in linear time, each value in
     /// its field's column; a narrow event after it gets its own layout.
+    /// Columns hold exactly the values rows hold: a column stays a plain list while every value
+    /// is an integer (or every value a float), and becomes values at the first other one.
+    #[test]
+    fn columns_hold_what_rows_hold() {
+        let n = FieldName::new("n");
+        let x = FieldName::new("x");
+        let m = FieldName::new("m");
+        let events = [
+            event(vec![
+                (n.clone(), Value::Int(1)),
+                (x.clone(), Value::Float(0.5)),
+                (m.clone(), Value::Int(1)),
+            ]),
+            event(vec![(x.clone(), Value::Float(-0.0)), (n, Value::Int(2))]),
+            event(vec![
+                (FieldName::new("n"), Value::Int(3)),
+                (x, Value::Float(f64::INFINITY)),
+                (m, Value::Text("t".into())),
+            ]),
+        ];
+        let batch: Vec<&Event> = events.iter().collect();
+        for projection in [Projection::All, Projection::only(&["m", "absent", "n"])] {
+            let rows = to_wit_events(&batch, &projection);
+            let columns = to_wit_columns(&batch, &projection);
+            assert_eq!(columns.fields, rows.fields);
+            assert_eq!(columns.timestamps, [5, 5, 5]);
+            for (at, column) in columns.columns.iter().enumerate() {
+                let values: Vec<wit::Value> = match column {
+                    wit_columns::Column::Ints(ints) => {
+                        ints.iter().copied().map(wit::Value::Int).collect()
+                    }
+                    wit_columns::Column::Floats(floats) => {
+                        floats.iter().copied().map(wit::Value::Float).collect()
+                    }
+                    wit_columns::Column::Values(values) => values.clone(),
+                };
+                let expected: Vec<wit::Value> =
+                    rows.rows.iter().map(|row| row.values[at].clone()).collect();
+                assert_eq!(format!("{values:?}"), format!("{expected:?}"));
+            }
+        }
+        let all = to_wit_columns(&batch, &Projection::All);
+        assert!(matches!(all.columns[0], wit_columns::Column::Ints(_)));
+        assert!(matches!(all.columns[1], wit_columns::Column::Floats(_)));
+        assert!(matches!(all.columns[2], wit_columns::Column::Values(_)));
+        let none = to_wit_columns(&batch, &Projection::only::<&str>(&[]));
+        assert!(none.columns.is_empty() && none.timestamps.len() == 3);
+    }
+
     #[test]
     fn a_very_wide_event_crosses_whole_and_in_order() {
         let wide = event(

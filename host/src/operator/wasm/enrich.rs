@@ -1,4 +1,5 @@
-//! [`WasmEnrich`]: the `enrich` interface of a component, as an [`EnrichOperator`].
+//! [`WasmEnrich`]: the `enrich` interface of a component (either version of the contract), as
+//! an [`EnrichOperator`].
 
 use super::*;
 use crate::field_name::{FieldName, NameCache};
@@ -21,17 +22,23 @@ impl std::fmt::Debug for WasmEnrich {
 
 impl EnrichOperator for WasmEnrich {
     fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
-        let batch = to_wit_events(events, &self.projection);
+        // The batch in the shape the component's version of the contract takes.
+        let (rows, columns) = match self.guest.bindings {
+            Bindings::EnrichV2(_) => (None, Some(to_wit_columns(events, &self.projection))),
+            _ => (Some(to_wit_events(events, &self.projection)), None),
+        };
         let output = self
             .guest
-            .call(&mut [scope], Writes::Keep, |store, b, scopes| match b {
-                Bindings::Enrich(e) => e.weir_operator_enrich().call_process(
-                    store,
-                    Resource::new_borrow(scopes[0].rep()),
-                    &batch,
-                ),
-                Bindings::Aggregate(_) => {
-                    unreachable!("checked at load: the component is an enricher")
+            .call(&mut [scope], Writes::Keep, |store, b, scopes| {
+                let scope = Resource::new_borrow(scopes[0].rep());
+                match (b, &rows, &columns) {
+                    (Bindings::Enrich(e), Some(rows), _) => {
+                        e.weir_operator_enrich().call_process(store, scope, rows)
+                    }
+                    (Bindings::EnrichV2(e), _, Some(columns)) => e
+                        .weir_operator0_2_0_enrich()
+                        .call_process(store, scope, columns),
+                    _ => unreachable!("checked at load: the component is an enricher"),
                 }
             })?;
         let size = output

@@ -131,9 +131,12 @@ impl wasmtime_wasi::clocks::HostMonotonicClock for FrozenClock {
     }
 }
 
+/// An instance's exports, by world and contract version.
 pub(super) enum Bindings {
     Aggregate(bindings::Aggregator),
+    AggregateV2(bindings_v2::Aggregator),
     Enrich(enricher_bindings::Enricher),
+    EnrichV2(enricher_bindings_v2::Enricher),
 }
 
 /// One live instance and what is needed to replace it after a trap.
@@ -202,7 +205,9 @@ impl Guest {
         store.set_epoch_deadline(deadline_ticks(limits));
         let bindings = match &operator.instantiator {
             Instantiator::Aggregate(pre) => Bindings::Aggregate(pre.instantiate(&mut store)?),
+            Instantiator::AggregateV2(pre) => Bindings::AggregateV2(pre.instantiate(&mut store)?),
             Instantiator::Enrich(pre) => Bindings::Enrich(pre.instantiate(&mut store)?),
+            Instantiator::EnrichV2(pre) => Bindings::EnrichV2(pre.instantiate(&mut store)?),
         };
         Ok((store, bindings))
     }

@@ -2,7 +2,9 @@
 //! the state imports, and per-shard instances with time and memory limits. Split the way
 //! wasmtime splits `runtime/component/`: `runtime` (engine, linker, loading, the cache),
 //! `guest` (instantiation, limits, the call), `scope_host` (the state imports), `convert`
-//! (values across the boundary), `aggregate` and `enrich` (the two bindings).
+//! (values across the boundary), `aggregate` and `enrich` (the two bindings, each for both
+//! versions of the contract: `weir:operator@0.1.0`, rows and a call per state value, and
+//! `@0.2.0`, columns and the named values passed with the call).
 //!
 //! Every guest call runs under an epoch deadline (a ticker thread advances the engine's epoch)
 //! and a memory cap. A guest that traps is replaced by a fresh instance from its pre-instantiated
@@ -45,11 +47,42 @@ mod enricher_bindings {
     });
 }
 
-use bindings::weir::operator::{state as wit_state, types as wit};
+/// The worlds of `weir:operator@0.2.0`, whose values, output events and `scope` are 0.1's (so
+/// both versions share those types and the one set of state imports).
+mod bindings_v2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2",
+        world: "aggregator",
+        with: {
+            "weir:operator/types@0.1.0": super::bindings::weir::operator::types,
+            "weir:operator/state@0.1.0": super::bindings::weir::operator::state,
+        },
+        imports: { default: trappable },
+    });
+}
 
-/// The interface names a component exports for each world.
-const AGGREGATE_EXPORT: &str = "weir:operator/aggregate@0.1.0";
-const ENRICH_EXPORT: &str = "weir:operator/enrich@0.1.0";
+mod enricher_bindings_v2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2",
+        world: "enricher",
+        with: {
+            "weir:operator/types@0.1.0": super::bindings::weir::operator::types,
+            "weir:operator/state@0.1.0": super::bindings::weir::operator::state,
+            "weir:operator/columns@0.2.0": super::bindings_v2::weir::operator0_2_0::columns,
+        },
+        imports: { default: trappable },
+    });
+}
+
+use bindings::weir::operator::{state as wit_state, types as wit};
+use bindings_v2::weir::operator0_2_0::columns as wit_columns;
+
+/// The interface names a component may export for each world, newest first.
+const AGGREGATE_EXPORTS: [&str; 2] = [
+    "weir:operator/aggregate@0.2.0",
+    "weir:operator/aggregate@0.1.0",
+];
+const ENRICH_EXPORTS: [&str; 2] = ["weir:operator/enrich@0.2.0", "weir:operator/enrich@0.1.0"];
 
 mod aggregate;
 mod compile_cache;
@@ -61,7 +94,7 @@ mod scope_host;
 
 pub use aggregate::WasmAggregate;
 pub use convert::Projection;
-use convert::{from_wit, to_wit, to_wit_events};
+use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
 use guest::{Bindings, Guest, Writes, check_output, value_size};

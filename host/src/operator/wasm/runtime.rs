@@ -28,7 +28,7 @@ pub enum LoadError {
     },
     /// The component does not export the interface of the world the spec asks for.
     #[error(
-        "operator module {path} does not implement the `{expected}` world of weir:operator@0.1.0 (it exports: {exports}); {hint}"
+        "operator module {path} does not implement the `{expected}` world of weir:operator (0.2.0 or 0.1.0; it exports: {exports}); {hint}"
     )]
     WrongWorld {
         /// The module's path.
@@ -314,18 +314,19 @@ impl WasmRuntime {
             .collect();
         let (needed, other, hint) = match kind {
             ComponentKind::Aggregate => (
-                AGGREGATE_EXPORT,
-                ENRICH_EXPORT,
+                AGGREGATE_EXPORTS,
+                ENRICH_EXPORTS,
                 "it looks like an enrichment operator: use kind = \"enrich\"",
             ),
             ComponentKind::Enrich => (
-                ENRICH_EXPORT,
-                AGGREGATE_EXPORT,
+                ENRICH_EXPORTS,
+                AGGREGATE_EXPORTS,
                 "it looks like an aggregate operator: use kind = \"aggregate\"",
             ),
         };
-        if !exports.iter().any(|e| e == needed) {
-            let hint = if exports.iter().any(|e| e == other) {
+        let exported = |names: [&str; 2]| names.iter().position(|n| exports.iter().any(|e| e == n));
+        let Some(version) = exported(needed) else {
+            let hint = if exported(other).is_some() {
                 hint
             } else {
                 "build it with the weir-sdk crate (or another binding generator) against wit/operator.wit"
@@ -340,17 +341,24 @@ impl WasmRuntime {
                 },
                 hint,
             });
-        }
+        };
         let link = |e: wasmtime::Error| LoadError::Link {
             path: path.to_owned(),
             message: root_cause(&e),
         };
         let pre = self.linker.instantiate_pre(&component).map_err(link)?;
-        let instantiator = match kind {
-            ComponentKind::Aggregate => {
+        // `version` indexes the export lists, newest first.
+        let instantiator = match (kind, version) {
+            (ComponentKind::Aggregate, 0) => {
+                Instantiator::AggregateV2(bindings_v2::AggregatorPre::new(pre).map_err(link)?)
+            }
+            (ComponentKind::Aggregate, _) => {
                 Instantiator::Aggregate(bindings::AggregatorPre::new(pre).map_err(link)?)
             }
-            ComponentKind::Enrich => {
+            (ComponentKind::Enrich, 0) => {
+                Instantiator::EnrichV2(enricher_bindings_v2::EnricherPre::new(pre).map_err(link)?)
+            }
+            (ComponentKind::Enrich, _) => {
                 Instantiator::Enrich(enricher_bindings::EnricherPre::new(pre).map_err(link)?)
             }
         };
@@ -375,7 +383,9 @@ pub(super) fn root_cause(e: &wasmtime::Error) -> String {
 #[derive(Clone)]
 pub(super) enum Instantiator {
     Aggregate(bindings::AggregatorPre<HostData>),
+    AggregateV2(bindings_v2::AggregatorPre<HostData>),
     Enrich(enricher_bindings::EnricherPre<HostData>),
+    EnrichV2(enricher_bindings_v2::EnricherPre<HostData>),
 }
 
 /// A loaded, checked, compiled component, ready to be instantiated once per shard.

@@ -196,8 +196,9 @@ impl<T: Aggregate> aggregate::Guest for T {
         values: Vec<Field>,
         batch: columns::Events,
     ) -> Result<Vec<aggregate::Change>, String> {
-        let values = state::Values::new(state, values);
-        <T as Aggregate>::add(&State::with_values(&values), &events::from_columns(batch))?;
+        let values = state::Values::new(values);
+        let batch = events::from_columns(batch);
+        <T as Aggregate>::add(&State::with_values(&values, state), &batch)?;
         Ok(values.into_changes())
     }
 

@@ -26,26 +26,24 @@ pub struct State<'a> {
 enum Backend<'a> {
     Host(&'a Scope),
     /// The named values passed with the call, and the scope for the rest.
-    Values(&'a Values<'a>),
+    Values(&'a Values, &'a Scope),
     Memory(&'a MemoryState),
 }
 
 /// The scope's named values as an `add` call received them, with the call's changes.
-#[derive(Debug)]
-pub(crate) struct Values<'a> {
-    scope: &'a Scope,
+#[derive(Debug, Default)]
+pub(crate) struct Values {
     /// Each name's value now (`None`: removed), and whether the call changed it.
     values: RefCell<BTreeMap<String, (Option<Value>, bool)>>,
 }
 
-impl<'a> Values<'a> {
-    pub(crate) fn new(scope: &'a Scope, values: Vec<Field>) -> Self {
+impl Values {
+    pub(crate) fn new(values: Vec<Field>) -> Self {
         let values = values
             .into_iter()
             .map(|field| (field.name, (Some(field.value), false)))
             .collect();
         Self {
-            scope,
             values: RefCell::new(values),
         }
     }
@@ -55,9 +53,13 @@ impl<'a> Values<'a> {
     }
 
     fn set(&self, name: &str, value: Option<Value>) {
-        self.values
-            .borrow_mut()
-            .insert(name.to_owned(), (value, true));
+        let mut values = self.values.borrow_mut();
+        match values.get_mut(name) {
+            Some(entry) => *entry = (value, true),
+            None => {
+                values.insert(name.to_owned(), (value, true));
+            }
+        }
     }
 
     /// What the call changed, for the host to apply.
@@ -78,9 +80,9 @@ impl<'a> State<'a> {
     }
 
     /// The state behind a scope whose named values came with the call.
-    pub(crate) fn with_values(values: &'a Values<'a>) -> Self {
+    pub(crate) fn with_values(values: &'a Values, scope: &'a Scope) -> Self {
         Self {
-            backend: Backend::Values(values),
+            backend: Backend::Values(values, scope),
         }
     }
 
@@ -94,7 +96,7 @@ impl<'a> State<'a> {
     /// The key this state belongs to, as text.
     pub fn key(&self) -> String {
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.key(),
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.key(),
             Backend::Memory(memory) => memory.key().to_owned(),
         }
     }
@@ -103,7 +105,7 @@ impl<'a> State<'a> {
     pub fn get(&self, name: &str) -> Option<Value> {
         match self.backend {
             Backend::Host(scope) => scope.get(name),
-            Backend::Values(values) => values.get(name),
+            Backend::Values(values, _) => values.get(name),
             Backend::Memory(memory) => memory.get(name),
         }
     }
@@ -132,7 +134,7 @@ impl<'a> State<'a> {
         let value = value.into();
         match self.backend {
             Backend::Host(scope) => scope.put(name, &value),
-            Backend::Values(values) => values.set(name, Some(value)),
+            Backend::Values(values, _) => values.set(name, Some(value)),
             Backend::Memory(memory) => memory.put(name, value),
         }
     }
@@ -149,7 +151,7 @@ impl<'a> State<'a> {
     pub fn remove(&self, name: &str) {
         match self.backend {
             Backend::Host(scope) => scope.remove(name),
-            Backend::Values(values) => values.set(name, None),
+            Backend::Values(values, _) => values.set(name, None),
             Backend::Memory(memory) => memory.remove(name),
         }
     }
@@ -157,9 +159,7 @@ impl<'a> State<'a> {
     /// The value of entry `entry` of the map named `map`, or `None` if there is none.
     pub fn map_get(&self, map: &str, entry: &str) -> Option<Value> {
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
-                scope.map_get(map, entry)
-            }
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_get(map, entry),
             Backend::Memory(memory) => memory.map_get(map, entry),
         }
     }
@@ -168,9 +168,7 @@ impl<'a> State<'a> {
     pub fn map_put(&self, map: &str, entry: &str, value: impl Into<Value>) {
         let value = value.into();
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
-                scope.map_put(map, entry, &value)
-            }
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_put(map, entry, &value),
             Backend::Memory(memory) => memory.map_put(map, entry, value),
         }
     }
@@ -178,9 +176,7 @@ impl<'a> State<'a> {
     /// Removes entry `entry` of the map named `map`, if any.
     pub fn map_remove(&self, map: &str, entry: &str) {
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => {
-                scope.map_remove(map, entry)
-            }
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_remove(map, entry),
             Backend::Memory(memory) => memory.map_remove(map, entry),
         }
     }
@@ -188,7 +184,7 @@ impl<'a> State<'a> {
     /// How many entries the map named `map` holds (0 if there is no such map).
     pub fn map_len(&self, map: &str) -> u64 {
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.map_len(map),
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_len(map),
             Backend::Memory(memory) => memory.map_len(map),
         }
     }
@@ -196,7 +192,7 @@ impl<'a> State<'a> {
     /// The entry names of the map named `map`, in ascending order.
     pub fn map_entries(&self, map: &str) -> Vec<String> {
         match self.backend {
-            Backend::Host(scope) | Backend::Values(&Values { scope, .. }) => scope.map_entries(map),
+            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_entries(map),
             Backend::Memory(memory) => memory.map_entries(map),
         }
     }
@@ -204,8 +200,50 @@ impl<'a> State<'a> {
 
 #[cfg(test)]
 mod tests {
-    use crate::Value;
+    use super::Values;
     use crate::testing::MemoryState;
+    use crate::{Field, Value};
+
+    /// The values an `add` call received: reads see the call's writes; only what it changed
+    /// goes back, a removal as `None`, a name written twice once with its last value.
+    #[test]
+    fn values_return_only_their_changes() {
+        let values = Values::new(vec![
+            Field {
+                name: "count".into(),
+                value: Value::Int(2),
+            },
+            Field {
+                name: "kept".into(),
+                value: Value::Text("x".into()),
+            },
+            Field {
+                name: "gone".into(),
+                value: Value::Int(1),
+            },
+        ]);
+        assert_eq!(values.get("count"), Some(Value::Int(2)));
+        values.set("count", Some(Value::Int(3)));
+        values.set("count", Some(Value::Int(4)));
+        values.set("gone", None);
+        values.set("new", Some(Value::Float(0.5)));
+        values.set("never", None);
+        assert_eq!(values.get("count"), Some(Value::Int(4)));
+        assert_eq!(values.get("gone"), None);
+        let changes: Vec<(String, Option<Value>)> = (values.into_changes().into_iter())
+            .map(|change| (change.name, change.value))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                ("count".into(), Some(Value::Int(4))),
+                ("gone".into(), None),
+                ("never".into(), None),
+                ("new".into(), Some(Value::Float(0.5))),
+            ]
+        );
+        assert!(Values::default().into_changes().is_empty());
+    }
 
     #[test]
     fn typed_reads_only_match_their_kind() {

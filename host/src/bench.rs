@@ -392,6 +392,9 @@ pub fn nexmark_spec(
     let projection = match query {
         "q5" | "q11" => "fields = []\n",
         "q7" | "q7-global" => "fields = [\"price\", \"auction\", \"bidder\"]\n",
+        "q1" => "fields = [\"auction\", \"bidder\", \"price\"]\n",
+        "q2" => "fields = [\"auction\", \"price\"]\n",
+        "q8" => "fields = [\"side\", \"name\"]\n",
         _ => "",
     };
     let text = format!(

@@ -77,6 +77,9 @@ fn spec(dir: &Path, query: &str, code: &str, extra: &str) -> std::path::PathBuf 
     let projection = match query {
         "q5" | "q11" => "fields = []\n",
         "q7" | "q7-global" => "fields = [\"price\", \"auction\", \"bidder\"]\n",
+        "q1" => "fields = [\"auction\", \"bidder\", \"price\"]\n",
+        "q2" => "fields = [\"auction\", \"price\"]\n",
+        "q8" => "fields = [\"side\", \"name\"]\n",
         _ => "",
     };
     let text = format!(

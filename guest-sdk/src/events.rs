@@ -1,42 +1,31 @@
 //! Accessors and builders for [`Events`], [`Event`], [`OutputEvents`], [`OutputEvent`] and
 //! [`Window`].
 
-use crate::bindings::aggregator::weir::operator0_2_0::columns::{self, Column};
+use crate::bindings::aggregator::weir::operator0_2_0::columns;
 use crate::{Event, Events, OutputEvent, OutputEvents, Value, Window};
 
-/// The batch a 0.2 host sent as columns, as the rows operators see. A column shorter than the
-/// batch leaves its field null in the events it does not reach.
+/// The batch a 0.2 host sent field after field, as the rows operators see. Values missing from
+/// a short list are null; extra ones are ignored.
 pub(crate) fn from_columns(batch: columns::Events) -> Events {
     let columns::Events {
         fields,
         timestamps,
-        columns,
+        values,
     } = batch;
-    let width = columns.len();
+    let width = fields.len();
     let mut rows: Vec<Event> = (timestamps.into_iter())
         .map(|timestamp| Event {
             timestamp,
             values: Vec::with_capacity(width),
         })
         .collect();
-    for (at, column) in columns.into_iter().enumerate() {
-        match column {
-            Column::Ints(ints) => fill(&mut rows, at, ints.into_iter().map(Value::Int)),
-            Column::Floats(floats) => fill(&mut rows, at, floats.into_iter().map(Value::Float)),
-            Column::Values(values) => fill(&mut rows, at, values.into_iter()),
+    let mut values = values.into_iter();
+    for _ in 0..width {
+        for event in &mut rows {
+            event.values.push(values.next().unwrap_or(Value::Null));
         }
     }
-    for event in &mut rows {
-        event.values.resize(width, Value::Null);
-    }
     Events { fields, rows }
-}
-
-/// Sets field `at` of each event to the column's value for it.
-fn fill(rows: &mut [Event], at: usize, column: impl Iterator<Item = Value>) {
-    for (event, value) in rows.iter_mut().zip(column) {
-        set(&mut event.values, at, value);
-    }
 }
 
 /// The index of `name` in `fields`.
@@ -258,45 +247,47 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::{Column, columns, from_columns};
+    use super::{columns, from_columns};
     use crate::{Events, OutputEvent, Value};
 
-    /// Columns become the rows 0.1 sent: each kind of column, a short one padded with nulls, a
-    /// long one cut to the batch.
+    /// Field-after-field values become the rows 0.1 sent; a short list leaves nulls, a long one
+    /// is cut to the batch.
     #[test]
     fn columns_become_rows() {
         let batch = columns::Events {
-            fields: ["n", "x", "v", "short", "long"].map(String::from).to_vec(),
+            fields: ["n", "v"].map(String::from).to_vec(),
             timestamps: vec![10, 20],
-            columns: vec![
-                Column::Ints(vec![1, 2]),
-                Column::Floats(vec![0.5, f64::NAN]),
-                Column::Values(vec![Value::Text("a".into()), Value::Null]),
-                Column::Ints(vec![7]),
-                Column::Ints(vec![1, 2, 3]),
+            values: vec![
+                Value::Int(1),
+                Value::Int(2),
+                Value::Text("a".into()),
+                Value::Float(f64::NAN),
             ],
         };
         let events = from_columns(batch);
-        assert_eq!(events.fields, ["n", "x", "v", "short", "long"]);
-        assert_eq!(events.len(), 2);
+        assert_eq!(events.fields, ["n", "v"]);
         assert_eq!(events.rows[1].timestamp, 20);
         assert_eq!(
             events.rows[0].values,
-            [
-                Value::Int(1),
-                Value::Float(0.5),
-                Value::Text("a".into()),
-                Value::Int(7),
-                Value::Int(1)
-            ]
+            [Value::Int(1), Value::Text("a".into())]
         );
         assert!(matches!(events.rows[1].values[1], Value::Float(x) if x.is_nan()));
-        assert_eq!(events.rows[1].values[3], Value::Null);
-        assert_eq!(events.rows[1].values.len(), 5);
+        let short = from_columns(columns::Events {
+            fields: ["a", "b"].map(String::from).to_vec(),
+            timestamps: vec![1, 2],
+            values: vec![Value::Int(7); 3],
+        });
+        assert_eq!(short.rows[1].values, [Value::Int(7), Value::Null]);
+        let long = from_columns(columns::Events {
+            fields: vec!["a".into()],
+            timestamps: vec![1],
+            values: vec![Value::Int(7); 5],
+        });
+        assert_eq!(long.rows[0].values, [Value::Int(7)]);
         let empty = from_columns(columns::Events {
             fields: vec![],
             timestamps: vec![1, 2, 3],
-            columns: vec![],
+            values: vec![],
         });
         assert_eq!(empty.len(), 3);
         assert!(empty.rows[2].values.is_empty());

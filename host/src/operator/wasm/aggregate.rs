@@ -40,7 +40,7 @@ macro_rules! with_aggregate {
 impl WasmAggregate {
     /// `add` of a 0.1 component: the batch as rows; state values through the scope's imports.
     fn add_rows(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let batch = to_wit_events(events, &self.projection);
+        let batch = to_wit_events(events, &self.projection)?;
         self.guest
             .call(&mut [scope], Writes::Keep, |store, b, scopes| {
                 let Bindings::Aggregate(b) = b else {
@@ -58,7 +58,7 @@ impl WasmAggregate {
     /// call; the changes it returns go through the scope like writes made through its imports,
     /// so they too are kept only if the call succeeds (and the state quota admits them).
     fn add_columns(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let batch = to_wit_columns(events, &self.projection);
+        let batch = to_wit_columns(events, &self.projection)?;
         let values: Vec<wit::Field> = (scope.state.values.iter())
             .map(|(name, value)| wit::Field {
                 name: name.clone(),

@@ -35,8 +35,9 @@ impl Projection {
 /// Events of a batch nearly always share their field names in the same order, and interned
 /// names compare by address, so each event's layout (where each crossing field sits in it) is
 /// worked out again only when its names differ from the previous event's.
-pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::Events {
+pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> Result<wit::Events> {
     let fields = crossing_fields(events, projection);
+    check_width(fields.len(), events.len())?;
     let mut shape = Shape::default();
     let rows = events
         .iter()
@@ -53,79 +54,54 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> wit::
             }
         })
         .collect();
-    wit::Events {
+    Ok(wit::Events {
         fields: fields.iter().map(|name| name.to_string()).collect(),
         rows,
+    })
+}
+
+/// The most values one call's batch may hold (events x crossing fields, nulls included). Every
+/// event crosses with a value, or a null, for every field of the batch, so events that each
+/// bring their own thousands of names (1 MiB lines hold about 100,000) would otherwise make a
+/// batch quadratic in its input: a hundred such lines, gigabytes. A wider batch is refused
+/// before anything is built, and the host retries its events one call each, as after any
+/// refused batch, so the results are the same. (A million values lower to 16 MiB of the guest's
+/// memory, which the guest copies again; 4,096 events of 256 fields fit.)
+const MAX_BATCH_VALUES: usize = 1 << 20;
+
+fn check_width(fields: usize, events: usize) -> Result<()> {
+    match fields.checked_mul(events) {
+        Some(values) if values <= MAX_BATCH_VALUES || events <= 1 => Ok(()),
+        _ => Err(OperatorError::Rejected(format!(
+            "a batch of {events} events with {fields} different fields is too wide to cross in              one call (at most {MAX_BATCH_VALUES} values); its events cross one call each"
+        ))),
     }
 }
 
-/// Converts a batch to the shape of contract 0.2: field names once, the timestamps, then one
-/// column per field (integers or floats as plain lists when every event has one, otherwise
-/// values). The guest gets the same values as from [`to_wit_events`], in one list per field
-/// instead of one per event.
-pub(super) fn to_wit_columns(events: &[&Event], projection: &Projection) -> wit_columns::Events {
+/// Converts a batch to the shape of contract 0.2: field names once, the timestamps, then every
+/// field's values, field after field, in one list. The guest gets the same values as from
+/// [`to_wit_events`] in one list per batch instead of one per event.
+pub(super) fn to_wit_columns(
+    events: &[&Event],
+    projection: &Projection,
+) -> Result<wit_columns::Events> {
     let fields = crossing_fields(events, projection);
-    let mut columns: Vec<Column> = fields.iter().map(|_| Column::default()).collect();
+    check_width(fields.len(), events.len())?;
+    let mut values = vec![wit::Value::Null; fields.len() * events.len()];
     let mut shape = Shape::default();
-    for event in events {
+    for (e, event) in events.iter().enumerate() {
         let layout = shape.layout(event, &fields);
-        for (column, slot) in columns.iter_mut().zip(layout) {
-            column.push(slot.map_or(&Value::Null, |i| &event.fields[i].1));
+        for (f, slot) in layout.iter().enumerate() {
+            if let Some(i) = slot {
+                values[f * events.len() + e] = to_wit(event.fields[*i].1.clone());
+            }
         }
     }
-    wit_columns::Events {
+    Ok(wit_columns::Events {
         fields: fields.iter().map(|name| name.to_string()).collect(),
         timestamps: events.iter().map(|event| event.timestamp).collect(),
-        columns: columns.into_iter().map(Column::into_wit).collect(),
-    }
-}
-
-/// One column being filled: a list of integers or floats while every value so far was one,
-/// values from the first that is not.
-enum Column {
-    Ints(Vec<i64>),
-    Floats(Vec<f64>),
-    Values(Vec<wit::Value>),
-}
-
-impl Default for Column {
-    fn default() -> Self {
-        Column::Ints(Vec::new())
-    }
-}
-
-impl Column {
-    fn push(&mut self, value: &Value) {
-        match (&mut *self, value) {
-            (Column::Ints(ints), Value::Int(i)) => ints.push(*i),
-            (Column::Floats(floats), Value::Float(f)) => floats.push(*f),
-            (Column::Ints(ints), Value::Float(f)) if ints.is_empty() => {
-                *self = Column::Floats(vec![*f]);
-            }
-            (Column::Values(values), value) => values.push(to_wit(value.clone())),
-            (_, value) => {
-                let mut values = std::mem::take(self).into_values();
-                values.push(to_wit(value.clone()));
-                *self = Column::Values(values);
-            }
-        }
-    }
-
-    fn into_values(self) -> Vec<wit::Value> {
-        match self {
-            Column::Ints(ints) => ints.into_iter().map(wit::Value::Int).collect(),
-            Column::Floats(floats) => floats.into_iter().map(wit::Value::Float).collect(),
-            Column::Values(values) => values,
-        }
-    }
-
-    fn into_wit(self) -> wit_columns::Column {
-        match self {
-            Column::Ints(ints) => wit_columns::Column::Ints(ints),
-            Column::Floats(floats) => wit_columns::Column::Floats(floats),
-            Column::Values(values) => wit_columns::Column::Values(values),
-        }
-    }
+        values,
+    })
 }
 
 /// The fields that cross for `events`, in order of first appearance (or the projection's).
@@ -233,8 +209,8 @@ mod tests {
 
     /// An event with 100,000 fields (a hostile 1 MiB line) crosses in linear time, each value in
     /// its field's column; a narrow event after it gets its own layout.
-    /// Columns hold exactly the values rows hold: a column stays a plain list while every value
-    /// is an integer (or every value a float), and becomes values at the first other one.
+    /// The column-major list holds exactly the values rows hold, nulls where an event lacks a
+    /// field, with or without a projection.
     #[test]
     fn columns_hold_what_rows_hold() {
         let n = FieldName::new("n");
@@ -255,31 +231,50 @@ mod tests {
         ];
         let batch: Vec<&Event> = events.iter().collect();
         for projection in [Projection::All, Projection::only(&["m", "absent", "n"])] {
-            let rows = to_wit_events(&batch, &projection);
-            let columns = to_wit_columns(&batch, &projection);
+            let rows = to_wit_events(&batch, &projection).unwrap();
+            let columns = to_wit_columns(&batch, &projection).unwrap();
             assert_eq!(columns.fields, rows.fields);
             assert_eq!(columns.timestamps, [5, 5, 5]);
-            for (at, column) in columns.columns.iter().enumerate() {
-                let values: Vec<wit::Value> = match column {
-                    wit_columns::Column::Ints(ints) => {
-                        ints.iter().copied().map(wit::Value::Int).collect()
-                    }
-                    wit_columns::Column::Floats(floats) => {
-                        floats.iter().copied().map(wit::Value::Float).collect()
-                    }
-                    wit_columns::Column::Values(values) => values.clone(),
-                };
+            assert_eq!(columns.values.len(), rows.fields.len() * 3);
+            for (f, column) in columns.values.chunks(3).enumerate() {
                 let expected: Vec<wit::Value> =
-                    rows.rows.iter().map(|row| row.values[at].clone()).collect();
-                assert_eq!(format!("{values:?}"), format!("{expected:?}"));
+                    rows.rows.iter().map(|row| row.values[f].clone()).collect();
+                assert_eq!(format!("{column:?}"), format!("{expected:?}"));
             }
         }
-        let all = to_wit_columns(&batch, &Projection::All);
-        assert!(matches!(all.columns[0], wit_columns::Column::Ints(_)));
-        assert!(matches!(all.columns[1], wit_columns::Column::Floats(_)));
-        assert!(matches!(all.columns[2], wit_columns::Column::Values(_)));
-        let none = to_wit_columns(&batch, &Projection::only::<&str>(&[]));
-        assert!(none.columns.is_empty() && none.timestamps.len() == 3);
+        let none = to_wit_columns(&batch, &Projection::only::<&str>(&[])).unwrap();
+        assert!(none.values.is_empty() && none.timestamps.len() == 3);
+    }
+
+    /// Eleven events of 100,000 names each, all different (eleven hostile 1 MiB lines): as one
+    /// batch they would carry 12 million values. Refused before anything is built, in
+    /// both shapes; each event alone still crosses, and a projection keeps the batch narrow.
+    #[test]
+    fn a_batch_of_wide_events_with_different_names_is_refused_not_built() {
+        let events: Vec<Event> = (0..11)
+            .map(|e| {
+                event(
+                    (0..100_000)
+                        .map(|i| (FieldName::new(&format!("e{e}f{i}")), Value::Int(i)))
+                        .collect(),
+                )
+            })
+            .collect();
+        let batch: Vec<&Event> = events.iter().collect();
+        let started = std::time::Instant::now();
+        for refused in [
+            to_wit_events(&batch, &Projection::All).err(),
+            to_wit_columns(&batch, &Projection::All).err(),
+        ] {
+            assert!(
+                matches!(&refused, Some(OperatorError::Rejected(m)) if m.contains("too wide")),
+                "{refused:?}"
+            );
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        assert!(to_wit_columns(&batch[..1], &Projection::All).is_ok());
+        let narrow = to_wit_columns(&batch, &Projection::only(&["e0f1"])).unwrap();
+        assert_eq!(narrow.values.len(), 11);
     }
 
     #[test]
@@ -293,7 +288,7 @@ mod tests {
             (FieldName::new("w7"), Value::Int(-7)),
             (FieldName::new("w7"), Value::Int(-8)),
         ]);
-        let batch = to_wit_events(&[&wide, &narrow], &Projection::All);
+        let batch = to_wit_events(&[&wide, &narrow], &Projection::All).unwrap();
         assert_eq!(batch.fields.len(), 100_000);
         assert_eq!(batch.fields[99_999], "w99999");
         let values = |row: &wit::Event, at: usize| match row.values[at] {
@@ -307,10 +302,10 @@ mod tests {
             "a repeated name's first value"
         );
         assert_eq!(values(&batch.rows[1], 8), None);
-        let only = to_wit_events(&[&wide], &Projection::only(&["w3", "nope"]));
+        let only = to_wit_events(&[&wide], &Projection::only(&["w3", "nope"])).unwrap();
         assert_eq!(values(&only.rows[0], 0), Some(3));
         assert_eq!(values(&only.rows[0], 1), None);
-        let none = to_wit_events(&[&wide], &Projection::only::<&str>(&[]));
+        let none = to_wit_events(&[&wide], &Projection::only::<&str>(&[])).unwrap();
         assert!(none.fields.is_empty() && none.rows[0].values.is_empty());
     }
 }

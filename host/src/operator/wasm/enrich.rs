@@ -24,8 +24,8 @@ impl EnrichOperator for WasmEnrich {
     fn process(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<Vec<Enriched>> {
         // The batch in the shape the component's version of the contract takes.
         let (rows, columns) = match self.guest.bindings {
-            Bindings::EnrichV2(_) => (None, Some(to_wit_columns(events, &self.projection))),
-            _ => (Some(to_wit_events(events, &self.projection)), None),
+            Bindings::EnrichV2(_) => (None, Some(to_wit_columns(events, &self.projection)?)),
+            _ => (Some(to_wit_events(events, &self.projection)?), None),
         };
         let output = self
             .guest

@@ -55,9 +55,9 @@
 //!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
 //!
 //! Components built with this crate implement `weir:operator@0.2.0` (`wit/v0.2/operator.wit`):
-//! a batch crosses the boundary as columns, and an aggregate's named values cross with the
-//! call, so that [`State::get`] and [`State::put`] in `add` cost no call to the host. The
-//! operator sees the same [`Events`] and [`State`] as with 0.1.
+//! a batch's values cross the boundary in one list, field after field, and an aggregate's named
+//! values cross with the call, so that [`State::get`] and [`State::put`] in `add` cost no call
+//! to the host. The operator sees the same [`Events`] and [`State`] as with 0.1.
 //!
 //! If `add` or `process` returns an error (or traps), nothing the call wrote to the state is
 //! kept, and the host retries the batch's events one at a time, so that only the events the

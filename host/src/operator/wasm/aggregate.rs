@@ -70,10 +70,9 @@ impl WasmAggregate {
                 let Bindings::AggregateV2(b) = b else {
                     unreachable!("add_columns is only called for a 0.2 aggregator")
                 };
-                let scope: Resource<ScopeSlot> = Resource::new_borrow(scopes[0].rep());
                 let added = b.weir_operator0_2_0_aggregate().call_add(
                     &mut *store,
-                    Resource::new_borrow(scope.rep()),
+                    Resource::new_borrow(scopes[0].rep()),
                     &values,
                     &batch,
                 )?;
@@ -81,7 +80,7 @@ impl WasmAggregate {
                     Ok(changes) => changes,
                     Err(message) => return Ok(Err(message)),
                 };
-                let slot = store.data_mut().table.get_mut(&scope)?;
+                let slot = store.data_mut().table.get_mut(&scopes[0])?;
                 for change in changes {
                     match change.value {
                         Some(value) => slot.put(change.name, from_wit(value)),

@@ -73,7 +73,8 @@ fn check_width(fields: usize, events: usize) -> Result<()> {
     match fields.checked_mul(events) {
         Some(values) if values <= MAX_BATCH_VALUES || events <= 1 => Ok(()),
         _ => Err(OperatorError::Rejected(format!(
-            "a batch of {events} events with {fields} different fields is too wide to cross in              one call (at most {MAX_BATCH_VALUES} values); its events cross one call each"
+            "a batch of {events} events with {fields} different fields is too wide to cross in \
+             one call (at most {MAX_BATCH_VALUES} values); its events cross one call each"
         ))),
     }
 }
@@ -207,8 +208,6 @@ mod tests {
         }
     }
 
-    /// An event with 100,000 fields (a hostile 1 MiB line) crosses in linear time, each value in
-    /// its field's column; a narrow event after it gets its own layout.
     /// The column-major list holds exactly the values rows hold, nulls where an event lacks a
     /// field, with or without a projection.
     #[test]
@@ -229,12 +228,18 @@ mod tests {
                 (m, Value::Text("t".into())),
             ]),
         ];
+        let mut events = events;
+        for (i, event) in events.iter_mut().enumerate() {
+            event.timestamp = 10 - i as i64;
+        }
         let batch: Vec<&Event> = events.iter().collect();
         for projection in [Projection::All, Projection::only(&["m", "absent", "n"])] {
             let rows = to_wit_events(&batch, &projection).unwrap();
             let columns = to_wit_columns(&batch, &projection).unwrap();
             assert_eq!(columns.fields, rows.fields);
-            assert_eq!(columns.timestamps, [5, 5, 5]);
+            assert_eq!(columns.timestamps, [10, 9, 8], "in arrival order");
+            let row_times: Vec<i64> = rows.rows.iter().map(|row| row.timestamp).collect();
+            assert_eq!(columns.timestamps, row_times);
             assert_eq!(columns.values.len(), rows.fields.len() * 3);
             for (f, column) in columns.values.chunks(3).enumerate() {
                 let expected: Vec<wit::Value> =
@@ -277,6 +282,8 @@ mod tests {
         assert_eq!(narrow.values.len(), 11);
     }
 
+    /// An event with 100,000 fields (a hostile 1 MiB line) crosses in linear time, each value in
+    /// its field's column; a narrow event after it gets its own layout.
     #[test]
     fn a_very_wide_event_crosses_whole_and_in_order() {
         let wide = event(

@@ -364,11 +364,18 @@ pub(super) fn value_size(value: &Value) -> usize {
 }
 
 pub(super) fn check_output(size: usize, limits: &Limits) -> Result<()> {
-    if size > limits.max_output_bytes {
-        return Err(OperatorError::Rejected(format!(
-            "the output is {size} bytes, more than the limit of {} bytes (sandbox.max_output_bytes)",
-            limits.max_output_bytes
-        )));
+    output_within(size, limits.max_output_bytes).map_err(OperatorError::Rejected)
+}
+
+/// Whether an output of `size` bytes is within `max_output_bytes`, and if not, why.
+pub(super) fn output_within(
+    size: usize,
+    max_output_bytes: usize,
+) -> std::result::Result<(), String> {
+    if size > max_output_bytes {
+        return Err(format!(
+            "the output is {size} bytes, more than the limit of {max_output_bytes} bytes (sandbox.max_output_bytes)"
+        ));
     }
     Ok(())
 }

@@ -97,6 +97,6 @@ pub use convert::Projection;
 use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
-use guest::{Bindings, Guest, Writes, check_output, value_size};
+use guest::{Bindings, Guest, Writes, check_output, output_within, value_size};
 pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};

@@ -329,7 +329,7 @@ impl WasmRuntime {
             let hint = if exported(other).is_some() {
                 hint
             } else {
-                "build it with the weir-sdk crate (or another binding generator) against wit/operator.wit"
+                "build it with the weir-sdk crate (or another binding generator) against wit/v0.2/operator.wit or wit/operator.wit"
             };
             return Err(LoadError::WrongWorld {
                 path: path.to_owned(),

@@ -592,9 +592,25 @@ impl WindowEngine {
         }
         // The event bridges or extends sessions: combine their states into the merged window.
         touching.sort_by_key(|id| self.windows[id].window.start);
-        for &id in &touching {
-            self.flush_pending(id, events, cx, out)?;
-        }
+        let (carried, rebuild) = match touching[..] {
+            // It extends one session: that session's pending events move with it and are added
+            // to the wider window's state in the same call as the event (adds split anywhere
+            // give the same state), not one call per extending event. With early results the
+            // count since the last emission decides when to fire, so they are added first.
+            [only] if self.early_every.is_none() => {
+                let live = self.windows.get_mut(&only).expect("a live window");
+                (
+                    std::mem::take(&mut live.pending),
+                    std::mem::take(&mut live.rebuild),
+                )
+            }
+            _ => {
+                for &id in &touching {
+                    self.flush_pending(id, events, cx, out)?;
+                }
+                (Vec::new(), false)
+            }
+        };
         let key = event.key.clone();
         let target = match self.merge_states(&key, &touching, cx)? {
             Ok(target) => target,
@@ -603,7 +619,13 @@ impl WindowEngine {
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open(key.clone(), merged, version);
-        self.windows.get_mut(&id).expect("just opened").inputs = inputs;
+        let live = self.windows.get_mut(&id).expect("just opened");
+        live.inputs = inputs;
+        live.rebuild = rebuild;
+        if !carried.is_empty() {
+            live.pending = carried;
+            self.dirty.push(id);
+        }
         cx.state.put(self.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
             self.mark_changed(id);
@@ -1113,6 +1135,17 @@ mod tests {
         events: &[(&str, Millis, i64)],
         end: bool,
     ) -> EngineOutput {
+        run_with(&mut NativeCountSum, spec, lateness, events, end)
+    }
+
+    /// [`run`] with `operator`.
+    fn run_with(
+        operator: &mut dyn AggregateOperator,
+        spec: WindowSpec,
+        lateness: Millis,
+        events: &[(&str, Millis, i64)],
+        end: bool,
+    ) -> EngineOutput {
         let staged: Vec<Staged> = events
             .iter()
             .enumerate()
@@ -1136,9 +1169,9 @@ mod tests {
             }
         }
         let mut engine = WindowEngine::new(spec, lateness, 0, "count-sum@1".into());
-        let (mut operator, mut state) = (NativeCountSum, MemoryBackend::default());
+        let mut state = MemoryBackend::default();
         let mut cx = Context {
-            operator: &mut operator,
+            operator,
             state: &mut state,
         };
         let mut out = EngineOutput::default();
@@ -1232,6 +1265,59 @@ mod tests {
         );
         assert_eq!(emitted(&out), [("a".into(), 0, 10, "result", 1, 1)]);
         assert_eq!(out.late.iter().map(|l| l.seq).collect::<Vec<_>>(), [2]);
+    }
+
+    /// The native count-sum, counting its `add` calls.
+    #[derive(Default)]
+    struct CountingAdds {
+        adds: usize,
+    }
+
+    impl AggregateOperator for CountingAdds {
+        fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> crate::operator::Result<()> {
+            self.adds += 1;
+            NativeCountSum.add(scope, events)
+        }
+        fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> crate::operator::Result<()> {
+            NativeCountSum.merge(target, source)
+        }
+        fn finish(
+            &mut self,
+            scope: &mut Scope,
+            window: Window,
+        ) -> crate::operator::Result<crate::value::Fields> {
+            NativeCountSum.finish(scope, window)
+        }
+    }
+
+    #[test]
+    fn events_extending_a_session_are_added_in_one_call() {
+        let events = [
+            ("a", 0, 1),
+            ("b", 3, 1),
+            ("a", 5, 1),
+            ("a", 12, 1),
+            ("a", 20, 1),
+        ];
+        let mut operator = CountingAdds::default();
+        let out = run_with(
+            &mut operator,
+            WindowSpec::Session { gap: 10 },
+            0,
+            &events,
+            true,
+        );
+        assert_eq!(
+            emitted(&out),
+            [
+                ("b".into(), 3, 13, "result", 1, 1),
+                ("a".into(), 0, 30, "result", 1, 4)
+            ]
+        );
+        assert_eq!(
+            operator.adds, 2,
+            "one call per session, not one per extending event"
+        );
     }
 
     #[test]

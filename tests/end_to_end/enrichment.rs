@@ -82,3 +82,44 @@ fn state_ttl_is_refused_for_aggregates() {
         run.stderr
     );
 }
+
+#[test]
+fn a_refused_enrichment_output_keeps_none_of_the_calls_state_writes() {
+    // The guest numbers each key's events in its state and names an origin outside the batch
+    // for the `bad` event. The host refuses that call, retries its events one by one, and only
+    // the bad one becomes a dead letter: were the refused call's writes kept, `n` would skip.
+    let body = format!(
+        "[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
+         [[operators]]\nname = \"numbering\"\nversion = \"1.0.0\"\nkind = \"enrich\"\nmodule = {:?}\n",
+        crate::support::guest("enrich-bad-origin")
+            .display()
+            .to_string()
+    );
+    let input: String = (1..=6)
+        .map(|i| {
+            let bad = if i == 3 { ",\"bad\":true" } else { "" };
+            format!("{{\"k\":\"a\",\"id\":{i},\"ts\":{i}{bad}}}\n")
+        })
+        .collect();
+    let pipeline = Pipeline::new(&body, &input);
+    for batch in ["100", "4", "1"] {
+        let run = pipeline.run(&["--batch-size", batch]);
+        assert!(run.success, "{}", run.stderr);
+        let numbered: Vec<(i64, i64)> = (run.results.iter())
+            .map(|r| {
+                (
+                    r["value"]["id"].as_i64().unwrap(),
+                    r["value"]["n"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            numbered,
+            [(1, 1), (2, 2), (4, 3), (5, 4), (6, 5)],
+            "batch {batch}"
+        );
+        assert_eq!(run.dead_letters.len(), 1, "batch {batch}");
+        let reason = run.dead_letters[0]["reason"].as_str().unwrap();
+        assert!(reason.contains("names origin"), "{reason}");
+    }
+}

@@ -87,7 +87,7 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 8] = [
+const GUESTS: [&str; 9] = [
     "trap-on-key",
     "count-sum-capped",
     "busy-per-event",
@@ -96,6 +96,7 @@ const GUESTS: [&str; 8] = [
     "huge-output",
     "bad-import",
     "finish-writes",
+    "enrich-bad-origin",
 ];
 
 const EXAMPLES: [&str; 14] = [

@@ -58,6 +58,15 @@ struct Batch {
     early: Vec<u64>,
     dead: Vec<DeadLetter>,
     records: usize,
+    /// Bytes of the lines read into the batch (raw input; generated events count none).
+    bytes: usize,
+}
+
+impl Batch {
+    /// Whether the batch holds `batch_size` records, or [`MAX_BATCH_BYTES`] of input.
+    fn is_full(&self, batch_size: usize) -> bool {
+        self.records >= batch_size || self.bytes >= MAX_BATCH_BYTES
+    }
 }
 
 impl Router<'_> {
@@ -86,6 +95,7 @@ impl Router<'_> {
             early: Vec::new(),
             dead: Vec::new(),
             records: 0,
+            bytes: 0,
         };
         let mut last_checkpoint = Instant::now();
         let mut batch_opened = Instant::now();
@@ -119,6 +129,9 @@ impl Router<'_> {
                 break;
             };
             let tick = matches!(record, Record::Tick);
+            if let Record::Line(_, line) = &record {
+                batch.bytes += line.len();
+            }
             if tick {
                 // Keeps the lags current while the input pauses.
                 self.publish(seq, watermark.current(), source.position().offset);
@@ -217,7 +230,7 @@ impl Router<'_> {
                     || !batch.dead.is_empty());
             // Nor behind a batch that fills slowly under a steady trickle.
             let lingered = clock && batch.records > 0 && batch_opened.elapsed() >= MAX_BATCH_DELAY;
-            if batch.records >= spec.batch_size || due || idle || lingered {
+            if batch.is_full(spec.batch_size) || due || idle || lingered {
                 if !self.send(&mut batch, batch_id, false) {
                     return Ok(seq - start.events);
                 }
@@ -346,6 +359,7 @@ impl Router<'_> {
         }
         self.control.metrics.backpressured(started.elapsed());
         batch.records = 0;
+        batch.bytes = 0;
         self.control.batch_sent();
         let mut dead = std::mem::take(&mut batch.dead);
         if self.key_groups.is_some_and(|owned| !owned.contains(0)) {
@@ -438,6 +452,11 @@ fn too_far_ahead(
 /// latency under a slow, steady input (as Flink's buffer timeout).
 const MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
 
+/// The most input bytes one batch holds before it is sent, whatever `batch_size` says: a batch
+/// of 16,384 lines of 1 MiB each (the longest line) would otherwise be 16 GiB in memory before
+/// any operator saw it. Batch boundaries never change results.
+const MAX_BATCH_BYTES: usize = 64 << 20;
+
 /// The keys of an aggregate's partials. A global aggregate replaces each event's key by one of
 /// [`BUCKETS`] bucket keys (`*/0` ... ), chosen by the key's group, so that the partials spread
 /// over the shards as keys do, and a bucket, like any key, belongs to one shard at a time. A
@@ -516,4 +535,29 @@ fn partition_of<'a>(
         };
     }
     Cow::Borrowed(named.as_deref().unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(records: usize, bytes: usize) -> Batch {
+        Batch {
+            per_shard: Vec::new(),
+            advances: Vec::new(),
+            early: Vec::new(),
+            dead: Vec::new(),
+            records,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_full_at_its_size_or_its_bytes() {
+        assert!(!batch(16_383, 0).is_full(16_384));
+        assert!(batch(16_384, 0).is_full(16_384));
+        // 64 lines of 1 MiB fill a batch of 16,384: its memory is bounded, not its count.
+        assert!(!batch(63, 63 << 20).is_full(16_384));
+        assert!(batch(64, 64 << 20).is_full(16_384));
+    }
 }

@@ -188,9 +188,7 @@ pub struct WindowEngine {
     windows: HashMap<WindowId, LiveWindow>,
     by_key: HashMap<Arc<str>, Vec<WindowId>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
-    /// The order among windows of the same extent (by id, not key) changes no output: the
-    /// collector puts emissions in their canonical order, and dead letters in input order.
-    due: BTreeSet<(Millis, Millis, WindowId)>,
+    due: BTreeSet<(Millis, Millis, Arc<str>, WindowId)>,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
     /// Windows with pending events.
@@ -751,7 +749,8 @@ impl WindowEngine {
         self.expiry
             .remove(&(live.window.end.saturating_add(self.lateness), id));
         if live.queued {
-            self.due.remove(&(live.window.end, live.window.start, id));
+            self.due
+                .remove(&(live.window.end, live.window.start, live.key.clone(), id));
         }
         // A closed window's id may stay in `dirty`: `flush_pending` skips ids that are gone,
         // and ids are never reused.
@@ -823,7 +822,8 @@ impl WindowEngine {
         let live = self.windows.get_mut(&id).expect("a live window");
         if !live.queued {
             live.queued = true;
-            self.due.insert((live.window.end, live.window.start, id));
+            self.due
+                .insert((live.window.end, live.window.start, live.key.clone(), id));
         }
     }
 
@@ -977,7 +977,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        while let Some(&(end, _, id)) = self.due.first() {
+        while let Some((end, _, _, id)) = self.due.first().cloned() {
             if end > self.watermark {
                 break;
             }

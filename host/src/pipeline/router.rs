@@ -211,8 +211,7 @@ impl Router<'_> {
             // The clock is read every 64 records and at each batch's end (a batch smaller
             // than 64 once never checkpointed). An idle pipeline takes no checkpoints: nothing
             // would change.
-            let clock =
-                tick || batch.records.is_multiple_of(64) || batch.records >= spec.batch_size;
+            let clock = tick || batch.records.is_multiple_of(64) || batch.is_full(spec.batch_size);
             let due = self.checkpoint_interval.is_some_and(|interval| {
                 clock
                     && last_checkpoint.elapsed() >= interval

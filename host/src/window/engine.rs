@@ -596,8 +596,10 @@ impl WindowEngine {
             // It extends one session: that session's pending events move with it and are added
             // to the wider window's state in the same call as the event (adds split anywhere
             // give the same state), not one call per extending event. With early results the
-            // count since the last emission decides when to fire, so they are added first.
-            [only] if self.early_every.is_none() => {
+            // count since the last emission decides when to fire, and a stage's window may
+            // rebuild from its inputs before the carried events were tried (an event it refuses
+            // would then leave no dead letter), so those add first, as before.
+            [only] if self.early_every.is_none() && !self.keeps_inputs => {
                 let live = self.windows.get_mut(&only).expect("a live window");
                 (
                     std::mem::take(&mut live.pending),

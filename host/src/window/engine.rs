@@ -590,29 +590,20 @@ impl WindowEngine {
             self.contribute(only, index, staged);
             return Ok(());
         }
-        // The event bridges or extends sessions: combine their states into the merged window.
+        if let [only] = touching[..]
+            && self.early_every.is_none()
+            && !self.keeps_inputs
+        {
+            self.extend_session(only, merged, staged, cx, out)?;
+            self.contribute(only, index, staged);
+            return Ok(());
+        }
+        // The event bridges sessions (or extends one with early results, or a stage's):
+        // combine their states into the merged window.
         touching.sort_by_key(|id| self.windows[id].window.start);
-        let (carried, rebuild) = match touching[..] {
-            // It extends one session: that session's pending events move with it and are added
-            // to the wider window's state in the same call as the event (adds split anywhere
-            // give the same state), not one call per extending event. With early results the
-            // count since the last emission decides when to fire, and a stage's window may
-            // rebuild from its inputs before the carried events were tried (an event it refuses
-            // would then leave no dead letter), so those add first, as before.
-            [only] if self.early_every.is_none() && !self.keeps_inputs => {
-                let live = self.windows.get_mut(&only).expect("a live window");
-                (
-                    std::mem::take(&mut live.pending),
-                    std::mem::take(&mut live.rebuild),
-                )
-            }
-            _ => {
-                for &id in &touching {
-                    self.flush_pending(id, events, cx, out)?;
-                }
-                (Vec::new(), false)
-            }
-        };
+        for &id in &touching {
+            self.flush_pending(id, events, cx, out)?;
+        }
         let key = event.key.clone();
         let target = match self.merge_states(&key, &touching, cx)? {
             Ok(target) => target,
@@ -621,18 +612,64 @@ impl WindowEngine {
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open(key.clone(), merged, version);
-        let live = self.windows.get_mut(&id).expect("just opened");
-        live.inputs = inputs;
-        live.rebuild = rebuild;
-        if !carried.is_empty() {
-            live.pending = carried;
-            self.dirty.push(id);
-        }
+        self.windows.get_mut(&id).expect("just opened").inputs = inputs;
         cx.state.put(self.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
             self.mark_changed(id);
         }
         self.contribute(id, index, staged);
+        Ok(())
+    }
+
+    /// Widens session `id` to `merged` in place, as the event `staged` extends it: what closing
+    /// it and opening the wider one would do (an emitted session is retracted, its version goes
+    /// on, its state moves to the wider window's key, the checkpoint drops the old window's
+    /// row), without flushing its pending events first. They stay pending and are added with
+    /// the event's in one call (adds split anywhere give the same state), not one call per
+    /// extending event. Not for early results (the count since the last emission decides when
+    /// to fire) nor a stage's windows (they may rebuild from their inputs before the pending
+    /// events were tried, and a refused one would leave no dead letter): those flush first.
+    fn extend_session(
+        &mut self,
+        id: WindowId,
+        merged: Window,
+        staged: &Staged,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = self.windows.get_mut(&id).expect("a live window");
+        let (key, old) = (live.key.clone(), live.window);
+        let retracted = live.last_output.take().filter(|_| live.version > 0);
+        let (version, changed) = (live.version, live.changed);
+        live.window = merged;
+        (live.early, live.since_emit) = (0, 0);
+        if live.queued {
+            self.due.remove(&(old.end, old.start, key.clone(), id));
+            self.due.insert((merged.end, merged.start, key.clone(), id));
+        }
+        self.expiry
+            .remove(&(old.end.saturating_add(self.lateness), id));
+        self.expiry
+            .insert((merged.end.saturating_add(self.lateness), id));
+        self.closed.push((key.clone(), old));
+        self.touched.insert(id);
+        if let Some(value) = retracted {
+            out.emissions.push(Emission {
+                trigger: staged.seq,
+                key: key.clone(),
+                window: old,
+                kind: EmissionKind::Retract,
+                version,
+                value,
+                replaces: None,
+                operator_version: cx.operator.version_for(&key),
+            });
+        }
+        let state = cx.state.take(&self.state_key(&key, old))?;
+        cx.state.put(self.state_key(&key, merged), state)?;
+        if changed || version > 0 {
+            self.mark_changed(id);
+        }
         Ok(())
     }
 
@@ -1319,6 +1356,31 @@ mod tests {
         assert_eq!(
             operator.adds, 2,
             "one call per session, not one per extending event"
+        );
+    }
+
+    #[test]
+    fn an_emitted_session_extended_later_is_retracted_and_emitted_again() {
+        // a@0 fires [0, 10) once b@20 passes it; a@5 (late, within the lateness) extends it to
+        // [0, 15), which retracts the first result and emits the wider one, as closing the
+        // session and opening a wider one did.
+        let events = [("a", 0, 1), ("b", 20, 1), ("a", 5, 1), ("c", 40, 1)];
+        let mut operator = CountingAdds::default();
+        let out = run_with(
+            &mut operator,
+            WindowSpec::Session { gap: 10 },
+            100,
+            &events,
+            false,
+        );
+        assert_eq!(
+            emitted(&out),
+            [
+                ("a".into(), 0, 10, "result", 1, 1),
+                ("a".into(), 0, 10, "retract", 1, 1),
+                ("a".into(), 0, 15, "update", 2, 2),
+                ("b".into(), 20, 30, "result", 1, 1),
+            ]
         );
     }
 

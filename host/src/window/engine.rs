@@ -665,7 +665,11 @@ impl WindowEngine {
                 operator_version: cx.operator.version_for(&key),
             });
         }
-        let state = cx.state.take(&self.state_key(&key, old))?;
+        // `take` alone does not delete a stored row (redb): the old extent's state is removed,
+        // as closing the window did, or its row would stay on disk and in the state's totals.
+        let old_key = self.state_key(&key, old);
+        let state = cx.state.take(&old_key)?;
+        cx.state.remove(&old_key)?;
         cx.state.put(self.state_key(&key, merged), state)?;
         if changed || version > 0 {
             self.mark_changed(id);
@@ -1357,6 +1361,54 @@ mod tests {
             operator.adds, 2,
             "one call per session, not one per extending event"
         );
+    }
+
+    #[test]
+    fn a_widened_session_leaves_no_state_under_its_old_extent_on_disk() {
+        use crate::state::{RedbBackend, RedbStore, StoredCheckpoint};
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut state = RedbBackend::new(store.clone(), usize::MAX);
+        let mut engine = WindowEngine::new(WindowSpec::Session { gap: 10 }, 0, 0, "cs@1".into());
+        // a@0 opens [0, 10) and is checkpointed; a@5 widens it to [0, 15) and is checkpointed.
+        for (seq, ts) in [(0, 0), (1, 5)] {
+            let staged = [Staged {
+                seq,
+                event: Event {
+                    line: seq + 1,
+                    key: "a".into(),
+                    timestamp: ts,
+                    fields: vec![("amount".into(), Value::Int(1))],
+                },
+                origin: None,
+            }];
+            let mut cx = Context {
+                operator: &mut NativeCountSum,
+                state: &mut state,
+            };
+            let mut out = EngineOutput::default();
+            (engine.process(&staged, &timeline(&[], false), &mut cx, &mut out)).unwrap();
+            let checkpoint = StoredCheckpoint {
+                id: seq + 1,
+                manifest: b"{}".to_vec(),
+                state: state.changes().unwrap(),
+                windows: engine.changes(),
+                ..Default::default()
+            };
+            store.commit(&checkpoint).unwrap();
+            state.committed();
+        }
+        let extents = |windows| {
+            let rows = store.scan(windows, &[], &[0xff; 64]).unwrap();
+            (rows.iter())
+                .map(|row| match StateKey::decode(&row.key).unwrap().namespace {
+                    Namespace::Window { start, end } => (start, end),
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(extents(true), [(0, 15)], "window rows");
+        assert_eq!(extents(false), [(0, 15)], "state rows");
     }
 
     #[test]

@@ -60,7 +60,9 @@ pub struct Change {
 /// [`changes`](StateBackend::changes) (everything changed since the previous checkpoint) and,
 /// once the checkpoint is durable, calls [`committed`](StateBackend::committed).
 pub trait StateBackend: Send {
-    /// Moves a scope's state out of the store; empty if absent.
+    /// Moves a scope's state out of the store; empty if absent. The caller puts it back or
+    /// removes the key: until then a persistent backend may still hold the stored copy (redb
+    /// deletes a stored row only on `remove`), so a state moved to another key needs both.
     fn take(&mut self, key: &StateKey) -> Result<ScopeState>;
     /// Stores a scope's state.
     fn put(&mut self, key: StateKey, state: ScopeState) -> Result<()>;

@@ -643,9 +643,9 @@ impl WindowEngine {
         let (version, changed) = (live.version, live.changed);
         live.window = merged;
         (live.early, live.since_emit) = (0, 0);
-        if live.queued {
+        if std::mem::take(&mut live.queued) {
+            // Queued again under its new end by the `contribute` that follows.
             self.due.remove(&(old.end, old.start, key.clone(), id));
-            self.due.insert((merged.end, merged.start, key.clone(), id));
         }
         self.expiry
             .remove(&(old.end.saturating_add(self.lateness), id));
@@ -654,16 +654,8 @@ impl WindowEngine {
         self.closed.push((key.clone(), old));
         self.touched.insert(id);
         if let Some(value) = retracted {
-            out.emissions.push(Emission {
-                trigger: staged.seq,
-                key: key.clone(),
-                window: old,
-                kind: EmissionKind::Retract,
-                version,
-                value,
-                replaces: None,
-                operator_version: cx.operator.version_for(&key),
-            });
+            let retraction = retraction(&key, old, version, value, staged.seq, cx);
+            out.emissions.push(retraction);
         }
         // `take` alone does not delete a stored row (redb): the old extent's state is removed,
         // as closing the window did, or its row would stay on disk and in the state's totals.
@@ -740,16 +732,8 @@ impl WindowEngine {
             if old.version > 0
                 && let Some(value) = old.last_output
             {
-                out.emissions.push(Emission {
-                    trigger,
-                    key: key.clone(),
-                    window: old.window,
-                    kind: EmissionKind::Retract,
-                    version: old.version,
-                    value,
-                    replaces: None,
-                    operator_version: cx.operator.version_for(key),
-                });
+                let retraction = retraction(key, old.window, old.version, value, trigger, cx);
+                out.emissions.push(retraction);
             }
         }
         Ok((version, changed, inputs))
@@ -1148,6 +1132,28 @@ impl WindowEngine {
             replaces,
         });
         Ok(())
+    }
+}
+
+/// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:
+/// a session that an event widened or merged into another no longer stands.
+fn retraction(
+    key: &Arc<str>,
+    window: Window,
+    version: u64,
+    value: Fields,
+    trigger: u64,
+    cx: &Context<'_>,
+) -> Emission {
+    Emission {
+        trigger,
+        key: key.clone(),
+        window,
+        kind: EmissionKind::Retract,
+        version,
+        value,
+        replaces: None,
+        operator_version: cx.operator.version_for(key),
     }
 }
 

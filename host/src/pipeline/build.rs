@@ -218,7 +218,7 @@ pub(super) fn build_shard(
             (limits.clone(), projection),
         ));
     }
-    let aggregate = build_aggregate(spec, loaded, limits, control)?;
+    let aggregate = build_aggregate(spec, loaded, limits, control, resume.store.is_some())?;
     let join = (spec.join.as_ref())
         .and_then(|join| join.interval)
         .map(IntervalJoin::new);
@@ -247,13 +247,15 @@ pub(super) fn build_shard(
     Ok(shard)
 }
 
-/// A shard's aggregate, if the pipeline has one: its window engine, the live version (and the
-/// room for a candidate), and how candidates are made.
+/// A shard's aggregate, if the pipeline has one: its window engine (keeping a change log if the
+/// pipeline `checkpoints`), the live version (and the room for a candidate), and how
+/// candidates are made.
 fn build_aggregate(
     spec: &PipelineSpec,
     loaded: &Loaded,
     limits: Limits,
     control: &PipelineControl,
+    checkpoints: bool,
 ) -> Result<Option<(WindowEngine, VersionedAggregate, CandidateFactory)>> {
     Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
@@ -281,13 +283,16 @@ fn build_aggregate(
                 operator
             };
             let factory = CandidateFactory { limits, projection };
-            let engine = WindowEngine::new(
+            let mut engine = WindowEngine::new(
                 *window,
                 spec.allowed_lateness,
                 spec.enrichers.len() as u16,
                 label(op),
             )
             .with_early_results(spec.emit.early_every);
+            if !checkpoints {
+                engine.without_checkpoints();
+            }
             Some((
                 engine,
                 VersionedAggregate::new(&op.version, operator, &control.counters),
@@ -457,6 +462,9 @@ pub(super) fn build_stages(
         spec.pre_aggregate,
         state,
     );
+    if resume.store.is_none() {
+        stages.without_checkpoints();
+    }
     if let Some(routing) = resume.routing.filter(|r| r.candidate.is_some()) {
         stages.route(
             routing,
@@ -477,4 +485,81 @@ pub(super) fn build_stages(
             })?;
     }
     Ok(Some(stages))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Shards as a spec builds them.
+
+    use super::*;
+    use crate::event::{Event, Staged};
+    use crate::time::MINUS_INFINITY;
+    use crate::value::Value;
+    use crate::window::Timeline;
+
+    /// A native count-sum over 1 s tumbling windows, with `state`.
+    fn spec(state: &str) -> PipelineSpec {
+        let text = format!(
+            r#"
+            name = "p"
+            [source]
+            type = "file"
+            path = "in.jsonl"
+            [event]
+            key = "user"
+            timestamp = "ts"
+            [window]
+            type = "tumbling"
+            size = "1s"
+            [[operators]]
+            name = "count-sum"
+            kind = "aggregate"
+            native = "count-sum"
+            {state}
+            "#
+        );
+        PipelineSpec::parse(&text, false, Path::new("/specs")).expect("a valid spec")
+    }
+
+    #[test]
+    fn a_memory_pipelines_shard_keeps_no_window_changes_for_checkpoints_that_never_come() {
+        let spec = spec("");
+        let loaded = Loaded::load(&spec).expect("native operators load");
+        let resume = Resume {
+            store: None,
+            manifest: None,
+            watermark: MINUS_INFINITY,
+            routing: None,
+            candidate: None,
+        };
+        let control = super::super::standalone_control("p");
+        let mut shard = build_shard(&spec, &loaded, &resume, &control, 0, 1).expect("a shard");
+        // A thousand windows open and close; nothing ever asks for their changes.
+        let events: Vec<Staged> = (0..1_000u64)
+            .map(|i| Staged {
+                seq: i,
+                event: Event {
+                    line: i + 1,
+                    key: format!("user-{i}").into(),
+                    timestamp: i as i64 * 1_000,
+                    fields: vec![("amount".into(), Value::Int(1))],
+                },
+                origin: None,
+            })
+            .collect();
+        let advances: Vec<(u64, Millis)> = (0..1_000u64).map(|i| (i, i as i64 * 1_000)).collect();
+        let timeline = Timeline {
+            advances: &advances,
+            early: &[],
+            end_of_input: false,
+        };
+        let out = shard.process(events, &timeline).expect("the shard runs");
+        assert_eq!(out.engine.emissions.len(), 999);
+        let snapshot = shard.checkpoint().expect("a snapshot");
+        assert!(
+            snapshot.windows.is_empty(),
+            "{} window changes kept",
+            snapshot.windows.len()
+        );
+    }
 }

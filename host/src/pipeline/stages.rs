@@ -256,6 +256,13 @@ impl Stages {
         self.state.committed();
     }
 
+    /// The pipeline never checkpoints (memory state): the stages' engines keep no change log.
+    pub fn without_checkpoints(&mut self) {
+        for stage in &mut self.stages {
+            stage.engine.without_checkpoints();
+        }
+    }
+
     /// Restores the stages' open windows from a checkpoint's window rows (of every operator:
     /// each stage takes its own) at `watermark`.
     pub fn restore(&mut self, watermark: Millis, windows: &[TableRow]) -> Result<(), String> {

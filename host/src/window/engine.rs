@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::hashing::{HashMap, HashSet};
+use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use super::assign::assign;
@@ -150,6 +150,7 @@ pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
 #[derive(Debug)]
 struct LiveWindow {
+    id: WindowId,
     key: Arc<str>,
     window: Window,
     /// Emissions so far (0: never fired).
@@ -170,6 +171,29 @@ struct LiveWindow {
     inputs: Inputs,
     /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
     rebuild: bool,
+    /// Whether its metadata changed since the last checkpoint (it is in the change log).
+    touched: bool,
+}
+
+impl LiveWindow {
+    /// Records in `log` that the window's metadata changed since the last checkpoint.
+    fn touch(&mut self, log: &mut Option<ChangeLog>) {
+        if let Some(log) = log
+            && !self.touched
+        {
+            self.touched = true;
+            log.touched.push(self.id);
+        }
+    }
+}
+
+/// What changed since the last checkpoint, for the next one.
+#[derive(Debug, Default)]
+struct ChangeLog {
+    /// Windows whose metadata changed (each once; closed ones are skipped).
+    touched: Vec<WindowId>,
+    /// Windows closed.
+    closed: Vec<(Arc<str>, Window)>,
 }
 
 /// One shard's windows for one aggregate operator.
@@ -193,10 +217,9 @@ pub struct WindowEngine {
     expiry: BTreeSet<(Millis, WindowId)>,
     /// Windows with pending events.
     dirty: Vec<WindowId>,
-    /// Windows whose metadata changed since the last checkpoint.
-    touched: HashSet<WindowId>,
-    /// Windows closed since the last checkpoint.
-    closed: Vec<(Arc<str>, Window)>,
+    /// What changed since the last checkpoint; none in a pipeline that never checkpoints (it
+    /// would grow with every window ever closed).
+    log: Option<ChangeLog>,
     scratch: Vec<Window>,
 }
 
@@ -281,10 +304,14 @@ impl WindowEngine {
             due: BTreeSet::new(),
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
-            touched: HashSet::default(),
-            closed: Vec::new(),
+            log: Some(ChangeLog::default()),
             scratch: Vec::new(),
         }
+    }
+
+    /// An engine whose pipeline never checkpoints (memory state): it keeps no change log.
+    pub fn without_checkpoints(&mut self) {
+        self.log = None;
     }
 
     /// The engine of a stage: it keeps each window's inputs by origin, so that an upstream
@@ -312,16 +339,19 @@ impl WindowEngine {
 
     /// Window metadata changed since the last call, for a checkpoint.
     pub fn changes(&mut self) -> Vec<Change> {
-        let mut changes = Vec::with_capacity(self.touched.len() + self.closed.len());
-        for (key, window) in std::mem::take(&mut self.closed) {
+        let Some(log) = self.log.as_mut().map(std::mem::take) else {
+            return Vec::new();
+        };
+        let mut changes = Vec::with_capacity(log.touched.len() + log.closed.len());
+        for (key, window) in log.closed {
             changes.push(Change {
                 key: self.state_key(&key, window).encode(),
                 value: None,
             });
         }
-        for id in std::mem::take(&mut self.touched) {
+        for id in log.touched {
             let Some(live) = self.windows.get(&id) else {
-                continue;
+                continue; // closed since
             };
             let record = WindowRecord {
                 version: live.version,
@@ -336,6 +366,7 @@ impl WindowEngine {
                 key: self.state_key(&live.key, live.window).encode(),
                 value: Some(value),
             });
+            self.windows.get_mut(&id).expect("a live window").touched = false;
         }
         changes
     }
@@ -365,7 +396,13 @@ impl WindowEngine {
                 self.queue(id);
             }
         }
-        self.touched.clear();
+        // Restored windows are as the checkpoint has them.
+        if let Some(log) = &mut self.log {
+            log.touched.clear();
+        }
+        for live in self.windows.values_mut() {
+            live.touched = false;
+        }
         Ok(())
     }
 
@@ -651,8 +688,10 @@ impl WindowEngine {
             .remove(&(old.end.saturating_add(self.lateness), id));
         self.expiry
             .insert((merged.end.saturating_add(self.lateness), id));
-        self.closed.push((key.clone(), old));
-        self.touched.insert(id);
+        live.touch(&mut self.log);
+        if let Some(log) = &mut self.log {
+            log.closed.push((key.clone(), old));
+        }
         if let Some(value) = retracted {
             let retraction = retraction(&key, old, version, value, staged.seq, cx);
             out.emissions.push(retraction);
@@ -745,23 +784,23 @@ impl WindowEngine {
         self.by_key.entry(key.clone()).or_default().push(id);
         self.expiry
             .insert((window.end.saturating_add(self.lateness), id));
-        self.windows.insert(
+        let mut live = LiveWindow {
             id,
-            LiveWindow {
-                key,
-                window,
-                version,
-                last_output: None,
-                pending: Vec::new(),
-                changed: false,
-                queued: false,
-                early: 0,
-                since_emit: 0,
-                inputs: Inputs::default(),
-                rebuild: false,
-            },
-        );
-        self.touched.insert(id);
+            key,
+            window,
+            version,
+            last_output: None,
+            pending: Vec::new(),
+            changed: false,
+            queued: false,
+            early: 0,
+            since_emit: 0,
+            inputs: Inputs::default(),
+            rebuild: false,
+            touched: false,
+        };
+        live.touch(&mut self.log);
+        self.windows.insert(id, live);
         id
     }
 
@@ -779,10 +818,11 @@ impl WindowEngine {
             self.due
                 .remove(&(live.window.end, live.window.start, live.key.clone(), id));
         }
-        // A closed window's id may stay in `dirty`: `flush_pending` skips ids that are gone,
-        // and ids are never reused.
-        self.touched.remove(&id);
-        self.closed.push((live.key.clone(), live.window));
+        // A closed window's id may stay in `dirty` and in the change log's `touched`: both
+        // skip ids that are gone, and ids are never reused.
+        if let Some(log) = &mut self.log {
+            log.closed.push((live.key.clone(), live.window));
+        }
         live
     }
 
@@ -796,7 +836,7 @@ impl WindowEngine {
                 origin: (**origin).clone(),
                 event: staged.event.clone(),
             });
-            self.touched.insert(id);
+            live.touch(&mut self.log);
         }
         self.add_pending(id, index);
     }
@@ -840,8 +880,9 @@ impl WindowEngine {
     }
 
     fn mark_changed(&mut self, id: WindowId) {
-        self.windows.get_mut(&id).expect("a live window").changed = true;
-        self.touched.insert(id);
+        let live = self.windows.get_mut(&id).expect("a live window");
+        live.changed = true;
+        live.touch(&mut self.log);
         self.queue(id);
     }
 
@@ -915,7 +956,7 @@ impl WindowEngine {
         }
         if rebuild || failed.len() < batch.len() {
             live.changed = true;
-            self.touched.insert(id);
+            live.touch(&mut self.log);
         }
         Ok(())
     }
@@ -1089,7 +1130,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(&id).expect("a live window");
         live.changed = false;
         live.since_emit = 0;
-        self.touched.insert(id);
+        live.touch(&mut self.log);
         // Unchanged since it was last emitted: not emitted again, unless it is the window's
         // result on time after early ones (which says the window closed).
         let first_on_time = !early && live.early > 0 && live.version == live.early;

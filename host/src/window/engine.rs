@@ -148,6 +148,9 @@ type WindowId = u64;
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
+/// The most emptied lists of pending events kept for reuse.
+const MAX_SPARE: usize = 4_096;
+
 #[derive(Debug)]
 struct LiveWindow {
     id: WindowId,
@@ -210,7 +213,8 @@ pub struct WindowEngine {
     watermark: Millis,
     next_id: WindowId,
     windows: HashMap<WindowId, LiveWindow>,
-    by_key: HashMap<Arc<str>, Vec<WindowId>>,
+    /// Each key's open windows, with their extents (found without looking each one up).
+    by_key: HashMap<Arc<str>, Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
     due: BTreeSet<(Millis, Millis, Arc<str>, WindowId)>,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
@@ -221,6 +225,10 @@ pub struct WindowEngine {
     /// would grow with every window ever closed).
     log: Option<ChangeLog>,
     scratch: Vec<Window>,
+    /// An event's windows and, for those already open, their ids.
+    found: Vec<(Window, Option<WindowId>)>,
+    /// Emptied lists of pending events, for windows that get events next.
+    spare: Vec<Vec<usize>>,
 }
 
 /// A window's metadata as a checkpoint stores it (its state is stored apart, by the backend).
@@ -306,6 +314,8 @@ impl WindowEngine {
             dirty: Vec::new(),
             log: Some(ChangeLog::default()),
             scratch: Vec::new(),
+            found: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -434,7 +444,7 @@ impl WindowEngine {
             if staged.origin.is_none()
                 || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none())
             {
-                self.fire(staged.seq, events, cx, out)?;
+                self.fire(staged.seq, false, events, cx, out)?;
             }
         }
         self.catch_up(None, timeline, &mut next, events, cx, out)?;
@@ -565,27 +575,22 @@ impl WindowEngine {
             self.scratch = windows;
             return self.accept_session(index, staged, own, events, cx, out);
         }
-        let mut accepted = false;
-        for window in &windows {
-            if self.is_late(window) {
-                continue;
-            }
-            accepted = true;
-            let existing = self.by_key.get(&event.key).and_then(|ids| {
-                ids.iter()
-                    .find(|id| self.windows[id].window == *window)
-                    .copied()
-            });
-            let id = match existing {
-                Some(id) => id,
-                None => self.open(event.key.clone(), *window, 0),
-            };
-            self.contribute(id, index, staged);
+        // The key's windows are looked up once for all of the event's windows.
+        let mut found = std::mem::take(&mut self.found);
+        let open = self.by_key.get(&event.key).map_or(&[][..], Vec::as_slice);
+        for window in windows.iter().filter(|window| !self.is_late(window)) {
+            let id = open.iter().find(|(w, _)| w == window).map(|&(_, id)| id);
+            found.push((*window, id));
         }
         self.scratch = windows;
-        if !accepted {
+        if found.is_empty() {
             self.late(staged, out);
         }
+        for (window, id) in found.drain(..) {
+            let id = id.unwrap_or_else(|| self.open(event.key.clone(), window, 0));
+            self.contribute(id, index, staged);
+        }
+        self.found = found;
         Ok(())
     }
 
@@ -602,10 +607,10 @@ impl WindowEngine {
         let mut touching: Vec<WindowId> = self
             .by_key
             .get(&event.key)
-            .map(|ids| {
-                ids.iter()
-                    .copied()
-                    .filter(|id| self.windows[id].window.overlaps_or_touches(&own))
+            .map(|open| {
+                (open.iter())
+                    .filter(|(window, _)| window.overlaps_or_touches(&own))
+                    .map(|&(_, id)| id)
                     .collect()
             })
             .unwrap_or_default();
@@ -680,6 +685,9 @@ impl WindowEngine {
         let (version, changed) = (live.version, live.changed);
         live.window = merged;
         (live.early, live.since_emit) = (0, 0);
+        let open = self.by_key.get_mut(&key).expect("a live window's key");
+        let entry = open.iter_mut().find(|(_, other)| *other == id);
+        entry.expect("a live window of its key").0 = merged;
         if std::mem::take(&mut live.queued) {
             // Queued again under its new end by the `contribute` that follows.
             self.due.remove(&(old.end, old.start, key.clone(), id));
@@ -781,7 +789,12 @@ impl WindowEngine {
     fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
         let id = self.next_id;
         self.next_id += 1;
-        self.by_key.entry(key.clone()).or_default().push(id);
+        match self.by_key.get_mut(&key) {
+            Some(open) => open.push((window, id)),
+            None => {
+                self.by_key.insert(key.clone(), vec![(window, id)]);
+            }
+        }
         self.expiry
             .insert((window.end.saturating_add(self.lateness), id));
         let mut live = LiveWindow {
@@ -806,9 +819,9 @@ impl WindowEngine {
 
     fn close(&mut self, id: WindowId) -> LiveWindow {
         let live = self.windows.remove(&id).expect("closing a live window");
-        if let Some(ids) = self.by_key.get_mut(&live.key) {
-            ids.retain(|other| *other != id);
-            if ids.is_empty() {
+        if let Some(open) = self.by_key.get_mut(&live.key) {
+            open.retain(|&(_, other)| other != id);
+            if open.is_empty() {
                 self.by_key.remove(&live.key);
             }
         }
@@ -848,11 +861,11 @@ impl WindowEngine {
             .origin
             .as_deref()
             .expect("a withdrawal has an origin");
-        let Some(ids) = self.by_key.get(&staged.event.key) else {
+        let Some(open) = self.by_key.get(&staged.event.key) else {
             return;
         };
         let mut hit = Vec::new();
-        for &id in ids {
+        for &(_, id) in open {
             let live = self.windows.get_mut(&id).expect("a live window");
             if live.inputs.remove(origin) {
                 live.rebuild = true;
@@ -869,6 +882,9 @@ impl WindowEngine {
         let live = self.windows.get_mut(&id).expect("a live window");
         if live.pending.is_empty() {
             self.dirty.push(id);
+            if live.pending.capacity() == 0 {
+                live.pending = self.spare.pop().unwrap_or_default();
+            }
         }
         live.pending.push(index);
         if let Some(every) = self.early_every
@@ -904,15 +920,37 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let Some(live) = self.windows.get_mut(&id) else {
+        let Some(live) = self.windows.get(&id) else {
             return Ok(());
         };
         if live.pending.is_empty() && !live.rebuild {
             return Ok(());
         }
-        let pending = std::mem::take(&mut live.pending);
+        let state_key = self.state_key(&live.key, live.window);
+        let mut scope = Scope {
+            key: live.key.clone(),
+            state: cx.state.take(&state_key)?,
+        };
+        self.add_pending_to(id, &mut scope, events, cx, out)?;
+        cx.state.put(state_key, scope.state)?;
+        Ok(())
+    }
+
+    /// [`Self::flush_pending`] on `scope`, window `id`'s state, already taken from the store.
+    fn add_pending_to(
+        &mut self,
+        id: WindowId,
+        scope: &mut Scope,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = self.windows.get_mut(&id).expect("a live window");
+        if live.pending.is_empty() && !live.rebuild {
+            return Ok(());
+        }
+        let mut pending = std::mem::take(&mut live.pending);
         let rebuild = std::mem::take(&mut live.rebuild);
-        let (key, window) = (live.key.clone(), live.window);
         let inputs: Vec<Event> = match rebuild {
             true => live
                 .inputs
@@ -925,18 +963,10 @@ impl WindowEngine {
             true => inputs.iter().collect(),
             false => pending.iter().map(|&i| &events[i].event).collect(),
         };
-        let state_key = self.state_key(&key, window);
-        let state = cx.state.take(&state_key)?;
-        let mut scope = Scope {
-            key,
-            state: if rebuild {
-                ScopeState::default()
-            } else {
-                state
-            },
-        };
-        let failed = self.add(&mut scope, &batch, cx, out)?;
-        cx.state.put(state_key, scope.state)?;
+        if rebuild {
+            scope.state = ScopeState::default();
+        }
+        let failed = self.add(scope, &batch, cx, out)?;
         let live = self.windows.get_mut(&id).expect("a live window");
         if self.keeps_inputs && !failed.is_empty() {
             // An input the operator could not take is a dead letter, not an input.
@@ -957,6 +987,12 @@ impl WindowEngine {
         if rebuild || failed.len() < batch.len() {
             live.changed = true;
             live.touch(&mut self.log);
+        }
+        drop(batch);
+        // Its allocation serves the next window that gets events.
+        pending.clear();
+        if self.spare.len() < MAX_SPARE && pending.capacity() <= MAX_EVENTS_PER_CALL {
+            self.spare.push(pending);
         }
         Ok(())
     }
@@ -1026,7 +1062,7 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
-        self.fire(seq, events, cx, out)?;
+        self.fire(seq, true, events, cx, out)?;
         while let Some(&(expires, id)) = self.expiry.first() {
             if expires > self.watermark {
                 break;
@@ -1037,10 +1073,12 @@ impl WindowEngine {
         Ok(())
     }
 
-    /// Emits every queued window whose end the watermark has reached.
+    /// Emits every queued window whose end the watermark has reached. In an `advance`, those
+    /// that expire with it are closed right after (their state is removed then).
     fn fire(
         &mut self,
         trigger: u64,
+        advance: bool,
         events: &[Staged],
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
@@ -1050,16 +1088,62 @@ impl WindowEngine {
                 break;
             }
             self.due.pop_first();
-            self.flush_pending(id, events, cx, out)?;
             let live = self.windows.get_mut(&id).expect("a due window is live");
             live.queued = false;
-            // A window with early results only still gets its result on time.
-            let only_early = live.early > 0 && live.version == live.early;
-            if live.changed || only_early {
-                self.emit(id, trigger, false, cx, out)?;
+            let window = live.window;
+            let closing = advance && self.is_late(&window);
+            if self.keeps_inputs {
+                // A stage's window may have no inputs left, and then no state to finish.
+                self.flush_pending(id, events, cx, out)?;
+                if self.fires(id) {
+                    self.emit(id, trigger, false, cx, out)?;
+                }
+            } else {
+                self.flush_and_emit(id, trigger, closing, events, cx, out)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether window `id` has a result to emit on time: it changed since its last emission,
+    /// or it has early results only.
+    fn fires(&self, id: WindowId) -> bool {
+        let live = &self.windows[&id];
+        live.changed || (live.early > 0 && live.version == live.early)
+    }
+
+    /// Adds due window `id`'s pending events and emits its result on time, with one `take` of
+    /// its state and one `put` (none if it is `closing`: its state is removed next).
+    fn flush_and_emit(
+        &mut self,
+        id: WindowId,
+        trigger: u64,
+        closing: bool,
+        events: &[Staged],
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = &self.windows[&id];
+        if live.pending.is_empty() && !self.fires(id) {
+            return Ok(());
+        }
+        let (key, window) = (live.key.clone(), live.window);
+        let state_key = self.state_key(&key, window);
+        let mut scope = Scope {
+            key,
+            state: cx.state.take(&state_key)?,
+        };
+        self.add_pending_to(id, &mut scope, events, cx, out)?;
+        let outcome = self
+            .fires(id)
+            .then(|| cx.operator.finish(&mut scope, window));
+        if !closing {
+            cx.state.put(state_key, scope.state)?;
+        }
+        match outcome {
+            Some(outcome) => self.publish(id, outcome, trigger, false, cx, out),
+            None => Ok(()),
+        }
     }
 
     /// Emits the current result of every window that reached its count of events for an
@@ -1097,20 +1181,36 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let live = &self.windows[&id];
-        let (key, window) = (live.key.clone(), live.window);
+        let window = live.window;
         let outcome = if self.keeps_inputs && live.inputs.is_empty() {
             // Every input of a stage's window was withdrawn: so is its result.
             Ok(Fields::new())
         } else {
-            let state_key = self.state_key(&key, window);
+            let state_key = self.state_key(&live.key, window);
             let mut scope = Scope {
-                key: key.clone(),
+                key: live.key.clone(),
                 state: cx.state.take(&state_key)?,
             };
             let outcome = cx.operator.finish(&mut scope, window);
             cx.state.put(state_key, scope.state)?;
             outcome
         };
+        self.publish(id, outcome, trigger, early, cx, out)
+    }
+
+    /// Emits `outcome`, window `id`'s output from `finish` (an early one if `early`), as
+    /// caused by `trigger`; a failed `finish` is a dead letter.
+    fn publish(
+        &mut self,
+        id: WindowId,
+        outcome: std::result::Result<Fields, OperatorError>,
+        trigger: u64,
+        early: bool,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = &self.windows[&id];
+        let (key, window) = (live.key.clone(), live.window);
         let value = match outcome {
             Ok(value) => value,
             Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),

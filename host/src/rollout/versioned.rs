@@ -80,8 +80,9 @@ impl<O: ?Sized> Slot<O> {
 impl Slot<dyn AggregateOperator> {
     /// Lets this version convert a scope another version wrote, before touching it.
     fn adopt(&mut self, scope: &mut Scope) -> Result<()> {
-        if let Some(from) = scope.state.written_by.clone()
-            && from != *self.version
+        if let Some(from) = (scope.state.written_by.as_deref())
+            .filter(|from| *from != &*self.version)
+            .map(str::to_owned)
         {
             let started = self.clock();
             let outcome = self.operator.migrate(scope, &from);

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::assign::assign;
 use super::inputs::{Input, Inputs, StoredInput};
+use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
 use crate::operator::{AggregateOperator, OperatorError, Scope};
 use crate::spec::WindowSpec;
@@ -142,8 +143,6 @@ pub struct EngineOutput {
     pub traps: u64,
 }
 
-type WindowId = u64;
-
 /// The most events one operator call takes: batches may be larger (fewer calls per key), but
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
@@ -154,6 +153,8 @@ const MAX_SPARE: usize = 4_096;
 #[derive(Debug)]
 struct LiveWindow {
     id: WindowId,
+    /// Windows opened before it (ids are not in that order).
+    opened: u64,
     key: Arc<str>,
     window: Window,
     /// Emissions so far (0: never fired).
@@ -255,8 +256,9 @@ pub struct WindowEngine {
     /// Windows that reached their count for an early result in this event.
     early: Vec<WindowId>,
     watermark: Millis,
-    next_id: WindowId,
-    windows: HashMap<WindowId, LiveWindow>,
+    /// Windows opened so far.
+    opened: u64,
+    windows: Slab<LiveWindow>,
     /// Each key's open windows, with their extents (found without looking each one up).
     by_key: HashMap<Arc<str>, Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
@@ -350,8 +352,8 @@ impl WindowEngine {
             early_every: None,
             early: Vec::new(),
             watermark: MINUS_INFINITY,
-            next_id: 0,
-            windows: HashMap::default(),
+            opened: 0,
+            windows: Slab::default(),
             by_key: HashMap::default(),
             due: BTreeSet::new(),
             expiry: BTreeSet::new(),
@@ -404,7 +406,7 @@ impl WindowEngine {
             });
         }
         for id in log.touched {
-            let Some(live) = self.windows.get(&id) else {
+            let Some(live) = self.windows.get(id) else {
                 continue; // closed since
             };
             let record = WindowRecord {
@@ -420,7 +422,7 @@ impl WindowEngine {
                 key: self.state_key(&live.key, live.window).encode(),
                 value: Some(value),
             });
-            self.windows.get_mut(&id).expect("a live window").touched = false;
+            self.windows.get_mut(id).expect("a live window").touched = false;
         }
         changes
     }
@@ -437,7 +439,7 @@ impl WindowEngine {
             let record: WindowRecord = serde_json::from_slice(&row.value)
                 .map_err(|e| format!("a window record is unreadable: {e}"))?;
             let id = self.open(key.key.clone(), Window { start, end }, record.version);
-            let live = self.windows.get_mut(&id).expect("just opened");
+            let live = self.windows.get_mut(id).expect("just opened");
             live.last_output = record.last_output;
             live.early = record.early;
             live.since_emit = record.since_emit;
@@ -544,14 +546,14 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let mut ids: Vec<WindowId> = (self.windows.iter())
+        let mut ids: Vec<(u64, WindowId)> = (self.windows.iter())
             .filter(|(_, w)| w.window.end > self.watermark && (w.changed || !w.pending.is_empty()))
-            .map(|(id, _)| *id)
+            .map(|(id, w)| (w.opened, id))
             .collect();
         ids.sort_unstable();
-        for id in ids {
+        for (_, id) in ids {
             self.flush_pending(id, events, cx, out)?;
-            if self.windows[&id].changed {
+            if self.windows[id].changed {
                 self.emit(id, trigger, true, cx, out)?;
             }
         }
@@ -669,9 +671,9 @@ impl WindowEngine {
         }
         let merged = touching
             .iter()
-            .fold(own, |acc, id| acc.cover(&self.windows[id].window));
+            .fold(own, |acc, id| acc.cover(&self.windows[*id].window));
         if let [only] = touching[..]
-            && self.windows[&only].window == merged
+            && self.windows[only].window == merged
         {
             self.contribute(only, index, staged);
             return Ok(());
@@ -686,7 +688,7 @@ impl WindowEngine {
         }
         // The event bridges sessions (or extends one with early results, or a stage's):
         // combine their states into the merged window.
-        touching.sort_by_key(|id| self.windows[id].window.start);
+        touching.sort_by_key(|&id| self.windows[id].window.start);
         for &id in &touching {
             self.flush_pending(id, events, cx, out)?;
         }
@@ -698,7 +700,7 @@ impl WindowEngine {
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open(key.clone(), merged, version);
-        self.windows.get_mut(&id).expect("just opened").inputs = inputs;
+        self.windows.get_mut(id).expect("just opened").inputs = inputs;
         cx.state.put(self.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
             self.mark_changed(id);
@@ -723,7 +725,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         let (key, old) = (live.key.clone(), live.window);
         let retracted = live.last_output.take().filter(|_| live.version > 0);
         let (version, changed) = (live.version, live.changed);
@@ -774,7 +776,7 @@ impl WindowEngine {
         touching: &[WindowId],
         cx: &mut Context<'_>,
     ) -> Result<std::result::Result<Scope, OperatorError>> {
-        let first = self.state_key(key, self.windows[&touching[0]].window);
+        let first = self.state_key(key, self.windows[touching[0]].window);
         let mut target = Scope {
             key: key.clone(),
             state: cx.state.take(&first)?,
@@ -786,7 +788,7 @@ impl WindowEngine {
                 key: key.clone(),
                 state: cx
                     .state
-                    .take(&self.state_key(key, self.windows[&id].window))?,
+                    .take(&self.state_key(key, self.windows[id].window))?,
             };
             if failure.is_none()
                 && let Err(e) = cx.operator.merge(&mut target, &mut source)
@@ -801,7 +803,7 @@ impl WindowEngine {
         cx.state.put(first, target.state)?;
         for (id, source) in sources {
             cx.state
-                .put(self.state_key(key, self.windows[&id].window), source.state)?;
+                .put(self.state_key(key, self.windows[id].window), source.state)?;
         }
         Ok(Err(error))
     }
@@ -817,7 +819,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<(u64, bool, Inputs)> {
-        let changed = touching.iter().any(|id| self.windows[id].changed);
+        let changed = touching.iter().any(|&id| self.windows[id].changed);
         let mut version = 0;
         let mut inputs = Inputs::default();
         for &id in touching {
@@ -836,19 +838,12 @@ impl WindowEngine {
     }
 
     fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
-        let id = self.next_id;
-        self.next_id += 1;
-        match self.by_key.get_mut(&key) {
-            Some(open) => open.push((window, id)),
-            None => {
-                self.by_key.insert(key.clone(), vec![(window, id)]);
-            }
-        }
-        self.expiry
-            .insert((window.end.saturating_add(self.lateness), id));
-        let mut live = LiveWindow {
+        let opened = self.opened;
+        self.opened += 1;
+        let id = self.windows.insert_with(|id| LiveWindow {
             id,
-            key,
+            opened,
+            key: key.clone(),
             window,
             version,
             last_output: None,
@@ -860,14 +855,22 @@ impl WindowEngine {
             inputs: Inputs::default(),
             rebuild: false,
             touched: false,
-        };
+        });
+        match self.by_key.get_mut(&key) {
+            Some(open) => open.push((window, id)),
+            None => {
+                self.by_key.insert(key.clone(), vec![(window, id)]);
+            }
+        }
+        self.expiry
+            .insert((window.end.saturating_add(self.lateness), id));
+        let live = self.windows.get_mut(id).expect("just opened");
         live.touch(&mut self.log);
-        self.windows.insert(id, live);
         id
     }
 
     fn close(&mut self, id: WindowId) -> LiveWindow {
-        let live = self.windows.remove(&id).expect("closing a live window");
+        let live = self.windows.remove(id).expect("closing a live window");
         if let Some(open) = self.by_key.get_mut(&live.key) {
             open.retain(|&(_, other)| other != id);
             if open.is_empty() {
@@ -892,7 +895,7 @@ impl WindowEngine {
     /// rebuilt).
     fn contribute(&mut self, id: WindowId, index: usize, staged: &Staged) {
         if let Some(origin) = &staged.origin {
-            let live = self.windows.get_mut(&id).expect("a live window");
+            let live = self.windows.get_mut(id).expect("a live window");
             live.rebuild |= live.inputs.put(Input {
                 origin: (**origin).clone(),
                 event: staged.event.clone(),
@@ -914,7 +917,7 @@ impl WindowEngine {
         };
         let mut hit = Vec::new();
         for &(_, id) in open {
-            let live = self.windows.get_mut(&id).expect("a live window");
+            let live = self.windows.get_mut(id).expect("a live window");
             if live.inputs.remove(origin) {
                 live.rebuild = true;
                 hit.push(id);
@@ -927,7 +930,7 @@ impl WindowEngine {
     }
 
     fn add_pending(&mut self, id: WindowId, index: usize) {
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         if live.pending.is_empty() {
             self.dirty.push(id);
             if live.pending.capacity() == 0 {
@@ -944,14 +947,14 @@ impl WindowEngine {
     }
 
     fn mark_changed(&mut self, id: WindowId) {
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         live.changed = true;
         live.touch(&mut self.log);
         self.queue(id);
     }
 
     fn queue(&mut self, id: WindowId) {
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         if !live.queued {
             live.queued = true;
             self.due.insert(Due::of(live));
@@ -967,7 +970,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let Some(live) = self.windows.get(&id) else {
+        let Some(live) = self.windows.get(id) else {
             return Ok(());
         };
         if live.pending.is_empty() && !live.rebuild {
@@ -992,7 +995,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         if live.pending.is_empty() && !live.rebuild {
             return Ok(());
         }
@@ -1014,7 +1017,7 @@ impl WindowEngine {
             scope.state = ScopeState::default();
         }
         let failed = self.add(scope, &batch, cx, out)?;
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         if self.keeps_inputs && !failed.is_empty() {
             // An input the operator could not take is a dead letter, not an input.
             let origins: Vec<&Origin> = match rebuild {
@@ -1135,7 +1138,7 @@ impl WindowEngine {
                 break;
             }
             self.due.pop_first();
-            let live = self.windows.get_mut(&id).expect("a due window is live");
+            let live = self.windows.get_mut(id).expect("a due window is live");
             live.queued = false;
             let window = live.window;
             let closing = advance && self.is_late(&window);
@@ -1155,7 +1158,7 @@ impl WindowEngine {
     /// Whether window `id` has a result to emit on time: it changed since its last emission,
     /// or it has early results only.
     fn fires(&self, id: WindowId) -> bool {
-        let live = &self.windows[&id];
+        let live = &self.windows[id];
         live.changed || (live.early > 0 && live.version == live.early)
     }
 
@@ -1170,7 +1173,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = &self.windows[&id];
+        let live = &self.windows[id];
         if live.pending.is_empty() && !self.fires(id) {
             return Ok(());
         }
@@ -1203,14 +1206,14 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         for id in std::mem::take(&mut self.early) {
-            let Some(live) = self.windows.get(&id) else {
+            let Some(live) = self.windows.get(id) else {
                 continue;
             };
             if live.window.end <= self.watermark {
                 continue; // due: it fires on time instead
             }
             self.flush_pending(id, events, cx, out)?;
-            if self.windows[&id].changed {
+            if self.windows[id].changed {
                 self.emit(id, trigger, true, cx, out)?;
             }
         }
@@ -1227,7 +1230,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = &self.windows[&id];
+        let live = &self.windows[id];
         let window = live.window;
         let outcome = if self.keeps_inputs && live.inputs.is_empty() {
             // Every input of a stage's window was withdrawn: so is its result.
@@ -1256,7 +1259,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = &self.windows[&id];
+        let live = &self.windows[id];
         let (key, window) = (live.key.clone(), live.window);
         let value = match outcome {
             Ok(value) => value,
@@ -1274,7 +1277,7 @@ impl WindowEngine {
             }
         };
         let operator_version = cx.operator.version_for(&key);
-        let live = self.windows.get_mut(&id).expect("a live window");
+        let live = self.windows.get_mut(id).expect("a live window");
         live.changed = false;
         live.since_emit = 0;
         live.touch(&mut self.log);

@@ -4,6 +4,7 @@
 mod assign;
 mod engine;
 mod inputs;
+mod slab;
 
 pub use crate::time::Window;
 pub use assign::assign;

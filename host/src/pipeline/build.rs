@@ -218,7 +218,7 @@ pub(super) fn build_shard(
             (limits.clone(), projection),
         ));
     }
-    let aggregate = build_aggregate(spec, loaded, limits, control, resume.store.is_some())?;
+    let aggregate = build_aggregate(spec, loaded, limits, control, checkpoints(spec, resume))?;
     let join = (spec.join.as_ref())
         .and_then(|join| join.interval)
         .map(IntervalJoin::new);
@@ -245,6 +245,12 @@ pub(super) fn build_shard(
         )?;
     }
     Ok(shard)
+}
+
+/// Whether the pipeline checkpoints: it keeps its state in redb and has an interval (without
+/// one, as in a replay sandbox or with `checkpoint_interval = "off"`, not even at the end).
+fn checkpoints(spec: &PipelineSpec, resume: &Resume<'_>) -> bool {
+    resume.store.is_some() && spec.checkpoint_interval.is_some()
 }
 
 /// A shard's aggregate, if the pipeline has one: its window engine (keeping a change log if the
@@ -462,7 +468,7 @@ pub(super) fn build_stages(
         spec.pre_aggregate,
         state,
     );
-    if resume.store.is_none() {
+    if !checkpoints(spec, resume) {
         stages.without_checkpoints();
     }
     if let Some(routing) = resume.routing.filter(|r| r.candidate.is_some()) {
@@ -521,20 +527,24 @@ mod tests {
         PipelineSpec::parse(&text, false, Path::new("/specs")).expect("a valid spec")
     }
 
-    #[test]
-    fn a_memory_pipelines_shard_keeps_no_window_changes_for_checkpoints_that_never_come() {
-        let spec = spec("");
-        let loaded = Loaded::load(&spec).expect("native operators load");
+    /// The window changes a shard of `spec` hands to a checkpoint after a thousand windows
+    /// opened and closed (on a redb store in a temporary directory if `redb`).
+    fn window_changes_kept(spec: &PipelineSpec, redb: bool) -> usize {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = redb.then(|| {
+            let store = crate::state::RedbStore::open(dir.path()).expect("a store");
+            (store, dir.path().to_path_buf())
+        });
+        let loaded = Loaded::load(spec).expect("native operators load");
         let resume = Resume {
-            store: None,
+            store: store.as_ref(),
             manifest: None,
             watermark: MINUS_INFINITY,
             routing: None,
             candidate: None,
         };
         let control = super::super::standalone_control("p");
-        let mut shard = build_shard(&spec, &loaded, &resume, &control, 0, 1).expect("a shard");
-        // A thousand windows open and close; nothing ever asks for their changes.
+        let mut shard = build_shard(spec, &loaded, &resume, &control, 0, 1).expect("a shard");
         let events: Vec<Staged> = (0..1_000u64)
             .map(|i| Staged {
                 seq: i,
@@ -555,11 +565,21 @@ mod tests {
         };
         let out = shard.process(events, &timeline).expect("the shard runs");
         assert_eq!(out.engine.emissions.len(), 999);
-        let snapshot = shard.checkpoint().expect("a snapshot");
-        assert!(
-            snapshot.windows.is_empty(),
-            "{} window changes kept",
-            snapshot.windows.len()
-        );
+        shard.checkpoint().expect("a snapshot").windows.len()
+    }
+
+    #[test]
+    fn a_pipeline_that_never_checkpoints_keeps_no_window_changes_for_it() {
+        // Memory state, and redb state without an interval (a replay sandbox's, or "off"):
+        // nothing ever takes the changes, which grew with every window closed.
+        assert_eq!(window_changes_kept(&spec(""), false), 0);
+        let redb = spec("[state]\nbackend = \"redb\"\ndir = \"data\"");
+        let no_interval = PipelineSpec {
+            checkpoint_interval: None,
+            ..redb.clone()
+        };
+        assert_eq!(window_changes_kept(&no_interval, true), 0);
+        // A checkpointing pipeline keeps them for its next checkpoint.
+        assert_eq!(window_changes_kept(&redb, true), 1_000);
     }
 }

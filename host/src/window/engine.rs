@@ -147,8 +147,10 @@ pub struct EngineOutput {
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
-/// The most emptied lists of pending events kept for reuse.
+/// The most emptied lists of pending events kept for reuse, and the largest kept (larger ones
+/// are freed: a list is reused by any window, most get a few events).
 const MAX_SPARE: usize = 4_096;
+const MAX_SPARE_CAPACITY: usize = 64;
 
 #[derive(Debug)]
 struct LiveWindow {
@@ -883,7 +885,7 @@ impl WindowEngine {
             self.due.remove(&Due::of(&live));
         }
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
-        // skip ids that are gone, and ids are never reused.
+        // skip ids that are gone (an id names its slot's generation, see `Slab`).
         if let Some(log) = &mut self.log {
             log.closed.push((live.key.clone(), live.window));
         }
@@ -1041,7 +1043,7 @@ impl WindowEngine {
         drop(batch);
         // Its allocation serves the next window that gets events.
         pending.clear();
-        if self.spare.len() < MAX_SPARE && pending.capacity() <= MAX_EVENTS_PER_CALL {
+        if self.spare.len() < MAX_SPARE && pending.capacity() <= MAX_SPARE_CAPACITY {
             self.spare.push(pending);
         }
         Ok(())
@@ -1174,7 +1176,7 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let live = &self.windows[id];
-        if live.pending.is_empty() && !self.fires(id) {
+        if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
             return Ok(());
         }
         let (key, window) = (live.key.clone(), live.window);

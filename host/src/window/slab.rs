@@ -1,7 +1,8 @@
 //! [`Slab`]: an engine's live windows by id, in a vector of slots that closed windows leave
 //! free for the next ones. An id names a slot and the slot's generation, so an id kept after
 //! its window closed (in the list of windows with pending events, or the change log) finds
-//! nothing, even once the slot holds another window: ids are never reused.
+//! nothing, even once the slot holds another window. (The generation wraps after 2^32 windows
+//! in one slot; stale ids live for a batch or a checkpoint interval, far shorter.)
 //!
 //! Depends on nothing else of the crate.
 

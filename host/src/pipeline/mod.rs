@@ -43,7 +43,7 @@ use crate::checkpoint::{
     CheckpointError, CheckpointStats, Committer, Manifest, fingerprint, recover,
 };
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
-use crate::event::DEFAULT_MAX_LINE_BYTES;
+use crate::event::{DEFAULT_MAX_LINE_BYTES, Staged};
 use crate::operator::{LoadError, VersionCode};
 use crate::rollout::Routing;
 use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
@@ -278,7 +278,7 @@ pub fn run_controlled(
     info!(shards, "pipeline started");
 
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
-    let (shard_txs, acks, handles) = spawn_shards(workers, &part_tx, &control);
+    let (shard_txs, acks, handles, spent) = spawn_shards(workers, &part_tx, &control);
     let checkpointer = store.as_ref().map(|(store, dir)| collector::Checkpointer {
         committer: Committer {
             store: store.clone(),
@@ -306,6 +306,7 @@ pub fn run_controlled(
         routing,
         pending_change: None,
         key_groups: options.key_groups,
+        spent: &spent,
     };
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),
@@ -479,7 +480,9 @@ fn spawn_shards(
     Vec<SyncSender<ShardMsg>>,
     Vec<SyncSender<()>>,
     Vec<ShardHandle>,
+    Receiver<Vec<Staged>>,
 ) {
+    let (spent_tx, spent_rx) = sync_channel::<Vec<Staged>>(workers.len() * 4 + 4);
     let mut senders = Vec::with_capacity(workers.len());
     let mut acks = Vec::with_capacity(workers.len());
     let mut handles = Vec::with_capacity(workers.len());
@@ -489,11 +492,12 @@ fn spawn_shards(
         senders.push(tx);
         acks.push(ack_tx);
         let parts = parts.clone();
+        let spent = spent_tx.clone();
         let control = control.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-shard-{index}"))
             .spawn(move || {
-                let outcome = shard::run_thread(shard, &rx, &parts, &ack_rx, &control);
+                let outcome = shard::run_thread(shard, &rx, &parts, &spent, &ack_rx, &control);
                 if outcome.is_err() {
                     let _ = parts.send((u64::MAX, Part::Failed));
                 }
@@ -502,7 +506,7 @@ fn spawn_shards(
             .expect("spawning a shard thread");
         handles.push(handle);
     }
-    (senders, acks, handles)
+    (senders, acks, handles, spent_rx)
 }
 
 /// What the collector thread returns: its outcome and each sink's record count.

@@ -3,7 +3,7 @@
 
 use crate::hashing::HashMap;
 use std::sync::Arc;
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use tracing::info;
@@ -50,6 +50,8 @@ pub(super) struct Router<'a> {
     /// Route only these key groups' events (the others are numbered, observed and dropped);
     /// the router's own dead letters go only to the run holding key group 0.
     pub key_groups: Option<super::KeyGroups>,
+    /// Events the shards are done with, dropped here where they were made.
+    pub spent: &'a Receiver<Vec<Staged>>,
 }
 
 struct Batch {
@@ -357,6 +359,7 @@ impl Router<'_> {
             }
         }
         self.control.metrics.backpressured(started.elapsed());
+        self.recycle(batch);
         batch.records = 0;
         batch.bytes = 0;
         self.control.batch_sent();
@@ -370,6 +373,16 @@ impl Router<'_> {
             end_of_input,
         };
         self.parts.send((id, Part::Router(part))).is_ok()
+    }
+
+    /// Drops the events shards are done with; their emptied lists hold the next batch's.
+    fn recycle(&self, batch: &mut Batch) {
+        while let Ok(mut spent) = self.spent.try_recv() {
+            spent.clear();
+            if let Some(empty) = (batch.per_shard.iter_mut()).find(|list| list.capacity() == 0) {
+                *empty = spent;
+            }
+        }
     }
 
     fn barrier(&mut self, id: u64, position: Position) -> bool {

@@ -278,7 +278,12 @@ pub fn run_controlled(
     info!(shards, "pipeline started");
 
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
-    let (shard_txs, acks, handles, spent) = spawn_shards(workers, &part_tx, &control);
+    let ShardThreads {
+        senders: shard_txs,
+        acks,
+        handles,
+        spent,
+    } = spawn_shards(workers, &part_tx, &control);
     let checkpointer = store.as_ref().map(|(store, dir)| collector::Checkpointer {
         committer: Committer {
             store: store.clone(),
@@ -470,18 +475,23 @@ fn resume_routing(
 
 type ShardHandle = std::thread::JoinHandle<std::result::Result<(), EngineError>>;
 
-/// Starts a thread per shard; returns the senders to them, the acknowledgements that release
-/// them after a checkpoint, and their handles.
+/// The shards' threads as the router and the end of a run see them.
+struct ShardThreads {
+    /// Where each shard's batches and barriers go.
+    senders: Vec<SyncSender<ShardMsg>>,
+    /// The acknowledgements that release each shard after a checkpoint.
+    acks: Vec<SyncSender<()>>,
+    handles: Vec<ShardHandle>,
+    /// The events the shards are done with, for the router to drop.
+    spent: Receiver<Vec<Staged>>,
+}
+
+/// Starts a thread per shard.
 fn spawn_shards(
     workers: Vec<Shard>,
     parts: &SyncSender<(u64, Part)>,
     control: &Arc<PipelineControl>,
-) -> (
-    Vec<SyncSender<ShardMsg>>,
-    Vec<SyncSender<()>>,
-    Vec<ShardHandle>,
-    Receiver<Vec<Staged>>,
-) {
+) -> ShardThreads {
     let (spent_tx, spent_rx) = sync_channel::<Vec<Staged>>(workers.len() * 4 + 4);
     let mut senders = Vec::with_capacity(workers.len());
     let mut acks = Vec::with_capacity(workers.len());
@@ -506,7 +516,12 @@ fn spawn_shards(
             .expect("spawning a shard thread");
         handles.push(handle);
     }
-    (senders, acks, handles, spent_rx)
+    ShardThreads {
+        senders,
+        acks,
+        handles,
+        spent: spent_rx,
+    }
 }
 
 /// What the collector thread returns: its outcome and each sink's record count.

@@ -213,12 +213,13 @@ struct Due {
 }
 
 impl Due {
-    fn of(live: &LiveWindow) -> Due {
+    /// The entry of window `id` of `key` over `window`.
+    fn new(key: &Arc<str>, window: Window, id: WindowId) -> Due {
         Due {
-            end: live.window.end,
-            start: live.window.start,
-            key: KeyOrder::of(&live.key),
-            id: live.id,
+            end: window.end,
+            start: window.start,
+            key: KeyOrder::of(key),
+            id,
         }
     }
 }
@@ -367,7 +368,8 @@ impl WindowEngine {
         }
     }
 
-    /// An engine whose pipeline never checkpoints (memory state): it keeps no change log.
+    /// An engine whose pipeline never checkpoints (memory state, or redb without an interval):
+    /// it keeps no change log.
     pub fn without_checkpoints(&mut self) {
         self.log = None;
     }
@@ -574,6 +576,15 @@ impl WindowEngine {
         }
     }
 
+    /// Window `id`'s state, taken from the store, under the key to put it back with.
+    fn take_scope(&self, id: WindowId, cx: &mut Context<'_>) -> Result<(StateKey, Scope)> {
+        let live = &self.windows[id];
+        let state_key = self.state_key(&live.key, live.window);
+        let state = cx.state.take(&state_key)?;
+        let key = live.key.clone();
+        Ok((state_key, Scope { key, state }))
+    }
+
     fn is_late(&self, window: &Window) -> bool {
         self.watermark >= window.end.saturating_add(self.lateness)
     }
@@ -738,12 +749,7 @@ impl WindowEngine {
         entry.expect("a live window of its key").0 = merged;
         if std::mem::take(&mut live.queued) {
             // Queued again under its new end by the `contribute` that follows.
-            self.due.remove(&Due {
-                end: old.end,
-                start: old.start,
-                key: KeyOrder::of(&key),
-                id,
-            });
+            self.due.remove(&Due::new(&key, old, id));
         }
         self.expiry
             .remove(&(old.end.saturating_add(self.lateness), id));
@@ -882,7 +888,7 @@ impl WindowEngine {
         self.expiry
             .remove(&(live.window.end.saturating_add(self.lateness), id));
         if live.queued {
-            self.due.remove(&Due::of(&live));
+            self.due.remove(&Due::new(&live.key, live.window, id));
         }
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
         // skip ids that are gone (an id names its slot's generation, see `Slab`).
@@ -959,7 +965,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         if !live.queued {
             live.queued = true;
-            self.due.insert(Due::of(live));
+            self.due.insert(Due::new(&live.key, live.window, id));
         }
     }
 
@@ -978,11 +984,7 @@ impl WindowEngine {
         if live.pending.is_empty() && !live.rebuild {
             return Ok(());
         }
-        let state_key = self.state_key(&live.key, live.window);
-        let mut scope = Scope {
-            key: live.key.clone(),
-            state: cx.state.take(&state_key)?,
-        };
+        let (state_key, mut scope) = self.take_scope(id, cx)?;
         self.add_pending_to(id, &mut scope, events, cx, out)?;
         cx.state.put(state_key, scope.state)?;
         Ok(())
@@ -1143,7 +1145,6 @@ impl WindowEngine {
             let live = self.windows.get_mut(id).expect("a due window is live");
             live.queued = false;
             let window = live.window;
-            let closing = advance && self.is_late(&window);
             if self.keeps_inputs {
                 // A stage's window may have no inputs left, and then no state to finish.
                 self.flush_pending(id, events, cx, out)?;
@@ -1151,6 +1152,7 @@ impl WindowEngine {
                     self.emit(id, trigger, false, cx, out)?;
                 }
             } else {
+                let closing = advance && self.is_late(&window);
                 self.flush_and_emit(id, trigger, closing, events, cx, out)?;
             }
         }
@@ -1179,12 +1181,8 @@ impl WindowEngine {
         if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
             return Ok(());
         }
-        let (key, window) = (live.key.clone(), live.window);
-        let state_key = self.state_key(&key, window);
-        let mut scope = Scope {
-            key,
-            state: cx.state.take(&state_key)?,
-        };
+        let window = live.window;
+        let (state_key, mut scope) = self.take_scope(id, cx)?;
         self.add_pending_to(id, &mut scope, events, cx, out)?;
         let outcome = self
             .fires(id)
@@ -1238,11 +1236,7 @@ impl WindowEngine {
             // Every input of a stage's window was withdrawn: so is its result.
             Ok(Fields::new())
         } else {
-            let state_key = self.state_key(&live.key, window);
-            let mut scope = Scope {
-                key: live.key.clone(),
-                state: cx.state.take(&state_key)?,
-            };
+            let (state_key, mut scope) = self.take_scope(id, cx)?;
             let outcome = cx.operator.finish(&mut scope, window);
             cx.state.put(state_key, scope.state)?;
             outcome

@@ -21,6 +21,9 @@ pub(super) enum ShardMsg {
         /// Arrival indexes after which every changed window emits early.
         early: Arc<Vec<u64>>,
         end_of_input: bool,
+        /// Whether windows may keep this batch's events pending into the next batches (see
+        /// [`crate::window::WindowEngine::process_carrying`]): never before a barrier.
+        carry: bool,
     },
     Barrier {
         id: u64,

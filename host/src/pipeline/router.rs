@@ -69,6 +69,15 @@ impl Batch {
     fn is_full(&self, batch_size: usize) -> bool {
         self.records >= batch_size || self.bytes >= MAX_BATCH_BYTES
     }
+
+    /// Whether its events may stay pending in windows after it: it is full by its count of
+    /// records and not large ([`MAX_CARRIED_BATCH_BYTES`]), so that shards hold at most
+    /// [`crate::window::MAX_HELD_BATCHES`] such batches. A batch that is not full (the input
+    /// slowed down or paused) has everything added at once, as do large events, whose calls
+    /// are few anyway.
+    fn carries(&self, batch_size: usize) -> bool {
+        self.records >= batch_size && self.bytes <= MAX_CARRIED_BATCH_BYTES
+    }
 }
 
 impl Router<'_> {
@@ -101,6 +110,8 @@ impl Router<'_> {
         };
         let mut last_checkpoint = Instant::now();
         let mut batch_opened = Instant::now();
+        // Whether the last batch sent let windows carry its events.
+        let mut carrying = false;
         // What the last checkpoint covered: events, watermark and how far the source was read
         // (input that made no event, a bad line, still moves it: its dead letter must be
         // committed, and so written, without waiting for more input).
@@ -120,7 +131,9 @@ impl Router<'_> {
             if self.control.stopping() {
                 // A stop is not the end of the input: no window closes; the final checkpoint
                 // lets a restart continue exactly here.
-                if self.send(&mut batch, batch_id, false) && self.checkpoint_interval.is_some() {
+                if self.send(&mut batch, batch_id, false, false)
+                    && self.checkpoint_interval.is_some()
+                {
                     let position = self.position(&*source, seq, &watermark, false);
                     self.barrier(batch_id + 1, position);
                 }
@@ -223,18 +236,24 @@ impl Router<'_> {
                         || self.control.wants_savepoint())
             });
             // While the input pauses, send what we hold: results should not wait for a full
-            // batch.
+            // batch, nor events the last batch let windows carry (an empty batch that does not
+            // carry adds them, so their dead letters do not wait for the input to resume).
             let idle = tick
                 && (batch.records > 0
+                    || carrying
                     || !batch.advances.is_empty()
                     || !batch.early.is_empty()
                     || !batch.dead.is_empty());
             // Nor behind a batch that fills slowly under a steady trickle.
             let lingered = clock && batch.records > 0 && batch_opened.elapsed() >= MAX_BATCH_DELAY;
             if batch.is_full(spec.batch_size) || due || idle || lingered {
-                if !self.send(&mut batch, batch_id, false) {
+                // Windows carry a full batch's events into the next batches (fewer, larger
+                // operator calls) while the input keeps them full, never before a barrier.
+                let carry = !due && batch.carries(spec.batch_size);
+                if !self.send(&mut batch, batch_id, false, carry) {
                     return Ok(seq - start.events);
                 }
+                carrying = carry;
                 batch_id += 1;
                 batch_opened = Instant::now();
                 self.publish(seq, watermark.current(), source.position().offset);
@@ -250,7 +269,7 @@ impl Router<'_> {
             }
         }
         watermark.finish();
-        if self.send(&mut batch, batch_id, true) && self.checkpoint_interval.is_some() {
+        if self.send(&mut batch, batch_id, true, false) && self.checkpoint_interval.is_some() {
             let position = self.position(&*source, seq, &watermark, true);
             self.barrier(batch_id + 1, position);
         }
@@ -338,7 +357,7 @@ impl Router<'_> {
         }
     }
 
-    fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool) -> bool {
+    fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool, carry: bool) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
         let early = Arc::new(std::mem::take(&mut batch.early));
         // A send waits only while the shard's queue is full: that wait is backpressure.
@@ -352,6 +371,7 @@ impl Router<'_> {
                     advances: advances.clone(),
                     early: early.clone(),
                     end_of_input,
+                    carry,
                 })
                 .is_err()
             {
@@ -468,6 +488,9 @@ const MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
 /// of 16,384 lines of 1 MiB each (the longest line) would otherwise be 16 GiB in memory before
 /// any operator saw it. Batch boundaries never change results.
 const MAX_BATCH_BYTES: usize = 64 << 20;
+
+/// The largest batch (in input bytes) whose events windows may carry into the next batches.
+const MAX_CARRIED_BATCH_BYTES: usize = 8 << 20;
 
 /// The keys of an aggregate's partials. A global aggregate replaces each event's key by one of
 /// [`BUCKETS`] bucket keys (`*/0` ... ), chosen by the key's group, so that the partials spread

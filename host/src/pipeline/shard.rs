@@ -22,9 +22,9 @@ pub struct ShardOutput {
     pub engine: EngineOutput,
     /// Enriched events (pipelines without an aggregate).
     pub events: Vec<Staged>,
-    /// The batch's events once the window engine is done with them, to be dropped on the
-    /// router's thread (see [`run_thread`]).
-    pub spent: Vec<Staged>,
+    /// Batches the window engine is done with (this one, or earlier ones it carried), to be
+    /// dropped on the router's thread (see [`run_thread`]).
+    pub spent: Vec<Vec<Staged>>,
 }
 
 /// What a shard hands to a checkpoint.
@@ -84,7 +84,18 @@ impl Shard {
     }
 
     /// Everything changed since the last checkpoint: state scopes and window metadata.
+    /// Refused if the window engine still holds events it has not added (the batch before a
+    /// barrier never carries).
     pub fn checkpoint(&mut self) -> Result<ShardSnapshot, EngineError> {
+        if let Some((engine, _, _)) = &self.aggregate
+            && engine.holds_events()
+        {
+            return Err(EngineError::Host(
+                "a checkpoint came while the window engine held events not yet added to state \
+                 (the batch before a barrier must not carry): a bug, please report it"
+                    .into(),
+            ));
+        }
         let state = self.state.changes()?;
         let windows = self
             .aggregate
@@ -166,11 +177,13 @@ impl Shard {
     }
 
     /// Processes this shard's events of one batch with all of the batch's watermark advances
-    /// and early firings.
+    /// and early firings; with `carry`, windows may keep its events pending into the next
+    /// batches.
     pub fn process(
         &mut self,
         mut events: Vec<Staged>,
         timeline: &Timeline<'_>,
+        carry: bool,
     ) -> Result<ShardOutput, EngineError> {
         let (advances, end_of_input) = (timeline.advances, timeline.end_of_input);
         let mut out = ShardOutput::default();
@@ -207,8 +220,8 @@ impl Shard {
                     operator,
                     state: self.state.as_mut(),
                 };
-                engine.process(&events, timeline, &mut cx, &mut out.engine)?;
-                out.spent = events;
+                out.spent =
+                    engine.process_carrying(events, carry, timeline, &mut cx, &mut out.engine)?;
             }
             None => out.events = events,
         }
@@ -239,16 +252,18 @@ pub(super) fn run_thread(
                 advances,
                 early,
                 end_of_input,
+                carry,
             } => {
                 let timeline = Timeline {
                     advances: &advances,
                     early: &early,
                     end_of_input,
                 };
-                let mut output = shard.process(events, &timeline)?;
-                let events = std::mem::take(&mut output.spent);
-                if !events.is_empty() {
-                    let _ = spent.try_send(events); // or dropped here
+                let mut output = shard.process(events, &timeline, carry)?;
+                for events in std::mem::take(&mut output.spent) {
+                    if !events.is_empty() {
+                        let _ = spent.try_send(events); // or dropped here
+                    }
                 }
                 if parts.send((id, Part::Shard(output))).is_err() {
                     break;
@@ -331,7 +346,35 @@ mod tests {
             advances: Arc::new(vec![(seq, ts)]),
             early: Arc::default(),
             end_of_input: false,
+            carry: false,
         }
+    }
+
+    #[test]
+    fn a_shard_refuses_a_checkpoint_while_its_windows_hold_events_not_yet_added() {
+        let mut shard = shard();
+        let ShardMsg::Batch { events, .. } = batch(0, 0, 5) else {
+            unreachable!()
+        };
+        let timeline = Timeline {
+            advances: &[],
+            early: &[],
+            end_of_input: false,
+        };
+        let out = shard.process(events, &timeline, true).expect("the shard runs");
+        assert!(out.spent.is_empty(), "the window holds the batch's event");
+        assert!(shard.checkpoint().is_err());
+        // A batch that does not carry (the router sends one before every barrier) adds it.
+        let out = shard.process(Vec::new(), &timeline, false).expect("the shard runs");
+        assert_eq!(out.spent.iter().map(Vec::len).collect::<Vec<_>>(), [1, 0]);
+        shard.checkpoint().expect("a snapshot");
+        let end = Timeline {
+            end_of_input: true,
+            ..timeline
+        };
+        let out = shard.process(Vec::new(), &end, false).expect("the shard runs");
+        let result = &out.engine.emissions[0].value;
+        assert!(result.contains(&("count".into(), Value::Int(1))), "{result:?}");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! judged against the current watermark, the event is added to its windows (sessions merge), and
 //! every window whose end the watermark has passed and that has unemitted changes fires. Adds
 //! are buffered per window and cross the Wasm boundary in one call per window, when the window
-//! fires or the batch ends.
+//! fires or the batch ends, or, while full batches follow each other, when the window fires or
+//! the engine would hold more than [`MAX_HELD_BATCHES`] batches ([`Arrived`]).
 //!
 //! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
 //! upstream result they stand for ([`Origin`]): an upstream update replaces its result's
@@ -23,6 +24,7 @@ use std::collections::BTreeSet;
 use crate::hashing::HashMap;
 use std::sync::Arc;
 
+use super::arrived::{Arrived, Carried};
 use super::assign::assign;
 use super::inputs::{Input, Inputs, StoredInput};
 use super::slab::{Slab, WindowId};
@@ -147,6 +149,11 @@ pub struct EngineOutput {
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
+/// The most batches an engine holds for windows that wait to add their events (the current
+/// one included): the memory carrying costs is at most this many batches' events, as many as
+/// a shard's queue holds.
+pub const MAX_HELD_BATCHES: usize = 4;
+
 /// The most emptied lists of pending events kept for reuse, and the largest kept (larger ones
 /// are freed: a list is reused by any window, most get a few events).
 const MAX_SPARE: usize = 4_096;
@@ -163,8 +170,10 @@ struct LiveWindow {
     version: u64,
     /// The last emitted output, for retraction.
     last_output: Option<Fields>,
-    /// Indexes (into the current batch) of events waiting to be added.
+    /// Numbers (see [`Arrived`]) of events waiting to be added, in arrival order.
     pending: Vec<usize>,
+    /// Whether the window is listed in the engine's `dirty` (at most once).
+    listed: bool,
     /// Whether the state changed since the last emission.
     changed: bool,
     /// Whether the window waits in `due`.
@@ -268,8 +277,12 @@ pub struct WindowEngine {
     due: BTreeSet<Due>,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
-    /// Windows with pending events.
+    /// Windows with pending events (and some whose events were added since: see `listed`).
     dirty: Vec<WindowId>,
+    /// Batches carried over because windows still wait to add their events.
+    carried: Carried,
+    /// Events numbered so far (the next batch's first number).
+    received: usize,
     /// What changed since the last checkpoint; none in a pipeline that never checkpoints (it
     /// would grow with every window ever closed).
     log: Option<ChangeLog>,
@@ -361,6 +374,8 @@ impl WindowEngine {
             due: BTreeSet::new(),
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
+            carried: Carried::new(),
+            received: 0,
             log: Some(ChangeLog::default()),
             scratch: Vec::new(),
             found: Vec::new(),
@@ -481,16 +496,79 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        let carried = std::mem::take(&mut self.carried);
+        let arrived = Arrived::new(&carried, events, self.received);
+        self.received += events.len();
+        self.run(&arrived, timeline, cx, out)?;
+        self.flush_all(&arrived, cx, out)
+    }
+
+    /// [`Self::process`], except that with `carry` the windows that do not fire in this batch
+    /// keep their events pending into the next ones, so that each window's events cross into
+    /// the operator in fewer, larger calls (results are the same: adds split anywhere give the
+    /// same state). The engine then holds the batches those events are in, at most
+    /// [`MAX_HELD_BATCHES`] (the oldest one's windows add their events when one more would be
+    /// held). Without `carry` (before a checkpoint, whose state must hold every event before
+    /// it, or when the input slows down) everything pending is added, as `process` does; a
+    /// stage's engine never carries. Returns the batches the engine no longer holds.
+    pub fn process_carrying(
+        &mut self,
+        events: Vec<Staged>,
+        carry: bool,
+        timeline: &Timeline<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<Vec<Vec<Staged>>> {
+        let mut carried = std::mem::take(&mut self.carried);
+        let first = self.received;
+        self.received += events.len();
+        let arrived = Arrived::new(&carried, &events, first);
+        self.run(&arrived, timeline, cx, out)?;
+        if carry && !self.keeps_inputs {
+            let held = carried.len() + 1;
+            if let Some(dropped) = held.checked_sub(MAX_HELD_BATCHES).filter(|&n| n > 0) {
+                let keep_from = carried.get(dropped).map_or(first, |(number, _)| *number);
+                self.flush_older(keep_from, &arrived, cx, out)?;
+            }
+        } else {
+            self.flush_all(&arrived, cx, out)?;
+        }
+        carried.push_back((first, events));
+        let oldest = self.settle_dirty();
+        let mut released = Vec::new();
+        while let Some((number, batch)) = carried.front()
+            && oldest.is_none_or(|oldest| number + batch.len() <= oldest)
+        {
+            released.extend(carried.pop_front().map(|(_, batch)| batch));
+        }
+        self.carried = carried;
+        Ok(released)
+    }
+
+    /// Whether the engine holds events that are not yet added to their windows' state.
+    pub fn holds_events(&self) -> bool {
+        !self.carried.is_empty()
+    }
+
+    /// The current batch's events and timeline, without the final flush.
+    fn run(
+        &mut self,
+        events: &Arrived<'_>,
+        timeline: &Timeline<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         let mut next = (0, 0);
-        for (index, staged) in events.iter().enumerate() {
+        let (current, first) = (events.current(), events.first());
+        for (index, staged) in current.iter().enumerate() {
             self.catch_up(Some(staged.seq), timeline, &mut next, events, cx, out)?;
-            self.accept(index, staged, events, cx, out)?;
+            self.accept(first + index, staged, events, cx, out)?;
             if !self.early.is_empty() {
                 self.fire_early(staged.seq, events, cx, out)?;
             }
             // A stage's events of one arrival index (an upstream update's withdrawal and
             // insertion, or every result of one upstream advance) change its windows at once.
-            let next = events.get(index + 1);
+            let next = current.get(index + 1);
             if staged.origin.is_none()
                 || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none())
             {
@@ -501,10 +579,61 @@ impl WindowEngine {
         if timeline.end_of_input {
             self.advance(u64::MAX, PLUS_INFINITY, events, cx, out)?;
         }
+        Ok(())
+    }
+
+    /// Adds every window's pending events.
+    fn flush_all(
+        &mut self,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
         for id in std::mem::take(&mut self.dirty) {
-            self.flush_pending(id, events, cx, out)?;
+            if let Some(live) = self.windows.get_mut(id) {
+                live.listed = false;
+                self.flush_pending(id, events, cx, out)?;
+            }
         }
         Ok(())
+    }
+
+    /// Adds the pending events of every window that waits with an event numbered before
+    /// `keep_from`, in the order the windows first got events.
+    fn flush_older(
+        &mut self,
+        keep_from: usize,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        for i in 0..self.dirty.len() {
+            let id = self.dirty[i];
+            let waits = (self.windows.get(id))
+                .is_some_and(|live| live.pending.first().is_some_and(|&n| n < keep_from));
+            if waits {
+                self.flush_pending(id, events, cx, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops from `dirty` the windows with nothing left to add (and closed ones). Returns the
+    /// number of the oldest event still pending.
+    fn settle_dirty(&mut self) -> Option<usize> {
+        let mut oldest: Option<usize> = None;
+        let windows = &mut self.windows;
+        self.dirty.retain(|&id| {
+            let Some(live) = windows.get_mut(id) else {
+                return false;
+            };
+            if let Some(&number) = live.pending.first() {
+                oldest = Some(oldest.map_or(number, |oldest| oldest.min(number)));
+            }
+            live.listed = !live.pending.is_empty() || live.rebuild;
+            live.listed
+        });
+        oldest
     }
 
     /// Applies the timeline's advances and early firings before arrival index `before` (all
@@ -515,7 +644,7 @@ impl WindowEngine {
         before: Option<u64>,
         timeline: &Timeline<'_>,
         next: &mut (usize, usize),
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -546,7 +675,7 @@ impl WindowEngine {
     fn fire_all_early(
         &mut self,
         trigger: u64,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -603,9 +732,9 @@ impl WindowEngine {
 
     fn accept(
         &mut self,
-        index: usize,
+        number: usize,
         staged: &Staged,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -632,7 +761,7 @@ impl WindowEngine {
         if let WindowSpec::Session { .. } = self.spec {
             let own = windows[0];
             self.scratch = windows;
-            return self.accept_session(index, staged, own, events, cx, out);
+            return self.accept_session(number, staged, own, events, cx, out);
         }
         // The key's windows are looked up once for all of the event's windows.
         let mut found = std::mem::take(&mut self.found);
@@ -647,7 +776,7 @@ impl WindowEngine {
         }
         for (window, id) in found.drain(..) {
             let id = id.unwrap_or_else(|| self.open(event.key.clone(), window, 0));
-            self.contribute(id, index, staged);
+            self.contribute(id, number, staged);
         }
         self.found = found;
         Ok(())
@@ -655,10 +784,10 @@ impl WindowEngine {
 
     fn accept_session(
         &mut self,
-        index: usize,
+        number: usize,
         staged: &Staged,
         own: Window,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -678,7 +807,7 @@ impl WindowEngine {
                 self.late(staged, out);
             } else {
                 let id = self.open(event.key.clone(), own, 0);
-                self.contribute(id, index, staged);
+                self.contribute(id, number, staged);
             }
             return Ok(());
         }
@@ -688,7 +817,7 @@ impl WindowEngine {
         if let [only] = touching[..]
             && self.windows[only].window == merged
         {
-            self.contribute(only, index, staged);
+            self.contribute(only, number, staged);
             return Ok(());
         }
         if let [only] = touching[..]
@@ -696,7 +825,7 @@ impl WindowEngine {
             && !self.keeps_inputs
         {
             self.extend_session(only, merged, staged, cx, out)?;
-            self.contribute(only, index, staged);
+            self.contribute(only, number, staged);
             return Ok(());
         }
         // The event bridges sessions (or extends one with early results, or a stage's):
@@ -718,7 +847,7 @@ impl WindowEngine {
         if changed || version > 0 {
             self.mark_changed(id);
         }
-        self.contribute(id, index, staged);
+        self.contribute(id, number, staged);
         Ok(())
     }
 
@@ -856,6 +985,7 @@ impl WindowEngine {
             version,
             last_output: None,
             pending: Vec::new(),
+            listed: false,
             changed: false,
             queued: false,
             early: 0,
@@ -898,10 +1028,10 @@ impl WindowEngine {
         live
     }
 
-    /// Adds the event at `index` to window `id`. A stage's event also becomes one of the
-    /// window's inputs, replacing an earlier one of the same origin (the window's state is then
-    /// rebuilt).
-    fn contribute(&mut self, id: WindowId, index: usize, staged: &Staged) {
+    /// Adds the event numbered `number` to window `id`. A stage's event also becomes one of
+    /// the window's inputs, replacing an earlier one of the same origin (the window's state is
+    /// then rebuilt).
+    fn contribute(&mut self, id: WindowId, number: usize, staged: &Staged) {
         if let Some(origin) = &staged.origin {
             let live = self.windows.get_mut(id).expect("a live window");
             live.rebuild |= live.inputs.put(Input {
@@ -910,7 +1040,7 @@ impl WindowEngine {
             });
             live.touch(&mut self.log);
         }
-        self.add_pending(id, index);
+        self.add_pending(id, number);
     }
 
     /// Removes a withdrawn upstream result from every window of its key that holds it; each
@@ -932,20 +1062,27 @@ impl WindowEngine {
             }
         }
         for id in hit {
-            self.dirty.push(id);
+            self.list_dirty(id);
             self.mark_changed(id);
         }
     }
 
-    fn add_pending(&mut self, id: WindowId, index: usize) {
+    /// Lists window `id` in `dirty`, unless it is already.
+    fn list_dirty(&mut self, id: WindowId) {
         let live = self.windows.get_mut(id).expect("a live window");
-        if live.pending.is_empty() {
+        if !live.listed {
+            live.listed = true;
             self.dirty.push(id);
-            if live.pending.capacity() == 0 {
-                live.pending = self.spare.pop().unwrap_or_default();
-            }
         }
-        live.pending.push(index);
+    }
+
+    fn add_pending(&mut self, id: WindowId, number: usize) {
+        self.list_dirty(id);
+        let live = self.windows.get_mut(id).expect("a live window");
+        if live.pending.capacity() == 0 {
+            live.pending = self.spare.pop().unwrap_or_default();
+        }
+        live.pending.push(number);
         if let Some(every) = self.early_every
             && live.since_emit + live.pending.len() as u64 >= every
         {
@@ -974,7 +1111,7 @@ impl WindowEngine {
     fn flush_pending(
         &mut self,
         id: WindowId,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -995,7 +1132,7 @@ impl WindowEngine {
         &mut self,
         id: WindowId,
         scope: &mut Scope,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1111,7 +1248,7 @@ impl WindowEngine {
         &mut self,
         seq: u64,
         watermark: Millis,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1133,7 +1270,7 @@ impl WindowEngine {
         &mut self,
         trigger: u64,
         advance: bool,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1173,7 +1310,7 @@ impl WindowEngine {
         id: WindowId,
         trigger: u64,
         closing: bool,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1201,7 +1338,7 @@ impl WindowEngine {
     fn fire_early(
         &mut self,
         trigger: u64,
-        events: &[Staged],
+        events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1567,6 +1704,119 @@ mod tests {
             operator.adds, 2,
             "one call per session, not one per extending event"
         );
+    }
+
+    /// What [`run_batches`] saw.
+    struct Batched {
+        out: EngineOutput,
+        /// The most batches the engine held after a batch.
+        most_held: usize,
+        /// Events in the batches it gave back.
+        released: usize,
+        /// Whether it held events at the end.
+        holds: bool,
+    }
+
+    /// [`run_with`], in batches of `size` events through `process_carrying`, each carrying if
+    /// `carry(batch number)`, the input ending with the last if `end`.
+    fn run_batches(
+        operator: &mut dyn AggregateOperator,
+        spec: WindowSpec,
+        events: &[(&str, Millis, i64)],
+        (size, end): (usize, bool),
+        carry: impl Fn(usize) -> bool,
+    ) -> Batched {
+        let staged: Vec<Staged> = (events.iter().enumerate())
+            .map(|(i, (key, ts, amount))| Staged {
+                seq: i as u64,
+                event: Event {
+                    line: i as u64 + 1,
+                    key: (*key).into(),
+                    timestamp: *ts,
+                    fields: vec![("amount".into(), Value::Int(*amount))],
+                },
+                origin: None,
+            })
+            .collect();
+        let mut engine = WindowEngine::new(spec, 0, 0, "count-sum@1".into());
+        let mut state = MemoryBackend::default();
+        let mut cx = Context {
+            operator,
+            state: &mut state,
+        };
+        let mut seen = Batched {
+            out: EngineOutput::default(),
+            most_held: 0,
+            released: 0,
+            holds: false,
+        };
+        let mut watermark = MINUS_INFINITY;
+        let batches: Vec<&[Staged]> = staged.chunks(size).collect();
+        for (n, batch) in batches.iter().enumerate() {
+            let mut advances = Vec::new();
+            for s in batch.iter() {
+                if s.event.timestamp > watermark {
+                    watermark = s.event.timestamp;
+                    advances.push((s.seq, watermark));
+                }
+            }
+            let end = end && n + 1 == batches.len();
+            let released = engine
+                .process_carrying(
+                    batch.to_vec(),
+                    carry(n),
+                    &timeline(&advances, end),
+                    &mut cx,
+                    &mut seen.out,
+                )
+                .expect("the engine runs");
+            seen.released += released.iter().map(Vec::len).sum::<usize>();
+            seen.most_held = seen.most_held.max(engine.carried.len());
+        }
+        seen.holds = engine.holds_events();
+        seen
+    }
+
+    #[test]
+    fn full_batches_carry_their_events_into_fewer_calls_with_the_same_results() {
+        let keys = ["a", "b", "c"];
+        let events: Vec<(&str, Millis, i64)> = (0..120)
+            .map(|i| (keys[i % 3], (i / 3) as Millis, i as i64))
+            .collect();
+        let mut one = CountingAdds::default();
+        let expected = emitted(&run_with(&mut one, TUMBLING, 0, &events, true));
+        let mut flushing = CountingAdds::default();
+        let each = run_batches(&mut flushing, TUMBLING, &events, (6, true), |_| false);
+        let mut carrying = CountingAdds::default();
+        let carried = run_batches(&mut carrying, TUMBLING, &events, (6, true), |_| true);
+        assert_eq!(emitted(&each.out), expected);
+        assert_eq!(emitted(&carried.out), expected);
+        // Windows of 10 ms get 30 events, 6 per batch: 5 batches each, so 5 calls per window
+        // without carrying, one with it.
+        assert_eq!((flushing.adds, carrying.adds), (12 * 5, 12));
+        assert!(carried.most_held <= MAX_HELD_BATCHES, "{}", carried.most_held);
+        assert_eq!((carried.released, carried.holds), (events.len(), false));
+    }
+
+    #[test]
+    fn an_engine_holds_at_most_its_limit_of_batches_and_none_after_a_batch_that_does_not_carry()
+    {
+        // One window that never fires before the end: only the limit makes it add.
+        let events: Vec<(&str, Millis, i64)> = (0..40).map(|i| ("a", i, 1)).collect();
+        let long = WindowSpec::Tumbling { size: 1_000 };
+        let mut operator = CountingAdds::default();
+        let seen = run_batches(&mut operator, long, &events, (2, true), |n| n != 12);
+        assert_eq!(seen.most_held, MAX_HELD_BATCHES);
+        assert_eq!(emitted(&seen.out), [("a".into(), 0, 1_000, "result", 1, 40)]);
+        // Batches 0-3 held, added when batch 4 came; 5-8 when 9 came; 9-12 (12 does not
+        // carry); 13-16 when 17 came; 17-19 at the end.
+        assert_eq!(operator.adds, 5);
+        // Stopped after batch 12, before a checkpoint: everything is added, nothing held.
+        let mut operator = CountingAdds::default();
+        let stopped = run_batches(&mut operator, long, &events[..26], (2, false), |n| n < 12);
+        assert_eq!(operator.adds, 3);
+        assert!(stopped.out.emissions.is_empty());
+        assert_eq!((stopped.released, stopped.holds), (26, false));
     }
 
     #[test]

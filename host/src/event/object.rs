@@ -111,11 +111,12 @@ impl<'de> Visitor<'de> for ObjectReader<'_> {
             let value = if *name == *self.key_field || *name == *self.timestamp_field {
                 let json: serde_json::Value = map.next_value()?;
                 let value = Value::from_json(&json);
-                if *name == *self.key_field {
-                    object.key = Some(json.clone());
-                }
-                if *name == *self.timestamp_field {
-                    object.timestamp = Some(json);
+                match (*name == *self.key_field, *name == *self.timestamp_field) {
+                    (true, true) => {
+                        (object.key, object.timestamp) = (Some(json.clone()), Some(json))
+                    }
+                    (true, false) => object.key = Some(json),
+                    _ => object.timestamp = Some(json),
                 }
                 value
             } else {

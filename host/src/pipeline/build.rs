@@ -563,7 +563,9 @@ mod tests {
             early: &[],
             end_of_input: false,
         };
-        let out = shard.process(events, &timeline, false).expect("the shard runs");
+        let out = shard
+            .process(events, &timeline, false)
+            .expect("the shard runs");
         assert_eq!(out.engine.emissions.len(), 999);
         shard.checkpoint().expect("a snapshot").windows.len()
     }

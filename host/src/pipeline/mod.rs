@@ -8,7 +8,9 @@
 //! The router (the calling thread) numbers events in arrival order and records every watermark
 //! advance; each batch goes to every shard with all of the batch's advances, so each shard fires
 //! its windows exactly as a single shard would. The collector puts each batch's outputs into the
-//! canonical order before writing, so the output is the same for any shard count and batch size.
+//! canonical order before writing, so the results are the same for any shard count and batch
+//! size (dead letters of operator calls follow when their windows add their events: see
+//! [`crate::window::WindowEngine::process_carrying`]).
 //!
 //! Checkpoints (redb backend): every `checkpoint_interval` the router sends a barrier after a
 //! batch. Each shard hands over what changed since the last barrier and waits; the collector,

@@ -71,12 +71,15 @@ impl Batch {
     }
 
     /// Whether its events may stay pending in windows after it: it is full by its count of
-    /// records and not large ([`MAX_CARRIED_BATCH_BYTES`]), so that shards hold at most
+    /// records, and neither large ([`MAX_CARRIED_BATCH_BYTES`] of input) nor long
+    /// ([`MAX_CARRIED_BATCH_RECORDS`]), so that shards hold at most
     /// [`crate::window::MAX_HELD_BATCHES`] such batches. A batch that is not full (the input
-    /// slowed down or paused) has everything added at once, as do large events, whose calls
-    /// are few anyway.
+    /// slowed down or paused) has everything added at once, as do large events and batches,
+    /// whose calls are few and large anyway.
     fn carries(&self, batch_size: usize) -> bool {
-        self.records >= batch_size && self.bytes <= MAX_CARRIED_BATCH_BYTES
+        self.records >= batch_size
+            && self.records <= MAX_CARRIED_BATCH_RECORDS
+            && self.bytes <= MAX_CARRIED_BATCH_BYTES
     }
 }
 
@@ -237,7 +240,9 @@ impl Router<'_> {
             });
             // While the input pauses, send what we hold: results should not wait for a full
             // batch, nor events the last batch let windows carry (an empty batch that does not
-            // carry adds them, so their dead letters do not wait for the input to resume).
+            // carry adds them, so their dead letters do not wait for the input to resume; a
+            // source that blocks instead of ticking, as stdin, leaves them to the next batch,
+            // the next checkpoint or the end).
             let idle = tick
                 && (batch.records > 0
                     || carrying
@@ -489,8 +494,10 @@ const MAX_BATCH_DELAY: Duration = Duration::from_millis(100);
 /// any operator saw it. Batch boundaries never change results.
 const MAX_BATCH_BYTES: usize = 64 << 20;
 
-/// The largest batch (in input bytes) whose events windows may carry into the next batches.
+/// The largest batch, in input bytes and in records, whose events windows may carry into the
+/// next batches (generated events count no bytes, but are small).
 const MAX_CARRIED_BATCH_BYTES: usize = 8 << 20;
+const MAX_CARRIED_BATCH_RECORDS: usize = 65_536;
 
 /// The keys of an aggregate's partials. A global aggregate replaces each event's key by one of
 /// [`BUCKETS`] bucket keys (`*/0` ... ), chosen by the key's group, so that the partials spread

@@ -361,20 +361,29 @@ mod tests {
             early: &[],
             end_of_input: false,
         };
-        let out = shard.process(events, &timeline, true).expect("the shard runs");
+        let out = shard
+            .process(events, &timeline, true)
+            .expect("the shard runs");
         assert!(out.spent.is_empty(), "the window holds the batch's event");
         assert!(shard.checkpoint().is_err());
         // A batch that does not carry (the router sends one before every barrier) adds it.
-        let out = shard.process(Vec::new(), &timeline, false).expect("the shard runs");
+        let out = shard
+            .process(Vec::new(), &timeline, false)
+            .expect("the shard runs");
         assert_eq!(out.spent.iter().map(Vec::len).collect::<Vec<_>>(), [1, 0]);
         shard.checkpoint().expect("a snapshot");
         let end = Timeline {
             end_of_input: true,
             ..timeline
         };
-        let out = shard.process(Vec::new(), &end, false).expect("the shard runs");
+        let out = shard
+            .process(Vec::new(), &end, false)
+            .expect("the shard runs");
         let result = &out.engine.emissions[0].value;
-        assert!(result.contains(&("count".into(), Value::Int(1))), "{result:?}");
+        assert!(
+            result.contains(&("count".into(), Value::Int(1))),
+            "{result:?}"
+        );
     }
 
     #[test]

@@ -149,9 +149,9 @@ pub struct EngineOutput {
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
-/// The most batches an engine holds for windows that wait to add their events (the current
-/// one included): the memory carrying costs is at most this many batches' events, as many as
-/// a shard's queue holds.
+/// The most batches an engine holds, after a batch, for windows that wait to add their events
+/// (that batch included; while the next one is processed, it holds one more): the memory
+/// carrying costs is at most this many batches' events, about what a shard's queue holds.
 pub const MAX_HELD_BATCHES: usize = 4;
 
 /// The most emptied lists of pending events kept for reuse, and the largest kept (larger ones
@@ -523,17 +523,25 @@ impl WindowEngine {
         let first = self.received;
         self.received += events.len();
         let arrived = Arrived::new(&carried, &events, first);
-        self.run(&arrived, timeline, cx, out)?;
-        if carry && !self.keeps_inputs {
-            let held = carried.len() + 1;
-            if let Some(dropped) = held.checked_sub(MAX_HELD_BATCHES).filter(|&n| n > 0) {
-                let keep_from = carried.get(dropped).map_or(first, |(number, _)| *number);
-                self.flush_older(keep_from, &arrived, cx, out)?;
+        let ran = self.run(&arrived, timeline, cx, out).and_then(|()| {
+            if !carry || self.keeps_inputs {
+                return self.flush_all(&arrived, cx, out);
             }
-        } else {
-            self.flush_all(&arrived, cx, out)?;
-        }
+            let held = carried.len() + 1;
+            match held.checked_sub(MAX_HELD_BATCHES).filter(|&n| n > 0) {
+                Some(dropped) => {
+                    let keep_from = carried.get(dropped).map_or(first, |(number, _)| *number);
+                    self.flush_older(keep_from, &arrived, cx, out)
+                }
+                None => Ok(()),
+            }
+        });
         carried.push_back((first, events));
+        if let Err(error) = ran {
+            // Pending numbers still point into these batches: they stay (the shard stops).
+            self.carried = carried;
+            return Err(error);
+        }
         let oldest = self.settle_dirty();
         let mut released = Vec::new();
         while let Some((number, batch)) = carried.front()
@@ -1794,20 +1802,26 @@ mod tests {
         // Windows of 10 ms get 30 events, 6 per batch: 5 batches each, so 5 calls per window
         // without carrying, one with it.
         assert_eq!((flushing.adds, carrying.adds), (12 * 5, 12));
-        assert!(carried.most_held <= MAX_HELD_BATCHES, "{}", carried.most_held);
+        assert!(
+            carried.most_held <= MAX_HELD_BATCHES,
+            "{}",
+            carried.most_held
+        );
         assert_eq!((carried.released, carried.holds), (events.len(), false));
     }
 
     #[test]
-    fn an_engine_holds_at_most_its_limit_of_batches_and_none_after_a_batch_that_does_not_carry()
-    {
+    fn an_engine_holds_at_most_its_limit_of_batches_and_none_after_a_batch_that_does_not_carry() {
         // One window that never fires before the end: only the limit makes it add.
         let events: Vec<(&str, Millis, i64)> = (0..40).map(|i| ("a", i, 1)).collect();
         let long = WindowSpec::Tumbling { size: 1_000 };
         let mut operator = CountingAdds::default();
         let seen = run_batches(&mut operator, long, &events, (2, true), |n| n != 12);
         assert_eq!(seen.most_held, MAX_HELD_BATCHES);
-        assert_eq!(emitted(&seen.out), [("a".into(), 0, 1_000, "result", 1, 40)]);
+        assert_eq!(
+            emitted(&seen.out),
+            [("a".into(), 0, 1_000, "result", 1, 40)]
+        );
         // Batches 0-3 held, added when batch 4 came; 5-8 when 9 came; 9-12 (12 does not
         // carry); 13-16 when 17 came; 17-19 at the end.
         assert_eq!(operator.adds, 5);

@@ -11,6 +11,5 @@ pub use crate::time::Window;
 pub use assign::assign;
 pub use engine::{
     Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, MAX_EVENTS_PER_CALL,
-    MAX_HELD_BATCHES,
-    Timeline, WindowEngine, WindowRecord,
+    MAX_HELD_BATCHES, Timeline, WindowEngine, WindowRecord,
 };

@@ -57,15 +57,21 @@ pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
                 ));
             }
         },
-        serde_json::Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map_err(|e| format!("timestamp {s:?} is not RFC 3339 ({e})"))?
-            .timestamp_millis(),
+        serde_json::Value::String(s) => return parse_timestamp_text(s),
         other => {
             return Err(format!(
                 "timestamp {other} is neither milliseconds nor RFC 3339 text"
             ));
         }
     };
+    check_timestamp(ms)
+}
+
+/// Parses a timestamp given as text: RFC 3339, within `±MAX_TIMESTAMP`.
+pub fn parse_timestamp_text(text: &str) -> Result<Millis, String> {
+    let ms = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|e| format!("timestamp {text:?} is not RFC 3339 ({e})"))?
+        .timestamp_millis();
     check_timestamp(ms)
 }
 

@@ -5,10 +5,12 @@
 
 mod object;
 
+use object::Special;
+
 use std::sync::Arc;
 
 use crate::field_name::FieldName;
-use crate::time::{Millis, Window, parse_timestamp};
+use crate::time::{Millis, Window, check_timestamp, parse_timestamp, parse_timestamp_text};
 use crate::value::Value;
 
 /// One input event: its key, its event time and all of its fields (key and timestamp included).
@@ -178,31 +180,17 @@ impl Decoder {
             &self.timestamp_field,
         )
         .map_err(dead)?;
-        let key: Arc<str> = match &object.key {
-            // Unkeyed (a join keys each side by its own field, after decoding).
-            _ if self.key_field.is_empty() => Arc::from(""),
-            None => return Err(dead(format!("missing key field `{}`", self.key_field))),
-            Some(serde_json::Value::String(s)) if s.is_empty() => {
-                return Err(dead(format!("key field `{}` is empty", self.key_field)));
-            }
-            Some(serde_json::Value::String(s)) => s.as_str().into(),
-            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string().into(),
-            Some(other) => {
-                return Err(dead(format!(
-                    "key field `{}` must be text or an integer, not {other}",
-                    self.key_field
-                )));
-            }
-        };
+        let key = self.key(&object).map_err(dead)?;
         let timestamp = match &object.timestamp {
-            None => {
-                return Err(dead(format!(
-                    "missing timestamp field `{}`",
-                    self.timestamp_field
-                )));
-            }
-            Some(ts) => parse_timestamp(ts).map_err(dead)?,
-        };
+            None => Err(format!(
+                "missing timestamp field `{}`",
+                self.timestamp_field
+            )),
+            Some(Special::Int(ms)) => check_timestamp(*ms),
+            Some(Special::Text(at)) => parse_timestamp_text(object.text(*at).unwrap_or_default()),
+            Some(Special::Json(json)) => parse_timestamp(json),
+        }
+        .map_err(dead)?;
         let fields = object.fields;
         Ok(Event {
             line: line_no,
@@ -213,9 +201,110 @@ impl Decoder {
     }
 }
 
+impl Decoder {
+    /// The event's key: its key field's text, or integer as text (empty if the decoder is
+    /// unkeyed: a join keys each side by its own field, after decoding).
+    fn key(&self, object: &object::Object) -> Result<Arc<str>, String> {
+        let field = &self.key_field;
+        match &object.key {
+            _ if field.is_empty() => Ok(Arc::from("")),
+            None => Err(format!("missing key field `{field}`")),
+            Some(Special::Text(at)) => match object.text(*at).unwrap_or_default() {
+                "" => Err(format!("key field `{field}` is empty")),
+                text => Ok(text.into()),
+            },
+            Some(Special::Int(i)) => Ok(i.to_string().into()),
+            Some(Special::Json(json)) if json.is_u64() => Ok(json.to_string().into()),
+            Some(Special::Json(other)) => Err(format!(
+                "key field `{field}` must be text or an integer, not {other}"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decoder as it was, through a `serde_json::Value` of the whole line: the key, the
+    /// timestamp and the fields, or the reason for the dead letter.
+    fn decoded_the_old_way(line: &str) -> Result<(String, Millis, Vec<(String, Value)>), String> {
+        let json: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let serde_json::Value::Object(object) = json else {
+            return Err("not an object".into());
+        };
+        let key = match object.get("user") {
+            None => return Err("missing key field `user`".into()),
+            Some(serde_json::Value::String(s)) if s.is_empty() => {
+                return Err("key field `user` is empty".into());
+            }
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            Some(other) => {
+                return Err(format!(
+                    "key field `user` must be text or an integer, not {other}"
+                ));
+            }
+        };
+        let timestamp = match object.get("ts") {
+            None => return Err("missing timestamp field `ts`".into()),
+            Some(ts) => parse_timestamp(ts)?,
+        };
+        let fields = (object.iter())
+            .map(|(name, value)| (name.clone(), Value::from_json(value)))
+            .collect();
+        Ok((key, timestamp, fields))
+    }
+
+    fn special_json() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<i64>().prop_map(|i| i.to_string()),
+            any::<u64>().prop_map(|u| u.to_string()),
+            (-1e20f64..1e20).prop_map(|f| serde_json::Value::from(f).to_string()),
+            Just("1e3".to_owned()),
+            Just("8640000000000000".to_owned()),
+            Just("-8640000000000001".to_owned()),
+            "[a-z0-9é\\\"]{0,6}".prop_map(|s| serde_json::Value::from(s).to_string()),
+            Just("\"2026-01-01T00:00:00Z\"".to_owned()),
+            Just("\"2026-01-01T00:00:00.123+02:00\"".to_owned()),
+            Just("\"\"".to_owned()),
+            Just("true".to_owned()),
+            Just("null".to_owned()),
+            Just("[1,\"a\"]".to_owned()),
+            Just("{\"user\":1}".to_owned()),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The key and timestamp read without a `serde_json::Value` give the events and the
+        /// dead-letter reasons the old path gave, repeated names included.
+        #[test]
+        fn the_key_and_timestamp_decode_as_through_a_json_value(
+            pairs in proptest::collection::vec(
+                (proptest::sample::select(vec!["user", "ts", "amount"]), special_json()),
+                0..6,
+            ),
+        ) {
+            let line = format!(
+                "{{{}}}",
+                (pairs.iter())
+                    .map(|(name, value)| format!("\"{name}\":{value}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let new = Decoder::new("user", "ts").decode(1, line.as_bytes());
+            let new = new
+                .map(|event| {
+                    let fields = (event.fields.iter())
+                        .map(|(name, value)| (name.to_string(), value.clone()))
+                        .collect::<Vec<_>>();
+                    (event.key.to_string(), event.timestamp, fields)
+                })
+                .map_err(|dead| dead.reason);
+            proptest::prop_assert_eq!(new, decoded_the_old_way(&line), "{}", line);
+        }
+    }
 
     fn decode(line: &str) -> Result<Event, DeadLetter> {
         Decoder::new("user", "ts").decode(7, line.as_bytes())

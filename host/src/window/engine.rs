@@ -536,14 +536,18 @@ impl WindowEngine {
                 None => Ok(()),
             }
         });
-        carried.push_back((first, events));
+        // An empty share of a batch (all of it another shard's keys) is nothing to hold.
+        let mut released = Vec::new();
+        match events.is_empty() {
+            true => released.push(events),
+            false => carried.push_back((first, events)),
+        }
         if let Err(error) = ran {
             // Pending numbers still point into these batches: they stay (the shard stops).
             self.carried = carried;
             return Err(error);
         }
         let oldest = self.settle_dirty();
-        let mut released = Vec::new();
         while let Some((number, batch)) = carried.front()
             && oldest.is_none_or(|oldest| number + batch.len() <= oldest)
         {
@@ -1831,6 +1835,40 @@ mod tests {
         assert_eq!(operator.adds, 3);
         assert!(stopped.out.emissions.is_empty());
         assert_eq!((stopped.released, stopped.holds), (26, false));
+    }
+
+    #[test]
+    fn an_empty_share_of_a_batch_is_given_back_and_does_not_count_toward_the_limit() {
+        let mut engine = WindowEngine::new(TUMBLING, 0, 0, "count-sum@1".into());
+        let mut operator = CountingAdds::default();
+        let mut state = MemoryBackend::default();
+        let mut cx = Context {
+            operator: &mut operator,
+            state: &mut state,
+        };
+        let mut out = EngineOutput::default();
+        let event = Staged {
+            seq: 0,
+            event: Event {
+                line: 1,
+                key: "a".into(),
+                timestamp: 1,
+                fields: vec![("amount".into(), Value::Int(1))],
+            },
+            origin: None,
+        };
+        let none = timeline(&[], false);
+        let released = (engine.process_carrying(vec![event], true, &none, &mut cx, &mut out))
+            .expect("the engine runs");
+        assert!(released.is_empty(), "the window holds its event");
+        for _ in 0..MAX_HELD_BATCHES * 2 {
+            let released = (engine.process_carrying(Vec::new(), true, &none, &mut cx, &mut out))
+                .expect("the engine runs");
+            assert_eq!(released.len(), 1, "the empty list comes back");
+        }
+        assert_eq!(engine.carried.len(), 1);
+        drop(cx);
+        assert_eq!(operator.adds, 0, "nothing forced the window to add");
     }
 
     #[test]

@@ -206,18 +206,26 @@ impl Decoder {
     /// unkeyed: a join keys each side by its own field, after decoding).
     fn key(&self, object: &object::Object) -> Result<Arc<str>, String> {
         let field = &self.key_field;
+        let text = |text: &str| match text {
+            "" => Err(format!("key field `{field}` is empty")),
+            text => Ok(text.into()),
+        };
         match &object.key {
             _ if field.is_empty() => Ok(Arc::from("")),
             None => Err(format!("missing key field `{field}`")),
-            Some(Special::Text(at)) => match object.text(*at).unwrap_or_default() {
-                "" => Err(format!("key field `{field}` is empty")),
-                text => Ok(text.into()),
-            },
+            Some(Special::Text(at)) => text(object.text(*at).unwrap_or_default()),
             Some(Special::Int(i)) => Ok(i.to_string().into()),
-            Some(Special::Json(json)) if json.is_u64() => Ok(json.to_string().into()),
-            Some(Special::Json(other)) => Err(format!(
-                "key field `{field}` must be text or an integer, not {other}"
-            )),
+            // Also text or an integer when a nested raw-value marker object held it (serde_json's
+            // `raw_value`: `{"$serde_json::private::RawValue":"-5"}` reads as -5).
+            Some(Special::Json(json)) => match &**json {
+                serde_json::Value::String(s) => text(s),
+                serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => {
+                    Ok(n.to_string().into())
+                }
+                other => Err(format!(
+                    "key field `{field}` must be text or an integer, not {other}"
+                )),
+            },
         }
     }
 }
@@ -273,6 +281,10 @@ mod tests {
             Just("null".to_owned()),
             Just("[1,\"a\"]".to_owned()),
             Just("{\"user\":1}".to_owned()),
+            // serde_json's raw-value marker, nested: read as the JSON its string holds.
+            Just("{\"$serde_json::private::RawValue\":\"-5\"}".to_owned()),
+            Just("{\"$serde_json::private::RawValue\":\"\\\"abc\\\"\"}".to_owned()),
+            Just("{\"$serde_json::private::RawValue\":\"\\\"\\\"\"}".to_owned()),
         ]
     }
 
@@ -317,6 +329,24 @@ mod tests {
         assert_eq!(event.timestamp, 1000);
         assert_eq!(event.line, 7);
         assert_eq!(event.fields.len(), 3);
+    }
+
+    #[test]
+    fn one_field_may_be_both_the_key_and_the_timestamp() {
+        let mut decoder = Decoder::new("t", "t");
+        let event = decoder.decode(1, br#"{"t":5,"t":7}"#).unwrap();
+        assert_eq!((&*event.key, event.timestamp), ("7", 7));
+        let event = (decoder.decode(2, br#"{"t":"2026-01-01T00:00:00Z"}"#)).unwrap();
+        assert_eq!(
+            (&*event.key, event.timestamp),
+            ("2026-01-01T00:00:00Z", 1_767_225_600_000)
+        );
+        let dead = decoder.decode(3, br#"{"t":""}"#).unwrap_err();
+        assert!(
+            dead.reason.contains("key field `t` is empty"),
+            "{}",
+            dead.reason
+        );
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! One deliberate difference from `serde_json::Value`: with serde_json's `raw_value` feature
 //! (on in this workspace), a `Value` read an object whose first key is
 //! `$serde_json::private::RawValue` as raw JSON held in a string. Here every top-level key is a
-//! field name, that one included.
+//! field name, that one included; nested values are read by `serde_json::Value` as before (so
+//! a key field holding such an object holds the JSON of its string).
 
 use std::fmt;
 

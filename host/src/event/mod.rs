@@ -234,9 +234,12 @@ impl Decoder {
 mod tests {
     use super::*;
 
+    /// An event's key, timestamp and fields.
+    type Decoded = (String, Millis, Vec<(String, Value)>);
+
     /// The decoder as it was, through a `serde_json::Value` of the whole line: the key, the
     /// timestamp and the fields, or the reason for the dead letter.
-    fn decoded_the_old_way(line: &str) -> Result<(String, Millis, Vec<(String, Value)>), String> {
+    fn decoded_the_old_way(line: &str) -> Result<Decoded, String> {
         let json: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
         let serde_json::Value::Object(object) = json else {
             return Err("not an object".into());

@@ -1867,7 +1867,6 @@ mod tests {
             assert_eq!(released.len(), 1, "the empty list comes back");
         }
         assert_eq!(engine.carried.len(), 1);
-        drop(cx);
         assert_eq!(operator.adds, 0, "nothing forced the window to add");
     }
 

@@ -199,9 +199,7 @@ impl Decoder {
             fields,
         })
     }
-}
 
-impl Decoder {
     /// The event's key: its key field's text, or integer as text (empty if the decoder is
     /// unkeyed: a join keys each side by its own field, after decoding).
     fn key(&self, object: &object::Object) -> Result<Arc<str>, String> {

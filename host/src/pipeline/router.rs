@@ -602,4 +602,19 @@ mod tests {
         assert!(!batch(63, 63 << 20).is_full(16_384));
         assert!(batch(64, 64 << 20).is_full(16_384));
     }
+
+    #[test]
+    fn only_a_full_batch_neither_long_nor_large_lets_windows_carry_its_events() {
+        assert!(batch(16_384, 737_280).carries(16_384));
+        assert!(
+            !batch(16_383, 0).carries(16_384),
+            "not full: the input slowed"
+        );
+        // The largest batch size a spec allows, and a batch full of 1 MiB lines.
+        assert!(batch(65_536, 0).carries(65_536));
+        assert!(!batch(1_048_576, 0).carries(1_048_576));
+        assert!(!batch(64, 64 << 20).carries(64));
+        assert!(batch(8, 8 << 20).carries(8));
+        assert!(!batch(9, (8 << 20) + 1).carries(9));
+    }
 }

@@ -527,14 +527,13 @@ impl WindowEngine {
             if !carry || self.keeps_inputs {
                 return self.flush_all(&arrived, cx, out);
             }
-            let held = carried.len() + 1;
-            match held.checked_sub(MAX_HELD_BATCHES).filter(|&n| n > 0) {
-                Some(dropped) => {
-                    let keep_from = carried.get(dropped).map_or(first, |(number, _)| *number);
-                    self.flush_older(keep_from, &arrived, cx, out)
-                }
-                None => Ok(()),
+            // The batches past the limit, oldest first (with this one, `carried.len() + 1`).
+            let over = (carried.len() + 1).saturating_sub(MAX_HELD_BATCHES);
+            if over == 0 {
+                return Ok(());
             }
+            let keep_from = carried.get(over).map_or(first, |(number, _)| *number);
+            self.flush_older(keep_from, &arrived, cx, out)
         });
         // An empty share of a batch (all of it another shard's keys) is nothing to hold.
         let mut released = Vec::new();
@@ -1536,17 +1535,9 @@ mod tests {
         run_with(&mut NativeCountSum, spec, lateness, events, end)
     }
 
-    /// [`run`] with `operator`.
-    fn run_with(
-        operator: &mut dyn AggregateOperator,
-        spec: WindowSpec,
-        lateness: Millis,
-        events: &[(&str, Millis, i64)],
-        end: bool,
-    ) -> EngineOutput {
-        let staged: Vec<Staged> = events
-            .iter()
-            .enumerate()
+    /// `events` (key, timestamp, amount) in arrival order, numbered from 0.
+    fn staged(events: &[(&str, Millis, i64)]) -> Vec<Staged> {
+        (events.iter().enumerate())
             .map(|(i, (key, ts, amount))| Staged {
                 seq: i as u64,
                 event: Event {
@@ -1557,7 +1548,18 @@ mod tests {
                 },
                 origin: None,
             })
-            .collect();
+            .collect()
+    }
+
+    /// [`run`] with `operator`.
+    fn run_with(
+        operator: &mut dyn AggregateOperator,
+        spec: WindowSpec,
+        lateness: Millis,
+        events: &[(&str, Millis, i64)],
+        end: bool,
+    ) -> EngineOutput {
+        let staged = staged(events);
         let mut advances = Vec::new();
         let mut watermark = MINUS_INFINITY;
         for s in &staged {
@@ -1738,18 +1740,7 @@ mod tests {
         (size, end): (usize, bool),
         carry: impl Fn(usize) -> bool,
     ) -> Batched {
-        let staged: Vec<Staged> = (events.iter().enumerate())
-            .map(|(i, (key, ts, amount))| Staged {
-                seq: i as u64,
-                event: Event {
-                    line: i as u64 + 1,
-                    key: (*key).into(),
-                    timestamp: *ts,
-                    fields: vec![("amount".into(), Value::Int(*amount))],
-                },
-                origin: None,
-            })
-            .collect();
+        let staged = staged(events);
         let mut engine = WindowEngine::new(spec, 0, 0, "count-sum@1".into());
         let mut state = MemoryBackend::default();
         let mut cx = Context {
@@ -1847,18 +1838,9 @@ mod tests {
             state: &mut state,
         };
         let mut out = EngineOutput::default();
-        let event = Staged {
-            seq: 0,
-            event: Event {
-                line: 1,
-                key: "a".into(),
-                timestamp: 1,
-                fields: vec![("amount".into(), Value::Int(1))],
-            },
-            origin: None,
-        };
         let none = timeline(&[], false);
-        let released = (engine.process_carrying(vec![event], true, &none, &mut cx, &mut out))
+        let one = staged(&[("a", 1, 1)]);
+        let released = (engine.process_carrying(one, true, &none, &mut cx, &mut out))
             .expect("the engine runs");
         assert!(released.is_empty(), "the window holds its event");
         for _ in 0..MAX_HELD_BATCHES * 2 {

@@ -120,6 +120,7 @@ pub use output::Output;
 pub use state::State;
 
 use bindings::aggregator::exports::weir::operator0_2_0::aggregate;
+use bindings::aggregator::exports::weir::operator0_3_0::windows;
 use bindings::aggregator::weir::operator0_1_0::state::Scope;
 use bindings::aggregator::weir::operator0_2_0::columns;
 use bindings::enricher::exports::weir::operator0_2_0::enrich;
@@ -198,7 +199,7 @@ impl<T: Aggregate> aggregate::Guest for T {
     ) -> Result<Vec<aggregate::Change>, String> {
         let values = state::Values::new(values);
         let batch = events::from_columns(batch);
-        <T as Aggregate>::add(&State::with_values(&values, state), &batch)?;
+        <T as Aggregate>::add(&State::with_values(&values, Some(state)), &batch)?;
         Ok(values.into_changes())
     }
 
@@ -212,6 +213,41 @@ impl<T: Aggregate> aggregate::Guest for T {
 
     fn migrate(state: &Scope, from_version: String) -> Result<(), String> {
         <T as Aggregate>::migrate(&State::host(state), &from_version)
+    }
+}
+
+/// Many windows in one call each, without their scopes: a window whose call asks for a map or
+/// the key is answered `needs-scope` (the host then calls `aggregate` for it), one whose call
+/// fails `failed` (the host calls `aggregate` for it, which reports the error).
+impl<T: Aggregate> windows::Guest for T {
+    fn add_windows(windows: Vec<windows::WindowBatch>) -> Vec<windows::Added> {
+        (windows.into_iter())
+            .map(|window| {
+                let values = state::Values::new(window.values);
+                let batch = events::from_columns(window.batch);
+                let added = <T as Aggregate>::add(&State::with_values(&values, None), &batch);
+                match added {
+                    _ if values.needs_scope() => windows::Added::NeedsScope,
+                    Ok(()) => windows::Added::Changes(values.into_changes()),
+                    Err(_) => windows::Added::Failed,
+                }
+            })
+            .collect()
+    }
+
+    fn finish_windows(windows: Vec<windows::WindowValues>) -> Vec<windows::Finished> {
+        (windows.into_iter())
+            .map(|window| {
+                let values = state::Values::new(window.values);
+                let output =
+                    <T as Aggregate>::finish(&State::with_values(&values, None), window.window);
+                match output {
+                    _ if values.needs_scope() => windows::Finished::NeedsScope,
+                    Ok(output) => windows::Finished::Output(output.into_fields()),
+                    Err(_) => windows::Finished::Failed,
+                }
+            })
+            .collect()
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`State`]: the state of one key (and window), kept by the host.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use crate::bindings::aggregator::exports::weir::operator0_2_0::aggregate::Change;
@@ -25,8 +25,9 @@ pub struct State<'a> {
 #[derive(Debug, Clone, Copy)]
 enum Backend<'a> {
     Host(&'a Scope),
-    /// The named values passed with the call, and the scope for the rest.
-    Values(&'a Values, &'a Scope),
+    /// The named values passed with the call, and the scope for the rest (none in a call
+    /// that carries many windows: then what needs it is refused, see [`Values::needs_scope`]).
+    Values(&'a Values, Option<&'a Scope>),
     Memory(&'a MemoryState),
 }
 
@@ -35,6 +36,8 @@ enum Backend<'a> {
 pub(crate) struct Values {
     /// Each name's value now (`None`: removed), and whether the call changed it.
     values: RefCell<BTreeMap<String, (Option<Value>, bool)>>,
+    /// Whether the call asked for what only a scope has (a map, the key) without one.
+    needs_scope: Cell<bool>,
 }
 
 impl Values {
@@ -45,7 +48,14 @@ impl Values {
             .collect();
         Self {
             values: RefCell::new(values),
+            needs_scope: Cell::new(false),
         }
+    }
+
+    /// Whether the call, made without a scope, asked for a map or the key: its result is
+    /// then void, and the host makes the call again with the scope.
+    pub(crate) fn needs_scope(&self) -> bool {
+        self.needs_scope.get()
     }
 
     fn get(&self, name: &str) -> Option<Value> {
@@ -80,9 +90,22 @@ impl<'a> State<'a> {
     }
 
     /// The state behind a scope whose named values came with the call.
-    pub(crate) fn with_values(values: &'a Values, scope: &'a Scope) -> Self {
+    pub(crate) fn with_values(values: &'a Values, scope: Option<&'a Scope>) -> Self {
         Self {
             backend: Backend::Values(values, scope),
+        }
+    }
+
+    /// The scope behind this state, if there is one; without one (a call carrying many
+    /// windows) the call is marked as needing it.
+    fn scope(&self) -> Option<&'a Scope> {
+        match self.backend {
+            Backend::Host(scope) | Backend::Values(_, Some(scope)) => Some(scope),
+            Backend::Values(values, None) => {
+                values.needs_scope.set(true);
+                None
+            }
+            Backend::Memory(_) => None,
         }
     }
 
@@ -95,9 +118,9 @@ impl<'a> State<'a> {
 
     /// The key this state belongs to, as text.
     pub fn key(&self) -> String {
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.key(),
-            Backend::Memory(memory) => memory.key().to_owned(),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.key().to_owned(),
+            (_, scope) => scope.map(Scope::key).unwrap_or_default(),
         }
     }
 
@@ -158,42 +181,52 @@ impl<'a> State<'a> {
 
     /// The value of entry `entry` of the map named `map`, or `None` if there is none.
     pub fn map_get(&self, map: &str, entry: &str) -> Option<Value> {
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_get(map, entry),
-            Backend::Memory(memory) => memory.map_get(map, entry),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.map_get(map, entry),
+            (_, scope) => scope.and_then(|scope| scope.map_get(map, entry)),
         }
     }
 
     /// Sets entry `entry` of the map named `map`, creating the map if needed.
     pub fn map_put(&self, map: &str, entry: &str, value: impl Into<Value>) {
         let value = value.into();
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_put(map, entry, &value),
-            Backend::Memory(memory) => memory.map_put(map, entry, value),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.map_put(map, entry, value),
+            (_, scope) => {
+                if let Some(scope) = scope {
+                    scope.map_put(map, entry, &value);
+                }
+            }
         }
     }
 
     /// Removes entry `entry` of the map named `map`, if any.
     pub fn map_remove(&self, map: &str, entry: &str) {
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_remove(map, entry),
-            Backend::Memory(memory) => memory.map_remove(map, entry),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.map_remove(map, entry),
+            (_, scope) => {
+                if let Some(scope) = scope {
+                    scope.map_remove(map, entry);
+                }
+            }
         }
     }
 
     /// How many entries the map named `map` holds (0 if there is no such map).
     pub fn map_len(&self, map: &str) -> u64 {
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_len(map),
-            Backend::Memory(memory) => memory.map_len(map),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.map_len(map),
+            (_, scope) => scope.map_or(0, |scope| scope.map_len(map)),
         }
     }
 
     /// The entry names of the map named `map`, in ascending order.
     pub fn map_entries(&self, map: &str) -> Vec<String> {
-        match self.backend {
-            Backend::Host(scope) | Backend::Values(_, scope) => scope.map_entries(map),
-            Backend::Memory(memory) => memory.map_entries(map),
+        match (self.backend, self.scope()) {
+            (Backend::Memory(memory), _) => memory.map_entries(map),
+            (_, scope) => scope
+                .map(|scope| scope.map_entries(map))
+                .unwrap_or_default(),
         }
     }
 }

@@ -72,6 +72,19 @@ pub trait AggregateOperator: Send {
     fn version_for(&self, _key: &str) -> Option<Arc<str>> {
         None
     }
+    /// Adds each window's events (as [`Self::add`] would) in as few calls as the operator can
+    /// make, and says for each window whether it did. A window not done is left exactly as it
+    /// was, for `add` to do alone (which reports any error). Errors are the host's only. The
+    /// default does none: a native call per window costs little.
+    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+        Ok(vec![false; windows.len()])
+    }
+    /// Each window's output (as [`Self::finish`] would give it), for the windows the operator
+    /// could finish together; `None` for those left to `finish` alone. Errors are the host's
+    /// only. The default finishes none.
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+        Ok(vec![None; windows.len()])
+    }
 }
 
 /// Code that makes aggregate instances, one per shard: a Wasm component or a native operator.

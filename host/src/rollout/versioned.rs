@@ -238,6 +238,16 @@ impl VersionedAggregate {
     }
 }
 
+/// Whether `scope`'s state was written by `version`, or by no version yet (so `version` needs
+/// no `migrate` before touching it).
+fn written_by_or_none(scope: &Scope, version: &str) -> bool {
+    scope
+        .state
+        .written_by
+        .as_deref()
+        .is_none_or(|by| by == version)
+}
+
 /// Runs `f` on the shadow copy of a scope's state (kept inside the scope's state, so it is
 /// checkpointed and dropped with it): `fresh` if given, else the shadow's own.
 fn in_shadow<T>(
@@ -345,6 +355,66 @@ impl AggregateOperator for VersionedAggregate {
             }
         }
         Ok(output)
+    }
+
+    /// Outside a rollout (one version, no shadow), the live version's, for the windows it wrote
+    /// (or no version did); the others are left to `add`, which migrates them first. During a
+    /// rollout, none: each window goes to its version alone.
+    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+        let mut done = vec![false; windows.len()];
+        if self.candidate.is_some() {
+            return Ok(done);
+        }
+        let live = &mut self.live;
+        let (mut ready, mut at) = (Vec::new(), Vec::new());
+        for (i, (scope, events)) in windows.iter_mut().enumerate() {
+            if written_by_or_none(scope, &live.version) {
+                ready.push((&mut **scope, *events));
+                at.push(i);
+            }
+        }
+        if ready.is_empty() {
+            return Ok(done);
+        }
+        let events = ready.iter().map(|(_, events)| events.len()).sum();
+        let started = live.clock();
+        let added = live.operator.add_windows(&mut ready)?;
+        if added.contains(&true) {
+            // Counted as one call, when one was made (an operator may make none).
+            live.count(events, started, Ok(()))?;
+        }
+        for ((scope, _), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
+            if added {
+                live.mark(scope);
+                done[i] = true;
+            }
+        }
+        Ok(done)
+    }
+
+    /// As [`Self::add_windows`]: the live version's outputs outside a rollout.
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+        let mut outputs = vec![None; windows.len()];
+        if self.candidate.is_some() {
+            return Ok(outputs);
+        }
+        let live = &mut self.live;
+        let (ready, at): (Vec<(&Scope, Window)>, Vec<usize>) = (windows.iter().enumerate())
+            .filter(|(_, (scope, _))| written_by_or_none(scope, &live.version))
+            .map(|(i, window)| (*window, i))
+            .unzip();
+        if ready.is_empty() {
+            return Ok(outputs);
+        }
+        let started = live.clock();
+        let finished = live.operator.finish_windows(&ready)?;
+        if finished.iter().any(Option::is_some) {
+            live.count(0, started, Ok(()))?;
+        }
+        for (i, output) in at.into_iter().zip(finished) {
+            outputs[i] = output;
+        }
+        Ok(outputs)
     }
 
     fn version_for(&self, key: &str) -> Option<Arc<str>> {

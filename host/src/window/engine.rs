@@ -149,6 +149,27 @@ pub struct EngineOutput {
 /// a call's input and output stay within what a guest's memory and output limit allow.
 pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 
+/// The most windows one call carrying many windows takes ([`AggregateOperator::add_windows`],
+/// [`AggregateOperator::finish_windows`]); its events stay within [`MAX_EVENTS_PER_CALL`].
+pub const MAX_WINDOWS_PER_CALL: usize = 1_024;
+
+/// A window whose state is out of the store for calls carrying many windows, with the pending
+/// events it adds (moved out of the window, so it is not taken twice).
+struct Taken {
+    id: WindowId,
+    state_key: StateKey,
+    scope: Scope,
+    pending: Vec<usize>,
+}
+
+impl Taken {
+    /// Whether its events go in a call carrying many windows (a window with more than one
+    /// call's events, or rebuilding its state, goes alone).
+    fn carried(&self) -> bool {
+        !self.pending.is_empty() && self.pending.len() <= MAX_EVENTS_PER_CALL
+    }
+}
+
 /// The most batches an engine holds, after a batch, for windows that wait to add their events
 /// (that batch included; while the next one is processed, it holds one more): the memory
 /// carrying costs is at most this many batches' events, about what a shard's queue holds.
@@ -600,13 +621,13 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        for id in std::mem::take(&mut self.dirty) {
+        let dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
             if let Some(live) = self.windows.get_mut(id) {
                 live.listed = false;
-                self.flush_pending(id, events, cx, out)?;
             }
         }
-        Ok(())
+        self.flush_pending_all(dirty, events, cx, out)
     }
 
     /// Adds the pending events of every window that waits with an event numbered before
@@ -618,15 +639,13 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        for i in 0..self.dirty.len() {
-            let id = self.dirty[i];
-            let waits = (self.windows.get(id))
-                .is_some_and(|live| live.pending.first().is_some_and(|&n| n < keep_from));
-            if waits {
-                self.flush_pending(id, events, cx, out)?;
-            }
-        }
-        Ok(())
+        let waiting: Vec<WindowId> = (self.dirty.iter().copied())
+            .filter(|&id| {
+                (self.windows.get(id))
+                    .is_some_and(|live| live.pending.first().is_some_and(|&n| n < keep_from))
+            })
+            .collect();
+        self.flush_pending_all(waiting, events, cx, out)
     }
 
     /// Drops from `dirty` the windows with nothing left to add (and closed ones). Returns the
@@ -1151,7 +1170,7 @@ impl WindowEngine {
         if live.pending.is_empty() && !live.rebuild {
             return Ok(());
         }
-        let mut pending = std::mem::take(&mut live.pending);
+        let pending = std::mem::take(&mut live.pending);
         let rebuild = std::mem::take(&mut live.rebuild);
         let inputs: Vec<Event> = match rebuild {
             true => live
@@ -1191,12 +1210,17 @@ impl WindowEngine {
             live.touch(&mut self.log);
         }
         drop(batch);
-        // Its allocation serves the next window that gets events.
+        self.recycle(pending);
+        Ok(())
+    }
+
+    /// Keeps an emptied list of pending events: its allocation serves the next window that
+    /// gets events.
+    fn recycle(&mut self, mut pending: Vec<usize>) {
         pending.clear();
         if self.spare.len() < MAX_SPARE && pending.capacity() <= MAX_SPARE_CAPACITY {
             self.spare.push(pending);
         }
-        Ok(())
     }
 
     /// Adds `batch` to `scope`'s state, in calls of at most [`MAX_EVENTS_PER_CALL`] events.
@@ -1285,6 +1309,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        let mut group = Vec::new();
         while let Some(&Due { end, id, .. }) = self.due.first() {
             if end > self.watermark {
                 break;
@@ -1300,11 +1325,13 @@ impl WindowEngine {
                     self.emit(id, trigger, false, cx, out)?;
                 }
             } else {
-                let closing = advance && self.is_late(&window);
-                self.flush_and_emit(id, trigger, closing, events, cx, out)?;
+                group.push((id, advance && self.is_late(&window)));
+                if group.len() == MAX_WINDOWS_PER_CALL {
+                    self.flush_and_emit_all(std::mem::take(&mut group), trigger, events, cx, out)?;
+                }
             }
         }
-        Ok(())
+        self.flush_and_emit_all(group, trigger, events, cx, out)
     }
 
     /// Whether window `id` has a result to emit on time: it changed since its last emission,
@@ -1314,34 +1341,201 @@ impl WindowEngine {
         live.changed || (live.early > 0 && live.version == live.early)
     }
 
-    /// Adds due window `id`'s pending events and emits its result on time, with one `take` of
-    /// its state and one `put` (none if it is `closing`: its state is removed next).
-    fn flush_and_emit(
+    /// Adds due windows' pending events and emits their results on time, in order: each
+    /// window's state taken once and put back once (not if it is `closing`: its state is
+    /// removed next), with calls carrying many windows where the operator can make them.
+    fn flush_and_emit_all(
         &mut self,
-        id: WindowId,
+        group: Vec<(WindowId, bool)>,
         trigger: u64,
-        closing: bool,
         events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let live = &self.windows[id];
-        if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
-            return Ok(());
+        let (mut taken, mut closing) = (Vec::new(), Vec::new());
+        for (id, closes) in group {
+            let live = &self.windows[id];
+            if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
+                continue;
+            }
+            taken.push(self.take_window(id, cx)?);
+            closing.push(closes);
         }
-        let window = live.window;
-        let (state_key, mut scope) = self.take_scope(id, cx)?;
-        self.add_pending_to(id, &mut scope, events, cx, out)?;
-        let outcome = self
-            .fires(id)
-            .then(|| cx.operator.finish(&mut scope, window));
-        if !closing {
-            cx.state.put(state_key, scope.state)?;
+        self.add_taken(&mut taken, events, cx, out)?;
+        let outcomes = self.finish_taken(&mut taken, cx)?;
+        for ((window, closes), outcome) in taken.into_iter().zip(closing).zip(outcomes) {
+            if !closes {
+                cx.state.put(window.state_key, window.scope.state)?;
+            }
+            if let Some(outcome) = outcome {
+                self.publish(window.id, outcome, trigger, false, cx, out)?;
+            }
         }
-        match outcome {
-            Some(outcome) => self.publish(id, outcome, trigger, false, cx, out),
-            None => Ok(()),
+        Ok(())
+    }
+
+    /// Adds the pending events of windows `ids`, in order, with calls carrying many windows
+    /// where the operator can make them.
+    fn flush_pending_all(
+        &mut self,
+        ids: Vec<WindowId>,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let mut taken = Vec::new();
+        for id in ids {
+            let Some(live) = self.windows.get(id) else {
+                continue;
+            };
+            if live.rebuild {
+                self.flush_pending(id, events, cx, out)?;
+            } else if !live.pending.is_empty() {
+                taken.push(self.take_window(id, cx)?);
+            }
+            if taken.len() == MAX_WINDOWS_PER_CALL {
+                self.add_and_put(&mut taken, events, cx, out)?;
+            }
         }
+        self.add_and_put(&mut taken, events, cx, out)
+    }
+
+    /// Adds the taken windows' events and puts their states back.
+    fn add_and_put(
+        &mut self,
+        taken: &mut Vec<Taken>,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        self.add_taken(taken, events, cx, out)?;
+        for window in taken.drain(..) {
+            cx.state.put(window.state_key, window.scope.state)?;
+        }
+        Ok(())
+    }
+
+    /// Window `id`'s state taken from the store, with its pending events (none if it rebuilds:
+    /// [`Self::add_pending_to`] does that alone).
+    fn take_window(&mut self, id: WindowId, cx: &mut Context<'_>) -> Result<Taken> {
+        let (state_key, scope) = self.take_scope(id, cx)?;
+        let live = self.windows.get_mut(id).expect("a live window");
+        let pending = match live.rebuild {
+            true => Vec::new(),
+            false => std::mem::take(&mut live.pending),
+        };
+        Ok(Taken {
+            id,
+            state_key,
+            scope,
+            pending,
+        })
+    }
+
+    /// Adds each taken window's pending events: in runs of windows within one call's limits,
+    /// each run in one [`AggregateOperator::add_windows`]; the windows it leaves (and those
+    /// that go alone) with [`Self::add_pending_to`], which retries and reports as ever.
+    fn add_taken(
+        &mut self,
+        taken: &mut [Taken],
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let mut start = 0;
+        while start < taken.len() {
+            let (mut end, mut windows, mut total) = (start, 0, 0);
+            while let Some(window) = taken.get(end) {
+                let n = if window.carried() {
+                    window.pending.len()
+                } else {
+                    0
+                };
+                if n > 0 && (windows == MAX_WINDOWS_PER_CALL || total + n > MAX_EVENTS_PER_CALL) {
+                    break;
+                }
+                (windows, total, end) = (windows + usize::from(n > 0), total + n, end + 1);
+            }
+            self.add_run(&mut taken[start..end], events, cx, out)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// [`Self::add_taken`] for one run: its carried windows in one call.
+    fn add_run(
+        &mut self,
+        run: &mut [Taken],
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let batches: Vec<Vec<&Event>> = (run.iter().filter(|w| w.carried()))
+            .map(|w| w.pending.iter().map(|&n| &events[n].event).collect())
+            .collect();
+        let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().filter(|w| w.carried()))
+            .zip(&batches)
+            .map(|(w, batch)| (&mut w.scope, batch.as_slice()))
+            .collect();
+        let done = match calls.is_empty() {
+            true => Vec::new(),
+            false => cx.operator.add_windows(&mut calls).map_err(host_error)?,
+        };
+        drop(calls);
+        let mut done = done.into_iter();
+        for window in run {
+            if window.carried() && done.next() == Some(true) {
+                self.added(window.id, std::mem::take(&mut window.pending));
+                continue;
+            }
+            if !window.pending.is_empty() {
+                let live = self.windows.get_mut(window.id).expect("a live window");
+                live.pending = std::mem::take(&mut window.pending);
+            }
+            self.add_pending_to(window.id, &mut window.scope, events, cx, out)?;
+        }
+        Ok(())
+    }
+
+    /// Records that window `id` took its `pending` events (all of them, in a call carrying
+    /// many windows), as [`Self::add_pending_to`] does.
+    fn added(&mut self, id: WindowId, pending: Vec<usize>) {
+        let live = self.windows.get_mut(id).expect("a live window");
+        live.since_emit += pending.len() as u64;
+        live.changed = true;
+        live.touch(&mut self.log);
+        self.recycle(pending);
+    }
+
+    /// The outputs of the taken windows that fire now (`None` for the others): those the
+    /// operator gives in calls carrying many windows, the rest from `finish` alone.
+    fn finish_taken(
+        &mut self,
+        taken: &mut [Taken],
+        cx: &mut Context<'_>,
+    ) -> Result<Vec<Option<std::result::Result<Fields, OperatorError>>>> {
+        let firing: Vec<usize> = (0..taken.len())
+            .filter(|&i| self.fires(taken[i].id))
+            .collect();
+        let mut outputs: Vec<Option<Fields>> = vec![None; taken.len()];
+        for chunk in firing.chunks(MAX_WINDOWS_PER_CALL) {
+            let calls: Vec<(&Scope, Window)> = (chunk.iter())
+                .map(|&i| (&taken[i].scope, self.windows[taken[i].id].window))
+                .collect();
+            let finished = cx.operator.finish_windows(&calls).map_err(host_error)?;
+            for (&i, output) in chunk.iter().zip(finished) {
+                outputs[i] = output;
+            }
+        }
+        let mut outcomes: Vec<_> = (0..taken.len()).map(|_| None).collect();
+        for i in firing {
+            let window = self.windows[taken[i].id].window;
+            outcomes[i] = Some(match outputs[i].take() {
+                Some(fields) => Ok(fields),
+                None => cx.operator.finish(&mut taken[i].scope, window),
+            });
+        }
+        Ok(outcomes)
     }
 
     /// Emits the current result of every window that reached its count of events for an
@@ -1468,6 +1662,11 @@ impl WindowEngine {
         });
         Ok(())
     }
+}
+
+/// An operator's failure around calls carrying many windows: only the host's may come back.
+fn host_error(error: OperatorError) -> EngineError {
+    EngineError::Host(error.to_string())
 }
 
 /// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:

@@ -1,12 +1,16 @@
-//! [`WasmAggregate`]: the `aggregate` interface of a component (either version of the
-//! contract), as an [`AggregateOperator`].
+//! [`WasmAggregate`]: the `aggregate` interface of a component (any version of the contract),
+//! and a 0.3 component's `windows`, as an [`AggregateOperator`].
 
 use super::*;
+use bindings_v3::exports::weir::operator0_3_0::windows as wit_windows;
 
 /// A per-shard instance of an aggregate component.
 pub struct WasmAggregate {
     pub(super) guest: Guest,
     pub(super) projection: Projection,
+    /// Whether calls carrying many windows are made (a 0.3 component), until one traps or a
+    /// window needs its scope: then this instance gets one call per window.
+    pub(super) carries_windows: bool,
 }
 
 impl std::fmt::Debug for WasmAggregate {
@@ -27,6 +31,10 @@ macro_rules! with_aggregate {
                 $call
             }
             Bindings::AggregateV2(b) => {
+                let $exports = b.weir_operator0_2_0_aggregate();
+                $call
+            }
+            Bindings::AggregateV3(b) => {
                 let $exports = b.weir_operator0_2_0_aggregate();
                 $call
             }
@@ -54,48 +62,172 @@ impl WasmAggregate {
             })
     }
 
-    /// `add` of a 0.2 component: the batch as columns and the scope's named values with the
-    /// call; the changes it returns go through the scope like writes made through its imports,
-    /// so they too are kept only if the call succeeds (and the state quota admits them).
+    /// `add` of a 0.2 (or 0.3) component: the batch as columns and the scope's named values
+    /// with the call; the changes it returns go through the scope like writes made through its
+    /// imports, so they too are kept only if the call succeeds (and the state quota admits
+    /// them).
     fn add_columns(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         let batch = to_wit_columns(events, &self.projection)?;
-        let values: Vec<wit::Field> = (scope.state.values.iter())
-            .map(|(name, value)| wit::Field {
-                name: name.clone(),
-                value: to_wit(value.clone()),
-            })
-            .collect();
+        let values = named_values(&scope.state);
         self.guest
             .call(&mut [scope], Writes::Keep, |store, b, scopes| {
-                let Bindings::AggregateV2(b) = b else {
-                    unreachable!("add_columns is only called for a 0.2 aggregator")
+                let borrow = Resource::new_borrow(scopes[0].rep());
+                let added = match b {
+                    Bindings::AggregateV2(b) => b
+                        .weir_operator0_2_0_aggregate()
+                        .call_add(&mut *store, borrow, &values, &batch)?
+                        .map(|changes| changes.into_iter().map(|c| (c.name, c.value)).collect()),
+                    Bindings::AggregateV3(b) => b
+                        .weir_operator0_2_0_aggregate()
+                        .call_add(&mut *store, borrow, &values, &batch)?
+                        .map(|changes| changes.into_iter().map(|c| (c.name, c.value)).collect()),
+                    _ => unreachable!("add_columns is only called for a 0.2 or 0.3 aggregator"),
                 };
-                let added = b.weir_operator0_2_0_aggregate().call_add(
-                    &mut *store,
-                    Resource::new_borrow(scopes[0].rep()),
-                    &values,
-                    &batch,
-                )?;
-                let changes = match added {
+                let changes: Vec<(String, Option<wit::Value>)> = match added {
                     Ok(changes) => changes,
                     Err(message) => return Ok(Err(message)),
                 };
-                let slot = store.data_mut().table.get_mut(&scopes[0])?;
-                for change in changes {
-                    match change.value {
-                        Some(value) => slot.put(change.name, from_wit(value)),
-                        None => slot.remove(change.name),
-                    }
-                }
+                apply(store.data_mut().table.get_mut(&scopes[0])?, changes);
                 Ok(Ok(()))
             })
     }
+
+    /// `windows.add-windows` of a 0.3 component over `windows`; see
+    /// [`AggregateOperator::add_windows`]. A window whose batch cannot cross (too wide) is left
+    /// to `add`, which says why.
+    fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+        let mut done = vec![false; windows.len()];
+        let (mut sent, mut batches) = (Vec::new(), Vec::new());
+        for (i, (scope, events)) in windows.iter().enumerate() {
+            if let Ok(batch) = to_wit_columns(events, &self.projection) {
+                let values = named_values(&scope.state);
+                batches.push(wit_windows::WindowBatch { values, batch });
+                sent.push(i);
+            }
+        }
+        let Some(added) = self.call_windows(sent.len(), |store, b| {
+            b.weir_operator0_3_0_windows()
+                .call_add_windows(store, &batches)
+        })?
+        else {
+            return Ok(done);
+        };
+        for (i, added) in sent.into_iter().zip(added) {
+            match added {
+                wit_windows::Added::Changes(changes) => {
+                    let scope = &mut *windows[i].0;
+                    let state = std::mem::take(&mut scope.state);
+                    let mut slot = ScopeSlot::new(scope.key.clone(), state);
+                    apply(&mut slot, changes.into_iter().map(|c| (c.name, c.value)));
+                    done[i] = settle(&self.guest.limits, &mut [scope], vec![slot], true).is_ok();
+                }
+                wit_windows::Added::Failed => {}
+                wit_windows::Added::NeedsScope => self.carries_windows = false,
+            }
+        }
+        Ok(done)
+    }
+
+    /// `windows.finish-windows` of a 0.3 component over `windows`; see
+    /// [`AggregateOperator::finish_windows`]. An output over the size limit is left to
+    /// `finish`, which refuses it.
+    fn finish_carried(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+        let mut outputs = vec![None; windows.len()];
+        let values: Vec<wit_windows::WindowValues> = (windows.iter())
+            .map(|(scope, window)| wit_windows::WindowValues {
+                values: named_values(&scope.state),
+                window: wit::Window {
+                    start: window.start,
+                    end: window.end,
+                },
+            })
+            .collect();
+        let Some(finished) = self.call_windows(windows.len(), |store, b| {
+            b.weir_operator0_3_0_windows()
+                .call_finish_windows(store, &values)
+        })?
+        else {
+            return Ok(outputs);
+        };
+        for (output, finished) in outputs.iter_mut().zip(finished) {
+            match finished {
+                wit_windows::Finished::Output(fields) => {
+                    *output = output_fields(fields, &self.guest.limits).ok();
+                }
+                wit_windows::Finished::Failed => {}
+                wit_windows::Finished::NeedsScope => self.carries_windows = false,
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// Makes one `windows` call over `count` windows, if there are any: its results, one per
+    /// window, or `None` if the call trapped (the instance, replaced, then makes no more such
+    /// calls) or returned another number of results.
+    fn call_windows<R>(
+        &mut self,
+        count: usize,
+        call: impl FnOnce(&mut Store<HostData>, &bindings_v3::Aggregator) -> wasmtime::Result<Vec<R>>,
+    ) -> Result<Option<Vec<R>>> {
+        if count == 0 {
+            return Ok(None);
+        }
+        let outcome = self.guest.call(&mut [], Writes::Discard, |store, b, _| {
+            let Bindings::AggregateV3(b) = b else {
+                unreachable!("windows calls are only made to a 0.3 aggregator")
+            };
+            call(store, b).map(Ok)
+        });
+        match outcome {
+            Ok(results) if results.len() == count => Ok(Some(results)),
+            Err(OperatorError::Host(message)) => Err(OperatorError::Host(message)),
+            Ok(_) | Err(_) => {
+                self.carries_windows = false;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// A scope's named values, as they cross with a call.
+fn named_values(state: &crate::state::ScopeState) -> Vec<wit::Field> {
+    (state.values.iter())
+        .map(|(name, value)| wit::Field {
+            name: name.clone(),
+            value: to_wit(value.clone()),
+        })
+        .collect()
+}
+
+/// Applies the changes a call returned to its scope's named values (`None` removes).
+fn apply(slot: &mut ScopeSlot, changes: impl IntoIterator<Item = (String, Option<wit::Value>)>) {
+    for (name, value) in changes {
+        match value {
+            Some(value) => slot.put(name, from_wit(value)),
+            None => slot.remove(name),
+        }
+    }
+}
+
+/// A `finish` call's output as fields, if within the output size limit.
+fn output_fields(fields: Vec<wit::Field>, limits: &Limits) -> Result<Fields> {
+    let fields: Fields = (fields.into_iter())
+        .map(|f| (f.name, from_wit(f.value)))
+        .collect();
+    check_output(
+        fields
+            .iter()
+            .map(|(name, value)| name.len() + value_size(value))
+            .sum(),
+        limits,
+    )?;
+    Ok(fields)
 }
 
 impl AggregateOperator for WasmAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         match self.guest.bindings {
-            Bindings::AggregateV2(_) => self.add_columns(scope, events),
+            Bindings::AggregateV2(_) | Bindings::AggregateV3(_) => self.add_columns(scope, events),
             _ => self.add_rows(scope, events),
         }
     }
@@ -136,17 +268,20 @@ impl AggregateOperator for WasmAggregate {
                     window
                 ))
             })?;
-        let fields: Fields = fields
-            .into_iter()
-            .map(|f| (f.name, from_wit(f.value)))
-            .collect();
-        check_output(
-            fields
-                .iter()
-                .map(|(name, value)| name.len() + value_size(value))
-                .sum(),
-            &self.guest.limits,
-        )?;
-        Ok(fields)
+        output_fields(fields, &self.guest.limits)
+    }
+
+    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+        match self.carries_windows {
+            true => self.add_carried(windows),
+            false => Ok(vec![false; windows.len()]),
+        }
+    }
+
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+        match self.carries_windows {
+            true => self.finish_carried(windows),
+            false => Ok(vec![None; windows.len()]),
+        }
     }
 }

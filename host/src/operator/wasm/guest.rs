@@ -135,6 +135,7 @@ impl wasmtime_wasi::clocks::HostMonotonicClock for FrozenClock {
 pub(super) enum Bindings {
     Aggregate(bindings::Aggregator),
     AggregateV2(bindings_v2::Aggregator),
+    AggregateV3(bindings_v3::Aggregator),
     Enrich(enricher_bindings::Enricher),
     EnrichV2(enricher_bindings_v2::Enricher),
 }
@@ -206,6 +207,7 @@ impl Guest {
         let bindings = match &operator.instantiator {
             Instantiator::Aggregate(pre) => Bindings::Aggregate(pre.instantiate(&mut store)?),
             Instantiator::AggregateV2(pre) => Bindings::AggregateV2(pre.instantiate(&mut store)?),
+            Instantiator::AggregateV3(pre) => Bindings::AggregateV3(pre.instantiate(&mut store)?),
             Instantiator::Enrich(pre) => Bindings::Enrich(pre.instantiate(&mut store)?),
             Instantiator::EnrichV2(pre) => Bindings::EnrichV2(pre.instantiate(&mut store)?),
         };
@@ -260,14 +262,7 @@ impl Guest {
             slots.push(slot);
         }
         let committed = matches!(outcome, Ok(Ok(_))) && writes == Writes::Keep;
-        match &self.limits.state_quota {
-            Some(quota) if committed => admit_writes(quota, scopes, slots)?,
-            _ => {
-                for (scope, slot) in scopes.iter_mut().zip(slots) {
-                    scope.state = if committed { slot.commit() } else { slot.base };
-                }
-            }
-        }
+        settle(&self.limits, scopes, slots, committed)?;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(message)) => Err(OperatorError::Rejected(message)),
@@ -301,6 +296,25 @@ pub(super) enum Writes {
     /// They are dropped: the call may only read (`finish`, whose contract says it must not
     /// change the state; a guest that writes anyway changes nothing).
     Discard,
+}
+
+/// Gives each scope its slot's state: with the call's writes if the call is `committed` (and
+/// the pipeline's state quota admits them: otherwise the call is refused), else as it was.
+pub(super) fn settle(
+    limits: &Limits,
+    scopes: &mut [&mut Scope],
+    slots: Vec<ScopeSlot>,
+    committed: bool,
+) -> Result<()> {
+    match &limits.state_quota {
+        Some(quota) if committed => admit_writes(quota, scopes, slots),
+        _ => {
+            for (scope, slot) in scopes.iter_mut().zip(slots) {
+                scope.state = if committed { slot.commit() } else { slot.base };
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Keeps a call's writes if the pipeline's state quota admits them (what they add in scopes and

@@ -74,15 +74,32 @@ mod enricher_bindings_v2 {
     });
 }
 
+/// The aggregator world of `weir:operator@0.3.0`: 0.2's `aggregate` (the same functions and
+/// types) and `windows`, whose calls carry many windows.
+mod bindings_v3 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3",
+        world: "aggregator",
+        with: {
+            "weir:operator/types@0.1.0": super::bindings::weir::operator::types,
+            "weir:operator/state@0.1.0": super::bindings::weir::operator::state,
+            "weir:operator/columns@0.2.0": super::bindings_v2::weir::operator0_2_0::columns,
+        },
+        imports: { default: trappable },
+    });
+}
+
 use bindings::weir::operator::{state as wit_state, types as wit};
 use bindings_v2::weir::operator0_2_0::columns as wit_columns;
 
-/// The interface names a component may export for each world, newest first.
-const AGGREGATE_EXPORTS: [&str; 2] = [
+/// The interface names a component may export for each world, newest first (a 0.3 aggregator
+/// exports 0.2's `aggregate` as well as `windows`).
+const AGGREGATE_EXPORTS: &[&str] = &[
+    "weir:operator/windows@0.3.0",
     "weir:operator/aggregate@0.2.0",
     "weir:operator/aggregate@0.1.0",
 ];
-const ENRICH_EXPORTS: [&str; 2] = ["weir:operator/enrich@0.2.0", "weir:operator/enrich@0.1.0"];
+const ENRICH_EXPORTS: &[&str] = &["weir:operator/enrich@0.2.0", "weir:operator/enrich@0.1.0"];
 
 mod aggregate;
 mod compile_cache;
@@ -97,6 +114,6 @@ pub use convert::Projection;
 use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
-use guest::{Bindings, Guest, Writes, check_output, output_within, value_size};
+use guest::{Bindings, Guest, Writes, check_output, output_within, settle, value_size};
 pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};

@@ -28,7 +28,7 @@ pub enum LoadError {
     },
     /// The component does not export the interface of the world the spec asks for.
     #[error(
-        "operator module {path} does not implement the `{expected}` world of weir:operator (0.2.0 or 0.1.0; it exports: {exports}); {hint}"
+        "operator module {path} does not implement the `{expected}` world of weir:operator (0.3.0, 0.2.0 or 0.1.0; it exports: {exports}); {hint}"
     )]
     WrongWorld {
         /// The module's path.
@@ -324,12 +324,12 @@ impl WasmRuntime {
                 "it looks like an aggregate operator: use kind = \"aggregate\"",
             ),
         };
-        let exported = |names: [&str; 2]| names.iter().position(|n| exports.iter().any(|e| e == n));
+        let exported = |names: &[&str]| names.iter().position(|n| exports.iter().any(|e| e == n));
         let Some(version) = exported(needed) else {
             let hint = if exported(other).is_some() {
                 hint
             } else {
-                "build it with the weir-sdk crate (or another binding generator) against wit/v0.2/operator.wit or wit/operator.wit"
+                "build it with the weir-sdk crate (or another binding generator) against wit/v0.3/operator.wit, wit/v0.2/operator.wit or wit/operator.wit"
             };
             return Err(LoadError::WrongWorld {
                 path: path.to_owned(),
@@ -350,6 +350,9 @@ impl WasmRuntime {
         // `version` indexes the export lists, newest first.
         let instantiator = match (kind, version) {
             (ComponentKind::Aggregate, 0) => {
+                Instantiator::AggregateV3(bindings_v3::AggregatorPre::new(pre).map_err(link)?)
+            }
+            (ComponentKind::Aggregate, 1) => {
                 Instantiator::AggregateV2(bindings_v2::AggregatorPre::new(pre).map_err(link)?)
             }
             (ComponentKind::Aggregate, _) => {
@@ -384,6 +387,7 @@ pub(super) fn root_cause(e: &wasmtime::Error) -> String {
 pub(super) enum Instantiator {
     Aggregate(bindings::AggregatorPre<HostData>),
     AggregateV2(bindings_v2::AggregatorPre<HostData>),
+    AggregateV3(bindings_v3::AggregatorPre<HostData>),
     Enrich(enricher_bindings::EnricherPre<HostData>),
     EnrichV2(enricher_bindings_v2::EnricherPre<HostData>),
 }
@@ -411,8 +415,10 @@ impl WasmOperator {
         limits: Limits,
         projection: Projection,
     ) -> std::result::Result<WasmAggregate, LoadError> {
+        let guest = Guest::new(self.clone(), limits)?;
         Ok(WasmAggregate {
-            guest: Guest::new(self.clone(), limits)?,
+            carries_windows: matches!(guest.bindings, Bindings::AggregateV3(_)),
+            guest,
             projection,
         })
     }

@@ -6,8 +6,8 @@
 //! interface of 0.2; they are generated once, in
 //! [`aggregator`], and reused by [`enricher`], so the SDK has a single `Value`, `Events` and
 //! `Scope` type. Each world's export macro embeds that world's full type information in the
-//! operator's component, so an aggregator exports only `aggregate` and an enricher only
-//! `enrich`.
+//! operator's component, so an aggregator exports only `aggregate` and `windows`, and an
+//! enricher only `enrich`.
 #![allow(unsafe_code, missing_docs, clippy::all)]
 
 /// The `aggregator` world: imports `state`, exports `aggregate`.

@@ -54,10 +54,15 @@
 //! * Events arrive in [batches](Events) of one key, with the field names sent once per batch:
 //!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
 //!
-//! Components built with this crate implement `weir:operator@0.2.0` (`wit/v0.2/operator.wit`):
+//! Components built with this crate implement `weir:operator@0.3.0` (`wit/v0.3/operator.wit`):
 //! a batch's values cross the boundary in one list, field after field, and an aggregate's named
 //! values cross with the call, so that [`State::get`] and [`State::put`] in `add` cost no call
-//! to the host. The operator sees the same [`Events`] and [`State`] as with 0.1.
+//! to the host; and the host may add to, and finish, many windows in one call. Such a call has
+//! no scope: if `add` or `finish` asks for a map or the key there, the SDK answers that it
+//! needs one and the host calls again for that window alone, so the operator never sees the
+//! difference (beyond its code running twice for that window: keep `add` and `finish` free
+//! of side effects outside the [`State`]). The operator sees the same [`Events`] and [`State`]
+//! as with 0.1.
 //!
 //! If `add` or `process` returns an error (or traps), nothing the call wrote to the state is
 //! kept, and the host retries the batch's events one at a time, so that only the events the

@@ -16,6 +16,14 @@ use crate::{Field, Value};
 /// `add` the named values came with the call and its changes go back with its result, so they
 /// cost no call.
 ///
+/// The host may add to, or finish, many windows in one call, which hands over their named
+/// values but no scope. There, asking for a map or the key marks the call as needing the scope
+/// and answers as if empty (`None`, 0, no entries, an empty key; writes do nothing): the SDK
+/// then discards what the call did for that window and the host calls again with the scope.
+/// So code that runs on a map's answer must end whatever the answer (a loop until a map
+/// reaches a size would run to the call's time limit), and must not panic on an empty one (a
+/// panic traps, and the instance then gets one call per window from then on).
+///
 /// Operators receive it from the host; tests make one with [`MemoryState`].
 #[derive(Debug, Clone, Copy)]
 pub struct State<'a> {
@@ -233,7 +241,7 @@ impl<'a> State<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::Values;
+    use super::{State, Values};
     use crate::testing::MemoryState;
     use crate::{Field, Value};
 
@@ -276,6 +284,32 @@ mod tests {
             ]
         );
         assert!(Values::default().into_changes().is_empty());
+    }
+
+    /// In a call carrying many windows there is no scope: named values work, and asking for a
+    /// map or the key marks the call so that the host makes it again with the scope.
+    #[test]
+    fn without_a_scope_a_map_or_the_key_marks_the_call_as_needing_one() {
+        let values = Values::new(vec![Field {
+            name: "count".into(),
+            value: Value::Int(2),
+        }]);
+        let state = State::with_values(&values, None);
+        assert_eq!(state.add_int("count", 1), 3);
+        assert!(!values.needs_scope(), "named values need no scope");
+        assert_eq!(state.map_get("seen", "x"), None);
+        assert!(values.needs_scope());
+        for ask in [
+            |s: &State| drop(s.key()),
+            |s: &State| s.map_put("seen", "x", 1),
+            |s: &State| s.map_remove("seen", "x"),
+            |s: &State| drop(s.map_len("seen")),
+            |s: &State| drop(s.map_entries("seen")),
+        ] {
+            let values = Values::new(Vec::new());
+            ask(&State::with_values(&values, None));
+            assert!(values.needs_scope());
+        }
     }
 
     #[test]

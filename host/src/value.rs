@@ -42,6 +42,16 @@ impl Value {
         }
     }
 
+    /// About how many bytes the value takes as it crosses into an operator: its text or bytes,
+    /// else 8.
+    pub fn size(&self) -> usize {
+        match self {
+            Value::Text(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            _ => 8,
+        }
+    }
+
     /// Converts to JSON. Non-finite floats, which JSON cannot hold, become `null`.
     pub fn to_json(&self) -> serde_json::Value {
         match self {

@@ -72,20 +72,24 @@ pub trait AggregateOperator: Send {
     fn version_for(&self, _key: &str) -> Option<Arc<str>> {
         None
     }
-    /// Adds each window's events (as [`Self::add`] would) in as few calls as the operator can
-    /// make, and says for each window whether it did. A window not done is left exactly as it
-    /// was, for `add` to do alone (which reports any error). Errors are the host's only. The
-    /// default does none: a native call per window costs little.
-    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
-        Ok(vec![false; windows.len()])
+    /// Adds each window's events (as [`Self::add`] would) in one call, if the operator makes
+    /// such calls, and says for each window whether it did: `None` if it made no call. A
+    /// window not done is left exactly as it was, for `add` to do alone (which reports any
+    /// error). An error is the host's, or a trap of the call (nothing done). The default makes
+    /// no call: a native call per window costs little.
+    fn add_windows(&mut self, _windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+        Ok(None)
     }
-    /// Each window's output (as [`Self::finish`] would give it), for the windows the operator
-    /// could finish together; `None` for those left to `finish` alone. Errors are the host's
-    /// only. The default finishes none.
-    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
-        Ok(vec![None; windows.len()])
+    /// Each window's output (as [`Self::finish`] would give it) from one call, if the operator
+    /// makes such calls (`None` if it made none); `None` for a window left to `finish` alone.
+    /// Errors as for [`Self::add_windows`]. The default makes no call.
+    fn finish_windows(&mut self, _windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
+        Ok(None)
     }
 }
+
+/// What a call carrying many windows gave: each window's outcome, if a call was made.
+pub type CarriedResult<T> = Result<Option<Vec<T>>>;
 
 /// Code that makes aggregate instances, one per shard: a Wasm component or a native operator.
 /// Rollouts move keys between versions of it, whatever it is.

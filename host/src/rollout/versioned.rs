@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::{CounterBook, Routing, VersionCounters};
 use crate::event::Event;
-use crate::operator::{AggregateOperator, OperatorError, Result, Scope};
+use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Result, Scope};
 use crate::state::ScopeState;
 use crate::time::Window;
 use crate::value::{Fields, fields_to_json};
@@ -238,6 +238,24 @@ impl VersionedAggregate {
     }
 }
 
+/// A call carrying many windows to `slot`'s operator, begun at `started`: its windows'
+/// outcomes, or `None` if no call was made or it trapped (counted and logged as a trap: its
+/// windows then go alone). Host errors pass.
+fn carried<T>(
+    slot: &mut Slot<dyn AggregateOperator>,
+    started: Option<Instant>,
+    call: impl FnOnce(&mut dyn AggregateOperator) -> CarriedResult<T>,
+) -> Result<Option<Vec<T>>> {
+    match call(&mut *slot.operator) {
+        Err(OperatorError::Host(message)) => Err(OperatorError::Host(message)),
+        Err(trapped) => {
+            let _ = slot.count::<()>(0, started, Err(trapped));
+            Ok(None)
+        }
+        Ok(made) => Ok(made),
+    }
+}
+
 /// Whether `scope`'s state was written by `version`, or by no version yet (so `version` needs
 /// no `migrate` before touching it).
 fn written_by_or_none(scope: &Scope, version: &str) -> bool {
@@ -359,13 +377,14 @@ impl AggregateOperator for VersionedAggregate {
 
     /// Outside a rollout (one version, no shadow), the live version's, for the windows it wrote
     /// (or no version did); the others are left to `add`, which migrates them first. During a
-    /// rollout, none: each window goes to its version alone.
-    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
-        let mut done = vec![false; windows.len()];
+    /// rollout, none: each window goes to its version alone. A call made is counted with the
+    /// events of the windows it did; a trapped one as a trap (its windows then go alone).
+    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         if self.candidate.is_some() {
-            return Ok(done);
+            return Ok(None);
         }
         let live = &mut self.live;
+        let mut done = vec![false; windows.len()];
         let (mut ready, mut at) = (Vec::new(), Vec::new());
         for (i, (scope, events)) in windows.iter_mut().enumerate() {
             if written_by_or_none(scope, &live.version) {
@@ -373,48 +392,41 @@ impl AggregateOperator for VersionedAggregate {
                 at.push(i);
             }
         }
-        if ready.is_empty() {
-            return Ok(done);
-        }
-        let events = ready.iter().map(|(_, events)| events.len()).sum();
         let started = live.clock();
-        let added = live.operator.add_windows(&mut ready)?;
-        if added.contains(&true) {
-            // Counted as one call, when one was made (an operator may make none).
-            live.count(events, started, Ok(()))?;
-        }
-        for ((scope, _), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
+        let Some(added) = carried(live, started, |op| op.add_windows(&mut ready))? else {
+            return Ok(None);
+        };
+        let mut events = 0;
+        for ((scope, batch), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
             if added {
                 live.mark(scope);
-                done[i] = true;
+                (done[i], events) = (true, events + batch.len());
             }
         }
-        Ok(done)
+        live.count(events, started, Ok(()))?;
+        Ok(Some(done))
     }
 
     /// As [`Self::add_windows`]: the live version's outputs outside a rollout.
-    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
-        let mut outputs = vec![None; windows.len()];
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
         if self.candidate.is_some() {
-            return Ok(outputs);
+            return Ok(None);
         }
         let live = &mut self.live;
         let (ready, at): (Vec<(&Scope, Window)>, Vec<usize>) = (windows.iter().enumerate())
             .filter(|(_, (scope, _))| written_by_or_none(scope, &live.version))
             .map(|(i, window)| (*window, i))
             .unzip();
-        if ready.is_empty() {
-            return Ok(outputs);
-        }
         let started = live.clock();
-        let finished = live.operator.finish_windows(&ready)?;
-        if finished.iter().any(Option::is_some) {
-            live.count(0, started, Ok(()))?;
-        }
+        let Some(finished) = carried(live, started, |op| op.finish_windows(&ready))? else {
+            return Ok(None);
+        };
+        let mut outputs = vec![None; windows.len()];
         for (i, output) in at.into_iter().zip(finished) {
             outputs[i] = output;
         }
-        Ok(outputs)
+        live.count(0, started, Ok(()))?;
+        Ok(Some(outputs))
     }
 
     fn version_for(&self, key: &str) -> Option<Arc<str>> {

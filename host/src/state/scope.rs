@@ -39,6 +39,13 @@ impl ScopeState {
             && self.shadow.is_none()
     }
 
+    /// About how many bytes the named values take as they cross into an operator with a call.
+    pub fn named_values_size(&self) -> usize {
+        (self.values.iter())
+            .map(|(name, value)| name.len() + value.size())
+            .sum()
+    }
+
     /// Reads a named value.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.values.get(name)

@@ -5,9 +5,11 @@
 //! do not depend on the number of shards or on batch boundaries. For each event: lateness is
 //! judged against the current watermark, the event is added to its windows (sessions merge), and
 //! every window whose end the watermark has passed and that has unemitted changes fires. Adds
-//! are buffered per window and cross the Wasm boundary in one call per window, when the window
-//! fires or the batch ends, or, while full batches follow each other, when the window fires or
-//! the engine would hold more than [`MAX_HELD_BATCHES`] batches ([`Arrived`]).
+//! are buffered per window until the window fires or the batch ends, or, while full batches
+//! follow each other, until the window fires or the engine would hold more than
+//! [`MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go to the
+//! operator in calls carrying many windows where it makes them
+//! ([`AggregateOperator::add_windows`]: a 0.3 component), the rest in one call per window.
 //!
 //! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
 //! upstream result they stand for ([`Origin`]): an upstream update replaces its result's
@@ -29,7 +31,7 @@ use super::assign::assign;
 use super::inputs::{Input, Inputs, StoredInput};
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
-use crate::operator::{AggregateOperator, OperatorError, Scope};
+use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope};
 use crate::spec::WindowSpec;
 use crate::state::{
     Change, Namespace, ScopeState, StateBackend, StateError, StateKey, TableRow, key_group,
@@ -153,6 +155,10 @@ pub const MAX_EVENTS_PER_CALL: usize = 4_096;
 /// [`AggregateOperator::finish_windows`]); its events stay within [`MAX_EVENTS_PER_CALL`].
 pub const MAX_WINDOWS_PER_CALL: usize = 1_024;
 
+/// The most bytes of named values one call carrying many windows takes (they cross with it):
+/// what the calls ask of a guest's memory stays near what one window's call asks.
+pub const MAX_NAMED_BYTES_PER_CALL: usize = 1 << 20;
+
 /// A window whose state is out of the store for calls carrying many windows, with the pending
 /// events it adds (moved out of the window, so it is not taken twice).
 struct Taken {
@@ -163,11 +169,34 @@ struct Taken {
 }
 
 impl Taken {
-    /// Whether its events go in a call carrying many windows (a window with more than one
-    /// call's events, or rebuilding its state, goes alone).
-    fn carried(&self) -> bool {
-        !self.pending.is_empty() && self.pending.len() <= MAX_EVENTS_PER_CALL
+    /// The events and bytes of named values it adds with, if it goes in a call carrying many
+    /// windows: not if it adds nothing, rebuilds its state, or is over one such call's limits
+    /// on its own (then it goes alone).
+    fn carried(&self) -> Option<(usize, usize)> {
+        let (events, named) = (self.pending.len(), self.scope.state.named_values_size());
+        (events > 0 && events <= MAX_EVENTS_PER_CALL && named <= MAX_NAMED_BYTES_PER_CALL)
+            .then_some((events, named))
     }
+}
+
+/// Splits `sizes` (each item's (events, bytes), or `None` if it goes alone) into runs of
+/// consecutive items whose carried ones fit one call: at most [`MAX_WINDOWS_PER_CALL`],
+/// [`MAX_EVENTS_PER_CALL`] events and [`MAX_NAMED_BYTES_PER_CALL`] bytes. Returns where each
+/// run but the last ends.
+fn runs(sizes: impl Iterator<Item = Option<(usize, usize)>>) -> Vec<usize> {
+    let (mut ends, mut windows, mut events, mut bytes) = (Vec::new(), 0, 0, 0);
+    for (i, size) in sizes.enumerate() {
+        let Some((n, b)) = size else { continue };
+        if windows == MAX_WINDOWS_PER_CALL
+            || events + n > MAX_EVENTS_PER_CALL
+            || bytes + b > MAX_NAMED_BYTES_PER_CALL
+        {
+            ends.push(i);
+            (windows, events, bytes) = (0, 0, 0);
+        }
+        (windows, events, bytes) = (windows + 1, events + n, bytes + b);
+    }
+    ends
 }
 
 /// The most batches an engine holds, after a batch, for windows that wait to add their events
@@ -1443,19 +1472,8 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let mut start = 0;
-        while start < taken.len() {
-            let (mut end, mut windows, mut total) = (start, 0, 0);
-            while let Some(window) = taken.get(end) {
-                let n = if window.carried() {
-                    window.pending.len()
-                } else {
-                    0
-                };
-                if n > 0 && (windows == MAX_WINDOWS_PER_CALL || total + n > MAX_EVENTS_PER_CALL) {
-                    break;
-                }
-                (windows, total, end) = (windows + usize::from(n > 0), total + n, end + 1);
-            }
+        let ends = runs(taken.iter().map(Taken::carried));
+        for end in ends.into_iter().chain([taken.len()]) {
             self.add_run(&mut taken[start..end], events, cx, out)?;
             start = end;
         }
@@ -1470,21 +1488,23 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let batches: Vec<Vec<&Event>> = (run.iter().filter(|w| w.carried()))
-            .map(|w| w.pending.iter().map(|&n| &events[n].event).collect())
+        let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
+        let batches: Vec<Vec<&Event>> = (run.iter().zip(&carried).filter(|(_, c)| **c))
+            .map(|(w, _)| w.pending.iter().map(|&n| &events[n].event).collect())
             .collect();
-        let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().filter(|w| w.carried()))
+        let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().zip(&carried))
+            .filter(|(_, c)| **c)
             .zip(&batches)
-            .map(|(w, batch)| (&mut w.scope, batch.as_slice()))
+            .map(|((w, _), batch)| (&mut w.scope, batch.as_slice()))
             .collect();
         let done = match calls.is_empty() {
             true => Vec::new(),
-            false => cx.operator.add_windows(&mut calls).map_err(host_error)?,
+            false => outcomes(cx.operator.add_windows(&mut calls))?,
         };
         drop(calls);
         let mut done = done.into_iter();
-        for window in run {
-            if window.carried() && done.next() == Some(true) {
+        for (window, carried) in run.iter_mut().zip(carried) {
+            if carried && done.next() == Some(true) {
                 self.added(window.id, std::mem::take(&mut window.pending));
                 continue;
             }
@@ -1517,12 +1537,29 @@ impl WindowEngine {
         let firing: Vec<usize> = (0..taken.len())
             .filter(|&i| self.fires(taken[i].id))
             .collect();
+        // Each firing window's named values cross; one over a call's limit goes alone.
+        let sizes: Vec<Option<(usize, usize)>> = (firing.iter())
+            .map(|&i| Some((0, taken[i].scope.state.named_values_size())))
+            .map(|size| size.filter(|&(_, bytes)| bytes <= MAX_NAMED_BYTES_PER_CALL))
+            .collect();
         let mut outputs: Vec<Option<Fields>> = vec![None; taken.len()];
-        for chunk in firing.chunks(MAX_WINDOWS_PER_CALL) {
+        let mut start = 0;
+        for end in runs(sizes.iter().copied())
+            .into_iter()
+            .chain([firing.len()])
+        {
+            let chunk: Vec<usize> = (start..end)
+                .filter(|&f| sizes[f].is_some())
+                .map(|f| firing[f])
+                .collect();
+            start = end;
+            if chunk.is_empty() {
+                continue;
+            }
             let calls: Vec<(&Scope, Window)> = (chunk.iter())
                 .map(|&i| (&taken[i].scope, self.windows[taken[i].id].window))
                 .collect();
-            let finished = cx.operator.finish_windows(&calls).map_err(host_error)?;
+            let finished = outcomes(cx.operator.finish_windows(&calls))?;
             for (&i, output) in chunk.iter().zip(finished) {
                 outputs[i] = output;
             }
@@ -1664,9 +1701,14 @@ impl WindowEngine {
     }
 }
 
-/// An operator's failure around calls carrying many windows: only the host's may come back.
-fn host_error(error: OperatorError) -> EngineError {
-    EngineError::Host(error.to_string())
+/// The windows' outcomes of a call carrying many windows: none if no call was made or it
+/// trapped (each window then goes alone); a host failure stops the batch as any does.
+fn outcomes<T>(carried: CarriedResult<T>) -> Result<Vec<T>> {
+    match carried {
+        Ok(made) => Ok(made.unwrap_or_default()),
+        Err(OperatorError::Host(message)) => Err(EngineError::Host(message)),
+        Err(_) => Ok(Vec::new()),
+    }
 }
 
 /// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:
@@ -2002,6 +2044,142 @@ mod tests {
             carried.most_held
         );
         assert_eq!((carried.released, carried.holds), (events.len(), false));
+    }
+
+    /// The native count-sum refusing negative amounts, which, if `carries`, takes many windows
+    /// per call: it adds every other window of a call (none with a refused event) and gives
+    /// every other output, leaving the rest to `add` and `finish`. Counts calls of each kind.
+    #[derive(Default)]
+    struct Grouping {
+        carries: bool,
+        adds: usize,
+        finishes: usize,
+        add_windows: usize,
+        finish_windows: usize,
+    }
+
+    fn refused(events: &[&Event]) -> bool {
+        (events.iter()).any(|e| matches!(e.fields[0].1, Value::Int(amount) if amount < 0))
+    }
+
+    impl AggregateOperator for Grouping {
+        fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> crate::operator::Result<()> {
+            self.adds += 1;
+            if refused(events) {
+                return Err(OperatorError::Rejected("a negative amount".into()));
+            }
+            NativeCountSum.add(scope, events)
+        }
+        fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> crate::operator::Result<()> {
+            NativeCountSum.merge(target, source)
+        }
+        fn finish(&mut self, scope: &mut Scope, window: Window) -> crate::operator::Result<Fields> {
+            self.finishes += 1;
+            NativeCountSum.finish(scope, window)
+        }
+        fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+            if !self.carries {
+                return Ok(None);
+            }
+            self.add_windows += 1;
+            let mut done = Vec::new();
+            for (i, (scope, events)) in windows.iter_mut().enumerate() {
+                let takes = i % 2 == 0 && !refused(events);
+                if takes {
+                    NativeCountSum.add(scope, events)?;
+                }
+                done.push(takes);
+            }
+            Ok(Some(done))
+        }
+        fn finish_windows(
+            &mut self,
+            windows: &[(&Scope, Window)],
+        ) -> CarriedResult<Option<Fields>> {
+            if !self.carries {
+                return Ok(None);
+            }
+            self.finish_windows += 1;
+            let finish = |(scope, window): &(&Scope, Window)| {
+                NativeCountSum.finish(&mut (*scope).clone(), *window)
+            };
+            (windows.iter().enumerate())
+                .map(|(i, window)| match i % 2 == 1 {
+                    true => finish(window).map(Some),
+                    false => Ok(None),
+                })
+                .collect::<crate::operator::Result<_>>()
+                .map(Some)
+        }
+    }
+
+    #[test]
+    fn runs_of_windows_keep_each_call_within_its_limits() {
+        let half = Some((MAX_EVENTS_PER_CALL / 2, 0));
+        // Two halves fill a call; a third starts the next. Windows going alone do not count.
+        assert_eq!(runs([half, None, half, half].into_iter()), [3]);
+        let bytes = Some((1, MAX_NAMED_BYTES_PER_CALL / 2 + 1));
+        assert_eq!(runs([bytes, bytes, bytes].into_iter()), [1, 2]);
+        let small = std::iter::repeat_n(Some((1, 1)), MAX_WINDOWS_PER_CALL * 2 + 1);
+        assert_eq!(
+            runs(small),
+            [MAX_WINDOWS_PER_CALL, MAX_WINDOWS_PER_CALL * 2]
+        );
+        assert!(runs(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn calls_carrying_many_windows_give_the_results_and_dead_letters_of_one_call_per_window() {
+        let keys: Vec<String> = (0..40).map(|k| format!("k{k}")).collect();
+        let events: Vec<(&str, Millis, i64)> = (0..2_000)
+            .map(|i| {
+                (
+                    keys[i * 7 % 40].as_str(),
+                    (i / 20) as Millis,
+                    if i % 333 == 5 { -1 } else { i as i64 },
+                )
+            })
+            .collect();
+        let letters = |out: &EngineOutput| {
+            let mut lines: Vec<(u64, String)> = (out.dead_letters.iter())
+                .map(|d| (d.line, d.reason.clone()))
+                .collect();
+            lines.sort();
+            lines
+        };
+        let mut alone = Grouping::default();
+        let expected = run_with(&mut alone, TUMBLING, 0, &events, true);
+        assert_eq!(
+            letters(&expected).len(),
+            6,
+            "the refused events are dead letters"
+        );
+        let mut many = Grouping {
+            carries: true,
+            ..Grouping::default()
+        };
+        let together = run_with(&mut many, TUMBLING, 0, &events, true);
+        assert_eq!(emitted(&together), emitted(&expected));
+        assert_eq!(letters(&together), letters(&expected));
+        let mut carrying = Grouping {
+            carries: true,
+            ..Grouping::default()
+        };
+        let carried = run_batches(&mut carrying, TUMBLING, &events, (64, true), |_| true);
+        assert_eq!(emitted(&carried.out), emitted(&expected));
+        assert_eq!(letters(&carried.out), letters(&expected));
+        // Half the windows of each call are left to one call each, and the refused ones are
+        // retried event by event; the rest went in few calls.
+        for operator in [&many, &carrying] {
+            assert!(operator.add_windows > 0 && operator.finish_windows > 0);
+            assert!(
+                operator.adds < alone.adds,
+                "{} of {}",
+                operator.adds,
+                alone.adds
+            );
+            assert!(operator.finishes < alone.finishes);
+        }
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl WasmAggregate {
     /// `windows.add-windows` of a 0.3 component over `windows`; see
     /// [`AggregateOperator::add_windows`]. A window whose batch cannot cross (too wide) is left
     /// to `add`, which says why.
-    fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+    fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         let mut done = vec![false; windows.len()];
         let (mut sent, mut batches) = (Vec::new(), Vec::new());
         for (i, (scope, events)) in windows.iter().enumerate() {
@@ -105,12 +105,13 @@ impl WasmAggregate {
                 sent.push(i);
             }
         }
-        let Some(added) = self.call_windows(sent.len(), |store, b| {
+        let added = match self.call_windows(sent.len(), |store, b| {
             b.weir_operator0_3_0_windows()
                 .call_add_windows(store, &batches)
-        })?
-        else {
-            return Ok(done);
+        })? {
+            Made::None => return Ok(None),
+            Made::Malformed => return Ok(Some(done)),
+            Made::Results(added) => added,
         };
         for (i, added) in sent.into_iter().zip(added) {
             match added {
@@ -125,13 +126,13 @@ impl WasmAggregate {
                 wit_windows::Added::NeedsScope => self.carries_windows = false,
             }
         }
-        Ok(done)
+        Ok(Some(done))
     }
 
     /// `windows.finish-windows` of a 0.3 component over `windows`; see
     /// [`AggregateOperator::finish_windows`]. An output over the size limit is left to
     /// `finish`, which refuses it.
-    fn finish_carried(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+    fn finish_carried(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
         let mut outputs = vec![None; windows.len()];
         let values: Vec<wit_windows::WindowValues> = (windows.iter())
             .map(|(scope, window)| wit_windows::WindowValues {
@@ -142,12 +143,13 @@ impl WasmAggregate {
                 },
             })
             .collect();
-        let Some(finished) = self.call_windows(windows.len(), |store, b| {
+        let finished = match self.call_windows(windows.len(), |store, b| {
             b.weir_operator0_3_0_windows()
                 .call_finish_windows(store, &values)
-        })?
-        else {
-            return Ok(outputs);
+        })? {
+            Made::None => return Ok(None),
+            Made::Malformed => return Ok(Some(outputs)),
+            Made::Results(finished) => finished,
         };
         for (output, finished) in outputs.iter_mut().zip(finished) {
             match finished {
@@ -158,19 +160,19 @@ impl WasmAggregate {
                 wit_windows::Finished::NeedsScope => self.carries_windows = false,
             }
         }
-        Ok(outputs)
+        Ok(Some(outputs))
     }
 
-    /// Makes one `windows` call over `count` windows, if there are any: its results, one per
-    /// window, or `None` if the call trapped (the instance, replaced, then makes no more such
-    /// calls) or returned another number of results.
+    /// Makes one `windows` call over `count` windows, if there are any. A trap (the instance is
+    /// replaced) is returned as the error; after a trap or an answer with another number of
+    /// results than windows, this instance makes no more such calls.
     fn call_windows<R>(
         &mut self,
         count: usize,
         call: impl FnOnce(&mut Store<HostData>, &bindings_v3::Aggregator) -> wasmtime::Result<Vec<R>>,
-    ) -> Result<Option<Vec<R>>> {
+    ) -> Result<Made<R>> {
         if count == 0 {
-            return Ok(None);
+            return Ok(Made::None);
         }
         let outcome = self.guest.call(&mut [], Writes::Discard, |store, b, _| {
             let Bindings::AggregateV3(b) = b else {
@@ -179,14 +181,30 @@ impl WasmAggregate {
             call(store, b).map(Ok)
         });
         match outcome {
-            Ok(results) if results.len() == count => Ok(Some(results)),
-            Err(OperatorError::Host(message)) => Err(OperatorError::Host(message)),
-            Ok(_) | Err(_) => {
+            Ok(results) if results.len() == count => Ok(Made::Results(results)),
+            Ok(_) => {
                 self.carries_windows = false;
-                Ok(None)
+                Ok(Made::Malformed)
+            }
+            Err(error) => {
+                if let OperatorError::Trapped(reason) = &error {
+                    self.carries_windows = false;
+                    tracing::debug!(%reason, "a call carrying many windows trapped: this instance now gets one call per window");
+                }
+                Err(error)
             }
         }
     }
+}
+
+/// What a `windows` call gave.
+enum Made<R> {
+    /// No call was made: there was nothing to send.
+    None,
+    /// One result per window.
+    Results(Vec<R>),
+    /// Another number of results than windows: none is used.
+    Malformed,
 }
 
 /// A scope's named values, as they cross with a call.
@@ -217,7 +235,7 @@ fn output_fields(fields: Vec<wit::Field>, limits: &Limits) -> Result<Fields> {
     check_output(
         fields
             .iter()
-            .map(|(name, value)| name.len() + value_size(value))
+            .map(|(name, value)| name.len() + value.size())
             .sum(),
         limits,
     )?;
@@ -271,17 +289,17 @@ impl AggregateOperator for WasmAggregate {
         output_fields(fields, &self.guest.limits)
     }
 
-    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> Result<Vec<bool>> {
+    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         match self.carries_windows {
             true => self.add_carried(windows),
-            false => Ok(vec![false; windows.len()]),
+            false => Ok(None),
         }
     }
 
-    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> Result<Vec<Option<Fields>>> {
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
         match self.carries_windows {
             true => self.finish_carried(windows),
-            false => Ok(vec![None; windows.len()]),
+            false => Ok(None),
         }
     }
 }

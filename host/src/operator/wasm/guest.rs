@@ -368,15 +368,6 @@ pub(super) fn trap_reason(error: &wasmtime::Error, limits: &Limits) -> String {
     }
 }
 
-/// Approximate bytes of a value in output.
-pub(super) fn value_size(value: &Value) -> usize {
-    match value {
-        Value::Text(s) => s.len(),
-        Value::Bytes(b) => b.len(),
-        _ => 8,
-    }
-}
-
 pub(super) fn check_output(size: usize, limits: &Limits) -> Result<()> {
     output_within(size, limits.max_output_bytes).map_err(OperatorError::Rejected)
 }

@@ -21,7 +21,9 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub use super::scope_slot::ScopeSlot;
-use super::{AggregateOperator, EnrichOperator, Enriched, OperatorError, Result, Scope};
+use super::{
+    AggregateOperator, CarriedResult, EnrichOperator, Enriched, OperatorError, Result, Scope,
+};
 use crate::event::Event;
 use crate::time::Window;
 use crate::value::{Fields, Value};
@@ -114,6 +116,6 @@ pub use convert::Projection;
 use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
-use guest::{Bindings, Guest, Writes, check_output, output_within, settle, value_size};
+use guest::{Bindings, Guest, Writes, check_output, output_within, settle};
 pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};

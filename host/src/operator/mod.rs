@@ -72,6 +72,12 @@ pub trait AggregateOperator: Send {
     fn version_for(&self, _key: &str) -> Option<Arc<str>> {
         None
     }
+    /// Whether [`Self::add_windows`] and [`Self::finish_windows`] may make calls now; if not,
+    /// the engine makes one call per window without gathering windows first. The default:
+    /// no.
+    fn carries_windows(&self) -> bool {
+        false
+    }
     /// Adds each window's events (as [`Self::add`] would) in one call, if the operator makes
     /// such calls, and says for each window whether it did: `None` if it made no call. A
     /// window not done is left exactly as it was, for `add` to do alone (which reports any

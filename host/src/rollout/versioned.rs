@@ -375,6 +375,10 @@ impl AggregateOperator for VersionedAggregate {
         Ok(output)
     }
 
+    fn carries_windows(&self) -> bool {
+        self.candidate.is_none() && self.live.operator.carries_windows()
+    }
+
     /// Outside a rollout (one version, no shadow), the live version's, for the windows it wrote
     /// (or no version did); the others are left to `add`, which migrates them first. During a
     /// rollout, none: each window goes to its version alone. A call made is counted with the

@@ -1353,6 +1353,9 @@ impl WindowEngine {
                 if self.fires(id) {
                     self.emit(id, trigger, false, cx, out)?;
                 }
+            } else if !cx.operator.carries_windows() {
+                let closing = advance && self.is_late(&window);
+                self.flush_and_emit(id, trigger, closing, events, cx, out)?;
             } else {
                 group.push((id, advance && self.is_late(&window)));
                 if group.len() == MAX_WINDOWS_PER_CALL {
@@ -1360,7 +1363,10 @@ impl WindowEngine {
                 }
             }
         }
-        self.flush_and_emit_all(group, trigger, events, cx, out)
+        match group.is_empty() {
+            true => Ok(()),
+            false => self.flush_and_emit_all(group, trigger, events, cx, out),
+        }
     }
 
     /// Whether window `id` has a result to emit on time: it changed since its last emission,
@@ -1370,9 +1376,39 @@ impl WindowEngine {
         live.changed || (live.early > 0 && live.version == live.early)
     }
 
-    /// Adds due windows' pending events and emits their results on time, in order: each
-    /// window's state taken once and put back once (not if it is `closing`: its state is
-    /// removed next), with calls carrying many windows where the operator can make them.
+    /// Adds due window `id`'s pending events and emits its result on time, with one `take` of
+    /// its state and one `put` (none if it is `closing`: its state is removed next).
+    fn flush_and_emit(
+        &mut self,
+        id: WindowId,
+        trigger: u64,
+        closing: bool,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let live = &self.windows[id];
+        if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
+            return Ok(());
+        }
+        let window = live.window;
+        let (state_key, mut scope) = self.take_scope(id, cx)?;
+        self.add_pending_to(id, &mut scope, events, cx, out)?;
+        let outcome = self
+            .fires(id)
+            .then(|| cx.operator.finish(&mut scope, window));
+        if !closing {
+            cx.state.put(state_key, scope.state)?;
+        }
+        match outcome {
+            Some(outcome) => self.publish(id, outcome, trigger, false, cx, out),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::flush_and_emit`] for due windows, in order, for an operator that makes calls
+    /// carrying many windows: each window's state taken once and put back once (not if it is
+    /// `closing`), the adds and then the outputs in as few calls as the operator makes.
     fn flush_and_emit_all(
         &mut self,
         group: Vec<(WindowId, bool)>,
@@ -1412,6 +1448,12 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        if !cx.operator.carries_windows() {
+            for id in ids {
+                self.flush_pending(id, events, cx, out)?;
+            }
+            return Ok(());
+        }
         let mut taken = Vec::new();
         for id in ids {
             let Some(live) = self.windows.get(id) else {
@@ -1471,6 +1513,9 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        if taken.is_empty() {
+            return Ok(());
+        }
         let mut start = 0;
         let ends = runs(taken.iter().map(Taken::carried));
         for end in ends.into_iter().chain([taken.len()]) {

@@ -289,6 +289,10 @@ impl AggregateOperator for WasmAggregate {
         output_fields(fields, &self.guest.limits)
     }
 
+    fn carries_windows(&self) -> bool {
+        self.carries_windows
+    }
+
     fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         match self.carries_windows {
             true => self.add_carried(windows),

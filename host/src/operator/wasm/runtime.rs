@@ -185,6 +185,10 @@ impl WasmRuntime {
         // more than the trap itself when a guest traps on every event of some keys.
         config.wasm_backtrace_max_frames(None);
         config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+        if std::env::var_os("WEIR_PERF_MAP").is_some() {
+            // Names the guests' compiled functions for `perf report` (/tmp/perf-<pid>.map).
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

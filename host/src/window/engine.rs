@@ -2122,6 +2122,9 @@ mod tests {
             self.finishes += 1;
             NativeCountSum.finish(scope, window)
         }
+        fn carries_windows(&self) -> bool {
+            self.carries
+        }
         fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
             if !self.carries {
                 return Ok(None);

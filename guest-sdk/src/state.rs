@@ -1,7 +1,6 @@
 //! [`State`]: the state of one key (and window), kept by the host.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 
 use crate::bindings::aggregator::exports::weir::operator0_2_0::aggregate::Change;
 use crate::bindings::aggregator::weir::operator0_1_0::state::Scope;
@@ -42,18 +41,25 @@ enum Backend<'a> {
 /// The scope's named values as an `add` call received them, with the call's changes.
 #[derive(Debug, Default)]
 pub(crate) struct Values {
-    /// Each name's value now (`None`: removed), and whether the call changed it.
-    values: RefCell<BTreeMap<String, (Option<Value>, bool)>>,
+    /// Each name's value now (`None`: removed), and whether the call changed it, in the order
+    /// of the names. A sorted list, not a map: a call gets a few names, and a map's nodes cost
+    /// an allocation and a free in the guest per call.
+    values: RefCell<Vec<(String, Option<Value>, bool)>>,
     /// Whether the call asked for what only a scope has (a map, the key) without one.
     needs_scope: Cell<bool>,
 }
 
 impl Values {
     pub(crate) fn new(values: Vec<Field>) -> Self {
-        let values = values
-            .into_iter()
-            .map(|field| (field.name, (Some(field.value), false)))
+        let mut values: Vec<_> = (values.into_iter())
+            .map(|field| (field.name, Some(field.value), false))
             .collect();
+        // The host sends them in order; a name sent twice keeps its last value, as a map would.
+        if !values.is_sorted_by(|a, b| a.0 < b.0) {
+            values.reverse();
+            values.sort_by(|a, b| a.0.cmp(&b.0));
+            values.dedup_by(|later, kept| later.0 == kept.0);
+        }
         Self {
             values: RefCell::new(values),
             needs_scope: Cell::new(false),
@@ -67,24 +73,26 @@ impl Values {
     }
 
     fn get(&self, name: &str) -> Option<Value> {
-        self.values.borrow().get(name)?.0.clone()
+        let values = self.values.borrow();
+        let at = values
+            .binary_search_by(|(n, _, _)| n.as_str().cmp(name))
+            .ok()?;
+        values[at].1.clone()
     }
 
     fn set(&self, name: &str, value: Option<Value>) {
         let mut values = self.values.borrow_mut();
-        match values.get_mut(name) {
-            Some(entry) => *entry = (value, true),
-            None => {
-                values.insert(name.to_owned(), (value, true));
-            }
+        match values.binary_search_by(|(n, _, _)| n.as_str().cmp(name)) {
+            Ok(at) => (values[at].1, values[at].2) = (value, true),
+            Err(at) => values.insert(at, (name.to_owned(), value, true)),
         }
     }
 
     /// What the call changed, for the host to apply.
     pub(crate) fn into_changes(self) -> Vec<Change> {
         (self.values.into_inner().into_iter())
-            .filter(|(_, (_, changed))| *changed)
-            .map(|(name, (value, _))| Change { name, value })
+            .filter(|(_, _, changed)| *changed)
+            .map(|(name, value, _)| Change { name, value })
             .collect()
     }
 }
@@ -286,6 +294,24 @@ mod tests {
         assert!(Values::default().into_changes().is_empty());
     }
 
+    /// Values arrive sorted by name from the host; any other order works too, and a name sent
+    /// twice reads as its last value.
+    #[test]
+    fn values_in_any_order_read_by_name() {
+        let field = |name: &str, value: i64| Field {
+            name: name.into(),
+            value: Value::Int(value),
+        };
+        let values = Values::new(vec![field("b", 1), field("a", 2), field("b", 3)]);
+        assert_eq!(values.get("a"), Some(Value::Int(2)));
+        assert_eq!(values.get("b"), Some(Value::Int(3)));
+        values.set("c", Some(Value::Int(4)));
+        values.set("a", None);
+        assert_eq!(values.get("c"), Some(Value::Int(4)));
+        let changed: Vec<String> = values.into_changes().into_iter().map(|c| c.name).collect();
+        assert_eq!(changed, ["a", "c"]);
+    }
+
     /// In a call carrying many windows there is no scope: named values work, and asking for a
     /// map or the key marks the call so that the host makes it again with the scope.
     #[test]
@@ -303,7 +329,7 @@ mod tests {
             |s: &State| drop(s.key()),
             |s: &State| s.map_put("seen", "x", 1),
             |s: &State| s.map_remove("seen", "x"),
-            |s: &State| drop(s.map_len("seen")),
+            |s: &State| assert_eq!(s.map_len("seen"), 0),
             |s: &State| drop(s.map_entries("seen")),
         ] {
             let values = Values::new(Vec::new());

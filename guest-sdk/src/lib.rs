@@ -225,19 +225,60 @@ impl<T: Aggregate> aggregate::Guest for T {
 /// the key is answered `needs-scope` (the host then calls `aggregate` for it), one whose call
 /// fails `failed` (the host calls `aggregate` for it, which reports the error).
 impl<T: Aggregate> windows::Guest for T {
-    fn add_windows(windows: Vec<windows::WindowBatch>) -> Vec<windows::Added> {
-        (windows.into_iter())
-            .map(|window| {
-                let values = state::Values::new(window.values);
-                let batch = events::from_columns(window.batch);
-                let added = <T as Aggregate>::add(&State::with_values(&values, None), &batch);
-                match added {
-                    _ if values.needs_scope() => windows::Added::NeedsScope,
-                    Ok(()) => windows::Added::Changes(values.into_changes()),
-                    Err(_) => windows::Added::Failed,
+    fn add_windows(batches: windows::WindowBatches) -> windows::AddedWindows {
+        let windows::WindowBatches {
+            names,
+            counts,
+            values,
+            fields,
+            timestamps,
+            columns,
+        } = batches;
+        let name = |i: u32| names.get(i as usize).cloned().unwrap_or_default();
+        let mut added = windows::AddedWindows {
+            outcomes: Vec::with_capacity(counts.len()),
+            change_counts: Vec::with_capacity(counts.len()),
+            changes: Vec::new(),
+            new_names: Vec::new(),
+        };
+        let (mut values, mut fields) = (values.into_iter(), fields.into_iter());
+        let (mut timestamps, mut columns) = (timestamps.into_iter(), columns.into_iter());
+        for count in counts {
+            let (width, events) = (count.fields as usize, count.events as usize);
+            let named = (values.by_ref().take(count.values as usize))
+                .map(|named| Field {
+                    name: name(named.name),
+                    value: named.value,
+                })
+                .collect();
+            let batch = events::from_columns(columns::Events {
+                fields: fields.by_ref().take(width).map(name).collect(),
+                timestamps: timestamps.by_ref().take(events).collect(),
+                values: columns.by_ref().take(width * events).collect(),
+            });
+            let values = state::Values::new(named);
+            let outcome = <T as Aggregate>::add(&State::with_values(&values, None), &batch);
+            let outcome = match outcome {
+                _ if values.needs_scope() => windows::Outcome::NeedsScope,
+                Ok(()) => windows::Outcome::Done,
+                Err(_) => windows::Outcome::Failed,
+            };
+            let before = added.changes.len();
+            if matches!(outcome, windows::Outcome::Done) {
+                for change in values.into_changes() {
+                    let name = named_index(&names, &mut added.new_names, change.name);
+                    added.changes.push(windows::NamedChange {
+                        name,
+                        value: change.value,
+                    });
                 }
-            })
-            .collect()
+            }
+            added.outcomes.push(outcome);
+            added
+                .change_counts
+                .push((added.changes.len() - before) as u32);
+        }
+        added
     }
 
     fn finish_windows(windows: Vec<windows::WindowValues>) -> Vec<windows::Finished> {
@@ -254,6 +295,22 @@ impl<T: Aggregate> windows::Guest for T {
             })
             .collect()
     }
+}
+
+/// The index of `name` in a call's `names` (ascending), or past their end in `new_names`
+/// (added if absent).
+fn named_index(names: &[String], new_names: &mut Vec<String>, name: String) -> u32 {
+    if let Ok(at) = names.binary_search(&name) {
+        return at as u32;
+    }
+    let at = match new_names.iter().position(|n| *n == name) {
+        Some(at) => at,
+        None => {
+            new_names.push(name);
+            new_names.len() - 1
+        }
+    };
+    (names.len() + at) as u32
 }
 
 impl<T: Enrich> enrich::Guest for T {

@@ -94,39 +94,103 @@ impl WasmAggregate {
 
     /// `windows.add-windows` of a 0.3 component over `windows`; see
     /// [`AggregateOperator::add_windows`]. A window whose batch cannot cross (too wide) is left
-    /// to `add`, which says why.
+    /// to `add`, which says why; so is one whose changes name no name the call knows.
     fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         let mut done = vec![false; windows.len()];
-        let (mut sent, mut batches) = (Vec::new(), Vec::new());
-        for (i, (scope, events)) in windows.iter().enumerate() {
-            if let Ok(batch) = to_wit_columns(events, &self.projection) {
-                let values = named_values(&scope.state);
-                batches.push(wit_windows::WindowBatch { values, batch });
-                sent.push(i);
-            }
-        }
+        let (sent, call) = self.window_batches(windows);
         let added = match self.call_windows(sent.len(), |store, b| {
             b.weir_operator0_3_0_windows()
-                .call_add_windows(store, &batches)
+                .call_add_windows(store, &call)
         })? {
-            Made::None => return Ok(None),
-            Made::Malformed => return Ok(Some(done)),
-            Made::Results(added) => added,
+            None => return Ok(None),
+            Some(added) => added,
         };
-        for (i, added) in sent.into_iter().zip(added) {
-            match added {
-                wit_windows::Added::Changes(changes) => {
+        let wit_windows::AddedWindows {
+            outcomes,
+            change_counts,
+            changes,
+            new_names,
+        } = added;
+        let counted = change_counts.iter().map(|&c| c as usize).sum::<usize>();
+        if outcomes.len() != sent.len()
+            || change_counts.len() != sent.len()
+            || counted != changes.len()
+        {
+            self.carries_windows = false;
+            return Ok(Some(done));
+        }
+        let name_at = |i: u32| (call.names.iter().chain(&new_names)).nth(i as usize);
+        let mut changes = changes.into_iter();
+        for ((&i, outcome), count) in sent.iter().zip(outcomes).zip(change_counts) {
+            let mine = changes.by_ref().take(count as usize);
+            match outcome {
+                wit_windows::Outcome::Done => {
+                    let named: Option<Vec<_>> = mine
+                        .map(|c| Some((name_at(c.name)?.clone(), c.value)))
+                        .collect();
+                    let Some(named) = named else { continue };
                     let scope = &mut *windows[i].0;
                     let state = std::mem::take(&mut scope.state);
                     let mut slot = ScopeSlot::new(scope.key.clone(), state);
-                    apply(&mut slot, changes.into_iter().map(|c| (c.name, c.value)));
+                    apply(&mut slot, named);
                     done[i] = settle(&self.guest.limits, &mut [scope], vec![slot], true).is_ok();
                 }
-                wit_windows::Added::Failed => {}
-                wit_windows::Added::NeedsScope => self.carries_windows = false,
+                wit_windows::Outcome::Failed => {}
+                wit_windows::Outcome::NeedsScope => self.carries_windows = false,
             }
         }
         Ok(Some(done))
+    }
+
+    /// The windows whose batches can cross (their indexes) and the flat `add-windows` input
+    /// of them: each name once, in ascending order, and every list window after window.
+    fn window_batches(
+        &self,
+        windows: &[(&mut Scope, &[&Event])],
+    ) -> (Vec<usize>, wit_windows::WindowBatches) {
+        let (mut sent, mut batches) = (Vec::new(), Vec::new());
+        let mut names: std::collections::BTreeMap<String, u32> = Default::default();
+        for (i, (scope, events)) in windows.iter().enumerate() {
+            let Ok(batch) = to_wit_columns(events, &self.projection) else {
+                continue;
+            };
+            for name in batch.fields.iter().chain(scope.state.values.keys()) {
+                if !names.contains_key(name) {
+                    names.insert(name.clone(), 0);
+                }
+            }
+            batches.push(batch);
+            sent.push(i);
+        }
+        for (index, at) in names.values_mut().enumerate() {
+            *at = index as u32;
+        }
+        let mut call = wit_windows::WindowBatches {
+            names: names.keys().cloned().collect(),
+            counts: Vec::with_capacity(sent.len()),
+            values: Vec::new(),
+            fields: Vec::new(),
+            timestamps: Vec::new(),
+            columns: Vec::new(),
+        };
+        for (&i, batch) in sent.iter().zip(batches) {
+            let values = &windows[i].0.state.values;
+            call.counts.push(wit_windows::WindowCounts {
+                values: values.len() as u32,
+                fields: batch.fields.len() as u32,
+                events: batch.timestamps.len() as u32,
+            });
+            call.values
+                .extend(values.iter().map(|(name, value)| wit_windows::Named {
+                    name: names[name],
+                    value: to_wit(value.clone()),
+                }));
+            call.fields
+                .extend(batch.fields.iter().map(|field| names[field]));
+            call.timestamps.extend(batch.timestamps);
+            call.columns.extend(batch.values);
+        }
+        (sent, call)
     }
 
     /// `windows.finish-windows` of a 0.3 component over `windows`; see
@@ -147,10 +211,13 @@ impl WasmAggregate {
             b.weir_operator0_3_0_windows()
                 .call_finish_windows(store, &values)
         })? {
-            Made::None => return Ok(None),
-            Made::Malformed => return Ok(Some(outputs)),
-            Made::Results(finished) => finished,
+            None => return Ok(None),
+            Some(finished) => finished,
         };
+        if finished.len() != windows.len() {
+            self.carries_windows = false;
+            return Ok(Some(outputs));
+        }
         for (output, finished) in outputs.iter_mut().zip(finished) {
             match finished {
                 wit_windows::Finished::Output(fields) => {
@@ -164,15 +231,15 @@ impl WasmAggregate {
     }
 
     /// Makes one `windows` call over `count` windows, if there are any. A trap (the instance is
-    /// replaced) is returned as the error; after a trap or an answer with another number of
-    /// results than windows, this instance makes no more such calls.
+    /// replaced) is returned as the error, and this instance makes no more such calls (nor
+    /// after an answer its caller finds malformed).
     fn call_windows<R>(
         &mut self,
         count: usize,
-        call: impl FnOnce(&mut Store<HostData>, &bindings_v3::Aggregator) -> wasmtime::Result<Vec<R>>,
-    ) -> Result<Made<R>> {
+        call: impl FnOnce(&mut Store<HostData>, &bindings_v3::Aggregator) -> wasmtime::Result<R>,
+    ) -> Result<Option<R>> {
         if count == 0 {
-            return Ok(Made::None);
+            return Ok(None);
         }
         let outcome = self.guest.call(&mut [], Writes::Discard, |store, b, _| {
             let Bindings::AggregateV3(b) = b else {
@@ -180,31 +247,12 @@ impl WasmAggregate {
             };
             call(store, b).map(Ok)
         });
-        match outcome {
-            Ok(results) if results.len() == count => Ok(Made::Results(results)),
-            Ok(_) => {
-                self.carries_windows = false;
-                Ok(Made::Malformed)
-            }
-            Err(error) => {
-                if let OperatorError::Trapped(reason) = &error {
-                    self.carries_windows = false;
-                    tracing::debug!(%reason, "a call carrying many windows trapped: this instance now gets one call per window");
-                }
-                Err(error)
-            }
+        if let Err(OperatorError::Trapped(reason)) = &outcome {
+            self.carries_windows = false;
+            tracing::debug!(%reason, "a call carrying many windows trapped: this instance now gets one call per window");
         }
+        outcome.map(Some)
     }
-}
-
-/// What a `windows` call gave.
-enum Made<R> {
-    /// No call was made: there was nothing to send.
-    None,
-    /// One result per window.
-    Results(Vec<R>),
-    /// Another number of results than windows: none is used.
-    Malformed,
 }
 
 /// A scope's named values, as they cross with a call.

@@ -234,7 +234,8 @@ impl<T: Aggregate> windows::Guest for T {
             timestamps,
             columns,
         } = batches;
-        let name = |i: u32| names.get(i as usize).cloned().unwrap_or_default();
+        let name = |i: u32| name_at(&names, i);
+        let mut new = NewNames::default();
         let mut added = windows::AddedWindows {
             outcomes: Vec::with_capacity(counts.len()),
             change_counts: Vec::with_capacity(counts.len()),
@@ -266,7 +267,7 @@ impl<T: Aggregate> windows::Guest for T {
             let before = added.changes.len();
             if matches!(outcome, windows::Outcome::Done) {
                 for change in values.into_changes() {
-                    let name = named_index(&names, &mut added.new_names, change.name);
+                    let name = new.index(&names, &mut added.new_names, change.name);
                     added.changes.push(windows::NamedChange {
                         name,
                         value: change.value,
@@ -281,36 +282,78 @@ impl<T: Aggregate> windows::Guest for T {
         added
     }
 
-    fn finish_windows(windows: Vec<windows::WindowValues>) -> Vec<windows::Finished> {
-        (windows.into_iter())
-            .map(|window| {
-                let values = state::Values::new(window.values);
-                let output =
-                    <T as Aggregate>::finish(&State::with_values(&values, None), window.window);
-                match output {
-                    _ if values.needs_scope() => windows::Finished::NeedsScope,
-                    Ok(output) => windows::Finished::Output(output.into_fields()),
-                    Err(_) => windows::Finished::Failed,
+    fn finish_windows(states: windows::WindowStates) -> windows::FinishedWindows {
+        let windows::WindowStates {
+            names,
+            value_counts,
+            values,
+            windows,
+        } = states;
+        let mut finished = windows::FinishedWindows {
+            outcomes: Vec::with_capacity(windows.len()),
+            field_counts: Vec::with_capacity(windows.len()),
+            fields: Vec::new(),
+            new_names: Vec::new(),
+        };
+        let mut new = NewNames::default();
+        let mut values = values.into_iter();
+        for (count, window) in value_counts.into_iter().zip(windows) {
+            let named = (values.by_ref().take(count as usize))
+                .map(|named| Field {
+                    name: name_at(&names, named.name),
+                    value: named.value,
+                })
+                .collect();
+            let values = state::Values::new(named);
+            let output = <T as Aggregate>::finish(&State::with_values(&values, None), window);
+            let before = finished.fields.len();
+            let outcome = match output {
+                _ if values.needs_scope() => windows::Outcome::NeedsScope,
+                Ok(output) => {
+                    for field in output.into_fields() {
+                        let name = new.index(&names, &mut finished.new_names, field.name);
+                        let value = field.value;
+                        finished.fields.push(windows::Named { name, value });
+                    }
+                    windows::Outcome::Done
                 }
-            })
-            .collect()
+                Err(_) => windows::Outcome::Failed,
+            };
+            finished.outcomes.push(outcome);
+            finished
+                .field_counts
+                .push((finished.fields.len() - before) as u32);
+        }
+        finished
     }
 }
 
-/// The index of `name` in a call's `names` (ascending), or past their end in `new_names`
-/// (added if absent).
-fn named_index(names: &[String], new_names: &mut Vec<String>, name: String) -> u32 {
-    if let Ok(at) = names.binary_search(&name) {
-        return at as u32;
-    }
-    let at = match new_names.iter().position(|n| *n == name) {
-        Some(at) => at,
-        None => {
-            new_names.push(name);
-            new_names.len() - 1
+/// Name `i` of a call's `names` (empty if there is none: the host sends only indexes it has).
+fn name_at(names: &[String], i: u32) -> String {
+    names.get(i as usize).cloned().unwrap_or_default()
+}
+
+/// The names a call's result uses beyond the call's own, each once.
+#[derive(Default)]
+struct NewNames {
+    index: std::collections::BTreeMap<String, u32>,
+}
+
+impl NewNames {
+    /// The index of `name` in the call's `names` (ascending), or past their end in `new_names`
+    /// (added if absent).
+    fn index(&mut self, names: &[String], new_names: &mut Vec<String>, name: String) -> u32 {
+        if let Ok(at) = names.binary_search(&name) {
+            return at as u32;
         }
-    };
-    (names.len() + at) as u32
+        if let Some(&at) = self.index.get(&name) {
+            return at;
+        }
+        let at = (names.len() + new_names.len()) as u32;
+        self.index.insert(name.clone(), at);
+        new_names.push(name);
+        at
+    }
 }
 
 impl<T: Enrich> enrich::Guest for T {

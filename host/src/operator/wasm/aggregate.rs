@@ -3,6 +3,7 @@
 
 use super::*;
 use bindings_v3::exports::weir::operator0_3_0::windows as wit_windows;
+use std::collections::BTreeMap;
 
 /// A per-shard instance of an aggregate component.
 pub struct WasmAggregate {
@@ -111,11 +112,7 @@ impl WasmAggregate {
             changes,
             new_names,
         } = added;
-        let counted = change_counts.iter().map(|&c| c as usize).sum::<usize>();
-        if outcomes.len() != sent.len()
-            || change_counts.len() != sent.len()
-            || counted != changes.len()
-        {
+        if !well_formed(sent.len(), &outcomes, &change_counts, changes.len()) {
             self.carries_windows = false;
             return Ok(Some(done));
         }
@@ -149,24 +146,18 @@ impl WasmAggregate {
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let (mut sent, mut batches) = (Vec::new(), Vec::new());
-        let mut names: std::collections::BTreeMap<String, u32> = Default::default();
-        for (i, (scope, events)) in windows.iter().enumerate() {
-            let Ok(batch) = to_wit_columns(events, &self.projection) else {
-                continue;
-            };
-            for name in batch.fields.iter().chain(scope.state.values.keys()) {
-                if !names.contains_key(name) {
-                    names.insert(name.clone(), 0);
-                }
+        for (i, (_, events)) in windows.iter().enumerate() {
+            if let Ok(batch) = to_wit_columns(events, &self.projection) {
+                batches.push(batch);
+                sent.push(i);
             }
-            batches.push(batch);
-            sent.push(i);
         }
-        for (index, at) in names.values_mut().enumerate() {
-            *at = index as u32;
-        }
+        let names =
+            index_names(sent.iter().zip(&batches).flat_map(|(&i, batch)| {
+                batch.fields.iter().chain(windows[i].0.state.values.keys())
+            }));
         let mut call = wit_windows::WindowBatches {
-            names: names.keys().cloned().collect(),
+            names: Vec::new(),
             counts: Vec::with_capacity(sent.len()),
             values: Vec::new(),
             fields: Vec::new(),
@@ -180,16 +171,13 @@ impl WasmAggregate {
                 fields: batch.fields.len() as u32,
                 events: batch.timestamps.len() as u32,
             });
-            call.values
-                .extend(values.iter().map(|(name, value)| wit_windows::Named {
-                    name: names[name],
-                    value: to_wit(value.clone()),
-                }));
+            call.values.extend(named(&names, &windows[i].0.state));
             call.fields
                 .extend(batch.fields.iter().map(|field| names[field]));
             call.timestamps.extend(batch.timestamps);
             call.columns.extend(batch.values);
         }
+        call.names = names.into_keys().collect();
         (sent, call)
     }
 
@@ -198,33 +186,62 @@ impl WasmAggregate {
     /// `finish`, which refuses it.
     fn finish_carried(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
         let mut outputs = vec![None; windows.len()];
-        let values: Vec<wit_windows::WindowValues> = (windows.iter())
-            .map(|(scope, window)| wit_windows::WindowValues {
-                values: named_values(&scope.state),
-                window: wit::Window {
+        let names = index_names(
+            windows
+                .iter()
+                .flat_map(|(scope, _)| scope.state.values.keys()),
+        );
+        let call = wit_windows::WindowStates {
+            value_counts: (windows.iter())
+                .map(|(scope, _)| scope.state.values.len() as u32)
+                .collect(),
+            values: (windows.iter())
+                .flat_map(|(scope, _)| named(&names, &scope.state))
+                .collect(),
+            windows: (windows.iter())
+                .map(|(_, window)| wit::Window {
                     start: window.start,
                     end: window.end,
-                },
-            })
-            .collect();
+                })
+                .collect(),
+            names: names.into_keys().collect(),
+        };
         let finished = match self.call_windows(windows.len(), |store, b| {
             b.weir_operator0_3_0_windows()
-                .call_finish_windows(store, &values)
+                .call_finish_windows(store, &call)
         })? {
             None => return Ok(None),
             Some(finished) => finished,
         };
-        if finished.len() != windows.len() {
+        let wit_windows::FinishedWindows {
+            outcomes,
+            field_counts,
+            fields,
+            new_names,
+        } = finished;
+        if !well_formed(windows.len(), &outcomes, &field_counts, fields.len()) {
             self.carries_windows = false;
             return Ok(Some(outputs));
         }
-        for (output, finished) in outputs.iter_mut().zip(finished) {
-            match finished {
-                wit_windows::Finished::Output(fields) => {
-                    *output = output_fields(fields, &self.guest.limits).ok();
+        let name_at = |i: u32| (call.names.iter().chain(&new_names)).nth(i as usize);
+        let mut fields = fields.into_iter();
+        for ((output, outcome), count) in outputs.iter_mut().zip(outcomes).zip(field_counts) {
+            let mine = fields.by_ref().take(count as usize);
+            match outcome {
+                wit_windows::Outcome::Done => {
+                    let named: Option<Vec<wit::Field>> = mine
+                        .map(|f| {
+                            let name = name_at(f.name)?.clone();
+                            Some(wit::Field {
+                                name,
+                                value: f.value,
+                            })
+                        })
+                        .collect();
+                    *output = named.and_then(|named| output_fields(named, &self.guest.limits).ok());
                 }
-                wit_windows::Finished::Failed => {}
-                wit_windows::Finished::NeedsScope => self.carries_windows = false,
+                wit_windows::Outcome::Failed => {}
+                wit_windows::Outcome::NeedsScope => self.carries_windows = false,
             }
         }
         Ok(Some(outputs))
@@ -253,6 +270,38 @@ impl WasmAggregate {
         }
         outcome.map(Some)
     }
+}
+
+/// Each of `names` once, with its index in ascending order: a call's names.
+fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, u32> {
+    let mut index: BTreeMap<String, u32> = BTreeMap::new();
+    for name in names {
+        if !index.contains_key(name) {
+            index.insert(name.clone(), 0);
+        }
+    }
+    for (at, slot) in index.values_mut().enumerate() {
+        *slot = at as u32;
+    }
+    index
+}
+
+/// A scope's named values as a call carrying many windows sends them: names by index.
+fn named<'a>(
+    names: &'a BTreeMap<String, u32>,
+    state: &'a crate::state::ScopeState,
+) -> impl Iterator<Item = wit_windows::Named> + 'a {
+    (state.values.iter()).map(|(name, value)| wit_windows::Named {
+        name: names[name],
+        value: to_wit(value.clone()),
+    })
+}
+
+/// Whether a flat answer about `windows` windows has one outcome and one count per window,
+/// and counts adding up to its `items`.
+fn well_formed<T>(windows: usize, outcomes: &[T], counts: &[u32], items: usize) -> bool {
+    let counted: u64 = counts.iter().map(|&c| u64::from(c)).sum();
+    outcomes.len() == windows && counts.len() == windows && counted == items as u64
 }
 
 /// A scope's named values, as they cross with a call.

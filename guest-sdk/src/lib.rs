@@ -255,7 +255,10 @@ impl<T: Aggregate> windows::Guest for T {
             let batch = events::from_columns(columns::Events {
                 fields: fields.by_ref().take(width).map(name).collect(),
                 timestamps: timestamps.by_ref().take(events).collect(),
-                values: columns.by_ref().take(width * events).collect(),
+                values: columns
+                    .by_ref()
+                    .take(width.saturating_mul(events))
+                    .collect(),
             });
             let values = state::Values::new(named);
             let outcome = <T as Aggregate>::add(&State::with_values(&values, None), &batch);

@@ -112,35 +112,27 @@ impl WasmAggregate {
             changes,
             new_names,
         } = added;
-        if !well_formed(sent.len(), &outcomes, &change_counts, changes.len()) {
-            self.carries_windows = false;
+        let names = Names::of(&call.names, &new_names);
+        let answers = per_window(sent.len(), outcomes, change_counts, changes, |c| {
+            Some((names.at(c.name)?.to_owned(), c.value))
+        });
+        let Some(answers) = self.accept(answers) else {
             return Ok(Some(done));
-        }
-        let name_at = |i: u32| (call.names.iter().chain(&new_names)).nth(i as usize);
-        let mut changes = changes.into_iter();
-        for ((&i, outcome), count) in sent.iter().zip(outcomes).zip(change_counts) {
-            let mine = changes.by_ref().take(count as usize);
-            match outcome {
-                wit_windows::Outcome::Done => {
-                    let named: Option<Vec<_>> = mine
-                        .map(|c| Some((name_at(c.name)?.clone(), c.value)))
-                        .collect();
-                    let Some(named) = named else { continue };
-                    let scope = &mut *windows[i].0;
-                    let state = std::mem::take(&mut scope.state);
-                    let mut slot = ScopeSlot::new(scope.key.clone(), state);
-                    apply(&mut slot, named);
-                    done[i] = settle(&self.guest.limits, &mut [scope], vec![slot], true).is_ok();
-                }
-                wit_windows::Outcome::Failed => {}
-                wit_windows::Outcome::NeedsScope => self.carries_windows = false,
+        };
+        for (&i, answer) in sent.iter().zip(answers) {
+            if let Answer::Done(named) = answer {
+                let scope = &mut *windows[i].0;
+                let state = std::mem::take(&mut scope.state);
+                let mut slot = ScopeSlot::new(scope.key.clone(), state);
+                apply(&mut slot, named);
+                done[i] = settle(&self.guest.limits, &mut [scope], vec![slot], true).is_ok();
             }
         }
         Ok(Some(done))
     }
 
     /// The windows whose batches can cross (their indexes) and the flat `add-windows` input
-    /// of them: each name once, in ascending order, and every list window after window.
+    /// of them: each name once, in ascending byte order, and every list window after window.
     fn window_batches(
         &self,
         windows: &[(&mut Scope, &[&Event])],
@@ -219,32 +211,34 @@ impl WasmAggregate {
             fields,
             new_names,
         } = finished;
-        if !well_formed(windows.len(), &outcomes, &field_counts, fields.len()) {
-            self.carries_windows = false;
+        let names = Names::of(&call.names, &new_names);
+        let answers = per_window(windows.len(), outcomes, field_counts, fields, |f| {
+            let name = names.at(f.name)?.to_owned();
+            Some(wit::Field {
+                name,
+                value: f.value,
+            })
+        });
+        let Some(answers) = self.accept(answers) else {
             return Ok(Some(outputs));
-        }
-        let name_at = |i: u32| (call.names.iter().chain(&new_names)).nth(i as usize);
-        let mut fields = fields.into_iter();
-        for ((output, outcome), count) in outputs.iter_mut().zip(outcomes).zip(field_counts) {
-            let mine = fields.by_ref().take(count as usize);
-            match outcome {
-                wit_windows::Outcome::Done => {
-                    let named: Option<Vec<wit::Field>> = mine
-                        .map(|f| {
-                            let name = name_at(f.name)?.clone();
-                            Some(wit::Field {
-                                name,
-                                value: f.value,
-                            })
-                        })
-                        .collect();
-                    *output = named.and_then(|named| output_fields(named, &self.guest.limits).ok());
-                }
-                wit_windows::Outcome::Failed => {}
-                wit_windows::Outcome::NeedsScope => self.carries_windows = false,
+        };
+        for (output, answer) in outputs.iter_mut().zip(answers) {
+            if let Answer::Done(fields) = answer {
+                *output = output_fields(fields, &self.guest.limits).ok();
             }
         }
         Ok(Some(outputs))
+    }
+
+    /// A flat answer's windows, if it was well formed; after a malformed answer, or a window
+    /// that needs its scope, this instance makes no more calls carrying many windows.
+    fn accept<T>(&mut self, answers: Option<Vec<Answer<T>>>) -> Option<Vec<Answer<T>>> {
+        let needs_scope = (answers.as_ref())
+            .is_some_and(|answers| answers.iter().any(|a| matches!(a, Answer::NeedsScope)));
+        if answers.is_none() || needs_scope {
+            self.carries_windows = false;
+        }
+        answers
     }
 
     /// Makes one `windows` call over `count` windows, if there are any. A trap (the instance is
@@ -272,7 +266,7 @@ impl WasmAggregate {
     }
 }
 
-/// Each of `names` once, with its index in ascending order: a call's names.
+/// Each of `names` once, with its index in ascending byte order (a `BTreeMap` of `String`s): a call's names.
 fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, u32> {
     let mut index: BTreeMap<String, u32> = BTreeMap::new();
     for name in names {
@@ -297,11 +291,66 @@ fn named<'a>(
     })
 }
 
-/// Whether a flat answer about `windows` windows has one outcome and one count per window,
-/// and counts adding up to its `items`.
-fn well_formed<T>(windows: usize, outcomes: &[T], counts: &[u32], items: usize) -> bool {
+/// What a call carrying many windows answered for one window.
+#[derive(Debug, PartialEq)]
+enum Answer<T> {
+    /// Done: its changes or output fields.
+    Done(Vec<T>),
+    Failed,
+    NeedsScope,
+}
+
+/// A call's names and the names its answer added, read by index.
+struct Names<'a> {
+    names: &'a [String],
+    new_names: &'a [String],
+}
+
+impl<'a> Names<'a> {
+    fn of(names: &'a [String], new_names: &'a [String]) -> Self {
+        Names { names, new_names }
+    }
+
+    /// Name `i`: of the call's names, or past their end, of the answer's new ones.
+    fn at(&self, i: u32) -> Option<&'a str> {
+        let i = i as usize;
+        match i.checked_sub(self.names.len()) {
+            None => Some(&self.names[i]),
+            Some(new) => self.new_names.get(new).map(String::as_str),
+        }
+    }
+}
+
+/// Each window's answer from a flat one (`outcomes` and `counts` per window, `items` window
+/// after window, each read with `read`), or `None` if it is malformed: not one outcome and one
+/// count per window, counts not adding up to the items, items for a window not done, or an
+/// item `read` refuses (a name past both name lists). Nothing of a malformed answer is used,
+/// so no window can get another's items.
+fn per_window<I, T>(
+    windows: usize,
+    outcomes: Vec<wit_windows::Outcome>,
+    counts: Vec<u32>,
+    items: Vec<I>,
+    read: impl Fn(I) -> Option<T>,
+) -> Option<Vec<Answer<T>>> {
     let counted: u64 = counts.iter().map(|&c| u64::from(c)).sum();
-    outcomes.len() == windows && counts.len() == windows && counted == items as u64
+    if outcomes.len() != windows || counts.len() != windows || counted != items.len() as u64 {
+        return None;
+    }
+    let mut items = items.into_iter();
+    (outcomes.into_iter().zip(counts))
+        .map(|(outcome, count)| {
+            let mine = items.by_ref().take(count as usize);
+            match outcome {
+                wit_windows::Outcome::Done => {
+                    mine.map(&read).collect::<Option<_>>().map(Answer::Done)
+                }
+                _ if count > 0 => None,
+                wit_windows::Outcome::Failed => Some(Answer::Failed),
+                wit_windows::Outcome::NeedsScope => Some(Answer::NeedsScope),
+            }
+        })
+        .collect()
 }
 
 /// A scope's named values, as they cross with a call.
@@ -402,5 +451,86 @@ impl AggregateOperator for WasmAggregate {
             true => self.finish_carried(windows),
             false => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wit_windows::Outcome::{Done, Failed, NeedsScope};
+    use super::{Answer, Names, per_window};
+
+    /// Items are numbers here, read as themselves unless over 100 (a name no list has).
+    fn answers(
+        outcomes: Vec<super::wit_windows::Outcome>,
+        counts: Vec<u32>,
+        items: Vec<u32>,
+    ) -> Option<Vec<Answer<u32>>> {
+        per_window(3, outcomes, counts, items, |i| (i <= 100).then_some(i))
+    }
+
+    #[test]
+    fn a_flat_answer_gives_each_window_its_own_items() {
+        assert_eq!(
+            answers(vec![Done, Failed, Done], vec![2, 0, 1], vec![1, 2, 3]),
+            Some(vec![
+                Answer::Done(vec![1, 2]),
+                Answer::Failed,
+                Answer::Done(vec![3])
+            ])
+        );
+        assert_eq!(
+            answers(vec![NeedsScope, Done, Done], vec![0, 0, 0], vec![]),
+            Some(vec![
+                Answer::NeedsScope,
+                Answer::Done(vec![]),
+                Answer::Done(vec![])
+            ])
+        );
+    }
+
+    /// A malformed answer is used for no window: otherwise one window's items could land on
+    /// another's state.
+    #[test]
+    fn a_malformed_flat_answer_is_used_for_no_window() {
+        // Counts not adding up, or not one per window; outcomes not one per window.
+        assert_eq!(
+            answers(vec![Done, Done, Done], vec![1, 1, 1], vec![1, 2]),
+            None
+        );
+        assert_eq!(
+            answers(vec![Done, Done, Done], vec![1, 1], vec![1, 2]),
+            None
+        );
+        assert_eq!(answers(vec![Done, Done], vec![1, 1, 0], vec![1, 2]), None);
+        // Items for a window not done.
+        assert_eq!(
+            answers(vec![Failed, Done, Done], vec![1, 1, 0], vec![1, 2]),
+            None
+        );
+        assert_eq!(
+            answers(vec![NeedsScope, Done, Done], vec![1, 0, 0], vec![1]),
+            None
+        );
+        // An item naming no name, in a middle window.
+        assert_eq!(
+            answers(vec![Done, Done, Done], vec![1, 2, 1], vec![1, 999, 2, 3]),
+            None
+        );
+        // Counts whose sum overflows 32 bits.
+        assert_eq!(
+            answers(vec![Done, Done, Done], vec![u32::MAX, u32::MAX, 2], vec![]),
+            None
+        );
+    }
+
+    #[test]
+    fn names_past_the_calls_are_the_answers_new_ones() {
+        let (names, new) = (["a".to_owned(), "b".to_owned()], ["c".to_owned()]);
+        let names = Names::of(&names, &new);
+        assert_eq!(
+            (names.at(0), names.at(1), names.at(2)),
+            (Some("a"), Some("b"), Some("c"))
+        );
+        assert_eq!((names.at(3), names.at(u32::MAX)), (None, None));
     }
 }

@@ -246,12 +246,21 @@ impl Connection {
             if let Ok(store) = self.jetstream.get_object_store(name).await {
                 return Ok(store);
             }
-            self.jetstream
+            let created = self
+                .jetstream
                 .create_object_store(async_nats::jetstream::object_store::Config {
                     bucket: name.to_owned(),
                     ..Default::default()
                 })
-                .await
+                .await;
+            match created {
+                Ok(store) => Ok(store),
+                // Another worker starting at the same time created it first (the server then
+                // refuses a second creation: "subjects overlap with an existing stream").
+                Err(error) => {
+                    (self.jetstream.get_object_store(name).await).map_err(|_| error.to_string())
+                }
+            }
         })
         .map_err(|e| self.error(&format!("object store {name}"), e))
     }

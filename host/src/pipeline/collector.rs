@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender};
 
+use super::control::SavepointRequest;
 use super::messages::{Part, Position, RoutingChange};
 use super::stages::Stages;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
@@ -207,7 +208,7 @@ fn commit(
     mut stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<()> {
-    let (position, change, mut changes) = gather(batch);
+    let (position, change, savepoints, mut changes) = gather(batch);
     if let Some(stages) = stages.as_deref_mut() {
         let snapshot = stages
             .checkpoint()
@@ -261,14 +262,14 @@ fn commit(
     for ack in &checkpointer.acks {
         let _ = ack.send(());
     }
-    take_savepoints(&checkpointer.committer, control);
+    take_savepoints(&checkpointer.committer, savepoints);
     Ok(())
 }
 
-/// Takes the savepoints asked for from the checkpoint just committed (after the shards were
-/// released: they go on while the copy is written).
-fn take_savepoints(committer: &crate::checkpoint::Committer, control: &PipelineControl) {
-    for request in control.take_savepoints() {
+/// Takes `requests`, the savepoints asked for before the barrier of the checkpoint just
+/// committed, from it (after the shards were released: they go on while the copy is written).
+fn take_savepoints(committer: &crate::checkpoint::Committer, requests: Vec<SavepointRequest>) {
+    for request in requests {
         let outcome =
             crate::checkpoint::save_from(&committer.store, &committer.data_dir, &request.name);
         match &outcome {
@@ -281,17 +282,25 @@ fn take_savepoints(committer: &crate::checkpoint::Committer, control: &PipelineC
     }
 }
 
-/// Splits a barrier's parts into the router's position (and the routing change that applies
-/// from it) and the shards' changes.
-fn gather(batch: Vec<Part>) -> (Position, Option<RoutingChange>, Changes) {
+/// Splits a barrier's parts into the router's position (the routing change that applies from
+/// it, the savepoints it serves) and the shards' changes.
+fn gather(
+    batch: Vec<Part>,
+) -> (
+    Position,
+    Option<RoutingChange>,
+    Vec<SavepointRequest>,
+    Changes,
+) {
     let mut position = None;
     let mut change = None;
+    let mut savepoints = Vec::new();
     let mut changes = Changes::default();
     for part in batch {
         match part {
             Part::Position(barrier) => {
-                let (p, c) = *barrier;
-                (position, change) = (Some(p), c);
+                let (p, c, s) = *barrier;
+                (position, change, savepoints) = (Some(p), c, s);
             }
             Part::Snapshot(snapshot) => {
                 let ShardSnapshot {
@@ -309,7 +318,7 @@ fn gather(batch: Vec<Part>) -> (Position, Option<RoutingChange>, Changes) {
         }
     }
     let position = position.expect("a barrier carries the router's position");
-    (position, change, changes)
+    (position, change, savepoints, changes)
 }
 
 #[cfg(test)]
@@ -387,7 +396,7 @@ mod tests {
             routing: None,
         };
         parts_tx
-            .send((1, Part::Position(Box::new((position, None)))))
+            .send((1, Part::Position(Box::new((position, None, Vec::new())))))
             .unwrap();
         parts_tx
             .send((1, Part::Snapshot(ShardSnapshot::default())))

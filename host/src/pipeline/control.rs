@@ -105,7 +105,8 @@ pub struct PipelineControl {
     /// Batches (and barriers) the router sent, and those the collector completed.
     sent: AtomicU64,
     done: AtomicU64,
-    /// Savepoints asked for: taken right after the next checkpoint commits.
+    /// Savepoints asked for: the router hands them to its next barrier, whose checkpoint
+    /// serves them once it commits.
     savepoints: Mutex<Vec<SavepointRequest>>,
     /// The CPU budget of the run's operator code (`[sandbox] cpu`), made as the run starts.
     cpu: std::sync::OnceLock<Arc<CpuQuota>>,
@@ -121,7 +122,8 @@ pub struct PipelineControl {
 
 pub use crate::checkpoint::CommitListener;
 
-/// A savepoint to take after the next checkpoint, and who waits for it.
+/// A savepoint to take from the first checkpoint whose barrier follows the request, and who
+/// waits for it.
 #[derive(Debug)]
 pub struct SavepointRequest {
     /// Its name (checked).
@@ -276,8 +278,9 @@ impl PipelineControl {
         self.requested.lock().expect("routing lock").is_some()
     }
 
-    /// Asks for savepoint `name` (already checked) right after the next checkpoint; the
-    /// receiver gets its outcome, or is dropped if the run ends first.
+    /// Asks for savepoint `name` (already checked) from the first checkpoint whose barrier
+    /// comes after this request (so it covers every event read by now, not one already in
+    /// flight); the receiver gets its outcome, or is dropped if the run ends first.
     pub fn request_savepoint(
         &self,
         name: &str,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::ShardOutput;
 use super::ShardSnapshot;
+use super::control::SavepointRequest;
 use crate::event::DeadLetter;
 use crate::event::Staged;
 use crate::operator::VersionCode;
@@ -55,9 +56,10 @@ pub(super) enum Part {
     Shard(ShardOutput),
     Router(RouterPart),
     Snapshot(ShardSnapshot),
-    /// The router's position at a barrier, and the routing change that applies from it (the
-    /// stages, run by the collector, take theirs there).
-    Position(Box<(Position, Option<RoutingChange>)>),
+    /// The router's position at a barrier, the routing change that applies from it (the
+    /// stages, run by the collector, take theirs there), and the savepoints asked for before
+    /// it, which its checkpoint serves.
+    Position(Box<(Position, Option<RoutingChange>, Vec<SavepointRequest>)>),
     /// A shard failed and stopped: no batch will be complete again, so the collector stops too
     /// (which releases the other shards, waiting for a checkpoint's acknowledgement).
     Failed,

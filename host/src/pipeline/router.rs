@@ -424,8 +424,11 @@ impl Router<'_> {
             }
         }
         self.control.batch_sent();
+        // A savepoint covers every event read before it was asked for: those asked for by now
+        // go with this barrier; later ones wait for the next.
+        let savepoints = self.control.take_savepoints();
         self.parts
-            .send((id, Part::Position(Box::new((position, change)))))
+            .send((id, Part::Position(Box::new((position, change, savepoints)))))
             .is_ok()
     }
 }

@@ -95,7 +95,7 @@ impl WasmAggregate {
 
     /// `windows.add-windows` of a 0.3 component over `windows`; see
     /// [`AggregateOperator::add_windows`]. A window whose batch cannot cross (too wide) is left
-    /// to `add`, which says why; so is one whose changes name no name the call knows.
+    /// to `add`, which says why; a malformed answer leaves every window to it.
     fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
         let mut done = vec![false; windows.len()];
         let (sent, call) = self.window_batches(windows);

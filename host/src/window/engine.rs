@@ -1584,8 +1584,8 @@ impl WindowEngine {
             .collect();
         // Each firing window's named values cross; one over a call's limit goes alone.
         let sizes: Vec<Option<(usize, usize)>> = (firing.iter())
-            .map(|&i| Some((0, taken[i].scope.state.named_values_size())))
-            .map(|size| size.filter(|&(_, bytes)| bytes <= MAX_NAMED_BYTES_PER_CALL))
+            .map(|&i| taken[i].scope.state.named_values_size())
+            .map(|bytes| (bytes <= MAX_NAMED_BYTES_PER_CALL).then_some((0, bytes)))
             .collect();
         let mut outputs: Vec<Option<Fields>> = vec![None; taken.len()];
         let mut start = 0;

@@ -399,14 +399,17 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
     assert!(body.contains("Weir-Partition"), "{body}");
 }
 
-/// The bytes of a served pipeline's ingest log on disk, over all its segments.
-fn ingest_log_bytes(data: &std::path::Path, pipeline: &str) -> (u64, usize) {
+/// The bytes of a served pipeline's ingest log on disk, over all its segments, and how many
+/// segments there are. A segment listed but deleted before it is measured (the truncation
+/// callers wait for) counts as gone.
+pub(crate) fn ingest_log_bytes(data: &std::path::Path, pipeline: &str) -> (u64, usize) {
     let dir = data.join("pipelines").join(pipeline);
     let segments: Vec<u64> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("ingest.jsonl"))
-        .map(|e| e.metadata().unwrap().len())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
         .collect();
     (segments.iter().sum(), segments.len())
 }

@@ -43,13 +43,7 @@ fn out_file(server: &Server, pipeline: &str, file: &str) -> String {
 }
 
 fn log_bytes(server: &Server, pipeline: &str) -> u64 {
-    let dir = server.data().join("pipelines").join(pipeline);
-    std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("ingest.jsonl"))
-        .map(|e| e.metadata().unwrap().len())
-        .sum()
+    crate::live::ingest_log_bytes(server.data(), pipeline).0
 }
 
 /// The fork's spec: the original's under another name, with operator `version`.

@@ -28,6 +28,64 @@ pub(crate) fn from_columns(batch: columns::Events) -> Events {
     Events { fields, rows }
 }
 
+/// The rows of one window after another in a call carrying many windows, kept between
+/// windows: the operator only borrows a window's [`Events`], so the next window refills the
+/// same rows and a call allocates per event only while its windows grow.
+pub(crate) struct Refill {
+    batch: Events,
+    spare: Vec<Event>,
+}
+
+impl Default for Refill {
+    fn default() -> Self {
+        let batch = Events {
+            fields: Vec::new(),
+            rows: Vec::new(),
+        };
+        Refill {
+            batch,
+            spare: Vec::new(),
+        }
+    }
+}
+
+impl Refill {
+    /// The next window's events: its field names, one timestamp per event and the values field
+    /// after field, as `from_columns` reads them (a value missing is null).
+    pub(crate) fn next<'a>(
+        &mut self,
+        fields: impl ExactSizeIterator<Item = &'a str> + Clone,
+        timestamps: &[i64],
+        values: &mut impl Iterator<Item = Value>,
+    ) -> &Events {
+        let Refill { batch, spare } = self;
+        if !batch.fields.iter().map(String::as_str).eq(fields.clone()) {
+            batch.fields.clear();
+            batch.fields.extend(fields.map(str::to_owned));
+        }
+        let width = batch.fields.len();
+        if batch.rows.len() > timestamps.len() {
+            spare.extend(batch.rows.drain(timestamps.len()..));
+        }
+        while batch.rows.len() < timestamps.len() {
+            batch.rows.push(spare.pop().unwrap_or_else(|| Event {
+                timestamp: 0,
+                values: Vec::with_capacity(width),
+            }));
+        }
+        for (row, &timestamp) in batch.rows.iter_mut().zip(timestamps) {
+            row.timestamp = timestamp;
+            row.values.clear();
+        }
+        for _ in 0..width {
+            for row in &mut batch.rows {
+                row.values.push(values.next().unwrap_or(Value::Null));
+            }
+        }
+        batch
+    }
+}
+
 /// The index of `name` in `fields`.
 fn column(fields: &[String], name: &str) -> Option<usize> {
     fields.iter().position(|field| field == name)
@@ -247,8 +305,33 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::{columns, from_columns};
+    use super::{Refill, columns, from_columns};
     use crate::{Events, OutputEvent, Value};
+
+    /// Windows refilling the same rows read as each window's own batch: grown, shrunk, with
+    /// other fields, and short of values.
+    #[test]
+    fn refilled_rows_are_each_windows_own_batch() {
+        let mut rows = Refill::default();
+        let windows: [(&[&str], &[i64], Vec<Value>); 5] = [
+            (&["n"], &[1, 2], vec![Value::Int(1), Value::Int(2)]),
+            (&["n", "t"], &[3, 4, 5], (0..6).map(Value::Int).collect()),
+            (&["n"], &[6], vec![Value::Text("x".into())]),
+            (&[], &[7, 8], vec![]),
+            (&["a", "b"], &[9, 10], vec![Value::Int(9)]),
+        ];
+        for (fields, timestamps, values) in windows {
+            let expected = from_columns(columns::Events {
+                fields: fields.iter().map(|f| f.to_string()).collect(),
+                timestamps: timestamps.to_vec(),
+                values: values.clone(),
+            });
+            let mut values = values.into_iter();
+            let batch = rows.next(fields.iter().copied(), timestamps, &mut values);
+            assert_eq!(batch.fields, expected.fields);
+            assert_eq!(batch.rows, expected.rows);
+        }
+    }
 
     /// Field-after-field values become the rows 0.1 sent; a short list leaves nulls, a long one
     /// is cut to the batch.

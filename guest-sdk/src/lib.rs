@@ -242,8 +242,10 @@ impl<T: Aggregate> windows::Guest for T {
             changes: Vec::new(),
             new_names: Vec::new(),
         };
-        let (mut values, mut fields) = (values.into_iter(), fields.into_iter());
-        let (mut timestamps, mut columns) = (timestamps.into_iter(), columns.into_iter());
+        let mut values = values.into_iter();
+        let (mut fields, mut timestamps) = (&fields[..], &timestamps[..]);
+        let mut columns = columns.into_iter();
+        let mut rows = events::Refill::default();
         for count in counts {
             let (width, events) = (count.fields as usize, count.events as usize);
             let named = (values.by_ref().take(count.values as usize))
@@ -252,16 +254,13 @@ impl<T: Aggregate> windows::Guest for T {
                     value: named.value,
                 })
                 .collect();
-            let batch = events::from_columns(columns::Events {
-                fields: fields.by_ref().take(width).map(name).collect(),
-                timestamps: timestamps.by_ref().take(events).collect(),
-                values: columns
-                    .by_ref()
-                    .take(width.saturating_mul(events))
-                    .collect(),
-            });
+            let (window_fields, window_timestamps) =
+                (split(&mut fields, width), split(&mut timestamps, events));
+            let mut window_values = columns.by_ref().take(width.saturating_mul(events));
+            let window_names = window_fields.iter().map(|&i| name_str(&names, i));
+            let batch = rows.next(window_names, window_timestamps, &mut window_values);
             let values = state::Values::new(named);
-            let outcome = <T as Aggregate>::add(&State::with_values(&values, None), &batch);
+            let outcome = <T as Aggregate>::add(&State::with_values(&values, None), batch);
             let outcome = match outcome {
                 _ if values.needs_scope() => windows::Outcome::NeedsScope,
                 Ok(()) => windows::Outcome::Done,
@@ -333,7 +332,19 @@ impl<T: Aggregate> windows::Guest for T {
 
 /// Name `i` of a call's `names` (empty if there is none: the host sends only indexes it has).
 fn name_at(names: &[String], i: u32) -> String {
-    names.get(i as usize).cloned().unwrap_or_default()
+    name_str(names, i).to_owned()
+}
+
+/// The name at index `i` of a call's `names`, empty past them.
+fn name_str(names: &[String], i: u32) -> &str {
+    names.get(i as usize).map_or("", String::as_str)
+}
+
+/// The first `n` items of `items` (fewer if it is shorter), which then holds the rest.
+fn split<'a, T>(items: &mut &'a [T], n: usize) -> &'a [T] {
+    let (first, rest) = items.split_at(n.min(items.len()));
+    *items = rest;
+    first
 }
 
 /// The names a call's result uses beyond the call's own, each once.

@@ -1,6 +1,7 @@
 //! Accessors and builders for [`Events`], [`Event`], [`OutputEvents`], [`OutputEvent`] and
 //! [`Window`].
 
+use crate::bindings::aggregator::exports::weir::operator0_3_0::windows::ColumnKind;
 use crate::bindings::aggregator::weir::operator0_2_0::columns;
 use crate::{Event, Events, OutputEvent, OutputEvents, Value, Window};
 
@@ -50,13 +51,13 @@ impl Default for Refill {
 }
 
 impl Refill {
-    /// The next window's events: its field names, one timestamp per event and the values field
-    /// after field, as `from_columns` reads them (a value missing is null).
+    /// The next window's events: its field names, one timestamp per event, and its values
+    /// field after field from `columns` (a value missing is null).
     pub(crate) fn next<'a>(
         &mut self,
         fields: impl ExactSizeIterator<Item = &'a str> + Clone,
         timestamps: &[i64],
-        values: &mut impl Iterator<Item = Value>,
+        columns: &mut Columns,
     ) -> &Events {
         let Refill { batch, spare } = self;
         if !batch.fields.iter().map(String::as_str).eq(fields.clone()) {
@@ -78,11 +79,47 @@ impl Refill {
             row.values.clear();
         }
         for _ in 0..width {
+            let kind = columns.kinds.next();
             for row in &mut batch.rows {
-                row.values.push(values.next().unwrap_or(Value::Null));
+                row.values.push(columns.value(kind));
             }
         }
         batch
+    }
+}
+
+/// The values of a call's windows, from the list each field's kind names.
+pub(crate) struct Columns {
+    kinds: std::vec::IntoIter<ColumnKind>,
+    ints: std::vec::IntoIter<i64>,
+    floats: std::vec::IntoIter<f64>,
+    values: std::vec::IntoIter<Value>,
+}
+
+impl Columns {
+    pub(crate) fn new(
+        kinds: Vec<ColumnKind>,
+        ints: Vec<i64>,
+        floats: Vec<f64>,
+        values: Vec<Value>,
+    ) -> Self {
+        Columns {
+            kinds: kinds.into_iter(),
+            ints: ints.into_iter(),
+            floats: floats.into_iter(),
+            values: values.into_iter(),
+        }
+    }
+
+    /// The next value of a field of `kind` (null past the end of its list, or of the kinds).
+    fn value(&mut self, kind: Option<ColumnKind>) -> Value {
+        let value = match kind {
+            Some(ColumnKind::Ints) => self.ints.next().map(Value::Int),
+            Some(ColumnKind::Floats) => self.floats.next().map(Value::Float),
+            Some(ColumnKind::Values) => self.values.next(),
+            None => None,
+        };
+        value.unwrap_or(Value::Null)
     }
 }
 
@@ -305,7 +342,7 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::{Refill, columns, from_columns};
+    use super::{ColumnKind, Columns, Refill, columns, from_columns};
     use crate::{Events, OutputEvent, Value};
 
     /// Windows refilling the same rows read as each window's own batch: grown, shrunk, with
@@ -326,11 +363,32 @@ mod tests {
                 timestamps: timestamps.to_vec(),
                 values: values.clone(),
             });
-            let mut values = values.into_iter();
-            let batch = rows.next(fields.iter().copied(), timestamps, &mut values);
+            let kinds = vec![ColumnKind::Values; fields.len()];
+            let mut columns = Columns::new(kinds, vec![], vec![], values);
+            let batch = rows.next(fields.iter().copied(), timestamps, &mut columns);
             assert_eq!(batch.fields, expected.fields);
             assert_eq!(batch.rows, expected.rows);
         }
+    }
+
+    /// Each field's values come from the list its kind names, in turn, window after window.
+    #[test]
+    fn each_fields_values_come_from_the_list_its_kind_names() {
+        let mut rows = Refill::default();
+        let (ints, floats) = (ColumnKind::Ints, ColumnKind::Floats);
+        let kinds = vec![ints, floats, ColumnKind::Values, ints];
+        let text = Value::Text("t".into());
+        let mut columns = Columns::new(kinds, vec![1, 2, 3], vec![0.5, 1.5], vec![text.clone()]);
+        let first = rows.next(["n", "x"].into_iter(), &[10, 20], &mut columns);
+        assert_eq!(first.rows[0].values, [Value::Int(1), Value::Float(0.5)]);
+        assert_eq!(first.rows[1].values, [Value::Int(2), Value::Float(1.5)]);
+        // Short lists (and kinds) leave nulls.
+        let second = rows.next(["s", "n", "gone"].into_iter(), &[30, 40], &mut columns);
+        assert_eq!(second.rows[0].values, [text, Value::Int(3), Value::Null]);
+        assert_eq!(
+            second.rows[1].values,
+            [Value::Null, Value::Null, Value::Null]
+        );
     }
 
     /// Field-after-field values become the rows 0.1 sent; a short list leaves nulls, a long one

@@ -232,6 +232,9 @@ impl<T: Aggregate> windows::Guest for T {
             values,
             fields,
             timestamps,
+            kinds,
+            ints,
+            floats,
             columns,
         } = batches;
         let name = |i: u32| name_at(&names, i);
@@ -244,7 +247,7 @@ impl<T: Aggregate> windows::Guest for T {
         };
         let mut values = values.into_iter();
         let (mut fields, mut timestamps) = (&fields[..], &timestamps[..]);
-        let mut columns = columns.into_iter();
+        let mut columns = events::Columns::new(kinds, ints, floats, columns);
         let mut rows = events::Refill::default();
         for count in counts {
             let (width, events) = (count.fields as usize, count.events as usize);
@@ -256,9 +259,8 @@ impl<T: Aggregate> windows::Guest for T {
                 .collect();
             let (window_fields, window_timestamps) =
                 (split(&mut fields, width), split(&mut timestamps, events));
-            let mut window_values = columns.by_ref().take(width.saturating_mul(events));
             let window_names = window_fields.iter().map(|&i| name_str(&names, i));
-            let batch = rows.next(window_names, window_timestamps, &mut window_values);
+            let batch = rows.next(window_names, window_timestamps, &mut columns);
             let values = state::Values::new(named);
             let outcome = <T as Aggregate>::add(&State::with_values(&values, None), batch);
             let outcome = match outcome {

@@ -154,6 +154,9 @@ impl WasmAggregate {
             values: Vec::new(),
             fields: Vec::new(),
             timestamps: Vec::new(),
+            kinds: Vec::new(),
+            ints: Vec::new(),
+            floats: Vec::new(),
             columns: Vec::new(),
         };
         for (&i, batch) in sent.iter().zip(batches) {
@@ -166,8 +169,9 @@ impl WasmAggregate {
             call.values.extend(named(&names, &windows[i].0.state));
             call.fields
                 .extend(batch.fields.iter().map(|field| names[field]));
+            let events = batch.timestamps.len();
             call.timestamps.extend(batch.timestamps);
-            call.columns.extend(batch.values);
+            push_columns(&mut call, batch.values, batch.fields.len(), events);
         }
         call.names = names.into_keys().collect();
         (sent, call)
@@ -278,6 +282,47 @@ fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, 
         *slot = at as u32;
     }
     index
+}
+
+/// Adds one window's values, `fields` fields of `events` values each, field after field, to
+/// `call`: a field whose values are all integers to `ints`, all floats to `floats`, any other
+/// to `columns`.
+fn push_columns(
+    call: &mut wit_windows::WindowBatches,
+    values: Vec<wit::Value>,
+    fields: usize,
+    events: usize,
+) {
+    use wit_windows::ColumnKind;
+    let mut values = values.into_iter();
+    for _ in 0..fields {
+        let next = values.as_slice();
+        let kind = column_kind(next.get(..events).unwrap_or(next));
+        call.kinds.push(kind);
+        let field = values.by_ref().take(events);
+        match kind {
+            ColumnKind::Ints => call.ints.extend(field.filter_map(|value| match value {
+                wit::Value::Int(i) => Some(i),
+                _ => None,
+            })),
+            ColumnKind::Floats => call.floats.extend(field.filter_map(|value| match value {
+                wit::Value::Float(f) => Some(f),
+                _ => None,
+            })),
+            ColumnKind::Values => call.columns.extend(field),
+        }
+    }
+}
+
+/// The list that a field with `values` crosses in.
+fn column_kind(values: &[wit::Value]) -> wit_windows::ColumnKind {
+    if values.iter().all(|v| matches!(v, wit::Value::Int(_))) {
+        wit_windows::ColumnKind::Ints
+    } else if values.iter().all(|v| matches!(v, wit::Value::Float(_))) {
+        wit_windows::ColumnKind::Floats
+    } else {
+        wit_windows::ColumnKind::Values
+    }
 }
 
 /// A scope's named values as a call carrying many windows sends them: names by index.
@@ -466,6 +511,36 @@ mod tests {
         items: Vec<u32>,
     ) -> Option<Vec<Answer<u32>>> {
         per_window(3, outcomes, counts, items, |i| (i <= 100).then_some(i))
+    }
+
+    /// Each field crosses in the list its values fit: integers, floats, or values for any
+    /// mix; a field of no events still has its kind.
+    #[test]
+    fn each_field_crosses_in_the_list_its_values_fit() {
+        use super::wit::Value::{Float, Int, Null, Text};
+        use super::wit_windows::ColumnKind::{Floats, Ints, Values};
+        let mut call = super::wit_windows::WindowBatches {
+            names: vec![],
+            counts: vec![],
+            values: vec![],
+            fields: vec![],
+            timestamps: vec![],
+            kinds: vec![],
+            ints: vec![],
+            floats: vec![],
+            columns: vec![],
+        };
+        let text = Text("a".into());
+        let window = vec![Int(1), Int(2), Float(0.5), Float(1.0), Int(3), Float(2.0)];
+        super::push_columns(&mut call, window, 3, 2);
+        super::push_columns(&mut call, vec![Null, text.clone()], 1, 2);
+        super::push_columns(&mut call, vec![], 2, 0);
+        assert_eq!(call.kinds, [Ints, Floats, Values, Values, Ints, Ints]);
+        assert_eq!(call.ints, [1, 2]);
+        assert_eq!(call.floats, [0.5, 1.0]);
+        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
+        let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
+        assert_eq!(columns, expected);
     }
 
     #[test]

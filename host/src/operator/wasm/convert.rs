@@ -132,7 +132,7 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
 }
 
 /// How many events ahead of the one being read [`warm`] asks the CPU to fetch.
-const WARM_AHEAD: usize = 8;
+const WARM_AHEAD: usize = 16;
 
 /// Asks the CPU to fetch the event `WARM_AHEAD` places after `events[i]`, and the fields of the
 /// one half as far ahead (by then its own fetch has arrived). A window's events are scattered
@@ -142,7 +142,7 @@ const WARM_AHEAD: usize = 8;
 fn warm(events: &[&Event], i: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
         // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
         unsafe {

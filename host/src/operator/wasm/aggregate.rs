@@ -138,6 +138,10 @@ impl WasmAggregate {
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let (mut sent, mut batches) = (Vec::new(), Vec::new());
+        let all: Vec<&Event> = (windows.iter())
+            .flat_map(|(_, events)| events.iter().copied())
+            .collect();
+        convert::warm_all(&all);
         for (i, (_, events)) in windows.iter().enumerate() {
             if let Ok(batch) = to_wit_columns(events, &self.projection) {
                 batches.push(batch);

@@ -4,7 +4,7 @@ twin of `examples/session-summary/src/lib.rs`, with the same results.
 Build the component and run the sample pipeline from the workspace root (``weir build
 examples/session-summary/python`` runs the same componentize-py command)::
 
-    componentize-py -d wit -w aggregator componentize -p guest-sdk/python \
+    componentize-py -d wit/v0.3 -w aggregator componentize -p guest-sdk/python \
         -p examples/session-summary/python app \
         -o target/weir-components/session-summary-python.wasm
     target/debug/weir run examples/session-summary/python/pipeline.toml

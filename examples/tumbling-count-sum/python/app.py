@@ -4,7 +4,7 @@
 Build the component and run the sample pipeline from the workspace root (``weir build
 examples/tumbling-count-sum/python`` runs the same componentize-py command)::
 
-    componentize-py -d wit -w aggregator componentize -p guest-sdk/python \
+    componentize-py -d wit/v0.3 -w aggregator componentize -p guest-sdk/python \
         -p examples/tumbling-count-sum/python app \
         -o target/weir-components/tumbling-count-sum-python.wasm
     target/debug/weir run examples/tumbling-count-sum/python/pipeline.toml

@@ -1,13 +1,15 @@
-"""Stand-ins for the modules componentize-py generates (``wit_world.imports.types`` and
-``componentize_py_types``), with the same shapes, so the adapters run under plain CPython.
+"""Stand-ins for the modules componentize-py generates (``wit_world.imports.types``,
+``wit_world.imports.columns``, ``wit_world.exports.aggregate``, ``wit_world.exports.windows``
+and ``componentize_py_types``), with the same shapes, so the adapters run under plain CPython.
 
-`install` registers this module as both; `FakeScope` plays the host's `state.scope`.
+`install` registers this module as all of them; `FakeScope` plays the host's `state.scope`.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from enum import Enum
 from types import ModuleType
 from typing import Any
 
@@ -89,16 +91,108 @@ class Window:
     end: int
 
 
+# Contract 0.2: a batch's values field after field, and an aggregate's changes.
+
+
+@dataclass
+class ColumnEvents:
+    """``columns.Events``."""
+
+    fields: list[str]
+    timestamps: list[int]
+    values: list[Value]
+
+
+@dataclass
+class Change:
+    name: str
+    value: Value | None
+
+
+# Contract 0.3: calls carrying many windows.
+
+
+@dataclass
+class Named:
+    name: int
+    value: Value
+
+
+@dataclass
+class WindowCounts:
+    values: int
+    fields: int
+    events: int
+
+
+class ColumnKind(Enum):
+    INTS = 0
+    FLOATS = 1
+    VALUES = 2
+
+
+@dataclass
+class WindowBatches:
+    names: list[str]
+    counts: list[WindowCounts]
+    values: list[Named]
+    fields: list[int]
+    timestamps: list[int]
+    kinds: list[ColumnKind]
+    ints: list[int]
+    floats: list[float]
+    columns: list[Value]
+
+
+class Outcome(Enum):
+    DONE = 0
+    FAILED = 1
+    NEEDS_SCOPE = 2
+
+
+@dataclass
+class NamedChange:
+    name: int
+    value: Value | None
+
+
+@dataclass
+class AddedWindows:
+    outcomes: list[Outcome]
+    change_counts: list[int]
+    changes: list[NamedChange]
+    new_names: list[str]
+
+
+@dataclass
+class WindowStates:
+    names: list[str]
+    value_counts: list[int]
+    values: list[Named]
+    windows: list[Window]
+
+
+@dataclass
+class FinishedWindows:
+    outcomes: list[Outcome]
+    field_counts: list[int]
+    fields: list[Named]
+    new_names: list[str]
+
+
 def install() -> None:
-    """Registers this module as ``wit_world.imports.types`` and ``componentize_py_types``."""
+    """Registers this module as the generated modules the SDK imports."""
     this = sys.modules[__name__]
     sys.modules.setdefault("componentize_py_types", this)
     if "wit_world.imports.types" not in sys.modules:
-        imports = ModuleType("wit_world.imports")
-        imports.types = this  # type: ignore[attr-defined]
+        imports, exports = ModuleType("wit_world.imports"), ModuleType("wit_world.exports")
+        imports.types = imports.columns = this  # type: ignore[attr-defined]
+        exports.aggregate = exports.windows = this  # type: ignore[attr-defined]
         sys.modules["wit_world"] = ModuleType("wit_world")
         sys.modules["wit_world.imports"] = imports
-        sys.modules["wit_world.imports.types"] = this
+        sys.modules["wit_world.exports"] = exports
+        for name in ["imports.types", "imports.columns", "exports.aggregate", "exports.windows"]:
+            sys.modules[f"wit_world.{name}"] = this
 
 
 class FakeScope:

@@ -46,9 +46,15 @@ class Sum(weir_sdk.Aggregate):
         return {"window": window.duration_ms(), "sum": state.get("sum", 0), "none": None}
 
 
-def batch(*rows: list[Any], fields: Sequence[str] = ("amount", "action")) -> Any:
-    """A host batch: WIT events whose values are WIT values."""
+def row_batch(*rows: list[Any], fields: Sequence[str] = ("amount", "action")) -> Any:
+    """A host batch as contract 0.1 sends it (an enricher's): rows of WIT values."""
     return wit.Events(list(fields), [wit.Event(1_000 + i, list(row)) for i, row in enumerate(rows)])
+
+
+def batch(*rows: list[Any], fields: Sequence[str] = ("amount", "action")) -> Any:
+    """A host batch as contract 0.2 sends it (an aggregate's): WIT values field after field."""
+    values = [row[field] for field in range(len(fields)) for row in rows]
+    return wit.ColumnEvents(list(fields), [1_000 + i for i in range(len(rows))], values)
 
 
 def amounts(*values: Any) -> Any:
@@ -65,10 +71,13 @@ class AggregateExportTest(unittest.TestCase):
 
     def test_state_and_output_are_wit_values(self) -> None:
         scope = wit.FakeScope("k")
-        self.export.add(scope, amounts(wit.Value_Int(2), wit.Value_Int(3)))
-        self.assertEqual(scope.values, {"sum": wit.Value_Int(5)})
-        self.assertEqual(scope.calls, [("get", "sum"), ("put", "sum")])
-        self.export.add(scope, amounts(wit.Value_Float(0.5)))
+        changes = self.export.add(scope, [], amounts(wit.Value_Int(2), wit.Value_Int(3)))
+        self.assertEqual(changes, [wit.Change("sum", wit.Value_Int(5))])
+        self.assertEqual(scope.calls, [], "named values cross with the call, not through it")
+        named = [wit.Field("sum", wit.Value_Int(5))]
+        changes = self.export.add(scope, named, amounts(wit.Value_Float(0.5)))
+        self.assertEqual(changes, [wit.Change("sum", wit.Value_Float(5.5))])
+        scope.values["sum"] = wit.Value_Float(5.5)  # as the host applies the changes
         fields = self.export.finish(scope, wit.Window(0, 60_000))
         self.assertEqual(
             fields,
@@ -88,26 +97,26 @@ class AggregateExportTest(unittest.TestCase):
 
     def test_an_operator_error_is_its_message(self) -> None:
         with self.assertRaises(wit.Err) as raised:
-            self.export.add(wit.FakeScope("k"), action("fail"))
+            self.export.add(wit.FakeScope("k"), [], action("fail"))
         self.assertEqual(raised.exception.value, "explicit failure")
 
     def test_any_exception_names_its_type_and_place(self) -> None:
         with self.assertRaises(wit.Err) as raised:
-            self.export.add(wit.FakeScope("k"), action("raise"))
+            self.export.add(wit.FakeScope("k"), [], action("raise"))
         self.assertRegex(
             raised.exception.value, r"^ValueError: boom \(at test_export\.py, line \d+, in add\)$"
         )
 
     def test_a_wit_error_passes_through(self) -> None:
         with self.assertRaises(wit.Err) as raised:
-            self.export.add(wit.FakeScope("k"), action("wit"))
+            self.export.add(wit.FakeScope("k"), [], action("wit"))
         self.assertEqual(raised.exception.value, "straight through")
 
     def test_what_a_failed_call_held_is_freed(self) -> None:
         operator = Sum()
         export = weir_sdk.export_aggregate(operator)()
         with self.assertRaises(wit.Err) as raised:
-            export.add(wit.FakeScope("k"), action("hoard"))
+            export.add(wit.FakeScope("k"), [], action("hoard"))
         self.assertRegex(
             raised.exception.value, r"^MemoryError \(at test_export\.py, line \d+, in add\)$"
         )
@@ -129,6 +138,138 @@ class AggregateExportTest(unittest.TestCase):
             weir_sdk.export_aggregate(object)  # type: ignore[arg-type]
 
 
+class Distinct(weir_sdk.Aggregate):
+    """Counts distinct `user`s in a map; `seen` counts events in a named value."""
+
+    def add(self, state: State, batch: Events) -> None:
+        state.add_int("seen", len(batch))
+        for user in batch.values("user"):
+            state.map_put("users", str(user), True)
+
+    def merge(self, target: State, source: State) -> None:
+        pass
+
+    def finish(self, state: State, window: Window) -> weir_sdk.Output:
+        return {"users": state.map_len("users"), "seen": state.get_int("seen", 0)}
+
+
+class Count(weir_sdk.Aggregate):
+    """Counts events; refuses a batch holding the amount 13; outputs under a new name."""
+
+    def add(self, state: State, batch: Events) -> None:
+        if 13 in batch.values("amount"):
+            raise OperatorError("unlucky")
+        state.add_int("count", len(batch))
+        state.put("last", batch.values("amount")[-1])
+        state.remove("gone")
+
+    def merge(self, target: State, source: State) -> None:
+        pass
+
+    def finish(self, state: State, window: Window) -> weir_sdk.Output:
+        if state.get_int("count") == 0:
+            raise OperatorError("nothing counted")
+        return {"count": state.get_int("count", 0), "width": window.duration_ms()}
+
+
+def windows_call(*windows: tuple[dict[str, Any], list[tuple[int, Any]]]) -> Any:
+    """An `add-windows` input: per window its named values and its `amount` column, as a
+    kind and its values."""
+    names = sorted({"amount", *(name for named, _ in windows for name in named)})
+    call = wit.WindowBatches(names, [], [], [], [], [], [], [], [])
+    for named, column in windows:
+        call.counts.append(wit.WindowCounts(len(named), 1, len(column)))
+        call.values += [wit.Named(names.index(n), value) for n, value in named.items()]
+        call.fields.append(names.index("amount"))
+        call.timestamps += [time for time, _ in column]
+        values = [value for _, value in column]
+        if all(type(value) is int for value in values):
+            call.kinds.append(wit.ColumnKind.INTS)
+            call.ints += values
+        elif all(type(value) is float for value in values):
+            call.kinds.append(wit.ColumnKind.FLOATS)
+            call.floats += values
+        else:
+            call.kinds.append(wit.ColumnKind.VALUES)
+            call.columns += values
+    return call
+
+
+class WindowsExportTest(unittest.TestCase):
+    """Contract 0.3: many windows per call, each answered as its own call would be."""
+
+    def setUp(self) -> None:
+        weir_sdk.export_aggregate(Count)
+        self.windows = globals().pop("Windows")()
+
+    def test_each_window_is_added_as_its_own_call(self) -> None:
+        five = {"count": wit.Value_Int(5), "gone": wit.Value_Null()}
+        added = self.windows.add_windows(
+            windows_call(
+                (five, [(1, 7), (2, 8)]),
+                ({}, [(3, 0.5)]),
+                ({}, [(4, 1), (5, 13)]),
+                ({}, [(6, wit.Value_Text("t")), (7, wit.Value_Null())]),
+            )
+        )
+        done, failed = wit.Outcome.DONE, wit.Outcome.FAILED
+        self.assertEqual(added.outcomes, [done, done, failed, done])
+        self.assertEqual(added.change_counts, [3, 3, 0, 3])
+        names = ["amount", "count", "gone"] + added.new_names
+        changes = [(names[c.name], c.value) for c in added.changes]
+        self.assertEqual(added.new_names, ["last"])
+        self.assertEqual(
+            changes,
+            [
+                ("count", wit.Value_Int(7)),
+                ("gone", None),
+                ("last", wit.Value_Int(8)),
+                ("count", wit.Value_Int(1)),
+                ("gone", None),
+                ("last", wit.Value_Float(0.5)),
+                ("count", wit.Value_Int(2)),
+                ("gone", None),
+                ("last", wit.Value_Null()),
+            ],
+        )
+
+    def test_a_window_asking_for_a_map_or_the_key_needs_its_scope(self) -> None:
+        weir_sdk.export_aggregate(Distinct)
+        windows = globals().pop("Windows")()
+        added = windows.add_windows(windows_call(({}, [(1, 1)])))
+        self.assertEqual(added.outcomes, [wit.Outcome.NEEDS_SCOPE])
+        self.assertEqual((added.change_counts, added.changes), ([0], []))
+        states = wit.WindowStates([], [0], [], [wit.Window(0, 10)])
+        finished = windows.finish_windows(states)
+        self.assertEqual(finished.outcomes, [wit.Outcome.NEEDS_SCOPE])
+        # With its scope (0.2's `add`), the same window's maps go to the host.
+        scope = wit.FakeScope("k")
+        changes = Aggregate().add(scope, [], batch([wit.Value_Text("u1")], fields=["user"]))
+        self.assertEqual(changes, [wit.Change("seen", wit.Value_Int(1))])
+        self.assertEqual(scope.maps, {"users": {"u1": wit.Value_Boolean(True)}})
+
+    def test_each_window_is_finished_as_its_own_call(self) -> None:
+        states = wit.WindowStates(
+            ["count"],
+            [1, 1, 0],
+            [wit.Named(0, wit.Value_Int(4)), wit.Named(0, wit.Value_Int(0))],
+            [wit.Window(0, 10), wit.Window(0, 20), wit.Window(0, 30)],
+        )
+        finished = self.windows.finish_windows(states)
+        done, failed = wit.Outcome.DONE, wit.Outcome.FAILED
+        self.assertEqual(finished.outcomes, [done, failed, done])
+        self.assertEqual(finished.field_counts, [2, 0, 2])
+        self.assertEqual(finished.new_names, ["width"])
+        self.assertEqual(
+            [(f.name, f.value) for f in finished.fields],
+            [(0, wit.Value_Int(4)), (1, wit.Value_Int(10)), (0, wit.Value_Int(0)), (1, wit.Value_Int(30))],
+        )
+
+
+Aggregate = weir_sdk.export_aggregate(Distinct)
+globals().pop("Windows")
+
+
 class HostBatchTest(unittest.TestCase):
     def test_host_values_read_as_native_values(self) -> None:
         values = [
@@ -140,13 +281,29 @@ class HostBatchTest(unittest.TestCase):
             wit.Value_Bytes(b"b"),
         ]
         fields = ["n", "b", "i", "f", "t", "y"]
-        host = batch(values, values[:2], fields=fields)  # the second row is short
+        host = row_batch(values, values[:2], fields=fields)  # the second row is short
         events = Events._from_host(host.fields, host.rows)
         self.assertEqual(events.values("i"), [-3, None])
         self.assertEqual(events.values("b"), [True, True])
         self.assertEqual(events.values("missing"), [None, None])
         self.assertEqual(events.timestamps(), [1_000, 1_001])
         self.assertEqual(events.rows[0].values, [None, True, -3, 0.25, "t", b"b"])
+
+    def test_host_columns_read_as_native_values(self) -> None:
+        host = batch([wit.Value_Int(1), wit.Value_Text("a")], [wit.Value_Float(0.5), wit.Value_Int(9)])
+        host.values.pop()  # a short list: the last value is null
+        events = weir_sdk.export._host_columns(host)
+        self.assertEqual(len(events), 2)
+        amounts = events.values("amount")
+        amounts.append("mine")  # a copy
+        self.assertEqual(events.values("amount"), [1, 0.5])
+        self.assertEqual(events.values("action"), ["a", None])
+        self.assertEqual(events.values("missing"), [None, None])
+        self.assertEqual(events.add_column("new"), 2)
+        self.assertEqual(events.values("new"), [None, None])
+        self.assertEqual(events.timestamps(), [1_000, 1_001])
+        self.assertEqual([row.values for row in events], [[1, "a"], [0.5, None]])
+        self.assertEqual(events.values("amount"), [1, 0.5], "rows made, same values")
 
 
 class Tag(weir_sdk.Enrich):
@@ -173,7 +330,7 @@ class EnrichExportTest(unittest.TestCase):
     def test_output_is_wit_output_events(self) -> None:
         scope = wit.FakeScope("c1")
         scope.map_put("reference", "tier", wit.Value_Text("gold"))
-        host = batch([wit.Value_Text("keep")], [wit.Value_Text("drop")], fields=["id"])
+        host = row_batch([wit.Value_Text("keep")], [wit.Value_Text("drop")], fields=["id"])
         output = self.export.process(scope, host)
         self.assertEqual(
             output,
@@ -184,12 +341,12 @@ class EnrichExportTest(unittest.TestCase):
         )
 
     def test_a_batch_passes_through(self) -> None:
-        host = batch([wit.Value_Int(1)], fields=["pass"])
+        host = row_batch([wit.Value_Int(1)], fields=["pass"])
         output = self.export.process(wit.FakeScope("c1"), host)
         self.assertEqual(output.rows, [wit.OutputEvent(0, 1_000, [wit.Value_Int(1)])])
 
     def test_origins_must_index_the_batch(self) -> None:
-        host = batch([wit.Value_Text("bad-origin")], fields=["id"])
+        host = row_batch([wit.Value_Text("bad-origin")], fields=["id"])
         with self.assertRaises(wit.Err) as raised:
             self.export.process(wit.FakeScope("c1"), host)
         self.assertIn("ValueError: origin 7 is not the index of a row", raised.exception.value)

@@ -22,7 +22,7 @@ A complete aggregate operator, a count per key and window::
 
 Build it (module ``app.py``) with::
 
-    componentize-py -d wit -w aggregator componentize -p guest-sdk/python -p . app -o app.wasm
+    componentize-py -d wit/v0.3 -w aggregator componentize -p guest-sdk/python -p . app -o app.wasm
 
 Values are native Python values: ``None``, ``bool``, ``int`` (64 bits), ``float``, ``str`` and
 ``bytes`` (see `weir_sdk.values`). Any exception an operator raises sends the batch to the

@@ -96,13 +96,17 @@ class Events:
     `Event`\\ s with native values. Tests build batches with `Events.of` or `with_row`.
     """
 
-    __slots__ = ("fields", "_rows", "_wrapped")
+    __slots__ = ("fields", "_rows", "_wrapped", "_timestamps", "_columns")
 
     def __init__(self, fields: Iterable[str] = (), rows: Iterable[RowLike] = ()) -> None:
         self.fields: list[str] = list(fields)
         self._rows: list[Any] = []
         # True while `_rows` are the host's rows, whose values are WIT values with `.value`.
         self._wrapped = False
+        # While not None: the batch as the host sent it, one list of native values per field
+        # (`_rows` is then made on first use).
+        self._timestamps: list[int] | None = None
+        self._columns: list[list[Value]] = []
         for row in rows:
             self._rows.append(row if isinstance(row, Event) else _event(*row))
 
@@ -117,6 +121,18 @@ class Events:
         """A batch over the host's rows, converted when read."""
         batch = object.__new__(cls)
         batch.fields, batch._rows, batch._wrapped = fields, rows, True
+        batch._timestamps, batch._columns = None, []
+        return batch
+
+    @classmethod
+    def _from_columns(
+        cls, fields: list[str], timestamps: list[int], columns: list[list[Value]]
+    ) -> Events:
+        """A batch over the host's columns: one list of native values per field, each as long
+        as `timestamps` (`values` hands out a copy of one; rows are made when asked for)."""
+        batch = object.__new__(cls)
+        batch.fields, batch._rows, batch._wrapped = fields, [], False
+        batch._timestamps, batch._columns = timestamps, columns
         return batch
 
     def with_row(self, timestamp: int, values: Iterable[Any]) -> Events:
@@ -128,13 +144,21 @@ class Events:
     @property
     def rows(self) -> list[Event]:
         """The events, with native values (converted on first access)."""
+        if self._timestamps is not None:
+            columns = self._columns
+            self._rows = [
+                Event(timestamp, [column[i] for column in columns])
+                for i, timestamp in enumerate(self._timestamps)
+            ]
+            self._timestamps, self._columns = None, []
         if self._wrapped:
             self._rows = [Event(row.timestamp, [v.value for v in row.values]) for row in self._rows]
             self._wrapped = False
         return self._rows
 
     def __len__(self) -> int:
-        return len(self._rows)
+        timestamps = self._timestamps
+        return len(self._rows) if timestamps is None else len(timestamps)
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.rows)
@@ -163,7 +187,10 @@ class Events:
         try:
             column = self.fields.index(name)
         except ValueError:
-            return [None] * len(rows)
+            return [None] * len(self)
+        if self._timestamps is not None:
+            columns = self._columns
+            return list(columns[column]) if column < len(columns) else [None] * len(self)
         try:
             if self._wrapped:
                 return [row.values[column].value for row in rows]
@@ -173,11 +200,14 @@ class Events:
 
     def timestamps(self) -> list[int]:
         """The event time of each event, in order."""
+        if self._timestamps is not None:
+            return list(self._timestamps)
         return [row.timestamp for row in self._rows]
 
     def into_output(self) -> OutputEvents:
         """The same events as an enricher's output, each with its row index as its `origin`:
         the start of a one-for-one transformation. Leaves this batch empty."""
+        _ = self.rows  # made from the host's columns, if the batch has them
         if self._wrapped:
             rows = [
                 OutputEvent(origin, row.timestamp, [v.value for v in row.values])

@@ -9,6 +9,7 @@ when the component is built or runs, so operators can be unit-tested with plain 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from contextlib import suppress
 from types import ModuleType, TracebackType
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from .events import Events, OutputEvents, Window
 from .operator import Aggregate, Enrich, OperatorError
 from .state import State
-from .values import I64_MAX, I64_MIN, check, check_int
+from .values import I64_MAX, I64_MIN, Value, check, check_int
 
 _U32_LIMIT = 1 << 32
 
@@ -34,7 +35,23 @@ class _Bindings:
 
     def state(self, scope: _WitScope) -> State:
         """The `State` over a scope handed over by the host."""
-        return State(_HostScope(scope, self.lower))
+        return State(self.scope(scope))
+
+    def scope(self, scope: _WitScope) -> _HostScope:
+        """A scope handed over by the host, with native values in and out."""
+        return _HostScope(scope, self.lower)
+
+    def aggregate(self) -> ModuleType:
+        """The types of the exported `aggregate` interface (an aggregator's bindings only)."""
+        from wit_world.exports import aggregate  # type: ignore[import-not-found]
+
+        return aggregate  # type: ignore[no-any-return]
+
+    def windows(self) -> ModuleType:
+        """The types of the exported `windows` interface (an aggregator's bindings only)."""
+        from wit_world.exports import windows  # type: ignore[import-not-found]
+
+        return windows  # type: ignore[no-any-return]
 
 
 def _lowerer(types: ModuleType) -> Callable[[object], Any]:
@@ -133,6 +150,155 @@ class _HostScope:
 
     def map_entries(self, name: str) -> list[str]:
         return self._scope.map_entries(name)
+
+
+class _NamedValues:
+    """A `StateBackend` over the named values the host sends with a call (contract 0.2's
+    `add`, 0.3's calls carrying many windows): reads and writes stay in the guest, and the
+    names written go back as the call's changes. Maps and the key are the scope's; a call
+    without a scope (0.3's) that asks for them is marked as needing one and answered empty,
+    and the host then makes the call again with the scope."""
+
+    __slots__ = ("values", "changed", "needs_scope", "_scope")
+
+    def __init__(self, values: dict[str, object], scope: _HostScope | None) -> None:
+        self.values = values
+        self.changed: set[str] = set()
+        self.needs_scope = False
+        self._scope = scope
+
+    def _host(self) -> _HostScope | None:
+        if self._scope is None:
+            self.needs_scope = True
+        return self._scope
+
+    def key(self) -> str:
+        scope = self._host()
+        return "" if scope is None else scope.key()
+
+    def get(self, name: str, default: object = None) -> object:
+        values = self.values
+        return values[name] if name in values else default
+
+    def put(self, name: str, value: object) -> None:
+        self.values[_name(name)] = check(value)
+        self.changed.add(name)
+
+    def remove(self, name: str) -> None:
+        self.values.pop(name, None)
+        self.changed.add(name)
+
+    def map_get(self, name: str, entry: str, default: object = None) -> object:
+        scope = self._host()
+        return default if scope is None else scope.map_get(name, entry, default)
+
+    def map_put(self, name: str, entry: str, value: object) -> None:
+        scope = self._host()
+        if scope is not None:
+            scope.map_put(name, entry, value)
+
+    def map_remove(self, name: str, entry: str) -> None:
+        scope = self._host()
+        if scope is not None:
+            scope.map_remove(name, entry)
+
+    def map_len(self, name: str) -> int:
+        scope = self._host()
+        return 0 if scope is None else scope.map_len(name)
+
+    def map_entries(self, name: str) -> list[str]:
+        scope = self._host()
+        return [] if scope is None else scope.map_entries(name)
+
+    def changes(self, lower: Callable[[object], Any]) -> list[tuple[str, Any]]:
+        """The names written, in order, each with its WIT value (``None`` if removed)."""
+        values = self.values
+        return [
+            (name, lower(values[name]) if name in values else None)
+            for name in sorted(self.changed)
+        ]
+
+
+def _host_columns(batch: Any) -> Events:
+    """A 0.2 batch (its values field after field, WIT values) as `Events` over native
+    columns; values missing from a short list are ``None``."""
+    events, values = len(batch.timestamps), batch.values
+    columns = []
+    for field in range(len(batch.fields)):
+        column = [value.value for value in values[field * events : (field + 1) * events]]
+        columns.append(column + [None] * (events - len(column)))
+    return Events._from_columns(batch.fields, batch.timestamps, columns)
+
+
+class _Names:
+    """A call's names by index, and the names its answer adds (its `new-names`)."""
+
+    __slots__ = ("names", "new", "_index")
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.new: list[str] = []
+        self._index: dict[str, int] | None = None
+
+    def at(self, index: int) -> str:
+        names = self.names
+        return names[index] if 0 <= index < len(names) else ""
+
+    def index(self, name: str) -> int:
+        """The index of `name`: in the call's names, or past them in the new ones."""
+        if self._index is None:
+            self._index = {name: at for at, name in enumerate(self.names)}
+        at = self._index.get(name)
+        if at is None:
+            at = self._index[name] = len(self.names) + len(self.new)
+            self.new.append(name)
+        return at
+
+
+class _Columns:
+    """The values of a call's windows, each field's from the list its kind names."""
+
+    __slots__ = ("_batches", "_ints", "_floats", "_at")
+
+    def __init__(self, batches: Any, kinds: Any) -> None:
+        self._batches = batches
+        self._ints, self._floats = kinds.INTS, kinds.FLOATS
+        self._at = [0, 0, 0, 0]  # in kinds, ints, floats, columns
+
+    def window(self, fields: int, events: int) -> list[list[Value]]:
+        """The next window's columns: `fields` of `events` values (``None`` past a list)."""
+        batches, at, columns = self._batches, self._at, []
+        for _ in range(fields):
+            kind = batches.kinds[at[0]] if at[0] < len(batches.kinds) else None
+            at[0] += 1
+            if kind is None:
+                column: list[Value] = []
+            elif kind is self._ints:
+                column = batches.ints[at[1] : at[1] + events]
+                at[1] += events
+            elif kind is self._floats:
+                column = batches.floats[at[2] : at[2] + events]
+                at[2] += events
+            else:
+                column = [value.value for value in batches.columns[at[3] : at[3] + events]]
+                at[3] += events
+            columns.append(column + [None] * (events - len(column)))
+        return columns
+
+
+def _outcome(outcomes: Any, state: _NamedValues, call: Callable[..., Any], *args: Any) -> Any:
+    """Runs one window's part of a call carrying many: its outcome (``DONE``, ``FAILED`` if
+    it raised, ``NEEDS_SCOPE`` if it asked for a map or the key) and what it returned."""
+    try:
+        result = call(*args)
+    except BaseException:
+        return (outcomes.NEEDS_SCOPE if state.needs_scope else outcomes.FAILED), None
+    return (outcomes.NEEDS_SCOPE if state.needs_scope else outcomes.DONE), result
+
+
+def _named_values(names: _Names, named: list[Any]) -> _NamedValues:
+    """A window's named values, as a call carrying many windows sends them, without a scope."""
+    return _NamedValues({names.at(value.name): value.value.value for value in named}, None)
 
 
 def _fields(output: object, bindings: _Bindings) -> list[Any]:
@@ -238,11 +404,14 @@ def export_aggregate(operator: type[Aggregate] | Aggregate) -> type:
     class AggregateExport:
         """The ``aggregate`` export: WIT types in and out, exceptions as errors."""
 
-        def add(self, state: Any, batch: Any) -> None:
+        def add(self, state: Any, values: list[Any], batch: Any) -> list[Any]:
             b = _bindings or _load()
             try:
-                events = Events._from_host(batch.fields, batch.rows)
-                instance.add(b.state(state), events)
+                named = {field.name: field.value.value for field in values}
+                backend = _NamedValues(named, b.scope(state))
+                instance.add(State(backend), _host_columns(batch))
+                change = b.aggregate().Change
+                return [change(name, value) for name, value in backend.changes(b.lower)]
             except BaseException as error:
                 raise _error(b, error) from None
 
@@ -268,7 +437,78 @@ def export_aggregate(operator: type[Aggregate] | Aggregate) -> type:
             except BaseException as error:
                 raise _error(b, error) from None
 
+    # componentize-py looks for the `windows` export as the class `Windows` of the module that
+    # exports `Aggregate`: the one calling this.
+    sys._getframe(1).f_globals.setdefault("Windows", _export_windows(instance))
     return AggregateExport
+
+
+def _export_windows(instance: Aggregate) -> type:
+    """The class componentize-py exports as the ``windows`` interface (contract 0.3: many
+    windows per call, each without its scope), calling `instance`. A window whose call raises
+    answers ``FAILED`` and one that asks for a map or the key ``NEEDS_SCOPE``: the host then
+    calls ``aggregate`` for that window alone, which gives the error or has the scope."""
+
+    class WindowsExport:
+        """The ``windows`` export: each window's part done as its own `add` or `finish`."""
+
+        def add_windows(self, batches: Any) -> Any:
+            b = _bindings or _load()
+            w = b.windows()
+            names, columns = _Names(batches.names), _Columns(batches, w.ColumnKind)
+            outcomes: list[Any] = []
+            counts: list[int] = []
+            changes: list[Any] = []
+            at_values = at_fields = at_times = 0
+            for count in batches.counts:
+                named = batches.values[at_values : at_values + count.values]
+                fields = batches.fields[at_fields : at_fields + count.fields]
+                times = batches.timestamps[at_times : at_times + count.events]
+                at_values, at_fields = at_values + count.values, at_fields + count.fields
+                at_times += count.events
+                state = _named_values(names, named)
+                batch = Events._from_columns(
+                    [names.at(field) for field in fields],
+                    times,
+                    columns.window(count.fields, len(times)),
+                )
+                outcome, _ = _outcome(w.Outcome, state, instance.add, State(state), batch)
+                before = len(changes)
+                if outcome is w.Outcome.DONE:
+                    for name, value in state.changes(b.lower):
+                        changes.append(w.NamedChange(names.index(name), value))
+                outcomes.append(outcome)
+                counts.append(len(changes) - before)
+            return w.AddedWindows(outcomes, counts, changes, names.new)
+
+        def finish_windows(self, states: Any) -> Any:
+            b = _bindings or _load()
+            w = b.windows()
+            names = _Names(states.names)
+            outcomes: list[Any] = []
+            counts: list[int] = []
+            fields: list[Any] = []
+            at = 0
+            for count, window in zip(states.value_counts, states.windows, strict=False):
+                state = _named_values(names, states.values[at : at + count])
+                at += count
+                outcome, output = _outcome(
+                    w.Outcome, state, _finish, instance, state, Window(window.start, window.end), b
+                )
+                before = len(fields)
+                if outcome is w.Outcome.DONE:
+                    for field in output:
+                        fields.append(w.Named(names.index(field.name), field.value))
+                outcomes.append(outcome)
+                counts.append(len(fields) - before)
+            return w.FinishedWindows(outcomes, counts, fields, names.new)
+
+    return WindowsExport
+
+
+def _finish(instance: Aggregate, state: _NamedValues, window: Window, b: _Bindings) -> list[Any]:
+    """`finish` of one window of a call carrying many: its output's WIT fields."""
+    return _fields(instance.finish(State(state), window), b)
 
 
 def export_enrich(operator: type[Enrich] | Enrich) -> type:

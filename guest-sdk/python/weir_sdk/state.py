@@ -31,8 +31,10 @@ class State:
     """The state of one key (and, for aggregates, one window), kept by the host.
 
     It holds named values (`get`, `put`) and named maps from entry names to values
-    (`map_get`, `map_put`), as native Python values (see `weir_sdk.values`). Every method is a
-    call to the host, so read what a call needs once. Reads see earlier writes of the same call.
+    (`map_get`, `map_put`), as native Python values (see `weir_sdk.values`). In an aggregate's
+    `add`, named values come with the call and stay in the guest until it returns; every other
+    method is a call to the host, so read what a call needs once. Reads see earlier writes of
+    the same call.
 
     Operators receive it from the host; tests make one with `testing.MemoryState`.
     """

@@ -106,7 +106,12 @@ fn build_python(
     toolchains: &Toolchains,
 ) -> Result<(), ProjectError> {
     let componentize = toolchains.componentize_py()?;
-    let wit = sdk::write_wit(support)?;
+    // The Python SDK exports an aggregate as contract 0.3 (many windows per call, typed
+    // columns) and an enricher as 0.1.
+    let wit = match project.file.kind {
+        super::Kind::Aggregate => sdk::write_wit_v3(support)?,
+        super::Kind::Enrich => sdk::write_wit(support)?,
+    };
     let sdk_path = sdk::write_python(support)?;
     let source = project.source();
     let module = source

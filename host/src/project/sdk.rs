@@ -11,8 +11,24 @@ use super::build::write_if_changed;
 /// The esbuild version the JavaScript build bundles with.
 pub const ESBUILD: &str = "0.25.0";
 
-/// The WIT package every operator is built against.
+/// The WIT package JavaScript operators and Python enrichers are built against (0.1).
 const WIT: &str = include_str!("../../../wit/operator.wit");
+
+/// The WIT packages Python aggregates are built against: 0.3, which uses 0.2 and 0.1.
+const WIT_V3: [(&str, &str); 3] = [
+    (
+        "operator.wit",
+        include_str!("../../../wit/v0.3/operator.wit"),
+    ),
+    (
+        "deps/weir-operator-0.2.0.wit",
+        include_str!("../../../wit/v0.2/operator.wit"),
+    ),
+    (
+        "deps/weir-operator-0.1.0.wit",
+        include_str!("../../../wit/operator.wit"),
+    ),
+];
 
 /// The Python SDK package `weir_sdk`, by file name.
 pub const PYTHON_SDK: &[(&str, &str)] = &[
@@ -109,10 +125,20 @@ pub mod templates {
     pub const JS_TEST: &str = include_str!("../../../examples/tumbling-count-sum/js/app.test.mjs");
 }
 
-/// Writes the WIT package under `support` and returns its directory.
+/// Writes the WIT package 0.1 under `support` and returns its directory.
 pub fn write_wit(support: &Path) -> Result<PathBuf, ProjectError> {
     let dir = support.join("wit");
     write_if_changed(&dir.join("operator.wit"), WIT.as_bytes())?;
+    Ok(dir)
+}
+
+/// Writes the WIT package 0.3, with the packages it uses, under `support` and returns its
+/// directory.
+pub fn write_wit_v3(support: &Path) -> Result<PathBuf, ProjectError> {
+    let dir = support.join("wit-0.3");
+    for (name, contents) in WIT_V3 {
+        write_if_changed(&dir.join(name), contents.as_bytes())?;
+    }
     Ok(dir)
 }
 

@@ -8,7 +8,7 @@ tests. `add` looks at the batch's `action` field:
 
 Build (from the workspace root)::
 
-    componentize-py -d wit -w aggregator componentize -p guest-sdk/python \\
+    componentize-py -d wit/v0.3 -w aggregator componentize -p guest-sdk/python \\
         -p tests/guests/py-hostile app -o target/weir-components/py-hostile.wasm
 """
 

@@ -199,8 +199,26 @@ class WindowsExportTest(unittest.TestCase):
     """Contract 0.3: many windows per call, each answered as its own call would be."""
 
     def setUp(self) -> None:
-        weir_sdk.export_aggregate(Count)
-        self.windows = globals().pop("Windows")()
+        self.windows = weir_sdk.export_aggregate(Count).Windows()
+
+    def test_the_calling_module_gets_windows_beside_aggregate(self) -> None:
+        module: dict[str, Any] = {"weir_sdk": weir_sdk, "Count": Count}
+        exec("Aggregate = weir_sdk.export_aggregate(Count)", module)
+        self.assertIs(module["Windows"], module["Aggregate"].Windows)
+        exec("Aggregate = weir_sdk.export_aggregate(Count)", module)  # again: replaced
+        self.assertIs(module["Windows"], module["Aggregate"].Windows)
+        module["Windows"] = object
+        with self.assertRaisesRegex(TypeError, "rename the module's own `Windows`"):
+            exec("Aggregate = weir_sdk.export_aggregate(Count)", module)
+
+    def test_a_name_that_is_not_text_fails_the_window_not_the_call(self) -> None:
+        class Bad(Count):
+            def add(self, state: State, batch: Events) -> None:
+                state.remove(5)  # type: ignore[arg-type]
+
+        added = weir_sdk.export_aggregate(Bad).Windows().add_windows(windows_call(({}, [(1, 1)])))
+        self.assertEqual(added.outcomes, [wit.Outcome.FAILED])
+        self.assertEqual(added.changes, [])
 
     def test_each_window_is_added_as_its_own_call(self) -> None:
         five = {"count": wit.Value_Int(5), "gone": wit.Value_Null()}
@@ -234,8 +252,7 @@ class WindowsExportTest(unittest.TestCase):
         )
 
     def test_a_window_asking_for_a_map_or_the_key_needs_its_scope(self) -> None:
-        weir_sdk.export_aggregate(Distinct)
-        windows = globals().pop("Windows")()
+        windows = weir_sdk.export_aggregate(Distinct).Windows()
         added = windows.add_windows(windows_call(({}, [(1, 1)])))
         self.assertEqual(added.outcomes, [wit.Outcome.NEEDS_SCOPE])
         self.assertEqual((added.change_counts, added.changes), ([0], []))
@@ -244,7 +261,8 @@ class WindowsExportTest(unittest.TestCase):
         self.assertEqual(finished.outcomes, [wit.Outcome.NEEDS_SCOPE])
         # With its scope (0.2's `add`), the same window's maps go to the host.
         scope = wit.FakeScope("k")
-        changes = Aggregate().add(scope, [], batch([wit.Value_Text("u1")], fields=["user"]))
+        aggregate = weir_sdk.export_aggregate(Distinct)()
+        changes = aggregate.add(scope, [], batch([wit.Value_Text("u1")], fields=["user"]))
         self.assertEqual(changes, [wit.Change("seen", wit.Value_Int(1))])
         self.assertEqual(scope.maps, {"users": {"u1": wit.Value_Boolean(True)}})
 
@@ -264,10 +282,6 @@ class WindowsExportTest(unittest.TestCase):
             [(f.name, f.value) for f in finished.fields],
             [(0, wit.Value_Int(4)), (1, wit.Value_Int(10)), (0, wit.Value_Int(0)), (1, wit.Value_Int(30))],
         )
-
-
-Aggregate = weir_sdk.export_aggregate(Distinct)
-globals().pop("Windows")
 
 
 class HostBatchTest(unittest.TestCase):

@@ -178,14 +178,14 @@ class _NamedValues:
 
     def get(self, name: str, default: object = None) -> object:
         values = self.values
-        return values[name] if name in values else default
+        return values[name] if _name(name) in values else default
 
     def put(self, name: str, value: object) -> None:
         self.values[_name(name)] = check(value)
         self.changed.add(name)
 
     def remove(self, name: str) -> None:
-        self.values.pop(name, None)
+        self.values.pop(_name(name), None)
         self.changed.add(name)
 
     def map_get(self, name: str, entry: str, default: object = None) -> object:
@@ -438,8 +438,17 @@ def export_aggregate(operator: type[Aggregate] | Aggregate) -> type:
                 raise _error(b, error) from None
 
     # componentize-py looks for the `windows` export as the class `Windows` of the module that
-    # exports `Aggregate`: the one calling this.
-    sys._getframe(1).f_globals.setdefault("Windows", _export_windows(instance))
+    # exports `Aggregate`: the one calling this, as a rule (else `Windows = Aggregate.Windows`).
+    windows = _export_windows(instance)
+    AggregateExport.Windows = windows  # type: ignore[attr-defined]
+    module = sys._getframe(1).f_globals
+    mine = module.get("Windows")
+    if mine is not None and not getattr(mine, "_weir_windows", False):
+        raise TypeError(
+            "export_aggregate defines the module's `Windows` (the `windows` export): rename "
+            "the module's own `Windows`"
+        )
+    module["Windows"] = windows
     return AggregateExport
 
 
@@ -451,6 +460,8 @@ def _export_windows(instance: Aggregate) -> type:
 
     class WindowsExport:
         """The ``windows`` export: each window's part done as its own `add` or `finish`."""
+
+        _weir_windows = True
 
         def add_windows(self, batches: Any) -> Any:
             b = _bindings or _load()
@@ -472,10 +483,10 @@ def _export_windows(instance: Aggregate) -> type:
                     times,
                     columns.window(count.fields, len(times)),
                 )
-                outcome, _ = _outcome(w.Outcome, state, instance.add, State(state), batch)
+                outcome, changed = _outcome(w.Outcome, state, _add, instance, state, batch, b)
                 before = len(changes)
                 if outcome is w.Outcome.DONE:
-                    for name, value in state.changes(b.lower):
+                    for name, value in changed:
                         changes.append(w.NamedChange(names.index(name), value))
                 outcomes.append(outcome)
                 counts.append(len(changes) - before)
@@ -504,6 +515,14 @@ def _export_windows(instance: Aggregate) -> type:
             return w.FinishedWindows(outcomes, counts, fields, names.new)
 
     return WindowsExport
+
+
+def _add(
+    instance: Aggregate, state: _NamedValues, batch: Events, b: _Bindings
+) -> list[tuple[str, Any]]:
+    """`add` of one window of a call carrying many: its changes, as WIT values."""
+    instance.add(State(state), batch)
+    return state.changes(b.lower)
 
 
 def _finish(instance: Aggregate, state: _NamedValues, window: Window, b: _Bindings) -> list[Any]:

@@ -158,9 +158,10 @@ fn warm(events: &[&Event], i: usize) {
     let _ = (events, i);
 }
 
-/// Asks the CPU to fetch all of `events` (those of many windows, in the order they will be
-/// read): a window's first events are then not waited for either, as they are when each
-/// window fetches only its own ahead.
+/// Asks the CPU to fetch `events` (those of many windows, in the order they will be read; all
+/// but the first few): a window's first events are then not waited for either, as they are
+/// when each window fetches only its own ahead. Reading each event's header for its fields'
+/// address is a load, so this also waits, but for many events at once.
 pub(super) fn warm_all(events: &[&Event]) {
     for i in 0..events.len() {
         warm(events, i);

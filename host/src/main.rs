@@ -307,6 +307,10 @@ struct BenchArgs {
         default_value = "target/weir-components/tumbling-count-sum-js.wasm"
     )]
     js: PathBuf,
+    /// Runs of the count-sum (each operator once per run, in turn); with more than one, the
+    /// medians and ranges follow. This machine's speed drifts: compare medians, not runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
 }
 
 /// The options of `weir serve`.
@@ -1220,6 +1224,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         recovery,
         large,
         jsonl,
+        runs,
     } = args;
     let mut others = Vec::new();
     for (language, module) in [("python", python), ("js", js)] {
@@ -1270,7 +1275,22 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     println!(
         "tumbling count+sum, 1 min windows, {events} events from the {from}, {keys} keys, {shards} shard(s), batches of {batch_size}"
     );
-    let report = weir::bench::run(&options)?;
+    let mut rates: Vec<Vec<(String, f64)>> = Vec::new();
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("run {run} of {runs}:");
+        }
+        rates.push(print_count_sum(&weir::bench::run(&options)?)?);
+    }
+    if runs > 1 {
+        print_medians(&rates);
+    }
+    Ok(())
+}
+
+/// Prints one run of the count-sum benchmark, checks that every operator gave the native
+/// results, and returns each operator's events/s (the native one last).
+fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<(String, f64)>> {
     let rate = weir::bench::BenchReport::rate;
     let native = rate(&report.native);
     let mut rows = vec![("rust wasm".to_owned(), &report.wasm)];
@@ -1302,5 +1322,40 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             "{label} and native disagree on the number of results, or {label} had dead letters"
         );
     }
-    Ok(())
+    Ok(rows
+        .into_iter()
+        .map(|(label, summary)| (label, rate(summary)))
+        .collect())
+}
+
+/// Prints, for each operator of several runs, the median events/s and its ratio to the native
+/// run of the same run (median, lowest, highest).
+fn print_medians(runs: &[Vec<(String, f64)>]) {
+    println!("medians of {} runs (ratios within each run):", runs.len());
+    for (i, (label, _)) in runs[0].iter().enumerate() {
+        let rates: Vec<f64> = runs.iter().map(|run| run[i].1).collect();
+        let ratios: Vec<f64> = runs
+            .iter()
+            .map(|run| run[i].1 / run[run.len() - 1].1)
+            .collect();
+        let (low, high) = (
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+        );
+        println!(
+            "{label:<12} {:>12.0} events/s  {:.2} x native ({low:.2}-{high:.2})",
+            median(rates),
+            median(ratios),
+        );
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    match values.len() % 2 {
+        0 => (values[middle - 1] + values[middle]) / 2.0,
+        _ => values[middle],
+    }
 }

@@ -250,7 +250,7 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
     for extra in [&[][..], &["--jsonl"][..]] {
         let module = module.to_str().unwrap();
         let mut args = vec!["--events", "40000", "--keys", "50", "--module", module];
-        args.extend(["--python", "-", "--js", "-"]);
+        args.extend(["--python", "-", "--js", "-", "--runs", "2"]);
         args.extend(extra);
         let output = bench(&args);
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -268,14 +268,23 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
             stdout.contains(&format!("40000 events from the {from}")),
             "{stdout}"
         );
-        for label in ["rust wasm", "native", "wasm/native throughput ratio"] {
+        for label in [
+            "rust wasm",
+            "native",
+            "wasm/native throughput ratio",
+            "run 2 of 2",
+        ] {
             assert!(stdout.contains(label), "{label}: {stdout}");
         }
+        let medians = stdout.split("medians of 2 runs").nth(1).unwrap_or_default();
+        assert!(medians.contains("x native ("), "{stdout}");
         let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().flatten().collect();
         assert!(left.is_empty(), "the benchmark left {left:?} behind");
     }
     for (args, says) in [
         (&["--keys", "0"][..], "must be at least 1"),
+        (&["--runs", "0"][..], "not in 1..=100"),
+        (&["--runs", "101"][..], "not in 1..=100"),
         (&["--jsonl", "--checkpoints"][..], "cannot be used with"),
         (
             &["--jsonl", "nexmark"][..],

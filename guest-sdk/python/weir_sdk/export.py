@@ -226,8 +226,16 @@ def _host_columns(batch: Any) -> Events:
     columns = []
     for field in range(len(batch.fields)):
         column = [value.value for value in values[field * events : (field + 1) * events]]
-        columns.append(column + [None] * (events - len(column)))
+        columns.append(_padded(column, events))
     return Events._from_columns(batch.fields, batch.timestamps, columns)
+
+
+def _padded(column: list[Value], events: int) -> list[Value]:
+    """`column` (a list of its own), with nulls added up to `events` values if it is short:
+    in place, so a full column, the rule, is not copied again."""
+    if len(column) < events:
+        column.extend([None] * (events - len(column)))
+    return column
 
 
 class _Names:
@@ -282,7 +290,7 @@ class _Columns:
             else:
                 column = [value.value for value in batches.columns[at[3] : at[3] + events]]
                 at[3] += events
-            columns.append(column + [None] * (events - len(column)))
+            columns.append(_padded(column, events))
         return columns
 
 

@@ -4,16 +4,19 @@
 //   node guest-sdk/js/build.mjs --toolchain <dir> --wit <wit dir> --world <aggregator|enricher> \
 //     --source <app.js> --out <file.wasm>
 //
+// An aggregator builds against contract 0.3 (--wit wit/v0.3), an enricher against 0.1 (--wit wit).
 // 1. esbuild bundles the app and everything it imports into one ES module; the bare specifier
-//    'weir-sdk' resolves to weir-sdk.js beside this script. The bundle is kept beside the
-//    component as <name>.bundle.js: positions in error messages
+//    'weir-sdk' resolves to weir-sdk.js beside this script. For an aggregator the bundle's entry
+//    is a generated module exporting the app's exports and `windows` (0.3's calls carrying many
+//    windows), which the SDK's adapter keeps beside the app's `aggregate`. The bundle is kept
+//    beside the component as <name>.bundle.js: positions in error messages
 //    ("(at add@<name>.bundle.js:12:7)") refer to it.
 // 2. componentize-js turns the bundle into a component of the given world, with the WASI
 //    features Weir can offer (stdio, random, clocks; no HTTP). Its generated bindings are
 //    patched for one known bug first (see patchS64Lowering).
 // The toolchain directory is one where `npm ci` ran with this directory's package.json.
 
-import { mkdtemp, mkdir, rm, writeFile, copyFile } from 'node:fs/promises';
+import { mkdtemp, mkdir, readFile, rm, writeFile, copyFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -27,7 +30,9 @@ const SDK_MODULES = {
   'weir-sdk': join(HERE, 'weir-sdk.js'),
   'weir-sdk/testing': join(HERE, 'testing.js'),
 };
-const WORLDS = ['aggregator', 'enricher'];
+/** The contract (WIT package) each world builds against. */
+const CONTRACTS = { aggregator: 'weir:operator@0.3.0', enricher: 'weir:operator@0.1.0' };
+const WORLDS = Object.keys(CONTRACTS);
 const COMPONENTIZE = '@bytecodealliance/componentize-js';
 
 /** The command line, checked. */
@@ -65,15 +70,55 @@ const weirSdkPlugin = {
 };
 
 /**
- * Bundles `source` and its imports into the single ES module `bundle`.
+ * Throws unless the WIT package in `wit` is the contract `world` builds against.
+ * @param {string} wit
+ * @param {string} world
+ */
+async function checkContract(wit, world) {
+  const file = join(resolve(wit), 'operator.wit');
+  const text = await readFile(file, 'utf8').catch((error) => {
+    throw new Error(`cannot read the WIT contract ${file}: ${error.message}`);
+  });
+  const contract = CONTRACTS[world];
+  if (!text.includes(`package ${contract};`)) {
+    const found = /^package ([^;]+);/m.exec(text)?.[1] ?? 'no package';
+    throw new Error(
+      `an ${world} builds against ${contract} (wit/v0.3 for an aggregator, wit for an ` +
+        `enricher), but ${file} is ${found}`,
+    );
+  }
+}
+
+/**
+ * The entry module of an aggregator's bundle: the app's exports, and the `windows` export
+ * that the SDK's adapter keeps beside the app's `aggregate`. A `windows` of the app's own is
+ * refused rather than silently shadowed by the entry's.
+ * @param {string} source the app's absolute path
+ */
+function aggregatorEntry(source) {
+  const app = JSON.stringify(source);
+  return [
+    `import * as app from ${app};`,
+    "import { windowsOf } from 'weir-sdk';",
+    `export * from ${app};`,
+    "if ('windows' in app) {",
+    "  throw new Error('the module exports `windows`, which the SDK defines for it: rename it');",
+    '}',
+    'export const windows = windowsOf(app.aggregate);',
+    '',
+  ].join('\n');
+}
+
+/**
+ * Bundles the module `entry` and its imports into the single ES module `bundle`.
  * @param {string} toolchain
- * @param {string} source
+ * @param {string} entry
  * @param {string} bundle
  */
-async function bundleApp(toolchain, source, bundle) {
+async function bundleApp(toolchain, entry, bundle) {
   const esbuild = await importPackage(toolchain, 'esbuild');
   const result = await esbuild.build({
-    entryPoints: [source],
+    entryPoints: [entry],
     outfile: bundle,
     bundle: true,
     format: 'esm',
@@ -85,7 +130,7 @@ async function bundleApp(toolchain, source, bundle) {
     logLevel: 'warning',
     plugins: [weirSdkPlugin],
   });
-  if (result.errors.length > 0) throw new Error(`bundling ${source} failed`);
+  if (result.errors.length > 0) throw new Error(`bundling ${entry} failed`);
 }
 
 /**
@@ -145,7 +190,14 @@ async function main() {
   try {
     // The bundle's file name is the one error positions show; it is kept beside the output.
     const bundle = join(work, `${name}.bundle.js`);
-    await bundleApp(args.toolchain, resolve(args.source), bundle);
+    await checkContract(args.wit, args.world);
+    let entry = resolve(args.source);
+    if (args.world === 'aggregator') {
+      const generated = join(work, 'entry.mjs');
+      await writeFile(generated, aggregatorEntry(entry));
+      entry = generated;
+    }
+    await bundleApp(args.toolchain, entry, bundle);
     const component = await componentizeBundle(args.toolchain, { ...args, bundle });
     await mkdir(dirname(out), { recursive: true });
     await writeFile(out, component);

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // Checks the SDK's TypeScript declarations against the WIT contract:
 //
-//   node guest-sdk/js/check-types.mjs --toolchain <dir> [--wit <wit dir>]
+//   node guest-sdk/js/check-types.mjs --toolchain <dir>
 //
 // 1. jco (the pinned @bytecodealliance/jco, through its type generator jco-transpile) generates
-//    the guest types of the `aggregator` and `enricher` worlds of wit/ (default: ../../wit).
+//    the guest types of the worlds the SDK builds: `aggregator` of wit/v0.3 (contract 0.3) and
+//    `enricher` of wit/ (0.1).
 // 2. tsc (the pinned typescript) type-checks, with --noEmit and strict options:
 //    test/types.check.ts, which asserts that the adapters exportAggregate/exportEnrich return
 //    implement the generated interfaces; the declarations weir-sdk.d.ts and testing.d.ts; and
@@ -24,7 +25,8 @@ import { importPackage, packageDir, preopenRoot } from './toolchain.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
-const WORLDS = ['aggregator', 'enricher'];
+/** Each world the SDK builds, and the WIT package (directory) it builds against. */
+const WORLDS = { aggregator: join(ROOT, 'wit', 'v0.3'), enricher: join(ROOT, 'wit') };
 /** The JavaScript operators type-checked against the SDK's declarations. */
 const APPS = [
   'examples/tumbling-count-sum/js/app.js',
@@ -36,12 +38,12 @@ const APPS = [
 /** The command line. */
 function options() {
   const { values } = parseArgs({
-    options: { toolchain: { type: 'string' }, wit: { type: 'string' } },
+    options: { toolchain: { type: 'string' } },
   });
   if (!values.toolchain) {
-    throw new Error('usage: node check-types.mjs --toolchain <dir> [--wit <wit dir>]');
+    throw new Error('usage: node check-types.mjs --toolchain <dir>');
   }
-  return { toolchain: resolve(values.toolchain), wit: resolve(values.wit ?? join(ROOT, 'wit')) };
+  return { toolchain: resolve(values.toolchain) };
 }
 
 /**
@@ -49,13 +51,13 @@ function options() {
  * `types` and `state` interfaces, so one directory holds each declaration once); returns the
  * files written.
  */
-async function generateWitTypes(toolchain, wit, outDir) {
+async function generateWitTypes(toolchain, outDir) {
   const jcoDir = packageDir(toolchain, '@bytecodealliance/jco');
   const transpileDir = packageDir(jcoDir, '@bytecodealliance/jco-transpile');
   await preopenRoot(transpileDir);
   const { generateGuestTypes } = await importPackage(jcoDir, '@bytecodealliance/jco-transpile');
   const written = [];
-  for (const world of WORLDS) {
+  for (const [world, wit] of Object.entries(WORLDS)) {
     const files = await generateGuestTypes(wit, { worldName: world, outDir });
     for (const [path, contents] of Object.entries(files)) {
       await mkdir(dirname(path), { recursive: true });
@@ -97,10 +99,10 @@ function runTsc(toolchain, project) {
 
 /** Generates the WIT types and type-checks the SDK and the apps against them. */
 async function main() {
-  const { toolchain, wit } = options();
+  const { toolchain } = options();
   const work = await mkdtemp(join(tmpdir(), 'weir-js-types-'));
   try {
-    const witTypes = await generateWitTypes(toolchain, wit, join(work, 'wit-types'));
+    const witTypes = await generateWitTypes(toolchain, join(work, 'wit-types'));
     const apps = APPS.map((app) => join(ROOT, app)).filter((app) => existsSync(app));
     const files = [
       ...witTypes.filter((path) => path.endsWith('.d.ts')),

@@ -1,6 +1,6 @@
 // TypeScript declarations of testing.js (weir-sdk/testing): run operators without a host.
 
-import { Scope, State, WitValue } from './weir-sdk.js';
+import { AggregateExport, Events, Scope, State, WitField, WitValue } from './weir-sdk.js';
 
 /** An in-memory stand-in for the host's `scope` resource: WIT values in and out. */
 export class MemoryScope implements Scope {
@@ -14,6 +14,8 @@ export class MemoryScope implements Scope {
   mapRemove(name: string, entry: string): void;
   mapLen(name: string): bigint;
   mapEntries(name: string): string[];
+  /** The named values as the host sends them with a call. */
+  namedValues(): WitField[];
 }
 
 /**
@@ -27,3 +29,9 @@ export class MemoryState extends State {
   /** The WIT-level scope, to call an adapter the way the host does. */
   get scope(): MemoryScope;
 }
+
+/**
+ * Calls an aggregate adapter's `add` the way the host does and applies the changes it returns
+ * to `memory`; throws what the adapter throws (an error with the call's error string as `payload`).
+ */
+export function hostAdd(adapter: AggregateExport, memory: MemoryState, batch: Events): void;

@@ -81,6 +81,11 @@ export class MemoryScope {
   mapEntries(map) {
     return [...(this.#maps.get(map)?.keys() ?? [])].sort(byCodePoints);
   }
+
+  /** The named values as the host sends them with a call: WIT fields, by name. */
+  namedValues() {
+    return [...this.#values.keys()].sort(byCodePoints).map((name) => ({ name, value: this.get(name) }));
+  }
 }
 
 /**
@@ -106,5 +111,22 @@ export class MemoryState extends State {
   /** The WIT-level scope, to call an adapter (`exportAggregate(...)`) the way the host does. */
   get scope() {
     return this.#scope;
+  }
+}
+
+/**
+ * Calls the `add` of an aggregate adapter (`exportAggregate(...)`) the way the host does: the
+ * state's named values and the batch's columns go in, and the changes the call returns are
+ * applied to `memory`. Throws what the adapter throws: an error whose `payload` is the call's
+ * error string, as the host reads it. Unlike the host, it keeps map writes a failed call made.
+ * @param {import('./weir-sdk').AggregateExport} adapter
+ * @param {MemoryState} memory
+ * @param {import('./weir-sdk').Events} batch
+ */
+export function hostAdd(adapter, memory, batch) {
+  const scope = memory.scope;
+  for (const { name, value } of adapter.add(scope, scope.namedValues(), batch.toColumns())) {
+    if (value === undefined) scope.remove(name);
+    else scope.put(name, value);
   }
 }

@@ -1,6 +1,7 @@
 // TypeScript declarations of weir-sdk.js: write Weir operators in JavaScript or TypeScript.
 // check-types.mjs checks that the adapters' types implement the interfaces jco generates from
-// wit/operator.wit.
+// the WIT contract: an aggregate's from wit/v0.3 (its `aggregate` is 0.2's, plus `windows`), an
+// enricher's from wit/operator.wit (0.1).
 
 // ---------------------------------------------------------------------------------------------
 // Values
@@ -58,7 +59,8 @@ export function plus(a: unknown, b: unknown): bigint | number | undefined;
 
 /**
  * The state of one key (and, for aggregates, one window), kept by the host: named values and
- * named maps of values. Every method is a call to the host.
+ * named maps of values. In an aggregate's `add` the named values come with the call (their
+ * changes go back with its answer); maps and the key are calls to the host.
  */
 export class State {
   /** The state behind a WIT scope (the host's, or a MemoryState's). */
@@ -122,6 +124,8 @@ export class Events implements Iterable<Event> {
   constructor(fields?: Iterable<string>);
   /** The batch behind a WIT record, without copying. */
   static fromWit(batch: WitEvents): Events;
+  /** A batch held as columns (each field's values, in the order of `times`), without copying. */
+  static fromColumns(fields: string[], times: ArrayLike<bigint>, columns: ArrayLike<Value>[]): Events;
   /** Adds an event (values in field order) and returns the batch. */
   withRow(timestamp: bigint | number, values: ValueInput[]): this;
   /** The field names. */
@@ -143,8 +147,10 @@ export class Events implements Iterable<Event> {
   timestamps(): bigint[];
   /** The events as an enricher's output, each with its row index as its origin. */
   intoOutput(): OutputEvents;
-  /** The WIT record. */
+  /** The WIT record of contract 0.1 (an enricher's batch). */
   toWit(): WitEvents;
+  /** The WIT record of contract 0.2, values field after field (an aggregate's batch). */
+  toColumns(): WitColumns;
 }
 
 /** One event produced by an enricher. */
@@ -244,12 +250,18 @@ export interface Enrich {
   process(state: State, batch: Events): OutputEvents | Events;
 }
 
-/** The `aggregate` interface of the `aggregator` world, as componentize-js calls it. */
+/** The `aggregate` interface (0.2's) of the `aggregator` world, as componentize-js calls it. */
 export interface AggregateExport {
-  add: (state: Scope, batch: WitEvents) => void;
+  add: (state: Scope, values: WitField[], batch: WitColumns) => WitChange[];
   merge: (target: Scope, source: Scope) => void;
   finish: (state: Scope, window: WitWindow) => WitField[];
   migrate: (state: Scope, fromVersion: string) => void;
+}
+
+/** The `windows` interface (0.3's) of the `aggregator` world, as componentize-js calls it. */
+export interface WindowsExport {
+  addWindows: (windows: WitWindowBatches) => WitAddedWindows;
+  finishWindows: (windows: WitWindowStates) => WitFinishedWindows;
 }
 
 /** The `enrich` interface of the `enricher` world, as componentize-js calls it. */
@@ -259,6 +271,9 @@ export interface EnrichExport {
 
 /** The `aggregate` interface of an aggregate operator: `export const aggregate = exportAggregate(...)`. */
 export function exportAggregate(operator: Aggregate): AggregateExport;
+
+/** The `windows` export of an aggregate adapter (build.mjs exports it beside `aggregate`). */
+export function windowsOf(aggregate: AggregateExport): WindowsExport;
 
 /** The `enrich` interface of an enrichment operator: `export const enrich = exportEnrich(...)`. */
 export function exportEnrich(operator: Enrich): EnrichExport;
@@ -292,6 +307,65 @@ export interface WitEvent {
 export interface WitEvents {
   fields: string[];
   rows: WitEvent[];
+}
+
+/** The WIT `events` record of contract 0.2: the values field after field. */
+export interface WitColumns {
+  fields: string[];
+  timestamps: ArrayLike<bigint>;
+  values: WitValue[];
+}
+
+/** The WIT `change` record of contract 0.2 (`value` undefined: removed). */
+export interface WitChange {
+  name: string;
+  value?: WitValue;
+}
+
+/** A WIT `named` record of contract 0.3: a name index and a value. */
+export interface WitNamed {
+  name: number;
+  value: WitValue;
+}
+
+/** The WIT `window-batches` record of contract 0.3. */
+export interface WitWindowBatches {
+  names: string[];
+  counts: { values: number; fields: number; events: number }[];
+  values: WitNamed[];
+  fields: ArrayLike<number>;
+  timestamps: ArrayLike<bigint>;
+  kinds: ('ints' | 'floats' | 'values')[];
+  ints: ArrayLike<bigint>;
+  floats: ArrayLike<number>;
+  columns: WitValue[];
+}
+
+/** What a call of contract 0.3 did with one window. */
+export type WitOutcome = 'done' | 'failed' | 'needs-scope';
+
+/** The WIT `added-windows` record of contract 0.3. */
+export interface WitAddedWindows {
+  outcomes: WitOutcome[];
+  changeCounts: Uint32Array;
+  changes: { name: number; value?: WitValue }[];
+  newNames: string[];
+}
+
+/** The WIT `window-states` record of contract 0.3. */
+export interface WitWindowStates {
+  names: string[];
+  valueCounts: ArrayLike<number>;
+  values: WitNamed[];
+  windows: WitWindow[];
+}
+
+/** The WIT `finished-windows` record of contract 0.3. */
+export interface WitFinishedWindows {
+  outcomes: WitOutcome[];
+  fieldCounts: Uint32Array;
+  fields: WitNamed[];
+  newNames: string[];
 }
 
 /** The WIT `output-event` record. */

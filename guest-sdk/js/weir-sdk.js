@@ -179,8 +179,11 @@ export function plus(a, b) {
 
 /**
  * The state of one key (and, for aggregates, one window), kept by the host. It holds named
- * values and named maps from entry names to values. Every method is a call to the host;
- * reads see earlier writes of the same call at once. Tests make one with `MemoryState`.
+ * values and named maps from entry names to values; reads see earlier writes of the same call
+ * at once. In an aggregate's `add` the named values come with the call and their changes go
+ * back with its answer; the rest (maps, the key, and everything in `merge`, `finish` and
+ * `migrate` outside calls carrying many windows) is a call to the host. Tests make one with
+ * `MemoryState`.
  */
 export class State {
   #scope;
@@ -278,6 +281,100 @@ export class State {
   }
 }
 
+/**
+ * A scope over the named values the host sends with a call (contract 0.2's `add`, 0.3's calls
+ * carrying many windows): reads and writes stay in the guest, and the names written go back
+ * as the call's changes. Maps and the key are the host scope's; a call without one (0.3's)
+ * that asks for them is marked as needing it and answered empty, and the host then makes the
+ * call again with the scope. Behaves as the host's scope does otherwise (WIT values).
+ */
+class NamedValues {
+  /** @type {Map<string, import('./weir-sdk').WitValue>} */
+  #values;
+  /** @type {import('./weir-sdk').Scope | undefined} */
+  #scope;
+  /** The names written (put or removed), in the order first written. @type {Set<string>} */
+  #changed = new Set();
+  /** Whether the call asked for a map or the key without a scope to answer. */
+  needsScope = false;
+
+  /**
+   * @param {Map<string, import('./weir-sdk').WitValue>} values the named values, by name
+   * @param {import('./weir-sdk').Scope | undefined} scope the host's, if the call has one
+   */
+  constructor(values, scope) {
+    this.#values = values;
+    this.#scope = scope;
+  }
+
+  /** The host scope; `undefined` (and the call marked as needing one) if there is none. */
+  #host() {
+    if (this.#scope === undefined) this.needsScope = true;
+    return this.#scope;
+  }
+
+  key() {
+    return this.#host()?.key() ?? '';
+  }
+
+  get(name) {
+    return copied(this.#values.get(name));
+  }
+
+  put(name, value) {
+    this.#values.set(checkName(name), copied(value));
+    this.#changed.add(name);
+  }
+
+  remove(name) {
+    this.#values.delete(checkName(name));
+    this.#changed.add(name);
+  }
+
+  mapGet(map, entry) {
+    return this.#host()?.mapGet(map, entry);
+  }
+
+  mapPut(map, entry, value) {
+    this.#host()?.mapPut(map, entry, value);
+  }
+
+  mapRemove(map, entry) {
+    this.#host()?.mapRemove(map, entry);
+  }
+
+  mapLen(map) {
+    return this.#host()?.mapLen(map) ?? 0n;
+  }
+
+  mapEntries(map) {
+    return this.#host()?.mapEntries(map) ?? [];
+  }
+
+  /**
+   * The names written, each with its value (`undefined` if removed), in the order first written.
+   * @returns {{name: string, value: import('./weir-sdk').WitValue | undefined}[]}
+   */
+  changes() {
+    return Array.from(this.#changed, (name) => ({ name, value: this.#values.get(name) }));
+  }
+}
+
+/**
+ * `value` itself, or a copy if it holds bytes: as with the host's scope, bytes read or written
+ * are the caller's own, and changing them changes no state.
+ * @param {import('./weir-sdk').WitValue | undefined} value
+ */
+function copied(value) {
+  return value?.tag === 'bytes' ? { tag: 'bytes', val: value.val.slice() } : value;
+}
+
+/** `name`, which must be a string (a state value's or an output field's name). */
+function checkName(name) {
+  if (typeof name !== 'string') throw new TypeError(`a name is a string, not ${describe(name)}`);
+  return name;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Events
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +406,32 @@ function columnValues(rows, column) {
     values[i] = value === undefined || value.tag === 'null' ? null : value.val;
   }
   return values;
+}
+
+/**
+ * A copy of `column` (JS values, or a typed array of numbers) as an array of `length` values,
+ * `null` past its end (and for every event if there is no column).
+ * @param {ArrayLike<import('./weir-sdk').Value> | undefined} column
+ * @param {number} length
+ * @returns {import('./weir-sdk').Value[]}
+ */
+function copyColumn(column, length) {
+  const values = column === undefined ? [] : Array.from(column);
+  if (values.length < length) values.push(...new Array(length - values.length).fill(null));
+  return values;
+}
+
+/**
+ * The WIT event records of a batch held as columns.
+ * @param {ArrayLike<bigint>} times
+ * @param {ArrayLike<import('./weir-sdk').Value>[]} columns
+ */
+function recordsOf(times, columns) {
+  const records = new Array(times.length);
+  for (let i = 0; i < times.length; i++) {
+    records[i] = { timestamp: times[i], values: columns.map((column) => toWit(column[i])) };
+  }
+  return records;
 }
 
 /**
@@ -374,8 +497,19 @@ export class Event {
 export class Events {
   /** @type {string[]} */
   #fields;
-  /** @type {import('./weir-sdk').WitEvent[]} */
+  /**
+   * The events as WIT records; `undefined` while the batch is held as columns (a batch from
+   * the host is, until its rows are asked for).
+   * @type {import('./weir-sdk').WitEvent[] | undefined}
+   */
   #wit;
+  /** The event times, while the batch is held as columns. @type {ArrayLike<bigint>} */
+  #times = [];
+  /**
+   * Each field's values, while the batch is held as columns.
+   * @type {ArrayLike<import('./weir-sdk').Value>[]}
+   */
+  #columns = [];
   /** @type {Event[] | undefined} */
   #rows;
 
@@ -397,12 +531,39 @@ export class Events {
   }
 
   /**
+   * A batch held as columns, without copying: `columns[f]` holds the values (JS values, or a
+   * typed array of numbers) of `fields[f]`, in the order of `times`; a column may be short.
+   * Its rows are built only if asked for. @internal
+   * @param {string[]} fields
+   * @param {ArrayLike<bigint>} times
+   * @param {ArrayLike<import('./weir-sdk').Value>[]} columns
+   */
+  static fromColumns(fields, times, columns) {
+    const events = new Events();
+    events.#fields = fields;
+    events.#wit = undefined;
+    events.#times = times;
+    events.#columns = columns;
+    return events;
+  }
+
+  /** The events as WIT records, built from the columns on first use. */
+  #records() {
+    if (this.#wit === undefined) {
+      this.#wit = recordsOf(this.#times, this.#columns);
+      this.#times = [];
+      this.#columns = [];
+    }
+    return this.#wit;
+  }
+
+  /**
    * The batch with one more event at `timestamp` (ms since the epoch), whose values are in the
    * order of `fields`. Returns the batch, for chaining. Handy in tests.
    */
   withRow(timestamp, values) {
     const event = new Event(timestamp, values);
-    this.#wit.push(event.toWit());
+    this.#records().push(event.toWit());
     this.#rows?.push(event);
     return this;
   }
@@ -414,12 +575,12 @@ export class Events {
 
   /** How many events the batch holds. */
   get length() {
-    return this.#wit.length;
+    return this.#wit === undefined ? this.#times.length : this.#wit.length;
   }
 
   /** The events, as views (built on first use). @type {Event[]} */
   get rows() {
-    return (this.#rows ??= this.#wit.map(Event.fromWit));
+    return (this.#rows ??= this.#records().map(Event.fromWit));
   }
 
   /** The event at index `index`. */
@@ -447,11 +608,14 @@ export class Events {
    * null or missing (and for every event if the batch has no such field).
    */
   values(name) {
-    return columnValues(this.#wit, this.column(name));
+    const column = this.column(name);
+    if (this.#wit !== undefined) return columnValues(this.#wit, column);
+    return copyColumn(this.#columns[column], this.#times.length);
   }
 
   /** The event times (ms since the epoch, bigints), in order. */
   timestamps() {
+    if (this.#wit === undefined) return Array.from(this.#times);
     const times = new Array(this.#wit.length);
     for (let i = 0; i < times.length; i++) times[i] = this.#wit[i].timestamp;
     return times;
@@ -463,15 +627,28 @@ export class Events {
    */
   intoOutput() {
     const output = new OutputEvents(this.#fields);
-    output.rows = this.#wit.map((event, origin) =>
+    output.rows = this.#records().map((event, origin) =>
       OutputEvent.fromWit({ origin, timestamp: event.timestamp, values: event.values.slice() }),
     );
     return output;
   }
 
-  /** The WIT `events` record (for calling an adapter directly in tests). */
+  /** The WIT `events` record of contract 0.1 (an enricher's batch, in tests). */
   toWit() {
-    return { fields: this.#fields, rows: this.#wit };
+    return { fields: this.#fields, rows: this.#records() };
+  }
+
+  /**
+   * The WIT `events` record of contract 0.2 (an aggregate's batch, in tests): the values
+   * field after field, each field's for every event.
+   */
+  toColumns() {
+    const rows = this.#records();
+    const values = [];
+    for (let column = 0; column < this.#fields.length; column++) {
+      for (const row of rows) values.push(row.values[column] ?? NULL);
+    }
+    return { fields: this.#fields, timestamps: rows.map((row) => row.timestamp), values };
   }
 }
 
@@ -714,8 +891,12 @@ function requireFunctions(operator, names, what) {
   }
 }
 
+/** Where an aggregate adapter keeps its `windows` export (see {@link windowsOf}). */
+const WINDOWS = Symbol.for('weir-sdk windows export');
+
 /**
- * The `aggregate` interface of an aggregate operator: export it as `aggregate`.
+ * The `aggregate` interface of an aggregate operator (contract 0.3's, which is 0.2's): export
+ * it as `aggregate`. build.mjs exports its {@link windowsOf} beside it.
  *
  * `operator.add(state, batch)` folds a batch into the window's state (throw to reject the
  * whole batch), `merge(target, source)` folds the partial state `source` into `target`,
@@ -726,9 +907,14 @@ function requireFunctions(operator, names, what) {
  */
 export function exportAggregate(operator) {
   requireFunctions(operator, ['add', 'merge', 'finish'], 'exportAggregate');
-  return {
-    add(scope, batch) {
-      guard(() => operator.add(new State(scope), Events.fromWit(batch)));
+  const adapter = {
+    add(scope, values, batch) {
+      return guard(() => {
+        const named = new Map(values.map((field) => [field.name, field.value]));
+        const state = new NamedValues(named, scope);
+        operator.add(new State(state), hostBatch(batch));
+        return state.changes();
+      });
     },
     merge(target, source) {
       guard(() => operator.merge(new State(target), new State(source)));
@@ -744,6 +930,206 @@ export function exportAggregate(operator) {
     migrate(scope, fromVersion) {
       if (typeof operator.migrate !== 'function') return;
       guard(() => operator.migrate(new State(scope), fromVersion));
+    },
+  };
+  Object.defineProperty(adapter, WINDOWS, { value: exportWindows(operator) });
+  return adapter;
+}
+
+/**
+ * The `windows` export (contract 0.3) that goes with an aggregate adapter: the component's
+ * entry, which build.mjs generates, exports `windows = windowsOf(aggregate)`.
+ * @param {import('./weir-sdk').AggregateExport} aggregate
+ * @returns {import('./weir-sdk').WindowsExport}
+ */
+export function windowsOf(aggregate) {
+  const windows = aggregate?.[WINDOWS];
+  if (windows === undefined) {
+    throw new TypeError(
+      'the module\'s `aggregate` export was not made by exportAggregate: write ' +
+        '`export const aggregate = exportAggregate(operator)`',
+    );
+  }
+  return windows;
+}
+
+/**
+ * A batch of contract 0.2 (its values field after field, WIT values) as `Events` over
+ * columns; values missing from a short list are null.
+ * @param {import('./weir-sdk').WitColumns} batch
+ */
+function hostBatch(batch) {
+  const events = batch.timestamps.length;
+  const columns = batch.fields.map((_, field) => liftValues(batch.values, field * events, events));
+  return Events.fromColumns(batch.fields, batch.timestamps, columns);
+}
+
+/** The JS values of `length` WIT values of `list` from `start` (fewer past its end). */
+function liftValues(list, start, length) {
+  const end = Math.min(list.length, start + length);
+  const values = new Array(Math.max(0, end - start));
+  for (let i = 0; i < values.length; i++) values[i] = fromWit(list[start + i]);
+  return values;
+}
+
+/** `length` items of `list` from `start`: a view of a typed array, a copy of an array. */
+function part(list, start, length) {
+  const end = start + length;
+  return ArrayBuffer.isView(list) ? list.subarray(start, end) : list.slice(start, end);
+}
+
+/** A call's names by index, and the names its answer adds (its `new-names`). */
+class Names {
+  /** @type {string[]} */
+  #names;
+  /** @type {Map<string, number> | undefined} */
+  #index;
+  /** The names added, after the call's. @type {string[]} */
+  added = [];
+
+  /** @param {string[]} names */
+  constructor(names) {
+    this.#names = names;
+  }
+
+  /** The name at `index` of the call's names ('' past them). */
+  at(index) {
+    return index < this.#names.length ? this.#names[index] : '';
+  }
+
+  /** The index of `name`: in the call's names, or past them in the added ones. */
+  index(name) {
+    this.#index ??= new Map(this.#names.map((known, at) => [known, at]));
+    let at = this.#index.get(name);
+    if (at === undefined) {
+      at = this.#names.length + this.added.length;
+      this.#index.set(name, at);
+      this.added.push(name);
+    }
+    return at;
+  }
+}
+
+/** The values of a call's windows, each field's read from the list its kind names. */
+class Columns {
+  /** @type {import('./weir-sdk').WitWindowBatches} */
+  #batches;
+  /** How far each list is read: kinds, ints, floats, columns. */
+  #at = [0, 0, 0, 0];
+
+  /** @param {import('./weir-sdk').WitWindowBatches} batches */
+  constructor(batches) {
+    this.#batches = batches;
+  }
+
+  /** The next window's columns: `fields` of (up to) `events` values each. */
+  window(fields, events) {
+    const batches = this.#batches;
+    const at = this.#at;
+    const columns = new Array(fields);
+    for (let field = 0; field < fields; field++) {
+      const kind = batches.kinds[at[0]++];
+      if (kind === 'ints') {
+        columns[field] = part(batches.ints, at[1], events);
+        at[1] += events;
+      } else if (kind === 'floats') {
+        columns[field] = part(batches.floats, at[2], events);
+        at[2] += events;
+      } else if (kind === 'values') {
+        columns[field] = liftValues(batches.columns, at[3], events);
+        at[3] += events;
+      } else {
+        columns[field] = [];
+      }
+    }
+    return columns;
+  }
+}
+
+/**
+ * Runs one window's part of a call carrying many: its outcome ('done'; 'failed' if it threw;
+ * 'needs-scope' if it asked for a map or the key) and what it returned.
+ * @param {NamedValues} state
+ * @param {() => unknown} call
+ * @returns {['done' | 'failed' | 'needs-scope', unknown]}
+ */
+function outcomeOf(state, call) {
+  let result;
+  try {
+    result = call();
+  } catch {
+    return [state.needsScope ? 'needs-scope' : 'failed', undefined];
+  }
+  return [state.needsScope ? 'needs-scope' : 'done', result];
+}
+
+/** A window's named values (`count` of `list` from `start`), without a scope. */
+function namedValues(names, list, start, count) {
+  const values = new Map();
+  for (let i = start; i < start + count && i < list.length; i++) {
+    values.set(names.at(list[i].name), list[i].value);
+  }
+  return new NamedValues(values, undefined);
+}
+
+/**
+ * The `windows` interface (contract 0.3: many windows per call, each without its scope),
+ * calling `operator`. A window whose call throws answers 'failed' and one that asks for a map
+ * or the key 'needs-scope': the host then calls `aggregate` for that window alone, which gives
+ * the error or has the scope.
+ * @param {import('./weir-sdk').Aggregate} operator
+ * @returns {import('./weir-sdk').WindowsExport}
+ */
+function exportWindows(operator) {
+  return {
+    addWindows(batches) {
+      const names = new Names(batches.names);
+      const columns = new Columns(batches);
+      const [outcomes, changeCounts, changes] = [[], [], []];
+      let [atValues, atFields, atTimes] = [0, 0, 0];
+      for (const count of batches.counts) {
+        const state = namedValues(names, batches.values, atValues, count.values);
+        const fieldNames = part(batches.fields, atFields, count.fields);
+        const times = part(batches.timestamps, atTimes, count.events);
+        atValues += count.values;
+        atFields += count.fields;
+        atTimes += count.events;
+        const fields = Array.from(fieldNames, (name) => names.at(name));
+        const batch = Events.fromColumns(fields, times, columns.window(count.fields, times.length));
+        const [outcome] = outcomeOf(state, () => operator.add(new State(state), batch));
+        const before = changes.length;
+        if (outcome === 'done') {
+          for (const { name, value } of state.changes()) {
+            changes.push({ name: names.index(name), value });
+          }
+        }
+        outcomes.push(outcome);
+        changeCounts.push(changes.length - before);
+      }
+      const counts = Uint32Array.from(changeCounts);
+      return { outcomes, changeCounts: counts, changes, newNames: names.added };
+    },
+    finishWindows(states) {
+      const names = new Names(states.names);
+      const [outcomes, fieldCounts, fields] = [[], [], []];
+      const windows = Math.min(states.valueCounts.length, states.windows.length);
+      let at = 0;
+      for (let w = 0; w < windows; w++) {
+        const state = namedValues(names, states.values, at, states.valueCounts[w]);
+        at += states.valueCounts[w];
+        // Bounds in a list are lifted signed (unlike `finish`'s flat parameter): checked.
+        const window = new Window(states.windows[w].start, states.windows[w].end);
+        const finish = () => toFields(operator.finish(new State(state), window));
+        const [outcome, output] = outcomeOf(state, finish);
+        const before = fields.length;
+        if (outcome === 'done') {
+          for (const { name, value } of output) fields.push({ name: names.index(name), value });
+        }
+        outcomes.push(outcome);
+        fieldCounts.push(fields.length - before);
+      }
+      const counts = Uint32Array.from(fieldCounts);
+      return { outcomes, fieldCounts: counts, fields, newNames: names.added };
     },
   };
 }

@@ -2,7 +2,7 @@
 // JavaScript twin of examples/session-summary/src/lib.rs, with the same state and outputs.
 //
 // Build (from the workspace root, with a toolchain directory set up by `npm ci`):
-//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit --world aggregator \
+//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit/v0.3 --world aggregator \
 //     --source examples/session-summary/js/app.js \
 //     --out target/weir-components/session-summary-js.wasm
 //   target/debug/weir run examples/session-summary/js/pipeline.toml

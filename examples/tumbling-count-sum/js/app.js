@@ -2,7 +2,7 @@
 // examples/tumbling-count-sum/src/lib.rs, with the same state, outputs and errors.
 //
 // Build (from the workspace root, with a toolchain directory set up by `npm ci`):
-//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit --world aggregator \
+//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit/v0.3 --world aggregator \
 //     --source examples/tumbling-count-sum/js/app.js \
 //     --out target/weir-components/tumbling-count-sum-js.wasm
 //   target/debug/weir run examples/tumbling-count-sum/js/pipeline.toml

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import '../../../guest-sdk/js/register.mjs';
 
 const { Events, Window } = await import('weir-sdk');
-const { MemoryState } = await import('weir-sdk/testing');
+const { hostAdd, MemoryState } = await import('weir-sdk/testing');
 const { aggregate, countSum, NOT_NUMERIC } = await import('./app.js');
 
 const WINDOW = new Window(0n, 60_000n);
@@ -45,7 +45,7 @@ test('a batch with a bad amount is rejected whole', () => {
 
 test('the component reports the bare message, as the Rust operator does', () => {
   const memory = new MemoryState('u1');
-  assert.throws(() => aggregate.add(memory.scope, batch([true]).toWit()), { payload: NOT_NUMERIC });
+  assert.throws(() => hostAdd(aggregate, memory, batch([true])), { payload: NOT_NUMERIC });
 });
 
 test('merge adds counts and sums', () => {
@@ -63,7 +63,7 @@ test('merge adds counts and sums', () => {
 
 test('the output keeps the Rust field order and kinds', () => {
   const memory = new MemoryState('u1');
-  aggregate.add(memory.scope, batch([4n]).toWit());
+  hostAdd(aggregate, memory, batch([4n]));
   assert.deepEqual(aggregate.finish(memory.scope, { start: 0n, end: 60_000n }), [
     { name: 'count', value: { tag: 'int', val: 1n } },
     { name: 'sum', value: { tag: 'int', val: 4n } },

@@ -1,10 +1,11 @@
 // Tests of the adapters exportAggregate and exportEnrich, called the way the host calls them:
-// with a WIT scope (MemoryScope) and WIT records, errors thrown with a `payload`.
+// with a WIT scope (MemoryScope) and WIT records, errors thrown with a `payload`. The `windows`
+// adapter (contract 0.3) has its own tests in windows.test.mjs.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { MemoryState } from '../testing.js';
+import { hostAdd, MemoryState } from '../testing.js';
 import {
   errorMessage,
   Events,
@@ -43,8 +44,8 @@ function payloadOf(call) {
 test('an aggregate adapter adds, merges and finishes', () => {
   const aggregate = exportAggregate(count);
   const [target, source] = [new MemoryState('k'), new MemoryState('k')];
-  aggregate.add(target.scope, new Events(['a']).withRow(1n, [1n]).withRow(2n, [2n]).toWit());
-  aggregate.add(source.scope, new Events(['a']).withRow(3n, [3n]).toWit());
+  hostAdd(aggregate, target, new Events(['a']).withRow(1n, [1n]).withRow(2n, [2n]));
+  hostAdd(aggregate, source, new Events(['a']).withRow(3n, [3n]));
   aggregate.merge(target.scope, source.scope);
   assert.deepEqual(aggregate.finish(target.scope, WINDOW), [
     { name: 'count', value: { tag: 'int', val: 3n } },
@@ -67,6 +68,69 @@ test('finish may return a Map or pairs, in order', () => {
   assert.match(payloadOf(() => fields({ x: {} })), /^TypeError: cannot store an object/);
 });
 
+test('add reads the named values sent and returns the changes; maps go to the scope', () => {
+  const aggregate = exportAggregate({
+    ...count,
+    add(state, batch) {
+      state.put('last', batch.values('a').at(-1));
+      state.remove('gone');
+      state.put('seen', state.get('seen', 0n) + 1n);
+      state.mapPut('users', state.key(), true);
+    },
+  });
+  const memory = new MemoryState('k');
+  const values = [
+    { name: 'gone', value: { tag: 'int', val: 1n } },
+    { name: 'seen', value: { tag: 'int', val: 41n } },
+  ];
+  const batch = new Events(['a']).withRow(1n, ['x']).withRow(-5n, ['y']).toColumns();
+  assert.deepEqual(batch, {
+    fields: ['a'],
+    timestamps: [1n, -5n],
+    values: [{ tag: 'text', val: 'x' }, { tag: 'text', val: 'y' }],
+  });
+  assert.deepEqual(aggregate.add(memory.scope, values, batch), [
+    { name: 'last', value: { tag: 'text', val: 'y' } },
+    { name: 'gone', value: undefined },
+    { name: 'seen', value: { tag: 'int', val: 42n } },
+  ]);
+  assert.equal(memory.get('seen'), undefined, 'named values are changed by the host, not the call');
+  assert.equal(memory.mapGet('users', 'k'), true, 'maps are written through the scope');
+});
+
+test('add reads a batch whose value lists are short as nulls', () => {
+  const seen = [];
+  const aggregate = exportAggregate({ ...count, add: (state, batch) => seen.push(batch.values('b')) });
+  const batch = { fields: ['a', 'b'], timestamps: [1n, 2n], values: [{ tag: 'int', val: 1n }] };
+  aggregate.add(new MemoryState('k').scope, [], batch);
+  assert.deepEqual(seen, [[null, null]]);
+});
+
+test('bytes read from or written to the named values are the operator\'s own copy', () => {
+  const aggregate = exportAggregate({
+    ...count,
+    add(state) {
+      const read = state.get('blob');
+      read[0] = 9;
+      const written = Uint8Array.of(1, 2);
+      state.put('copy', written);
+      written[0] = 7;
+      state.put('again', state.get('blob'));
+    },
+  });
+  const values = [{ name: 'blob', value: { tag: 'bytes', val: Uint8Array.of(5) } }];
+  assert.deepEqual(aggregate.add(new MemoryState('k').scope, values, new Events([]).toColumns()), [
+    { name: 'copy', value: { tag: 'bytes', val: Uint8Array.of(1, 2) } },
+    { name: 'again', value: { tag: 'bytes', val: Uint8Array.of(5) } },
+  ]);
+  assert.deepEqual(values[0].value.val, Uint8Array.of(5));
+});
+
+test('a state name must be a string', () => {
+  const aggregate = exportAggregate({ ...count, add: (state) => state.put(7, 1n) });
+  assert.match(payloadOf(() => hostAdd(aggregate, new MemoryState('k'), new Events([]))), /^TypeError: a name is a string, not the number 7/);
+});
+
 test('migrate runs when the operator has one', () => {
   const seen = [];
   const aggregate = exportAggregate({ ...count, migrate: (state, from) => seen.push([state.key(), from]) });
@@ -82,8 +146,7 @@ test('thrown values become the error string', () => {
         throw error;
       },
     });
-  const add = (error) =>
-    payloadOf(() => failing(error).add(new MemoryState('k').scope, new Events([]).toWit()));
+  const add = (error) => payloadOf(() => hostAdd(failing(error), new MemoryState('k'), new Events([])));
   assert.equal(add(new OperatorError('event without a numeric `amount` field')), 'event without a numeric `amount` field');
   assert.equal(add('plain message'), 'plain message');
   assert.match(add(new Error('boom')), /^Error: boom \(at .+:\d+:\d+\)+$/);

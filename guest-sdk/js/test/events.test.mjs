@@ -94,3 +94,27 @@ test('windows are half-open and exact', () => {
   assert.equal(window.contains(61_000n), false);
   assert.equal(new Window(-(2n ** 63n), 2n ** 63n - 1n).durationMs(), 2n ** 63n - 1n);
 });
+
+test('a batch held as columns reads like one held as rows', () => {
+  const times = BigInt64Array.of(-2n, 3n);
+  const amounts = BigInt64Array.of(5n, -6n);
+  const columns = Events.fromColumns(['amount', 'user'], times, [amounts, ['a']]);
+  assert.equal(columns.length, 2);
+  assert.deepEqual(columns.values('amount'), [5n, -6n]);
+  assert.ok(Array.isArray(columns.values('amount')), 'a plain array, not the typed one');
+  assert.deepEqual(columns.values('user'), ['a', null], 'a short column reads as nulls');
+  assert.deepEqual(columns.values('none'), [null, null]);
+  assert.deepEqual(columns.timestamps(), [-2n, 3n]);
+  columns.values('amount')[0] = 99n;
+  assert.deepEqual(columns.values('amount'), [5n, -6n], 'values() is a copy');
+
+  const output = columns.intoOutput();
+  assert.deepEqual(output.rows.map((row) => [row.origin, row.timestamp, row.values]), [
+    [0, -2n, [5n, 'a']],
+    [1, 3n, [-6n, null]],
+  ]);
+  columns.withRow(4n, [1.5, 'b']);
+  assert.deepEqual(columns.values('amount'), [5n, -6n, 1.5]);
+  assert.deepEqual(columns.toColumns().timestamps, [-2n, 3n, 4n]);
+  assert.deepEqual(amounts, BigInt64Array.of(5n, -6n), 'the host lists are not written');
+});

@@ -1,12 +1,16 @@
 // Type-checked by check-types.mjs (never run): the SDK's adapters implement the interfaces that
-// jco generates from wit/operator.wit ('weir:operator/aggregate@0.1.0', 'weir:operator/enrich@0.1.0'),
+// jco generates from the contracts they build against ('weir:operator/aggregate@0.2.0' and
+// 'weir:operator/windows@0.3.0' of wit/v0.3, 'weir:operator/enrich@0.1.0' of wit/operator.wit),
 // and typed operators compile against weir-sdk.d.ts.
 
-import type * as AggregateWit from 'weir:operator/aggregate@0.1.0';
+import type * as AggregateWit from 'weir:operator/aggregate@0.2.0';
 import type * as EnrichWit from 'weir:operator/enrich@0.1.0';
+import type * as WindowsWit from 'weir:operator/windows@0.3.0';
 
 import {
   type AggregateExport,
+  type WindowsExport,
+  windowsOf,
   type EnrichExport,
   Events,
   exportAggregate,
@@ -21,11 +25,18 @@ import { MemoryState } from 'weir-sdk/testing';
 
 /** The functions of the generated `aggregate` interface. */
 type AggregateInterface = Pick<typeof AggregateWit, 'add' | 'merge' | 'finish' | 'migrate'>;
+/** The functions of the generated `windows` interface. */
+type WindowsInterface = Pick<typeof WindowsWit, 'addWindows' | 'finishWindows'>;
 /** The functions of the generated `enrich` interface. */
 type EnrichInterface = Pick<typeof EnrichWit, 'process'>;
 
 /** An aggregate adapter is the `aggregate` export componentize-js expects. */
 export function aggregateConforms(adapter: AggregateExport): AggregateInterface {
+  return adapter;
+}
+
+/** A windows adapter is the `windows` export componentize-js expects. */
+export function windowsConform(adapter: WindowsExport): WindowsInterface {
   return adapter;
 }
 
@@ -55,6 +66,13 @@ export const aggregate: AggregateInterface = exportAggregate({
     ]);
   },
 });
+
+/** The `windows` export build.mjs adds beside it. */
+export const windows: WindowsInterface = windowsOf(exportAggregate({
+  add: () => {},
+  merge: () => {},
+  finish: () => ({}),
+}));
 
 /** A typed enricher. */
 export const enrich: EnrichInterface = exportEnrich({

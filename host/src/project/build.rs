@@ -99,6 +99,16 @@ pub fn build(
     Ok(out)
 }
 
+/// Writes the WIT contract a Python or JavaScript project builds against and returns its
+/// directory: their SDKs export an aggregate as contract 0.3 (many windows per call, typed
+/// columns) and an enricher as 0.1.
+fn contract(project: &Project, support: &Path) -> Result<PathBuf, ProjectError> {
+    match project.file.kind {
+        super::Kind::Aggregate => sdk::write_wit_v3(support),
+        super::Kind::Enrich => sdk::write_wit(support),
+    }
+}
+
 fn build_python(
     project: &Project,
     support: &Path,
@@ -106,12 +116,7 @@ fn build_python(
     toolchains: &Toolchains,
 ) -> Result<(), ProjectError> {
     let componentize = toolchains.componentize_py()?;
-    // The Python SDK exports an aggregate as contract 0.3 (many windows per call, typed
-    // columns) and an enricher as 0.1.
-    let wit = match project.file.kind {
-        super::Kind::Aggregate => sdk::write_wit_v3(support)?,
-        super::Kind::Enrich => sdk::write_wit(support)?,
-    };
+    let wit = contract(project, support)?;
     let sdk_path = sdk::write_python(support)?;
     let source = project.source();
     let module = source
@@ -146,7 +151,7 @@ fn build_js(
         install: "install Node.js 20 or later (Debian: apt-get install nodejs npm)".into(),
     })?;
     let toolchain = toolchains.componentize_js(&project.dir)?;
-    let wit = sdk::write_wit(support)?;
+    let wit = contract(project, support)?;
     let build_script = sdk::write_js(support)?;
     let mut command = Command::new(node);
     command

@@ -11,10 +11,11 @@ use super::build::write_if_changed;
 /// The esbuild version the JavaScript build bundles with.
 pub const ESBUILD: &str = "0.25.0";
 
-/// The WIT package JavaScript operators and Python enrichers are built against (0.1).
+/// The WIT package Python and JavaScript enrichers are built against (0.1).
 const WIT: &str = include_str!("../../../wit/operator.wit");
 
-/// The WIT packages Python aggregates are built against: 0.3, which uses 0.2 and 0.1.
+/// The WIT packages Python and JavaScript aggregates are built against: 0.3, which uses 0.2
+/// and 0.1.
 const WIT_V3: [(&str, &str); 3] = [
     (
         "operator.wit",

@@ -4,7 +4,7 @@
 // events into `count`, which `finish` returns.
 //
 // Build (from the workspace root) and run its small pipeline:
-//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit --world aggregator \
+//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit/v0.3 --world aggregator \
 //     --source tests/guests/js-hostile/app.js --out target/weir-components/js-hostile.wasm
 //   target/debug/weir run --fresh tests/guests/js-hostile/pipeline.toml
 

@@ -358,6 +358,18 @@ class NamedValues {
   changes() {
     return Array.from(this.#changed, (name) => ({ name, value: this.#values.get(name) }));
   }
+
+  /**
+   * Appends the changes to `changes` as a call carrying many windows answers them: each
+   * name as its index in `names`.
+   * @param {{name: number, value: import('./weir-sdk').WitValue | undefined}[]} changes
+   * @param {Names} names
+   */
+  changesInto(changes, names) {
+    for (const name of this.#changed) {
+      changes.push({ name: names.index(name), value: this.#values.get(name) });
+    }
+  }
 }
 
 /**
@@ -422,14 +434,53 @@ function copyColumn(column, length) {
 }
 
 /**
+ * Part of a list of WIT values the host sent: one field's values in one window, made JS values
+ * only if the operator reads them (the values of a field it never reads cost nothing more).
+ */
+class WitColumn {
+  #list;
+  #start;
+  #length;
+  /** @type {import('./weir-sdk').Value[] | undefined} */
+  #values;
+
+  /**
+   * @param {import('./weir-sdk').WitValue[]} list
+   * @param {number} start
+   * @param {number} length
+   */
+  constructor(list, start, length) {
+    this.#list = list;
+    this.#start = start;
+    this.#length = length;
+  }
+
+  /** The JS values (fewer than `length` past the list's end). */
+  values() {
+    return (this.#values ??= liftValues(this.#list, this.#start, this.#length));
+  }
+}
+
+/**
+ * A field's values in a batch held as columns.
+ * @typedef {ArrayLike<import('./weir-sdk').Value> | WitColumn} Column
+ */
+
+/** The JS values of a column. @param {Column | undefined} column */
+function jsValues(column) {
+  return column instanceof WitColumn ? column.values() : column;
+}
+
+/**
  * The WIT event records of a batch held as columns.
  * @param {ArrayLike<bigint>} times
- * @param {ArrayLike<import('./weir-sdk').Value>[]} columns
+ * @param {Column[]} columns
  */
 function recordsOf(times, columns) {
+  const values = columns.map(jsValues);
   const records = new Array(times.length);
   for (let i = 0; i < times.length; i++) {
-    records[i] = { timestamp: times[i], values: columns.map((column) => toWit(column[i])) };
+    records[i] = { timestamp: times[i], values: values.map((column) => toWit(column[i])) };
   }
   return records;
 }
@@ -504,12 +555,12 @@ export class Events {
    */
   #wit;
   /** The event times, while the batch is held as columns. @type {ArrayLike<bigint>} */
-  #times = [];
+  #times;
   /**
    * Each field's values, while the batch is held as columns.
-   * @type {ArrayLike<import('./weir-sdk').Value>[]}
+   * @type {Column[]}
    */
-  #columns = [];
+  #columns;
   /** @type {Event[] | undefined} */
   #rows;
 
@@ -531,12 +582,12 @@ export class Events {
   }
 
   /**
-   * A batch held as columns, without copying: `columns[f]` holds the values (JS values, or a
-   * typed array of numbers) of `fields[f]`, in the order of `times`; a column may be short.
-   * Its rows are built only if asked for. @internal
+   * A batch held as columns, without copying: `columns[f]` holds the values (JS values, a
+   * typed array of numbers, or WIT values read on first use) of `fields[f]`, in the order of
+   * `times`; a column may be short. Its rows are built only if asked for. @internal
    * @param {string[]} fields
    * @param {ArrayLike<bigint>} times
-   * @param {ArrayLike<import('./weir-sdk').Value>[]} columns
+   * @param {Column[]} columns
    */
   static fromColumns(fields, times, columns) {
     const events = new Events();
@@ -551,8 +602,8 @@ export class Events {
   #records() {
     if (this.#wit === undefined) {
       this.#wit = recordsOf(this.#times, this.#columns);
-      this.#times = [];
-      this.#columns = [];
+      this.#times = undefined;
+      this.#columns = undefined;
     }
     return this.#wit;
   }
@@ -610,7 +661,7 @@ export class Events {
   values(name) {
     const column = this.column(name);
     if (this.#wit !== undefined) return columnValues(this.#wit, column);
-    return copyColumn(this.#columns[column], this.#times.length);
+    return copyColumn(jsValues(this.#columns[column]), this.#times.length);
   }
 
   /** The event times (ms since the epoch, bigints), in order. */
@@ -1036,7 +1087,7 @@ class Columns {
         columns[field] = part(batches.floats, at[2], events);
         at[2] += events;
       } else if (kind === 'values') {
-        columns[field] = liftValues(batches.columns, at[3], events);
+        columns[field] = new WitColumn(batches.columns, at[3], events);
         at[3] += events;
       } else {
         columns[field] = [];
@@ -1089,20 +1140,18 @@ function exportWindows(operator) {
       let [atValues, atFields, atTimes] = [0, 0, 0];
       for (const count of batches.counts) {
         const state = namedValues(names, batches.values, atValues, count.values);
-        const fieldNames = part(batches.fields, atFields, count.fields);
+        const fields = new Array(count.fields);
+        for (let field = 0; field < fields.length; field++) {
+          fields[field] = names.at(batches.fields[atFields + field]);
+        }
         const times = part(batches.timestamps, atTimes, count.events);
         atValues += count.values;
         atFields += count.fields;
         atTimes += count.events;
-        const fields = Array.from(fieldNames, (name) => names.at(name));
         const batch = Events.fromColumns(fields, times, columns.window(count.fields, times.length));
         const [outcome] = outcomeOf(state, () => operator.add(new State(state), batch));
         const before = changes.length;
-        if (outcome === 'done') {
-          for (const { name, value } of state.changes()) {
-            changes.push({ name: names.index(name), value });
-          }
-        }
+        if (outcome === 'done') state.changesInto(changes, names);
         outcomes.push(outcome);
         changeCounts.push(changes.length - before);
       }

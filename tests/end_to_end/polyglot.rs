@@ -769,4 +769,23 @@ fn weir_new_build_and_deploy_refuse_bad_input_with_clear_errors() {
         "/nonexistent",
     ]));
     assert!(error.contains("http://"), "{error}");
+
+    // A JavaScript aggregate's own `windows` export would be shadowed by the SDK's: refused.
+    succeed(
+        "weir new",
+        weir()
+            .args(["new", "shadow", "--lang", "js", "--dir"])
+            .arg(projects.path()),
+    );
+    let shadow = projects.path().join("shadow");
+    let app = shadow.join("app.js");
+    let source = std::fs::read_to_string(&app).expect("the new project's app.js");
+    std::fs::write(&app, source + "\nexport const windows = {};\n").expect("app.js");
+    let error = fails(
+        weir()
+            .arg("build")
+            .current_dir(&shadow)
+            .env("WEIR_TOOLCHAINS", toolchains()),
+    );
+    assert!(error.contains("the module exports `windows`"), "{error}");
 }

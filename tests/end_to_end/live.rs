@@ -256,6 +256,9 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
         "{timed} of {calls} calls timed"
     );
     assert_eq!(get("weir_operator_traps_total", &v1), 0.0);
+    // The count-sum builds contract 0.3: its windows are carried many to a call.
+    let carried = get("weir_operator_windows_carried_total", &v1);
+    assert!(carried > 0.0, "windows carried: {carried}");
     let traps = get(
         "weir_operator_traps_total",
         &[("pipeline", "trapping"), ("version", "6.6.6")],

@@ -75,6 +75,10 @@ pub struct VersionCounters {
     pub errors: AtomicU64,
     /// Calls that trapped.
     pub traps: AtomicU64,
+    /// Windows added to or finished in calls carrying many windows (contract 0.3); every other
+    /// window took a call of its own. An operator whose windows stop being carried (it needed
+    /// a window's scope, or trapped) has lost its fast path.
+    pub carried_windows: AtomicU64,
     /// Shadow mode: window results compared with the live version's.
     pub shadow_compared: AtomicU64,
     /// Shadow mode: comparisons that differed.
@@ -87,11 +91,13 @@ pub struct VersionCounters {
     pub metrics: Option<CallMetrics>,
 }
 
-/// One version's operator calls as Prometheus metrics: calls, traps and call latency.
+/// One version's operator calls as Prometheus metrics: calls, traps, call latency and the
+/// windows carried many to a call.
 pub struct CallMetrics {
     calls: metrics::Counter,
     traps: metrics::Counter,
     latency: metrics::Histogram,
+    carried: metrics::Counter,
 }
 
 impl std::fmt::Debug for CallMetrics {
@@ -110,7 +116,13 @@ impl CallMetrics {
             calls: metrics::counter!("weir_operator_calls_total", &labels),
             traps: metrics::counter!("weir_operator_traps_total", &labels),
             latency: metrics::histogram!("weir_operator_call_duration_seconds", &labels),
+            carried: metrics::counter!("weir_operator_windows_carried_total", &labels),
         }
+    }
+
+    /// Windows done in a call carrying many.
+    pub fn carried(&self, windows: u64) {
+        self.carried.increment(windows);
     }
 
     /// One call, trapped or not, and how long it took if it was timed.
@@ -134,6 +146,8 @@ pub struct CounterSnapshot {
     pub errors: u64,
     /// Trapped calls.
     pub traps: u64,
+    /// Windows done in calls carrying many windows.
+    pub carried_windows: u64,
     /// Shadow comparisons.
     pub shadow_compared: u64,
     /// Shadow comparisons that differed.
@@ -152,6 +166,7 @@ impl VersionCounters {
             events: self.events.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             traps: self.traps.load(Ordering::Relaxed),
+            carried_windows: self.carried_windows.load(Ordering::Relaxed),
             shadow_compared: self.shadow_compared.load(Ordering::Relaxed),
             shadow_differed: self.shadow_differed.load(Ordering::Relaxed),
             timed_calls: self.timed_calls.load(Ordering::Relaxed),

@@ -93,6 +93,15 @@ impl Slot<dyn AggregateOperator> {
     }
 
     /// Records that this version wrote the scope.
+    /// Counts `windows` windows done in a call carrying many.
+    fn carried(&self, windows: usize) {
+        let windows = windows as u64;
+        (self.counters.carried_windows).fetch_add(windows, std::sync::atomic::Ordering::Relaxed);
+        if let Some(metrics) = &self.counters.metrics {
+            metrics.carried(windows);
+        }
+    }
+
     fn mark(&self, scope: &mut Scope) {
         if scope.state.written_by.as_deref() != Some(&*self.version) {
             scope.state.written_by = Some(self.version.to_string());
@@ -400,13 +409,14 @@ impl AggregateOperator for VersionedAggregate {
         let Some(added) = carried(live, started, |op| op.add_windows(&mut ready))? else {
             return Ok(None);
         };
-        let mut events = 0;
+        let (mut events, mut carried) = (0, 0);
         for ((scope, batch), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
             if added {
                 live.mark(scope);
-                (done[i], events) = (true, events + batch.len());
+                (done[i], events, carried) = (true, events + batch.len(), carried + 1);
             }
         }
+        live.carried(carried);
         live.count(events, started, Ok(()))?;
         Ok(Some(done))
     }
@@ -429,6 +439,7 @@ impl AggregateOperator for VersionedAggregate {
         for (i, output) in at.into_iter().zip(finished) {
             outputs[i] = output;
         }
+        live.carried(outputs.iter().filter(|output| output.is_some()).count());
         live.count(0, started, Ok(()))?;
         Ok(Some(outputs))
     }

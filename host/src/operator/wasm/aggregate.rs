@@ -245,6 +245,14 @@ impl WasmAggregate {
             .is_some_and(|answers| answers.iter().any(|a| matches!(a, Answer::NeedsScope)));
         if answers.is_none() || needs_scope {
             self.carries_windows = false;
+            let reason = match needs_scope {
+                true => "a window needed its scope (a map or the key)",
+                false => "its answer did not match the call",
+            };
+            tracing::info!(
+                reason,
+                "an operator instance gets one call per window from now on"
+            );
         }
         answers
     }
@@ -268,7 +276,7 @@ impl WasmAggregate {
         });
         if let Err(OperatorError::Trapped(reason)) = &outcome {
             self.carries_windows = false;
-            tracing::debug!(%reason, "a call carrying many windows trapped: this instance now gets one call per window");
+            tracing::info!(%reason, "a call carrying many windows trapped: an operator instance gets one call per window from now on");
         }
         outcome.map(Some)
     }

@@ -52,6 +52,11 @@ export function toText(value: unknown): string | undefined;
  * otherwise; `undefined` if either is not a number (Rust's `Value::plus`).
  */
 export function plus(a: unknown, b: unknown): bigint | number | undefined;
+/**
+ * `start` plus each of `values` in turn with `plus`; `undefined` as soon as one is not a
+ * number; `start` if `values` is empty. The fast way to sum a batch's column in a component.
+ */
+export function plusAll<T>(start: T, values: ArrayLike<unknown>): T | bigint | number | undefined;
 
 // ---------------------------------------------------------------------------------------------
 // State

@@ -19,7 +19,10 @@ import { exportAggregate } from 'weir-sdk';
 function min(times) {
   /** @type {bigint | undefined} */
   let least;
-  for (const time of times) if (time !== undefined && (least === undefined || time < least)) least = time;
+  for (let i = 0; i < times.length; i++) {
+    const time = times[i];
+    if (time !== undefined && (least === undefined || time < least)) least = time;
+  }
   return least;
 }
 
@@ -30,7 +33,10 @@ function min(times) {
 function max(times) {
   /** @type {bigint | undefined} */
   let most;
-  for (const time of times) if (time !== undefined && (most === undefined || time > most)) most = time;
+  for (let i = 0; i < times.length; i++) {
+    const time = times[i];
+    if (time !== undefined && (most === undefined || time > most)) most = time;
+  }
   return most;
 }
 

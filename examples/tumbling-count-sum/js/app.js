@@ -11,7 +11,7 @@
 // a float once any was a float (or once an int sum overflowed). A batch with an event lacking
 // a numeric `amount` goes to the dead-letter output.
 
-import { exportAggregate, OperatorError, plus } from 'weir-sdk';
+import { exportAggregate, OperatorError, plus, plusAll } from 'weir-sdk';
 
 /** The error of a batch with an event lacking a numeric `amount`. */
 export const NOT_NUMERIC = 'event without a numeric `amount` field';
@@ -20,12 +20,8 @@ export const NOT_NUMERIC = 'event without a numeric `amount` field';
 export const countSum = {
   /** Adds the batch's events to the count and their amounts to the sum. */
   add(state, batch) {
-    let sum = state.get('sum', 0n);
-    for (const amount of batch.values('amount')) {
-      const next = plus(sum, amount);
-      if (next === undefined) throw new OperatorError(NOT_NUMERIC);
-      sum = next;
-    }
+    const sum = plusAll(state.get('sum', 0n), batch.values('amount')); // one loop over the batch
+    if (sum === undefined) throw new OperatorError(NOT_NUMERIC);
     state.addInt('count', batch.length);
     state.put('sum', sum);
   },

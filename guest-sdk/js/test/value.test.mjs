@@ -12,6 +12,7 @@ import {
   isNumber,
   kindOf,
   plus,
+  plusAll,
   toText,
   toWit,
 } from '../weir-sdk.js';
@@ -69,6 +70,18 @@ test('toText names ints and text only', () => {
   assert.equal(toText('42'), '42');
   assert.equal(toText(4.2), undefined);
   assert.equal(toText(null), undefined);
+});
+
+test('plusAll is a loop of plus over the values', () => {
+  assert.equal(plusAll(1n, [2n, 3n]), 6n);
+  assert.equal(plusAll(1n, BigInt64Array.of(2n, -3n)), 0n);
+  assert.equal(plusAll(I64_MAX, [1n, -1n]), 2 ** 63 - 1 + 1 - 1, 'an overflow turns the sum into a float');
+  assert.equal(plusAll(0n, [1n, 0.5]), 1.5);
+  assert.equal(plusAll(0n, [1n, null, 2n]), undefined);
+  assert.equal(plusAll('x', [1n]), undefined);
+  assert.equal(plusAll('x', []), 'x', 'start itself when there is nothing to add');
+  const values = [3n, 0.25, 7n, -2n, 0.5];
+  assert.equal(plusAll(5n, values), values.reduce((sum, value) => plus(sum, value), 5n));
 });
 
 test('plus keeps ints exact until a float arrives or the sum overflows', () => {

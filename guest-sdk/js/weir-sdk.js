@@ -183,6 +183,7 @@ export function plus(a, b) {
  * @returns {unknown}
  */
 export function plusAll(start, values) {
+  if (typeof values?.length !== 'number') values = Array.from(values); // a Set, a generator
   let total = start;
   for (let i = 0; i < values.length; i++) {
     total = plus(total, values[i]);
@@ -904,12 +905,16 @@ export function toFields(output) {
   if (output === null || typeof output !== 'object') {
     throw new TypeError(`finish must return an object or a Map of fields, not ${describe(output)}`);
   }
-  const entries = Symbol.iterator in output ? [...output] : Object.entries(output);
+  let entries;
+  if (Array.isArray(output)) entries = output;
+  else if (Symbol.iterator in output) entries = [...output];
+  else entries = Object.entries(output);
   const fields = new Array(entries.length);
   for (let i = 0; i < entries.length; i++) {
-    const name = entries[i]?.[0];
+    const entry = Array.isArray(entries[i]) ? entries[i] : [...entries[i]];
+    const name = entry[0];
     if (typeof name !== 'string') throw new TypeError(`field name ${describe(name)} is not a string`);
-    fields[i] = { name, value: toWit(entries[i][1]) };
+    fields[i] = { name, value: toWit(entry[1]) };
   }
   return fields;
 }
@@ -1185,7 +1190,7 @@ function exportWindows(operator) {
         atFields += count.fields;
         atTimes += count.events;
         const batch = Events.fromColumns(fields, times, columns.window(count.fields, times.length));
-        const [outcome] = outcomeOf(state, () => operator.add(new State(state), batch));
+        const outcome = outcomeOf(state, () => operator.add(new State(state), batch))[0];
         const before = changes.length;
         if (outcome === 'done') state.changesInto(changes, names);
         outcomes.push(outcome);
@@ -1205,7 +1210,9 @@ function exportWindows(operator) {
         // Bounds in a list are lifted signed (unlike `finish`'s flat parameter): checked.
         const window = new Window(states.windows[w].start, states.windows[w].end);
         const finish = () => toFields(operator.finish(new State(state), window));
-        const [outcome, output] = outcomeOf(state, finish);
+        const done = outcomeOf(state, finish);
+        const outcome = done[0];
+        const output = done[1];
         const before = fields.length;
         if (outcome === 'done') {
           for (let i = 0; i < output.length; i++) {

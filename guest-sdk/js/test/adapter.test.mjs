@@ -64,6 +64,8 @@ test('finish may return a Map or pairs, in order', () => {
   assert.deepEqual(fields({ b: 1, a: null }), expected);
   assert.deepEqual(fields(new Map([['b', 1], ['a', null]])), expected);
   assert.deepEqual(fields([['b', 1], ['a', undefined]]), expected);
+  assert.deepEqual(fields(new Set([new Set(['b', 1]), ['a', null]])), expected, 'iterable pairs');
+  assert.match(payloadOf(() => fields([null])), /^TypeError: /);
   assert.match(payloadOf(() => fields(undefined)), /^TypeError: finish must return an object or a Map/);
   assert.match(payloadOf(() => fields({ x: {} })), /^TypeError: cannot store an object/);
 });

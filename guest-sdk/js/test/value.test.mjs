@@ -80,6 +80,8 @@ test('plusAll is a loop of plus over the values', () => {
   assert.equal(plusAll(0n, [1n, null, 2n]), undefined);
   assert.equal(plusAll('x', [1n]), undefined);
   assert.equal(plusAll('x', []), 'x', 'start itself when there is nothing to add');
+  assert.equal(plusAll(0n, new Set([1n, 2n])), 3n, 'any iterable');
+  assert.equal(plusAll(0n, (function* () { yield 4n; yield 0.5; })()), 4.5);
   const values = [3n, 0.25, 7n, -2n, 0.5];
   assert.equal(plusAll(5n, values), values.reduce((sum, value) => plus(sum, value), 5n));
 });

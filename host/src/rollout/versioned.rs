@@ -92,8 +92,8 @@ impl Slot<dyn AggregateOperator> {
         Ok(())
     }
 
-    /// Records that this version wrote the scope.
-    /// Counts `windows` windows done in a call carrying many.
+    /// Counts `windows` windows done in a call carrying many (a window added in k calls and
+    /// finished in one counts k + 1).
     fn carried(&self, windows: usize) {
         let windows = windows as u64;
         (self.counters.carried_windows).fetch_add(windows, std::sync::atomic::Ordering::Relaxed);
@@ -102,6 +102,7 @@ impl Slot<dyn AggregateOperator> {
         }
     }
 
+    /// Records that this version wrote the scope.
     fn mark(&self, scope: &mut Scope) {
         if scope.state.written_by.as_deref() != Some(&*self.version) {
             scope.state.written_by = Some(self.version.to_string());

@@ -249,8 +249,10 @@ impl WasmAggregate {
                 true => "a window needed its scope (a map or the key)",
                 false => "its answer did not match the call",
             };
+            let module = self.guest.operator.path.display();
             tracing::info!(
                 reason,
+                %module,
                 "an operator instance gets one call per window from now on"
             );
         }
@@ -276,7 +278,8 @@ impl WasmAggregate {
         });
         if let Err(OperatorError::Trapped(reason)) = &outcome {
             self.carries_windows = false;
-            tracing::info!(%reason, "a call carrying many windows trapped: an operator instance gets one call per window from now on");
+            let module = self.guest.operator.path.display();
+            tracing::info!(%reason, %module, "a call carrying many windows trapped: an operator instance gets one call per window from now on");
         }
         outcome.map(Some)
     }

@@ -189,10 +189,7 @@ pub(super) fn build_shard(
     index: usize,
     shards: usize,
 ) -> Result<Shard> {
-    let mut state: Box<dyn StateBackend> = match resume.store {
-        Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
-        None => Box::new(MemoryBackend::default()),
-    };
+    let mut state = state_backend(spec, resume);
     let limits = sandbox_limits(spec, control);
     let mut enrichers = Vec::new();
     for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
@@ -245,6 +242,21 @@ pub(super) fn build_shard(
         )?;
     }
     Ok(shard)
+}
+
+/// A shard's (or its stages') state: in redb if the pipeline has a store, keeping changes for
+/// checkpoints only if it takes them.
+fn state_backend(spec: &PipelineSpec, resume: &Resume<'_>) -> Box<dyn StateBackend> {
+    match resume.store {
+        Some((store, _)) => {
+            let backend = RedbBackend::new(store.clone(), spec.memory_budget);
+            match checkpoints(spec, resume) {
+                true => Box::new(backend),
+                false => Box::new(backend.without_checkpoints()),
+            }
+        }
+        None => Box::new(MemoryBackend::default()),
+    }
 }
 
 /// Whether the pipeline checkpoints: it keeps its state in redb and has an interval (without
@@ -454,10 +466,7 @@ pub(super) fn build_stages(
             })
         })
         .collect::<Result<Vec<StageOperator>>>()?;
-    let state: Box<dyn StateBackend> = match resume.store {
-        Some((store, _)) => Box::new(RedbBackend::new(store.clone(), spec.memory_budget)),
-        None => Box::new(MemoryBackend::default()),
-    };
+    let state = state_backend(spec, resume);
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
     let first = spec.enrichers.len() as u16 + 1;
     let mut stages = Stages::new(

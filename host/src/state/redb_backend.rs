@@ -428,6 +428,9 @@ pub struct RedbBackend {
     store: RedbStore,
     hot: HashMap<StateKey, ScopeState>,
     dirty: HashSet<StateKey>,
+    /// Whether changes are kept for a checkpoint (a pipeline without checkpoints never takes
+    /// them, and would keep every key it ever wrote or removed).
+    tracked: bool,
     /// Last known serialised size of each hot scope, to estimate memory use.
     sizes: HashMap<StateKey, usize>,
     hot_bytes: usize,
@@ -442,11 +445,20 @@ impl RedbBackend {
             store,
             hot: HashMap::default(),
             dirty: HashSet::default(),
+            tracked: true,
             sizes: HashMap::default(),
             hot_bytes: 0,
             budget_bytes,
             evicted: 0,
         }
+    }
+
+    /// This backend for a pipeline that never checkpoints (`checkpoint_interval = "off"`, a
+    /// replay): it reads the store's scopes but keeps no changes for a checkpoint, so a long
+    /// run does not accumulate every key it ever wrote or removed. Its scopes stay in memory.
+    pub fn without_checkpoints(mut self) -> Self {
+        self.tracked = false;
+        self
     }
 
     /// Scopes evicted from memory so far.
@@ -478,7 +490,9 @@ impl StateBackend for RedbBackend {
     }
 
     fn put(&mut self, key: StateKey, state: ScopeState) -> Result<()> {
-        self.dirty.insert(key.clone());
+        if self.tracked {
+            self.dirty.insert(key.clone());
+        }
         self.hot.insert(key, state);
         Ok(())
     }
@@ -486,7 +500,9 @@ impl StateBackend for RedbBackend {
     fn remove(&mut self, key: &StateKey) -> Result<()> {
         self.hot.remove(key);
         self.set_size(key, None);
-        self.dirty.insert(key.clone());
+        if self.tracked {
+            self.dirty.insert(key.clone());
+        }
         Ok(())
     }
 
@@ -589,6 +605,36 @@ mod tests {
         assert!(backend.take(&key("bob")).unwrap().is_empty());
         assert_eq!(store.manifest().unwrap(), Some(b"{}".to_vec()));
         assert_eq!(store.checkpoint_history().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn without_checkpoints_the_stored_state_is_read_and_no_change_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut backend = RedbBackend::new(store.clone(), usize::MAX);
+        let mut state = ScopeState::default();
+        state.put("count", Value::Int(2));
+        backend.put(key("ann"), state).unwrap();
+        checkpoint(&mut backend, &store, 1);
+
+        let mut backend = RedbBackend::new(store.clone(), usize::MAX).without_checkpoints();
+        let ann = backend.take(&key("ann")).unwrap();
+        assert_eq!(
+            ann.get("count"),
+            Some(&Value::Int(2)),
+            "stored state is read"
+        );
+        backend.put(key("ann"), ann).unwrap();
+        // A long run writes and removes many scopes (a window's each): none is kept for a
+        // checkpoint that never comes.
+        for i in 0..10_000 {
+            let scope = key(&format!("window-{i}"));
+            backend.put(scope.clone(), ScopeState::default()).unwrap();
+            backend.remove(&scope).unwrap();
+        }
+        assert!(backend.dirty.is_empty());
+        assert!(backend.changes().unwrap().is_empty());
+        assert_eq!(backend.hot_len(), 1, "only the live scope is held");
     }
 
     #[test]

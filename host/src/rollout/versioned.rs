@@ -410,14 +410,14 @@ impl AggregateOperator for VersionedAggregate {
         let Some(added) = carried(live, started, |op| op.add_windows(&mut ready))? else {
             return Ok(None);
         };
-        let (mut events, mut carried) = (0, 0);
+        let (mut events, mut windows_done) = (0, 0);
         for ((scope, batch), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
             if added {
                 live.mark(scope);
-                (done[i], events, carried) = (true, events + batch.len(), carried + 1);
+                (done[i], events, windows_done) = (true, events + batch.len(), windows_done + 1);
             }
         }
-        live.carried(carried);
+        live.carried(windows_done);
         live.count(events, started, Ok(()))?;
         Ok(Some(done))
     }

@@ -560,6 +560,13 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
     browser.wait_for("both versions in the versions table", || {
         browser.try_find("#versions-table tr[data-version='2.0.0']")
     });
+    // Version 1 (contract 0.3) served alone before the rollout: its windows were carried.
+    let carried =
+        browser.number("#versions-table tr[data-version='1.0.0'] td[data-field='carried']");
+    assert!(
+        carried.is_some_and(|n| n > 0.0),
+        "windows carried: {carried:?}"
+    );
     browser.screenshot("rollout");
     browser.click("#rollout-back");
     browser.wait_for("the rollback on the page", || {

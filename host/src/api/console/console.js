@@ -1096,6 +1096,7 @@ function versionsTableHTML(s) {
         <td class="num" data-field="share">${esc(percentOf(num(v.events), total, 1))}</td>
         <td class="num" data-field="events">${esc(fmtInt(v.events))}</td>
         <td class="num" data-field="calls">${esc(fmtInt(calls))}</td>
+        <td class="num" data-field="carried" data-value="${esc(String(num(v.carried_windows)))}">${esc(fmtInt(v.carried_windows))}</td>
         <td class="num" data-field="errors">${esc(fmtInt(v.errors))}</td>
         <td class="num" data-field="traps">${esc(fmtInt(v.traps))}</td>
         <td class="num" data-field="error_rate">${esc(percentOf(num(v.errors), calls, 2))}</td>
@@ -1108,11 +1109,13 @@ function versionsTableHTML(s) {
       <caption class="sr-only">Operator versions, counted since the server started the pipeline</caption>
       <thead><tr>
         <th scope="col">Version</th><th scope="col" class="num">Traffic</th><th scope="col" class="num">Events</th>
-        <th scope="col" class="num">Calls</th><th scope="col" class="num">Errors</th><th scope="col" class="num">Traps</th>
+        <th scope="col" class="num">Calls</th>
+        <th scope="col" class="num" title="Windows added or finished in calls carrying many windows (contract 0.3): the fast path">Windows carried</th>
+        <th scope="col" class="num">Errors</th><th scope="col" class="num">Traps</th>
         <th scope="col" class="num">Error rate</th><th scope="col" class="num">Trap rate</th>
         <th scope="col" class="num">Shadow differs</th><th scope="col" class="num">Mean call</th>
       </tr></thead>
-      <tbody>${rows.join("") || '<tr><td colspan="10" class="empty">No operator calls counted yet.</td></tr>'}</tbody>
+      <tbody>${rows.join("") || '<tr><td colspan="11" class="empty">No operator calls counted yet.</td></tr>'}</tbody>
     </table></div>`;
 }
 

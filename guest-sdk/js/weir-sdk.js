@@ -461,9 +461,9 @@ function copyColumn(column, length) {
   // An indexed loop: in SpiderMonkey without a JIT (as in a component), `Array.from` runs the
   // iterator protocol per value in interpreted self-hosted code, several times slower.
   const values = new Array(length);
-  const copied = column === undefined ? 0 : Math.min(column.length, length);
-  for (let i = 0; i < copied; i++) values[i] = column[i];
-  for (let i = copied; i < length; i++) values[i] = null;
+  const present = column === undefined ? 0 : Math.min(column.length, length);
+  for (let i = 0; i < present; i++) values[i] = column[i];
+  for (let i = present; i < length; i++) values[i] = null;
   return values;
 }
 
@@ -1045,12 +1045,12 @@ export function windowsOf(aggregate) {
 
 /**
  * A batch of contract 0.2 (its values field after field, WIT values) as `Events` over
- * columns; values missing from a short list are null.
+ * columns, each made JS values when first read; values missing from a short list are null.
  * @param {import('./weir-sdk').WitColumns} batch
  */
 function hostBatch(batch) {
   const events = batch.timestamps.length;
-  const columns = batch.fields.map((_, field) => liftValues(batch.values, field * events, events));
+  const columns = batch.fields.map((_, f) => new WitColumn(batch.values, f * events, events));
   return Events.fromColumns(batch.fields, batch.timestamps, columns);
 }
 
@@ -1181,15 +1181,15 @@ function exportWindows(operator) {
       for (let w = 0; w < batches.counts.length; w++) {
         const count = batches.counts[w];
         const state = namedValues(names, batches.values, atValues, count.values);
-        const fields = new Array(count.fields);
-        for (let field = 0; field < fields.length; field++) {
-          fields[field] = names.at(batches.fields[atFields + field]);
-        }
+        // As many fields as the call's list holds (as the Rust SDK reads it), not a count.
+        const ids = part(batches.fields, atFields, count.fields);
+        const fields = new Array(ids.length);
+        for (let field = 0; field < fields.length; field++) fields[field] = names.at(ids[field]);
         const times = part(batches.timestamps, atTimes, count.events);
         atValues += count.values;
         atFields += count.fields;
         atTimes += count.events;
-        const batch = Events.fromColumns(fields, times, columns.window(count.fields, times.length));
+        const batch = Events.fromColumns(fields, times, columns.window(fields.length, times.length));
         const outcome = outcomeOf(state, () => operator.add(new State(state), batch))[0];
         const before = changes.length;
         if (outcome === 'done') state.changesInto(changes, names);

@@ -489,7 +489,7 @@ def _export_windows(instance: Aggregate) -> type:
                 batch = Events._from_columns(
                     [names.at(field) for field in fields],
                     times,
-                    columns.window(count.fields, len(times)),
+                    columns.window(len(fields), len(times)),
                 )
                 outcome, changed = _outcome(w.Outcome, state, _add, instance, state, batch, b)
                 before = len(changes)

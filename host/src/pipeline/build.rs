@@ -189,7 +189,8 @@ pub(super) fn build_shard(
     index: usize,
     shards: usize,
 ) -> Result<Shard> {
-    let mut state = state_backend(spec, resume);
+    let checkpoints = checkpoints(spec, resume);
+    let mut state = state_backend(resume, spec.memory_budget, checkpoints);
     let limits = sandbox_limits(spec, control);
     let mut enrichers = Vec::new();
     for (position, (op, code)) in spec.enrichers.iter().zip(&loaded.enrichers).enumerate() {
@@ -215,7 +216,7 @@ pub(super) fn build_shard(
             (limits.clone(), projection),
         ));
     }
-    let aggregate = build_aggregate(spec, loaded, limits, control, checkpoints(spec, resume))?;
+    let aggregate = build_aggregate(spec, loaded, limits, control, checkpoints)?;
     let join = (spec.join.as_ref())
         .and_then(|join| join.interval)
         .map(IntervalJoin::new);
@@ -246,11 +247,11 @@ pub(super) fn build_shard(
 
 /// A shard's (or its stages') state: in redb if the pipeline has a store, keeping changes for
 /// checkpoints only if it takes them.
-fn state_backend(spec: &PipelineSpec, resume: &Resume<'_>) -> Box<dyn StateBackend> {
+fn state_backend(resume: &Resume<'_>, budget: usize, checkpoints: bool) -> Box<dyn StateBackend> {
     match resume.store {
         Some((store, _)) => {
-            let backend = RedbBackend::new(store.clone(), spec.memory_budget);
-            match checkpoints(spec, resume) {
+            let backend = RedbBackend::new(store.clone(), budget);
+            match checkpoints {
                 true => Box::new(backend),
                 false => Box::new(backend.without_checkpoints()),
             }
@@ -466,7 +467,8 @@ pub(super) fn build_stages(
             })
         })
         .collect::<Result<Vec<StageOperator>>>()?;
-    let state = state_backend(spec, resume);
+    let checkpoints = checkpoints(spec, resume);
+    let state = state_backend(resume, spec.memory_budget, checkpoints);
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
     let first = spec.enrichers.len() as u16 + 1;
     let mut stages = Stages::new(
@@ -477,7 +479,7 @@ pub(super) fn build_stages(
         spec.pre_aggregate,
         state,
     );
-    if !checkpoints(spec, resume) {
+    if !checkpoints {
         stages.without_checkpoints();
     }
     if let Some(routing) = resume.routing.filter(|r| r.candidate.is_some()) {

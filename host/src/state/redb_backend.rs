@@ -524,7 +524,8 @@ impl StateBackend for RedbBackend {
     }
 
     fn committed(&mut self) {
-        if self.hot_bytes <= self.budget_bytes {
+        // Untracked, no scope is known to be stored: none may be dropped from memory.
+        if !self.tracked || self.hot_bytes <= self.budget_bytes {
             return;
         }
         // Every hot scope is clean now (the barrier took all changes); drop scopes until memory
@@ -635,6 +636,16 @@ mod tests {
         assert!(backend.dirty.is_empty());
         assert!(backend.changes().unwrap().is_empty());
         assert_eq!(backend.hot_len(), 1, "only the live scope is held");
+
+        // Over its budget, it still drops nothing: its changes are stored nowhere else.
+        let mut tight = RedbBackend::new(store.clone(), 0).without_checkpoints();
+        let mut ann = tight.take(&key("ann")).unwrap();
+        ann.put("count", Value::Int(5));
+        tight.put(key("ann"), ann).unwrap();
+        tight.committed();
+        assert_eq!(tight.evicted(), 0);
+        let ann = tight.take(&key("ann")).unwrap();
+        assert_eq!(ann.get("count"), Some(&Value::Int(5)), "the change is kept");
     }
 
     #[test]

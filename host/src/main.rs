@@ -307,8 +307,8 @@ struct BenchArgs {
         default_value = "target/weir-components/tumbling-count-sum-js.wasm"
     )]
     js: PathBuf,
-    /// Runs of the count-sum (each operator once per run, in turn); with more than one, the
-    /// medians and ranges follow. This machine's speed drifts: compare medians, not runs.
+    /// Runs of the count-sum (each operator once per run, in turn; with --checkpoints, the run
+    /// with checkpoints and the one without); with more than one, the medians and ranges follow. This machine's speed drifts: compare medians, not runs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
 }
@@ -474,27 +474,53 @@ fn describe(manifest: &weir::checkpoint::Manifest) -> String {
     )
 }
 
-fn bench_checkpoints(options: &weir::bench::BenchOptions, large: bool) -> anyhow::Result<()> {
+fn bench_checkpoints(
+    options: &weir::bench::BenchOptions,
+    large: bool,
+    runs: u32,
+) -> anyhow::Result<()> {
     let rate = weir::bench::BenchReport::rate;
     println!(
         "checkpoint overhead: tumbling count+sum (Wasm), redb state, {} events, {} keys, {} shard(s)",
         options.events, options.keys, options.shards
     );
-    let (with, without) = weir::bench::checkpoint_throughput(options, 1_000)?;
-    let durations: Vec<f64> = with.checkpoints.iter().map(|c| c.duration_ms).collect();
-    let mean = durations.iter().sum::<f64>() / durations.len().max(1) as f64;
-    println!("no checkpoints        {:>12.0} events/s", rate(&without));
-    println!(
-        "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms)",
-        rate(&with),
-        durations.len(),
-        mean,
-        durations.iter().cloned().fold(0.0, f64::max)
-    );
-    println!(
-        "throughput kept: {:.1} %",
-        100.0 * rate(&with) / rate(&without)
-    );
+    let mut kept = Vec::new();
+    let mut durations: Vec<f64> = Vec::new();
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("run {run} of {runs}:");
+        }
+        let (with, without) = weir::bench::checkpoint_throughput(options, 1_000)?;
+        let these: Vec<f64> = with.checkpoints.iter().map(|c| c.duration_ms).collect();
+        let mean = these.iter().sum::<f64>() / these.len().max(1) as f64;
+        println!("no checkpoints        {:>12.0} events/s", rate(&without));
+        println!(
+            "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms)",
+            rate(&with),
+            these.len(),
+            mean,
+            these.iter().copied().fold(0.0, f64::max)
+        );
+        kept.push(100.0 * rate(&with) / rate(&without));
+        println!("throughput kept: {:.1} %", kept[kept.len() - 1]);
+        durations.extend(these);
+    }
+    if runs > 1 {
+        let (low, high) = (
+            kept.iter().copied().fold(f64::INFINITY, f64::min),
+            kept.iter().copied().fold(0.0, f64::max),
+        );
+        durations.sort_by(f64::total_cmp);
+        let p99 = durations
+            .get((durations.len() * 99).div_ceil(100).saturating_sub(1))
+            .copied()
+            .unwrap_or(0.0);
+        println!(
+            "median of {runs} runs: throughput kept {:.1} % ({low:.1}-{high:.1}); {} checkpoints, p99 {p99:.1} ms",
+            median(kept),
+            durations.len()
+        );
+    }
     let mut sizes = vec![10_000, 100_000, 1_000_000];
     if large {
         sizes.push(10_000_000);
@@ -1251,7 +1277,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         jsonl,
     };
     if checkpoints {
-        return bench_checkpoints(&options, large);
+        return bench_checkpoints(&options, large, runs);
     }
     if recovery {
         println!(

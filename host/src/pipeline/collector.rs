@@ -1,8 +1,9 @@
 //! The collector: receives each batch's parts from the router and the shards, writes complete
 //! batches in canonical order to the sinks, and commits checkpoints when a barrier's parts are
 //! all in (every shard's changes and the router's position, after every earlier batch's
-//! output): sinks synced, then one redb transaction, then the marker file, then the shards are
-//! released. A pipeline with stages after its aggregate runs them here, on each batch's
+//! output): sinks synced, then one redb transaction, then the marker file, then each shard is
+//! told that the checkpoint is durable (they went on with later batches meanwhile; told, they
+//! may evict clean state and take the next barrier). A pipeline with stages after its aggregate runs them here, on each batch's
 //! results in canonical order, and checkpoints their state with the shards'.
 
 use std::collections::BTreeMap;
@@ -27,7 +28,7 @@ pub(super) struct Sinks {
     pub dead_letters: SinkWriter,
 }
 
-/// What the collector needs to commit checkpoints and release the shards after each.
+/// What the collector needs to commit checkpoints and tell the shards after each.
 pub(super) struct Checkpointer {
     pub committer: Committer,
     pub acks: Vec<SyncSender<()>>,
@@ -267,7 +268,7 @@ fn commit(
 }
 
 /// Takes `requests`, the savepoints asked for before the barrier of the checkpoint just
-/// committed, from it (after the shards were released: they go on while the copy is written).
+/// committed, from it (after the shards were told: the copy is written on this thread).
 fn take_savepoints(committer: &crate::checkpoint::Committer, requests: Vec<SavepointRequest>) {
     for request in requests {
         let outcome =
@@ -324,8 +325,7 @@ fn gather(
 #[cfg(test)]
 mod tests {
     //! The collector's side of the barrier protocol: a barrier is committed only after every
-    //! earlier batch is written, and the shards are released only after the commit and its
-    //! marker.
+    //! earlier batch is written, and the shards are told only after the commit and its marker.
 
     use std::sync::mpsc::{RecvTimeoutError, sync_channel};
     use std::time::{Duration, Instant};
@@ -339,7 +339,7 @@ mod tests {
     use crate::spec::Sink;
 
     #[test]
-    fn a_barrier_waits_for_earlier_batches_and_releases_the_shards_after_the_commit() {
+    fn a_barrier_waits_for_earlier_batches_and_tells_the_shards_after_the_commit() {
         let dir = tempfile::tempdir().unwrap();
         let sink = |name: &str| SinkWriter::open(&Sink::File(dir.path().join(name)), None).unwrap();
         let mut sinks = Sinks {
@@ -419,15 +419,15 @@ mod tests {
             .send((0, Part::Shard(ShardOutput::default())))
             .unwrap();
         ack.recv_timeout(Duration::from_secs(5))
-            .expect("the shards are released after the commit");
+            .expect("the shards are told after the commit");
         assert!(
             store.manifest().unwrap().is_some(),
-            "released before the commit"
+            "told before the commit"
         );
         assert_eq!(
             std::fs::read_to_string(dir.path().join(MARKER_FILE)).unwrap(),
             "1",
-            "released before the marker"
+            "told before the marker"
         );
         drop(parts_tx);
         let collected = collector.join().unwrap().unwrap();

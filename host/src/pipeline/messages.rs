@@ -61,6 +61,6 @@ pub(super) enum Part {
     /// it, which its checkpoint serves.
     Position(Box<(Position, Option<RoutingChange>, Vec<SavepointRequest>)>),
     /// A shard failed and stopped: no batch will be complete again, so the collector stops too
-    /// (which releases the other shards, waiting for a checkpoint's acknowledgement).
+    /// (which ends any shard's wait for a checkpoint's acknowledgement).
     Failed,
 }

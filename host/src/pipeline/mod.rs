@@ -13,10 +13,12 @@
 //! [`crate::window::WindowEngine::process_carrying`]).
 //!
 //! Checkpoints (redb backend): every `checkpoint_interval` the router sends a barrier after a
-//! batch. Each shard hands over what changed since the last barrier and waits; the collector,
-//! once every earlier batch is written, syncs the sinks and commits the changes with the source
-//! position, watermark and sink lengths in one redb transaction, then releases the shards. A
-//! run on a data directory with a committed checkpoint resumes from it.
+//! batch. Each shard hands over what changed since the last barrier and goes on with the next
+//! batches; the collector, once every earlier batch is written, syncs the sinks and commits the
+//! changes with the source position, watermark and sink lengths in one redb transaction, then
+//! tells the shards, which only then may evict clean state (and take the next barrier: one
+//! checkpoint is in flight at a time). A run on a data directory with a committed checkpoint
+//! resumes from it.
 
 mod build;
 mod collector;
@@ -481,7 +483,7 @@ type ShardHandle = std::thread::JoinHandle<std::result::Result<(), EngineError>>
 struct ShardThreads {
     /// Where each shard's batches and barriers go.
     senders: Vec<SyncSender<ShardMsg>>,
-    /// The acknowledgements that release each shard after a checkpoint.
+    /// The acknowledgements that tell each shard a checkpoint is durable.
     acks: Vec<SyncSender<()>>,
     handles: Vec<ShardHandle>,
     /// The events the shards are done with, for the router to drop.

@@ -229,9 +229,13 @@ impl Shard {
     }
 }
 
-/// A shard's thread: processes batches and hands over its changes at each barrier, then holds
-/// still until the checkpoint is durable (only then may clean state be evicted from memory, and
-/// only then does a new routing apply). Ends when the router hangs up or the collector is gone.
+/// A shard's thread: processes batches and hands over its changes at each barrier, then goes
+/// on with the next batches while the collector writes the checkpoint (as Flink's asynchronous
+/// snapshots do: the shard does not wait for the disk). At most one checkpoint is in flight: the
+/// next barrier waits for the last one's acknowledgement, and only once it is durable may clean
+/// state be evicted from memory ([`StateBackend::committed`]). A barrier that changes the
+/// routing waits for its own commit before the new routing applies, as before. Ends when the
+/// router hangs up or the collector is gone.
 /// Events the engine is done with go back to the router on `spent`, which made them: freeing
 /// memory on the thread that allocated it is cheaper, and the shard's thread is the busier
 /// (dropping Nexmark bids was a tenth of a Q5 shard's time). If the router has not caught up,
@@ -244,7 +248,12 @@ pub(super) fn run_thread(
     ack: &Receiver<()>,
     control: &PipelineControl,
 ) -> Result<(), EngineError> {
+    let mut in_flight = false;
     while let Ok(message) = messages.recv() {
+        if in_flight && ack.try_recv().is_ok() {
+            in_flight = false;
+            shard.committed();
+        }
         match message {
             ShardMsg::Batch {
                 id,
@@ -270,15 +279,19 @@ pub(super) fn run_thread(
                 }
             }
             ShardMsg::Barrier { id, change } => {
+                if in_flight && !await_commit(&mut shard, ack) {
+                    break;
+                }
                 let snapshot = shard.checkpoint()?;
                 if parts.send((id, Part::Snapshot(snapshot))).is_err() {
                     break;
                 }
-                if ack.recv().is_err() {
-                    break;
-                }
-                shard.committed();
+                in_flight = true;
                 if let Some(change) = change {
+                    if !await_commit(&mut shard, ack) {
+                        break;
+                    }
+                    in_flight = false;
                     shard
                         .route(
                             change.routing,
@@ -294,16 +307,27 @@ pub(super) fn run_thread(
     Ok(())
 }
 
+/// Waits until the checkpoint in flight is durable, then lets the shard release memory; false
+/// if the collector is gone.
+fn await_commit(shard: &mut Shard, ack: &Receiver<()>) -> bool {
+    let acknowledged = ack.recv().is_ok();
+    if acknowledged {
+        shard.committed();
+    }
+    acknowledged
+}
+
 #[cfg(test)]
 mod tests {
     //! The shard's side of the barrier protocol, through its thread and channels: a barrier is
-    //! answered with the shard's changes, and the shard then holds still until the checkpoint
-    //! is acknowledged.
+    //! answered with the shard's changes, and the shard goes on while the checkpoint is written,
+    //! waiting for its acknowledgement only at the next barrier or before a new routing.
 
     use std::sync::Arc;
     use std::sync::mpsc::{RecvTimeoutError, sync_channel};
     use std::time::Duration;
 
+    use super::super::messages::RoutingChange;
     use super::*;
     use crate::event::Event;
     use crate::operator::native::NativeCountSum;
@@ -389,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_hands_over_its_changes_at_a_barrier_and_waits_for_the_commit() {
+    fn a_shard_goes_on_while_its_checkpoint_is_written_with_one_checkpoint_in_flight() {
         let (messages, inbox) = sync_channel::<ShardMsg>(4);
         let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
         let (ack, acks) = sync_channel::<()>(1);
@@ -407,17 +431,22 @@ mod tests {
                 .recv_timeout(Duration::from_secs(5))
                 .unwrap_or_else(|e| panic!("{what}: {e}"))
         };
+        let waits = |what: &str| {
+            assert!(
+                matches!(
+                    parts.recv_timeout(Duration::from_millis(200)),
+                    Err(RecvTimeoutError::Timeout)
+                ),
+                "{what} did not wait for the commit"
+            )
+        };
+        let barrier = |id, change| ShardMsg::Barrier { id, change };
         messages.send(batch(0, 0, 5)).unwrap();
         assert!(matches!(next("the first batch"), (0, Part::Shard(_))));
         // Its events go back to be dropped where they were made; with no room, here.
         let events = spent.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(events.len(), 1);
-        messages
-            .send(ShardMsg::Barrier {
-                id: 1,
-                change: None,
-            })
-            .unwrap();
+        messages.send(barrier(1, None)).unwrap();
         match next("the barrier") {
             (1, Part::Snapshot(snapshot)) => {
                 assert!(
@@ -427,17 +456,35 @@ mod tests {
             }
             (id, _) => panic!("batch {id} instead of the snapshot"),
         }
-        // Until the commit is acknowledged, the next batch waits.
+        // The next batch does not wait for the commit.
         messages.send(batch(2, 1, 15)).unwrap();
-        assert!(matches!(
-            parts.recv_timeout(Duration::from_millis(200)),
-            Err(RecvTimeoutError::Timeout)
-        ));
-        ack.send(()).unwrap();
-        match next("the batch after the commit") {
+        match next("the batch after the barrier") {
             (2, Part::Shard(output)) => assert_eq!(output.engine.emissions.len(), 1),
             (id, _) => panic!("unexpected part for batch {id}"),
         }
+        // The next barrier does: one checkpoint in flight at a time.
+        messages.send(barrier(3, None)).unwrap();
+        waits("the second barrier");
+        ack.send(()).unwrap();
+        assert!(matches!(next("the second barrier"), (3, Part::Snapshot(_))));
+        ack.send(()).unwrap();
+        // A barrier that changes the routing waits for its own commit before going on.
+        let change = RoutingChange {
+            routing: Routing::single("1"),
+            candidate: None,
+        };
+        messages.send(barrier(4, Some(change))).unwrap();
+        assert!(matches!(
+            next("the routing barrier"),
+            (4, Part::Snapshot(_))
+        ));
+        messages.send(batch(5, 2, 25)).unwrap();
+        waits("the batch after a new routing");
+        ack.send(()).unwrap();
+        assert!(matches!(
+            next("the batch after the commit"),
+            (5, Part::Shard(_))
+        ));
         drop(messages);
         thread.join().unwrap().unwrap();
     }

@@ -57,8 +57,11 @@ pub struct Change {
 ///
 /// `take` moves a scope's state out (an empty state if there is none), so that an operator call
 /// can own it; `put` moves it back. At a checkpoint barrier the shard hands over
-/// [`changes`](StateBackend::changes) (everything changed since the previous checkpoint) and,
-/// once the checkpoint is durable, calls [`committed`](StateBackend::committed).
+/// [`changes`](StateBackend::changes) (everything changed since the previous checkpoint) and
+/// goes on working while the checkpoint is written; once it is durable, the shard calls
+/// [`committed`](StateBackend::committed), always before handing over the next changes. In
+/// between, the backend reads every scope as the shard last left it, never the store's older
+/// copy (a scope handed over as removed reads as empty though its row is not yet deleted).
 pub trait StateBackend: Send {
     /// Moves a scope's state out of the store; empty if absent. The caller puts it back or
     /// removes the key: until then a persistent backend may still hold the stored copy (redb
@@ -68,9 +71,20 @@ pub trait StateBackend: Send {
     fn put(&mut self, key: StateKey, state: ScopeState) -> Result<()>;
     /// Deletes a scope's state.
     fn remove(&mut self, key: &StateKey) -> Result<()>;
+    /// Moves out the state of a scope the caller knows is in no store: created since the last
+    /// [`changes`](StateBackend::changes), under a key never handed over. What `take` does,
+    /// without looking in the store.
+    fn take_unstored(&mut self, key: &StateKey) -> Result<ScopeState> {
+        self.take(key)
+    }
+    /// Deletes a scope the caller knows is in no store (see
+    /// [`take_unstored`](StateBackend::take_unstored)): nothing for the next checkpoint to do.
+    fn remove_unstored(&mut self, key: &StateKey) -> Result<()> {
+        self.remove(key)
+    }
     /// Everything changed since the last call, serialised (empty for volatile backends).
     fn changes(&mut self) -> Result<Vec<Change>>;
-    /// The last `changes` are durable: memory may now be released.
+    /// Every change handed over by `changes` is durable: memory may now be released.
     fn committed(&mut self);
     /// How many scopes are held in memory.
     fn hot_len(&self) -> usize;

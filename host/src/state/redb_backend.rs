@@ -428,6 +428,10 @@ pub struct RedbBackend {
     store: RedbStore,
     hot: HashMap<StateKey, ScopeState>,
     dirty: HashSet<StateKey>,
+    /// Scopes handed over as removed and not yet known to be durable: the store still holds
+    /// their old rows until the checkpoint commits (the shard goes on meanwhile), so they read
+    /// as empty here instead.
+    removing: HashSet<StateKey>,
     /// Whether changes are kept for a checkpoint (a pipeline without checkpoints never takes
     /// them, and would keep every key it ever wrote or removed).
     tracked: bool,
@@ -445,6 +449,7 @@ impl RedbBackend {
             store,
             hot: HashMap::default(),
             dirty: HashSet::default(),
+            removing: HashSet::default(),
             tracked: true,
             sizes: HashMap::default(),
             hot_bytes: 0,
@@ -480,6 +485,9 @@ impl StateBackend for RedbBackend {
         if let Some(state) = self.hot.remove(key) {
             return Ok(state);
         }
+        if self.removing.contains(key) {
+            return Ok(ScopeState::default());
+        }
         match self.store.read(key)? {
             Some((state, size)) => {
                 self.set_size(key, Some(size));
@@ -506,6 +514,23 @@ impl StateBackend for RedbBackend {
         Ok(())
     }
 
+    fn take_unstored(&mut self, key: &StateKey) -> Result<ScopeState> {
+        debug_assert!(
+            self.hot.contains_key(key)
+                || self.removing.contains(key)
+                || matches!(self.store.read(key), Ok(None)),
+            "a scope taken as never stored is in the store: {key:?}"
+        );
+        Ok(self.hot.remove(key).unwrap_or_default())
+    }
+
+    fn remove_unstored(&mut self, key: &StateKey) -> Result<()> {
+        self.hot.remove(key);
+        self.set_size(key, None);
+        self.dirty.remove(key);
+        Ok(())
+    }
+
     fn changes(&mut self) -> Result<Vec<Change>> {
         let mut changes = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
@@ -515,6 +540,9 @@ impl StateBackend for RedbBackend {
                 .filter(|state| !state.is_empty())
                 .map(encode_scope);
             self.set_size(&key, value.as_ref().map(Vec::len));
+            if value.is_none() {
+                self.removing.insert(key.clone());
+            }
             changes.push(Change {
                 key: key.encode(),
                 value,
@@ -524,12 +552,14 @@ impl StateBackend for RedbBackend {
     }
 
     fn committed(&mut self) {
+        self.removing.clear();
         // Untracked, no scope is known to be stored: none may be dropped from memory.
         if !self.tracked || self.hot_bytes <= self.budget_bytes {
             return;
         }
-        // Every hot scope is clean now (the barrier took all changes); drop scopes until memory
-        // is back under 90% of the budget. They are read back from redb when next needed.
+        // Every hot scope not changed since the barrier is stored as it is now; drop such
+        // scopes until memory is back under 90% of the budget. They are read back from redb
+        // when next needed.
         let target = self.budget_bytes / 10 * 9;
         let victims: Vec<StateKey> = self
             .hot
@@ -606,6 +636,50 @@ mod tests {
         assert!(backend.take(&key("bob")).unwrap().is_empty());
         assert_eq!(store.manifest().unwrap(), Some(b"{}".to_vec()));
         assert_eq!(store.checkpoint_history().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn while_a_checkpoint_is_written_scopes_read_as_the_shard_left_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        // A budget of nothing: every clean scope is evicted at each commit.
+        let mut backend = RedbBackend::new(store.clone(), 0);
+        let mut two = ScopeState::default();
+        two.put("count", Value::Int(2));
+        backend.put(key("ann"), two.clone()).unwrap();
+        backend.put(key("bob"), two).unwrap();
+        checkpoint(&mut backend, &store, 1);
+        assert_eq!(backend.hot_len(), 0, "both evicted");
+        // Ann is removed and Bob changed; the changes are handed over, not yet committed.
+        backend.take(&key("ann")).unwrap();
+        backend.remove(&key("ann")).unwrap();
+        let mut bob = backend.take(&key("bob")).unwrap();
+        bob.put("count", Value::Int(3));
+        backend.put(key("bob"), bob).unwrap();
+        let handed = backend.changes().unwrap();
+        // The shard goes on while the checkpoint is written: the store still holds Ann's row.
+        assert!(
+            backend.take(&key("ann")).unwrap().is_empty(),
+            "a removal handed over reads as removed, not as the stored row"
+        );
+        let bob = backend.take(&key("bob")).unwrap();
+        assert_eq!(bob.get("count"), Some(&Value::Int(3)));
+        backend.put(key("bob"), bob).unwrap();
+        store
+            .commit(&StoredCheckpoint {
+                id: 2,
+                manifest: b"{}".to_vec(),
+                state: handed,
+                ..Default::default()
+            })
+            .unwrap();
+        backend.committed();
+        assert_eq!(backend.hot_len(), 1, "Bob changed after the barrier: kept");
+        assert!(backend.take(&key("ann")).unwrap().is_empty());
+        assert_eq!(
+            backend.take(&key("bob")).unwrap().get("count"),
+            Some(&Value::Int(3))
+        );
     }
 
     #[test]

@@ -238,6 +238,13 @@ struct LiveWindow {
     rebuild: bool,
     /// Whether its metadata changed since the last checkpoint (it is in the change log).
     touched: bool,
+    /// Whether its metadata or state may be in the store: true for a window restored from a
+    /// checkpoint or handed over to one; false for one opened (or moved to new bounds) since
+    /// the last checkpoint, whose state is then neither looked for in the store nor deleted
+    /// from it, and whose closing writes no change. In a run of short windows (a replay, or
+    /// windows shorter than the checkpoint interval) that is most of them; in a run without
+    /// checkpoints, all but the restored ones.
+    stored: bool,
 }
 
 impl LiveWindow {
@@ -491,7 +498,8 @@ impl WindowEngine {
                 key: self.state_key(&live.key, live.window).encode(),
                 value: Some(value),
             });
-            self.windows.get_mut(id).expect("a live window").touched = false;
+            let live = self.windows.get_mut(id).expect("a live window");
+            (live.touched, live.stored) = (false, true);
         }
         changes
     }
@@ -509,6 +517,7 @@ impl WindowEngine {
                 .map_err(|e| format!("a window record is unreadable: {e}"))?;
             let id = self.open(key.key.clone(), Window { start, end }, record.version);
             let live = self.windows.get_mut(id).expect("just opened");
+            live.stored = true;
             live.last_output = record.last_output;
             live.early = record.early;
             live.since_emit = record.since_emit;
@@ -768,7 +777,7 @@ impl WindowEngine {
     fn take_scope(&self, id: WindowId, cx: &mut Context<'_>) -> Result<(StateKey, Scope)> {
         let live = &self.windows[id];
         let state_key = self.state_key(&live.key, live.window);
-        let state = cx.state.take(&state_key)?;
+        let state = take_state(cx, &state_key, live.stored)?;
         let key = live.key.clone();
         Ok((state_key, Scope { key, state }))
     }
@@ -929,8 +938,9 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         let (key, old) = (live.key.clone(), live.window);
         let retracted = live.last_output.take().filter(|_| live.version > 0);
-        let (version, changed) = (live.version, live.changed);
+        let (version, changed, stored) = (live.version, live.changed, live.stored);
         live.window = merged;
+        live.stored = false; // nothing is stored under the new bounds yet
         (live.early, live.since_emit) = (0, 0);
         let open = self.by_key.get_mut(&key).expect("a live window's key");
         let entry = open.iter_mut().find(|(_, other)| *other == id);
@@ -944,7 +954,9 @@ impl WindowEngine {
         self.expiry
             .insert((merged.end.saturating_add(self.lateness), id));
         live.touch(&mut self.log);
-        if let Some(log) = &mut self.log {
+        if let Some(log) = &mut self.log
+            && stored
+        {
             log.closed.push((key.clone(), old));
         }
         if let Some(value) = retracted {
@@ -954,8 +966,8 @@ impl WindowEngine {
         // `take` alone does not delete a stored row (redb): the old extent's state is removed,
         // as closing the window did, or its row would stay on disk and in the state's totals.
         let old_key = self.state_key(&key, old);
-        let state = cx.state.take(&old_key)?;
-        cx.state.remove(&old_key)?;
+        let state = take_state(cx, &old_key, stored)?;
+        remove_state(cx, &old_key, stored)?;
         cx.state.put(self.state_key(&key, merged), state)?;
         if changed || version > 0 {
             self.mark_changed(id);
@@ -975,16 +987,15 @@ impl WindowEngine {
         let first = self.state_key(key, self.windows[touching[0]].window);
         let mut target = Scope {
             key: key.clone(),
-            state: cx.state.take(&first)?,
+            state: take_state(cx, &first, self.windows[touching[0]].stored)?,
         };
         let mut sources = Vec::new();
         let mut failure = None;
         for &id in &touching[1..] {
+            let live = &self.windows[id];
             let mut source = Scope {
                 key: key.clone(),
-                state: cx
-                    .state
-                    .take(&self.state_key(key, self.windows[id].window))?,
+                state: take_state(cx, &self.state_key(key, live.window), live.stored)?,
             };
             if failure.is_none()
                 && let Err(e) = cx.operator.merge(&mut target, &mut source)
@@ -1021,7 +1032,7 @@ impl WindowEngine {
         for &id in touching {
             let mut old = self.close(id);
             inputs.append(&mut old.inputs);
-            cx.state.remove(&self.state_key(key, old.window))?;
+            remove_state(cx, &self.state_key(key, old.window), old.stored)?;
             version = version.max(old.version);
             if old.version > 0
                 && let Some(value) = old.last_output
@@ -1052,6 +1063,7 @@ impl WindowEngine {
             inputs: Inputs::default(),
             rebuild: false,
             touched: false,
+            stored: false,
         });
         match self.by_key.get_mut(&key) {
             Some(open) => open.push((window, id)),
@@ -1081,7 +1093,9 @@ impl WindowEngine {
         }
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
         // skip ids that are gone (an id names its slot's generation, see `Slab`).
-        if let Some(log) = &mut self.log {
+        if let Some(log) = &mut self.log
+            && live.stored
+        {
             log.closed.push((live.key.clone(), live.window));
         }
         live
@@ -1323,7 +1337,7 @@ impl WindowEngine {
                 break;
             }
             let live = self.close(id);
-            cx.state.remove(&self.state_key(&live.key, live.window))?;
+            remove_state(cx, &self.state_key(&live.key, live.window), live.stored)?;
         }
         Ok(())
     }
@@ -1754,6 +1768,24 @@ fn outcomes<T>(carried: CarriedResult<T>) -> Result<Vec<T>> {
         Err(OperatorError::Host(message)) => Err(EngineError::Host(message)),
         Err(_) => Ok(Vec::new()),
     }
+}
+
+/// Takes a window's state under `key`; `stored` false (see [`LiveWindow::stored`]): the store
+/// is not looked in.
+fn take_state(cx: &mut Context<'_>, key: &StateKey, stored: bool) -> Result<ScopeState> {
+    Ok(match stored {
+        true => cx.state.take(key)?,
+        false => cx.state.take_unstored(key)?,
+    })
+}
+
+/// Deletes a window's state under `key`; `stored` false: no change for the next checkpoint.
+fn remove_state(cx: &mut Context<'_>, key: &StateKey, stored: bool) -> Result<()> {
+    match stored {
+        true => cx.state.remove(key)?,
+        false => cx.state.remove_unstored(key)?,
+    }
+    Ok(())
 }
 
 /// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:
@@ -2275,6 +2307,191 @@ mod tests {
         }
         assert_eq!(engine.carried.len(), 1);
         assert_eq!(operator.adds, 0, "nothing forced the window to add");
+    }
+
+    /// A run through one engine on the redb backend (a budget of nothing: every clean scope is
+    /// evicted at each commit), in batches, checkpointing after every `every`th batch and
+    /// committing each checkpoint only after the next batch, as the shard goes on while the
+    /// collector writes it.
+    struct Checkpointed {
+        store: crate::state::RedbStore,
+        /// Where a copy of the store is kept as each checkpoint commits (`<id>.redb`).
+        copies: std::path::PathBuf,
+        state: crate::state::RedbBackend,
+        engine: WindowEngine,
+        in_flight: Option<crate::state::StoredCheckpoint>,
+        /// Checkpoints committed: (id, the watermark at its barrier, events before it).
+        committed: Vec<(u64, Millis, usize)>,
+        /// Changes handed over, over all checkpoints.
+        changes: usize,
+        out: EngineOutput,
+    }
+
+    impl Checkpointed {
+        fn new(dir: &std::path::Path, spec: WindowSpec, lateness: Millis) -> Checkpointed {
+            Self::on(
+                crate::state::RedbStore::open(dir).unwrap(),
+                dir,
+                spec,
+                lateness,
+            )
+        }
+
+        fn on(
+            store: crate::state::RedbStore,
+            copies: &std::path::Path,
+            spec: WindowSpec,
+            lateness: Millis,
+        ) -> Checkpointed {
+            Checkpointed {
+                copies: copies.to_owned(),
+                state: crate::state::RedbBackend::new(store.clone(), 0),
+                store,
+                engine: WindowEngine::new(spec, lateness, 0, "count-sum@1".into()),
+                in_flight: None,
+                committed: Vec::new(),
+                changes: 0,
+                out: EngineOutput::default(),
+            }
+        }
+
+        /// Restores the checkpoint of the store file `copy` into a new engine and backend.
+        fn restored(
+            copy: &std::path::Path,
+            spec: WindowSpec,
+            lateness: Millis,
+            watermark: Millis,
+        ) -> Checkpointed {
+            let store = crate::state::RedbStore::open_file(copy).unwrap();
+            let parent = copy.parent().unwrap();
+            let mut run = Checkpointed::on(store, parent, spec, lateness);
+            let rows = run.store.scan(true, &[], &[0xff; 64]).unwrap();
+            run.engine.restore(watermark, &rows).unwrap();
+            run
+        }
+
+        fn batch(&mut self, staged: &[Staged], end: bool) {
+            let mut advances = Vec::new();
+            let mut watermark = self.engine.watermark();
+            for s in staged {
+                if s.event.timestamp > watermark {
+                    watermark = s.event.timestamp;
+                    advances.push((s.seq, watermark));
+                }
+            }
+            let mut cx = Context {
+                operator: &mut NativeCountSum,
+                state: &mut self.state,
+            };
+            (self
+                .engine
+                .process(staged, &timeline(&advances, end), &mut cx, &mut self.out))
+            .expect("the engine runs");
+            self.commit();
+        }
+
+        fn barrier(&mut self, events_before: usize) {
+            self.commit();
+            let id = self.committed.len() as u64 + 1;
+            let checkpoint = crate::state::StoredCheckpoint {
+                id,
+                manifest: format!("[{},{events_before}]", self.engine.watermark()).into_bytes(),
+                state: self.state.changes().unwrap(),
+                windows: self.engine.changes(),
+                ..Default::default()
+            };
+            self.changes += checkpoint.state.len() + checkpoint.windows.len();
+            self.in_flight = Some(checkpoint);
+        }
+
+        fn commit(&mut self) {
+            if let Some(checkpoint) = self.in_flight.take() {
+                self.store.commit(&checkpoint).unwrap();
+                self.state.committed();
+                let copy = self.copies.join(format!("{}.redb", checkpoint.id));
+                if !copy.exists() {
+                    self.store.copy_to(&copy).unwrap();
+                }
+                let (watermark, events): (Millis, usize) =
+                    serde_json::from_slice(&checkpoint.manifest).unwrap();
+                self.committed.push((checkpoint.id, watermark, events));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Windows born and closed between two checkpoints are never looked for in the store
+        /// nor written to it; whatever the windows and wherever the barriers fall, a run that
+        /// checkpoints (committing late, evicting everything clean) gives the results of one
+        /// that does not, leaves nothing in the store once every window closed, and a restart
+        /// from any committed checkpoint gives the results that followed it.
+        #[test]
+        fn checkpoints_change_no_result_and_a_restart_from_any_repeats_what_followed(
+            spec in proptest::prop_oneof![
+                proptest::strategy::Just(WindowSpec::Tumbling { size: 10 }),
+                proptest::strategy::Just(WindowSpec::Sliding { size: 20, slide: 10 }),
+                proptest::strategy::Just(WindowSpec::Session { gap: 5 }),
+            ],
+            lateness in proptest::prop_oneof![proptest::strategy::Just(0i64), proptest::strategy::Just(15)],
+            events in proptest::collection::vec((0..3usize, 0..120i64, 1..5i64), 1..60),
+            per_batch in 1..6usize,
+            every in 1..4usize,
+        ) {
+            let keys = ["a", "b", "c"];
+            let events: Vec<(&str, Millis, i64)> =
+                events.iter().map(|&(k, ts, n)| (keys[k], ts, n)).collect();
+            let all = staged(&events);
+            let expected = emitted(&run(spec.clone(), lateness, &events, true));
+
+            let dir = tempfile::tempdir().unwrap();
+            let mut run = Checkpointed::new(dir.path(), spec.clone(), lateness);
+            let batches: Vec<&[Staged]> = all.chunks(per_batch).collect();
+            let mut from = Vec::new(); // emissions before each barrier
+            for (i, batch) in batches.iter().enumerate() {
+                run.batch(batch, i + 1 == batches.len());
+                if (i + 1) % every == 0 && i + 1 < batches.len() {
+                    from.push(run.out.emissions.len());
+                    run.barrier((i + 1) * per_batch);
+                }
+            }
+            run.commit();
+            proptest::prop_assert_eq!(&emitted(&run.out), &expected);
+            run.barrier(all.len());
+            run.commit();
+            proptest::prop_assert!(run.store.scan(false, &[], &[0xff; 64]).unwrap().is_empty(), "state rows left");
+            proptest::prop_assert!(run.store.scan(true, &[], &[0xff; 64]).unwrap().is_empty(), "window rows left");
+
+            // A restart from each committed checkpoint but the last (after the end of input),
+            // from the copy of the store taken as it committed.
+            let checkpoints = run.committed.clone();
+            for (k, &(id, watermark, before)) in checkpoints.iter().enumerate().take(checkpoints.len() - 1) {
+                let copy = dir.path().join(format!("{id}.redb"));
+                let mut restarted = Checkpointed::restored(&copy, spec.clone(), lateness, watermark);
+                for (i, batch) in batches.iter().enumerate().skip(before / per_batch) {
+                    restarted.batch(batch, i + 1 == batches.len());
+                }
+                proptest::prop_assert_eq!(
+                    emitted(&restarted.out),
+                    emitted(&run.out)[from[k]..].to_vec(),
+                    "restarted from checkpoint {}", id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn windows_born_and_closed_between_checkpoints_leave_no_change() {
+        // Ten tumbling windows of one key open and close between two barriers: the checkpoint
+        // after them holds only the one window still open.
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = Checkpointed::new(dir.path(), WindowSpec::Tumbling { size: 10 }, 0);
+        let events: Vec<(&str, Millis, i64)> = (0..101).map(|ts| ("a", ts, 1)).collect();
+        run.batch(&staged(&events), false);
+        run.barrier(events.len());
+        run.commit();
+        assert_eq!(emitted(&run.out).len(), 10);
+        assert_eq!(run.changes, 2, "the open window's state and metadata only");
     }
 
     #[test]

@@ -308,7 +308,8 @@ struct BenchArgs {
     )]
     js: PathBuf,
     /// Runs of the count-sum (each operator once per run, in turn; with --checkpoints, the run
-    /// with checkpoints and the one without); with more than one, the medians and ranges follow. This machine's speed drifts: compare medians, not runs.
+    /// with checkpoints and the one without); with more than one, the medians and ranges
+    /// follow. This machine's speed drifts: compare medians, not runs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
 }

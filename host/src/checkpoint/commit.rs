@@ -1,7 +1,7 @@
 //! Committing a checkpoint: the router's position at the barrier and every shard's changes,
 //! written in one redb transaction with the manifest and the checkpoint's figures, then the
 //! marker. The pipeline's collector gathers what this needs (after writing every earlier batch
-//! and syncing the sinks) and releases the shards once it returns.
+//! and syncing the sinks) and tells the shards once it returns (they went on meanwhile).
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -3,7 +3,7 @@
 //! resumes from, and what is refused), and savepoints (named copies of a checkpoint).
 //!
 //! The barrier's travel runs in `pipeline` (the router sends barriers, the shards hand over
-//! their changes and wait, the collector gathers them and, after the commit, releases the
+//! their changes and go on, the collector gathers them and, after the commit, tells the
 //! shards); what a checkpoint is, and how it is committed and recovered, is here. See
 //! `docs/design.md` for the on-disk layout.
 

@@ -11,7 +11,7 @@
 //!   not made.
 //! - [`StateQuota`] (`[state] max_keys`, `max_bytes`): the state the pipeline's operators keep.
 //!   It counts what the last checkpoint committed (exact, from the store) plus what calls wrote
-//!   since; a call whose writes would pass it is refused like an operator error, so its events
+//!   after their threads' barriers for it; a call whose writes would pass it is refused like an operator error, so its events
 //!   become dead letters with the reason, and its writes are dropped.
 //!
 //! Depends on nothing else of the crate; the Wasm guest charges them, the pipeline owns them.
@@ -169,10 +169,48 @@ impl MemoryPool {
 pub struct StateQuota {
     max_scopes: Option<u64>,
     max_bytes: Option<u64>,
-    /// What the last checkpoint committed, plus what calls wrote since (may be negative while
-    /// calls shrink state).
-    scopes: std::sync::atomic::AtomicI64,
-    bytes: std::sync::atomic::AtomicI64,
+    counts: Mutex<StateCounts>,
+}
+
+/// What a [`StateQuota`] counts, in scopes and bytes (either may go negative while calls
+/// shrink state).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StateDelta {
+    /// Scopes added.
+    pub scopes: i64,
+    /// Encoded bytes added.
+    pub bytes: i64,
+}
+
+impl std::ops::AddAssign for StateDelta {
+    fn add_assign(&mut self, other: StateDelta) {
+        self.scopes += other.scopes;
+        self.bytes += other.bytes;
+    }
+}
+
+impl std::ops::SubAssign for StateDelta {
+    fn sub_assign(&mut self, other: StateDelta) {
+        self.scopes -= other.scopes;
+        self.bytes -= other.bytes;
+    }
+}
+
+#[derive(Debug, Default)]
+struct StateCounts {
+    /// What the last checkpoint committed, plus what calls wrote since its barrier.
+    used: StateDelta,
+    /// What calls wrote that no committed checkpoint holds yet, over all threads: written after
+    /// each thread's last barrier whose checkpoint committed.
+    uncommitted: StateDelta,
+}
+
+thread_local! {
+    /// What calls on this thread wrote since it last handed its changes over (a shard at each
+    /// barrier; the collector, whose stages' state is checkpointed there, at each commit).
+    static WRITTEN: std::cell::Cell<StateDelta> = const {
+        std::cell::Cell::new(StateDelta { scopes: 0, bytes: 0 })
+    };
 }
 
 impl StateQuota {
@@ -181,46 +219,70 @@ impl StateQuota {
         StateQuota {
             max_scopes,
             max_bytes,
-            scopes: Default::default(),
-            bytes: Default::default(),
+            counts: Mutex::default(),
         }
     }
 
     /// Scopes and bytes counted now.
     pub fn used(&self) -> (u64, u64) {
-        let get = |n: &std::sync::atomic::AtomicI64| n.load(Ordering::Relaxed).max(0) as u64;
-        (get(&self.scopes), get(&self.bytes))
+        let used = self.counts().used;
+        (used.scopes.max(0) as u64, used.bytes.max(0) as u64)
     }
 
-    /// A checkpoint committed: the state is now exactly this (every write before it is in it).
-    pub fn checkpointed(&self, scopes: u64, bytes: u64) {
-        self.scopes.store(scopes as i64, Ordering::Relaxed);
-        self.bytes.store(bytes as i64, Ordering::Relaxed);
+    /// What calls on the current thread wrote since it last asked: a thread asks as it hands
+    /// its changes over for a checkpoint, which then holds those writes.
+    pub fn handed_over() -> StateDelta {
+        WRITTEN.take()
+    }
+
+    /// A checkpoint committed: the state is now exactly `scopes` and `bytes`, which hold the
+    /// writes `held` (what every thread handed over for it, from [`StateQuota::handed_over`]).
+    /// Writes made since their threads' barriers (the shards go on while a checkpoint is
+    /// written) are counted on top.
+    pub fn checkpointed(&self, scopes: u64, bytes: u64, held: StateDelta) {
+        let mut counts = self.counts();
+        counts.uncommitted -= held;
+        let mut used = counts.uncommitted;
+        used += StateDelta {
+            scopes: scopes as i64,
+            bytes: bytes as i64,
+        };
+        counts.used = used;
     }
 
     /// Admits a call's writes, which change the state by `scopes` scopes and `bytes` bytes, or
     /// says why not. Writes that shrink the state are always admitted.
     pub fn admit(&self, scopes: i64, bytes: i64) -> Result<(), String> {
-        let over = |limit: Option<u64>, counter: &std::sync::atomic::AtomicI64, delta: i64| {
-            limit.filter(|limit| {
-                delta > 0 && counter.load(Ordering::Relaxed) + delta > *limit as i64
-            })
+        let mut counts = self.counts();
+        let over = |limit: Option<u64>, used: i64, delta: i64| {
+            limit.filter(|limit| delta > 0 && used + delta > *limit as i64)
         };
-        if let Some(limit) = over(self.max_scopes, &self.scopes, scopes) {
+        if let Some(limit) = over(self.max_scopes, counts.used.scopes, scopes) {
             return Err(format!(
                 "the pipeline's state holds its quota of {limit} keys ([state] max_keys): \
                  this write would add more"
             ));
         }
-        if let Some(limit) = over(self.max_bytes, &self.bytes, bytes) {
+        if let Some(limit) = over(self.max_bytes, counts.used.bytes, bytes) {
             return Err(format!(
                 "the pipeline's state holds its quota of {limit} bytes ([state] max_bytes): \
                  this write would add more"
             ));
         }
-        self.scopes.fetch_add(scopes, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let delta = StateDelta { scopes, bytes };
+        counts.used += delta;
+        counts.uncommitted += delta;
+        let mut written = WRITTEN.get();
+        written += delta;
+        WRITTEN.set(written);
         Ok(())
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, StateCounts> {
+        // The counts are plain numbers, consistent after any panic.
+        self.counts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -263,7 +325,7 @@ mod tests {
     #[test]
     fn state_past_its_quota_is_refused_and_shrinking_always_admitted() {
         let quota = StateQuota::new(Some(3), Some(100));
-        quota.checkpointed(2, 60);
+        quota.checkpointed(2, 60, StateDelta::default());
         assert!(quota.admit(1, 30).is_ok());
         let refused = quota.admit(1, 1).unwrap_err();
         assert!(refused.contains("3 keys"), "{refused}");
@@ -272,5 +334,46 @@ mod tests {
         assert!(quota.admit(-1, -50).is_ok());
         assert!(quota.admit(1, 10).is_ok());
         assert_eq!(quota.used(), (3, 50));
+    }
+
+    #[test]
+    fn writes_after_a_barrier_count_on_top_of_the_checkpoint_committed_later() {
+        let quota = StateQuota::new(Some(10), None);
+        let _ = StateQuota::handed_over();
+        quota.admit(2, 20).unwrap();
+        // The shard hands its changes over (they hold those two scopes), then goes on.
+        let held = StateQuota::handed_over();
+        assert_eq!(
+            held,
+            StateDelta {
+                scopes: 2,
+                bytes: 20
+            }
+        );
+        quota.admit(3, 30).unwrap();
+        // Another thread (another shard) wrote one scope before its own barrier.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                quota.admit(1, 5).unwrap();
+                let theirs = StateQuota::handed_over();
+                // The checkpoint commits: the store holds all three scopes (and no fourth:
+                // one of the first call's writes replaced a stored scope, say).
+                let mut both = held;
+                both += theirs;
+                quota.checkpointed(3, 25, both);
+            });
+        });
+        assert_eq!(
+            quota.used(),
+            (6, 55),
+            "the three written since the barrier are kept"
+        );
+        assert_eq!(
+            StateQuota::handed_over(),
+            StateDelta {
+                scopes: 3,
+                bytes: 30
+            }
+        );
     }
 }

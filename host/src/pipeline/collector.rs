@@ -3,8 +3,9 @@
 //! all in (every shard's changes and the router's position, after every earlier batch's
 //! output): sinks synced, then one redb transaction, then the marker file, then each shard is
 //! told that the checkpoint is durable (they went on with later batches meanwhile; told, they
-//! may evict clean state and take the next barrier). A pipeline with stages after its aggregate runs them here, on each batch's
-//! results in canonical order, and checkpoints their state with the shards'.
+//! may evict clean state and take the next barrier). A pipeline with stages after its
+//! aggregate runs them here, on each batch's results in canonical order, and checkpoints their
+//! state with the shards'.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -20,6 +21,7 @@ use crate::emit::{
     result_records,
 };
 use crate::event::DeadCause;
+use crate::operator::quota::StateDelta;
 
 /// The three sinks.
 pub(super) struct Sinks {
@@ -209,7 +211,13 @@ fn commit(
     mut stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<()> {
-    let (position, change, savepoints, mut changes) = gather(batch);
+    let Gathered {
+        position,
+        change,
+        savepoints,
+        mut changes,
+        mut quota_written,
+    } = gather(batch);
     if let Some(stages) = stages.as_deref_mut() {
         let snapshot = stages
             .checkpoint()
@@ -217,6 +225,7 @@ fn commit(
         changes.state.extend(snapshot.state);
         changes.windows.extend(snapshot.windows);
         changes.hot += snapshot.hot;
+        quota_written += snapshot.quota_written;
     }
     let sink_positions = SinkPositions {
         results: sinks.results.sync()?,
@@ -228,7 +237,7 @@ fn commit(
         .commit(&position, changes, sink_positions)?;
     let totals = checkpointer.committer.totals;
     if let Some(quota) = control.state() {
-        quota.checkpointed(totals.scopes, totals.bytes);
+        quota.checkpointed(totals.scopes, totals.bytes, quota_written);
     }
     let state_file = checkpointer
         .committer
@@ -283,20 +292,27 @@ fn take_savepoints(committer: &crate::checkpoint::Committer, requests: Vec<Savep
     }
 }
 
-/// Splits a barrier's parts into the router's position (the routing change that applies from
-/// it, the savepoints it serves) and the shards' changes.
-fn gather(
-    batch: Vec<Part>,
-) -> (
-    Position,
-    Option<RoutingChange>,
-    Vec<SavepointRequest>,
-    Changes,
-) {
+/// A barrier's parts, gathered.
+struct Gathered {
+    /// The router's position.
+    position: Position,
+    /// The routing change that applies from it.
+    change: Option<RoutingChange>,
+    /// The savepoints it serves.
+    savepoints: Vec<SavepointRequest>,
+    /// The shards' changes.
+    changes: Changes,
+    /// What the shards' calls wrote before the barrier, for the state quota.
+    quota_written: StateDelta,
+}
+
+/// Gathers a barrier's parts: the router's position and the shards' changes.
+fn gather(batch: Vec<Part>) -> Gathered {
     let mut position = None;
     let mut change = None;
     let mut savepoints = Vec::new();
     let mut changes = Changes::default();
+    let mut quota_written = StateDelta::default();
     for part in batch {
         match part {
             Part::Position(barrier) => {
@@ -308,18 +324,25 @@ fn gather(
                     state,
                     windows,
                     hot,
+                    quota_written: written,
                 } = snapshot;
                 changes.state.extend(state);
                 changes.windows.extend(windows);
                 changes.hot += hot;
+                quota_written += written;
             }
             Part::Router(_) | Part::Shard(_) | Part::Failed => {
                 unreachable!("checkpoint parts travel alone; a failure is never batched")
             }
         }
     }
-    let position = position.expect("a barrier carries the router's position");
-    (position, change, savepoints, changes)
+    Gathered {
+        position: position.expect("a barrier carries the router's position"),
+        change,
+        savepoints,
+        changes,
+        quota_written,
+    }
 }
 
 #[cfg(test)]

@@ -262,7 +262,7 @@ pub fn run_controlled(
     };
     if let (Some((store, _)), Some(quota)) = (&store, control.state_quota(spec.state_quota)) {
         let totals = store.totals()?;
-        quota.checkpointed(totals.scopes, totals.bytes);
+        quota.checkpointed(totals.scopes, totals.bytes, Default::default());
     }
     let sinks = open_sinks(spec, manifest.as_ref())?;
     let mut source = open_source(spec, &control, manifest.as_ref())?;

@@ -36,6 +36,8 @@ pub struct ShardSnapshot {
     pub windows: Vec<Change>,
     /// Scopes held in memory.
     pub hot: usize,
+    /// What the shard's calls wrote since the last barrier, for the state quota.
+    pub quota_written: crate::operator::quota::StateDelta,
 }
 
 /// How a shard makes instances of candidate versions.
@@ -106,6 +108,7 @@ impl Shard {
             state,
             windows,
             hot: self.state.hot_len(),
+            quota_written: crate::operator::quota::StateQuota::handed_over(),
         })
     }
 
@@ -334,10 +337,42 @@ mod tests {
     use crate::pipeline::ResolveError;
     use crate::rollout::CounterBook;
     use crate::spec::WindowSpec;
-    use crate::state::MemoryBackend;
+    use crate::state::{MemoryBackend, ScopeState, StateKey};
     use crate::value::Value;
 
     fn shard() -> Shard {
+        shard_on(Box::new(MemoryBackend::default()))
+    }
+
+    /// A memory backend that counts the calls of `committed` (after which the redb backend
+    /// evicts clean state: only once the checkpoint is durable).
+    struct CountingCommits {
+        inner: MemoryBackend,
+        commits: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl StateBackend for CountingCommits {
+        fn take(&mut self, key: &StateKey) -> crate::state::Result<ScopeState> {
+            self.inner.take(key)
+        }
+        fn put(&mut self, key: StateKey, state: ScopeState) -> crate::state::Result<()> {
+            self.inner.put(key, state)
+        }
+        fn remove(&mut self, key: &StateKey) -> crate::state::Result<()> {
+            self.inner.remove(key)
+        }
+        fn changes(&mut self) -> crate::state::Result<Vec<Change>> {
+            self.inner.changes()
+        }
+        fn committed(&mut self) {
+            (self.commits).fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn hot_len(&self) -> usize {
+            self.inner.hot_len()
+        }
+    }
+
+    fn shard_on(state: Box<dyn StateBackend>) -> Shard {
         let engine = WindowEngine::new(WindowSpec::Tumbling { size: 10 }, 0, 0, "c@1".into());
         let versioned =
             VersionedAggregate::new("1", Box::new(NativeCountSum), &CounterBook::default());
@@ -345,12 +380,7 @@ mod tests {
             limits: Limits::default(),
             projection: Projection::All,
         };
-        Shard::new(
-            None,
-            Vec::new(),
-            Some((engine, versioned, factory)),
-            Box::new(MemoryBackend::default()),
-        )
+        Shard::new(None, Vec::new(), Some((engine, versioned, factory)), state)
     }
 
     fn batch(id: u64, seq: u64, ts: i64) -> ShardMsg {
@@ -423,9 +453,16 @@ mod tests {
             Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
             None,
         );
+        let commits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let state = CountingCommits {
+            inner: MemoryBackend::default(),
+            commits: commits.clone(),
+        };
         let thread = std::thread::spawn(move || {
-            run_thread(shard(), &inbox, &parts_tx, &spent_tx, &acks, &control)
+            let shard = shard_on(Box::new(state));
+            run_thread(shard, &inbox, &parts_tx, &spent_tx, &acks, &control)
         });
+        let committed = || commits.load(std::sync::atomic::Ordering::SeqCst);
         let next = |what: &str| {
             parts
                 .recv_timeout(Duration::from_secs(5))
@@ -462,11 +499,14 @@ mod tests {
             (2, Part::Shard(output)) => assert_eq!(output.engine.emissions.len(), 1),
             (id, _) => panic!("unexpected part for batch {id}"),
         }
+        assert_eq!(committed(), 0, "nothing may be evicted before the commit");
         // The next barrier does: one checkpoint in flight at a time.
         messages.send(barrier(3, None)).unwrap();
         waits("the second barrier");
+        assert_eq!(committed(), 0);
         ack.send(()).unwrap();
         assert!(matches!(next("the second barrier"), (3, Part::Snapshot(_))));
+        assert_eq!(committed(), 1, "the first checkpoint is durable");
         ack.send(()).unwrap();
         // A barrier that changes the routing waits for its own commit before going on.
         let change = RoutingChange {

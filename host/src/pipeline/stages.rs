@@ -248,6 +248,8 @@ impl Stages {
             state,
             windows,
             hot: self.state.hot_len(),
+            // The stages run on the collector's thread, which commits right after this.
+            quota_written: crate::operator::quota::StateQuota::handed_over(),
         })
     }
 

@@ -485,7 +485,9 @@ impl StateBackend for RedbBackend {
         if let Some(state) = self.hot.remove(key) {
             return Ok(state);
         }
-        if self.removing.contains(key) {
+        // Removed since the last checkpoint (dirty and not in memory), or handed over as
+        // removed to one not yet durable: the store's row is older than that.
+        if self.dirty.contains(key) || self.removing.contains(key) {
             return Ok(ScopeState::default());
         }
         match self.store.read(key)? {
@@ -653,6 +655,10 @@ mod tests {
         // Ann is removed and Bob changed; the changes are handed over, not yet committed.
         backend.take(&key("ann")).unwrap();
         backend.remove(&key("ann")).unwrap();
+        assert!(
+            backend.take(&key("ann")).unwrap().is_empty(),
+            "a removal not yet handed over reads as removed"
+        );
         let mut bob = backend.take(&key("bob")).unwrap();
         bob.put("count", Value::Int(3));
         backend.put(key("bob"), bob).unwrap();
@@ -679,6 +685,16 @@ mod tests {
         assert_eq!(
             backend.take(&key("bob")).unwrap().get("count"),
             Some(&Value::Int(3))
+        );
+        // Ann comes back, is committed and evicted: read back from the store, not as removed.
+        let mut five = ScopeState::default();
+        five.put("count", Value::Int(5));
+        backend.put(key("ann"), five).unwrap();
+        checkpoint(&mut backend, &store, 3);
+        assert_eq!(backend.hot_len(), 0);
+        assert_eq!(
+            backend.take(&key("ann")).unwrap().get("count"),
+            Some(&Value::Int(5))
         );
     }
 

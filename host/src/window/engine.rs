@@ -2433,7 +2433,10 @@ mod tests {
                 proptest::strategy::Just(WindowSpec::Sliding { size: 20, slide: 10 }),
                 proptest::strategy::Just(WindowSpec::Session { gap: 5 }),
             ],
-            lateness in proptest::prop_oneof![proptest::strategy::Just(0i64), proptest::strategy::Just(15)],
+            lateness in proptest::prop_oneof![
+                proptest::strategy::Just(0i64),
+                proptest::strategy::Just(15),
+            ],
             events in proptest::collection::vec((0..3usize, 0..120i64, 1..5i64), 1..60),
             per_batch in 1..6usize,
             every in 1..4usize,
@@ -2442,10 +2445,10 @@ mod tests {
             let events: Vec<(&str, Millis, i64)> =
                 events.iter().map(|&(k, ts, n)| (keys[k], ts, n)).collect();
             let all = staged(&events);
-            let expected = emitted(&run(spec.clone(), lateness, &events, true));
+            let expected = emitted(&run(spec, lateness, &events, true));
 
             let dir = tempfile::tempdir().unwrap();
-            let mut run = Checkpointed::new(dir.path(), spec.clone(), lateness);
+            let mut run = Checkpointed::new(dir.path(), spec, lateness);
             let batches: Vec<&[Staged]> = all.chunks(per_batch).collect();
             let mut from = Vec::new(); // emissions before each barrier
             for (i, batch) in batches.iter().enumerate() {
@@ -2459,15 +2462,17 @@ mod tests {
             proptest::prop_assert_eq!(&emitted(&run.out), &expected);
             run.barrier(all.len());
             run.commit();
-            proptest::prop_assert!(run.store.scan(false, &[], &[0xff; 64]).unwrap().is_empty(), "state rows left");
-            proptest::prop_assert!(run.store.scan(true, &[], &[0xff; 64]).unwrap().is_empty(), "window rows left");
+            let rows = |windows| run.store.scan(windows, &[], &[0xff; 64]).unwrap();
+            proptest::prop_assert!(rows(false).is_empty(), "state rows left");
+            proptest::prop_assert!(rows(true).is_empty(), "window rows left");
 
             // A restart from each committed checkpoint but the last (after the end of input),
             // from the copy of the store taken as it committed.
             let checkpoints = run.committed.clone();
-            for (k, &(id, watermark, before)) in checkpoints.iter().enumerate().take(checkpoints.len() - 1) {
+            let restartable = checkpoints.len() - 1;
+            for (k, &(id, watermark, before)) in checkpoints.iter().enumerate().take(restartable) {
                 let copy = dir.path().join(format!("{id}.redb"));
-                let mut restarted = Checkpointed::restored(&copy, spec.clone(), lateness, watermark);
+                let mut restarted = Checkpointed::restored(&copy, spec, lateness, watermark);
                 for (i, batch) in batches.iter().enumerate().skip(before / per_batch) {
                     restarted.batch(batch, i + 1 == batches.len());
                 }

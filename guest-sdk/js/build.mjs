@@ -4,7 +4,8 @@
 //   node guest-sdk/js/build.mjs --toolchain <dir> --wit <wit dir> --world <aggregator|enricher> \
 //     --source <app.js> --out <file.wasm>
 //
-// An aggregator builds against contract 0.3 (--wit wit/v0.3), an enricher against 0.1 (--wit wit).
+// Both worlds build against contract 0.3 (--wit wit/v0.3): an aggregator's `aggregate` (0.2's)
+// and `windows`, an enricher's `enrich` (0.2's: its batch arrives field after field).
 // 1. esbuild bundles the app and everything it imports into one ES module; the bare specifier
 //    'weir-sdk' resolves to weir-sdk.js beside this script. For an aggregator the bundle's entry
 //    is a generated module exporting the app's exports and `windows` (0.3's calls carrying many
@@ -31,7 +32,7 @@ const SDK_MODULES = {
   'weir-sdk/testing': join(HERE, 'testing.js'),
 };
 /** The contract (WIT package) each world builds against. */
-const CONTRACTS = { aggregator: 'weir:operator@0.3.0', enricher: 'weir:operator@0.1.0' };
+const CONTRACTS = { aggregator: 'weir:operator@0.3.0', enricher: 'weir:operator@0.3.0' };
 const WORLDS = Object.keys(CONTRACTS);
 const COMPONENTIZE = '@bytecodealliance/componentize-js';
 
@@ -83,8 +84,7 @@ async function checkContract(wit, world) {
   if (!text.includes(`package ${contract};`)) {
     const found = /^package ([^;]+);/m.exec(text)?.[1] ?? 'no package';
     throw new Error(
-      `an ${world} builds against ${contract} (wit/v0.3 for an aggregator, wit for an ` +
-        `enricher), but ${file} is ${found}`,
+      `an ${world} builds against ${contract} (--wit wit/v0.3), but ${file} is ${found}`,
     );
   }
 }

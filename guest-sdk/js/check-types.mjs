@@ -4,8 +4,8 @@
 //   node guest-sdk/js/check-types.mjs --toolchain <dir>
 //
 // 1. jco (the pinned @bytecodealliance/jco, through its type generator jco-transpile) generates
-//    the guest types of the worlds the SDK builds: `aggregator` of wit/v0.3 (contract 0.3) and
-//    `enricher` of wit/ (0.1).
+//    the guest types of the worlds the SDK builds: `aggregator` and `enricher` of wit/v0.3
+//    (contract 0.3).
 // 2. tsc (the pinned typescript) type-checks, with --noEmit and strict options:
 //    test/types.check.ts, which asserts that the adapters exportAggregate/exportEnrich return
 //    implement the generated interfaces; the declarations weir-sdk.d.ts and testing.d.ts; and
@@ -26,7 +26,7 @@ import { importPackage, packageDir, preopenRoot } from './toolchain.mjs';
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
 /** Each world the SDK builds, and the WIT package (directory) it builds against. */
-const WORLDS = { aggregator: join(ROOT, 'wit', 'v0.3'), enricher: join(ROOT, 'wit') };
+const WORLDS = { aggregator: join(ROOT, 'wit', 'v0.3'), enricher: join(ROOT, 'wit', 'v0.3') };
 /** The JavaScript operators type-checked against the SDK's declarations. */
 const APPS = [
   'examples/tumbling-count-sum/js/app.js',

@@ -1,7 +1,7 @@
 // TypeScript declarations of weir-sdk.js: write Weir operators in JavaScript or TypeScript.
 // check-types.mjs checks that the adapters' types implement the interfaces jco generates from
-// the WIT contract: an aggregate's from wit/v0.3 (its `aggregate` is 0.2's, plus `windows`), an
-// enricher's from wit/operator.wit (0.1).
+// the WIT contract wit/v0.3: an aggregate's `aggregate` (0.2's) and `windows`, an enricher's
+// `enrich` (0.2's).
 
 // ---------------------------------------------------------------------------------------------
 // Values
@@ -152,9 +152,9 @@ export class Events implements Iterable<Event> {
   timestamps(): bigint[];
   /** The events as an enricher's output, each with its row index as its origin. */
   intoOutput(): OutputEvents;
-  /** The WIT record of contract 0.1 (an enricher's batch). */
+  /** The WIT record of contract 0.1, one row per event (the host's own tests). */
   toWit(): WitEvents;
-  /** The WIT record of contract 0.2, values field after field (an aggregate's batch). */
+  /** The WIT record of contract 0.2, values field after field (an operator's batch). */
   toColumns(): WitColumns;
 }
 
@@ -271,7 +271,7 @@ export interface WindowsExport {
 
 /** The `enrich` interface of the `enricher` world, as componentize-js calls it. */
 export interface EnrichExport {
-  process: (state: Scope, batch: WitEvents) => WitOutputEvents;
+  process: (state: Scope, batch: WitColumns) => WitOutputEvents;
 }
 
 /** The `aggregate` interface of an aggregate operator: `export const aggregate = exportAggregate(...)`. */

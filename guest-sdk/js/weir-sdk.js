@@ -718,13 +718,13 @@ export class Events {
     return output;
   }
 
-  /** The WIT `events` record of contract 0.1 (an enricher's batch, in tests). */
+  /** The WIT `events` record of contract 0.1, one row per event (in tests). */
   toWit() {
     return { fields: this.#fields, rows: this.#records() };
   }
 
   /**
-   * The WIT `events` record of contract 0.2 (an aggregate's batch, in tests): the values
+   * The WIT `events` record of contract 0.2 (an operator's batch, in tests): the values
    * field after field, each field's for every event.
    */
   toColumns() {
@@ -1247,7 +1247,7 @@ export function exportEnrich(operator) {
   requireFunctions(operator, ['process'], 'exportEnrich');
   return {
     process(scope, batch) {
-      return guard(() => toWitOutput(operator.process(new State(scope), Events.fromWit(batch))));
+      return guard(() => toWitOutput(operator.process(new State(scope), hostBatch(batch))));
     },
   };
 }

@@ -4,9 +4,10 @@
 //! repeating a result, hostile guests in both languages are contained, compiled components are
 //! cached on disk, and `weir new` / `weir build` / `weir deploy` work for each language.
 //!
-//! The Rust components implement contract 0.2 (`wit/v0.2`) and the Python and JavaScript ones
-//! 0.1 (`wit/operator.wit`), so these tests also hold the two versions to the same results, and
-//! the rollout moves keys' state between them.
+//! The Rust components implement contract 0.3 (`wit/v0.3`) as the Python and JavaScript ones do
+//! (aggregates with many windows per call, enrichers' batches field after field), each through
+//! its own SDK, so these tests also hold the three SDKs' adapters to the same results, and the
+//! rollout moves keys' state between them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

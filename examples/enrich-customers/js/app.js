@@ -2,7 +2,7 @@
 // JavaScript twin of examples/enrich-customers/src/lib.rs, with the same state and outputs.
 //
 // Build (from the workspace root, with a toolchain directory set up by `npm ci`):
-//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit --world enricher \
+//   node guest-sdk/js/build.mjs --toolchain <dir> --wit wit/v0.3 --world enricher \
 //     --source examples/enrich-customers/js/app.js \
 //     --out target/weir-components/enrich-customers-js.wasm
 //   target/debug/weir run examples/enrich-customers/js/pipeline.toml

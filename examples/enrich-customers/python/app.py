@@ -4,7 +4,7 @@ twin of `examples/enrich-customers/src/lib.rs`, with the same results.
 Build the component and run the sample pipeline from the workspace root (``weir build
 examples/enrich-customers/python`` runs the same componentize-py command)::
 
-    componentize-py -d wit -w enricher componentize -p guest-sdk/python \
+    componentize-py -d wit/v0.3 -w enricher componentize -p guest-sdk/python \
         -p examples/enrich-customers/python app \
         -o target/weir-components/enrich-customers-python.wasm
     target/debug/weir run examples/enrich-customers/python/pipeline.toml

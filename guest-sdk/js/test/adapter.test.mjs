@@ -180,17 +180,44 @@ test('an enrich adapter returns WIT output events', () => {
       return output;
     },
   });
-  const batch = new Events(['a']).withRow(1n, [1n]).toWit();
+  const batch = new Events(['a']).withRow(1n, [1n]).toColumns();
   assert.deepEqual(enrich.process(new MemoryState('k').scope, batch), {
     fields: ['a', 'key'],
     rows: [{ origin: 0, timestamp: 1n, values: [{ tag: 'int', val: 1n }, { tag: 'text', val: 'k' }] }],
   });
 });
 
+test('an enricher reads its batch field after field as rows, short lists as nulls', () => {
+  const seen = [];
+  const enrich = exportEnrich({
+    process(state, batch) {
+      for (const event of batch) seen.push([event.timestamp, event.get(0), event.get(1)]);
+      return batch;
+    },
+  });
+  const scope = new MemoryState('k').scope;
+  const batch = new Events(['a', 'b'])
+    .withRow(1n, [1n, 'x'])
+    .withRow(2n, [2.5, null])
+    .withRow(3n, [null, 'z'])
+    .toColumns();
+  const output = enrich.process(scope, batch);
+  assert.deepEqual(seen, [[1n, 1n, 'x'], [2n, 2.5, null], [3n, null, 'z']]);
+  assert.deepEqual(output.rows.map((row) => [row.origin, row.timestamp, row.values]), [
+    [0, 1n, [{ tag: 'int', val: 1n }, { tag: 'text', val: 'x' }]],
+    [1, 2n, [{ tag: 'float', val: 2.5 }, { tag: 'null' }]],
+    [2, 3n, [{ tag: 'null' }, { tag: 'text', val: 'z' }]],
+  ]);
+  // A crafted batch whose values stop short: the missing ones are nulls, nothing is invented.
+  seen.length = 0;
+  enrich.process(scope, { fields: ['a', 'b'], timestamps: [1n, 2n], values: [{ tag: 'int', val: 7n }] });
+  assert.deepEqual(seen, [[1n, 7n, null], [2n, null, null]]);
+});
+
 test('an enricher may return its batch, or must return output events', () => {
   const returning = (value) => exportEnrich({ process: (state, batch) => value ?? batch });
   const scope = new MemoryState('k').scope;
-  const batch = new Events(['a']).withRow(1n, [true]).toWit();
+  const batch = new Events(['a']).withRow(1n, [true]).toColumns();
   assert.deepEqual(returning().process(scope, batch).rows[0].values, [{ tag: 'boolean', val: true }]);
   assert.deepEqual(returning(new OutputEvents([])).process(scope, batch), { fields: [], rows: [] });
   assert.match(payloadOf(() => returning([]).process(scope, batch)), /^TypeError: process must return OutputEvents/);

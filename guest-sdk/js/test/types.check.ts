@@ -1,10 +1,10 @@
 // Type-checked by check-types.mjs (never run): the SDK's adapters implement the interfaces that
 // jco generates from the contracts they build against ('weir:operator/aggregate@0.2.0' and
-// 'weir:operator/windows@0.3.0' of wit/v0.3, 'weir:operator/enrich@0.1.0' of wit/operator.wit),
+// 'weir:operator/windows@0.3.0' and 'weir:operator/enrich@0.2.0' of wit/v0.3),
 // and typed operators compile against weir-sdk.d.ts.
 
 import type * as AggregateWit from 'weir:operator/aggregate@0.2.0';
-import type * as EnrichWit from 'weir:operator/enrich@0.1.0';
+import type * as EnrichWit from 'weir:operator/enrich@0.2.0';
 import type * as WindowsWit from 'weir:operator/windows@0.3.0';
 
 import {

@@ -46,13 +46,8 @@ class Sum(weir_sdk.Aggregate):
         return {"window": window.duration_ms(), "sum": state.get("sum", 0), "none": None}
 
 
-def row_batch(*rows: list[Any], fields: Sequence[str] = ("amount", "action")) -> Any:
-    """A host batch as contract 0.1 sends it (an enricher's): rows of WIT values."""
-    return wit.Events(list(fields), [wit.Event(1_000 + i, list(row)) for i, row in enumerate(rows)])
-
-
 def batch(*rows: list[Any], fields: Sequence[str] = ("amount", "action")) -> Any:
-    """A host batch as contract 0.2 sends it (an aggregate's): WIT values field after field."""
+    """A host batch as contract 0.2 sends it: WIT values field after field."""
     values = [row[field] for field in range(len(fields)) for row in rows]
     return wit.ColumnEvents(list(fields), [1_000 + i for i in range(len(rows))], values)
 
@@ -295,8 +290,9 @@ class HostBatchTest(unittest.TestCase):
             wit.Value_Bytes(b"b"),
         ]
         fields = ["n", "b", "i", "f", "t", "y"]
-        host = row_batch(values, values[:2], fields=fields)  # the second row is short
-        events = Events._from_host(host.fields, host.rows)
+        nulls = [wit.Value_Null()] * 4
+        host = batch(values, values[:2] + nulls, fields=fields)
+        events = weir_sdk.export._host_columns(host)
         self.assertEqual(events.values("i"), [-3, None])
         self.assertEqual(events.values("b"), [True, True])
         self.assertEqual(events.values("missing"), [None, None])
@@ -344,7 +340,7 @@ class EnrichExportTest(unittest.TestCase):
     def test_output_is_wit_output_events(self) -> None:
         scope = wit.FakeScope("c1")
         scope.map_put("reference", "tier", wit.Value_Text("gold"))
-        host = row_batch([wit.Value_Text("keep")], [wit.Value_Text("drop")], fields=["id"])
+        host = batch([wit.Value_Text("keep")], [wit.Value_Text("drop")], fields=["id"])
         output = self.export.process(scope, host)
         self.assertEqual(
             output,
@@ -355,12 +351,35 @@ class EnrichExportTest(unittest.TestCase):
         )
 
     def test_a_batch_passes_through(self) -> None:
-        host = row_batch([wit.Value_Int(1)], fields=["pass"])
+        host = batch([wit.Value_Int(1)], fields=["pass"])
         output = self.export.process(wit.FakeScope("c1"), host)
         self.assertEqual(output.rows, [wit.OutputEvent(0, 1_000, [wit.Value_Int(1)])])
 
+    def test_a_batch_is_read_field_after_field_and_short_lists_as_nulls(self) -> None:
+        seen: list[tuple[int, list[Any]]] = []
+
+        class Record(weir_sdk.Enrich):
+            def process(self, state: State, batch: Events) -> OutputEvents:
+                seen.extend((event.timestamp, list(event.values)) for event in batch)
+                return batch  # type: ignore[return-value]
+
+        export = weir_sdk.export_enrich(Record)()
+        host = batch(
+            [wit.Value_Int(1), wit.Value_Text("x")],
+            [wit.Value_Float(2.5), wit.Value_Null()],
+            fields=["a", "b"],
+        )
+        output = export.process(wit.FakeScope("k"), host)
+        self.assertEqual(seen, [(1_000, [1, "x"]), (1_001, [2.5, None])])
+        self.assertEqual([row.origin for row in output.rows], [0, 1])
+        self.assertEqual(output.rows[0].values, [wit.Value_Int(1), wit.Value_Text("x")])
+        # A crafted batch whose values stop short: the missing ones are nulls.
+        seen.clear()
+        export.process(wit.FakeScope("k"), wit.ColumnEvents(["a", "b"], [5, 6], [wit.Value_Int(7)]))
+        self.assertEqual(seen, [(5, [7, None]), (6, [None, None])])
+
     def test_origins_must_index_the_batch(self) -> None:
-        host = row_batch([wit.Value_Text("bad-origin")], fields=["id"])
+        host = batch([wit.Value_Text("bad-origin")], fields=["id"])
         with self.assertRaises(wit.Err) as raised:
             self.export.process(wit.FakeScope("c1"), host)
         self.assertIn("ValueError: origin 7 is not the index of a row", raised.exception.value)

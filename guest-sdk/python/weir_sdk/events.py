@@ -96,13 +96,11 @@ class Events:
     `Event`\\ s with native values. Tests build batches with `Events.of` or `with_row`.
     """
 
-    __slots__ = ("fields", "_rows", "_wrapped", "_timestamps", "_columns")
+    __slots__ = ("fields", "_rows", "_timestamps", "_columns")
 
     def __init__(self, fields: Iterable[str] = (), rows: Iterable[RowLike] = ()) -> None:
         self.fields: list[str] = list(fields)
         self._rows: list[Any] = []
-        # True while `_rows` are the host's rows, whose values are WIT values with `.value`.
-        self._wrapped = False
         # While not None: the batch as the host sent it, one list of native values per field
         # (`_rows` is then made on first use).
         self._timestamps: list[int] | None = None
@@ -117,21 +115,13 @@ class Events:
         return cls(fields, rows)
 
     @classmethod
-    def _from_host(cls, fields: list[str], rows: list[Any]) -> Events:
-        """A batch over the host's rows, converted when read."""
-        batch = object.__new__(cls)
-        batch.fields, batch._rows, batch._wrapped = fields, rows, True
-        batch._timestamps, batch._columns = None, []
-        return batch
-
-    @classmethod
     def _from_columns(
         cls, fields: list[str], timestamps: list[int], columns: list[list[Value]]
     ) -> Events:
         """A batch over the host's columns: one list of native values per field, each as long
         as `timestamps` (`values` hands out a copy of one; rows are made when asked for)."""
         batch = object.__new__(cls)
-        batch.fields, batch._rows, batch._wrapped = fields, [], False
+        batch.fields, batch._rows = fields, []
         batch._timestamps, batch._columns = timestamps, columns
         return batch
 
@@ -151,9 +141,6 @@ class Events:
                 for i, timestamp in enumerate(self._timestamps)
             ]
             self._timestamps, self._columns = None, []
-        if self._wrapped:
-            self._rows = [Event(row.timestamp, [v.value for v in row.values]) for row in self._rows]
-            self._wrapped = False
         return self._rows
 
     def __len__(self) -> int:
@@ -192,8 +179,6 @@ class Events:
             columns = self._columns
             return list(columns[column]) if column < len(columns) else [None] * len(self)
         try:
-            if self._wrapped:
-                return [row.values[column].value for row in rows]
             return [row.values[column] for row in rows]
         except IndexError:  # a row shorter than the fields
             return [_get(event.values, column) for event in self.rows]
@@ -207,19 +192,12 @@ class Events:
     def into_output(self) -> OutputEvents:
         """The same events as an enricher's output, each with its row index as its `origin`:
         the start of a one-for-one transformation. Leaves this batch empty."""
-        _ = self.rows  # made from the host's columns, if the batch has them
-        if self._wrapped:
-            rows = [
-                OutputEvent(origin, row.timestamp, [v.value for v in row.values])
-                for origin, row in enumerate(self._rows)
-            ]
-        else:
-            rows = [
-                OutputEvent(origin, row.timestamp, row.values)
-                for origin, row in enumerate(self._rows)
-            ]
+        rows = [
+            OutputEvent(origin, row.timestamp, row.values)
+            for origin, row in enumerate(self.rows)  # made from the host's columns, if need be
+        ]
         output = OutputEvents(self.fields, rows)
-        self.fields, self._rows, self._wrapped = [], [], False
+        self.fields, self._rows = [], []
         return output
 
 

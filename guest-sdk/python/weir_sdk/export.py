@@ -553,9 +553,9 @@ def export_enrich(operator: type[Enrich] | Enrich) -> type:
         def process(self, state: Any, batch: Any) -> Any:
             b = _bindings or _load()
             try:
-                events = Events._from_host(batch.fields, batch.rows)
+                events = _host_columns(batch)
                 output = instance.process(b.state(state), events)
-                return _output_events(output, len(batch.rows), b)
+                return _output_events(output, len(batch.timestamps), b)
             except BaseException as error:
                 raise _error(b, error) from None
 

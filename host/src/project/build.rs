@@ -100,13 +100,10 @@ pub fn build(
 }
 
 /// Writes the WIT contract a Python or JavaScript project builds against and returns its
-/// directory: their SDKs export an aggregate as contract 0.3 (many windows per call, typed
-/// columns) and an enricher as 0.1.
-fn contract(project: &Project, support: &Path) -> Result<PathBuf, ProjectError> {
-    match project.file.kind {
-        super::Kind::Aggregate => sdk::write_wit_v3(support),
-        super::Kind::Enrich => sdk::write_wit(support),
-    }
+/// directory: their SDKs export both worlds as contract 0.3 (an aggregate with many windows
+/// per call, an enricher's batch field after field).
+fn contract(support: &Path) -> Result<PathBuf, ProjectError> {
+    sdk::write_wit_v3(support)
 }
 
 fn build_python(
@@ -116,7 +113,7 @@ fn build_python(
     toolchains: &Toolchains,
 ) -> Result<(), ProjectError> {
     let componentize = toolchains.componentize_py()?;
-    let wit = contract(project, support)?;
+    let wit = contract(support)?;
     let sdk_path = sdk::write_python(support)?;
     let source = project.source();
     let module = source
@@ -151,7 +148,7 @@ fn build_js(
         install: "install Node.js 20 or later (Debian: apt-get install nodejs npm)".into(),
     })?;
     let toolchain = toolchains.componentize_js(&project.dir)?;
-    let wit = contract(project, support)?;
+    let wit = contract(support)?;
     let build_script = sdk::write_js(support)?;
     let mut command = Command::new(node);
     command

@@ -11,10 +11,7 @@ use super::build::write_if_changed;
 /// The esbuild version the JavaScript build bundles with.
 pub const ESBUILD: &str = "0.25.0";
 
-/// The WIT package Python and JavaScript enrichers are built against (0.1).
-const WIT: &str = include_str!("../../../wit/operator.wit");
-
-/// The WIT packages Python and JavaScript aggregates are built against: 0.3, which uses 0.2
+/// The WIT packages Python and JavaScript operators are built against: 0.3, which uses 0.2
 /// and 0.1.
 const WIT_V3: [(&str, &str); 3] = [
     (
@@ -124,13 +121,6 @@ pub mod templates {
     pub const JS_APP: &str = include_str!("../../../examples/tumbling-count-sum/js/app.js");
     /// The JavaScript example's test.
     pub const JS_TEST: &str = include_str!("../../../examples/tumbling-count-sum/js/app.test.mjs");
-}
-
-/// Writes the WIT package 0.1 under `support` and returns its directory.
-pub fn write_wit(support: &Path) -> Result<PathBuf, ProjectError> {
-    let dir = support.join("wit");
-    write_if_changed(&dir.join("operator.wit"), WIT.as_bytes())?;
-    Ok(dir)
 }
 
 /// Writes the WIT package 0.3, with the packages it uses, under `support` and returns its

@@ -152,7 +152,7 @@ export class Events implements Iterable<Event> {
   timestamps(): bigint[];
   /** The events as an enricher's output, each with its row index as its origin. */
   intoOutput(): OutputEvents;
-  /** The WIT record of contract 0.1, one row per event (the host's own tests). */
+  /** The WIT record of contract 0.1, one row per event (in tests). */
   toWit(): WitEvents;
   /** The WIT record of contract 0.2, values field after field (an operator's batch). */
   toColumns(): WitColumns;
@@ -284,7 +284,7 @@ export function windowsOf(aggregate: AggregateExport): WindowsExport;
 export function exportEnrich(operator: Enrich): EnrichExport;
 
 // ---------------------------------------------------------------------------------------------
-// WIT shapes (wit/operator.wit as componentize-js represents it)
+// WIT shapes (wit/v0.3 and the packages it uses, as componentize-js represents them)
 // ---------------------------------------------------------------------------------------------
 
 /** The WIT `value` variant. */

@@ -468,7 +468,7 @@ function copyColumn(column, length) {
 }
 
 /**
- * Part of a list of WIT values the host sent: one field's values in one window, made JS values
+ * Part of a list of WIT values the host sent: one field's values in one batch, made JS values
  * only if the operator reads them (the values of a field it never reads cost nothing more).
  */
 class WitColumn {

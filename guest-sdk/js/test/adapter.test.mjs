@@ -210,8 +210,13 @@ test('an enricher reads its batch field after field as rows, short lists as null
   ]);
   // A crafted batch whose values stop short: the missing ones are nulls, nothing is invented.
   seen.length = 0;
-  enrich.process(scope, { fields: ['a', 'b'], timestamps: [1n, 2n], values: [{ tag: 'int', val: 7n }] });
+  const short = { fields: ['a', 'b'], timestamps: [1n, 2n], values: [{ tag: 'int', val: 7n }] };
+  const written = enrich.process(scope, short);
   assert.deepEqual(seen, [[1n, 7n, null], [2n, null, null]]);
+  assert.deepEqual(written.rows.map((row) => row.values), [
+    [{ tag: 'int', val: 7n }, { tag: 'null' }],
+    [{ tag: 'null' }, { tag: 'null' }],
+  ]);
 });
 
 test('an enricher may return its batch, or must return output events', () => {

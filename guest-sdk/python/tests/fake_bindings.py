@@ -61,18 +61,6 @@ class Field:
 
 
 @dataclass
-class Event:
-    timestamp: int
-    values: list[Value]
-
-
-@dataclass
-class Events:
-    fields: list[str]
-    rows: list[Event]
-
-
-@dataclass
 class OutputEvent:
     origin: int
     timestamp: int

@@ -367,12 +367,20 @@ class EnrichExportTest(unittest.TestCase):
         host = batch(
             [wit.Value_Int(1), wit.Value_Text("x")],
             [wit.Value_Float(2.5), wit.Value_Null()],
+            [wit.Value_Null(), wit.Value_Text("z")],
             fields=["a", "b"],
         )
         output = export.process(wit.FakeScope("k"), host)
-        self.assertEqual(seen, [(1_000, [1, "x"]), (1_001, [2.5, None])])
-        self.assertEqual([row.origin for row in output.rows], [0, 1])
-        self.assertEqual(output.rows[0].values, [wit.Value_Int(1), wit.Value_Text("x")])
+        self.assertEqual(seen, [(1_000, [1, "x"]), (1_001, [2.5, None]), (1_002, [None, "z"])])
+        self.assertEqual([row.origin for row in output.rows], [0, 1, 2])
+        self.assertEqual(
+            [row.values for row in output.rows],
+            [
+                [wit.Value_Int(1), wit.Value_Text("x")],
+                [wit.Value_Float(2.5), wit.Value_Null()],
+                [wit.Value_Null(), wit.Value_Text("z")],
+            ],
+        )
         # A crafted batch whose values stop short: the missing ones are nulls.
         seen.clear()
         export.process(wit.FakeScope("k"), wit.ColumnEvents(["a", "b"], [5, 6], [wit.Value_Int(7)]))

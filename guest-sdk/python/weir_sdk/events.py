@@ -1,9 +1,9 @@
 """Batches of events (`Events`, `Event`), an enricher's output (`OutputEvents`,
 `OutputEvent`) and windows (`Window`).
 
-Values are native Python values (see `weir_sdk.values`). A batch handed over by the host keeps
-the host's rows as they are and converts only what is asked for: `Events.values` reads one
-field of every event in a single list comprehension, the fast way through a batch.
+Values are native Python values (see `weir_sdk.values`). A batch handed over by the host is
+held as its columns (one list of native values per field); rows are made only if asked for:
+`Events.values` copies one field's column, the fast way through a batch.
 """
 
 from __future__ import annotations

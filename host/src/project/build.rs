@@ -99,13 +99,6 @@ pub fn build(
     Ok(out)
 }
 
-/// Writes the WIT contract a Python or JavaScript project builds against and returns its
-/// directory: their SDKs export both worlds as contract 0.3 (an aggregate with many windows
-/// per call, an enricher's batch field after field).
-fn contract(support: &Path) -> Result<PathBuf, ProjectError> {
-    sdk::write_wit_v3(support)
-}
-
 fn build_python(
     project: &Project,
     support: &Path,
@@ -113,7 +106,7 @@ fn build_python(
     toolchains: &Toolchains,
 ) -> Result<(), ProjectError> {
     let componentize = toolchains.componentize_py()?;
-    let wit = contract(support)?;
+    let wit = sdk::write_wit_v3(support)?;
     let sdk_path = sdk::write_python(support)?;
     let source = project.source();
     let module = source
@@ -148,7 +141,7 @@ fn build_js(
         install: "install Node.js 20 or later (Debian: apt-get install nodejs npm)".into(),
     })?;
     let toolchain = toolchains.componentize_js(&project.dir)?;
-    let wit = contract(support)?;
+    let wit = sdk::write_wit_v3(support)?;
     let build_script = sdk::write_js(support)?;
     let mut command = Command::new(node);
     command

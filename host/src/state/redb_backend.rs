@@ -430,7 +430,7 @@ pub struct RedbBackend {
     dirty: HashSet<StateKey>,
     /// Scopes handed over as removed and not yet known to be durable: the store still holds
     /// their old rows until the checkpoint commits (the shard goes on meanwhile), so they read
-    /// as empty here instead.
+    /// as empty here instead. Without checkpoints: stored scopes removed (their rows stay).
     removing: HashSet<StateKey>,
     /// Whether changes are kept for a checkpoint (a pipeline without checkpoints never takes
     /// them, and would keep every key it ever wrote or removed).
@@ -509,9 +509,14 @@ impl StateBackend for RedbBackend {
 
     fn remove(&mut self, key: &StateKey) -> Result<()> {
         self.hot.remove(key);
+        // Known to the store: read from it (or handed over to it) and not removed since.
+        let stored = self.sizes.contains_key(key);
         self.set_size(key, None);
         if self.tracked {
             self.dirty.insert(key.clone());
+        } else if stored {
+            // Never written, the store's row stays: the scope must read as removed still.
+            self.removing.insert(key.clone());
         }
         Ok(())
     }
@@ -726,6 +731,18 @@ mod tests {
         assert!(backend.dirty.is_empty());
         assert!(backend.changes().unwrap().is_empty());
         assert_eq!(backend.hot_len(), 1, "only the live scope is held");
+        assert!(backend.removing.is_empty(), "none of them was stored");
+        // A stored scope removed reads as removed, though its row stays in the store.
+        let mut other = RedbBackend::new(store.clone(), usize::MAX).without_checkpoints();
+        assert_eq!(
+            other.take(&key("ann")).unwrap().get("count"),
+            Some(&Value::Int(2))
+        );
+        other.remove(&key("ann")).unwrap();
+        assert!(
+            other.take(&key("ann")).unwrap().is_empty(),
+            "the stored row came back"
+        );
 
         // Over its budget, it still drops nothing: its changes are stored nowhere else.
         let mut tight = RedbBackend::new(store.clone(), 0).without_checkpoints();

@@ -81,8 +81,8 @@ async function checkContract(wit, world) {
   const text = await readFile(file, 'utf8').catch((error) => {
     throw new Error(`cannot read the WIT contract ${file}: ${error.message}`);
   });
-  if (!text.includes(`package ${CONTRACT};`)) {
-    const found = /^package ([^;]+);/m.exec(text)?.[1] ?? 'no package';
+  const found = /^package ([^;]+);/m.exec(text)?.[1] ?? 'no package';
+  if (found !== CONTRACT) {
     throw new Error(
       `an ${world} builds against ${CONTRACT} (--wit wit/v0.3), but ${file} is ${found}`,
     );

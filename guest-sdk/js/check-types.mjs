@@ -26,7 +26,9 @@ import { importPackage, packageDir, preopenRoot } from './toolchain.mjs';
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
 /** Each world the SDK builds, and the WIT package (directory) it builds against. */
-const WORLDS = { aggregator: join(ROOT, 'wit', 'v0.3'), enricher: join(ROOT, 'wit', 'v0.3') };
+/** The contract both worlds are built against, and the worlds. */
+const WIT = join(ROOT, 'wit', 'v0.3');
+const WORLDS = ['aggregator', 'enricher'];
 /** The JavaScript operators type-checked against the SDK's declarations. */
 const APPS = [
   'examples/tumbling-count-sum/js/app.js',
@@ -57,8 +59,8 @@ async function generateWitTypes(toolchain, outDir) {
   await preopenRoot(transpileDir);
   const { generateGuestTypes } = await importPackage(jcoDir, '@bytecodealliance/jco-transpile');
   const written = [];
-  for (const [world, wit] of Object.entries(WORLDS)) {
-    const files = await generateGuestTypes(wit, { worldName: world, outDir });
+  for (const world of WORLDS) {
+    const files = await generateGuestTypes(WIT, { worldName: world, outDir });
     for (const [path, contents] of Object.entries(files)) {
       await mkdir(dirname(path), { recursive: true });
       await writeFile(path, contents);

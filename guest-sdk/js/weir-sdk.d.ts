@@ -127,8 +127,6 @@ export class Event {
 export class Events implements Iterable<Event> {
   /** An empty batch with the given field names. */
   constructor(fields?: Iterable<string>);
-  /** The batch behind a WIT record, without copying. */
-  static fromWit(batch: WitEvents): Events;
   /** A batch held as columns (each field's values, in the order of `times`), without copying. */
   static fromColumns(fields: string[], times: ArrayLike<bigint>, columns: ArrayLike<Value>[]): Events;
   /** Adds an event (values in field order) and returns the batch. */
@@ -152,8 +150,6 @@ export class Events implements Iterable<Event> {
   timestamps(): bigint[];
   /** The events as an enricher's output, each with its row index as its origin. */
   intoOutput(): OutputEvents;
-  /** The WIT record of contract 0.1, one row per event (in tests). */
-  toWit(): WitEvents;
   /** The WIT record of contract 0.2, values field after field (an operator's batch). */
   toColumns(): WitColumns;
 }
@@ -306,12 +302,6 @@ export interface WitField {
 export interface WitEvent {
   timestamp: bigint;
   values: WitValue[];
-}
-
-/** The WIT `events` record. */
-export interface WitEvents {
-  fields: string[];
-  rows: WitEvent[];
 }
 
 /** The WIT `events` record of contract 0.2: the values field after field. */

@@ -607,14 +607,6 @@ export class Events {
     this.#wit = [];
   }
 
-  /** The batch behind a WIT `events` record, without copying. @internal */
-  static fromWit(batch) {
-    const events = new Events();
-    events.#fields = batch.fields;
-    events.#wit = batch.rows;
-    return events;
-  }
-
   /**
    * A batch held as columns, without copying: `columns[f]` holds the values (JS values, a
    * typed array of numbers, or WIT values read on first use) of `fields[f]`, in the order of
@@ -716,11 +708,6 @@ export class Events {
       OutputEvent.fromWit({ origin, timestamp: event.timestamp, values: event.values.slice() }),
     );
     return output;
-  }
-
-  /** The WIT `events` record of contract 0.1, one row per event (in tests). */
-  toWit() {
-    return { fields: this.#fields, rows: this.#records() };
   }
 
   /**

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Event, Events, OutputEvent, OutputEvents, Window } from '../weir-sdk.js';
+import { Event, Events, OutputEvent, OutputEvents, Window, exportEnrich } from '../weir-sdk.js';
+import { MemoryState } from '../testing.js';
 
 test('columns, values and padding', () => {
   const batch = new Events(['a', 'b']).withRow(1n, [1n, null]).withRow(2n, [2n]);
@@ -23,12 +24,15 @@ test('columns, values and padding', () => {
 });
 
 test('values and timestamps read the batch as the host sent it', () => {
-  const batch = Events.fromWit({
+  // An enricher's batch as the host sends it: the values field after field, the last short.
+  let batch;
+  exportEnrich({ process: (state, events) => (batch = events) }).process(new MemoryState('u1').scope, {
     fields: ['user', 'amount'],
-    rows: [
-      { timestamp: 5n, values: [{ tag: 'text', val: 'u1' }, { tag: 'int', val: 3n }] },
-      { timestamp: -7n, values: [{ tag: 'text', val: 'u1' }, { tag: 'float', val: 0.5 }] },
-      { timestamp: 9n, values: [{ tag: 'text', val: 'u1' }] },
+    timestamps: [5n, -7n, 9n],
+    values: [
+      ...[1, 2, 3].map(() => ({ tag: 'text', val: 'u1' })),
+      { tag: 'int', val: 3n },
+      { tag: 'float', val: 0.5 },
     ],
   });
   assert.deepEqual(batch.fields, ['user', 'amount']);

@@ -75,15 +75,14 @@ test('toText names ints and text only', () => {
 test('plusAll is a loop of plus over the values', () => {
   assert.equal(plusAll(1n, [2n, 3n]), 6n);
   assert.equal(plusAll(1n, BigInt64Array.of(2n, -3n)), 0n);
-  assert.equal(plusAll(I64_MAX, [1n, -1n]), 2 ** 63 - 1 + 1 - 1, 'an overflow turns the sum into a float');
+  assert.equal(plusAll(I64_MAX, [1n, -1n]), 2 ** 63, 'an overflow turns the sum into a float');
   assert.equal(plusAll(0n, [1n, 0.5]), 1.5);
   assert.equal(plusAll(0n, [1n, null, 2n]), undefined);
   assert.equal(plusAll('x', [1n]), undefined);
   assert.equal(plusAll('x', []), 'x', 'start itself when there is nothing to add');
   assert.equal(plusAll(0n, new Set([1n, 2n])), 3n, 'any iterable');
   assert.equal(plusAll(0n, (function* () { yield 4n; yield 0.5; })()), 4.5);
-  const values = [3n, 0.25, 7n, -2n, 0.5];
-  assert.equal(plusAll(5n, values), values.reduce((sum, value) => plus(sum, value), 5n));
+  assert.equal(plusAll(5n, [3n, 0.25, 7n, -2n, 0.5]), 13.75);
 });
 
 test('plus keeps ints exact until a float arrives or the sum overflows', () => {

@@ -171,6 +171,41 @@ test('values missing from short lists are nulls', () => {
   assert.deepEqual(seen, [[['x', null], [null, null]]]);
 });
 
+test('a crafted call reads only what its lists hold, and answers every window', () => {
+  const seen = [];
+  const operator = {
+    ...countSum,
+    add(state, batch) {
+      seen.push([batch.fields, batch.fields.map((field) => batch.values(field)), batch.timestamps()]);
+      state.put('n', BigInt(batch.length));
+    },
+  };
+  const crafted = {
+    names: ['a'],
+    // Counts far beyond the lists, a name index past the names, a kind that is none.
+    counts: [
+      { values: 5, fields: 3, events: 4_000_000_000 },
+      { values: 0, fields: 1, events: 1 },
+    ],
+    values: [{ name: 99, value: toWit(1n) }],
+    fields: Uint32Array.of(0, 7),
+    timestamps: BigInt64Array.of(1n),
+    kinds: ['bogus'],
+    ints: BigInt64Array.of(),
+    floats: Float64Array.of(),
+    columns: [],
+  };
+  const added = windowsOf(exportAggregate(operator)).addWindows(crafted);
+  assert.deepEqual(added.outcomes, ['done', 'done']);
+  // The first window holds the one event and the two field names there are (the second
+  // past the names: ''), their values null; the second window finds the lists used up.
+  assert.deepEqual(seen, [
+    [['a', ''], [[null], [null]], [1n]],
+    [[], [], []],
+  ]);
+  assert.deepEqual(changesByWindow(crafted, added), [{ n: toWit(1n) }, { n: toWit(0n) }]);
+});
+
 test('a window held as columns reads, and changes, as rows too', () => {
   let rows;
   const operator = {

@@ -507,10 +507,7 @@ fn bench_checkpoints(
         durations.extend(these);
     }
     if runs > 1 {
-        let (low, high) = (
-            kept.iter().copied().fold(f64::INFINITY, f64::min),
-            kept.iter().copied().fold(0.0, f64::max),
-        );
+        let (low, high) = range(&kept);
         durations.sort_by(f64::total_cmp);
         let p99 = durations
             .get((durations.len() * 99).div_ceil(100).saturating_sub(1))
@@ -1365,16 +1362,19 @@ fn print_medians(runs: &[Vec<(String, f64)>]) {
             .iter()
             .map(|run| run[i].1 / run[run.len() - 1].1)
             .collect();
-        let (low, high) = (
-            ratios.iter().copied().fold(f64::INFINITY, f64::min),
-            ratios.iter().copied().fold(0.0, f64::max),
-        );
+        let (low, high) = range(&ratios);
         println!(
             "{label:<12} {:>12.0} events/s  {:.2} x native ({low:.2}-{high:.2})",
             median(rates),
             median(ratios),
         );
     }
+}
+
+/// The lowest and highest of `values` (positive figures: rates, ratios, shares).
+fn range(values: &[f64]) -> (f64, f64) {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    (low, values.iter().copied().fold(0.0, f64::max))
 }
 
 /// The median of `values` (the mean of the middle two for an even count).

@@ -198,11 +198,20 @@ impl std::ops::SubAssign for StateDelta {
 
 #[derive(Debug, Default)]
 struct StateCounts {
-    /// What the last checkpoint committed, plus what calls wrote since its barrier.
-    used: StateDelta,
+    /// What the last checkpoint committed (exact, from the store).
+    committed: StateDelta,
     /// What calls wrote that no committed checkpoint holds yet, over all threads: written after
     /// each thread's last barrier whose checkpoint committed.
     uncommitted: StateDelta,
+}
+
+impl StateCounts {
+    /// The state counted now: the committed totals and what calls wrote since.
+    fn used(&self) -> StateDelta {
+        let mut used = self.committed;
+        used += self.uncommitted;
+        used
+    }
 }
 
 thread_local! {
@@ -225,7 +234,7 @@ impl StateQuota {
 
     /// Scopes and bytes counted now.
     pub fn used(&self) -> (u64, u64) {
-        let used = self.counts().used;
+        let used = self.counts().used();
         (used.scopes.max(0) as u64, used.bytes.max(0) as u64)
     }
 
@@ -242,35 +251,33 @@ impl StateQuota {
     pub fn checkpointed(&self, scopes: u64, bytes: u64, held: StateDelta) {
         let mut counts = self.counts();
         counts.uncommitted -= held;
-        let mut used = counts.uncommitted;
-        used += StateDelta {
+        counts.committed = StateDelta {
             scopes: scopes as i64,
             bytes: bytes as i64,
         };
-        counts.used = used;
     }
 
     /// Admits a call's writes, which change the state by `scopes` scopes and `bytes` bytes, or
     /// says why not. Writes that shrink the state are always admitted.
     pub fn admit(&self, scopes: i64, bytes: i64) -> Result<(), String> {
         let mut counts = self.counts();
+        let used = counts.used();
         let over = |limit: Option<u64>, used: i64, delta: i64| {
             limit.filter(|limit| delta > 0 && used + delta > *limit as i64)
         };
-        if let Some(limit) = over(self.max_scopes, counts.used.scopes, scopes) {
+        if let Some(limit) = over(self.max_scopes, used.scopes, scopes) {
             return Err(format!(
                 "the pipeline's state holds its quota of {limit} keys ([state] max_keys): \
                  this write would add more"
             ));
         }
-        if let Some(limit) = over(self.max_bytes, counts.used.bytes, bytes) {
+        if let Some(limit) = over(self.max_bytes, used.bytes, bytes) {
             return Err(format!(
                 "the pipeline's state holds its quota of {limit} bytes ([state] max_bytes): \
                  this write would add more"
             ));
         }
         let delta = StateDelta { scopes, bytes };
-        counts.used += delta;
         counts.uncommitted += delta;
         let mut written = WRITTEN.get();
         written += delta;

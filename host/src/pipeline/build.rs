@@ -538,8 +538,8 @@ mod tests {
         PipelineSpec::parse(&text, false, Path::new("/specs")).expect("a valid spec")
     }
 
-    /// The window changes a shard of `spec` hands to a checkpoint after a thousand windows
-    /// opened and closed (on a redb store in a temporary directory if `redb`).
+    /// The changes (state and window metadata) a shard of `spec` hands to a checkpoint after a
+    /// thousand windows opened and closed (on a redb store in a temporary directory if `redb`).
     fn window_changes_kept(spec: &PipelineSpec, redb: bool) -> usize {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = redb.then(|| {
@@ -578,7 +578,8 @@ mod tests {
             .process(events, &timeline, false)
             .expect("the shard runs");
         assert_eq!(out.engine.emissions.len(), 999);
-        shard.checkpoint().expect("a snapshot").windows.len()
+        let snapshot = shard.checkpoint().expect("a snapshot");
+        snapshot.state.len() + snapshot.windows.len()
     }
 
     #[test]
@@ -592,8 +593,9 @@ mod tests {
             ..redb.clone()
         };
         assert_eq!(window_changes_kept(&no_interval, true), 0);
-        // A checkpointing pipeline keeps them for its next checkpoint: the window still open
-        // (the 999 closed ones opened since the last checkpoint, so none of them is stored).
-        assert_eq!(window_changes_kept(&redb, true), 1);
+        // A checkpointing pipeline keeps them for its next checkpoint: the window still open,
+        // its state and its metadata (the 999 closed ones opened since the last checkpoint, so
+        // none of them is stored).
+        assert_eq!(window_changes_kept(&redb, true), 2);
     }
 }

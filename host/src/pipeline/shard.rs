@@ -507,25 +507,74 @@ mod tests {
         ack.send(()).unwrap();
         assert!(matches!(next("the second barrier"), (3, Part::Snapshot(_))));
         assert_eq!(committed(), 1, "the first checkpoint is durable");
+        // An acknowledgement that comes between batches is taken with the next one.
         ack.send(()).unwrap();
+        messages.send(batch(4, 2, 25)).unwrap();
+        assert!(matches!(next("a batch"), (4, Part::Shard(_))));
+        assert_eq!(committed(), 2, "the second checkpoint is durable");
         // A barrier that changes the routing waits for its own commit before going on.
         let change = RoutingChange {
             routing: Routing::single("1"),
             candidate: None,
         };
-        messages.send(barrier(4, Some(change))).unwrap();
+        messages.send(barrier(5, Some(change))).unwrap();
         assert!(matches!(
             next("the routing barrier"),
-            (4, Part::Snapshot(_))
+            (5, Part::Snapshot(_))
         ));
-        messages.send(batch(5, 2, 25)).unwrap();
+        messages.send(batch(6, 3, 35)).unwrap();
         waits("the batch after a new routing");
         ack.send(()).unwrap();
         assert!(matches!(
             next("the batch after the commit"),
-            (5, Part::Shard(_))
+            (6, Part::Shard(_))
         ));
         drop(messages);
         thread.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_shard_whose_collector_is_gone_with_a_checkpoint_in_flight_ends() {
+        let (messages, inbox) = sync_channel::<ShardMsg>(4);
+        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
+        let (ack, acks) = sync_channel::<()>(1);
+        let (spent_tx, _spent) = sync_channel::<Vec<Staged>>(4);
+        let control = PipelineControl::new(
+            "p",
+            Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
+            None,
+        );
+        let thread = std::thread::spawn(move || {
+            run_thread(shard(), &inbox, &parts_tx, &spent_tx, &acks, &control)
+        });
+        messages.send(batch(0, 0, 5)).unwrap();
+        messages
+            .send(ShardMsg::Barrier {
+                id: 1,
+                change: None,
+            })
+            .unwrap();
+        let timeout = Duration::from_secs(5);
+        assert!(matches!(
+            parts.recv_timeout(timeout),
+            Ok((0, Part::Shard(_)))
+        ));
+        assert!(matches!(
+            parts.recv_timeout(timeout),
+            Ok((1, Part::Snapshot(_)))
+        ));
+        // The collector stops before acknowledging: the next barrier ends the shard, no snapshot.
+        drop(ack);
+        messages
+            .send(ShardMsg::Barrier {
+                id: 2,
+                change: None,
+            })
+            .unwrap();
+        thread.join().unwrap().unwrap();
+        assert!(
+            matches!(parts.try_recv(), Err(_)),
+            "no snapshot without a commit"
+        );
     }
 }

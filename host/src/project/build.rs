@@ -106,7 +106,7 @@ fn build_python(
     toolchains: &Toolchains,
 ) -> Result<(), ProjectError> {
     let componentize = toolchains.componentize_py()?;
-    let wit = sdk::write_wit_v3(support)?;
+    let wit = sdk::write_wit(support)?;
     let sdk_path = sdk::write_python(support)?;
     let source = project.source();
     let module = source
@@ -141,7 +141,7 @@ fn build_js(
         install: "install Node.js 20 or later (Debian: apt-get install nodejs npm)".into(),
     })?;
     let toolchain = toolchains.componentize_js(&project.dir)?;
-    let wit = sdk::write_wit_v3(support)?;
+    let wit = sdk::write_wit(support)?;
     let build_script = sdk::write_js(support)?;
     let mut command = Command::new(node);
     command

@@ -126,7 +126,7 @@ pub mod templates {
 /// Writes the WIT package 0.3, with the packages it uses, under `support` and returns its
 /// directory: the contract Python and JavaScript projects build against, aggregates (many
 /// windows per call) and enrichers (a batch field after field) alike.
-pub fn write_wit_v3(support: &Path) -> Result<PathBuf, ProjectError> {
+pub fn write_wit(support: &Path) -> Result<PathBuf, ProjectError> {
     let dir = support.join("wit-0.3");
     for (name, contents) in WIT_V3 {
         write_if_changed(&dir.join(name), contents.as_bytes())?;

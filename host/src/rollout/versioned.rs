@@ -94,7 +94,7 @@ impl Slot<dyn AggregateOperator> {
 
     /// Counts `windows` windows done in a call carrying many (a window added in k calls and
     /// finished in one counts k + 1).
-    fn carried(&self, windows: usize) {
+    fn count_carried(&self, windows: usize) {
         let windows = windows as u64;
         (self.counters.carried_windows).fetch_add(windows, std::sync::atomic::Ordering::Relaxed);
         if let Some(metrics) = &self.counters.metrics {
@@ -417,7 +417,7 @@ impl AggregateOperator for VersionedAggregate {
                 (done[i], events, windows_done) = (true, events + batch.len(), windows_done + 1);
             }
         }
-        live.carried(windows_done);
+        live.count_carried(windows_done);
         live.count(events, started, Ok(()))?;
         Ok(Some(done))
     }
@@ -440,7 +440,7 @@ impl AggregateOperator for VersionedAggregate {
         for (i, output) in at.into_iter().zip(finished) {
             outputs[i] = output;
         }
-        live.carried(outputs.iter().filter(|output| output.is_some()).count());
+        live.count_carried(outputs.iter().filter(|output| output.is_some()).count());
         live.count(0, started, Ok(()))?;
         Ok(Some(outputs))
     }

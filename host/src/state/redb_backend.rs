@@ -428,9 +428,10 @@ pub struct RedbBackend {
     store: RedbStore,
     hot: HashMap<StateKey, ScopeState>,
     dirty: HashSet<StateKey>,
-    /// Scopes handed over as removed and not yet known to be durable: the store still holds
-    /// their old rows until the checkpoint commits (the shard goes on meanwhile), so they read
-    /// as empty here instead. Without checkpoints: stored scopes removed (their rows stay).
+    /// Scopes removed whose rows the store still holds, which read as empty here instead.
+    /// With checkpoints: those handed over as removed to a checkpoint not yet durable (the
+    /// shard goes on meanwhile), cleared once it is. Without: every stored scope removed, for
+    /// good, since nothing deletes its row.
     removing: HashSet<StateKey>,
     /// Whether changes are kept for a checkpoint (a pipeline without checkpoints never takes
     /// them, and would keep every key it ever wrote or removed).
@@ -509,15 +510,13 @@ impl StateBackend for RedbBackend {
 
     fn remove(&mut self, key: &StateKey) -> Result<()> {
         self.hot.remove(key);
-        // Known to the store: read from it (or handed over to it) and not removed since.
-        let stored = self.sizes.contains_key(key);
-        self.set_size(key, None);
+        // Without checkpoints, a scope read from the store (it has a size) keeps its row there.
         if self.tracked {
             self.dirty.insert(key.clone());
-        } else if stored {
-            // Never written, the store's row stays: the scope must read as removed still.
+        } else if self.sizes.contains_key(key) {
             self.removing.insert(key.clone());
         }
+        self.set_size(key, None);
         Ok(())
     }
 
@@ -559,9 +558,13 @@ impl StateBackend for RedbBackend {
     }
 
     fn committed(&mut self) {
+        // Untracked, no scope is known to be stored: none may be dropped from memory, and the
+        // removals stay in `removing` for good (nothing deletes their rows).
+        if !self.tracked {
+            return;
+        }
         self.removing.clear();
-        // Untracked, no scope is known to be stored: none may be dropped from memory.
-        if !self.tracked || self.hot_bytes <= self.budget_bytes {
+        if self.hot_bytes <= self.budget_bytes {
             return;
         }
         // Every hot scope not changed since the barrier is stored as it is now; drop such
@@ -739,6 +742,7 @@ mod tests {
             Some(&Value::Int(2))
         );
         other.remove(&key("ann")).unwrap();
+        other.committed(); // (no caller does without checkpoints; it must not forget it)
         assert!(
             other.take(&key("ann")).unwrap().is_empty(),
             "the stored row came back"

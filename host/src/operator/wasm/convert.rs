@@ -134,23 +134,36 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
 /// How many events ahead of the one being read [`warm`] asks the CPU to fetch.
 const WARM_AHEAD: usize = 16;
 
+/// The most bytes of an event's fields [`warm`] fetches ahead: eight cache lines, nine fields.
+const WARM_BYTES: usize = 512;
+
 /// Asks the CPU to fetch the event `WARM_AHEAD` places after `events[i]`, and the fields of the
-/// one half as far ahead (by then its own fetch has arrived). A window's events are scattered
-/// over the batches it spans and were made on the router's core, so reading them in turn
-/// waits on memory for every one; fetched ahead, the waits overlap.
+/// one half as far ahead (by then its own fetch has arrived), every cache line of them up to
+/// [`WARM_BYTES`]: a field's name and value are 56 bytes, so three fields span three or four
+/// lines, and fetching only the first left the reads of the others waiting (the count-sum's
+/// shard thread took 5-10 % longer). A window's events are scattered over the batches it
+/// spans and were made on the router's core, so reading them in turn waits on memory for
+/// every one; fetched ahead, the waits overlap.
 #[allow(unsafe_code)]
 fn warm(events: &[&Event], i: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
+        // faults, whatever the address (so `wrapping_add` past the fields is harmless too);
+        // SSE, which it needs, is part of every x86-64 CPU.
         unsafe {
             if let Some(&far) = events.get(i + WARM_AHEAD) {
                 _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(far).cast());
             }
             if let Some(&near) = events.get(i + WARM_AHEAD / 2) {
-                _mm_prefetch::<_MM_HINT_T0>(near.fields.as_ptr().cast());
+                let start = near.fields.as_ptr().cast::<u8>();
+                let end = std::mem::size_of_val(near.fields.as_slice()).min(WARM_BYTES);
+                // Each line the fields touch: from the first byte, a line at a time, and the
+                // last byte's (the start is rarely at a line's start).
+                for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
+                    _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast());
+                }
             }
         }
     }

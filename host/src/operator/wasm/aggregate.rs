@@ -137,45 +137,43 @@ impl WasmAggregate {
         &self,
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
-        let (mut sent, mut batches) = (Vec::new(), Vec::new());
         let all: Vec<&Event> = (windows.iter())
             .flat_map(|(_, events)| events.iter().copied())
             .collect();
         convert::warm_all(&all);
-        for (i, (_, events)) in windows.iter().enumerate() {
-            if let Ok(batch) = to_wit_columns(events, &self.projection) {
-                batches.push(batch);
-                sent.push(i);
-            }
-        }
-        let names =
-            index_names(sent.iter().zip(&batches).flat_map(|(&i, batch)| {
-                batch.fields.iter().chain(windows[i].0.state.values.keys())
-            }));
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),
-            counts: Vec::with_capacity(sent.len()),
+            counts: Vec::new(),
             values: Vec::new(),
             fields: Vec::new(),
-            timestamps: Vec::new(),
+            timestamps: Vec::with_capacity(all.len()),
             kinds: Vec::new(),
             ints: Vec::new(),
             floats: Vec::new(),
             columns: Vec::new(),
         };
-        for (&i, batch) in sent.iter().zip(batches) {
-            let values = &windows[i].0.state.values;
+        // Each window's events go in while they are in the cache; its names are indexed after.
+        let (mut sent, mut fields) = (Vec::new(), Vec::new());
+        for (i, (_, events)) in windows.iter().enumerate() {
+            if let Ok(names) = convert::push_window(&mut call, events, &self.projection) {
+                fields.push(names);
+                sent.push(i);
+            }
+        }
+        let names = index_names(
+            sent.iter()
+                .zip(&fields)
+                .flat_map(|(&i, fields)| fields.iter().chain(windows[i].0.state.values.keys())),
+        );
+        for (&i, fields) in sent.iter().zip(&fields) {
+            let (scope, events) = &windows[i];
             call.counts.push(wit_windows::WindowCounts {
-                values: values.len() as u32,
-                fields: batch.fields.len() as u32,
-                events: batch.timestamps.len() as u32,
+                values: scope.state.values.len() as u32,
+                fields: fields.len() as u32,
+                events: events.len() as u32,
             });
-            call.values.extend(named(&names, &windows[i].0.state));
-            call.fields
-                .extend(batch.fields.iter().map(|field| names[field]));
-            let events = batch.timestamps.len();
-            call.timestamps.extend(batch.timestamps);
-            push_columns(&mut call, batch.values, batch.fields.len(), events);
+            call.values.extend(named(&names, &scope.state));
+            call.fields.extend(fields.iter().map(|field| names[field]));
         }
         call.names = names.into_keys().collect();
         (sent, call)
@@ -297,47 +295,6 @@ fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, 
         *slot = at as u32;
     }
     index
-}
-
-/// Adds one window's values, `fields` fields of `events` values each, field after field, to
-/// `call`: a field whose values are all integers to `ints`, all floats to `floats`, any other
-/// to `columns`.
-fn push_columns(
-    call: &mut wit_windows::WindowBatches,
-    values: Vec<wit::Value>,
-    fields: usize,
-    events: usize,
-) {
-    use wit_windows::ColumnKind;
-    let mut values = values.into_iter();
-    for _ in 0..fields {
-        let next = values.as_slice();
-        let kind = column_kind(next.get(..events).unwrap_or(next));
-        call.kinds.push(kind);
-        let field = values.by_ref().take(events);
-        match kind {
-            ColumnKind::Ints => call.ints.extend(field.filter_map(|value| match value {
-                wit::Value::Int(i) => Some(i),
-                _ => None,
-            })),
-            ColumnKind::Floats => call.floats.extend(field.filter_map(|value| match value {
-                wit::Value::Float(f) => Some(f),
-                _ => None,
-            })),
-            ColumnKind::Values => call.columns.extend(field),
-        }
-    }
-}
-
-/// The list that a field with `values` crosses in.
-fn column_kind(values: &[wit::Value]) -> wit_windows::ColumnKind {
-    if values.iter().all(|v| matches!(v, wit::Value::Int(_))) {
-        wit_windows::ColumnKind::Ints
-    } else if values.iter().all(|v| matches!(v, wit::Value::Float(_))) {
-        wit_windows::ColumnKind::Floats
-    } else {
-        wit_windows::ColumnKind::Values
-    }
 }
 
 /// A scope's named values as a call carrying many windows sends them: names by index.
@@ -526,36 +483,6 @@ mod tests {
         items: Vec<u32>,
     ) -> Option<Vec<Answer<u32>>> {
         per_window(3, outcomes, counts, items, |i| (i <= 100).then_some(i))
-    }
-
-    /// Each field crosses in the list its values fit: integers, floats, or values for any
-    /// mix; a field of no events still has its kind.
-    #[test]
-    fn each_field_crosses_in_the_list_its_values_fit() {
-        use super::wit::Value::{Float, Int, Null, Text};
-        use super::wit_windows::ColumnKind::{Floats, Ints, Values};
-        let mut call = super::wit_windows::WindowBatches {
-            names: vec![],
-            counts: vec![],
-            values: vec![],
-            fields: vec![],
-            timestamps: vec![],
-            kinds: vec![],
-            ints: vec![],
-            floats: vec![],
-            columns: vec![],
-        };
-        let text = Text("a".into());
-        let window = vec![Int(1), Int(2), Float(0.5), Float(1.0), Int(3), Float(2.0)];
-        super::push_columns(&mut call, window, 3, 2);
-        super::push_columns(&mut call, vec![Null, text.clone()], 1, 2);
-        super::push_columns(&mut call, vec![], 2, 0);
-        assert_eq!(call.kinds, [Ints, Floats, Values, Values, Ints, Ints]);
-        assert_eq!(call.ints, [1, 2]);
-        assert_eq!(call.floats, [0.5, 1.0]);
-        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
-        let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
-        assert_eq!(columns, expected);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use super::*;
 use crate::field_name::FieldName;
 use crate::hashing::{HashMap, HashSet};
+use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
 /// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
 /// allocation for text), so aggregates by default skip the key and timestamp fields, which the
@@ -104,6 +105,114 @@ pub(super) fn to_wit_columns(
         timestamps: events.iter().map(|event| event.timestamp).collect(),
         values,
     })
+}
+
+/// Adds one window's events to an `add-windows` call: their times to `call.timestamps`, and each
+/// crossing field's values, field after field, to the list they fit (see [`push_columns`]).
+/// Returns the window's field names, which the caller indexes once it has every name of the
+/// call. Refused like [`to_wit_columns`], with nothing added, if the window is too wide.
+///
+/// When every event has the first one's field names (nearly always), the values are read
+/// straight from the events, a field at a time while the window's events are in the cache;
+/// otherwise they go through [`to_wit_columns`] and its list of values. The call is the same.
+pub(super) fn push_window(
+    call: &mut WindowBatches,
+    events: &[&Event],
+    projection: &Projection,
+) -> Result<Vec<String>> {
+    let Some((fields, layout)) = uniform_layout(events, projection) else {
+        let batch = to_wit_columns(events, projection)?;
+        let count = batch.timestamps.len();
+        call.timestamps.extend(batch.timestamps);
+        push_columns(call, batch.values, batch.fields.len(), count);
+        return Ok(batch.fields);
+    };
+    check_width(fields.len(), events.len())?;
+    call.timestamps
+        .extend(events.iter().map(|event| event.timestamp));
+    for slot in layout {
+        let values = || (events.iter()).map(move |event| slot.map(|i| &event.fields[i].1));
+        let kind = if values().all(|value| matches!(value, Some(Value::Int(_)))) {
+            ColumnKind::Ints
+        } else if values().all(|value| matches!(value, Some(Value::Float(_)))) {
+            ColumnKind::Floats
+        } else {
+            ColumnKind::Values
+        };
+        call.kinds.push(kind);
+        match kind {
+            ColumnKind::Ints => call.ints.extend(values().filter_map(|value| match value {
+                Some(Value::Int(i)) => Some(*i),
+                _ => None,
+            })),
+            ColumnKind::Floats => call.floats.extend(values().filter_map(|value| match value {
+                Some(Value::Float(f)) => Some(*f),
+                _ => None,
+            })),
+            ColumnKind::Values => call.columns.extend(
+                values().map(|value| value.map_or(wit::Value::Null, |v| to_wit(v.clone()))),
+            ),
+        }
+    }
+    Ok(fields.iter().map(|name| name.to_string()).collect())
+}
+
+/// The crossing fields of `events` and where each sits in every event, if all have the first
+/// event's field names in its order (none if there are no events).
+fn uniform_layout(
+    events: &[&Event],
+    projection: &Projection,
+) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
+    let first = *events.first()?;
+    for (i, &event) in events.iter().enumerate() {
+        warm(events, i);
+        if !same_names(first, event) {
+            return None;
+        }
+    }
+    let fields = crossing_fields(&[first], projection);
+    let layout = Shape::default().layout(first, &fields).to_vec();
+    Some((fields, layout))
+}
+
+/// Adds one window's values, `fields` fields of `events` values each, field after field, to
+/// `call`: a field whose values are all integers to `ints`, all floats to `floats`, any other
+/// to `columns`.
+pub(super) fn push_columns(
+    call: &mut WindowBatches,
+    values: Vec<wit::Value>,
+    fields: usize,
+    events: usize,
+) {
+    let mut values = values.into_iter();
+    for _ in 0..fields {
+        let next = values.as_slice();
+        let kind = column_kind(next.get(..events).unwrap_or(next));
+        call.kinds.push(kind);
+        let field = values.by_ref().take(events);
+        match kind {
+            ColumnKind::Ints => call.ints.extend(field.filter_map(|value| match value {
+                wit::Value::Int(i) => Some(i),
+                _ => None,
+            })),
+            ColumnKind::Floats => call.floats.extend(field.filter_map(|value| match value {
+                wit::Value::Float(f) => Some(f),
+                _ => None,
+            })),
+            ColumnKind::Values => call.columns.extend(field),
+        }
+    }
+}
+
+/// The list that a field with `values` crosses in.
+fn column_kind(values: &[wit::Value]) -> ColumnKind {
+    if values.iter().all(|v| matches!(v, wit::Value::Int(_))) {
+        ColumnKind::Ints
+    } else if values.iter().all(|v| matches!(v, wit::Value::Float(_))) {
+        ColumnKind::Floats
+    } else {
+        ColumnKind::Values
+    }
 }
 
 /// The fields that cross for `events`, in order of first appearance (or the projection's).
@@ -301,6 +410,135 @@ mod tests {
         }
         let none = to_wit_columns(&batch, &Projection::only::<&str>(&[])).unwrap();
         assert!(none.values.is_empty() && none.timestamps.len() == 3);
+    }
+
+    /// Each field crosses in the list its values fit: integers, floats, or values for any
+    /// mix; a field of no events still has its kind.
+    #[test]
+    fn each_field_crosses_in_the_list_its_values_fit() {
+        use super::ColumnKind::{Floats, Ints, Values};
+        use super::wit::Value::{Float, Int, Null, Text};
+        let mut call = WindowBatches {
+            names: vec![],
+            counts: vec![],
+            values: vec![],
+            fields: vec![],
+            timestamps: vec![],
+            kinds: vec![],
+            ints: vec![],
+            floats: vec![],
+            columns: vec![],
+        };
+        let text = Text("a".into());
+        let window = vec![Int(1), Int(2), Float(0.5), Float(1.0), Int(3), Float(2.0)];
+        super::push_columns(&mut call, window, 3, 2);
+        super::push_columns(&mut call, vec![Null, text.clone()], 1, 2);
+        super::push_columns(&mut call, vec![], 2, 0);
+        assert_eq!(call.kinds, [Ints, Floats, Values, Values, Ints, Ints]);
+        assert_eq!(call.ints, [1, 2]);
+        assert_eq!(call.floats, [0.5, 1.0]);
+        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
+        let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
+        assert_eq!(columns, expected);
+    }
+
+    /// A window's call the way the host had built it for every window: its values in one list
+    /// (nulls where an event lacks a field), then each field to the list its values fit.
+    fn through_rows(events: &[&Event], projection: &Projection) -> Result<WindowBatches> {
+        let mut call = empty_call();
+        let batch = to_wit_columns(events, projection)?;
+        let count = batch.timestamps.len();
+        call.timestamps.extend(batch.timestamps);
+        push_columns(&mut call, batch.values, batch.fields.len(), count);
+        call.names = batch.fields;
+        Ok(call)
+    }
+
+    fn empty_call() -> WindowBatches {
+        WindowBatches {
+            names: vec![],
+            counts: vec![],
+            values: vec![],
+            fields: vec![],
+            timestamps: vec![],
+            kinds: vec![],
+            ints: vec![],
+            floats: vec![],
+            columns: vec![],
+        }
+    }
+
+    /// Windows whose events share their names (read straight from the events) and windows
+    /// whose events do not (read through a list of values) cross the same: the same fields,
+    /// times, kinds and values as the list of values gives, with every projection. A window
+    /// too wide is refused with nothing added.
+    #[test]
+    fn a_window_crosses_the_same_read_straight_from_its_events() {
+        let (a, b, c) = (
+            FieldName::new("a"),
+            FieldName::new("b"),
+            FieldName::new("c"),
+        );
+        let row = |a_value: Value, b_value: Value| {
+            event(vec![
+                (a.clone(), a_value),
+                (b.clone(), b_value),
+                (a.clone(), Value::Int(99)),
+            ])
+        };
+        let windows: Vec<Vec<Event>> = vec![
+            vec![
+                row(Value::Int(1), Value::Float(0.5)),
+                row(Value::Int(2), Value::Float(1.5)),
+            ],
+            vec![
+                row(Value::Int(1), Value::Int(2)),
+                row(Value::Float(2.5), Value::Null),
+            ],
+            vec![row(Value::Text("t".into()), Value::Boolean(true))],
+            vec![
+                row(Value::Int(1), Value::Int(2)),
+                event(vec![(c.clone(), Value::Int(3))]),
+            ],
+            vec![event(vec![]), event(vec![])],
+            vec![],
+        ];
+        let projections = [
+            Projection::All,
+            Projection::except(&["b"]),
+            Projection::only(&["c", "a", "absent"]),
+            Projection::only::<&str>(&[]),
+        ];
+        for projection in &projections {
+            for events in &windows {
+                let events: Vec<&Event> = events.iter().collect();
+                let mut call = empty_call();
+                call.names = push_window(&mut call, &events, projection).unwrap();
+                let expected = through_rows(&events, projection).unwrap();
+                assert_eq!(
+                    format!("{call:?}"),
+                    format!("{expected:?}"),
+                    "{projection:?}"
+                );
+            }
+        }
+        let wide: Vec<Event> = (0..2)
+            .map(|_| {
+                event(
+                    (0..1 << 11)
+                        .map(|i| (FieldName::new(&format!("w{i}")), Value::Int(i)))
+                        .collect(),
+                )
+            })
+            .collect();
+        let wide: Vec<&Event> = wide.iter().cycle().take(1 << 10).collect();
+        let mut call = empty_call();
+        assert!(push_window(&mut call, &wide, &Projection::All).is_err());
+        assert_eq!(
+            format!("{call:?}"),
+            format!("{:?}", empty_call()),
+            "nothing added"
+        );
     }
 
     /// Eleven events of 100,000 names each, all different (eleven hostile 1 MiB lines): as one

@@ -137,9 +137,9 @@ impl WasmAggregate {
         &self,
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
-        let all: Vec<&Event> = (windows.iter())
-            .flat_map(|(_, events)| events.iter().copied())
-            .collect();
+        let mut all: Vec<&Event> =
+            Vec::with_capacity(windows.iter().map(|(_, events)| events.len()).sum());
+        all.extend(windows.iter().flat_map(|(_, events)| events.iter().copied()));
         convert::warm_all(&all);
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),

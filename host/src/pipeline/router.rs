@@ -217,7 +217,13 @@ impl Router<'_> {
                 }
                 let group = key_group(&event.key);
                 if self.key_groups.is_none_or(|owned| owned.contains(group)) {
-                    batch.per_shard[shard_of(group, n)].push(Staged {
+                    let list = &mut batch.per_shard[shard_of(group, n)];
+                    if list.capacity() == 0 {
+                        // Sized once: grown by doubling, a large batch was copied a dozen
+                        // times, into freshly zeroed pages (10 % of the router's time).
+                        list.reserve(spec.batch_size.div_ceil(n).min(MAX_CARRIED_BATCH_RECORDS));
+                    }
+                    list.push(Staged {
                         seq,
                         event,
                         origin: None,

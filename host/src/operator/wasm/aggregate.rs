@@ -137,16 +137,18 @@ impl WasmAggregate {
         &self,
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
-        let mut all: Vec<&Event> =
-            Vec::with_capacity(windows.iter().map(|(_, events)| events.len()).sum());
-        all.extend(windows.iter().flat_map(|(_, events)| events.iter().copied()));
-        convert::warm_all(&all);
+        let events = windows.iter().map(|(_, events)| events.len()).sum();
+        convert::warm_all(
+            windows
+                .iter()
+                .flat_map(|(_, events)| events.iter().copied()),
+        );
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),
             counts: Vec::new(),
             values: Vec::new(),
             fields: Vec::new(),
-            timestamps: Vec::with_capacity(all.len()),
+            timestamps: Vec::with_capacity(events),
             kinds: Vec::new(),
             ints: Vec::new(),
             floats: Vec::new(),

@@ -253,41 +253,60 @@ const WARM_BYTES: usize = 512;
 /// shard thread took 5-10 % longer). A window's events are scattered over the batches it
 /// spans and were made on the router's core, so reading them in turn waits on memory for
 /// every one; fetched ahead, the waits overlap.
-#[allow(unsafe_code)]
 fn warm(events: &[&Event], i: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-        // faults, whatever the address (so `wrapping_add` past the fields is harmless too);
-        // SSE, which it needs, is part of every x86-64 CPU.
-        unsafe {
-            if let Some(&far) = events.get(i + WARM_AHEAD) {
-                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(far).cast());
-            }
-            if let Some(&near) = events.get(i + WARM_AHEAD / 2) {
-                let start = near.fields.as_ptr().cast::<u8>();
-                let end = std::mem::size_of_val(near.fields.as_slice()).min(WARM_BYTES);
-                // Each line the fields touch: from the first byte, a line at a time, and the
-                // last byte's (the start is rarely at a line's start).
-                for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
-                    _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast());
-                }
-            }
-        }
+    if let Some(&far) = events.get(i + WARM_AHEAD) {
+        fetch_event(far);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (events, i);
+    if let Some(&near) = events.get(i + WARM_AHEAD / 2) {
+        fetch_fields(near);
+    }
 }
 
 /// Asks the CPU to fetch `events` (those of many windows, in the order they will be read; all
-/// but the first few): a window's first events are then not waited for either, as they are
-/// when each window fetches only its own ahead. Reading each event's header for its fields'
-/// address is a load, so this also waits, but for many events at once.
-pub(super) fn warm_all(events: &[&Event]) {
-    for i in 0..events.len() {
-        warm(events, i);
+/// but the first few) as [`warm`] does: a window's first events are then not waited for
+/// either, as they are when each window fetches only its own ahead. Reading each event's
+/// header for its fields' address is a load, so this also waits, but for many events at once.
+pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone) {
+    let mut far = events.clone().skip(WARM_AHEAD);
+    for near in events.skip(WARM_AHEAD / 2) {
+        if let Some(far) = far.next() {
+            fetch_event(far);
+        }
+        fetch_fields(near);
     }
+}
+
+/// Asks the CPU to fetch `event`'s header (its fields' address, its time).
+#[allow(unsafe_code)]
+fn fetch_event(event: &Event) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it reads nothing into the program and never faults,
+    // whatever the address; SSE, which it needs, is part of every x86-64 CPU.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(event).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = event;
+}
+
+/// Asks the CPU to fetch every cache line of `event`'s fields, up to [`WARM_BYTES`].
+#[allow(unsafe_code)]
+fn fetch_fields(event: &Event) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `fetch_event`; `wrapping_add` past the fields is harmless too.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let start = event.fields.as_ptr().cast::<u8>();
+        let end = std::mem::size_of_val(event.fields.as_slice()).min(WARM_BYTES);
+        // Each line the fields touch: from the first byte, a line at a time, and the last
+        // byte's (the start is rarely at a line's start).
+        for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
+            _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = event;
 }
 
 /// Whether two events have the same field names in the same order.

@@ -138,11 +138,10 @@ impl WasmAggregate {
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let events = windows.iter().map(|(_, events)| events.len()).sum();
-        convert::warm_all(
-            windows
-                .iter()
-                .flat_map(|(_, events)| events.iter().copied()),
-        );
+        let all = windows
+            .iter()
+            .flat_map(|(_, events)| events.iter().copied());
+        convert::warm_all(all, !self.projection.is_none());
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),
             counts: Vec::new(),

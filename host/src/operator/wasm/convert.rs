@@ -29,6 +29,11 @@ impl Projection {
     pub fn except<S: AsRef<str>>(names: &[S]) -> Projection {
         Projection::Except(names.iter().map(|n| FieldName::new(n.as_ref())).collect())
     }
+
+    /// Whether no field crosses (`fields = []`): only the events' times do.
+    pub(super) fn is_none(&self) -> bool {
+        matches!(self, Projection::Only(names) if names.is_empty())
+    }
 }
 
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
@@ -120,6 +125,12 @@ pub(super) fn push_window(
     events: &[&Event],
     projection: &Projection,
 ) -> Result<Vec<String>> {
+    if projection.is_none() {
+        // Nothing to read but the times: not even the field names, to see they agree.
+        call.timestamps
+            .extend(events.iter().map(|event| event.timestamp));
+        return Ok(Vec::new());
+    }
     let Some((fields, layout)) = uniform_layout(events, projection) else {
         let batch = to_wit_columns(events, projection)?;
         let count = batch.timestamps.len();
@@ -266,7 +277,12 @@ fn warm(events: &[&Event], i: usize) {
 /// but the first few) as [`warm`] does: a window's first events are then not waited for
 /// either, as they are when each window fetches only its own ahead. Reading each event's
 /// header for its fields' address is a load, so this also waits, but for many events at once.
-pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone) {
+/// With `fields` false (none crosses), only the headers, which hold the times.
+pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone, fields: bool) {
+    if !fields {
+        events.for_each(fetch_event);
+        return;
+    }
     let mut far = events.clone().skip(WARM_AHEAD);
     for near in events.skip(WARM_AHEAD / 2) {
         if let Some(far) = far.next() {

@@ -80,9 +80,7 @@ impl Refill {
         }
         for _ in 0..width {
             let kind = columns.kinds.next();
-            for row in &mut batch.rows {
-                row.values.push(columns.value(kind));
-            }
+            columns.fill(kind, &mut batch.rows);
         }
         batch
     }
@@ -111,15 +109,26 @@ impl Columns {
         }
     }
 
-    /// The next value of a field of `kind` (null past the end of its list, or of the kinds).
-    fn value(&mut self, kind: Option<ColumnKind>) -> Value {
-        let value = match kind {
-            Some(ColumnKind::Ints) => self.ints.next().map(Value::Int),
-            Some(ColumnKind::Floats) => self.floats.next().map(Value::Float),
-            Some(ColumnKind::Values) => self.values.next(),
-            None => None,
-        };
-        value.unwrap_or(Value::Null)
+    /// Adds to each of `rows` the next value of a field of `kind` (null past the end of its
+    /// list, or of the kinds). The kind is matched once per field, not once per value.
+    fn fill(&mut self, kind: Option<ColumnKind>, rows: &mut [Event]) {
+        match kind {
+            Some(ColumnKind::Ints) => push_each(rows, &mut self.ints, Value::Int),
+            Some(ColumnKind::Floats) => push_each(rows, &mut self.floats, Value::Float),
+            Some(ColumnKind::Values) => push_each(rows, &mut self.values, |value| value),
+            None => push_each(rows, &mut std::iter::empty(), |value| value),
+        }
+    }
+}
+
+/// Adds to each of `rows` the next of `list` as a value, or null once `list` is done.
+fn push_each<T>(
+    rows: &mut [Event],
+    list: &mut impl Iterator<Item = T>,
+    value: impl Fn(T) -> Value,
+) {
+    for row in rows {
+        row.values.push(list.next().map_or(Value::Null, &value));
     }
 }
 

@@ -52,6 +52,12 @@ impl BoundedOutOfOrderness {
     }
 }
 
+/// Whether two partition names are the same; the only partition's name, `""`, is compared
+/// without a call to `memcmp` (once per event, it was 3 % of the router's time).
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 /// One partition's part of the watermark, as a checkpoint records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionMark {
@@ -230,7 +236,7 @@ impl PartitionedWatermark {
         let clock = self.clock;
         // The common case: the last event's partition, with one partition and no idleness.
         if let Some((name, mark)) = &mut self.last
-            && **name == *partition
+            && same_name(name, partition)
         {
             if timestamp <= mark.max_timestamp {
                 mark.last_seen = clock.or(mark.last_seen);

@@ -116,7 +116,7 @@ impl Columns {
             Some(ColumnKind::Ints) => push_each(rows, &mut self.ints, Value::Int),
             Some(ColumnKind::Floats) => push_each(rows, &mut self.floats, Value::Float),
             Some(ColumnKind::Values) => push_each(rows, &mut self.values, |value| value),
-            None => push_each(rows, &mut std::iter::empty(), |value| value),
+            None => rows.iter_mut().for_each(|row| row.values.push(Value::Null)),
         }
     }
 }
@@ -125,10 +125,10 @@ impl Columns {
 fn push_each<T>(
     rows: &mut [Event],
     list: &mut impl Iterator<Item = T>,
-    value: impl Fn(T) -> Value,
+    to_value: impl Fn(T) -> Value,
 ) {
     for row in rows {
-        row.values.push(list.next().map_or(Value::Null, &value));
+        row.values.push(list.next().map_or(Value::Null, &to_value));
     }
 }
 

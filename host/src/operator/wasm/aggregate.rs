@@ -137,17 +137,20 @@ impl WasmAggregate {
         &self,
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
-        let events = windows.iter().map(|(_, events)| events.len()).sum();
+        let event_count = windows.iter().map(|(_, events)| events.len()).sum();
         let all = windows
             .iter()
             .flat_map(|(_, events)| events.iter().copied());
-        convert::warm_all(all, !self.projection.is_none());
+        match self.projection.crosses_no_field() {
+            true => convert::warm_headers(all),
+            false => convert::warm_all(all),
+        }
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),
             counts: Vec::new(),
             values: Vec::new(),
             fields: Vec::new(),
-            timestamps: Vec::with_capacity(events),
+            timestamps: Vec::with_capacity(event_count),
             kinds: Vec::new(),
             ints: Vec::new(),
             floats: Vec::new(),
@@ -156,8 +159,9 @@ impl WasmAggregate {
         // Each window's events go in while they are in the cache; its names are indexed after.
         let (mut sent, mut fields) = (Vec::new(), Vec::new());
         for (i, (_, events)) in windows.iter().enumerate() {
-            if let Ok(names) = convert::push_window(&mut call, events, &self.projection) {
-                fields.push(names);
+            if let Ok(window_fields) = window_call::push_window(&mut call, events, &self.projection)
+            {
+                fields.push(window_fields);
                 sent.push(i);
             }
         }

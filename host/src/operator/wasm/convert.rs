@@ -1,10 +1,11 @@
 //! Values and events across the boundary: Weir's typed values to the WIT types and back,
-//! and which event fields cross ([`Projection`]).
+//! which event fields cross ([`Projection`]) and where each sits in an event ([`Shape`]), and
+//! fetching events ahead of reading them ([`warm`]). `window_call` builds `add-windows` calls
+//! from these.
 
 use super::*;
 use crate::field_name::FieldName;
 use crate::hashing::{HashMap, HashSet};
-use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
 /// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
 /// allocation for text), so aggregates by default skip the key and timestamp fields, which the
@@ -31,7 +32,7 @@ impl Projection {
     }
 
     /// Whether no field crosses (`fields = []`): only the events' times do.
-    pub(super) fn is_none(&self) -> bool {
+    pub(super) fn crosses_no_field(&self) -> bool {
         matches!(self, Projection::Only(names) if names.is_empty())
     }
 }
@@ -75,7 +76,7 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> Resul
 /// memory, which the guest copies again; 4,096 events of 256 fields fit.)
 const MAX_BATCH_VALUES: usize = 1 << 20;
 
-fn check_width(fields: usize, events: usize) -> Result<()> {
+pub(super) fn check_width(fields: usize, events: usize) -> Result<()> {
     match fields.checked_mul(events) {
         Some(values) if values <= MAX_BATCH_VALUES || events <= 1 => Ok(()),
         _ => Err(OperatorError::Rejected(format!(
@@ -112,122 +113,8 @@ pub(super) fn to_wit_columns(
     })
 }
 
-/// Adds one window's events to an `add-windows` call: their times to `call.timestamps`, and each
-/// crossing field's values, field after field, to the list they fit (see [`push_columns`]).
-/// Returns the window's field names, which the caller indexes once it has every name of the
-/// call. Refused like [`to_wit_columns`], with nothing added, if the window is too wide.
-///
-/// When every event has the first one's field names (nearly always), the values are read
-/// straight from the events, a field at a time while the window's events are in the cache;
-/// otherwise they go through [`to_wit_columns`] and its list of values. The call is the same.
-pub(super) fn push_window(
-    call: &mut WindowBatches,
-    events: &[&Event],
-    projection: &Projection,
-) -> Result<Vec<String>> {
-    if projection.is_none() {
-        // Nothing to read but the times: not even the field names, to see they agree.
-        call.timestamps
-            .extend(events.iter().map(|event| event.timestamp));
-        return Ok(Vec::new());
-    }
-    let Some((fields, layout)) = uniform_layout(events, projection) else {
-        let batch = to_wit_columns(events, projection)?;
-        let count = batch.timestamps.len();
-        call.timestamps.extend(batch.timestamps);
-        push_columns(call, batch.values, batch.fields.len(), count);
-        return Ok(batch.fields);
-    };
-    check_width(fields.len(), events.len())?;
-    call.timestamps
-        .extend(events.iter().map(|event| event.timestamp));
-    for slot in layout {
-        let values = || (events.iter()).map(move |event| slot.map(|i| &event.fields[i].1));
-        let kind = if values().all(|value| matches!(value, Some(Value::Int(_)))) {
-            ColumnKind::Ints
-        } else if values().all(|value| matches!(value, Some(Value::Float(_)))) {
-            ColumnKind::Floats
-        } else {
-            ColumnKind::Values
-        };
-        call.kinds.push(kind);
-        match kind {
-            ColumnKind::Ints => call.ints.extend(values().filter_map(|value| match value {
-                Some(Value::Int(i)) => Some(*i),
-                _ => None,
-            })),
-            ColumnKind::Floats => call.floats.extend(values().filter_map(|value| match value {
-                Some(Value::Float(f)) => Some(*f),
-                _ => None,
-            })),
-            ColumnKind::Values => call.columns.extend(
-                values().map(|value| value.map_or(wit::Value::Null, |v| to_wit(v.clone()))),
-            ),
-        }
-    }
-    Ok(fields.iter().map(|name| name.to_string()).collect())
-}
-
-/// The crossing fields of `events` and where each sits in every event, if all have the first
-/// event's field names in its order (none if there are no events).
-fn uniform_layout(
-    events: &[&Event],
-    projection: &Projection,
-) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
-    let first = *events.first()?;
-    for (i, &event) in events.iter().enumerate() {
-        warm(events, i);
-        if !same_names(first, event) {
-            return None;
-        }
-    }
-    let fields = crossing_fields(&[first], projection);
-    let layout = Shape::default().layout(first, &fields).to_vec();
-    Some((fields, layout))
-}
-
-/// Adds one window's values, `fields` fields of `events` values each, field after field, to
-/// `call`: a field whose values are all integers to `ints`, all floats to `floats`, any other
-/// to `columns`.
-pub(super) fn push_columns(
-    call: &mut WindowBatches,
-    values: Vec<wit::Value>,
-    fields: usize,
-    events: usize,
-) {
-    let mut values = values.into_iter();
-    for _ in 0..fields {
-        let next = values.as_slice();
-        let kind = column_kind(next.get(..events).unwrap_or(next));
-        call.kinds.push(kind);
-        let field = values.by_ref().take(events);
-        match kind {
-            ColumnKind::Ints => call.ints.extend(field.filter_map(|value| match value {
-                wit::Value::Int(i) => Some(i),
-                _ => None,
-            })),
-            ColumnKind::Floats => call.floats.extend(field.filter_map(|value| match value {
-                wit::Value::Float(f) => Some(f),
-                _ => None,
-            })),
-            ColumnKind::Values => call.columns.extend(field),
-        }
-    }
-}
-
-/// The list that a field with `values` crosses in.
-fn column_kind(values: &[wit::Value]) -> ColumnKind {
-    if values.iter().all(|v| matches!(v, wit::Value::Int(_))) {
-        ColumnKind::Ints
-    } else if values.iter().all(|v| matches!(v, wit::Value::Float(_))) {
-        ColumnKind::Floats
-    } else {
-        ColumnKind::Values
-    }
-}
-
 /// The fields that cross for `events`, in order of first appearance (or the projection's).
-fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName> {
+pub(super) fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName> {
     let skip: &[FieldName] = match projection {
         Projection::Only(names) => return names.clone(),
         Projection::Except(skip) => skip,
@@ -254,7 +141,8 @@ fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec<FieldName>
 /// How many events ahead of the one being read [`warm`] asks the CPU to fetch.
 const WARM_AHEAD: usize = 16;
 
-/// The most bytes of an event's fields [`warm`] fetches ahead: eight cache lines, nine fields.
+/// The most bytes of an event's fields [`warm`] fetches ahead: nine fields, eight cache lines'
+/// worth (nine lines when they do not start at a line's start).
 const WARM_BYTES: usize = 512;
 
 /// Asks the CPU to fetch the event `WARM_AHEAD` places after `events[i]`, and the fields of the
@@ -264,7 +152,7 @@ const WARM_BYTES: usize = 512;
 /// shard thread took 5-10 % longer). A window's events are scattered over the batches it
 /// spans and were made on the router's core, so reading them in turn waits on memory for
 /// every one; fetched ahead, the waits overlap.
-fn warm(events: &[&Event], i: usize) {
+pub(super) fn warm(events: &[&Event], i: usize) {
     if let Some(&far) = events.get(i + WARM_AHEAD) {
         fetch_event(far);
     }
@@ -277,12 +165,7 @@ fn warm(events: &[&Event], i: usize) {
 /// but the first few) as [`warm`] does: a window's first events are then not waited for
 /// either, as they are when each window fetches only its own ahead. Reading each event's
 /// header for its fields' address is a load, so this also waits, but for many events at once.
-/// With `fields` false (none crosses), only the headers, which hold the times.
-pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone, fields: bool) {
-    if !fields {
-        events.for_each(fetch_event);
-        return;
-    }
+pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone) {
     let mut far = events.clone().skip(WARM_AHEAD);
     for near in events.skip(WARM_AHEAD / 2) {
         if let Some(far) = far.next() {
@@ -292,15 +175,20 @@ pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone, fiel
     }
 }
 
+/// Asks the CPU to fetch the headers of `events` (which hold their times), not their fields.
+pub(super) fn warm_headers<'a>(events: impl Iterator<Item = &'a Event>) {
+    events.for_each(fetch_event);
+}
+
 /// Asks the CPU to fetch `event`'s header (its fields' address, its time).
 #[allow(unsafe_code)]
 fn fetch_event(event: &Event) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it reads nothing into the program and never faults,
-    // whatever the address; SSE, which it needs, is part of every x86-64 CPU.
-    unsafe {
+    {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(event).cast());
+        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
+        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(event).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = event;
@@ -310,15 +198,15 @@ fn fetch_event(event: &Event) {
 #[allow(unsafe_code)]
 fn fetch_fields(event: &Event) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `fetch_event`; `wrapping_add` past the fields is harmless too.
-    unsafe {
+    {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         let start = event.fields.as_ptr().cast::<u8>();
         let end = std::mem::size_of_val(event.fields.as_slice()).min(WARM_BYTES);
         // Each line the fields touch: from the first byte, a line at a time, and the last
         // byte's (the start is rarely at a line's start).
         for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
-            _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast());
+            // SAFETY: as in `fetch_event`; an address past the fields is harmless too.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast()) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -326,7 +214,7 @@ fn fetch_fields(event: &Event) {
 }
 
 /// Whether two events have the same field names in the same order.
-fn same_names(a: &Event, b: &Event) -> bool {
+pub(super) fn same_names(a: &Event, b: &Event) -> bool {
     a.fields.len() == b.fields.len()
         && a.fields
             .iter()
@@ -336,7 +224,7 @@ fn same_names(a: &Event, b: &Event) -> bool {
 
 /// The layout of the last event seen: for each crossing field, its index in that event.
 #[derive(Default)]
-struct Shape<'a> {
+pub(super) struct Shape<'a> {
     names: Option<&'a Event>,
     layout: Vec<Option<usize>>,
 }
@@ -346,7 +234,7 @@ struct Shape<'a> {
 const SCAN_LIMIT: usize = 32;
 
 impl<'a> Shape<'a> {
-    fn layout(&mut self, event: &'a Event, fields: &[FieldName]) -> &[Option<usize>] {
+    pub(super) fn layout(&mut self, event: &'a Event, fields: &[FieldName]) -> &[Option<usize>] {
         // No field crosses (`fields = []`): only the timestamps do.
         if fields.is_empty() || self.names.is_some_and(|seen| same_names(seen, event)) {
             return &self.layout;
@@ -445,135 +333,6 @@ mod tests {
         }
         let none = to_wit_columns(&batch, &Projection::only::<&str>(&[])).unwrap();
         assert!(none.values.is_empty() && none.timestamps.len() == 3);
-    }
-
-    /// Each field crosses in the list its values fit: integers, floats, or values for any
-    /// mix; a field of no events still has its kind.
-    #[test]
-    fn each_field_crosses_in_the_list_its_values_fit() {
-        use super::ColumnKind::{Floats, Ints, Values};
-        use super::wit::Value::{Float, Int, Null, Text};
-        let mut call = WindowBatches {
-            names: vec![],
-            counts: vec![],
-            values: vec![],
-            fields: vec![],
-            timestamps: vec![],
-            kinds: vec![],
-            ints: vec![],
-            floats: vec![],
-            columns: vec![],
-        };
-        let text = Text("a".into());
-        let window = vec![Int(1), Int(2), Float(0.5), Float(1.0), Int(3), Float(2.0)];
-        super::push_columns(&mut call, window, 3, 2);
-        super::push_columns(&mut call, vec![Null, text.clone()], 1, 2);
-        super::push_columns(&mut call, vec![], 2, 0);
-        assert_eq!(call.kinds, [Ints, Floats, Values, Values, Ints, Ints]);
-        assert_eq!(call.ints, [1, 2]);
-        assert_eq!(call.floats, [0.5, 1.0]);
-        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
-        let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
-        assert_eq!(columns, expected);
-    }
-
-    /// A window's call the way the host had built it for every window: its values in one list
-    /// (nulls where an event lacks a field), then each field to the list its values fit.
-    fn through_rows(events: &[&Event], projection: &Projection) -> Result<WindowBatches> {
-        let mut call = empty_call();
-        let batch = to_wit_columns(events, projection)?;
-        let count = batch.timestamps.len();
-        call.timestamps.extend(batch.timestamps);
-        push_columns(&mut call, batch.values, batch.fields.len(), count);
-        call.names = batch.fields;
-        Ok(call)
-    }
-
-    fn empty_call() -> WindowBatches {
-        WindowBatches {
-            names: vec![],
-            counts: vec![],
-            values: vec![],
-            fields: vec![],
-            timestamps: vec![],
-            kinds: vec![],
-            ints: vec![],
-            floats: vec![],
-            columns: vec![],
-        }
-    }
-
-    /// Windows whose events share their names (read straight from the events) and windows
-    /// whose events do not (read through a list of values) cross the same: the same fields,
-    /// times, kinds and values as the list of values gives, with every projection. A window
-    /// too wide is refused with nothing added.
-    #[test]
-    fn a_window_crosses_the_same_read_straight_from_its_events() {
-        let (a, b, c) = (
-            FieldName::new("a"),
-            FieldName::new("b"),
-            FieldName::new("c"),
-        );
-        let row = |a_value: Value, b_value: Value| {
-            event(vec![
-                (a.clone(), a_value),
-                (b.clone(), b_value),
-                (a.clone(), Value::Int(99)),
-            ])
-        };
-        let windows: Vec<Vec<Event>> = vec![
-            vec![
-                row(Value::Int(1), Value::Float(0.5)),
-                row(Value::Int(2), Value::Float(1.5)),
-            ],
-            vec![
-                row(Value::Int(1), Value::Int(2)),
-                row(Value::Float(2.5), Value::Null),
-            ],
-            vec![row(Value::Text("t".into()), Value::Boolean(true))],
-            vec![
-                row(Value::Int(1), Value::Int(2)),
-                event(vec![(c.clone(), Value::Int(3))]),
-            ],
-            vec![event(vec![]), event(vec![])],
-            vec![],
-        ];
-        let projections = [
-            Projection::All,
-            Projection::except(&["b"]),
-            Projection::only(&["c", "a", "absent"]),
-            Projection::only::<&str>(&[]),
-        ];
-        for projection in &projections {
-            for events in &windows {
-                let events: Vec<&Event> = events.iter().collect();
-                let mut call = empty_call();
-                call.names = push_window(&mut call, &events, projection).unwrap();
-                let expected = through_rows(&events, projection).unwrap();
-                assert_eq!(
-                    format!("{call:?}"),
-                    format!("{expected:?}"),
-                    "{projection:?}"
-                );
-            }
-        }
-        let wide: Vec<Event> = (0..2)
-            .map(|_| {
-                event(
-                    (0..1 << 11)
-                        .map(|i| (FieldName::new(&format!("w{i}")), Value::Int(i)))
-                        .collect(),
-                )
-            })
-            .collect();
-        let wide: Vec<&Event> = wide.iter().cycle().take(1 << 10).collect();
-        let mut call = empty_call();
-        assert!(push_window(&mut call, &wide, &Projection::All).is_err());
-        assert_eq!(
-            format!("{call:?}"),
-            format!("{:?}", empty_call()),
-            "nothing added"
-        );
     }
 
     /// Eleven events of 100,000 names each, all different (eleven hostile 1 MiB lines): as one

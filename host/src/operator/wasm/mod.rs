@@ -110,6 +110,7 @@ mod enrich;
 mod guest;
 mod runtime;
 mod scope_host;
+mod window_call;
 
 pub use aggregate::WasmAggregate;
 pub use convert::Projection;

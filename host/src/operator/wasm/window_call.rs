@@ -1,0 +1,269 @@
+//! One window's part of a 0.3 `add-windows` call: its events' times, and each crossing field's
+//! values, field after field, in the list they fit (integers, floats, or values of any kind).
+//! Used by [`super::aggregate`]; depends on [`super::convert`].
+
+use super::convert::{
+    Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns, warm,
+};
+use super::*;
+use crate::field_name::FieldName;
+use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
+
+/// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
+/// field's values to the list they fit. Returns the window's field names, which the caller
+/// indexes once it has every name of the call. Refused like [`to_wit_columns`], with nothing
+/// added, if the window is too wide.
+///
+/// When every event has the first one's field names (nearly always), the values are read
+/// straight from the events, a field at a time while the window's events are in the cache;
+/// otherwise they go through [`to_wit_columns`]'s list of values. The call is the same.
+pub(super) fn push_window(
+    call: &mut WindowBatches,
+    events: &[&Event],
+    projection: &Projection,
+) -> Result<Vec<String>> {
+    if projection.crosses_no_field() {
+        // Nothing to read but the times: not even the field names, to see they agree.
+        call.timestamps
+            .extend(events.iter().map(|event| event.timestamp));
+        return Ok(Vec::new());
+    }
+    let Some((fields, layout)) = uniform_layout(events, projection) else {
+        return push_through_values(call, events, projection);
+    };
+    check_width(fields.len(), events.len())?;
+    call.timestamps
+        .extend(events.iter().map(|event| event.timestamp));
+    for slot in layout {
+        push_straight(call, events, slot);
+    }
+    Ok(fields.iter().map(|name| name.to_string()).collect())
+}
+
+/// [`push_window`] for events of any field names: through one list of all the window's
+/// values (nulls where an event lacks a field).
+fn push_through_values(
+    call: &mut WindowBatches,
+    events: &[&Event],
+    projection: &Projection,
+) -> Result<Vec<String>> {
+    let batch = to_wit_columns(events, projection)?;
+    let count = batch.timestamps.len();
+    call.timestamps.extend(batch.timestamps);
+    push_columns(call, batch.values, batch.fields.len(), count);
+    Ok(batch.fields)
+}
+
+/// Adds one field's values to `call`, read from each of `events` at `slot` (null where it is
+/// none: a projection's field the events lack).
+fn push_straight(call: &mut WindowBatches, events: &[&Event], slot: Option<usize>) {
+    let values = || (events.iter()).map(move |event| slot.map(|i| &event.fields[i].1));
+    let kind = if values().all(|value| matches!(value, Some(Value::Int(_)))) {
+        ColumnKind::Ints
+    } else if values().all(|value| matches!(value, Some(Value::Float(_)))) {
+        ColumnKind::Floats
+    } else {
+        ColumnKind::Values
+    };
+    call.kinds.push(kind);
+    match kind {
+        ColumnKind::Ints => call.ints.extend(values().filter_map(|value| match value {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        })),
+        ColumnKind::Floats => call.floats.extend(values().filter_map(|value| match value {
+            Some(Value::Float(f)) => Some(*f),
+            _ => None,
+        })),
+        ColumnKind::Values => call
+            .columns
+            .extend(values().map(|value| value.map_or(wit::Value::Null, |v| to_wit(v.clone())))),
+    }
+}
+
+/// The crossing fields of `events` and where each sits in every event, if all have the first
+/// event's field names in its order (none if there are no events).
+fn uniform_layout(
+    events: &[&Event],
+    projection: &Projection,
+) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
+    let first = *events.first()?;
+    for (i, &event) in events.iter().enumerate() {
+        warm(events, i);
+        if !same_names(first, event) {
+            return None;
+        }
+    }
+    let fields = crossing_fields(&[first], projection);
+    let layout = Shape::default().layout(first, &fields).to_vec();
+    Some((fields, layout))
+}
+
+/// Adds one window's values, `fields` fields of `events` values each, field after field, to
+/// `call`: a field whose values are all integers to `ints`, all floats to `floats`, any other
+/// to `columns`.
+fn push_columns(call: &mut WindowBatches, values: Vec<wit::Value>, fields: usize, events: usize) {
+    let mut values = values.into_iter();
+    for _ in 0..fields {
+        let next = values.as_slice();
+        let kind = column_kind(next.get(..events).unwrap_or(next));
+        call.kinds.push(kind);
+        let field = values.by_ref().take(events);
+        match kind {
+            ColumnKind::Ints => call.ints.extend(field.filter_map(|value| match value {
+                wit::Value::Int(i) => Some(i),
+                _ => None,
+            })),
+            ColumnKind::Floats => call.floats.extend(field.filter_map(|value| match value {
+                wit::Value::Float(f) => Some(f),
+                _ => None,
+            })),
+            ColumnKind::Values => call.columns.extend(field),
+        }
+    }
+}
+
+/// The list that a field with `values` crosses in.
+fn column_kind(values: &[wit::Value]) -> ColumnKind {
+    if values.iter().all(|v| matches!(v, wit::Value::Int(_))) {
+        ColumnKind::Ints
+    } else if values.iter().all(|v| matches!(v, wit::Value::Float(_))) {
+        ColumnKind::Floats
+    } else {
+        ColumnKind::Values
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(timestamp: i64, fields: Vec<(FieldName, Value)>) -> Event {
+        Event {
+            line: 1,
+            key: "k".into(),
+            timestamp,
+            fields,
+        }
+    }
+
+    fn empty_call() -> WindowBatches {
+        WindowBatches {
+            names: vec![],
+            counts: vec![],
+            values: vec![],
+            fields: vec![],
+            timestamps: vec![],
+            kinds: vec![],
+            ints: vec![],
+            floats: vec![],
+            columns: vec![],
+        }
+    }
+
+    /// Each field crosses in the list its values fit: integers, floats, or values for any
+    /// mix; a field of no events still has its kind.
+    #[test]
+    fn each_field_crosses_in_the_list_its_values_fit() {
+        use ColumnKind::{Floats, Ints, Values};
+        use wit::Value::{Float, Int, Null, Text};
+        let mut call = empty_call();
+        let text = Text("a".into());
+        let window = vec![Int(1), Int(2), Float(0.5), Float(1.0), Int(3), Float(2.0)];
+        push_columns(&mut call, window, 3, 2);
+        push_columns(&mut call, vec![Null, text.clone()], 1, 2);
+        push_columns(&mut call, vec![], 2, 0);
+        assert_eq!(call.kinds, [Ints, Floats, Values, Values, Ints, Ints]);
+        assert_eq!(call.ints, [1, 2]);
+        assert_eq!(call.floats, [0.5, 1.0]);
+        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
+        let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
+        assert_eq!(columns, expected);
+    }
+
+    /// Windows whose events share their names (read straight from the events) and windows
+    /// whose events do not (read through a list of values) cross the same, one after another
+    /// into one call: the same fields, times, kinds and values as the list of values gives,
+    /// with every projection. A window too wide is refused with nothing added.
+    #[test]
+    fn windows_cross_the_same_read_straight_from_their_events() {
+        let (a, b, c) = (
+            FieldName::new("a"),
+            FieldName::new("b"),
+            FieldName::new("c"),
+        );
+        let row = |timestamp: i64, a_value: Value, b_value: Value| {
+            event(
+                timestamp,
+                vec![
+                    (a.clone(), a_value),
+                    (b.clone(), b_value),
+                    (a.clone(), Value::Int(99)),
+                ],
+            )
+        };
+        // Past `SCAN_LIMIT` fields, an event's names are looked up by hashing.
+        let wide = |timestamp: i64| {
+            let fields = (0..40).map(|i| (FieldName::new(&format!("f{i}")), Value::Int(i)));
+            event(
+                timestamp,
+                fields.chain([(a.clone(), Value::Float(0.5))]).collect(),
+            )
+        };
+        let windows: Vec<Vec<Event>> = vec![
+            vec![
+                row(7, Value::Int(1), Value::Float(0.5)),
+                row(3, Value::Int(2), Value::Float(1.5)),
+            ],
+            vec![
+                row(11, Value::Int(1), Value::Int(2)),
+                row(-4, Value::Float(2.5), Value::Null),
+            ],
+            vec![row(5, Value::Text("t".into()), Value::Boolean(true))],
+            vec![
+                row(1, Value::Int(1), Value::Int(2)),
+                event(2, vec![(c.clone(), Value::Int(3))]),
+            ],
+            vec![event(8, vec![]), event(9, vec![])],
+            vec![],
+            vec![wide(12), wide(13)],
+        ];
+        let projections = [
+            Projection::All,
+            Projection::except(&["b"]),
+            Projection::only(&["c", "a", "absent", "f39"]),
+            Projection::only::<&str>(&[]),
+        ];
+        for projection in &projections {
+            let (mut call, mut expected) = (empty_call(), empty_call());
+            for events in &windows {
+                let events: Vec<&Event> = events.iter().collect();
+                let names = push_window(&mut call, &events, projection).unwrap();
+                call.names.extend(names);
+                let names = push_through_values(&mut expected, &events, projection).unwrap();
+                expected.names.extend(names);
+            }
+            assert_eq!(
+                format!("{call:?}"),
+                format!("{expected:?}"),
+                "{projection:?}"
+            );
+            assert_eq!(call.timestamps, [7, 3, 11, -4, 5, 1, 2, 8, 9, 12, 13]);
+        }
+        let wide: Vec<Event> = (0..2)
+            .map(|e| {
+                let fields =
+                    (0..1 << 11).map(|i| (FieldName::new(&format!("w{i}")), Value::Int(i)));
+                event(e, fields.collect())
+            })
+            .collect();
+        let wide: Vec<&Event> = wide.iter().cycle().take(1 << 10).collect();
+        let mut call = empty_call();
+        assert!(push_window(&mut call, &wide, &Projection::All).is_err());
+        assert_eq!(
+            format!("{call:?}"),
+            format!("{:?}", empty_call()),
+            "nothing added"
+        );
+    }
+}

@@ -25,6 +25,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod client;
 pub mod cluster;
+pub mod cpu_time;
 pub mod emit;
 pub mod event;
 pub mod field_name;

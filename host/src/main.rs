@@ -1299,7 +1299,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     println!(
         "tumbling count+sum, 1 min windows, {events} events from the {from}, {keys} keys, {shards} shard(s), batches of {batch_size}"
     );
-    let mut rates: Vec<Vec<(String, f64)>> = Vec::new();
+    let mut rates: Vec<Vec<Measured>> = Vec::new();
     for run in 1..=runs {
         if runs > 1 {
             println!("run {run} of {runs}:");
@@ -1312,11 +1312,34 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One operator's figures in one run of the count-sum benchmark.
+struct Measured {
+    label: String,
+    /// Events per second.
+    rate: f64,
+    /// Its shards' CPU time per event, in nanoseconds, where the platform tells it: the
+    /// operator's cost even when the router, not the shard, limits the throughput.
+    shard_ns: Option<f64>,
+    /// Its router's CPU time per event (reading, decoding, routing), likewise.
+    router_ns: Option<f64>,
+}
+
+impl Measured {
+    fn of(label: String, summary: &weir::pipeline::Summary) -> Measured {
+        let per_event =
+            |cpu: std::time::Duration| cpu.as_nanos() as f64 / (summary.events_in as f64).max(1.0);
+        Measured {
+            label,
+            rate: weir::bench::BenchReport::rate(summary),
+            shard_ns: summary.shards_cpu.map(per_event),
+            router_ns: summary.router_cpu.map(per_event),
+        }
+    }
+}
+
 /// Prints one run of the count-sum benchmark, checks that every operator gave the native
-/// results, and returns each operator's events/s (the native one last).
-fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<(String, f64)>> {
-    let rate = weir::bench::BenchReport::rate;
-    let native = rate(&report.native);
+/// results, and returns each operator's figures (the native one last).
+fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Measured>> {
     let mut rows = vec![("rust wasm".to_owned(), &report.wasm)];
     rows.extend(
         report
@@ -1325,49 +1348,83 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<(Str
             .map(|(language, summary)| (format!("{language} wasm"), summary)),
     );
     rows.push(("native".to_owned(), &report.native));
-    for (label, summary) in &rows {
+    let measured: Vec<Measured> = (rows.iter())
+        .map(|(label, summary)| Measured::of(label.clone(), summary))
+        .collect();
+    let native = &measured[measured.len() - 1];
+    for ((_, summary), this) in rows.iter().zip(&measured) {
+        let cpu = match (this.shard_ns, this.router_ns) {
+            (Some(shard), Some(router)) => {
+                format!(", CPU per event: shards {shard:.0} ns, router {router:.0} ns")
+            }
+            _ => String::new(),
+        };
         println!(
-            "{label:<12} {:>12.0} events/s  ({:.2} s, {} results, {} dead letters, {} traps, {:.2} x native)",
-            rate(summary),
+            "{:<12} {:>12.0} events/s  ({:.2} s, {} results, {} dead letters, {} traps, {:.2} x native{})",
+            this.label,
+            this.rate,
             summary.elapsed.as_secs_f64(),
             summary.results_out,
             summary.dead_letters,
             summary.traps,
-            rate(summary) / native
+            this.rate / native.rate,
+            cpu,
         );
     }
     println!(
         "wasm/native throughput ratio: {:.2}",
-        rate(&report.wasm) / native
+        measured[0].rate / native.rate
     );
+    if let Some(ratio) = cost_ratio(&measured[0], native) {
+        println!("wasm/native by shard CPU per event (native's cost over wasm's): {ratio:.2}");
+    }
     for (label, summary) in &rows {
         anyhow::ensure!(
             summary.results_out == report.native.results_out && summary.dead_letters == 0,
             "{label} and native disagree on the number of results, or {label} had dead letters"
         );
     }
-    Ok(rows
-        .into_iter()
-        .map(|(label, summary)| (label, rate(summary)))
-        .collect())
+    Ok(measured)
+}
+
+/// Native's shard CPU per event over `this` one's: 1 when they cost the same, 0.5 when `this`
+/// costs twice as much.
+fn cost_ratio(this: &Measured, native: &Measured) -> Option<f64> {
+    Some(native.shard_ns? / this.shard_ns?)
 }
 
 /// Prints, for each operator of several runs, the median events/s and its ratio to the native
-/// run of the same run (median, lowest, highest).
-fn print_medians(runs: &[Vec<(String, f64)>]) {
+/// run of the same run (median, lowest, highest), and the same for shard CPU per event.
+fn print_medians(runs: &[Vec<Measured>]) {
     println!("medians of {} runs (ratios within each run):", runs.len());
-    for (i, (label, _)) in runs[0].iter().enumerate() {
-        let rates: Vec<f64> = runs.iter().map(|run| run[i].1).collect();
-        let ratios: Vec<f64> = runs
-            .iter()
-            .map(|run| run[i].1 / run[run.len() - 1].1)
+    let natives: Vec<&Measured> = (runs.iter())
+        .filter_map(|run| run.iter().find(|m| m.label == "native"))
+        .collect();
+    for (i, first) in runs[0].iter().enumerate() {
+        let this: Vec<&Measured> = runs.iter().map(|run| &run[i]).collect();
+        let ratios: Vec<f64> = (this.iter().zip(&natives))
+            .map(|(this, native)| this.rate / native.rate)
             .collect();
         let (low, high) = range(&ratios);
-        println!(
-            "{label:<12} {:>12.0} events/s  {:.2} x native ({low:.2}-{high:.2})",
-            median(rates),
+        print!(
+            "{:<12} {:>12.0} events/s  {:.2} x native ({low:.2}-{high:.2})",
+            first.label,
+            median(this.iter().map(|m| m.rate).collect()),
             median(ratios),
         );
+        let costs: Option<Vec<f64>> = (this.iter().zip(&natives))
+            .map(|(this, native)| cost_ratio(this, native))
+            .collect();
+        let nanos: Option<Vec<f64>> = this.iter().map(|m| m.shard_ns).collect();
+        if let (Some(costs), Some(nanos)) = (costs, nanos) {
+            let (low, high) = range(&costs);
+            print!(
+                "; shard CPU {:.0} ns/event, native's over this: {:.2} ({low:.2}-{high:.2})",
+                median(nanos),
+                median(costs),
+            );
+        }
+        println!();
     }
 }
 

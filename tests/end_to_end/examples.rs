@@ -231,8 +231,8 @@ fn enrichment_example_joins_the_reference_table_and_drops_duplicates() {
 }
 
 /// `weir bench` runs as the README tells (small, so it is a check of behaviour, not speed):
-/// both runs agree on their results, from the generator and from a JSON Lines file, and the
-/// file is removed afterwards. `--jsonl` where it means nothing, and bad parameters, are
+/// both runs agree on their results, from the generator and from a JSON Lines file, with the
+/// shards' and the router's CPU time per event on Linux, and the file is removed afterwards. `--jsonl` where it means nothing, and bad parameters, are
 /// refused.
 #[test]
 fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
@@ -278,6 +278,20 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
         }
         let medians = stdout.split("medians of 2 runs").nth(1).unwrap_or_default();
         assert!(medians.contains("x native ("), "{stdout}");
+        if cfg!(target_os = "linux") {
+            // The operators' cost apart from the router's: the shards' CPU time per event.
+            for label in [
+                "CPU per event: shards ",
+                "wasm/native by shard CPU per event",
+            ] {
+                assert!(stdout.contains(label), "{label}: {stdout}");
+            }
+            let shard_ns: Vec<f64> = (medians.split("shard CPU ").skip(1))
+                .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(shard_ns.len(), 2, "{stdout}");
+            assert!(shard_ns.iter().all(|&ns| ns > 0.0), "{stdout}");
+        }
         let left: Vec<_> = std::fs::read_dir(temp.path()).unwrap().flatten().collect();
         assert!(left.is_empty(), "the benchmark left {left:?} behind");
     }

@@ -170,6 +170,12 @@ pub struct Summary {
     pub checkpoints: Vec<CheckpointStats>,
     /// Wall time.
     pub elapsed: Duration,
+    /// CPU time of the router's thread while it read, decoded and routed the input, where the
+    /// platform tells it ([`crate::cpu_time`]).
+    pub router_cpu: Option<Duration>,
+    /// CPU time of the shards' threads together (windows and operator calls), where the
+    /// platform tells it.
+    pub shards_cpu: Option<Duration>,
 }
 
 impl std::fmt::Display for Summary {
@@ -325,10 +331,10 @@ pub fn run_controlled(
             .map_or(Vec::new(), |m| m.partitions.clone()),
         finished: manifest.as_ref().is_some_and(|m| m.finished),
     };
-    let routed = router.route(source.as_mut(), start);
+    let (routed, router_cpu) = crate::cpu_time::of(|| router.route(source.as_mut(), start));
     drop(source); // a shared reader stops feeding this run now, not after its last checkpoint
     drop((shard_txs, part_tx)); // hang up: the shards and then the collector finish
-    let summary = join(
+    let mut summary = join(
         routed,
         handles,
         collector,
@@ -336,6 +342,7 @@ pub fn run_controlled(
         manifest.as_ref(),
         started,
     )?;
+    summary.router_cpu = router_cpu;
     log_finished(&summary);
     Ok(summary)
 }
@@ -477,7 +484,9 @@ fn resume_routing(
     Ok((Some(routing), candidate))
 }
 
-type ShardHandle = std::thread::JoinHandle<std::result::Result<(), EngineError>>;
+/// A shard thread: its outcome and the CPU time it used.
+type ShardHandle =
+    std::thread::JoinHandle<(std::result::Result<(), EngineError>, Option<Duration>)>;
 
 /// The shards' threads as the router and the end of a run see them.
 struct ShardThreads {
@@ -515,7 +524,7 @@ fn spawn_shards(
                 if outcome.is_err() {
                     let _ = parts.send((u64::MAX, Part::Failed));
                 }
-                outcome
+                (outcome, crate::cpu_time::this_thread())
             })
             .expect("spawning a shard thread");
         handles.push(handle);
@@ -592,8 +601,11 @@ fn join(
         Ok(events) => (events, None),
         Err(e) => (0, Some(e)),
     };
+    let mut shards_cpu = Some(Duration::ZERO);
     for (shard, handle) in handles.into_iter().enumerate() {
-        if let Err(error) = handle.join().expect("a shard thread panicked")
+        let (outcome, cpu) = handle.join().expect("a shard thread panicked");
+        shards_cpu = shards_cpu.zip(cpu).map(|(total, cpu)| total + cpu);
+        if let Err(error) = outcome
             && failure.is_none()
         {
             failure = Some(PipelineError::Shard { shard, error });
@@ -615,5 +627,7 @@ fn join(
         resumed_from: manifest.map(|m| m.id),
         checkpoints: collected.checkpoints,
         elapsed: started.elapsed(),
+        router_cpu: None,
+        shards_cpu,
     })
 }

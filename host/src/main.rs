@@ -1299,15 +1299,15 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     println!(
         "tumbling count+sum, 1 min windows, {events} events from the {from}, {keys} keys, {shards} shard(s), batches of {batch_size}"
     );
-    let mut rates: Vec<Vec<Measured>> = Vec::new();
+    let mut measured: Vec<Vec<Measured>> = Vec::new();
     for run in 1..=runs {
         if runs > 1 {
             println!("run {run} of {runs}:");
         }
-        rates.push(print_count_sum(&weir::bench::run(&options)?)?);
+        measured.push(print_count_sum(&weir::bench::run(&options)?)?);
     }
     if runs > 1 {
-        print_medians(&rates);
+        print_medians(&measured);
     }
     Ok(())
 }
@@ -1390,16 +1390,19 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
 /// Native's shard CPU per event over `this` one's: 1 when they cost the same, 0.5 when `this`
 /// costs twice as much.
 fn cost_ratio(this: &Measured, native: &Measured) -> Option<f64> {
-    Some(native.shard_ns? / this.shard_ns?)
+    Some(native.shard_ns? / this.shard_ns?).filter(|ratio| ratio.is_finite())
 }
 
 /// Prints, for each operator of several runs, the median events/s and its ratio to the native
 /// run of the same run (median, lowest, highest), and the same for shard CPU per event.
 fn print_medians(runs: &[Vec<Measured>]) {
     println!("medians of {} runs (ratios within each run):", runs.len());
-    let natives: Vec<&Measured> = (runs.iter())
-        .filter_map(|run| run.iter().find(|m| m.label == "native"))
+    let natives: Option<Vec<&Measured>> = (runs.iter())
+        .map(|run| run.iter().find(|m| m.label == "native"))
         .collect();
+    let Some(natives) = natives else {
+        return println!("(a run without the native operator: no ratios)");
+    };
     for (i, first) in runs[0].iter().enumerate() {
         let this: Vec<&Measured> = runs.iter().map(|run| &run[i]).collect();
         let ratios: Vec<f64> = (this.iter().zip(&natives))

@@ -141,9 +141,10 @@ impl WasmAggregate {
         let all = windows
             .iter()
             .flat_map(|(_, events)| events.iter().copied());
-        match self.projection.crosses_no_field() {
-            true => convert::warm_headers(all),
-            false => convert::warm_all(all),
+        if self.projection.crosses_no_field() {
+            convert::warm_headers(all);
+        } else {
+            convert::warm_all(all);
         }
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),

@@ -1,7 +1,8 @@
 //! Values and events across the boundary: Weir's typed values to the WIT types and back,
 //! which event fields cross ([`Projection`]) and where each sits in an event ([`Shape`]), and
-//! fetching events ahead of reading them ([`warm`]). `window_call` builds `add-windows` calls
-//! from these.
+//! fetching events ahead of reading them ([`warm`]). Used by the calls of
+//! [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
+//! `add-windows` calls from these), and by the state imports ([`super::scope_host`]).
 
 use super::*;
 use crate::field_name::FieldName;
@@ -76,6 +77,8 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> Resul
 /// memory, which the guest copies again; 4,096 events of 256 fields fit.)
 const MAX_BATCH_VALUES: usize = 1 << 20;
 
+/// Refuses a batch of `events` events and `fields` crossing fields if it holds more than
+/// [`MAX_BATCH_VALUES`] values (a single event always crosses).
 pub(super) fn check_width(fields: usize, events: usize) -> Result<()> {
     match fields.checked_mul(events) {
         Some(values) if values <= MAX_BATCH_VALUES || events <= 1 => Ok(()),

@@ -515,7 +515,7 @@ impl WindowEngine {
             };
             let record: WindowRecord = serde_json::from_slice(&row.value)
                 .map_err(|e| format!("a window record is unreadable: {e}"))?;
-            let id = self.open(key.key.clone(), Window { start, end }, record.version);
+            let id = self.open(&key.key, Window { start, end }, record.version);
             let live = self.windows.get_mut(id).expect("just opened");
             live.stored = true;
             live.last_output = record.last_output;
@@ -843,7 +843,7 @@ impl WindowEngine {
             self.late(staged, out);
         }
         for (window, id) in found.drain(..) {
-            let id = id.unwrap_or_else(|| self.open(event.key.clone(), window, 0));
+            let id = id.unwrap_or_else(|| self.open(&event.key, window, 0));
             self.contribute(id, number, staged);
         }
         self.found = found;
@@ -874,7 +874,7 @@ impl WindowEngine {
             if self.is_late(&own) {
                 self.late(staged, out);
             } else {
-                let id = self.open(event.key.clone(), own, 0);
+                let id = self.open(&event.key, own, 0);
                 self.contribute(id, number, staged);
             }
             return Ok(());
@@ -902,14 +902,16 @@ impl WindowEngine {
         for &id in &touching {
             self.flush_pending(id, events, cx, out)?;
         }
-        let key = event.key.clone();
+        // The engine's own copy of the key (the sessions', see `own_key`), kept across `absorb`,
+        // which closes them and so forgets it.
+        let key = self.windows[touching[0]].key.clone();
         let target = match self.merge_states(&key, &touching, cx)? {
             Ok(target) => target,
             // The sessions stay as they were; the event that would have merged them is rejected.
             Err(error) => return self.operator_failed(error, &[&staged.event], out),
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
-        let id = self.open(key.clone(), merged, version);
+        let id = self.open_owned(key.clone(), merged, version);
         self.windows.get_mut(id).expect("just opened").inputs = inputs;
         cx.state.put(self.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
@@ -1044,8 +1046,13 @@ impl WindowEngine {
         Ok((version, changed, inputs))
     }
 
-    fn open(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
+    fn open(&mut self, key: &str, window: Window, version: u64) -> WindowId {
         let key = self.own_key(key);
+        self.open_owned(key, window, version)
+    }
+
+    /// [`Self::open`] with the engine's own copy of the key (see [`Self::own_key`]).
+    fn open_owned(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
         let opened = self.opened;
         self.opened += 1;
         let id = self.windows.insert_with(|id| LiveWindow {
@@ -1080,14 +1087,15 @@ impl WindowEngine {
     }
 
     /// The engine's own copy of `key`: the one its open windows share, or a new one made on
-    /// this thread. An event's key was made on the router's thread, in a cache line beside
-    /// keys the router goes on making and freeing; kept as the windows' key and looked up for
-    /// every event of that key, it moved between the cores each time (`memcmp` in `accept`
-    /// waited on it: 8 % of the count-sum's shard thread).
-    fn own_key(&self, key: Arc<str>) -> Arc<str> {
-        match self.by_key.get_key_value(&key) {
+    /// this thread (the shard's; for windows restored from a checkpoint, the thread that
+    /// builds the shards). An event's key was made on the router's thread, in a cache line
+    /// beside keys the router goes on making and freeing; kept as the windows' key and looked
+    /// up for every event of that key, it moved between the cores each time (`memcmp` in
+    /// `accept` waited on it: 8 % of the count-sum's shard thread).
+    fn own_key(&self, key: &str) -> Arc<str> {
+        match self.by_key.get_key_value(key) {
             Some((own, _)) => own.clone(),
-            None => Arc::from(&*key),
+            None => Arc::from(key),
         }
     }
 

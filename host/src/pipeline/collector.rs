@@ -222,10 +222,7 @@ fn commit(
         let snapshot = stages
             .checkpoint()
             .map_err(|error| PipelineError::Stage { error })?;
-        changes.state.extend(snapshot.state);
-        changes.windows.extend(snapshot.windows);
-        changes.hot += snapshot.hot;
-        quota_written += snapshot.quota_written;
+        add_snapshot(&mut changes, &mut quota_written, snapshot);
     }
     let sink_positions = SinkPositions {
         results: sinks.results.sync()?,
@@ -306,6 +303,20 @@ struct Gathered {
     quota_written: StateDelta,
 }
 
+/// Adds a shard's (or the stages') part of a checkpoint to what the checkpoint holds.
+fn add_snapshot(changes: &mut Changes, quota_written: &mut StateDelta, snapshot: ShardSnapshot) {
+    let ShardSnapshot {
+        state,
+        windows,
+        hot,
+        quota_written: written,
+    } = snapshot;
+    changes.state.extend(state);
+    changes.windows.extend(windows);
+    changes.hot += hot;
+    *quota_written += written;
+}
+
 /// Gathers a barrier's parts: the router's position and the shards' changes.
 fn gather(batch: Vec<Part>) -> Gathered {
     let mut position = None;
@@ -319,18 +330,7 @@ fn gather(batch: Vec<Part>) -> Gathered {
                 let (p, c, s) = *barrier;
                 (position, change, savepoints) = (Some(p), c, s);
             }
-            Part::Snapshot(snapshot) => {
-                let ShardSnapshot {
-                    state,
-                    windows,
-                    hot,
-                    quota_written: written,
-                } = snapshot;
-                changes.state.extend(state);
-                changes.windows.extend(windows);
-                changes.hot += hot;
-                quota_written += written;
-            }
+            Part::Snapshot(snapshot) => add_snapshot(&mut changes, &mut quota_written, snapshot),
             Part::Router(_) | Part::Shard(_) | Part::Failed => {
                 unreachable!("checkpoint parts travel alone; a failure is never batched")
             }

@@ -327,14 +327,13 @@ mod tests {
     //! waiting for its acknowledgement only at the next barrier or before a new routing.
 
     use std::sync::Arc;
-    use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
     use std::time::Duration;
 
     use super::super::messages::RoutingChange;
     use super::*;
     use crate::event::Event;
     use crate::operator::native::NativeCountSum;
-    use crate::pipeline::ResolveError;
     use crate::rollout::CounterBook;
     use crate::spec::WindowSpec;
     use crate::state::{MemoryBackend, ScopeState, StateKey};
@@ -381,6 +380,40 @@ mod tests {
             projection: Projection::All,
         };
         Shard::new(None, Vec::new(), Some((engine, versioned, factory)), state)
+    }
+
+    /// A shard running on its own thread, as a pipeline runs it, and the ends of its channels.
+    struct Running {
+        messages: SyncSender<ShardMsg>,
+        parts: Receiver<(u64, Part)>,
+        ack: SyncSender<()>,
+        spent: Receiver<Vec<Staged>>,
+        thread: std::thread::JoinHandle<Result<(), EngineError>>,
+    }
+
+    /// Runs a shard on `state` in a thread, with room for `spent_room` lists of events on
+    /// their way back to the router.
+    fn spawn(state: Box<dyn StateBackend>, spent_room: usize) -> Running {
+        let (messages, inbox) = sync_channel::<ShardMsg>(4);
+        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
+        let (ack, acks) = sync_channel::<()>(1);
+        let (spent_tx, spent) = sync_channel::<Vec<Staged>>(spent_room);
+        let control = crate::pipeline::standalone_control("p");
+        let thread = std::thread::spawn(move || {
+            let shard = shard_on(state);
+            run_thread(shard, &inbox, &parts_tx, &spent_tx, &acks, &control)
+        });
+        Running {
+            messages,
+            parts,
+            ack,
+            spent,
+            thread,
+        }
+    }
+
+    fn barrier(id: u64, change: Option<RoutingChange>) -> ShardMsg {
+        ShardMsg::Barrier { id, change }
     }
 
     fn batch(id: u64, seq: u64, ts: i64) -> ShardMsg {
@@ -444,24 +477,18 @@ mod tests {
 
     #[test]
     fn a_shard_goes_on_while_its_checkpoint_is_written_with_one_checkpoint_in_flight() {
-        let (messages, inbox) = sync_channel::<ShardMsg>(4);
-        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
-        let (ack, acks) = sync_channel::<()>(1);
-        let (spent_tx, spent) = sync_channel::<Vec<Staged>>(1);
-        let control = PipelineControl::new(
-            "p",
-            Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
-            None,
-        );
         let commits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let state = CountingCommits {
             inner: MemoryBackend::default(),
             commits: commits.clone(),
         };
-        let thread = std::thread::spawn(move || {
-            let shard = shard_on(Box::new(state));
-            run_thread(shard, &inbox, &parts_tx, &spent_tx, &acks, &control)
-        });
+        let Running {
+            messages,
+            parts,
+            ack,
+            spent,
+            thread,
+        } = spawn(Box::new(state), 1);
         let committed = || commits.load(std::sync::atomic::Ordering::SeqCst);
         let next = |what: &str| {
             parts
@@ -477,7 +504,6 @@ mod tests {
                 "{what} did not wait for the commit"
             )
         };
-        let barrier = |id, change| ShardMsg::Barrier { id, change };
         messages.send(batch(0, 0, 5)).unwrap();
         assert!(matches!(next("the first batch"), (0, Part::Shard(_))));
         // Its events go back to be dropped where they were made; with no room, here.
@@ -535,25 +561,15 @@ mod tests {
 
     #[test]
     fn a_shard_whose_collector_is_gone_with_a_checkpoint_in_flight_ends() {
-        let (messages, inbox) = sync_channel::<ShardMsg>(4);
-        let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
-        let (ack, acks) = sync_channel::<()>(1);
-        let (spent_tx, _spent) = sync_channel::<Vec<Staged>>(4);
-        let control = PipelineControl::new(
-            "p",
-            Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned()))),
-            None,
-        );
-        let thread = std::thread::spawn(move || {
-            run_thread(shard(), &inbox, &parts_tx, &spent_tx, &acks, &control)
-        });
+        let Running {
+            messages,
+            parts,
+            ack,
+            spent: _spent,
+            thread,
+        } = spawn(Box::new(MemoryBackend::default()), 4);
         messages.send(batch(0, 0, 5)).unwrap();
-        messages
-            .send(ShardMsg::Barrier {
-                id: 1,
-                change: None,
-            })
-            .unwrap();
+        messages.send(barrier(1, None)).unwrap();
         let timeout = Duration::from_secs(5);
         assert!(matches!(
             parts.recv_timeout(timeout),
@@ -565,12 +581,7 @@ mod tests {
         ));
         // The collector stops before acknowledging: the next barrier ends the shard, no snapshot.
         drop(ack);
-        messages
-            .send(ShardMsg::Barrier {
-                id: 2,
-                change: None,
-            })
-            .unwrap();
+        messages.send(barrier(2, None)).unwrap();
         thread.join().unwrap().unwrap();
         assert!(parts.try_recv().is_err(), "no snapshot without a commit");
     }

@@ -11,8 +11,9 @@
 //!   not made.
 //! - [`StateQuota`] (`[state] max_keys`, `max_bytes`): the state the pipeline's operators keep.
 //!   It counts what the last checkpoint committed (exact, from the store) plus what calls wrote
-//!   after their threads' barriers for it; a call whose writes would pass it is refused like an operator error, so its events
-//!   become dead letters with the reason, and its writes are dropped.
+//!   after their threads' barriers for it; a call whose writes would pass it is refused like an
+//!   operator error, so its events become dead letters with the reason, and its writes are
+//!   dropped.
 //!
 //! Depends on nothing else of the crate; the Wasm guest charges them, the pipeline owns them.
 

@@ -479,6 +479,17 @@ impl RedbBackend {
         };
         self.hot_bytes = self.hot_bytes - old.unwrap_or(0) + size.unwrap_or(0);
     }
+
+    /// In debug builds, that a scope the engine calls never stored is not in the store (unless
+    /// it is in memory or on its way out): every debug run then checks the engine's claim.
+    fn debug_assert_unstored(&self, key: &StateKey) {
+        debug_assert!(
+            self.hot.contains_key(key)
+                || self.removing.contains(key)
+                || matches!(self.store.read(key), Ok(None)),
+            "a scope the engine calls never stored is in the store: {key:?}"
+        );
+    }
 }
 
 impl StateBackend for RedbBackend {
@@ -521,16 +532,13 @@ impl StateBackend for RedbBackend {
     }
 
     fn take_unstored(&mut self, key: &StateKey) -> Result<ScopeState> {
-        debug_assert!(
-            self.hot.contains_key(key)
-                || self.removing.contains(key)
-                || matches!(self.store.read(key), Ok(None)),
-            "a scope taken as never stored is in the store: {key:?}"
-        );
+        self.debug_assert_unstored(key);
         Ok(self.hot.remove(key).unwrap_or_default())
     }
 
     fn remove_unstored(&mut self, key: &StateKey) -> Result<()> {
+        // Dropping `key` from `dirty` below would also drop a pending removal of a stored row.
+        self.debug_assert_unstored(key);
         self.hot.remove(key);
         self.set_size(key, None);
         self.dirty.remove(key);

@@ -334,15 +334,14 @@ pub fn run_controlled(
     let (routed, router_cpu) = crate::cpu_time::of(|| router.route(source.as_mut(), start));
     drop(source); // a shared reader stops feeding this run now, not after its last checkpoint
     drop((shard_txs, part_tx)); // hang up: the shards and then the collector finish
-    let mut summary = join(
-        routed,
+    let summary = join(
+        (routed, router_cpu),
         handles,
         collector,
         shards,
         manifest.as_ref(),
         started,
     )?;
-    summary.router_cpu = router_cpu;
     log_finished(&summary);
     Ok(summary)
 }
@@ -589,8 +588,9 @@ fn spawn_collector(
 }
 
 /// Waits for the shards and the collector; the first failure wins, the router's first.
+/// `routed` is the router's outcome and the CPU time it used.
 fn join(
-    routed: Result<u64>,
+    (routed, router_cpu): (Result<u64>, Option<Duration>),
     handles: Vec<ShardHandle>,
     collector: std::thread::JoinHandle<Collected>,
     shards: usize,
@@ -627,7 +627,7 @@ fn join(
         resumed_from: manifest.map(|m| m.id),
         checkpoints: collected.checkpoints,
         elapsed: started.elapsed(),
-        router_cpu: None,
+        router_cpu,
         shards_cpu,
     })
 }

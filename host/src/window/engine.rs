@@ -1073,12 +1073,7 @@ impl WindowEngine {
             touched: false,
             stored: false,
         });
-        match self.by_key.get_mut(&key) {
-            Some(open) => open.push((window, id)),
-            None => {
-                self.by_key.insert(key.clone(), vec![(window, id)]);
-            }
-        }
+        self.by_key.entry(key).or_default().push((window, id));
         self.expiry
             .insert((window.end.saturating_add(self.lateness), id));
         let live = self.windows.get_mut(id).expect("just opened");

@@ -25,7 +25,6 @@ import { importPackage, packageDir, preopenRoot } from './toolchain.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
-/** Each world the SDK builds, and the WIT package (directory) it builds against. */
 /** The contract both worlds are built against, and the worlds. */
 const WIT = join(ROOT, 'wit', 'v0.3');
 const WORLDS = ['aggregator', 'enricher'];

@@ -22,9 +22,7 @@ pub(crate) fn from_columns(batch: columns::Events) -> Events {
         .collect();
     let mut values = values.into_iter();
     for _ in 0..width {
-        for event in &mut rows {
-            event.values.push(values.next().unwrap_or(Value::Null));
-        }
+        push_each(&mut rows, &mut values, std::convert::identity);
     }
     Events { fields, rows }
 }
@@ -115,7 +113,7 @@ impl Columns {
         match kind {
             Some(ColumnKind::Ints) => push_each(rows, &mut self.ints, Value::Int),
             Some(ColumnKind::Floats) => push_each(rows, &mut self.floats, Value::Float),
-            Some(ColumnKind::Values) => push_each(rows, &mut self.values, |value| value),
+            Some(ColumnKind::Values) => push_each(rows, &mut self.values, std::convert::identity),
             None => rows.iter_mut().for_each(|row| row.values.push(Value::Null)),
         }
     }

@@ -290,7 +290,7 @@ class HostBatchTest(unittest.TestCase):
             wit.Value_Bytes(b"b"),
         ]
         fields = ["n", "b", "i", "f", "t", "y"]
-        # Every kind of value; the second event has only the first two fields (nulls after).
+        # Every kind of value; the second event's last four fields are nulls.
         nulls = [wit.Value_Null()] * 4
         host = batch(values, values[:2] + nulls, fields=fields)
         events = weir_sdk.export._host_columns(host)

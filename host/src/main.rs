@@ -508,15 +508,13 @@ fn bench_checkpoints(
     }
     if runs > 1 {
         let (low, high) = range(&kept);
-        durations.sort_by(f64::total_cmp);
-        let p99 = durations
-            .get((durations.len() * 99).div_ceil(100).saturating_sub(1))
-            .copied()
-            .unwrap_or(0.0);
+        let checkpoints = match p99(durations.clone()) {
+            Some(p99) => format!("{} checkpoints, p99 {p99:.1} ms", durations.len()),
+            None => "no checkpoint was taken".to_owned(),
+        };
         println!(
-            "median of {runs} runs: throughput kept {:.1} % ({low:.1}-{high:.1}); {} checkpoints, p99 {p99:.1} ms",
+            "median of {runs} runs: throughput kept {:.1} % ({low:.1}-{high:.1}); {checkpoints}",
             median(kept),
-            durations.len()
         );
     }
     let mut sizes = vec![10_000, 100_000, 1_000_000];
@@ -1351,7 +1349,7 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
     let measured: Vec<Measured> = (rows.iter())
         .map(|(label, summary)| Measured::of(label.clone(), summary))
         .collect();
-    let native = &measured[measured.len() - 1];
+    let native = native_of(&measured);
     for ((_, summary), this) in rows.iter().zip(&measured) {
         let cpu = match (this.shard_ns, this.router_ns) {
             (Some(shard), Some(router)) => {
@@ -1387,6 +1385,11 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
     Ok(measured)
 }
 
+/// The native operator's figures in a run's, which [`print_count_sum`] puts last.
+fn native_of(run: &[Measured]) -> &Measured {
+    run.last().expect("a run has the native operator, last")
+}
+
 /// Native's shard CPU per event over `this` one's: 1 when they cost the same, 0.5 when `this`
 /// costs twice as much.
 fn cost_ratio(this: &Measured, native: &Measured) -> Option<f64> {
@@ -1397,12 +1400,7 @@ fn cost_ratio(this: &Measured, native: &Measured) -> Option<f64> {
 /// run of the same run (median, lowest, highest), and the same for shard CPU per event.
 fn print_medians(runs: &[Vec<Measured>]) {
     println!("medians of {} runs (ratios within each run):", runs.len());
-    let natives: Option<Vec<&Measured>> = (runs.iter())
-        .map(|run| run.iter().find(|m| m.label == "native"))
-        .collect();
-    let Some(natives) = natives else {
-        return println!("(a run without the native operator: no ratios)");
-    };
+    let natives: Vec<&Measured> = runs.iter().map(|run| native_of(run)).collect();
     for (i, first) in runs[0].iter().enumerate() {
         let this: Vec<&Measured> = runs.iter().map(|run| &run[i]).collect();
         let ratios: Vec<f64> = (this.iter().zip(&natives))
@@ -1437,6 +1435,14 @@ fn range(values: &[f64]) -> (f64, f64) {
     (low, values.iter().copied().fold(0.0, f64::max))
 }
 
+/// The 99th percentile of `values` (the nearest rank: the smallest value at or above 99 % of
+/// them); none of no values.
+fn p99(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let rank = (values.len() * 99).div_ceil(100);
+    values.get(rank.checked_sub(1)?).copied()
+}
+
 /// The median of `values` (the mean of the middle two for an even count).
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -1444,5 +1450,43 @@ fn median(mut values: Vec<f64>) -> f64 {
     match values.len() % 2 {
         0 => (values[middle - 1] + values[middle]) / 2.0,
         _ => values[middle],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_ranges_and_percentiles_of_bench_figures() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(range(&[0.7, 0.9, 0.8]), (0.7, 0.9));
+        assert_eq!(p99(vec![]), None);
+        assert_eq!(p99(vec![5.0]), Some(5.0));
+        // Of 100 values 1..=100 the 99th; of 101, the 100th (rank 99.99 rounds up).
+        assert_eq!(p99((1..=100).rev().map(f64::from).collect()), Some(99.0));
+        assert_eq!(p99((1..=101).map(f64::from).collect()), Some(100.0));
+        assert_eq!(p99((1..=25).map(f64::from).collect()), Some(25.0));
+    }
+
+    #[test]
+    fn the_cost_ratio_is_native_over_this_and_none_without_a_figure() {
+        let measured = |shard_ns| Measured {
+            label: "x".into(),
+            rate: 1.0,
+            shard_ns,
+            router_ns: None,
+        };
+        let native = measured(Some(100.0));
+        assert_eq!(cost_ratio(&measured(Some(200.0)), &native), Some(0.5));
+        assert_eq!(cost_ratio(&measured(None), &native), None);
+        assert_eq!(
+            cost_ratio(&measured(Some(0.0)), &native),
+            None,
+            "not finite"
+        );
+        let run = [measured(Some(1.0)), native];
+        assert_eq!(native_of(&run).shard_ns, Some(100.0));
     }
 }

@@ -14,6 +14,7 @@ mod hostile_server;
 mod live;
 mod nats;
 mod nexmark;
+mod old_contracts;
 mod operator_rollouts;
 mod polyglot;
 mod properties;

@@ -1,7 +1,8 @@
 //! Rollouts of every operator, not only the aggregate (issue 13): under continuous ingest, an
 //! enricher goes from 0 to 50 to 100 % and back (a rollback), then out again and promoted, and
 //! every order comes out exactly once (checked by result ids and order ids), duplicates dropped
-//! across every switch (the versions share the per-key state); a shadow run compares both
+//! across every switch (the versions share the per-key state, across contracts: 1.0.0 is built
+//! against 0.1 or 0.2, 2.0.0 against 0.3); a shadow run compares both
 //! versions' output; a SIGKILL mid-rollout resumes the split; and a stage operator of a
 //! two-stage pipeline rolls out and back with results identical to a twin without a rollout.
 
@@ -80,13 +81,14 @@ fn applied(server: &Server, what: &str, check: impl Fn(&Value) -> bool) {
     });
 }
 
-/// A server in `data` with versions 1.0.0 and 2.0.0 of the enricher (the same component) and
-/// the orders pipeline created and started on 1.0.0.
-fn orders_pipeline(data: &std::path::Path) -> Server {
+/// A server in `data` with versions 1.0.0 and 2.0.0 of the enricher and the orders pipeline
+/// created and started on 1.0.0. Version 2.0.0 is the example (contract 0.3); 1.0.0 is the same
+/// enricher built against the older `contract` (`tests/guests/enrich-customers-0-1` or `-0-2`), so every
+/// switch moves keys, and the orders they have seen, between contracts.
+fn orders_pipeline(data: &std::path::Path, contract: &str) -> Server {
     let server = Server::start(data);
-    let component = crate::support::component(OPERATOR);
-    server.upload_ok(OPERATOR, "1.0.0", &component);
-    server.upload_ok(OPERATOR, "2.0.0", &component);
+    server.upload_ok(OPERATOR, "1.0.0", &crate::support::guest(contract));
+    server.upload_ok(OPERATOR, "2.0.0", &crate::support::component(OPERATOR));
     server.expect(
         "creating",
         server.post_json("/v1/pipelines", Some(ADMIN), &spec()),
@@ -110,7 +112,7 @@ fn events_of(server: &Server, version: &str) -> u64 {
 #[test]
 fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
     let dir = tempfile::tempdir().unwrap();
-    let server = orders_pipeline(dir.path());
+    let server = orders_pipeline(dir.path(), "enrich-customers-0-1");
     let all = orders(0, 4_000);
     let sender = {
         let client = server.client();
@@ -210,7 +212,7 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
 #[test]
 fn an_enricher_shadow_compares_both_versions_and_serves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let server = orders_pipeline(dir.path());
+    let server = orders_pipeline(dir.path(), "enrich-customers-0-2");
     step(
         &server,
         json!({"operator": OPERATOR, "version": "2.0.0", "percent": 0, "shadow": true}),
@@ -233,7 +235,8 @@ fn an_enricher_shadow_compares_both_versions_and_serves_nothing() {
             Err(format!("{compared} compared"))
         }
     });
-    // The same code under two versions: every comparison the same, and 2.0.0 served nothing
+    // The same behaviour built against two contracts (0.2 and 0.3): every comparison the same,
+    // and 2.0.0 served nothing
     // (each unique order came out once, from 1.0.0).
     assert!(
         shadow
@@ -282,7 +285,7 @@ fn an_enricher_shadow_compares_both_versions_and_serves_nothing() {
 #[test]
 fn an_enricher_rollout_survives_a_sigkill_with_every_order_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = orders_pipeline(dir.path());
+    let mut server = orders_pipeline(dir.path(), "enrich-customers-0-2");
     step(
         &server,
         json!({"operator": OPERATOR, "version": "2.0.0", "percent": 50}),

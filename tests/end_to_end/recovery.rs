@@ -455,15 +455,19 @@ fn results_carry_stable_output_ids() {
 
 #[test]
 fn a_new_operator_version_migrates_the_state_the_old_one_wrote() {
+    // Version 1 is the count-sum built against contract 0.1 (`tests/guests/count-sum-0-1`, state
+    // written by one host call per put), version 2 count-sum v2 on 0.3.
     let events = stream(4_000);
-    let pipeline = Pipeline::new(&count_sum_body(&SPEC), &to_jsonl(&events));
+    let example = crate::support::component("tumbling-count-sum")
+        .display()
+        .to_string();
+    let v1 = crate::support::guest("count-sum-0-1").display().to_string();
+    let body = count_sum_body(&SPEC).replace(&example, &v1);
+    let pipeline = Pipeline::new(&body, &to_jsonl(&events));
     crash_after_checkpoint(&pipeline, 4, "300");
     // Restart with version 2 of the operator: it reads version 1's state (count-sum v2 keeps
     // the layout; its `migrate` notes where a window came from).
     let spec = pipeline.dir.path().join("pipeline.toml");
-    let v1 = crate::support::component("tumbling-count-sum")
-        .display()
-        .to_string();
     let v2 = crate::support::component("count-sum-v2")
         .display()
         .to_string();

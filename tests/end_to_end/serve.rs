@@ -1049,7 +1049,13 @@ fn a_pipeline_ingests_events_over_http_and_streams_results() {
 fn rolling_out_from_0_to_100_percent_under_ingest_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let server = Server::start(dir.path());
-    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    // 1.0.0 is the count-sum built against contract 0.2 (`tests/guests/count-sum-0-2`), 2.0.0
+    // count-sum v2 on 0.3: the keys the rollout moves carry 0.2's state over to 0.3.
+    server.upload_ok(
+        "count-sum",
+        "1.0.0",
+        &crate::support::guest("count-sum-0-2"),
+    );
     server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
     create_and_start(&server);
 

@@ -87,7 +87,7 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 9] = [
+const GUESTS: [&str; 13] = [
     "trap-on-key",
     "count-sum-capped",
     "busy-per-event",
@@ -97,6 +97,10 @@ const GUESTS: [&str; 9] = [
     "bad-import",
     "finish-writes",
     "enrich-bad-origin",
+    "count-sum-0-1",
+    "count-sum-0-2",
+    "enrich-customers-0-1",
+    "enrich-customers-0-2",
 ];
 
 const EXAMPLES: [&str; 14] = [

@@ -1,0 +1,97 @@
+//! Test fixture: the customer enricher of `examples/enrich-customers`, built against contract
+//! 0.1 (`wit/operator.wit`) with `wit-bindgen` directly, as components were built before 0.2:
+//! one `list<value>` per event, one host call per state read and write.
+//!
+//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it
+//! beside its twin, which the SDK builds against 0.3, and expect the same output, so the host's
+//! 0.1 paths stay tested. Like the hostile guests it misbehaves on cue: `process` names an
+//! origin outside its batch for an event with a `bad` field.
+
+mod bindings {
+    #![allow(unsafe_code, missing_docs, clippy::all)]
+
+    wit_bindgen::generate!({
+        path: "../../../wit",
+        world: "weir:operator/enricher@0.1.0",
+    });
+}
+
+use bindings::exports::weir::operator::enrich::{Events, Guest, OutputEvents, Scope};
+use bindings::weir::operator::types::{Event, OutputEvent, Value};
+
+/// The operator.
+pub struct EnrichCustomers;
+
+/// The index of `name` in `fields`, appending it if absent.
+fn add_column(fields: &mut Vec<String>, name: &str) -> usize {
+    fields
+        .iter()
+        .position(|field| field == name)
+        .unwrap_or_else(|| {
+            fields.push(name.to_owned());
+            fields.len() - 1
+        })
+}
+
+/// An event's value as a map entry's name, as the SDK's `Value::to_text` makes it.
+fn entry_name(value: &Value) -> Option<String> {
+    match value {
+        Value::Text(text) => Some(text.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl Guest for EnrichCustomers {
+    fn process(state: &Scope, batch: Events) -> Result<OutputEvents, String> {
+        let reference = |name: &str, default: &str| {
+            state
+                .map_get("reference", name)
+                .unwrap_or_else(|| Value::Text(default.into()))
+        };
+        let (name, tier) = (reference("name", "unknown"), reference("tier", "none"));
+        let column = |name: &str| batch.fields.iter().position(|field| field == name);
+        let (order_id, bad) = (column("order_id"), column("bad"));
+        let outside = batch.rows.len() as u32 + 100;
+        let mut fields = batch.fields.clone();
+        let (name_column, tier_column) = (
+            add_column(&mut fields, "customer_name"),
+            add_column(&mut fields, "tier"),
+        );
+        let present = |event: &Event, column: Option<usize>| {
+            column
+                .and_then(|column| event.values.get(column))
+                .filter(|value| !matches!(value, Value::Null))
+                .cloned()
+        };
+        let mut rows = Vec::new();
+        for (origin, event) in (0u32..).zip(&batch.rows) {
+            if let Some(id) = present(event, order_id).as_ref().and_then(entry_name) {
+                if state.map_get("seen_orders", &id).is_some() {
+                    continue; // a duplicate
+                }
+                state.map_put("seen_orders", &id, &Value::Boolean(true));
+            }
+            let mut values = event.values.clone();
+            values.resize(values.len().max(tier_column + 1), Value::Null);
+            values[name_column] = name.clone();
+            values[tier_column] = tier.clone();
+            rows.push(OutputEvent {
+                origin: if present(event, bad).is_some() {
+                    outside
+                } else {
+                    origin
+                },
+                timestamp: event.timestamp,
+                values,
+            });
+        }
+        Ok(OutputEvents { fields, rows })
+    }
+}
+
+#[allow(unsafe_code)] // for the ABI glue `export!` generates
+mod export {
+    use super::EnrichCustomers;
+    crate::bindings::export!(EnrichCustomers with_types_in crate::bindings);
+}

@@ -73,9 +73,12 @@ impl Guest for EnrichCustomers {
                 state.map_put("seen_orders", &id, &Value::Boolean(true));
             }
             let mut values = event.values.clone();
-            values.resize(values.len().max(tier_column + 1), Value::Null);
-            values[name_column] = name.clone();
-            values[tier_column] = tier.clone();
+            for (column, value) in [(name_column, &name), (tier_column, &tier)] {
+                if values.len() <= column {
+                    values.resize(column + 1, Value::Null); // as the SDK's `set` pads
+                }
+                values[column] = value.clone();
+            }
             rows.push(OutputEvent {
                 origin: if present(event, bad).is_some() {
                     outside

@@ -283,7 +283,7 @@ struct BenchArgs {
     #[arg(long)]
     recovery: bool,
     /// With --checkpoints: also measure a state of 10 million keys (needs about 2 GB of disk).
-    #[arg(long)]
+    #[arg(long, requires = "checkpoints")]
     large: bool,
     /// Read the same generated events from a JSON Lines file (written first to a temporary
     /// directory, about 45 bytes per event), so that decoding is measured too.
@@ -308,9 +308,10 @@ struct BenchArgs {
     )]
     js: PathBuf,
     /// Runs of the count-sum (each operator once per run, in turn; with --checkpoints, the run
-    /// with checkpoints and the one without); with more than one, the medians and ranges
-    /// follow. This machine's speed drifts: compare medians, not runs.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// with checkpoints and the one without) or of `nexmark` (every query, Wasm then native, per
+    /// run); with more than one, the medians and ranges follow. This machine's speed drifts:
+    /// compare medians, not runs. Not with --recovery or `nats`, which run once.
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
 }
 
@@ -1170,6 +1171,7 @@ fn bench_nexmark(
     shards: usize,
     batch_size: usize,
     components: &std::path::Path,
+    runs: u32,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=weir::spec::MAX_BATCH_SIZE).contains(&batch_size),
@@ -1186,23 +1188,44 @@ fn bench_nexmark(
     }
     println!("nexmark, {events} events generated, {shards} shard(s), batches of {batch_size}");
     let rate = weir::bench::BenchReport::rate;
-    for row in weir::bench::nexmark(&queries, events, shards, batch_size, components)? {
-        println!(
-            "{:<4} wasm {:>10.0} events/s  native {:>10.0} events/s  ({} events read, {} results; wasm/native {:.2})",
-            row.query,
-            rate(&row.wasm),
-            rate(&row.native),
-            row.wasm.events_in,
-            row.wasm.results_out,
-            rate(&row.wasm) / rate(&row.native)
-        );
-        anyhow::ensure!(
-            row.wasm.results_out == row.native.results_out
-                && row.wasm.dead_letters == 0
-                && row.native.dead_letters == 0,
-            "{}: Wasm and native disagree on the number of results, or one had dead letters",
-            row.query
-        );
+    // Each query's runs, Wasm then native (native last, as `print_medians` wants).
+    let mut measured: Vec<(String, Vec<Vec<Measured>>)> = Vec::new();
+    for run in 1..=runs {
+        if runs > 1 {
+            println!("run {run} of {runs}:");
+        }
+        for row in weir::bench::nexmark(&queries, events, shards, batch_size, components)? {
+            println!(
+                "{:<4} wasm {:>10.0} events/s  native {:>10.0} events/s  ({} events read, {} results; wasm/native {:.2})",
+                row.query,
+                rate(&row.wasm),
+                rate(&row.native),
+                row.wasm.events_in,
+                row.wasm.results_out,
+                rate(&row.wasm) / rate(&row.native)
+            );
+            anyhow::ensure!(
+                row.wasm.results_out == row.native.results_out
+                    && row.wasm.dead_letters == 0
+                    && row.native.dead_letters == 0,
+                "{}: Wasm and native disagree on the number of results, or one had dead letters",
+                row.query
+            );
+            let this = vec![
+                Measured::of("wasm".into(), &row.wasm),
+                Measured::of("native".into(), &row.native),
+            ];
+            match measured.iter_mut().find(|(query, _)| *query == row.query) {
+                Some((_, runs)) => runs.push(this),
+                None => measured.push((row.query, vec![this])),
+            }
+        }
+    }
+    if runs > 1 {
+        for (query, runs) in &measured {
+            print!("{query}: ");
+            print_medians(runs);
+        }
     }
     Ok(())
 }
@@ -1221,8 +1244,13 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         components,
     }) = args.suite
     {
-        return bench_nexmark(queries, events, shards, batch_size, &components);
+        return bench_nexmark(queries, events, shards, batch_size, &components, args.runs);
     }
+    anyhow::ensure!(
+        args.runs == 1 || !(args.recovery || matches!(args.suite, Some(BenchSuite::Nats { .. }))),
+        "--runs applies to the count-sum, --checkpoints and `weir bench nexmark`; --recovery and \
+         `weir bench nats` run once"
+    );
     if let Some(BenchSuite::Nats {
         nats,
         events,
@@ -1456,6 +1484,31 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bench_args(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["weir", "bench"].iter().chain(args))?;
+        match cli.command {
+            Command::Bench(args) => Ok(args),
+            other => panic!("not a bench command: {other:?}"),
+        }
+    }
+
+    /// Options that would be silently ignored are refused instead; `--runs` may follow
+    /// `nexmark`, which honours it.
+    #[test]
+    fn bench_options_that_do_not_apply_are_refused() {
+        assert!(bench_args(&["--large"]).is_err(), "--large needs --checkpoints");
+        assert!(bench_args(&["--checkpoints", "--large"]).is_ok());
+        let refused = |args: &[&str]| {
+            let error = bench(bench_args(args).unwrap()).unwrap_err().to_string();
+            assert!(error.contains("run once"), "{args:?}: {error}");
+        };
+        refused(&["--runs", "2", "--recovery"]);
+        refused(&["--runs", "2", "nats"]);
+        refused(&["nats", "--runs", "2"]);
+        let nexmark = bench_args(&["nexmark", "--runs", "3", "--query", "q7"]).unwrap();
+        assert_eq!(nexmark.runs, 3);
+    }
 
     #[test]
     fn medians_ranges_and_percentiles_of_bench_figures() {

@@ -237,7 +237,6 @@ impl<T: Aggregate> windows::Guest for T {
             floats,
             columns,
         } = batches;
-        let name = |i: u32| name_at(&names, i);
         let mut new = NewNames::default();
         let mut added = windows::AddedWindows {
             outcomes: Vec::with_capacity(counts.len()),
@@ -249,33 +248,28 @@ impl<T: Aggregate> windows::Guest for T {
         let (mut fields, mut timestamps) = (&fields[..], &timestamps[..]);
         let mut columns = events::Columns::new(kinds, ints, floats, columns);
         let mut rows = events::Refill::default();
+        let mut state = state::Values::default();
         for count in counts {
             let (width, events) = (count.fields as usize, count.events as usize);
-            let named = (values.by_ref().take(count.values as usize))
-                .map(|named| Field {
-                    name: name(named.name),
-                    value: named.value,
-                })
-                .collect();
+            state.refill(
+                (values.by_ref().take(count.values as usize))
+                    .map(|named| (name_str(&names, named.name), named.value)),
+            );
             let (window_fields, window_timestamps) =
                 (split(&mut fields, width), split(&mut timestamps, events));
             let window_names = window_fields.iter().map(|&i| name_str(&names, i));
             let batch = rows.next(window_names, window_timestamps, &mut columns);
-            let values = state::Values::new(named);
-            let outcome = <T as Aggregate>::add(&State::with_values(&values, None), batch);
+            let outcome = <T as Aggregate>::add(&State::with_values(&state, None), batch);
             let outcome = match outcome {
-                _ if values.needs_scope() => windows::Outcome::NeedsScope,
+                _ if state.needs_scope() => windows::Outcome::NeedsScope,
                 Ok(()) => windows::Outcome::Done,
                 Err(_) => windows::Outcome::Failed,
             };
             let before = added.changes.len();
             if matches!(outcome, windows::Outcome::Done) {
-                for change in values.into_changes() {
-                    let name = new.index(&names, &mut added.new_names, change.name);
-                    added.changes.push(windows::NamedChange {
-                        name,
-                        value: change.value,
-                    });
+                for (name, value) in state.take_changes() {
+                    let name = new.index(&names, &mut added.new_names, name);
+                    added.changes.push(windows::NamedChange { name, value });
                 }
             }
             added.outcomes.push(outcome);
@@ -301,21 +295,19 @@ impl<T: Aggregate> windows::Guest for T {
         };
         let mut new = NewNames::default();
         let mut values = values.into_iter();
+        let mut state = state::Values::default();
         for (count, window) in value_counts.into_iter().zip(windows) {
-            let named = (values.by_ref().take(count as usize))
-                .map(|named| Field {
-                    name: name_at(&names, named.name),
-                    value: named.value,
-                })
-                .collect();
-            let values = state::Values::new(named);
-            let output = <T as Aggregate>::finish(&State::with_values(&values, None), window);
+            state.refill(
+                (values.by_ref().take(count as usize))
+                    .map(|named| (name_str(&names, named.name), named.value)),
+            );
+            let output = <T as Aggregate>::finish(&State::with_values(&state, None), window);
             let before = finished.fields.len();
             let outcome = match output {
-                _ if values.needs_scope() => windows::Outcome::NeedsScope,
+                _ if state.needs_scope() => windows::Outcome::NeedsScope,
                 Ok(output) => {
                     for field in output.into_fields() {
-                        let name = new.index(&names, &mut finished.new_names, field.name);
+                        let name = new.index(&names, &mut finished.new_names, &field.name);
                         let value = field.value;
                         finished.fields.push(windows::Named { name, value });
                     }
@@ -332,12 +324,8 @@ impl<T: Aggregate> windows::Guest for T {
     }
 }
 
-/// Name `i` of a call's `names` (empty if there is none: the host sends only indexes it has).
-fn name_at(names: &[String], i: u32) -> String {
-    name_str(names, i).to_owned()
-}
-
-/// The name at index `i` of a call's `names`, empty past them.
+/// The name at index `i` of a call's `names`, empty past them (the host sends only indexes it
+/// has).
 fn name_str(names: &[String], i: u32) -> &str {
     names.get(i as usize).map_or("", String::as_str)
 }
@@ -358,16 +346,16 @@ struct NewNames {
 impl NewNames {
     /// The index of `name` in the call's `names` (ascending), or past their end in `new_names`
     /// (added if absent).
-    fn index(&mut self, names: &[String], new_names: &mut Vec<String>, name: String) -> u32 {
-        if let Ok(at) = names.binary_search(&name) {
+    fn index(&mut self, names: &[String], new_names: &mut Vec<String>, name: &str) -> u32 {
+        if let Ok(at) = names.binary_search_by(|known| known.as_str().cmp(name)) {
             return at as u32;
         }
-        if let Some(&at) = self.index.get(&name) {
+        if let Some(&at) = self.index.get(name) {
             return at;
         }
         let at = (names.len() + new_names.len()) as u32;
-        self.index.insert(name.clone(), at);
-        new_names.push(name);
+        self.index.insert(name.to_owned(), at);
+        new_names.push(name.to_owned());
         at
     }
 }

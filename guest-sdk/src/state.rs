@@ -39,31 +39,56 @@ enum Backend<'a> {
 }
 
 /// The scope's named values as an `add` call received them, with the call's changes.
+///
+/// A call carrying many windows refills one of these for each window in turn
+/// ([`refill`](Values::refill)): the names' memory is reused from window to window (most
+/// windows have the same few names), since each name would otherwise cost the guest an
+/// allocation and a free per window.
 #[derive(Debug, Default)]
 pub(crate) struct Values {
     /// Each name's value now (`None`: removed), and whether the call changed it, in the order
-    /// of the names. A sorted list, not a map: a call gets a few names, and a map's nodes cost
-    /// an allocation and a free in the guest per call.
+    /// of the names: the first `live` entries. Those past them are spare, their names' memory
+    /// kept for the next. A sorted list, not a map: a call gets a few names, and a map's nodes
+    /// cost an allocation and a free in the guest per call.
     values: RefCell<Vec<(String, Option<Value>, bool)>>,
+    live: Cell<usize>,
     /// Whether the call asked for what only a scope has (a map, the key) without one.
     needs_scope: Cell<bool>,
 }
 
 impl Values {
     pub(crate) fn new(values: Vec<Field>) -> Self {
-        let mut values: Vec<_> = (values.into_iter())
-            .map(|field| (field.name, Some(field.value), false))
-            .collect();
-        // The host sends them in order; a name sent twice keeps its last value, as a map would.
-        if !values.is_sorted_by(|a, b| a.0 < b.0) {
+        let mut new = Self::default();
+        new.refill(values.into_iter().map(|field| (field.name, field.value)));
+        new
+    }
+
+    /// Makes `named` the values, none changed and no scope asked for, as at the start of a
+    /// call. The host sends them in order; a name sent twice keeps its last value, as a map
+    /// would.
+    pub(crate) fn refill<N: AsRef<str>>(&mut self, named: impl IntoIterator<Item = (N, Value)>) {
+        let values = self.values.get_mut();
+        let mut live = 0;
+        for (name, value) in named {
+            if live == values.len() {
+                values.push((String::new(), None, false));
+            }
+            let slot = &mut values[live];
+            slot.0.clear();
+            slot.0.push_str(name.as_ref());
+            (slot.1, slot.2) = (Some(value), false);
+            live += 1;
+        }
+        if !values[..live].is_sorted_by(|a, b| a.0 < b.0) {
+            let spare = values.split_off(live);
             values.reverse();
             values.sort_by(|a, b| a.0.cmp(&b.0));
             values.dedup_by(|later, kept| later.0 == kept.0);
+            live = values.len();
+            values.extend(spare);
         }
-        Self {
-            values: RefCell::new(values),
-            needs_scope: Cell::new(false),
-        }
+        self.live.set(live);
+        self.needs_scope.set(false);
     }
 
     /// Whether the call, made without a scope, asked for a map or the key: its result is
@@ -74,7 +99,7 @@ impl Values {
 
     fn get(&self, name: &str) -> Option<Value> {
         let values = self.values.borrow();
-        let at = values
+        let at = values[..self.live.get()]
             .binary_search_by(|(n, _, _)| n.as_str().cmp(name))
             .ok()?;
         values[at].1.clone()
@@ -82,17 +107,40 @@ impl Values {
 
     fn set(&self, name: &str, value: Option<Value>) {
         let mut values = self.values.borrow_mut();
-        match values.binary_search_by(|(n, _, _)| n.as_str().cmp(name)) {
+        let live = self.live.get();
+        match values[..live].binary_search_by(|(n, _, _)| n.as_str().cmp(name)) {
             Ok(at) => (values[at].1, values[at].2) = (value, true),
-            Err(at) => values.insert(at, (name.to_owned(), value, true)),
+            Err(at) => {
+                // A spare entry (its name's memory) moves to `at`, the later ones up by one.
+                if live == values.len() {
+                    values.push((String::new(), None, false));
+                }
+                values[at..=live].rotate_right(1);
+                let slot = &mut values[at];
+                slot.0.clear();
+                slot.0.push_str(name);
+                (slot.1, slot.2) = (value, true);
+                self.live.set(live + 1);
+            }
         }
     }
 
-    /// What the call changed, for the host to apply.
-    pub(crate) fn into_changes(self) -> Vec<Change> {
-        (self.values.into_inner().into_iter())
+    /// What the call changed, for the host to apply: each changed name and its value (`None`:
+    /// removed), in the order of the names. The values are taken: refill before reading again.
+    pub(crate) fn take_changes(&mut self) -> impl Iterator<Item = (&str, Option<Value>)> {
+        let live = *self.live.get_mut();
+        (self.values.get_mut()[..live].iter_mut())
             .filter(|(_, _, changed)| *changed)
-            .map(|(name, value, _)| Change { name, value })
+            .map(|(name, value, _)| (name.as_str(), value.take()))
+    }
+
+    /// What the call changed, for the host to apply.
+    pub(crate) fn into_changes(mut self) -> Vec<Change> {
+        (self.take_changes())
+            .map(|(name, value)| Change {
+                name: name.to_owned(),
+                value,
+            })
             .collect()
     }
 }
@@ -310,6 +358,75 @@ mod tests {
         assert_eq!(values.get("c"), Some(Value::Int(4)));
         let changed: Vec<String> = values.into_changes().into_iter().map(|c| c.name).collect();
         assert_eq!(changed, ["a", "c"]);
+    }
+
+    /// One `Values` refilled for window after window (as a call carrying many windows does)
+    /// reads and returns only the current window's values: the earlier windows' names, kept
+    /// for their memory, are never read, changed or returned, and `needs_scope` starts over.
+    #[test]
+    fn refilled_values_hold_only_the_current_windows() {
+        let mut values = Values::default();
+        let changes = |values: &mut Values| -> Vec<(String, Option<Value>)> {
+            (values.take_changes())
+                .map(|(name, value)| (name.to_owned(), value))
+                .collect()
+        };
+        // A new window: nothing yet, two names written, and a map asked for.
+        values.refill(Vec::<(&str, Value)>::new());
+        let state = State::with_values(&values, None);
+        assert_eq!(state.add_int("count", 2), 2);
+        state.put("sum", 7);
+        state.map_get("m", "x");
+        assert!(values.needs_scope());
+        let written = vec![
+            ("count".to_owned(), Some(Value::Int(2))),
+            ("sum".to_owned(), Some(Value::Int(7))),
+        ];
+        assert_eq!(changes(&mut values), written);
+        // A window with only `sum`: `count` (spare now) reads as absent, and is a new name
+        // again when written.
+        values.refill([("sum", Value::Int(1))]);
+        assert!(!values.needs_scope());
+        let state = State::with_values(&values, None);
+        assert_eq!(state.get("count"), None);
+        assert_eq!(state.get_int("sum"), Some(1));
+        assert_eq!(changes(&mut values), [], "nothing changed yet");
+        values.refill([("sum", Value::Int(1))]);
+        let state = State::with_values(&values, None);
+        state.put("count", 5);
+        state.put("another", true);
+        assert_eq!(state.get_int("sum"), Some(1));
+        assert_eq!(
+            changes(&mut values),
+            [
+                ("another".to_owned(), Some(Value::Boolean(true))),
+                ("count".to_owned(), Some(Value::Int(5))),
+            ]
+        );
+        // Out of order, a name twice: sorted, the last kept, spares still unseen.
+        values.refill([
+            ("b", Value::Int(1)),
+            ("a", Value::Int(2)),
+            ("b", Value::Int(3)),
+        ]);
+        let state = State::with_values(&values, None);
+        assert_eq!((state.get_int("a"), state.get_int("b")), (Some(2), Some(3)));
+        assert_eq!((state.get("sum"), state.get("count")), (None, None));
+        state.put("c", 4);
+        assert_eq!(state.get_int("c"), Some(4));
+        assert_eq!(
+            changes(&mut values),
+            [("c".to_owned(), Some(Value::Int(4)))]
+        );
+        // An empty window after all that: nothing at all.
+        values.refill(Vec::<(&str, Value)>::new());
+        let state = State::with_values(&values, None);
+        assert!(
+            ["a", "b", "c", "sum", "count", "another"]
+                .iter()
+                .all(|n| state.get(n).is_none())
+        );
+        assert_eq!(changes(&mut values), []);
     }
 
     /// In a call carrying many windows there is no scope: named values work, and asking for a

@@ -1497,7 +1497,10 @@ mod tests {
     /// `nexmark`, which honours it.
     #[test]
     fn bench_options_that_do_not_apply_are_refused() {
-        assert!(bench_args(&["--large"]).is_err(), "--large needs --checkpoints");
+        assert!(
+            bench_args(&["--large"]).is_err(),
+            "--large needs --checkpoints"
+        );
         assert!(bench_args(&["--checkpoints", "--large"]).is_ok());
         let refused = |args: &[&str]| {
             let error = bench(bench_args(args).unwrap()).unwrap_err().to_string();

@@ -1564,13 +1564,22 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
-        let batches: Vec<Vec<&Event>> = (run.iter().zip(&carried).filter(|(_, c)| **c))
-            .map(|(w, _)| w.pending.iter().map(|&n| &events[n].event).collect())
-            .collect();
+        // Every carried window's events in one list (a list per window cost an allocation
+        // each), and where each window's end.
+        let (mut all, mut ends) = (Vec::new(), Vec::new());
+        for (window, _) in run.iter().zip(&carried).filter(|(_, c)| **c) {
+            all.extend(window.pending.iter().map(|&n| &events[n].event));
+            ends.push(all.len());
+        }
+        let mut start = 0;
         let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().zip(&carried))
             .filter(|(_, c)| **c)
-            .zip(&batches)
-            .map(|((w, _), batch)| (&mut w.scope, batch.as_slice()))
+            .zip(&ends)
+            .map(|((w, _), &end)| {
+                let batch = &all[start..end];
+                start = end;
+                (&mut w.scope, batch)
+            })
             .collect();
         let done = match calls.is_empty() {
             true => Vec::new(),

@@ -2,6 +2,7 @@
 //! and a 0.3 component's `windows`, as an [`AggregateOperator`].
 
 use super::*;
+use crate::field_name::FieldName;
 use bindings_v3::exports::weir::operator0_3_0::windows as wit_windows;
 use std::collections::BTreeMap;
 
@@ -166,11 +167,10 @@ impl WasmAggregate {
                 sent.push(i);
             }
         }
-        let names = index_names(
-            sent.iter()
-                .zip(&fields)
-                .flat_map(|(&i, fields)| fields.iter().chain(windows[i].0.state.values.keys())),
-        );
+        let names = index_names(sent.iter().zip(&fields).flat_map(|(&i, fields)| {
+            let values = windows[i].0.state.values.keys().map(String::as_str);
+            fields.iter().map(FieldName::as_str).chain(values)
+        }));
         for (&i, fields) in sent.iter().zip(&fields) {
             let (scope, events) = &windows[i];
             call.counts.push(wit_windows::WindowCounts {
@@ -179,9 +179,10 @@ impl WasmAggregate {
                 events: events.len() as u32,
             });
             call.values.extend(named(&names, &scope.state));
-            call.fields.extend(fields.iter().map(|field| names[field]));
+            call.fields
+                .extend(fields.iter().map(|field| names[field.as_str()]));
         }
-        call.names = names.into_keys().collect();
+        call.names = names.into_keys().map(str::to_owned).collect();
         (sent, call)
     }
 
@@ -191,9 +192,7 @@ impl WasmAggregate {
     fn finish_carried(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
         let mut outputs = vec![None; windows.len()];
         let names = index_names(
-            windows
-                .iter()
-                .flat_map(|(scope, _)| scope.state.values.keys()),
+            (windows.iter()).flat_map(|(scope, _)| scope.state.values.keys().map(String::as_str)),
         );
         let call = wit_windows::WindowStates {
             value_counts: (windows.iter())
@@ -208,7 +207,7 @@ impl WasmAggregate {
                     end: window.end,
                 })
                 .collect(),
-            names: names.into_keys().collect(),
+            names: names.into_keys().map(str::to_owned).collect(),
         };
         let finished = match self.call_windows(windows.len(), |store, b| {
             b.weir_operator0_3_0_windows()
@@ -289,13 +288,12 @@ impl WasmAggregate {
     }
 }
 
-/// Each of `names` once, with its index in ascending byte order (a `BTreeMap` of `String`s): a call's names.
-fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, u32> {
-    let mut index: BTreeMap<String, u32> = BTreeMap::new();
+/// Each of `names` once, with its index in ascending byte order (`str` orders by bytes): a
+/// call's names.
+fn index_names<'a>(names: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, u32> {
+    let mut index: BTreeMap<&str, u32> = BTreeMap::new();
     for name in names {
-        if !index.contains_key(name) {
-            index.insert(name.clone(), 0);
-        }
+        index.entry(name).or_insert(0);
     }
     for (at, slot) in index.values_mut().enumerate() {
         *slot = at as u32;
@@ -305,11 +303,11 @@ fn index_names<'a>(names: impl Iterator<Item = &'a String>) -> BTreeMap<String, 
 
 /// A scope's named values as a call carrying many windows sends them: names by index.
 fn named<'a>(
-    names: &'a BTreeMap<String, u32>,
+    names: &'a BTreeMap<&str, u32>,
     state: &'a crate::state::ScopeState,
 ) -> impl Iterator<Item = wit_windows::Named> + 'a {
     (state.values.iter()).map(|(name, value)| wit_windows::Named {
-        name: names[name],
+        name: names[name.as_str()],
         value: to_wit(value.clone()),
     })
 }

@@ -11,7 +11,7 @@ use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatch
 
 /// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
 /// field's values to the list they fit. Returns the window's field names, which the caller
-/// indexes once it has every name of the call. Refused like [`to_wit_columns`], with nothing
+/// indexes once it has every name of the call (interned names: no copies). Refused like [`to_wit_columns`], with nothing
 /// added, if the window is too wide.
 ///
 /// When every event has the first one's field names (nearly always), the values are read
@@ -21,7 +21,7 @@ pub(super) fn push_window(
     call: &mut WindowBatches,
     events: &[&Event],
     projection: &Projection,
-) -> Result<Vec<String>> {
+) -> Result<Vec<FieldName>> {
     if projection.crosses_no_field() {
         // Nothing to read but the times: not even the field names, to see they agree.
         call.timestamps
@@ -37,7 +37,7 @@ pub(super) fn push_window(
     for slot in layout {
         push_straight(call, events, slot);
     }
-    Ok(fields.iter().map(|name| name.to_string()).collect())
+    Ok(fields)
 }
 
 /// [`push_window`] for events of any field names: through one list of all the window's
@@ -46,12 +46,16 @@ fn push_through_values(
     call: &mut WindowBatches,
     events: &[&Event],
     projection: &Projection,
-) -> Result<Vec<String>> {
+) -> Result<Vec<FieldName>> {
     let batch = to_wit_columns(events, projection)?;
     let count = batch.timestamps.len();
     call.timestamps.extend(batch.timestamps);
     push_columns(call, batch.values, batch.fields.len(), count);
-    Ok(batch.fields)
+    Ok(batch
+        .fields
+        .iter()
+        .map(|name| FieldName::new(name))
+        .collect())
 }
 
 /// Adds one field's values to `call`, read from each of `events` at `slot` (null where it is
@@ -239,9 +243,11 @@ mod tests {
             for events in &windows {
                 let events: Vec<&Event> = events.iter().collect();
                 let names = push_window(&mut call, &events, projection).unwrap();
-                call.names.extend(names);
+                call.names.extend(names.iter().map(FieldName::to_string));
                 let names = push_through_values(&mut expected, &events, projection).unwrap();
-                expected.names.extend(names);
+                expected
+                    .names
+                    .extend(names.iter().map(FieldName::to_string));
             }
             assert_eq!(
                 format!("{call:?}"),

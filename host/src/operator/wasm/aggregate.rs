@@ -115,21 +115,36 @@ impl WasmAggregate {
         } = added;
         let names = Names::of(&call.names, &new_names);
         let answers = per_window(sent.len(), outcomes, change_counts, changes, |c| {
-            Some((names.at(c.name)?.to_owned(), c.value))
+            Some((names.at(c.name)?, c.value))
         });
         let Some(answers) = self.accept(answers) else {
             return Ok(Some(done));
         };
         for (&i, answer) in sent.iter().zip(answers) {
-            if let Answer::Done(named) = answer {
-                let scope = &mut *windows[i].0;
-                let state = std::mem::take(&mut scope.state);
-                let mut slot = ScopeSlot::new(scope.key.clone(), state);
-                apply(&mut slot, named);
-                done[i] = settle(&self.guest.limits, &mut [scope], vec![slot], true).is_ok();
+            if let Answer::Done(changes) = answer {
+                done[i] = self.keep(windows[i].0, changes).is_ok();
             }
         }
         Ok(Some(done))
+    }
+
+    /// Applies a window's changes from a call carrying many windows: straight to its state,
+    /// unless a state quota must admit them first (as it does a call's writes through
+    /// [`settle`]), which refuses them all or keeps them all.
+    fn keep(&self, scope: &mut Scope, changes: Vec<(&str, Option<wit::Value>)>) -> Result<()> {
+        if self.guest.limits.state_quota.is_none() {
+            for (name, value) in changes {
+                match value {
+                    Some(value) => scope.state.put(name, from_wit(value)),
+                    None => scope.state.remove(name),
+                }
+            }
+            return Ok(());
+        }
+        let state = std::mem::take(&mut scope.state);
+        let mut slot = ScopeSlot::new(scope.key.clone(), state);
+        apply(&mut slot, changes);
+        settle(&self.guest.limits, &mut [scope], vec![slot], true)
     }
 
     /// The windows whose batches can cross (their indexes) and the flat `add-windows` input
@@ -385,11 +400,14 @@ fn named_values(state: &crate::state::ScopeState) -> Vec<wit::Field> {
 }
 
 /// Applies the changes a call returned to its scope's named values (`None` removes).
-fn apply(slot: &mut ScopeSlot, changes: impl IntoIterator<Item = (String, Option<wit::Value>)>) {
+fn apply<N: Into<String>>(
+    slot: &mut ScopeSlot,
+    changes: impl IntoIterator<Item = (N, Option<wit::Value>)>,
+) {
     for (name, value) in changes {
         match value {
-            Some(value) => slot.put(name, from_wit(value)),
-            None => slot.remove(name),
+            Some(value) => slot.put(name.into(), from_wit(value)),
+            None => slot.remove(name.into()),
         }
     }
 }

@@ -51,16 +51,26 @@ pub(crate) struct Values {
     /// kept for the next. A sorted list, not a map: a call gets a few names, and a map's nodes
     /// cost an allocation and a free in the guest per call.
     values: RefCell<Vec<(String, Option<Value>, bool)>>,
+    /// How many of `values` are the current ones; the rest are spare.
     live: Cell<usize>,
     /// Whether the call asked for what only a scope has (a map, the key) without one.
     needs_scope: Cell<bool>,
 }
 
 impl Values {
+    /// The values of one call (`add` of a single window): `values`' names are kept, not
+    /// copied.
     pub(crate) fn new(values: Vec<Field>) -> Self {
-        let mut new = Self::default();
-        new.refill(values.into_iter().map(|field| (field.name, field.value)));
-        new
+        let mut values: Vec<_> = (values.into_iter())
+            .map(|field| (field.name, Some(field.value), false))
+            .collect();
+        let given = values.len();
+        let live = in_name_order(&mut values, given);
+        Self {
+            values: RefCell::new(values),
+            live: Cell::new(live),
+            needs_scope: Cell::new(false),
+        }
     }
 
     /// Makes `named` the values, none changed and no scope asked for, as at the start of a
@@ -79,15 +89,7 @@ impl Values {
             (slot.1, slot.2) = (Some(value), false);
             live += 1;
         }
-        if !values[..live].is_sorted_by(|a, b| a.0 < b.0) {
-            let spare = values.split_off(live);
-            values.reverse();
-            values.sort_by(|a, b| a.0.cmp(&b.0));
-            values.dedup_by(|later, kept| later.0 == kept.0);
-            live = values.len();
-            values.extend(spare);
-        }
-        self.live.set(live);
+        self.live.set(in_name_order(values, live));
         self.needs_scope.set(false);
     }
 
@@ -126,23 +128,42 @@ impl Values {
     }
 
     /// What the call changed, for the host to apply: each changed name and its value (`None`:
-    /// removed), in the order of the names. The values are taken: refill before reading again.
+    /// removed), in the order of the names. The changes are taken: a second call returns
+    /// none, and a changed name reads as removed until the next [`refill`](Values::refill).
     pub(crate) fn take_changes(&mut self) -> impl Iterator<Item = (&str, Option<Value>)> {
         let live = *self.live.get_mut();
         (self.values.get_mut()[..live].iter_mut())
             .filter(|(_, _, changed)| *changed)
-            .map(|(name, value, _)| (name.as_str(), value.take()))
+            .map(|(name, value, changed)| {
+                *changed = false;
+                (name.as_str(), value.take())
+            })
     }
 
     /// What the call changed, for the host to apply.
-    pub(crate) fn into_changes(mut self) -> Vec<Change> {
-        (self.take_changes())
-            .map(|(name, value)| Change {
-                name: name.to_owned(),
-                value,
-            })
+    pub(crate) fn into_changes(self) -> Vec<Change> {
+        let live = self.live.get();
+        (self.values.into_inner().into_iter().take(live))
+            .filter(|(_, _, changed)| *changed)
+            .map(|(name, value, _)| Change { name, value })
             .collect()
     }
+}
+
+/// Puts the first `live` of `values` in ascending order of their names, a name given twice
+/// keeping its last value (as a map would), and returns how many remain; the spare entries
+/// past them stay past them.
+fn in_name_order(values: &mut Vec<(String, Option<Value>, bool)>, live: usize) -> usize {
+    if values[..live].is_sorted_by(|a, b| a.0 < b.0) {
+        return live;
+    }
+    let spare = values.split_off(live);
+    values.reverse();
+    values.sort_by(|a, b| a.0.cmp(&b.0));
+    values.dedup_by(|later, kept| later.0 == kept.0);
+    let live = values.len();
+    values.extend(spare);
+    live
 }
 
 impl<'a> State<'a> {
@@ -418,6 +439,31 @@ mod tests {
             changes(&mut values),
             [("c".to_owned(), Some(Value::Int(4)))]
         );
+        // Taken changes are taken: a second take returns nothing.
+        State::with_values(&values, None).put("c", 5);
+        assert_eq!(changes(&mut values).len(), 1);
+        assert_eq!(changes(&mut values), []);
+        // More names than spares, out of order: the spares past them stay unseen.
+        let six = ["f", "e", "d", "c", "b", "a"].map(|n| (n, Value::Int(1)));
+        values.refill(six);
+        values.refill([
+            ("y", Value::Int(1)),
+            ("x", Value::Int(2)),
+            ("y", Value::Int(3)),
+        ]);
+        let state = State::with_values(&values, None);
+        assert_eq!((state.get_int("x"), state.get_int("y")), (Some(2), Some(3)));
+        assert!(
+            ["a", "b", "c", "d", "e", "f"]
+                .iter()
+                .all(|n| state.get(n).is_none())
+        );
+        state.put("z", 0);
+        state.put("a", 0);
+        let names: Vec<String> = changes(&mut values).into_iter().map(|c| c.0).collect();
+        assert_eq!(names, ["a", "z"]);
+        let state = State::with_values(&values, None);
+        assert_eq!((state.get_int("x"), state.get_int("y")), (Some(2), Some(3)));
         // An empty window after all that: nothing at all.
         values.refill(Vec::<(&str, Value)>::new());
         let state = State::with_values(&values, None);

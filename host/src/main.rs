@@ -1233,8 +1233,9 @@ fn bench_nexmark(
 /// `weir bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        !(args.jsonl && args.suite.is_some()),
-        "--jsonl applies to the count-sum benchmark only, not to `weir bench nexmark` or `nats`"
+        !((args.jsonl || args.checkpoints || args.recovery) && args.suite.is_some()),
+        "--jsonl, --checkpoints and --recovery apply to the count-sum benchmark only, not to \
+         `weir bench nexmark` or `nats`"
     );
     if let Some(BenchSuite::Nexmark {
         queries,
@@ -1507,6 +1508,13 @@ mod tests {
             assert!(error.contains("run once"), "{args:?}: {error}");
         };
         refused(&["--runs", "2", "--recovery"]);
+        for flag in ["--recovery", "--checkpoints", "--jsonl"] {
+            let error = bench(bench_args(&[flag, "nexmark"]).unwrap()).unwrap_err();
+            assert!(
+                error.to_string().contains("count-sum benchmark only"),
+                "{error}"
+            );
+        }
         refused(&["--runs", "2", "nats"]);
         refused(&["nats", "--runs", "2"]);
         let nexmark = bench_args(&["nexmark", "--runs", "3", "--query", "q7"]).unwrap();

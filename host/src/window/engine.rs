@@ -1566,8 +1566,10 @@ impl WindowEngine {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
         // Every carried window's events in one list (a list per window cost an allocation
         // each), and where each window's end.
-        let (mut all, mut ends) = (Vec::new(), Vec::new());
-        for (window, _) in run.iter().zip(&carried).filter(|(_, c)| **c) {
+        let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
+        let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
+        let (mut all, mut ends) = (Vec::with_capacity(events_in_all), Vec::new());
+        for (window, _) in carried_windows() {
             all.extend(window.pending.iter().map(|&n| &events[n].event));
             ends.push(all.len());
         }

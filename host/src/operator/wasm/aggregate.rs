@@ -133,12 +133,7 @@ impl WasmAggregate {
     /// [`settle`]), which refuses them all or keeps them all.
     fn keep(&self, scope: &mut Scope, changes: Vec<(&str, Option<wit::Value>)>) -> Result<()> {
         if self.guest.limits.state_quota.is_none() {
-            for (name, value) in changes {
-                match value {
-                    Some(value) => scope.state.put(name, from_wit(value)),
-                    None => scope.state.remove(name),
-                }
-            }
+            write_changes(&mut scope.state, changes);
             return Ok(());
         }
         let state = std::mem::take(&mut scope.state);
@@ -412,6 +407,17 @@ fn apply<N: Into<String>>(
     }
 }
 
+/// Writes the changes a call returned into `state`, in their order (`None` removes): what
+/// [`apply`] then committing the slot does, the last change of a name winning.
+fn write_changes(state: &mut crate::state::ScopeState, changes: Vec<(&str, Option<wit::Value>)>) {
+    for (name, value) in changes {
+        match value {
+            Some(value) => state.put(name, from_wit(value)),
+            None => state.remove(name),
+        }
+    }
+}
+
 /// A `finish` call's output as fields, if within the output size limit.
 fn output_fields(fields: Vec<wit::Field>, limits: &Limits) -> Result<Fields> {
     let fields: Fields = (fields.into_iter())
@@ -497,6 +503,38 @@ impl AggregateOperator for WasmAggregate {
 mod tests {
     use super::wit_windows::Outcome::{Done, Failed, NeedsScope};
     use super::{Answer, Names, per_window};
+
+    /// Changes written straight into a state (no quota) leave it as a scope slot committing
+    /// them does: a name changed twice, removed then written, written then removed.
+    #[test]
+    fn changes_written_straight_equal_a_slots_commit() {
+        use super::{ScopeSlot, apply, wit, write_changes};
+        use crate::state::ScopeState;
+        use crate::value::Value;
+        let mut base = ScopeState::default();
+        for (name, value) in [("kept", 1), ("twice", 2), ("gone", 3), ("back", 4)] {
+            base.put(name, Value::Int(value));
+        }
+        let changes = vec![
+            ("twice", Some(wit::Value::Int(5))),
+            ("new", Some(wit::Value::Text("x".into()))),
+            ("twice", Some(wit::Value::Int(6))),
+            ("back", None),
+            ("gone", None),
+            ("back", Some(wit::Value::Float(0.5))),
+            ("brief", Some(wit::Value::Int(7))),
+            ("brief", None),
+        ];
+        let mut straight = base.clone();
+        write_changes(&mut straight, changes.clone());
+        let mut slot = ScopeSlot::new("k".into(), base);
+        apply(&mut slot, changes);
+        let committed = slot.commit();
+        assert_eq!(format!("{straight:?}"), format!("{committed:?}"));
+        assert_eq!(straight.get("twice"), Some(&Value::Int(6)));
+        assert_eq!(straight.get("back"), Some(&Value::Float(0.5)));
+        assert_eq!((straight.get("gone"), straight.get("brief")), (None, None));
+    }
 
     /// Items are numbers here, read as themselves unless over 100 (a name no list has).
     fn answers(

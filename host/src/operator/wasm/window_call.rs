@@ -10,9 +10,9 @@ use crate::field_name::FieldName;
 use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
 /// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
-/// field's values to the list they fit. Returns the window's field names, which the caller
-/// indexes once it has every name of the call (interned names: no copies). Refused like [`to_wit_columns`], with nothing
-/// added, if the window is too wide.
+/// field's values to the list they fit. Returns the window's field names (the events' own,
+/// not copies, on the usual path), which the caller indexes once it has every name of the
+/// call. Refused like [`to_wit_columns`], with nothing added, if the window is too wide.
 ///
 /// When every event has the first one's field names (nearly always), the values are read
 /// straight from the events, a field at a time while the window's events are in the cache;

@@ -302,8 +302,14 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
         (&["--jsonl", "--checkpoints"][..], "cannot be used with"),
         (
             &["--jsonl", "nexmark"][..],
-            "applies to the count-sum benchmark only",
+            "apply to the count-sum benchmark only",
         ),
+        (
+            &["--recovery", "nexmark"][..],
+            "apply to the count-sum benchmark only",
+        ),
+        (&["--runs", "2", "--recovery"][..], "run once"),
+        (&["--large"][..], "--checkpoints"),
     ] {
         let output = bench(args);
         let stderr = String::from_utf8_lossy(&output.stderr);

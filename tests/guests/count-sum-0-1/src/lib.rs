@@ -2,9 +2,10 @@
 //! 0.1 (`wit/operator.wit`) with `wit-bindgen` directly, as components were built before 0.2:
 //! one `list<value>` per event, one host call per state read and write.
 //!
-//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it
-//! beside its twin, which the SDK builds against 0.3, and expect the same output, so the host's
-//! 0.1 paths stay tested. Like the hostile guests it misbehaves on cue: `add` traps for
+//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it beside
+//! its twin, which the SDK builds against 0.3, and expect the same output, so the host's 0.1 paths
+//! stay tested; the half that works through the scope, the same against 0.1 and 0.2, is
+//! `../old-contracts/count_sum.rs`. Like the hostile guests it misbehaves on cue: `add` traps for
 //! keys starting with `boom`.
 
 mod bindings {
@@ -22,30 +23,7 @@ use bindings::weir::operator::types::Value;
 /// The operator.
 pub struct CountSum;
 
-const NOT_NUMERIC: &str = "event without a numeric `amount` field";
-
-/// The sum of two numbers as the SDK's `Value::plus` makes it: an integer while both are and it
-/// fits, a float otherwise; `None` if either is not a number.
-fn plus(a: &Value, b: &Value) -> Option<Value> {
-    let float = |value: &Value| match *value {
-        Value::Int(n) => Some(n as f64),
-        Value::Float(x) => Some(x),
-        _ => None,
-    };
-    if let (Value::Int(a), Value::Int(b)) = (a, b)
-        && let Some(sum) = a.checked_add(*b)
-    {
-        return Some(Value::Int(sum));
-    }
-    Some(Value::Float(float(a)? + float(b)?))
-}
-
-fn int(value: Option<Value>) -> Option<i64> {
-    match value {
-        Some(Value::Int(n)) => Some(n),
-        _ => None,
-    }
-}
+include!("../../old-contracts/count_sum.rs");
 
 impl Guest for CountSum {
     fn add(state: &Scope, batch: Events) -> Result<(), String> {
@@ -69,29 +47,11 @@ impl Guest for CountSum {
     }
 
     fn merge(target: &Scope, source: &Scope) -> Result<(), String> {
-        let (Some(count), Some(sum)) = (int(source.get("count")), source.get("sum")) else {
-            return Ok(()); // an empty source
-        };
-        let total = plus(&target.get("sum").unwrap_or(Value::Int(0)), &sum);
-        target.put("sum", &total.ok_or("state `sum` is not a number")?);
-        let before = int(target.get("count")).unwrap_or(0);
-        target.put("count", &Value::Int(before.saturating_add(count)));
-        Ok(())
+        merge_scopes(target, source)
     }
 
     fn finish(state: &Scope, _window: Window) -> Result<Vec<Field>, String> {
-        let count = int(state.get("count")).unwrap_or(0);
-        let sum = state.get("sum").unwrap_or(Value::Int(0));
-        Ok(vec![
-            Field {
-                name: "count".into(),
-                value: Value::Int(count),
-            },
-            Field {
-                name: "sum".into(),
-                value: sum,
-            },
-        ])
+        Ok(output(state))
     }
 
     fn migrate(_state: &Scope, _from_version: String) -> Result<(), String> {

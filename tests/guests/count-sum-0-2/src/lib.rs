@@ -3,9 +3,10 @@
 //! batch crosses field after field, and `add` receives the window's named values and returns
 //! its changes.
 //!
-//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it
-//! beside its twin, which the SDK builds against 0.3, and expect the same output, so the host's
-//! 0.2 paths stay tested. Like the hostile guests it misbehaves on cue: `add` traps for
+//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it beside
+//! its twin, which the SDK builds against 0.3, and expect the same output, so the host's 0.2 paths
+//! stay tested; the half that works through the scope, the same against 0.1 and 0.2, is
+//! `../old-contracts/count_sum.rs`. Like the hostile guests it misbehaves on cue: `add` traps for
 //! keys starting with `boom`.
 
 mod bindings {
@@ -26,30 +27,7 @@ use bindings::exports::weir::operator0_2_0::aggregate::{
 /// The operator.
 pub struct CountSum;
 
-const NOT_NUMERIC: &str = "event without a numeric `amount` field";
-
-/// The sum of two numbers as the SDK's `Value::plus` makes it: an integer while both are and it
-/// fits, a float otherwise; `None` if either is not a number.
-fn plus(a: &Value, b: &Value) -> Option<Value> {
-    let float = |value: &Value| match *value {
-        Value::Int(n) => Some(n as f64),
-        Value::Float(x) => Some(x),
-        _ => None,
-    };
-    if let (Value::Int(a), Value::Int(b)) = (a, b)
-        && let Some(sum) = a.checked_add(*b)
-    {
-        return Some(Value::Int(sum));
-    }
-    Some(Value::Float(float(a)? + float(b)?))
-}
-
-fn int(value: Option<Value>) -> Option<i64> {
-    match value {
-        Some(Value::Int(n)) => Some(n),
-        _ => None,
-    }
-}
+include!("../../old-contracts/count_sum.rs");
 
 /// The values of field `name` in a batch's events (`None` if the batch lacks it).
 fn column<'a>(batch: &'a Events, name: &str) -> Option<&'a [Value]> {
@@ -93,29 +71,11 @@ impl Guest for CountSum {
     }
 
     fn merge(target: &Scope, source: &Scope) -> Result<(), String> {
-        let (Some(count), Some(sum)) = (int(source.get("count")), source.get("sum")) else {
-            return Ok(()); // an empty source
-        };
-        let total = plus(&target.get("sum").unwrap_or(Value::Int(0)), &sum);
-        target.put("sum", &total.ok_or("state `sum` is not a number")?);
-        let before = int(target.get("count")).unwrap_or(0);
-        target.put("count", &Value::Int(before.saturating_add(count)));
-        Ok(())
+        merge_scopes(target, source)
     }
 
     fn finish(state: &Scope, _window: Window) -> Result<Vec<Field>, String> {
-        let count = int(state.get("count")).unwrap_or(0);
-        let sum = state.get("sum").unwrap_or(Value::Int(0));
-        Ok(vec![
-            Field {
-                name: "count".into(),
-                value: Value::Int(count),
-            },
-            Field {
-                name: "sum".into(),
-                value: sum,
-            },
-        ])
+        Ok(output(state))
     }
 
     fn migrate(_state: &Scope, _from_version: String) -> Result<(), String> {

@@ -2,9 +2,10 @@
 //! 0.1 (`wit/operator.wit`) with `wit-bindgen` directly, as components were built before 0.2:
 //! one `list<value>` per event, one host call per state read and write.
 //!
-//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it
-//! beside its twin, which the SDK builds against 0.3, and expect the same output, so the host's
-//! 0.1 paths stay tested. Like the hostile guests it misbehaves on cue: `process` names an
+//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it beside
+//! its twin, which the SDK builds against 0.3, and expect the same output, so the host's 0.1 paths
+//! stay tested; the half that works through the scope, the same against 0.1 and 0.2, is
+//! `../old-contracts/enrich.rs`. Like the hostile guests it misbehaves on cue: `process` names an
 //! origin outside its batch for an event with a `bad` field.
 
 mod bindings {
@@ -33,23 +34,11 @@ fn add_column(fields: &mut Vec<String>, name: &str) -> usize {
         })
 }
 
-/// An event's value as a map entry's name, as the SDK's `Value::to_text` makes it.
-fn entry_name(value: &Value) -> Option<String> {
-    match value {
-        Value::Text(text) => Some(text.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
+include!("../../old-contracts/enrich.rs");
 
 impl Guest for EnrichCustomers {
     fn process(state: &Scope, batch: Events) -> Result<OutputEvents, String> {
-        let reference = |name: &str, default: &str| {
-            state
-                .map_get("reference", name)
-                .unwrap_or_else(|| Value::Text(default.into()))
-        };
-        let (name, tier) = (reference("name", "unknown"), reference("tier", "none"));
+        let (name, tier) = customer(state);
         let column = |name: &str| batch.fields.iter().position(|field| field == name);
         let (order_id, bad) = (column("order_id"), column("bad"));
         let outside = batch.rows.len() as u32 + 100;
@@ -66,11 +55,8 @@ impl Guest for EnrichCustomers {
         };
         let mut rows = Vec::new();
         for (origin, event) in (0u32..).zip(&batch.rows) {
-            if let Some(id) = present(event, order_id).as_ref().and_then(entry_name) {
-                if state.map_get("seen_orders", &id).is_some() {
-                    continue; // a duplicate
-                }
-                state.map_put("seen_orders", &id, &Value::Boolean(true));
+            if seen_before(state, present(event, order_id).as_ref()) {
+                continue; // a duplicate
             }
             let mut values = event.values.clone();
             for (column, value) in [(name_column, &name), (tier_column, &tier)] {

@@ -2,9 +2,10 @@
 //! 0.2 (`wit/v0.2`) with `wit-bindgen` directly, as components were built before 0.3: a
 //! batch crosses field after field.
 //!
-//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it
-//! beside its twin, which the SDK builds against 0.3, and expect the same output, so the host's
-//! 0.2 paths stay tested. Like the hostile guests it misbehaves on cue: `process` names an
+//! The end-to-end tests (`old_contracts.rs`; rollouts and restarts across contracts) run it beside
+//! its twin, which the SDK builds against 0.3, and expect the same output, so the host's 0.2 paths
+//! stay tested; the half that works through the scope, the same against 0.1 and 0.2, is
+//! `../old-contracts/enrich.rs`. Like the hostile guests it misbehaves on cue: `process` names an
 //! origin outside its batch for an event with a `bad` field.
 
 mod bindings {
@@ -38,33 +39,18 @@ fn present(column: Option<&[Value]>, event: usize) -> Option<&Value> {
         .filter(|value| !matches!(value, Value::Null))
 }
 
-/// An event's value as a map entry's name, as the SDK's `Value::to_text` makes it.
-fn entry_name(value: &Value) -> Option<String> {
-    match value {
-        Value::Text(text) => Some(text.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
+include!("../../old-contracts/enrich.rs");
 
 impl Guest for EnrichCustomers {
     fn process(state: &Scope, batch: Events) -> Result<OutputEvents, String> {
-        let reference = |name: &str, default: &str| {
-            state
-                .map_get("reference", name)
-                .unwrap_or_else(|| Value::Text(default.into()))
-        };
-        let (name, tier) = (reference("name", "unknown"), reference("tier", "none"));
+        let (name, tier) = customer(state);
         let (order_ids, bad) = (column(&batch, "order_id"), column(&batch, "bad"));
         let events = batch.timestamps.len();
         let outside = events as u32 + 100;
         let mut rows = Vec::new();
         for (event, &timestamp) in batch.timestamps.iter().enumerate() {
-            if let Some(id) = present(order_ids, event).and_then(entry_name) {
-                if state.map_get("seen_orders", &id).is_some() {
-                    continue; // a duplicate
-                }
-                state.map_put("seen_orders", &id, &Value::Boolean(true));
+            if seen_before(state, present(order_ids, event)) {
+                continue; // a duplicate
             }
             let mut values: Vec<Value> = (0..batch.fields.len())
                 .map(|field| batch.values[field * events + event].clone())

@@ -198,6 +198,49 @@ fn an_old_contracts_trap_costs_only_its_keys_events() {
     }
 }
 
+/// Lines that each bring a field name of their own (some past the interned length), so that a
+/// window's batch is as wide as it is long: each key's one window of about 1,700 events and as
+/// many names is past the width a call may carry (2^20 values), so the old contracts' batches (a
+/// list per event in 0.1, field after field in 0.2) are refused and retried a call per event,
+/// with the same windows as the 0.3 example's.
+#[test]
+fn old_contracts_take_a_new_field_name_on_every_line_as_0_3_does() {
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 2_000 },
+        bound: 10,
+        lateness: 0,
+    };
+    let input: String = (0..12_000)
+        .map(|i| {
+            let name = match i % 3 {
+                0 => format!("f{i}"),
+                1 => format!("{}{i}", "n".repeat(300)),
+                _ => format!("é\\u00e9{i}"),
+            };
+            format!(
+                "{{\"{name}\":{i},\"key\":\"user-{}\",\"ts\":{},\"amount\":{}}}\n",
+                i % 7,
+                i / 8,
+                i % 10
+            )
+        })
+        .collect();
+    let example = Pipeline::new(&count_sum_body(&spec), &input);
+    let run = run_ok(&example, &[]);
+    assert!(
+        run.results.len() == 7 && run.dead_letters.is_empty(),
+        "{} results, {:?}",
+        run.results.len(),
+        run.dead_letters.first()
+    );
+    let expected = written(&example);
+    for old in COUNT_SUMS {
+        let pipeline = Pipeline::new(&count_sum_with(&spec, &guest(old)), &input);
+        run_ok(&pipeline, &[]);
+        assert_eq!(written(&pipeline), expected, "{old}");
+    }
+}
+
 /// A pipeline enriching `examples/enrich-customers`' orders (with `extra` lines appended) with
 /// `module`, its customers as reference data, and customer C020 with a name but no tier.
 fn orders_pipeline(module: &Path, extra: &str) -> Pipeline {

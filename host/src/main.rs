@@ -509,8 +509,9 @@ fn bench_checkpoints(
     }
     if runs > 1 {
         let (low, high) = range(&kept);
-        let checkpoints = match p99(durations.clone()) {
-            Some(p99) => format!("{} checkpoints, p99 {p99:.1} ms", durations.len()),
+        let count = durations.len();
+        let checkpoints = match p99(durations) {
+            Some(p99) => format!("{count} checkpoints, p99 {p99:.1} ms"),
             None => "no checkpoint was taken".to_owned(),
         };
         println!(
@@ -1187,22 +1188,25 @@ fn bench_nexmark(
         queries = weir::bench::NEXMARK_QUERIES.map(String::from).to_vec();
     }
     println!("nexmark, {events} events generated, {shards} shard(s), batches of {batch_size}");
-    let rate = weir::bench::BenchReport::rate;
-    // Each query's runs, Wasm then native (native last, as `print_medians` wants).
-    let mut measured: Vec<(String, Vec<Vec<Measured>>)> = Vec::new();
+    // Each query's runs (in the order given, a query given twice twice), Wasm then native
+    // (native last, as `print_medians` wants).
+    let mut measured: Vec<Vec<Vec<Measured>>> = queries.iter().map(|_| Vec::new()).collect();
     for run in 1..=runs {
         if runs > 1 {
             println!("run {run} of {runs}:");
         }
-        for row in weir::bench::nexmark(&queries, events, shards, batch_size, components)? {
+        let rows = weir::bench::nexmark(&queries, events, shards, batch_size, components)?;
+        for (row, runs) in rows.into_iter().zip(&mut measured) {
+            let [wasm, native] = [("wasm", &row.wasm), ("native", &row.native)]
+                .map(|(label, summary)| Measured::of(label.into(), summary));
             println!(
                 "{:<4} wasm {:>10.0} events/s  native {:>10.0} events/s  ({} events read, {} results; wasm/native {:.2})",
                 row.query,
-                rate(&row.wasm),
-                rate(&row.native),
+                wasm.rate,
+                native.rate,
                 row.wasm.events_in,
                 row.wasm.results_out,
-                rate(&row.wasm) / rate(&row.native)
+                wasm.rate / native.rate
             );
             anyhow::ensure!(
                 row.wasm.results_out == row.native.results_out
@@ -1211,18 +1215,11 @@ fn bench_nexmark(
                 "{}: Wasm and native disagree on the number of results, or one had dead letters",
                 row.query
             );
-            let this = vec![
-                Measured::of("wasm".into(), &row.wasm),
-                Measured::of("native".into(), &row.native),
-            ];
-            match measured.iter_mut().find(|(query, _)| *query == row.query) {
-                Some((_, runs)) => runs.push(this),
-                None => measured.push((row.query, vec![this])),
-            }
+            runs.push(vec![wasm, native]);
         }
     }
     if runs > 1 {
-        for (query, runs) in &measured {
+        for (query, runs) in queries.iter().zip(&measured) {
             print!("{query}: ");
             print_medians(runs);
         }

@@ -278,7 +278,7 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
         }
         let medians = stdout.split("medians of 2 runs").nth(1).unwrap_or_default();
         assert!(medians.contains("x native ("), "{stdout}");
-        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+        if weir::cpu_time::this_thread().is_some() {
             // The operators' cost apart from the router's: the shards' CPU time per event.
             for label in [
                 "CPU per event: shards ",

@@ -582,6 +582,8 @@ mod tests {
         // The collector stops before acknowledging: the next barrier ends the shard, no snapshot.
         drop(ack);
         messages.send(barrier(2, None)).unwrap();
+        // No more messages: a shard that took barrier 2 would end after it, not hang the test.
+        drop(messages);
         thread.join().unwrap().unwrap();
         assert!(parts.try_recv().is_err(), "no snapshot without a commit");
     }

@@ -387,3 +387,100 @@ macro_rules! export_enrich {
         $crate::bindings::enricher::export!($ty with_types_in $crate::bindings::enricher);
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use windows::{ColumnKind, Named, Outcome, WindowBatches, WindowCounts};
+
+    thread_local! {
+        /// What `Recorder::add` saw, a line per window.
+        static SEEN: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Records each window's batch and named values `a` and `""`, and writes `new`, a name the
+    /// call does not send, with the window's event count.
+    struct Recorder;
+
+    impl Aggregate for Recorder {
+        fn add(state: &State, batch: &Events) -> Result<(), String> {
+            let rows: Vec<_> = (batch.rows.iter())
+                .map(|row| (row.timestamp, row.values.clone()))
+                .collect();
+            let seen = format!(
+                "{:?} {rows:?} a={:?} empty={:?}",
+                batch.fields,
+                state.get("a"),
+                state.get("")
+            );
+            SEEN.with(|lines| lines.borrow_mut().push(seen));
+            state.put("new", batch.len() as i64);
+            Ok(())
+        }
+
+        fn merge(_target: &State, _source: &State) -> Result<(), String> {
+            Ok(())
+        }
+
+        fn finish(_state: &State, _window: Window) -> Result<Output, String> {
+            Ok(Output::new())
+        }
+    }
+
+    fn counts(values: u32, fields: u32, events: u32) -> WindowCounts {
+        WindowCounts {
+            values,
+            fields,
+            events,
+        }
+    }
+
+    /// A crafted call, as a host gone wrong might make it: a name index past `names` (read as
+    /// the empty name, twice in one window: the last kept), a window with a field but no
+    /// events (its kind still used up), and a last window whose counts run past every list.
+    /// Each window sees exactly its own part, the rest empty; the name the operator adds is
+    /// new, once for the whole call.
+    #[test]
+    fn a_crafted_call_gives_each_window_its_own_part_and_nothing_past_the_lists() {
+        SEEN.with(|lines| lines.borrow_mut().clear());
+        let named = |name: u32, value: i64| Named {
+            name,
+            value: Value::Int(value),
+        };
+        let added = <Recorder as windows::Guest>::add_windows(WindowBatches {
+            names: vec!["a".into(), "b".into()],
+            counts: vec![counts(3, 2, 1), counts(0, 1, 0), counts(5, 3, 4)],
+            values: vec![named(0, 1), named(99, 2), named(7, 3)],
+            fields: vec![0, 7, 1],
+            timestamps: vec![10],
+            kinds: vec![ColumnKind::Ints, ColumnKind::Values, ColumnKind::Floats],
+            ints: vec![5],
+            floats: vec![],
+            columns: vec![Value::Text("t".into())],
+        });
+        let seen = SEEN.with(|lines| lines.borrow().clone());
+        assert_eq!(
+            seen,
+            [
+                r#"["a", ""] [(10, [Value::Int(5), Value::Text("t")])] a=Some(Value::Int(1)) empty=Some(Value::Int(3))"#,
+                r#"["b"] [] a=None empty=None"#,
+                r#"[] [] a=None empty=None"#,
+            ]
+        );
+        assert!(matches!(
+            added.outcomes[..],
+            [Outcome::Done, Outcome::Done, Outcome::Done]
+        ));
+        assert_eq!(added.change_counts, [1, 1, 1]);
+        let changes: Vec<_> = (added.changes.iter())
+            .map(|change| (change.name, change.value.clone()))
+            .collect();
+        let new = Some(Value::Int(0));
+        assert_eq!(
+            changes,
+            [(2, Some(Value::Int(1))), (2, new.clone()), (2, new)]
+        );
+        assert_eq!(added.new_names, ["new"]);
+    }
+}

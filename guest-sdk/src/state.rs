@@ -47,49 +47,36 @@ enum Backend<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Values {
     /// Each name's value now (`None`: removed), and whether the call changed it, in the order
-    /// of the names: the first `live` entries. Those past them are spare, their names' memory
-    /// kept for the next. A sorted list, not a map: a call gets a few names, and a map's nodes
-    /// cost an allocation and a free in the guest per call.
+    /// of the names. A sorted list, not a map: a call gets a few names, and a map's nodes cost
+    /// an allocation and a free in the guest per call.
     values: RefCell<Vec<(String, Option<Value>, bool)>>,
-    /// How many of `values` are the current ones; the rest are spare.
-    live: Cell<usize>,
+    /// Names no longer in `values`, kept for their memory.
+    spare: RefCell<Vec<String>>,
     /// Whether the call asked for what only a scope has (a map, the key) without one.
     needs_scope: Cell<bool>,
 }
 
 impl Values {
-    /// The values of one call (`add` of a single window): `values`' names are kept, not
-    /// copied.
     pub(crate) fn new(values: Vec<Field>) -> Self {
         let mut values: Vec<_> = (values.into_iter())
             .map(|field| (field.name, Some(field.value), false))
             .collect();
-        let given = values.len();
-        let live = in_name_order(&mut values, given);
+        in_name_order(&mut values);
         Self {
             values: RefCell::new(values),
-            live: Cell::new(live),
-            needs_scope: Cell::new(false),
+            ..Self::default()
         }
     }
 
     /// Makes `named` the values, none changed and no scope asked for, as at the start of a
-    /// call. The host sends them in order; a name sent twice keeps its last value, as a map
-    /// would.
+    /// call.
     pub(crate) fn refill<N: AsRef<str>>(&mut self, named: impl IntoIterator<Item = (N, Value)>) {
-        let values = self.values.get_mut();
-        let mut live = 0;
+        let (values, spare) = (self.values.get_mut(), self.spare.get_mut());
+        spare.extend(values.drain(..).map(|(name, _, _)| name));
         for (name, value) in named {
-            if live == values.len() {
-                values.push((String::new(), None, false));
-            }
-            let slot = &mut values[live];
-            slot.0.clear();
-            slot.0.push_str(name.as_ref());
-            (slot.1, slot.2) = (Some(value), false);
-            live += 1;
+            values.push((recycled(spare, name.as_ref()), Some(value), false));
         }
-        self.live.set(in_name_order(values, live));
+        in_name_order(values);
         self.needs_scope.set(false);
     }
 
@@ -101,7 +88,7 @@ impl Values {
 
     fn get(&self, name: &str) -> Option<Value> {
         let values = self.values.borrow();
-        let at = values[..self.live.get()]
+        let at = values
             .binary_search_by(|(n, _, _)| n.as_str().cmp(name))
             .ok()?;
         values[at].1.clone()
@@ -109,20 +96,11 @@ impl Values {
 
     fn set(&self, name: &str, value: Option<Value>) {
         let mut values = self.values.borrow_mut();
-        let live = self.live.get();
-        match values[..live].binary_search_by(|(n, _, _)| n.as_str().cmp(name)) {
+        match values.binary_search_by(|(n, _, _)| n.as_str().cmp(name)) {
             Ok(at) => (values[at].1, values[at].2) = (value, true),
             Err(at) => {
-                // A spare entry (its name's memory) moves to `at`, the later ones up by one.
-                if live == values.len() {
-                    values.push((String::new(), None, false));
-                }
-                values[at..=live].rotate_right(1);
-                let slot = &mut values[at];
-                slot.0.clear();
-                slot.0.push_str(name);
-                (slot.1, slot.2) = (value, true);
-                self.live.set(live + 1);
+                let name = recycled(&mut self.spare.borrow_mut(), name);
+                values.insert(at, (name, value, true));
             }
         }
     }
@@ -131,8 +109,7 @@ impl Values {
     /// removed), in the order of the names. The changes are taken: a second call returns
     /// none, and a changed name reads as removed until the next [`refill`](Values::refill).
     pub(crate) fn take_changes(&mut self) -> impl Iterator<Item = (&str, Option<Value>)> {
-        let live = *self.live.get_mut();
-        (self.values.get_mut()[..live].iter_mut())
+        (self.values.get_mut().iter_mut())
             .filter(|(_, _, changed)| *changed)
             .map(|(name, value, changed)| {
                 *changed = false;
@@ -142,28 +119,29 @@ impl Values {
 
     /// What the call changed, for the host to apply.
     pub(crate) fn into_changes(self) -> Vec<Change> {
-        let live = self.live.get();
-        (self.values.into_inner().into_iter().take(live))
+        (self.values.into_inner().into_iter())
             .filter(|(_, _, changed)| *changed)
             .map(|(name, value, _)| Change { name, value })
             .collect()
     }
 }
 
-/// Puts the first `live` of `values` in ascending order of their names, a name given twice
-/// keeping its last value (as a map would), and returns how many remain; the spare entries
-/// past them stay past them.
-fn in_name_order(values: &mut Vec<(String, Option<Value>, bool)>, live: usize) -> usize {
-    if values[..live].is_sorted_by(|a, b| a.0 < b.0) {
-        return live;
+/// `name` in a spare name's memory, if there is one.
+fn recycled(spare: &mut Vec<String>, name: &str) -> String {
+    let mut recycled = spare.pop().unwrap_or_default();
+    recycled.clear();
+    recycled.push_str(name);
+    recycled
+}
+
+/// Puts `values` in ascending order of their names, a name given twice keeping its last value
+/// (as a map would). The host sends them in order already.
+fn in_name_order(values: &mut Vec<(String, Option<Value>, bool)>) {
+    if !values.is_sorted_by(|a, b| a.0 < b.0) {
+        values.reverse();
+        values.sort_by(|a, b| a.0.cmp(&b.0));
+        values.dedup_by(|later, kept| later.0 == kept.0);
     }
-    let spare = values.split_off(live);
-    values.reverse();
-    values.sort_by(|a, b| a.0.cmp(&b.0));
-    values.dedup_by(|later, kept| later.0 == kept.0);
-    let live = values.len();
-    values.extend(spare);
-    live
 }
 
 impl<'a> State<'a> {

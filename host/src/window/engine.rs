@@ -1565,21 +1565,19 @@ impl WindowEngine {
     ) -> Result<()> {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
         // Every carried window's events in one list (a list per window cost an allocation
-        // each), and where each window's end.
+        // each), each window's a slice of it.
         let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
         let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
-        let (mut all, mut ends) = (Vec::with_capacity(events_in_all), Vec::new());
+        let mut all = Vec::with_capacity(events_in_all);
         for (window, _) in carried_windows() {
             all.extend(window.pending.iter().map(|&n| &events[n].event));
-            ends.push(all.len());
         }
-        let mut start = 0;
+        let mut rest = &all[..];
         let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().zip(&carried))
             .filter(|(_, c)| **c)
-            .zip(&ends)
-            .map(|((w, _), &end)| {
-                let batch = &all[start..end];
-                start = end;
+            .map(|(w, _)| {
+                let (batch, after) = rest.split_at(w.pending.len());
+                rest = after;
                 (&mut w.scope, batch)
             })
             .collect();

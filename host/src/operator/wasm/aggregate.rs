@@ -128,18 +128,16 @@ impl WasmAggregate {
         Ok(Some(done))
     }
 
-    /// Applies a window's changes from a call carrying many windows: straight to its state,
-    /// unless a state quota must admit them first (as it does a call's writes through
-    /// [`settle`]), which refuses them all or keeps them all.
+    /// Applies a window's changes from a call carrying many windows to its state: all of them,
+    /// or, if the pipeline's state quota refuses what they add, none.
     fn keep(&self, scope: &mut Scope, changes: Vec<(&str, Option<wit::Value>)>) -> Result<()> {
-        if self.guest.limits.state_quota.is_none() {
+        let Some(quota) = &self.guest.limits.state_quota else {
             write_changes(&mut scope.state, changes);
             return Ok(());
-        }
-        let state = std::mem::take(&mut scope.state);
-        let mut slot = ScopeSlot::new(scope.key.clone(), state);
-        apply(&mut slot, changes);
-        settle(&self.guest.limits, &mut [scope], vec![slot], true)
+        };
+        let before = scope.state.clone();
+        write_changes(&mut scope.state, changes);
+        admit_states(quota, &mut [scope], vec![before])
     }
 
     /// The windows whose batches can cross (their indexes) and the flat `add-windows` input
@@ -395,20 +393,17 @@ fn named_values(state: &crate::state::ScopeState) -> Vec<wit::Field> {
 }
 
 /// Applies the changes a call returned to its scope's named values (`None` removes).
-fn apply<N: Into<String>>(
-    slot: &mut ScopeSlot,
-    changes: impl IntoIterator<Item = (N, Option<wit::Value>)>,
-) {
+fn apply(slot: &mut ScopeSlot, changes: impl IntoIterator<Item = (String, Option<wit::Value>)>) {
     for (name, value) in changes {
         match value {
-            Some(value) => slot.put(name.into(), from_wit(value)),
-            None => slot.remove(name.into()),
+            Some(value) => slot.put(name, from_wit(value)),
+            None => slot.remove(name),
         }
     }
 }
 
-/// Writes the changes a call returned into `state`, in their order (`None` removes): what
-/// [`apply`] then committing the slot does, the last change of a name winning.
+/// Writes the changes a call returned into `state`, in their order (`None` removes): the last
+/// change of a name wins.
 fn write_changes(state: &mut crate::state::ScopeState, changes: Vec<(&str, Option<wit::Value>)>) {
     for (name, value) in changes {
         match value {
@@ -504,17 +499,26 @@ mod tests {
     use super::wit_windows::Outcome::{Done, Failed, NeedsScope};
     use super::{Answer, Names, per_window};
 
-    /// Changes written straight into a state (no quota) leave it as a scope slot committing
-    /// them does: a name changed twice, removed then written, written then removed.
+    /// A call's changes are written in their order: a name changed twice keeps the last, one
+    /// removed then written is written, one written then removed is gone, the rest untouched.
     #[test]
-    fn changes_written_straight_equal_a_slots_commit() {
-        use super::{ScopeSlot, apply, wit, write_changes};
+    fn changes_are_written_in_their_order() {
+        use super::{wit, write_changes};
         use crate::state::ScopeState;
         use crate::value::Value;
-        let mut base = ScopeState::default();
-        for (name, value) in [("kept", 1), ("twice", 2), ("gone", 3), ("back", 4)] {
-            base.put(name, Value::Int(value));
-        }
+        let state = |values: &[(&str, Value)]| {
+            let mut state = ScopeState::default();
+            for (name, value) in values {
+                state.put(name, value.clone());
+            }
+            state
+        };
+        let mut written = state(&[
+            ("kept", Value::Int(1)),
+            ("twice", Value::Int(2)),
+            ("gone", Value::Int(3)),
+            ("back", Value::Int(4)),
+        ]);
         let changes = vec![
             ("twice", Some(wit::Value::Int(5))),
             ("new", Some(wit::Value::Text("x".into()))),
@@ -525,15 +529,17 @@ mod tests {
             ("brief", Some(wit::Value::Int(7))),
             ("brief", None),
         ];
-        let mut straight = base.clone();
-        write_changes(&mut straight, changes.clone());
-        let mut slot = ScopeSlot::new("k".into(), base);
-        apply(&mut slot, changes);
-        let committed = slot.commit();
-        assert_eq!(format!("{straight:?}"), format!("{committed:?}"));
-        assert_eq!(straight.get("twice"), Some(&Value::Int(6)));
-        assert_eq!(straight.get("back"), Some(&Value::Float(0.5)));
-        assert_eq!((straight.get("gone"), straight.get("brief")), (None, None));
+        write_changes(&mut written, changes);
+        let expected = state(&[
+            ("kept", Value::Int(1)),
+            ("twice", Value::Int(6)),
+            ("new", Value::Text("x".into())),
+            ("back", Value::Float(0.5)),
+        ]);
+        assert_eq!(written, expected);
+        assert_eq!(written.get("twice"), Some(&Value::Int(6)));
+        assert_eq!(written.get("back"), Some(&Value::Float(0.5)));
+        assert_eq!((written.get("gone"), written.get("brief")), (None, None));
     }
 
     /// Items are numbers here, read as themselves unless over 100 (a name no list has).

@@ -300,7 +300,7 @@ pub(super) enum Writes {
 
 /// Gives each scope its slot's state: with the call's writes if the call is `committed` (and
 /// the pipeline's state quota admits them: otherwise the call is refused), else as it was.
-pub(super) fn settle(
+fn settle(
     limits: &Limits,
     scopes: &mut [&mut Scope],
     slots: Vec<ScopeSlot>,
@@ -325,23 +325,36 @@ fn admit_writes(
     scopes: &mut [&mut Scope],
     slots: Vec<ScopeSlot>,
 ) -> Result<()> {
+    let mut bases = Vec::with_capacity(slots.len());
+    for (scope, slot) in scopes.iter_mut().zip(slots) {
+        bases.push(slot.base.clone());
+        scope.state = slot.commit();
+    }
+    admit_states(quota, scopes, bases)
+}
+
+/// Keeps the states `scopes` hold now if the quota admits what they add over `bases`, their
+/// states before a call (in scopes and encoded bytes); otherwise puts every scope back to its
+/// base and refuses the call with the reason.
+pub(super) fn admit_states(
+    quota: &StateQuota,
+    scopes: &mut [&mut Scope],
+    bases: Vec<ScopeState>,
+) -> Result<()> {
+    let size = |state: &ScopeState| {
+        (!state.is_empty()).then(|| crate::state::encode_scope(state).len() as i64)
+    };
     let (mut added_scopes, mut added_bytes) = (0i64, 0i64);
-    let mut written = Vec::with_capacity(slots.len());
-    for slot in slots {
-        let size = |state: &ScopeState| {
-            (!state.is_empty()).then(|| crate::state::encode_scope(state).len() as i64)
-        };
-        let base = slot.base.clone();
-        let before = size(&base);
-        let after_state = slot.commit();
-        let after = size(&after_state);
+    for (scope, base) in scopes.iter().zip(&bases) {
+        let (before, after) = (size(base), size(&scope.state));
         added_scopes += i64::from(after.is_some()) - i64::from(before.is_some());
         added_bytes += after.unwrap_or(0) - before.unwrap_or(0);
-        written.push((base, after_state));
     }
     let admitted = quota.admit(added_scopes, added_bytes);
-    for (scope, (base, after)) in scopes.iter_mut().zip(written) {
-        scope.state = if admitted.is_ok() { after } else { base };
+    if admitted.is_err() {
+        for (scope, base) in scopes.iter_mut().zip(bases) {
+            scope.state = base;
+        }
     }
     admitted.map_err(OperatorError::Rejected)
 }

@@ -117,6 +117,6 @@ pub use convert::Projection;
 use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
-use guest::{Bindings, Guest, Writes, check_output, output_within, settle};
+use guest::{Bindings, Guest, Writes, admit_states, check_output, output_within};
 pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};

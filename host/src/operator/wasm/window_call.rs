@@ -3,7 +3,7 @@
 //! Used by [`super::aggregate`]; depends on [`super::convert`].
 
 use super::convert::{
-    Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns, warm,
+    Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns,
 };
 use super::*;
 use crate::field_name::FieldName;
@@ -92,11 +92,9 @@ fn uniform_layout(
     projection: &Projection,
 ) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
     let first = *events.first()?;
-    for (i, &event) in events.iter().enumerate() {
-        warm(events, i);
-        if !same_names(first, event) {
-            return None;
-        }
+    // No `warm` here: the caller fetched every event of the call ahead (`convert::warm_all`).
+    if !events.iter().all(|&event| same_names(first, event)) {
+        return None;
     }
     let fields = crossing_fields(&[first], projection);
     let layout = Shape::default().layout(first, &fields).to_vec();
@@ -183,6 +181,42 @@ mod tests {
         let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
         let expected = [Int(3), Float(2.0), Null, text].map(super::from_wit);
         assert_eq!(columns, expected);
+    }
+
+    /// A window whose events share their names is read straight from them (not through a
+    /// list of values), each field into the list its values fit, after the windows before it.
+    #[test]
+    fn a_uniform_window_crosses_straight_into_typed_lists() {
+        let (x, y, z) = (
+            FieldName::new("x"),
+            FieldName::new("y"),
+            FieldName::new("z"),
+        );
+        let row = |timestamp: i64, xv: i64, yv: f64, zv: Value| {
+            let fields = vec![(x.clone(), Value::Int(xv)), (y.clone(), Value::Float(yv))];
+            event(
+                timestamp,
+                fields.into_iter().chain([(z.clone(), zv)]).collect(),
+            )
+        };
+        let events = [
+            row(4, 1, 0.5, Value::Int(7)),
+            row(2, 2, 1.5, Value::Text("t".into())),
+        ];
+        let events: Vec<&Event> = events.iter().collect();
+        assert!(uniform_layout(&events, &Projection::All).is_some());
+        let mut call = empty_call();
+        call.timestamps.push(99);
+        call.ints.push(-1);
+        let names = push_window(&mut call, &events, &Projection::All).unwrap();
+        assert_eq!(names, [x, y, z]);
+        assert_eq!(call.timestamps, [99, 4, 2]);
+        use ColumnKind::{Floats, Ints, Values};
+        assert_eq!(call.kinds, [Ints, Floats, Values]);
+        assert_eq!(call.ints, [-1, 1, 2]);
+        assert_eq!(call.floats, [0.5, 1.5]);
+        let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
+        assert_eq!(columns, [Value::Int(7), Value::Text("t".into())]);
     }
 
     /// Windows whose events share their names (read straight from the events) and windows

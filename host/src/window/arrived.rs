@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::ops::Index;
 
-use crate::event::Staged;
+use crate::event::{Event, Staged};
 
 /// The batches an engine carries, oldest first, each with the number of its first event.
 pub(super) type Carried = VecDeque<(usize, Vec<Staged>)>;
@@ -41,17 +41,41 @@ impl<'a> Arrived<'a> {
     }
 }
 
+impl<'a> Arrived<'a> {
+    /// The events numbered `numbers`, appended to `out` in that order. Each number is looked
+    /// up in the batch of the one before it first, so a window's pending numbers (ascending,
+    /// mostly in one batch) cost a comparison each instead of a search of the batches.
+    pub(super) fn extend_events(&self, numbers: &[usize], out: &mut Vec<&'a Event>) {
+        let (mut first, mut batch): (usize, &'a [Staged]) = (0, &[]);
+        for &number in numbers {
+            let mut i = number.wrapping_sub(first);
+            if i >= batch.len() {
+                (first, batch) = self.batch_of(number);
+                i = number - first;
+            }
+            out.push(&batch[i].event);
+        }
+    }
+
+    /// The batch holding event `number`, with the number of its first event; panics if no
+    /// batch held holds it (a pending add outlived its batch).
+    fn batch_of(&self, number: usize) -> (usize, &'a [Staged]) {
+        if number >= self.first {
+            return (self.first, self.current);
+        }
+        let after = self.carried.partition_point(|(first, _)| *first <= number);
+        let (first, events) = &self.carried[after.checked_sub(1).expect("a held event")];
+        (*first, events)
+    }
+}
+
 impl Index<usize> for Arrived<'_> {
     type Output = Staged;
 
     /// Event `number`; panics if no batch held holds it (a pending add outlived its batch).
     fn index(&self, number: usize) -> &Staged {
-        if let Some(i) = number.checked_sub(self.first) {
-            return &self.current[i];
-        }
-        let after = self.carried.partition_point(|(first, _)| *first <= number);
-        let (first, events) = &self.carried[after.checked_sub(1).expect("a held event")];
-        &events[number - first]
+        let (first, batch) = self.batch_of(number);
+        &batch[number - first]
     }
 }
 
@@ -82,5 +106,25 @@ mod tests {
         let arrived = Arrived::new(&carried, &current, 14);
         let lines: Vec<u64> = (10..16).map(|n| arrived[n].event.line).collect();
         assert_eq!(lines, [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn events_listed_by_number_come_from_whichever_batch_holds_each() {
+        let carried: Carried = [(10, batch(0..3)), (13, batch(3..4))].into();
+        let current = batch(4..6);
+        let arrived = Arrived::new(&carried, &current, 14);
+        let mut events = Vec::new();
+        // Ascending across batches, then back into an earlier batch and out again.
+        arrived.extend_events(&[10, 12, 13, 14, 15, 11, 15, 13], &mut events);
+        let lines: Vec<u64> = events.iter().map(|event| event.line).collect();
+        assert_eq!(lines, [0, 2, 3, 4, 5, 1, 5, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "a held event")]
+    fn a_number_before_every_held_batch_is_a_bug_not_a_wrong_event() {
+        let carried: Carried = [(10, batch(0..3))].into();
+        let current = batch(3..4);
+        Arrived::new(&carried, &current, 13).extend_events(&[12, 9], &mut Vec::new());
     }
 }

@@ -1241,7 +1241,11 @@ impl WindowEngine {
         };
         let batch: Vec<&Event> = match rebuild {
             true => inputs.iter().collect(),
-            false => pending.iter().map(|&i| &events[i].event).collect(),
+            false => {
+                let mut batch = Vec::with_capacity(pending.len());
+                events.extend_events(&pending, &mut batch);
+                batch
+            }
         };
         if rebuild {
             scope.state = ScopeState::default();
@@ -1570,7 +1574,7 @@ impl WindowEngine {
         let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
         let mut all = Vec::with_capacity(events_in_all);
         for (window, _) in carried_windows() {
-            all.extend(window.pending.iter().map(|&n| &events[n].event));
+            events.extend_events(&window.pending, &mut all);
         }
         let mut rest = &all[..];
         let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().zip(&carried))

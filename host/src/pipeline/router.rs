@@ -215,9 +215,15 @@ impl Router<'_> {
                 if let Some(buckets) = &mut buckets {
                     event.key = buckets.of(&event.key, seq);
                 }
-                let group = key_group(&event.key);
-                if self.key_groups.is_none_or(|owned| owned.contains(group)) {
-                    let list = &mut batch.per_shard[shard_of(group, n)];
+                // One shard owning every key group needs no key's group.
+                let group = match (n, self.key_groups) {
+                    (1, None) => None,
+                    _ => Some(key_group(&event.key)),
+                };
+                if group
+                    .is_none_or(|group| self.key_groups.is_none_or(|owned| owned.contains(group)))
+                {
+                    let list = &mut batch.per_shard[group.map_or(0, |group| shard_of(group, n))];
                     if list.capacity() == 0 {
                         // Sized once: grown by doubling, a large batch was copied a dozen
                         // times, into freshly zeroed pages (10 % of the router's time).

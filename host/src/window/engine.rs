@@ -332,6 +332,11 @@ pub struct WindowEngine {
     by_key: HashMap<Arc<str>, Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
     due: BTreeSet<Due>,
+    /// Whether a window was queued in `due` at or before the watermark since the last `fire`
+    /// began: only then can an event's `fire` find one due (one with an end the watermark has
+    /// not reached fires in the advance that reaches it). Most events queue none, and their
+    /// look at the first due window is skipped.
+    due_now: bool,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
     /// Windows with pending events (and some whose events were added since: see `listed`).
@@ -429,6 +434,7 @@ impl WindowEngine {
             windows: Slab::default(),
             by_key: HashMap::default(),
             due: BTreeSet::new(),
+            due_now: true,
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
             carried: Carried::new(),
@@ -639,8 +645,9 @@ impl WindowEngine {
             // A stage's events of one arrival index (an upstream update's withdrawal and
             // insertion, or every result of one upstream advance) change its windows at once.
             let next = current.get(index + 1);
-            if staged.origin.is_none()
-                || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none())
+            if self.due_now
+                && (staged.origin.is_none()
+                    || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none()))
             {
                 self.fire(staged.seq, false, events, cx, out)?;
             }
@@ -1191,6 +1198,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         if !live.queued {
             live.queued = true;
+            self.due_now |= live.window.end <= self.watermark;
             self.due.insert(Due::new(&live.key, live.window, id));
         }
     }
@@ -1372,6 +1380,9 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        // Cleared first: a window queued while these fire (its result changed by their
+        // adds) sets it again, and the next event looks again.
+        self.due_now = false;
         let mut group = Vec::new();
         while let Some(&Due { end, id, .. }) = self.due.first() {
             if end > self.watermark {

@@ -268,6 +268,28 @@ struct ChangeLog {
     closed: Vec<(Arc<str>, Window)>,
 }
 
+/// Which result of a window an emission is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Firing {
+    /// Before the watermark reached the window's end (`[emit]`).
+    Early,
+    /// On time, or an update after it; the window stays open for late events.
+    OnTime,
+    /// On time, and the window closes right after (its lateness has passed): its output is
+    /// not kept for a later update to replace, as none can come.
+    Closing,
+}
+
+impl Firing {
+    /// On time, closing the window if `closing`.
+    fn on_time(closing: bool) -> Firing {
+        match closing {
+            true => Firing::Closing,
+            false => Firing::OnTime,
+        }
+    }
+}
+
 /// A window waiting in the due set: windows fire by end, start and key (the order in which
 /// dead letters of failed `finish` calls are written, which a restored run must repeat).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -1445,8 +1467,9 @@ impl WindowEngine {
         if !closing {
             cx.state.put(state_key, scope.state)?;
         }
+        let firing = Firing::on_time(closing);
         match outcome {
-            Some(outcome) => self.publish(id, outcome, trigger, false, cx, out),
+            Some(outcome) => self.publish(id, outcome, trigger, firing, cx, out),
             None => Ok(()),
         }
     }
@@ -1478,7 +1501,14 @@ impl WindowEngine {
                 cx.state.put(window.state_key, window.scope.state)?;
             }
             if let Some(outcome) = outcome {
-                self.publish(window.id, outcome, trigger, false, cx, out)?;
+                self.publish(
+                    window.id,
+                    outcome,
+                    trigger,
+                    Firing::on_time(closes),
+                    cx,
+                    out,
+                )?;
             }
         }
         Ok(())
@@ -1719,17 +1749,21 @@ impl WindowEngine {
             cx.state.put(state_key, scope.state)?;
             outcome
         };
-        self.publish(id, outcome, trigger, early, cx, out)
+        let firing = match early {
+            true => Firing::Early,
+            false => Firing::OnTime,
+        };
+        self.publish(id, outcome, trigger, firing, cx, out)
     }
 
-    /// Emits `outcome`, window `id`'s output from `finish` (an early one if `early`), as
-    /// caused by `trigger`; a failed `finish` is a dead letter.
+    /// Emits `outcome`, window `id`'s output from `finish` (see [`Firing`]), as caused by
+    /// `trigger`; a failed `finish` is a dead letter.
     fn publish(
         &mut self,
         id: WindowId,
         outcome: std::result::Result<Fields, OperatorError>,
         trigger: u64,
-        early: bool,
+        firing: Firing,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1757,6 +1791,7 @@ impl WindowEngine {
         live.touch(&mut self.log);
         // Unchanged since it was last emitted: not emitted again, unless it is the window's
         // result on time after early ones (which says the window closed).
+        let early = firing == Firing::Early;
         let first_on_time = !early && live.early > 0 && live.version == live.early;
         if live.last_output.as_ref() == Some(&value) && !first_on_time {
             return Ok(());
@@ -1780,7 +1815,12 @@ impl WindowEngine {
                 EmissionKind::Update
             };
             live.version += 1;
-            (kind, live.last_output.replace(value.clone()))
+            let replaces = match firing {
+                // Closed right after: no later result replaces this one.
+                Firing::Closing => live.last_output.take(),
+                _ => live.last_output.replace(value.clone()),
+            };
+            (kind, replaces)
         };
         let (value, replaces) = match kind {
             EmissionKind::Retract => (replaces.expect("a withdrawn output"), None),

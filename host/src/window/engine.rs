@@ -1194,9 +1194,14 @@ impl WindowEngine {
         }
     }
 
+    /// Adds event `number` to window `id`'s pending events (the window found once: this runs
+    /// for every event).
     fn add_pending(&mut self, id: WindowId, number: usize) {
-        self.list_dirty(id);
         let live = self.windows.get_mut(id).expect("a live window");
+        if !live.listed {
+            live.listed = true;
+            self.dirty.push(id);
+        }
         if live.pending.capacity() == 0 {
             live.pending = self.spare.pop().unwrap_or_default();
         }
@@ -1206,7 +1211,9 @@ impl WindowEngine {
         {
             self.early.push(id);
         }
-        self.queue(id);
+        if !live.queued {
+            self.queue(id);
+        }
     }
 
     fn mark_changed(&mut self, id: WindowId) {

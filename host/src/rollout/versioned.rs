@@ -399,7 +399,8 @@ impl AggregateOperator for VersionedAggregate {
         }
         let live = &mut self.live;
         let mut done = vec![false; windows.len()];
-        let (mut ready, mut at) = (Vec::new(), Vec::new());
+        let mut ready = Vec::with_capacity(windows.len());
+        let mut at = Vec::with_capacity(windows.len());
         for (i, (scope, events)) in windows.iter_mut().enumerate() {
             if written_by_or_none(scope, &live.version) {
                 ready.push((&mut **scope, *events));
@@ -428,10 +429,14 @@ impl AggregateOperator for VersionedAggregate {
             return Ok(None);
         }
         let live = &mut self.live;
-        let (ready, at): (Vec<(&Scope, Window)>, Vec<usize>) = (windows.iter().enumerate())
-            .filter(|(_, (scope, _))| written_by_or_none(scope, &live.version))
-            .map(|(i, window)| (*window, i))
-            .unzip();
+        let mut ready: Vec<(&Scope, Window)> = Vec::with_capacity(windows.len());
+        let mut at = Vec::with_capacity(windows.len());
+        for (i, window) in windows.iter().enumerate() {
+            if written_by_or_none(window.0, &live.version) {
+                ready.push(*window);
+                at.push(i);
+            }
+        }
         let started = live.clock();
         let Some(finished) = carried(live, started, |op| op.finish_windows(&ready))? else {
             return Ok(None);

@@ -1492,7 +1492,8 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let (mut taken, mut closing) = (Vec::new(), Vec::new());
+        let mut taken = Vec::with_capacity(group.len());
+        let mut closing = Vec::with_capacity(group.len());
         for (id, closes) in group {
             let live = &self.windows[id];
             if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
@@ -1536,7 +1537,8 @@ impl WindowEngine {
             }
             return Ok(());
         }
-        let mut taken = Vec::new();
+        // Sized once: a window taken is large, and growing the list copied it over and over.
+        let mut taken = Vec::with_capacity(ids.len().min(MAX_WINDOWS_PER_CALL));
         for id in ids {
             let Some(live) = self.windows.get(id) else {
                 continue;
@@ -1625,14 +1627,16 @@ impl WindowEngine {
             events.extend_events(&window.pending, &mut all);
         }
         let mut rest = &all[..];
-        let mut calls: Vec<(&mut Scope, &[&Event])> = (run.iter_mut().zip(&carried))
-            .filter(|(_, c)| **c)
-            .map(|(w, _)| {
-                let (batch, after) = rest.split_at(w.pending.len());
-                rest = after;
-                (&mut w.scope, batch)
-            })
-            .collect();
+        let mut calls: Vec<(&mut Scope, &[&Event])> = Vec::with_capacity(run.len());
+        calls.extend(
+            (run.iter_mut().zip(&carried))
+                .filter(|(_, c)| **c)
+                .map(|(w, _)| {
+                    let (batch, after) = rest.split_at(w.pending.len());
+                    rest = after;
+                    (&mut w.scope, batch)
+                }),
+        );
         let done = match calls.is_empty() {
             true => Vec::new(),
             false => outcomes(cx.operator.add_windows(&mut calls))?,

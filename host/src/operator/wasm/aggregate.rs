@@ -162,12 +162,15 @@ impl WasmAggregate {
             fields: Vec::new(),
             timestamps: Vec::with_capacity(event_count),
             kinds: Vec::new(),
-            ints: Vec::new(),
+            // Sized for one integer field, the usual case (grown by doubling, a large call's
+            // lists were copied a dozen times).
+            ints: Vec::with_capacity(event_count),
             floats: Vec::new(),
             columns: Vec::new(),
         };
         // Each window's events go in while they are in the cache; its names are indexed after.
-        let (mut sent, mut fields) = (Vec::new(), Vec::new());
+        let mut sent = Vec::with_capacity(windows.len());
+        let mut fields = Vec::with_capacity(windows.len());
         for (i, (_, events)) in windows.iter().enumerate() {
             if let Ok(window_fields) = window_call::push_window(&mut call, events, &self.projection)
             {
@@ -179,6 +182,10 @@ impl WasmAggregate {
             let values = windows[i].0.state.values.keys().map(String::as_str);
             fields.iter().map(FieldName::as_str).chain(values)
         }));
+        call.counts.reserve(sent.len());
+        let values = sent.iter().map(|&i| windows[i].0.state.values.len()).sum();
+        call.values.reserve(values);
+        call.fields.reserve(fields.iter().map(Vec::len).sum());
         for (&i, fields) in sent.iter().zip(&fields) {
             let (scope, events) = &windows[i];
             call.counts.push(wit_windows::WindowCounts {
@@ -206,9 +213,12 @@ impl WasmAggregate {
             value_counts: (windows.iter())
                 .map(|(scope, _)| scope.state.values.len() as u32)
                 .collect(),
-            values: (windows.iter())
-                .flat_map(|(scope, _)| named(&names, &scope.state))
-                .collect(),
+            values: {
+                let count = windows.iter().map(|(scope, _)| scope.state.values.len());
+                let mut values = Vec::with_capacity(count.sum());
+                values.extend((windows.iter()).flat_map(|(scope, _)| named(&names, &scope.state)));
+                values
+            },
             windows: (windows.iter())
                 .map(|(_, window)| wit::Window {
                     start: window.start,
@@ -367,19 +377,18 @@ fn per_window<I, T>(
         return None;
     }
     let mut items = items.into_iter();
-    (outcomes.into_iter().zip(counts))
-        .map(|(outcome, count)| {
-            let mine = items.by_ref().take(count as usize);
-            match outcome {
-                wit_windows::Outcome::Done => {
-                    mine.map(&read).collect::<Option<_>>().map(Answer::Done)
-                }
-                _ if count > 0 => None,
-                wit_windows::Outcome::Failed => Some(Answer::Failed),
-                wit_windows::Outcome::NeedsScope => Some(Answer::NeedsScope),
-            }
-        })
-        .collect()
+    // Sized once (a collect into an `Option` of a list cannot know the length ahead).
+    let mut answers = Vec::with_capacity(windows);
+    for (outcome, count) in outcomes.into_iter().zip(counts) {
+        let mine = items.by_ref().take(count as usize);
+        answers.push(match outcome {
+            wit_windows::Outcome::Done => Answer::Done(mine.map(&read).collect::<Option<_>>()?),
+            _ if count > 0 => return None,
+            wit_windows::Outcome::Failed => Answer::Failed,
+            wit_windows::Outcome::NeedsScope => Answer::NeedsScope,
+        });
+    }
+    Some(answers)
 }
 
 /// A scope's named values, as they cross with a call.

@@ -39,9 +39,7 @@ impl<'a> Arrived<'a> {
     pub(super) fn first(&self) -> usize {
         self.first
     }
-}
 
-impl<'a> Arrived<'a> {
     /// The events numbered `numbers`, appended to `out` in that order. Each number is looked
     /// up in the batch of the one before it first, so a window's pending numbers (ascending,
     /// mostly in one batch) cost a comparison each instead of a search of the batches.
@@ -57,8 +55,10 @@ impl<'a> Arrived<'a> {
         }
     }
 
-    /// The batch holding event `number`, with the number of its first event; panics if no
-    /// batch held holds it (a pending add outlived its batch).
+    /// The batch that would hold event `number`, with the number of its first event: the
+    /// current one for any number from its first on, else the carried one starting at or before
+    /// it. Panics if `number` is before every held batch (a pending add outlived its batch); a
+    /// number past a batch's end panics where the batch is indexed.
     fn batch_of(&self, number: usize) -> (usize, &'a [Staged]) {
         if number >= self.first {
             return (self.first, self.current);
@@ -82,7 +82,6 @@ impl Index<usize> for Arrived<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Event;
 
     fn batch(lines: std::ops::Range<u64>) -> Vec<Staged> {
         lines

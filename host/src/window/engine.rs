@@ -273,7 +273,8 @@ struct ChangeLog {
 enum Firing {
     /// Before the watermark reached the window's end (`[emit]`).
     Early,
-    /// On time, or an update after it; the window stays open for late events.
+    /// On time, or an update after it: its output is kept, for a later update to replace
+    /// (the window may stay open for late events).
     OnTime,
     /// On time, and the window closes right after (its lateness has passed): its output is
     /// not kept for a later update to replace, as none can come.
@@ -281,7 +282,7 @@ enum Firing {
 }
 
 impl Firing {
-    /// On time, closing the window if `closing`.
+    /// On time: [`Firing::Closing`] if the window closes right after.
     fn on_time(closing: bool) -> Firing {
         match closing {
             true => Firing::Closing,
@@ -354,10 +355,11 @@ pub struct WindowEngine {
     by_key: HashMap<Arc<str>, Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
     due: BTreeSet<Due>,
-    /// Whether a window was queued in `due` at or before the watermark since the last `fire`
-    /// began: only then can an event's `fire` find one due (one with an end the watermark has
-    /// not reached fires in the advance that reaches it). Most events queue none, and their
-    /// look at the first due window is skipped.
+    /// Whether `due` may hold a window at or before the watermark: set when one is queued
+    /// there (or the watermark is restored), and by `fire` to whether it left one. Only then
+    /// can an event's `fire` find one due (a window whose end the watermark has not reached
+    /// fires in the advance that reaches it); most events queue none, and their look at the
+    /// first due window is skipped. True at first.
     due_now: bool,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
@@ -536,6 +538,7 @@ impl WindowEngine {
     /// table, already limited to this shard's key groups and this operator).
     pub fn restore(&mut self, watermark: Millis, rows: &[TableRow]) -> Result<(), String> {
         self.watermark = watermark;
+        self.due_now = true;
         for row in rows {
             let key = StateKey::decode(&row.key).ok_or("a window key is malformed")?;
             let Namespace::Window { start, end } = key.namespace else {
@@ -1194,8 +1197,8 @@ impl WindowEngine {
         }
     }
 
-    /// Adds event `number` to window `id`'s pending events (the window found once: this runs
-    /// for every event).
+    /// Adds event `number` to window `id`'s pending events (the window found once, unless it
+    /// must be queued: this runs for every event).
     fn add_pending(&mut self, id: WindowId, number: usize) {
         let live = self.windows.get_mut(id).expect("a live window");
         if !live.listed {
@@ -1409,9 +1412,6 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        // Cleared first: a window queued while these fire (its result changed by their
-        // adds) sets it again, and the next event looks again.
-        self.due_now = false;
         let mut group = Vec::new();
         while let Some(&Due { end, id, .. }) = self.due.first() {
             if end > self.watermark {
@@ -1437,10 +1437,11 @@ impl WindowEngine {
                 }
             }
         }
-        match group.is_empty() {
-            true => Ok(()),
-            false => self.flush_and_emit_all(group, trigger, events, cx, out),
+        if !group.is_empty() {
+            self.flush_and_emit_all(group, trigger, events, cx, out)?;
         }
+        self.due_now = (self.due.first()).is_some_and(|due| due.end <= self.watermark);
+        Ok(())
     }
 
     /// Whether window `id` has a result to emit on time: it changed since its last emission,

@@ -163,8 +163,11 @@ impl WasmAggregate {
             timestamps: Vec::with_capacity(event_count),
             kinds: Vec::new(),
             // Sized for one integer field, the usual case (grown by doubling, a large call's
-            // lists were copied a dozen times).
-            ints: Vec::with_capacity(event_count),
+            // lists were copied a dozen times); none if no field crosses.
+            ints: Vec::with_capacity(match self.projection.crosses_no_field() {
+                true => 0,
+                false => event_count,
+            }),
             floats: Vec::new(),
             columns: Vec::new(),
         };

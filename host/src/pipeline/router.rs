@@ -217,15 +217,8 @@ impl Router<'_> {
                 if let Some(buckets) = &mut buckets {
                     event.key = buckets.of(&event.key, seq);
                 }
-                // One shard owning every key group needs no key's group.
-                let group = match (n, self.key_groups) {
-                    (1, None) => None,
-                    _ => Some(key_group(&event.key)),
-                };
-                if group
-                    .is_none_or(|group| self.key_groups.is_none_or(|owned| owned.contains(group)))
-                {
-                    let list = &mut batch.per_shard[group.map_or(0, |group| shard_of(group, n))];
+                if let Some(shard) = self.shard_for(&event.key) {
+                    let list = &mut batch.per_shard[shard];
                     if list.capacity() == 0 {
                         // Sized once: grown by doubling, a large batch was copied a dozen
                         // times, into freshly zeroed pages (10 % of the router's time).
@@ -294,6 +287,17 @@ impl Router<'_> {
         }
         info!(events = seq - start.events, "input finished");
         Ok(seq - start.events)
+    }
+
+    /// The shard that takes events of `key`, if this run routes them (see `key_groups`). One
+    /// shard owning every key group needs no key's group.
+    fn shard_for(&self, key: &str) -> Option<usize> {
+        let n = self.shards.len();
+        if n == 1 && self.key_groups.is_none() {
+            return Some(0);
+        }
+        let group = key_group(key);
+        (self.key_groups.is_none_or(|owned| owned.contains(group))).then(|| shard_of(group, n))
     }
 
     /// Publishes how far the router has read (events, the watermark and the source's byte

@@ -257,6 +257,14 @@ impl LiveWindow {
             log.touched.push(self.id);
         }
     }
+
+    /// Lists the window in `dirty`, unless it is already.
+    fn list(&mut self, dirty: &mut Vec<WindowId>) {
+        if !self.listed {
+            self.listed = true;
+            dirty.push(self.id);
+        }
+    }
 }
 
 /// What changed since the last checkpoint, for the next one.
@@ -787,7 +795,7 @@ impl WindowEngine {
         for (_, id) in ids {
             self.flush_pending(id, events, cx, out)?;
             if self.windows[id].changed {
-                self.emit(id, trigger, true, cx, out)?;
+                self.emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
         Ok(())
@@ -1191,20 +1199,14 @@ impl WindowEngine {
     /// Lists window `id` in `dirty`, unless it is already.
     fn list_dirty(&mut self, id: WindowId) {
         let live = self.windows.get_mut(id).expect("a live window");
-        if !live.listed {
-            live.listed = true;
-            self.dirty.push(id);
-        }
+        live.list(&mut self.dirty);
     }
 
     /// Adds event `number` to window `id`'s pending events (the window found once, unless it
     /// must be queued: this runs for every event).
     fn add_pending(&mut self, id: WindowId, number: usize) {
         let live = self.windows.get_mut(id).expect("a live window");
-        if !live.listed {
-            live.listed = true;
-            self.dirty.push(id);
-        }
+        live.list(&mut self.dirty);
         if live.pending.capacity() == 0 {
             live.pending = self.spare.pop().unwrap_or_default();
         }
@@ -1425,7 +1427,7 @@ impl WindowEngine {
                 // A stage's window may have no inputs left, and then no state to finish.
                 self.flush_pending(id, events, cx, out)?;
                 if self.fires(id) {
-                    self.emit(id, trigger, false, cx, out)?;
+                    self.emit(id, trigger, Firing::OnTime, cx, out)?;
                 }
             } else if !cx.operator.carries_windows() {
                 let closing = advance && self.is_late(&window);
@@ -1734,19 +1736,19 @@ impl WindowEngine {
             }
             self.flush_pending(id, events, cx, out)?;
             if self.windows[id].changed {
-                self.emit(id, trigger, true, cx, out)?;
+                self.emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
         Ok(())
     }
 
-    /// Emits window `id`'s current result (an early one if `early`), as caused by `trigger`.
-    /// A result equal to the last one emitted is not emitted again; an empty one withdraws it.
+    /// Emits window `id`'s current result (see [`Firing`]), as caused by `trigger`. A result
+    /// equal to the last one emitted is not emitted again; an empty one withdraws it.
     fn emit(
         &mut self,
         id: WindowId,
         trigger: u64,
-        early: bool,
+        firing: Firing,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
@@ -1760,10 +1762,6 @@ impl WindowEngine {
             let outcome = cx.operator.finish(&mut scope, window);
             cx.state.put(state_key, scope.state)?;
             outcome
-        };
-        let firing = match early {
-            true => Firing::Early,
-            false => Firing::OnTime,
         };
         self.publish(id, outcome, trigger, firing, cx, out)
     }

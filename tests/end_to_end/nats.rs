@@ -3,7 +3,8 @@
 //! their ids as `Nats-Msg-Id`; SIGKILLed mid-stream and restarted, it resumes from the
 //! checkpointed stream sequence, and the results stream holds every window's result exactly
 //! once (the re-published ones dropped by JetStream's de-duplication); a NATS server that stops
-//! and comes back is waited for, with nothing lost or repeated; SIGTERM stops a run after a
+//! and comes back is waited for, with nothing lost or repeated; results whose acknowledgements a
+//! cut network drops are published again after one acknowledgement timeout, not one per result; SIGTERM stops a run after a
 //! final checkpoint and the next goes on from there; a quiet subject stops holding the
 //! watermark back after `idle_timeout` by the server's publication clock. Bad NATS specs are refused
 //! before anything connects, and a served pipeline may not name a NATS sink.
@@ -78,6 +79,76 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A TCP relay on loopback in front of a NATS server, which the test can cut: while cut, the
+/// bytes sent either way are read and thrown away, as a network that drops packets does, and
+/// mending it closes the connections it spoiled, so their clients connect again.
+pub(crate) struct Relay {
+    pub(crate) url: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    pub(crate) fn to(server: &NatsServer) -> Relay {
+        let upstream = server.url.trim_start_matches("nats://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("nats://{}", listener.local_addr().unwrap());
+        let relay = Relay {
+            url,
+            cut: Default::default(),
+            connections: Default::default(),
+        };
+        let (cut, connections) = (relay.cut.clone(), relay.connections.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), Ok(server)) = (client, std::net::TcpStream::connect(&upstream))
+                else {
+                    continue;
+                };
+                let mut held = connections.lock().unwrap();
+                held.push(client.try_clone().unwrap());
+                held.push(server.try_clone().unwrap());
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let cut = cut.clone();
+                    std::thread::spawn(move || relay_bytes(from, to, &cut));
+                }
+            }
+        });
+        relay
+    }
+
+    /// From now on, nothing gets through.
+    pub(crate) fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes every connection made so far and lets new ones through.
+    pub(crate) fn mend(&self) {
+        for connection in self.connections.lock().unwrap().drain(..) {
+            let _ = connection.shutdown(std::net::Shutdown::Both);
+        }
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn relay_bytes(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    cut: &std::sync::atomic::AtomicBool,
+) {
+    use std::io::{Read, Write};
+    let mut buffer = [0u8; 16 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buffer) {
+        if !cut.load(std::sync::atomic::Ordering::SeqCst) && to.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }
 
 /// A JetStream client for the test's own publishing and reading.
@@ -314,9 +385,14 @@ pub(crate) fn assert_exactly_once(results: &[(String, Value)], events: &[Value],
         .map(|key| (key, got.get(key), want.get(key)))
         .take(20)
         .collect();
+    if !wrong.is_empty() {
+        // The context (workers' logs) first: a long output is shown by its end.
+        eprintln!("{context}");
+    }
     assert!(
         wrong.is_empty(),
-        "every window's result, exactly once: (window, got, want) {wrong:?}\n{context}"
+        "every window's result, exactly once, among {} results: (window, got, want) {wrong:?}",
+        results.len()
     );
 }
 
@@ -342,6 +418,43 @@ fn a_nats_server_that_stops_and_comes_back_is_waited_for_with_nothing_lost() {
     let stderr = stop(weir);
     assert!(still_running, "weir run waited for the server: {stderr}");
     assert_exactly_once(&results, &events, &stderr);
+}
+
+#[test]
+fn acknowledgements_lost_in_the_network_cost_one_timeout_not_one_per_result() {
+    let (server, client, dir, spec) = setup();
+    // The results go through a relay; the input comes straight from the server.
+    let relay = Relay::to(&server);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let sink = format!("results = {{ nats = \"{}\"", server.url);
+    assert!(text.contains(&sink));
+    let relayed = format!("results = {{ nats = \"{}\"", relay.url);
+    std::fs::write(&spec, text.replace(&sink, &relayed)).unwrap();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let events = clicks(0, 3_000);
+    client.publish("clicks.all", &events[..500]);
+    let weir = run(&spec);
+    assert!(!wait_for_results(&client, 1).is_empty());
+    // Every window closes while nothing gets through: hundreds of results are published
+    // into the void, and not one acknowledgement comes back.
+    relay.cut();
+    client.publish("clicks.all", &events[500..]);
+    client.publish(
+        "clicks.all",
+        &[serde_json::json!({"user": "zz", "ts": BASE + 10_000_000, "amount": 0})],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    relay.mend();
+    let mended = Instant::now();
+    let results = wait_for_results(&client, windows(&events).len());
+    let waited = mended.elapsed();
+    let stderr = stop(weir);
+    assert_exactly_once(&results, &events, &stderr);
+    // One acknowledgement timeout (5 s), then the unacknowledged records go out again.
+    assert!(
+        waited < Duration::from_secs(30),
+        "results came {waited:?} after the network was mended"
+    );
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! [`NatsPublisher`]: the NATS sink's client. Each record is published to the subject with its
 //! `id` as `Nats-Msg-Id`; acknowledgements are collected, and [`flush`](NatsPublisher::flush)
-//! (before every checkpoint) waits for all of them, publishing again (same id: the stream drops
-//! the duplicate) whatever was not acknowledged, while the server is away, for up to
-//! [`GIVE_UP`].
+//! (before every checkpoint) waits for all of them at once, publishing again (same id: the
+//! stream drops the duplicate) whatever was not acknowledged, while the server is away, for up
+//! to [`GIVE_UP`]. Nothing is sent while the client is not connected.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ struct InFlight {
 /// Publishes to one subject of a JetStream stream.
 pub struct NatsPublisher {
     runtime: tokio::runtime::Runtime,
+    client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
     subject: String,
     in_flight: Vec<InFlight>,
@@ -53,10 +54,11 @@ impl NatsPublisher {
             .map_err(|e| format!("cannot connect: {e}"))?;
         let jetstream = {
             let _inside = runtime.enter();
-            async_nats::jetstream::new(client)
+            async_nats::jetstream::new(client.clone())
         };
         Ok(NatsPublisher {
             runtime,
+            client,
             jetstream,
             subject: spec.subject.clone(),
             in_flight: Vec::new(),
@@ -73,9 +75,18 @@ impl NatsPublisher {
             payload: bytes::Bytes::copy_from_slice(line),
             ack: None,
         };
-        record.ack = self.send(&record).ok();
+        if self.connected() {
+            record.ack = self.send(&record).ok();
+        }
         self.in_flight.push(record);
         Ok(())
+    }
+
+    /// Whether the client is connected. While it is not, records are not sent: the client
+    /// would queue them (each again on every round of a flush) and, its queue full, make each
+    /// send wait out a timeout.
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
     }
 
     fn send(&self, record: &InFlight) -> Result<PublishAckFuture, String> {
@@ -110,8 +121,11 @@ impl NatsPublisher {
                 ));
             }
             std::thread::sleep(Duration::from_millis(200));
-            for record in &mut failed {
-                record.ack = self.send(record).ok();
+            if self.connected() {
+                tracing::warn!(subject = %self.subject, records = failed.len(), "records not acknowledged: publishing them again");
+                for record in &mut failed {
+                    record.ack = self.send(record).ok();
+                }
             }
             pending = failed;
         }

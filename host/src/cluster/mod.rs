@@ -202,6 +202,11 @@ impl Connection {
         }
     }
 
+    /// Whether the client is connected now (it reconnects by itself when it is not).
+    fn connected(&self) -> bool {
+        self.jetstream.client().connection_state() == async_nats::connection::State::Connected
+    }
+
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
     }

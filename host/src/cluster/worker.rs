@@ -145,7 +145,9 @@ impl Worker {
         for slice in self.renewer.lost() {
             self.lose(slice);
         }
-        if !self.renewer.reachable() {
+        // While the server is away, every request below would wait out its timeout in turn
+        // (20 s and more), and slices lost meanwhile would wait as long to be taken again.
+        if !self.renewer.reachable() || !self.connection.connected() {
             return;
         }
         self.follow_rollout();

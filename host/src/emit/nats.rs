@@ -29,6 +29,9 @@ pub struct NatsPublisher {
     jetstream: async_nats::jetstream::Context,
     subject: String,
     in_flight: Vec<InFlight>,
+    /// A send failed (its queue full, the link down): records wait for the next round of a
+    /// flush instead of each waiting out a send's timeout in turn.
+    held_back: bool,
 }
 
 impl Drop for NatsPublisher {
@@ -62,6 +65,7 @@ impl NatsPublisher {
             jetstream,
             subject: spec.subject.clone(),
             in_flight: Vec::new(),
+            held_back: false,
         })
     }
 
@@ -75,8 +79,8 @@ impl NatsPublisher {
             payload: bytes::Bytes::copy_from_slice(line),
             ack: None,
         };
-        if self.connected() {
-            record.ack = self.send(&record).ok();
+        if self.connected() && !self.held_back {
+            record.ack = self.send(&record);
         }
         self.in_flight.push(record);
         Ok(())
@@ -89,7 +93,9 @@ impl NatsPublisher {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    fn send(&self, record: &InFlight) -> Result<PublishAckFuture, String> {
+    /// Sends `record`: its acknowledgement to wait for, or `None` (and later records held
+    /// back) if it could not be sent.
+    fn send(&mut self, record: &InFlight) -> Option<PublishAckFuture> {
         let mut headers = async_nats::HeaderMap::new();
         if let Some(id) = &record.id {
             headers.insert("Nats-Msg-Id", id.as_str());
@@ -99,9 +105,14 @@ impl NatsPublisher {
             self.subject.clone(),
             record.payload.clone(),
         );
-        self.runtime
-            .block_on(jetstream.publish_with_headers(subject, headers, payload))
-            .map_err(|e| e.to_string())
+        let sent = self
+            .runtime
+            .block_on(jetstream.publish_with_headers(subject, headers, payload));
+        if let Err(error) = &sent {
+            tracing::debug!(subject = %self.subject, %error, "not sent: later records held back");
+            self.held_back = true;
+        }
+        sent.ok()
     }
 
     /// Waits until the server has acknowledged every record published so far.
@@ -123,8 +134,12 @@ impl NatsPublisher {
             std::thread::sleep(Duration::from_millis(200));
             if self.connected() {
                 tracing::warn!(subject = %self.subject, records = failed.len(), "records not acknowledged: publishing them again");
+                self.held_back = false;
                 for record in &mut failed {
-                    record.ack = self.send(record).ok();
+                    if self.held_back {
+                        break;
+                    }
+                    record.ack = self.send(record);
                 }
             }
             pending = failed;

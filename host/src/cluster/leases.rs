@@ -71,6 +71,9 @@ impl Leases {
 
     /// Says this worker is alive.
     pub(super) fn beat(&self) -> Result<()> {
+        if !self.connection.connected() {
+            return Err(self.connection.error("membership", "not connected"));
+        }
         let key = format!("members.{}.{}", self.pipeline, self.me());
         let value = self.me().as_bytes().to_vec().into();
         match self.connection.block_on(timed(self.bucket.put(key, value))) {
@@ -146,8 +149,13 @@ impl Leases {
         }
     }
 
-    /// Renews this process's lease of `slice`, last written at `revision`.
+    /// Renews this process's lease of `slice`, last written at `revision`. Nothing is sent
+    /// while the client is disconnected: each request would wait out its timeout in turn,
+    /// under the renewer's lock, and be sent on reconnecting, when the lease may be another's.
     pub(super) fn renew(&self, slice: usize, revision: u64) -> Renewal {
+        if !self.connection.connected() {
+            return Renewal::Unreachable;
+        }
         let key = self.slice_key(slice);
         let value: bytes::Bytes = self.token.as_bytes().to_vec().into();
         self.connection.block_on(async {

@@ -176,9 +176,7 @@ impl Connection {
             .block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(10),
-                    async_nats::ConnectOptions::new()
-                        .retry_on_initial_connect()
-                        .connect(url),
+                    crate::source::connect_options().connect(url),
                 )
                 .await
             })

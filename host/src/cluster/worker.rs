@@ -141,10 +141,12 @@ impl Worker {
     }
 
     fn step(&mut self) {
-        self.reap_finished();
+        // Lost slices first: a run stopped for its lost lease has finished, and reaping it
+        // as a failure would keep the slice from this worker for a cooldown.
         for slice in self.renewer.lost() {
             self.lose(slice);
         }
+        self.reap_finished();
         // While the server is away, every request below would wait out its timeout in turn
         // (20 s and more), and slices lost meanwhile would wait as long to be taken again.
         if !self.renewer.reachable() || !self.connection.connected() {

@@ -49,9 +49,7 @@ impl NatsPublisher {
         let url = spec.nats.clone();
         let client = runtime
             .block_on(async move {
-                async_nats::ConnectOptions::new()
-                    .retry_on_initial_connect()
-                    .connect(&url)
+                crate::source::connect_options().connect(&url)
                     .await
             })
             .map_err(|e| format!("cannot connect: {e}"))?;

@@ -138,6 +138,25 @@ fn fail(spec: &NatsSourceSpec, message: impl std::fmt::Display) -> SourceError {
     )
 }
 
+/// The longest wait between two attempts to reach a server that went away.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// How every Weir NATS client connects: waiting for a server that is not up yet, and, when it
+/// goes away, trying again at once and then every quarter second more, up to
+/// [`MAX_RECONNECT_DELAY`]. The client's own backoff doubles up to 4 s, so every process
+/// lost the server for up to 4 s longer than it was away: longer than a cluster's lease.
+pub(crate) fn connect_options() -> async_nats::ConnectOptions {
+    async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .reconnect_delay_callback(reconnect_delay)
+}
+
+/// The wait before reconnect attempt `attempts` (counted from 1).
+fn reconnect_delay(attempts: usize) -> Duration {
+    let quarters = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX);
+    (Duration::from_millis(250).saturating_mul(quarters)).min(MAX_RECONNECT_DELAY)
+}
+
 /// A small runtime for a NATS client: one worker keeps the connection alive between calls.
 pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -172,8 +191,7 @@ impl NatsSource {
             let client = self
                 .runtime
                 .block_on(async move {
-                    async_nats::ConnectOptions::new()
-                        .retry_on_initial_connect()
+                    connect_options()
                         .event_callback(move |event| {
                             let reconnected = reconnected.clone();
                             async move {
@@ -339,5 +357,19 @@ impl Source for NatsSource {
         self.framing.resume(position);
         self.close();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first attempt is at once; the waits grow by a quarter second and stop at the cap.
+    #[test]
+    fn reconnecting_waits_at_most_a_second() {
+        let waits: Vec<u128> = (1..=7).map(|n| reconnect_delay(n).as_millis()).collect();
+        assert_eq!(waits, [0, 250, 500, 750, 1000, 1000, 1000]);
+        assert_eq!(reconnect_delay(usize::MAX), MAX_RECONNECT_DELAY);
+        assert_eq!(reconnect_delay(0), Duration::ZERO);
     }
 }

@@ -379,17 +379,39 @@ fn workers_joining_and_leaving_move_slices_with_their_state() {
 
 #[test]
 fn workers_wait_for_a_nats_server_that_goes_away_and_lose_nothing() {
+    outage(Duration::from_secs(3));
+}
+
+/// Away longer than a lease (5 s), the server takes every worker's leases with it: each worker
+/// stops its slices and takes them again, from their uploaded checkpoints, once it is back.
+#[test]
+fn after_an_outage_longer_than_a_lease_workers_take_their_slices_again_and_lose_nothing() {
+    let logs = outage(Duration::from_secs(8));
+    // A worker's log (they follow each other in `logs`) says a lease was lost, then that the
+    // worker runs a slice again.
+    let taken_again = |log: &str| {
+        log.find("slice lease lost")
+            .is_some_and(|lost| log[lost..].contains("runs slice"))
+    };
+    assert!(logs.split("--- ").any(taken_again), "{logs}");
+}
+
+/// Two workers run the pipeline while the server goes away for `away` mid-input; every result
+/// is in the results stream once. Returns the workers' logs.
+fn outage(away: Duration) -> String {
     let mut cluster = Cluster::start();
     let (eu, us) = input();
     let workers = cluster.running(["w1", "w2"], &eu[..700], &us[..700]);
-    cluster.server.restart(Duration::from_secs(3));
+    cluster.server.restart(away);
     cluster.client = Client::connect(&cluster.server.url);
     cluster.publish(&eu[700..], &us[700..]);
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());
     workers.into_iter().for_each(kill);
-    assert_exactly_once(&results, &all, &cluster.logs(&["w1", "w2"]));
+    let logs = cluster.logs(&["w1", "w2"]);
+    assert_exactly_once(&results, &all, &logs);
+    logs
 }
 
 #[test]

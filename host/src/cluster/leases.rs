@@ -177,8 +177,17 @@ impl Leases {
         })
     }
 
-    /// Gives slice `slice` up (after its last checkpoint was uploaded).
+    /// Whether the client is connected now.
+    pub(super) fn connected(&self) -> bool {
+        self.connection.connected()
+    }
+
+    /// Gives slice `slice` up (after its last checkpoint was uploaded). While disconnected,
+    /// nothing is sent: the lease expires by itself.
     pub(super) fn release(&self, slice: usize, revision: u64) {
+        if !self.connection.connected() {
+            return;
+        }
         let key = self.slice_key(slice);
         let _ = self.connection.block_on(timed(
             self.bucket.delete_expect_revision(key, Some(revision)),

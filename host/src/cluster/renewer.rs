@@ -158,7 +158,12 @@ fn renew_loop(shared: &Shared) {
         }
         shared.reachable.store(reachable, Ordering::SeqCst);
         let until = started + BEAT;
+        let away = !shared.leases.connected();
         while Instant::now() < until && !shared.stop.load(Ordering::SeqCst) {
+            // Back from an outage: renew at once, the leases are older than ever.
+            if away && shared.leases.connected() {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -325,7 +325,9 @@ impl Worker {
         };
         run.uploader.fence();
         run.control.stop();
-        let _ = run.thread.join();
+        if let Ok(Err(e)) = run.thread.join() {
+            warn!(worker = %self.id, slice, error = %e, "slice run failed");
+        }
         drop(run.uploader);
         self.renewer.forget(slice);
         warn!(worker = %self.id, slice, "slice lease lost to another worker; stopped");
@@ -334,8 +336,10 @@ impl Worker {
     /// Slices whose run ended by itself (a failure: a NATS input does not end): their last
     /// checkpoint is uploaded, the lease released, and the slice left alone for a while.
     fn reap_finished(&mut self) {
+        // A run stopped for a lease lost since `step` looked is the next step's to lose.
+        let lost = self.renewer.lost();
         let finished: Vec<usize> = (self.running.iter())
-            .filter(|(_, run)| run.thread.is_finished())
+            .filter(|(slice, run)| run.thread.is_finished() && !lost.contains(slice))
             .map(|(slice, _)| *slice)
             .collect();
         for slice in finished {

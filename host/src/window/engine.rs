@@ -23,12 +23,12 @@
 
 use std::collections::BTreeSet;
 
-use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use super::arrived::{Arrived, Carried};
 use super::assign::assign;
 use super::inputs::{Input, Inputs, StoredInput};
+use super::key_map::KeyMap;
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
 use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope};
@@ -199,6 +199,10 @@ fn runs(sizes: impl Iterator<Item = Option<(usize, usize)>>) -> Vec<usize> {
     ends
 }
 
+/// How many events ahead of the one it accepts the engine asks the CPU to fetch a key (see
+/// [`Event::prefetch_key`]).
+const KEY_PREFETCH_AHEAD: usize = 8;
+
 /// The most batches an engine holds, after a batch, for windows that wait to add their events
 /// (that batch included; while the next one is processed, it holds one more): the memory
 /// carrying costs is at most this many batches' events, about what a shard's queue holds.
@@ -360,7 +364,7 @@ pub struct WindowEngine {
     opened: u64,
     windows: Slab<LiveWindow>,
     /// Each key's open windows, with their extents (found without looking each one up).
-    by_key: HashMap<Arc<str>, Vec<(Window, WindowId)>>,
+    by_key: KeyMap<Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
     due: BTreeSet<Due>,
     /// Whether `due` may hold a window at or before the watermark: set when one is queued
@@ -464,7 +468,7 @@ impl WindowEngine {
             watermark: MINUS_INFINITY,
             opened: 0,
             windows: Slab::default(),
-            by_key: HashMap::default(),
+            by_key: KeyMap::default(),
             due: BTreeSet::new(),
             due_now: true,
             expiry: BTreeSet::new(),
@@ -670,6 +674,9 @@ impl WindowEngine {
         let mut next = (0, 0);
         let (current, first) = (events.current(), events.first());
         for (index, staged) in current.iter().enumerate() {
+            if let Some(ahead) = current.get(index + KEY_PREFETCH_AHEAD) {
+                ahead.event.prefetch_key();
+            }
             self.catch_up(Some(staged.seq), timeline, &mut next, events, cx, out)?;
             self.accept(first + index, staged, events, cx, out)?;
             if !self.early.is_empty() {
@@ -1113,7 +1120,7 @@ impl WindowEngine {
             touched: false,
             stored: false,
         });
-        self.by_key.entry(key).or_default().push((window, id));
+        self.by_key.get_or_default(key).push((window, id));
         self.expiry
             .insert((window.end.saturating_add(self.lateness), id));
         let live = self.windows.get_mut(id).expect("just opened");

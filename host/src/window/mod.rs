@@ -5,6 +5,7 @@ mod arrived;
 mod assign;
 mod engine;
 mod inputs;
+mod key_map;
 mod slab;
 
 pub use crate::time::Window;

@@ -18,8 +18,8 @@
 //! retract function), so a downstream result never counts an upstream one twice. A window left
 //! without inputs withdraws its result. A withdrawal does not shrink or split a session.
 //!
-//! Depends on `state`, `operator` (its traits), `event`, `spec`, `time` and `hashing`; a stage
-//! window's inputs live in [`super::inputs`].
+//! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`; a stage window's
+//! inputs live in [`super::inputs`], the open windows by key in [`super::key_map`].
 
 use std::collections::BTreeSet;
 

@@ -4,7 +4,7 @@
 //! time for keys of a few bytes, and reading the map's own copy of a key waited on memory
 //! as often as not (a table of events' keys is large). Hashed with
 //! [`RandomState`], seeded at random per map, as the other maps of the hot path are.
-//! Depends on `hashing` only.
+//! Depends on `hashing` (and the `hashbrown` crate's table) only.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -47,7 +47,10 @@ impl Head {
         let u32_at = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let words = match len {
             0 => (0, 0),
-            1..4 => (u64::from(b[0]) | u64::from(b[len / 2]) << 8 | u64::from(b[len - 1]) << 16, 0),
+            1..4 => (
+                u64::from(b[0]) | u64::from(b[len / 2]) << 8 | u64::from(b[len - 1]) << 16,
+                0,
+            ),
             4..8 => (u64::from(u32_at(0)), u64::from(u32_at(len - 4))),
             8..=HEAD_BYTES => (u64_at(0), u64_at(len - 8)),
             _ => (u64_at(0), u64_at(8)),
@@ -87,7 +90,8 @@ impl<V> KeyMap<V> {
 
     fn find(&self, key: &str) -> Option<&Slot<V>> {
         let head = Head::of(key);
-        self.table.find(self.hash(key), |slot| slot.holds(head, key))
+        self.table
+            .find(self.hash(key), |slot| slot.holds(head, key))
     }
 
     pub(super) fn get(&self, key: &str) -> Option<&V> {
@@ -152,14 +156,38 @@ mod tests {
     #[test]
     fn keys_compare_as_their_text() {
         for len in 0..40 {
-            let key: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let key: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
             assert!(same(&key, &key.clone()));
             for at in 0..len {
                 let mut other = key.clone().into_bytes();
                 other[at] = b'#';
-                assert!(!same(&key, std::str::from_utf8(&other).unwrap()), "{len} {at}");
+                assert!(
+                    !same(&key, std::str::from_utf8(&other).unwrap()),
+                    "{len} {at}"
+                );
             }
             assert!(!same(&key, &format!("{key}a")));
+        }
+    }
+
+    /// Keys whose words are alike but whose lengths differ are different keys, whichever is
+    /// held and whichever looked for; past the head, the whole key is compared.
+    #[test]
+    fn keys_of_other_lengths_with_the_same_words_differ() {
+        let long = "abcdefghijklmnopq"; // 17 bytes: its head is its first 16
+        let pairs = [
+            ("a", "aa"),
+            ("a", "aaa"),
+            ("aaaa", "aaaaaaa"),
+            (&"a".repeat(8), &"a".repeat(16)),
+            (&long[..16], long),
+            (long, "abcdefghijklmnopr"),
+        ];
+        for (a, b) in pairs {
+            assert!(!same(a, b) && !same(b, a), "{a} {b}");
+            assert!(same(a, a) && same(b, b));
         }
     }
 

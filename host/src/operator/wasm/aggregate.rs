@@ -147,14 +147,13 @@ impl WasmAggregate {
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let event_count = windows.iter().map(|(_, events)| events.len()).sum();
-        let all = windows
-            .iter()
-            .flat_map(|(_, events)| events.iter().copied());
-        if self.projection.crosses_no_field() {
-            convert::warm_headers(all);
-        } else {
-            convert::warm_all(all);
-        }
+        // Each window's events are fetched while the window before them is read.
+        let warm = |window: Option<&(&mut Scope, &[&Event])>| {
+            if let Some((_, events)) = window {
+                convert::warm_window(events, self.projection.crosses_no_field());
+            }
+        };
+        warm(windows.first());
         let mut call = wit_windows::WindowBatches {
             names: Vec::new(),
             counts: Vec::new(),
@@ -175,6 +174,7 @@ impl WasmAggregate {
         let mut sent = Vec::with_capacity(windows.len());
         let mut fields = Vec::with_capacity(windows.len());
         for (i, (_, events)) in windows.iter().enumerate() {
+            warm(windows.get(i + 1));
             if let Ok(window_fields) = window_call::push_window(&mut call, events, &self.projection)
             {
                 fields.push(window_fields);

@@ -164,23 +164,17 @@ pub(super) fn warm(events: &[&Event], i: usize) {
     }
 }
 
-/// Asks the CPU to fetch `events` (those of many windows, in the order they will be read; all
-/// but the first few) as [`warm`] does: a window's first events are then not waited for
-/// either, as they are when each window fetches only its own ahead. Reading each event's
-/// header for its fields' address is a load, so this also waits, but for many events at once.
-pub(super) fn warm_all<'a>(events: impl Iterator<Item = &'a Event> + Clone) {
-    let mut far = events.clone().skip(WARM_AHEAD);
-    for near in events.skip(WARM_AHEAD / 2) {
-        if let Some(far) = far.next() {
-            fetch_event(far);
-        }
-        fetch_fields(near);
+/// Asks the CPU to fetch one window's `events`: every header (which holds the time and the
+/// fields' address), then, unless `headers_only`, every event's fields as [`warm`] does.
+/// Reading a header for its fields' address is a load, so this waits, but for the window's
+/// events at once. Called for the next window while one is read: fetching every event of a
+/// call before reading any (a call's events are a few megabytes) let the first fetched leave
+/// the cache before they were read.
+pub(super) fn warm_window(events: &[&Event], headers_only: bool) {
+    events.iter().for_each(|event| fetch_event(event));
+    if !headers_only {
+        events.iter().for_each(|event| fetch_fields(event));
     }
-}
-
-/// Asks the CPU to fetch the headers of `events` (which hold their times), not their fields.
-pub(super) fn warm_headers<'a>(events: impl Iterator<Item = &'a Event>) {
-    events.for_each(fetch_event);
 }
 
 /// Asks the CPU to fetch `event`'s header (its fields' address, its time): both its first and

@@ -92,7 +92,7 @@ fn uniform_layout(
     projection: &Projection,
 ) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
     let first = *events.first()?;
-    // No `warm` here: the caller fetched every event of the call ahead (`convert::warm_all`).
+    // No `warm` here: the caller fetched this window's events ahead (`convert::warm_window`).
     if !events.iter().all(|&event| same_names(first, event)) {
         return None;
     }

@@ -318,7 +318,8 @@ impl Worker {
         );
     }
 
-    /// Slice `slice`'s lease went to another worker: stop at once, uploading nothing more.
+    /// Slice `slice`'s lease was lost (taken by another worker, or expired while the server was
+    /// away): stop at once, uploading nothing more.
     fn lose(&mut self, slice: usize) {
         let Some(run) = self.running.remove(&slice) else {
             return;
@@ -330,18 +331,20 @@ impl Worker {
         }
         drop(run.uploader);
         self.renewer.forget(slice);
-        warn!(worker = %self.id, slice, "slice lease lost to another worker; stopped");
+        warn!(worker = %self.id, slice, "slice lease lost (taken or expired); stopped");
     }
 
     /// Slices whose run ended by itself (a failure: a NATS input does not end): their last
     /// checkpoint is uploaded, the lease released, and the slice left alone for a while.
     fn reap_finished(&mut self) {
-        // A run stopped for a lease lost since `step` looked is the next step's to lose.
-        let lost = self.renewer.lost();
         let finished: Vec<usize> = (self.running.iter())
-            .filter(|(slice, run)| run.thread.is_finished() && !lost.contains(slice))
+            .filter(|(_, run)| run.thread.is_finished())
             .map(|(slice, _)| *slice)
             .collect();
+        // A run stopped for a lease lost since `step` looked is the next step's to lose. Read
+        // after the finished runs: the renewer marks a lease lost before it stops the run.
+        let lost = self.renewer.lost();
+        let finished = finished.into_iter().filter(|slice| !lost.contains(slice));
         for slice in finished {
             self.give_up(slice);
             self.failed.insert(slice, Instant::now());

@@ -147,7 +147,8 @@ impl WasmAggregate {
         windows: &[(&mut Scope, &[&Event])],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let event_count = windows.iter().map(|(_, events)| events.len()).sum();
-        // Each window's events are fetched while the window before them is read.
+        // Each window's events are fetched before the window before them is read: their
+        // headers are waited for then, their fields arrive while that window is read.
         let warm = |window: Option<&(&mut Scope, &[&Event])>| {
             if let Some((_, events)) = window {
                 convert::warm_window(events, self.projection.crosses_no_field());

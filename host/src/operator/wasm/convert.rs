@@ -144,8 +144,8 @@ pub(super) fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec
 /// How many events ahead of the one being read [`warm`] asks the CPU to fetch.
 const WARM_AHEAD: usize = 16;
 
-/// The most bytes of an event's fields [`warm`] fetches ahead: nine fields, eight cache lines'
-/// worth (nine lines when they do not start at a line's start).
+/// The most bytes of an event's fields [`warm`] and [`warm_window`] fetch ahead: nine fields,
+/// eight cache lines' worth (nine lines when they do not start at a line's start).
 const WARM_BYTES: usize = 512;
 
 /// Asks the CPU to fetch the event `WARM_AHEAD` places after `events[i]`, and the fields of the
@@ -167,7 +167,7 @@ pub(super) fn warm(events: &[&Event], i: usize) {
 /// Asks the CPU to fetch one window's `events`: every header (which holds the time and the
 /// fields' address), then, unless `headers_only`, every event's fields as [`warm`] does.
 /// Reading a header for its fields' address is a load, so this waits, but for the window's
-/// events at once. Called for the next window while one is read: fetching every event of a
+/// events at once. Called for the next window before one is read: fetching every event of a
 /// call before reading any (a call's events are a few megabytes) let the first fetched leave
 /// the cache before they were read.
 pub(super) fn warm_window(events: &[&Event], headers_only: bool) {

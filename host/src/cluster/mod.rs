@@ -202,7 +202,7 @@ impl Connection {
 
     /// Whether the client is connected now (it reconnects by itself when it is not).
     fn connected(&self) -> bool {
-        self.jetstream.client().connection_state() == async_nats::connection::State::Connected
+        crate::source::is_connected(&self.jetstream.client())
     }
 
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {

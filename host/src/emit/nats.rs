@@ -25,7 +25,6 @@ struct InFlight {
 /// Publishes to one subject of a JetStream stream.
 pub struct NatsPublisher {
     runtime: tokio::runtime::Runtime,
-    client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
     subject: String,
     in_flight: Vec<InFlight>,
@@ -52,11 +51,10 @@ impl NatsPublisher {
             .map_err(|e| format!("cannot connect: {e}"))?;
         let jetstream = {
             let _inside = runtime.enter();
-            async_nats::jetstream::new(client.clone())
+            async_nats::jetstream::new(client)
         };
         Ok(NatsPublisher {
             runtime,
-            client,
             jetstream,
             subject: spec.subject.clone(),
             in_flight: Vec::new(),
@@ -85,7 +83,7 @@ impl NatsPublisher {
     /// would queue them (each again on every round of a flush) and, its queue full, make each
     /// send wait out a timeout.
     fn connected(&self) -> bool {
-        self.client.connection_state() == async_nats::connection::State::Connected
+        crate::source::is_connected(&self.jetstream.client())
     }
 
     /// Sends `record`: its acknowledgement to wait for, or `None` (and later records held

@@ -151,6 +151,11 @@ pub(crate) fn connect_options() -> async_nats::ConnectOptions {
         .reconnect_delay_callback(reconnect_delay)
 }
 
+/// Whether `client` is connected now (it reconnects by itself when it is not).
+pub(crate) fn is_connected(client: &async_nats::Client) -> bool {
+    client.connection_state() == async_nats::connection::State::Connected
+}
+
 /// The wait before reconnect attempt `attempts` (counted from 1).
 fn reconnect_delay(attempts: usize) -> Duration {
     let quarters = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX);

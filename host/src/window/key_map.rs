@@ -1,8 +1,8 @@
 //! [`KeyMap`]: a hash map from event keys to values, for the window engine's lookup of a key's
 //! open windows, made for every event. Keys are compared inline, and a key of up to 16 bytes
 //! entirely within the table: comparing two `str`s calls `memcmp`, which took 7 % of a shard's
-//! time for keys of a few bytes, and reading the map's own copy of a key waited on memory
-//! as often as not (a table of events' keys is large). Hashed with
+//! time for keys of a few bytes, and the map's own copy of a key is memory of its own to read.
+//! Hashed with
 //! [`RandomState`], seeded at random per map, as the other maps of the hot path are.
 //! Depends on `hashing` (and the `hashbrown` crate's table) only.
 
@@ -38,8 +38,8 @@ struct Head {
 const HEAD_BYTES: usize = 16;
 
 impl Head {
-    /// Read with a few loads (copying the bytes into a buffer called `memcpy` and then waited
-    /// for the copy to land before reading it back).
+    /// Read with a few loads: copying the bytes into a buffer instead called `memcpy`, and
+    /// reading the buffer back waited for the copy to land.
     fn of(key: &str) -> Head {
         let b = key.as_bytes();
         let len = b.len();

@@ -101,7 +101,7 @@ impl CompileCache {
 
 /// Turns an intact entry's compiled bytes into a component.
 ///
-/// The one `unsafe` in Weir. `Component::deserialize` trusts its bytes to be what
+/// One of Weir's few `unsafe` blocks (the README lists them). `Component::deserialize` trusts its bytes to be what
 /// `Component::serialize` wrote for a compatible engine: given anything else it could run
 /// arbitrary machine code. Here that holds because (1) only [`CompileCache::store`] writes
 /// entries, under a directory Weir created private to its user and refuses to use when others

@@ -567,6 +567,61 @@ fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
     );
 }
 
+/// An address where no server answers is named as such by `weir run` (its source) and `weir
+/// worker`, after the first connection's wait, not taken for a stream or bucket to create; a
+/// server that answers without the stream is told apart.
+#[test]
+fn an_address_where_no_nats_server_answers_is_named_not_taken_for_a_missing_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let nobody = "nats://127.0.0.1:1";
+    let started = Instant::now();
+    let weir = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        command
+    };
+    let run = weir()
+        .arg("run")
+        .arg(spec(dir.path(), nobody))
+        .spawn()
+        .unwrap();
+    let worker = (weir().args(["worker", "--nats", nobody, "--pipeline", "shared", "--dir"]))
+        .arg(dir.path().join("worker"))
+        .spawn()
+        .unwrap();
+    for (what, child) in [("weir run", run), ("weir worker", worker)] {
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{what}: {stderr}");
+        assert!(
+            stderr.contains(nobody) && stderr.contains("no server answered within 10 s"),
+            "{what}: {stderr}"
+        );
+        assert!(!stderr.contains("create it first"), "{what}: {stderr}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let server = NatsServer::start();
+    let text = std::fs::read_to_string(spec(dir.path(), &server.url)).unwrap();
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(
+        &missing,
+        text.replace("stream = \"CLICKS\"", "stream = \"MISSING\""),
+    )
+    .unwrap();
+    let output = weir().arg("run").arg(&missing).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stream MISSING") && stderr.contains("create it first"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no server answered"), "{stderr}");
+}
+
 #[test]
 fn bad_nats_specs_are_refused_before_anything_connects() {
     let dir = tempfile::tempdir().unwrap();

@@ -162,7 +162,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects (failing after `wait` if the server does not answer).
+    /// Connects, failing if no server answers within 10 s (`source::nats::FIRST_CONNECT`).
     pub(crate) fn open(url: &str) -> Result<Connection> {
         let fail = |message: String| ClusterError::Nats {
             url: url.to_owned(),
@@ -172,16 +172,14 @@ impl Connection {
             return Err(fail("the server is a nats://host:port address".into()));
         }
         let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
-        let client = runtime
-            .block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(10),
-                    crate::source::connect_options().connect(url),
-                )
+        let client = runtime.block_on(async {
+            let client = (crate::source::connect_options().connect(url).await)
+                .map_err(|e| fail(e.to_string()))?;
+            crate::source::first_connection(&client)
                 .await
-            })
-            .map_err(|_| fail("no answer within 10 s".into()))?
-            .map_err(|e| fail(e.to_string()))?;
+                .map_err(fail)?;
+            Ok::<_, ClusterError>(client)
+        })?;
         let jetstream = {
             let _inside = runtime.enter();
             async_nats::jetstream::new(client)

@@ -15,7 +15,7 @@ pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
 pub use lines::LineReader;
 pub use nats::NatsSource;
-pub(crate) use nats::{client_runtime, connect_options, is_connected};
+pub(crate) use nats::{client_runtime, connect_options, first_connection, is_connected};
 pub use nats_feed::{FeedSource, NatsFeed};
 pub use nexmark::Nexmark;
 

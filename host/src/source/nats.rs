@@ -156,6 +156,28 @@ pub(crate) fn is_connected(client: &async_nats::Client) -> bool {
     client.connection_state() == async_nats::connection::State::Connected
 }
 
+/// How long a source or a cluster command waits for its server's first answer. Past that the
+/// address is taken for a mistake: a request sent then would time out with an error that
+/// names the request (a stream to create, a bucket), not the server nobody answers at.
+pub(crate) const FIRST_CONNECT: Duration = Duration::from_secs(10);
+
+/// Waits up to [`FIRST_CONNECT`] for `client`'s first connection, the error saying that no
+/// server answered and what to check.
+pub(crate) async fn first_connection(client: &async_nats::Client) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + FIRST_CONNECT;
+    while !is_connected(client) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "no server answered within {} s: is nats-server running at that address, \
+                 with JetStream (`nats-server -js`)?",
+                FIRST_CONNECT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 /// The wait before reconnect attempt `attempts` (counted from 1).
 fn reconnect_delay(attempts: usize) -> Duration {
     let quarters = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX);
@@ -193,22 +215,22 @@ impl NatsSource {
         if self.jetstream.is_none() {
             let url = self.spec.url.clone();
             let reconnected = self.reconnected.clone();
-            let client = self
-                .runtime
-                .block_on(async move {
-                    connect_options()
-                        .event_callback(move |event| {
-                            let reconnected = reconnected.clone();
-                            async move {
-                                if matches!(event, async_nats::Event::Connected) {
-                                    reconnected.store(true, Ordering::Release);
-                                }
+            let client = self.runtime.block_on(async move {
+                let client = connect_options()
+                    .event_callback(move |event| {
+                        let reconnected = reconnected.clone();
+                        async move {
+                            if matches!(event, async_nats::Event::Connected) {
+                                reconnected.store(true, Ordering::Release);
                             }
-                        })
-                        .connect(&url)
-                        .await
-                })
-                .map_err(|e| format!("cannot connect: {e}"))?;
+                        }
+                    })
+                    .connect(&url)
+                    .await
+                    .map_err(|e| format!("cannot connect: {e}"))?;
+                first_connection(&client).await?;
+                Ok::<_, String>(client)
+            })?;
             let _inside = self.runtime.enter();
             self.jetstream = Some(async_nats::jetstream::new(client));
         }

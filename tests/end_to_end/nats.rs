@@ -24,25 +24,34 @@ pub(crate) struct NatsServer {
     child: Child,
     pub(crate) url: String,
     _store: tempfile::TempDir,
+    /// Options beyond JetStream, the address and the store.
+    extra: Vec<String>,
 }
 
 impl NatsServer {
     pub(crate) fn start() -> NatsServer {
+        NatsServer::start_with(&[])
+    }
+
+    /// A server started with `extra` options as well (e.g. a user and password).
+    pub(crate) fn start_with(extra: &[&str]) -> NatsServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let store = tempfile::tempdir().unwrap();
-        let child = Self::spawn(port, store.path());
+        let extra: Vec<String> = extra.iter().map(|option| option.to_string()).collect();
+        let child = Self::spawn(port, store.path(), &extra);
         NatsServer {
             child,
             url: format!("nats://127.0.0.1:{port}"),
             _store: store,
+            extra,
         }
     }
 
-    fn spawn(port: u16, store: &std::path::Path) -> Child {
+    fn spawn(port: u16, store: &std::path::Path, extra: &[String]) -> Child {
         // Debian puts it in /usr/sbin, which a user's PATH may leave out.
         let program = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
             .into_iter()
@@ -51,6 +60,7 @@ impl NatsServer {
         let child = Command::new(program)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -71,7 +81,7 @@ impl NatsServer {
         self.child.wait().unwrap();
         std::thread::sleep(away);
         let port: u16 = self.url.rsplit(':').next().unwrap().parse().unwrap();
-        self.child = Self::spawn(port, self._store.path());
+        self.child = Self::spawn(port, self._store.path(), &self.extra);
     }
 }
 
@@ -569,12 +579,12 @@ fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
 
 /// An address where no server answers is named as such by `weir run` (its source) and `weir
 /// worker`, after the first connection's wait, not taken for a stream or bucket to create; a
-/// server that answers without the stream is told apart.
+/// server that refuses the client (it wants a password) and one that answers without the
+/// stream are each told apart.
 #[test]
 fn an_address_where_no_nats_server_answers_is_named_not_taken_for_a_missing_stream() {
     let dir = tempfile::tempdir().unwrap();
     let nobody = "nats://127.0.0.1:1";
-    let started = Instant::now();
     let weir = || {
         let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
         command.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -589,36 +599,53 @@ fn an_address_where_no_nats_server_answers_is_named_not_taken_for_a_missing_stre
         .arg(dir.path().join("worker"))
         .spawn()
         .unwrap();
-    for (what, child) in [("weir run", run), ("weir worker", worker)] {
+    let locked = NatsServer::start_with(&["--user", "weir", "--pass", "secret"]);
+    let locked_dir = dir.path().join("locked");
+    std::fs::create_dir(&locked_dir).unwrap();
+    let refused = (weir().arg("run"))
+        .arg(spec(&locked_dir, &locked.url))
+        .spawn()
+        .unwrap();
+    let mut children = vec![
+        ("weir run", run),
+        ("weir worker", worker),
+        ("refused", refused),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while (children.iter_mut()).any(|(_, child)| child.try_wait().unwrap().is_none()) {
+        if Instant::now() > deadline {
+            children
+                .iter_mut()
+                .for_each(|(_, child)| drop(child.kill()));
+            panic!("a run waited past 90 s for a server it cannot reach");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (what, child) in children {
         let output = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{what}: {stderr}");
-        assert!(
-            stderr.contains(nobody) && stderr.contains("no server answered within 10 s"),
-            "{what}: {stderr}"
-        );
+        let named = match what {
+            "refused" => {
+                stderr.contains(&locked.url)
+                    && stderr.contains("refused the connection")
+                    && stderr.contains("authorization violation")
+            }
+            _ => stderr.contains(nobody) && stderr.contains("no server answered within 10 s"),
+        };
+        assert!(named, "{what}: {stderr}");
         assert!(!stderr.contains("create it first"), "{what}: {stderr}");
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "{:?}",
-        started.elapsed()
-    );
     let server = NatsServer::start();
     let text = std::fs::read_to_string(spec(dir.path(), &server.url)).unwrap();
     let missing = dir.path().join("missing.toml");
-    std::fs::write(
-        &missing,
-        text.replace("stream = \"CLICKS\"", "stream = \"MISSING\""),
-    )
-    .unwrap();
+    let text = text.replace("stream = \"CLICKS\"", "stream = \"MISSING\"");
+    std::fs::write(&missing, text).unwrap();
     let output = weir().arg("run").arg(&missing).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("stream MISSING") && stderr.contains("create it first"),
-        "{stderr}"
-    );
+    let named = stderr.contains("stream MISSING") && stderr.contains("create it first");
+    assert!(named, "{stderr}");
     assert!(!stderr.contains("no server answered"), "{stderr}");
 }
 

@@ -162,7 +162,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects, failing if no server answers within 10 s (`source::nats::FIRST_CONNECT`).
+    /// Connects, failing if no server answers within 10 s (`source::nats_client::FIRST_CONNECT`).
     pub(crate) fn open(url: &str) -> Result<Connection> {
         let fail = |message: String| ClusterError::Nats {
             url: url.to_owned(),
@@ -172,10 +172,11 @@ impl Connection {
             return Err(fail("the server is a nats://host:port address".into()));
         }
         let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
+        let watch = crate::source::ClientWatch::default();
         let client = runtime.block_on(async {
-            let client = (crate::source::connect_options().connect(url).await)
+            let client = (crate::source::connect_options(&watch).connect(url).await)
                 .map_err(|e| fail(e.to_string()))?;
-            crate::source::first_connection(&client)
+            crate::source::first_connection(&client, &watch)
                 .await
                 .map_err(fail)?;
             Ok::<_, ClusterError>(client)

@@ -47,7 +47,11 @@ impl NatsPublisher {
         let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
         let url = spec.nats.clone();
         let client = runtime
-            .block_on(async move { crate::source::connect_options().connect(&url).await })
+            .block_on(async move {
+                let options =
+                    crate::source::connect_options(&crate::source::ClientWatch::default());
+                options.connect(&url).await
+            })
             .map_err(|e| format!("cannot connect: {e}"))?;
         let jetstream = {
             let _inside = runtime.enter();

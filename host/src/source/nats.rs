@@ -12,11 +12,11 @@
 //! for: the client reconnects, and the source opens a new consumer at the next sequence.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio_stream::StreamExt;
 
+use super::nats_client::{ClientWatch, client_runtime, connect_options, first_connection};
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::spec::NatsSourceSpec;
 
@@ -41,8 +41,9 @@ pub struct NatsSource {
     ready: std::collections::VecDeque<async_nats::jetstream::Message>,
     /// Whether a consumer was ever opened (a first failure is the spec's mistake).
     opened: bool,
-    /// Set by the client when it connects again after losing the server.
-    reconnected: Arc<AtomicBool>,
+    /// Hears of the client's connections (one after the server was away means a new
+    /// consumer) and why its attempts failed.
+    watch: ClientWatch,
     /// Where the pipeline is in the stream.
     framing: Framing,
 }
@@ -138,61 +139,6 @@ fn fail(spec: &NatsSourceSpec, message: impl std::fmt::Display) -> SourceError {
     )
 }
 
-/// The longest wait between two attempts to reach a server that went away.
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
-
-/// How every Weir NATS client connects: waiting for a server that is not up yet, and, when it
-/// goes away, trying again at once and then every quarter second more, up to
-/// [`MAX_RECONNECT_DELAY`]. The client's own backoff doubles up to 4 s, so every process
-/// lost the server for up to 4 s longer than it was away: longer than a cluster's lease.
-pub(crate) fn connect_options() -> async_nats::ConnectOptions {
-    async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .reconnect_delay_callback(reconnect_delay)
-}
-
-/// Whether `client` is connected now (it reconnects by itself when it is not).
-pub(crate) fn is_connected(client: &async_nats::Client) -> bool {
-    client.connection_state() == async_nats::connection::State::Connected
-}
-
-/// How long a source or a cluster command waits for its server's first answer. Past that the
-/// address is taken for a mistake: a request sent then would time out with an error that
-/// names the request (a stream to create, a bucket), not the server nobody answers at.
-pub(crate) const FIRST_CONNECT: Duration = Duration::from_secs(10);
-
-/// Waits up to [`FIRST_CONNECT`] for `client`'s first connection, the error saying that no
-/// server answered and what to check.
-pub(crate) async fn first_connection(client: &async_nats::Client) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + FIRST_CONNECT;
-    while !is_connected(client) {
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "no server answered within {} s: is nats-server running at that address, \
-                 with JetStream (`nats-server -js`)?",
-                FIRST_CONNECT.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
-/// The wait before reconnect attempt `attempts` (counted from 1).
-fn reconnect_delay(attempts: usize) -> Duration {
-    let quarters = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX);
-    (Duration::from_millis(250).saturating_mul(quarters)).min(MAX_RECONNECT_DELAY)
-}
-
-/// A small runtime for a NATS client: one worker keeps the connection alive between calls.
-pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("weir-nats")
-        .enable_all()
-        .build()
-}
-
 impl NatsSource {
     /// A source over `spec`; it connects on the first read (after a resume, if any).
     pub fn new(spec: NatsSourceSpec) -> Result<NatsSource, SourceError> {
@@ -204,7 +150,7 @@ impl NatsSource {
             messages: None,
             ready: Default::default(),
             opened: false,
-            reconnected: Arc::new(AtomicBool::new(false)),
+            watch: ClientWatch::default(),
             framing: Framing::default(),
         })
     }
@@ -214,27 +160,21 @@ impl NatsSource {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
         if self.jetstream.is_none() {
             let url = self.spec.url.clone();
-            let reconnected = self.reconnected.clone();
-            let client = self.runtime.block_on(async move {
-                let client = connect_options()
-                    .event_callback(move |event| {
-                        let reconnected = reconnected.clone();
-                        async move {
-                            if matches!(event, async_nats::Event::Connected) {
-                                reconnected.store(true, Ordering::Release);
-                            }
-                        }
-                    })
-                    .connect(&url)
-                    .await
-                    .map_err(|e| format!("cannot connect: {e}"))?;
-                first_connection(&client).await?;
-                Ok::<_, String>(client)
-            })?;
+            let options = connect_options(&self.watch);
+            let client = (self
+                .runtime
+                .block_on(async move { options.connect(&url).await }))
+            .map_err(|e| format!("cannot connect: {e}"))?;
             let _inside = self.runtime.enter();
+            // Kept from here on, connected or not: a client goes on trying after it is
+            // dropped, so one per failed open would pile up where opens are retried.
             self.jetstream = Some(async_nats::jetstream::new(client));
         }
         let jetstream = self.jetstream.clone().expect("connected above");
+        if !self.opened {
+            let (client, watch) = (jetstream.client(), self.watch.clone());
+            (self.runtime).block_on(async move { first_connection(&client, &watch).await })?;
+        }
         let (stream, subjects) = (self.spec.stream.clone(), self.spec.subjects.clone());
         let start = self.framing.sequence + 1;
         let opened: Result<Messages, String> = self.runtime.block_on(async move {
@@ -271,7 +211,7 @@ impl NatsSource {
                 Ok(()) => {
                     self.opened = true;
                     // The first connection is no return (a late notice of it costs one reopen).
-                    self.reconnected.store(false, Ordering::Release);
+                    self.watch.connected_since();
                 }
                 Err(e) if !self.opened => return Err(fail(&self.spec, e)),
                 Err(e) => {
@@ -284,7 +224,7 @@ impl NatsSource {
         if let Some(message) = self.ready.pop_front() {
             return Ok(Some(message));
         }
-        if self.reconnected.swap(false, Ordering::AcqRel) && self.opened {
+        if self.watch.connected_since() && self.opened {
             // Back after the server was away: a new consumer at the next sequence now, rather
             // than when the old one's pending pull expires.
             self.close();
@@ -384,19 +324,5 @@ impl Source for NatsSource {
         self.framing.resume(position);
         self.close();
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The first attempt is at once; the waits grow by a quarter second and stop at the cap.
-    #[test]
-    fn reconnecting_waits_at_most_a_second() {
-        let waits: Vec<u128> = (1..=7).map(|n| reconnect_delay(n).as_millis()).collect();
-        assert_eq!(waits, [0, 250, 500, 750, 1000, 1000, 1000]);
-        assert_eq!(reconnect_delay(usize::MAX), MAX_RECONNECT_DELAY);
-        assert_eq!(reconnect_delay(0), Duration::ZERO);
     }
 }

@@ -1,0 +1,149 @@
+//! How every Weir NATS client connects ([`connect_options`]): reconnecting at once and then at
+//! most a second apart, on a small runtime of its own ([`client_runtime`]), watched
+//! ([`ClientWatch`]) for its connections and for why its last attempt failed, and given
+//! [`FIRST_CONNECT`] to reach its server when it starts ([`first_connection`]). Used by the
+//! NATS source and its shared feed, the NATS sink (`emit::nats`) and the cluster; depends on
+//! `async-nats` and `tokio` only.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The longest wait between two attempts to reach a server that went away.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// How long a source or a cluster command waits for its server's first answer. Past that the
+/// address is taken for a mistake: a request sent then would time out with an error that
+/// names the request (a stream to create, a bucket), not the server nobody answers at.
+pub(crate) const FIRST_CONNECT: Duration = Duration::from_secs(10);
+
+/// What a client's connection reports, shared with its event callback: whether it connected
+/// since last asked, and why its last attempt to connect failed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClientWatch {
+    connected: Arc<AtomicBool>,
+    last_failure: Arc<Mutex<Option<String>>>,
+}
+
+impl ClientWatch {
+    /// Whether the client connected since the last call (a first connection included).
+    pub(crate) fn connected_since(&self) -> bool {
+        self.connected.swap(false, Ordering::AcqRel)
+    }
+
+    /// Why the last attempt to connect failed, as the client put it ("IO error" for a
+    /// connection refused, "authorization violation", "TLS error", ...).
+    fn last_failure(&self) -> Option<String> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn saw(&self, event: async_nats::Event) {
+        match event {
+            async_nats::Event::Connected => self.connected.store(true, Ordering::Release),
+            async_nats::Event::ClientError(async_nats::ClientError::Other(reason)) => {
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How every Weir NATS client connects (`weir bench nats`'s own client aside): trying to
+/// reach a server that is not up yet (the source and the cluster give it [`FIRST_CONNECT`],
+/// see [`first_connection`]; the sink waits), and, when it goes away, trying again at once and then every quarter second more, up to
+/// [`MAX_RECONNECT_DELAY`]. The client's own backoff doubles up to 4 s, so every process
+/// lost the server for up to 4 s longer than it was away: longer than a cluster's lease.
+/// `watch` hears of its connections and failed attempts.
+pub(crate) fn connect_options(watch: &ClientWatch) -> async_nats::ConnectOptions {
+    let watch = watch.clone();
+    async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .reconnect_delay_callback(reconnect_delay)
+        .event_callback(move |event| {
+            let watch = watch.clone();
+            async move { watch.saw(event) }
+        })
+}
+
+/// Whether `client` is connected now (it reconnects by itself when it is not).
+pub(crate) fn is_connected(client: &async_nats::Client) -> bool {
+    client.connection_state() == async_nats::connection::State::Connected
+}
+
+/// Waits up to [`FIRST_CONNECT`] for `client` (connected with `watch`) to connect. The
+/// error says whether a server refused the client or none answered, and what to check.
+pub(crate) async fn first_connection(
+    client: &async_nats::Client,
+    watch: &ClientWatch,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + FIRST_CONNECT;
+    while !is_connected(client) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(no_connection(watch.last_failure()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Why a client did not connect within [`FIRST_CONNECT`], its last attempt having failed
+/// for `reason` (none if no attempt ended).
+fn no_connection(reason: Option<String>) -> String {
+    let seconds = FIRST_CONNECT.as_secs();
+    let refused = ["authorization", "TLS", "signing"];
+    match reason {
+        Some(reason) if refused.iter().any(|word| reason.contains(word)) => format!(
+            "the server refused the connection for {seconds} s ({reason}): Weir's NATS \
+             clients connect without credentials or TLS"
+        ),
+        Some(reason) => format!(
+            "no server answered within {seconds} s (the last attempt: {reason}): is \
+             nats-server running at that address?"
+        ),
+        None => format!(
+            "no server answered within {seconds} s: is nats-server running at that address?"
+        ),
+    }
+}
+
+/// The wait before reconnect attempt `attempts` (counted from 1).
+fn reconnect_delay(attempts: usize) -> Duration {
+    let quarters = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX);
+    (Duration::from_millis(250).saturating_mul(quarters)).min(MAX_RECONNECT_DELAY)
+}
+
+/// A small runtime for a NATS client: one worker keeps the connection alive between calls.
+pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("weir-nats")
+        .enable_all()
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first attempt is at once; the waits grow by a quarter second and stop at the cap.
+    #[test]
+    fn reconnecting_waits_at_most_a_second() {
+        let waits: Vec<u128> = (1..=7).map(|n| reconnect_delay(n).as_millis()).collect();
+        assert_eq!(waits, [0, 250, 500, 750, 1000, 1000, 1000]);
+        assert_eq!(reconnect_delay(usize::MAX), MAX_RECONNECT_DELAY);
+        assert_eq!(reconnect_delay(0), Duration::ZERO);
+    }
+
+    /// A refusal is told apart from no answer, and the client's reason is given either way.
+    #[test]
+    fn a_refusal_is_told_apart_from_no_answer() {
+        let refused = no_connection(Some("authorization violation".into()));
+        assert!(refused.contains("refused") && refused.contains("authorization violation"));
+        let silent = no_connection(Some("IO error".into()));
+        assert!(silent.contains("no server answered") && silent.contains("IO error"));
+        assert!(no_connection(None).contains("no server answered within 10 s"));
+    }
+}

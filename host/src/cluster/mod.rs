@@ -162,7 +162,8 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects, failing if no server answers within 10 s (`source::nats_client::FIRST_CONNECT`).
+    /// Connects, failing if within 10 s (`source::nats_client::FIRST_CONNECT`) no server answers
+    /// or the server refuses the client.
     pub(crate) fn open(url: &str) -> Result<Connection> {
         let fail = |message: String| ClusterError::Nats {
             url: url.to_owned(),

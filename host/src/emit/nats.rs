@@ -28,6 +28,9 @@ pub struct NatsPublisher {
     jetstream: async_nats::jetstream::Context,
     subject: String,
     in_flight: Vec<InFlight>,
+    /// Why the client's last attempt to connect failed, for the error when records go
+    /// unacknowledged.
+    watch: crate::source::ClientWatch,
     /// A send failed (its queue full, the link down): records wait for the next round of a
     /// flush instead of each waiting out a send's timeout in turn.
     held_back: bool,
@@ -46,12 +49,10 @@ impl NatsPublisher {
     pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, String> {
         let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
         let url = spec.nats.clone();
+        let watch = crate::source::ClientWatch::default();
+        let options = crate::source::connect_options(&watch);
         let client = runtime
-            .block_on(async move {
-                let options =
-                    crate::source::connect_options(&crate::source::ClientWatch::default());
-                options.connect(&url).await
-            })
+            .block_on(async move { options.connect(&url).await })
             .map_err(|e| format!("cannot connect: {e}"))?;
         let jetstream = {
             let _inside = runtime.enter();
@@ -62,6 +63,7 @@ impl NatsPublisher {
             jetstream,
             subject: spec.subject.clone(),
             in_flight: Vec::new(),
+            watch,
             held_back: false,
         })
     }
@@ -122,8 +124,11 @@ impl NatsPublisher {
                 break;
             }
             if started.elapsed() > GIVE_UP {
+                let why = (self.watch.last_failure())
+                    .map(|reason| format!(" (the client's last attempt to connect: {reason})"))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "{} records were not acknowledged within {} s",
+                    "{} records were not acknowledged within {} s{why}",
                     failed.len(),
                     GIVE_UP.as_secs()
                 ));

@@ -170,7 +170,7 @@ impl NatsSource {
             // dropped, so one per failed open would pile up where opens are retried.
             self.jetstream = Some(async_nats::jetstream::new(client));
         }
-        let jetstream = self.jetstream.clone().expect("connected above");
+        let jetstream = self.jetstream.clone().expect("made above");
         if !self.opened {
             let (client, watch) = (jetstream.client(), self.watch.clone());
             (self.runtime).block_on(async move { first_connection(&client, &watch).await })?;

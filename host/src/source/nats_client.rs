@@ -2,8 +2,8 @@
 //! most a second apart, on a small runtime of its own ([`client_runtime`]), watched
 //! ([`ClientWatch`]) for its connections and for why its last attempt failed, and given
 //! [`FIRST_CONNECT`] to reach its server when it starts ([`first_connection`]). Used by the
-//! NATS source and its shared feed, the NATS sink (`emit::nats`) and the cluster; depends on
-//! `async-nats` and `tokio` only.
+//! NATS source (and through it the cluster's shared feed), the NATS sink (`emit::nats`) and
+//! the cluster's connection; depends on `async-nats` and `tokio` only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,9 @@ pub(crate) const FIRST_CONNECT: Duration = Duration::from_secs(10);
 /// since last asked, and why its last attempt to connect failed.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ClientWatch {
+    /// Set by each connection (the first and every one after the server was away).
     connected: Arc<AtomicBool>,
+    /// The reason the client gave for its last failed attempt to connect.
     last_failure: Arc<Mutex<Option<String>>>,
 }
 
@@ -33,13 +35,14 @@ impl ClientWatch {
 
     /// Why the last attempt to connect failed, as the client put it ("IO error" for a
     /// connection refused, "authorization violation", "TLS error", ...).
-    fn last_failure(&self) -> Option<String> {
+    pub(crate) fn last_failure(&self) -> Option<String> {
         self.last_failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
+    /// Takes note of one of the client's events.
     fn saw(&self, event: async_nats::Event) {
         match event {
             async_nats::Event::Connected => self.connected.store(true, Ordering::Release),
@@ -56,7 +59,8 @@ impl ClientWatch {
 /// see [`first_connection`]; the sink waits), and, when it goes away, trying again at once and then every quarter second more, up to
 /// [`MAX_RECONNECT_DELAY`]. The client's own backoff doubles up to 4 s, so every process
 /// lost the server for up to 4 s longer than it was away: longer than a cluster's lease.
-/// `watch` hears of its connections and failed attempts.
+/// `watch` hears of its connections and failed attempts through the options' event callback,
+/// so a caller must not set another.
 pub(crate) fn connect_options(watch: &ClientWatch) -> async_nats::ConnectOptions {
     let watch = watch.clone();
     async_nats::ConnectOptions::new()
@@ -97,7 +101,7 @@ fn no_connection(reason: Option<String>) -> String {
     match reason {
         Some(reason) if refused.iter().any(|word| reason.contains(word)) => format!(
             "the server refused the connection for {seconds} s ({reason}): Weir's NATS \
-             clients connect without credentials or TLS"
+             clients present no credentials (no user, token or client certificate)"
         ),
         Some(reason) => format!(
             "no server answered within {seconds} s (the last attempt: {reason}): is \

@@ -585,33 +585,24 @@ fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
 fn nats_servers_that_cannot_be_reached_are_named_for_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let nobody = "nats://127.0.0.1:1";
-    let weir = || {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
-        command.env_remove("RUST_LOG");
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        command
-    };
-    let run = weir()
-        .arg("run")
-        .arg(spec(dir.path(), nobody))
-        .spawn()
-        .unwrap();
-    let worker = (weir().args(["worker", "--nats", nobody, "--pipeline", "shared", "--dir"]))
+    let no_server = run(&spec(dir.path(), nobody));
+    let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["worker", "--nats", nobody, "--pipeline", "shared", "--dir"])
         .arg(dir.path().join("worker"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let locked = NatsServer::start_with(&["--user", "weir", "--pass", "secret"]);
     let locked_dir = dir.path().join("locked");
     std::fs::create_dir(&locked_dir).unwrap();
-    let refused = (weir().arg("run"))
-        .arg(spec(&locked_dir, &locked.url))
-        .spawn()
-        .unwrap();
-    for (what, stderr) in finished(vec![
-        ("weir run", run),
+    let refused = run(&spec(&locked_dir, &locked.url));
+    let children = vec![
+        ("weir run", no_server),
         ("weir worker", worker),
         ("refused", refused),
-    ]) {
+    ];
+    for (what, stderr) in finished(children) {
         let named = match what {
             "refused" => {
                 stderr.contains(&locked.url)
@@ -628,8 +619,7 @@ fn nats_servers_that_cannot_be_reached_are_named_for_what_is_wrong() {
     let missing = dir.path().join("missing.toml");
     let text = text.replace("stream = \"CLICKS\"", "stream = \"MISSING\"");
     std::fs::write(&missing, text).unwrap();
-    let run = weir().arg("run").arg(&missing).spawn().unwrap();
-    for (_, stderr) in finished(vec![("missing stream", run)]) {
+    for (_, stderr) in finished(vec![("missing stream", run(&missing))]) {
         let named = stderr.contains("stream MISSING") && stderr.contains("create it first");
         assert!(named, "{stderr}");
         assert!(!stderr.contains("no server answered"), "{stderr}");

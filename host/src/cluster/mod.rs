@@ -14,8 +14,8 @@
 //! The pipeline's spec and operator components are shared through the same server
 //! (`deploy.rs`: `weir cluster deploy`); `worker.rs` is the worker's loop.
 //!
-//! May depend on `pipeline`, `spec`, `checkpoint`, `state` and `names`; nothing depends on it
-//! but the binary.
+//! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names` and `source` (its NATS
+//! client and feed); nothing depends on it but the binary.
 
 mod delta;
 mod deploy;

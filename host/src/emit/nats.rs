@@ -3,6 +3,9 @@
 //! (before every checkpoint) waits for all of them at once, publishing again (same id: the
 //! stream drops the duplicate) whatever was not acknowledged, while the server is away, for up
 //! to [`GIVE_UP`]. Nothing is sent while the client is not connected.
+//!
+//! Used by the sinks (`emit::sink`); depends on `spec` and on the NATS client's options in
+//! `source` (`connect_options`, `ClientWatch`).
 
 use std::time::{Duration, Instant};
 

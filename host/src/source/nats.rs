@@ -9,7 +9,9 @@
 //!
 //! The client runs on a small runtime of its own; the pipeline's router reads through
 //! [`Source`], waiting at most a tick for the next message. A server that goes away is waited
-//! for: the client reconnects, and the source opens a new consumer at the next sequence.
+//! for: the client reconnects, and the source opens a new consumer at the next sequence. A
+//! server not reached when the source first opens is a mistake in the spec: the first open
+//! fails after `nats_client::FIRST_CONNECT`, saying whether a server refused or none answered.
 
 use std::sync::Arc;
 use std::time::Duration;

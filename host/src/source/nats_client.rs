@@ -3,7 +3,8 @@
 //! ([`ClientWatch`]) for its connections and for why its last attempt failed, and given
 //! [`FIRST_CONNECT`] to reach its server when it starts ([`first_connection`]). Used by the
 //! NATS source (and through it the cluster's shared feed), the NATS sink (`emit::nats`) and
-//! the cluster's connection; depends on `async-nats` and `tokio` only.
+//! the cluster's connection: whatever in Weir talks to NATS may use it. Depends on
+//! `async-nats` and `tokio` only.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,10 +43,13 @@ impl ClientWatch {
             .clone()
     }
 
-    /// Takes note of one of the client's events.
+    /// Takes note of one of the client's events: a connection clears the last failure.
     fn saw(&self, event: async_nats::Event) {
         match event {
-            async_nats::Event::Connected => self.connected.store(true, Ordering::Release),
+            async_nats::Event::Connected => {
+                *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.connected.store(true, Ordering::Release);
+            }
             async_nats::Event::ClientError(async_nats::ClientError::Other(reason)) => {
                 *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
             }
@@ -56,11 +60,11 @@ impl ClientWatch {
 
 /// How every Weir NATS client connects (`weir bench nats`'s own client aside): trying to
 /// reach a server that is not up yet (the source and the cluster give it [`FIRST_CONNECT`],
-/// see [`first_connection`]; the sink waits), and, when it goes away, trying again at once and then every quarter second more, up to
-/// [`MAX_RECONNECT_DELAY`]. The client's own backoff doubles up to 4 s, so every process
-/// lost the server for up to 4 s longer than it was away: longer than a cluster's lease.
-/// `watch` hears of its connections and failed attempts through the options' event callback,
-/// so a caller must not set another.
+/// see [`first_connection`]; the sink waits), and, when it goes away, trying again at once
+/// and then every quarter second more, up to [`MAX_RECONNECT_DELAY`]. The client's own
+/// backoff doubles up to 4 s, so every process lost the server for up to 4 s longer than it
+/// was away: longer than a cluster's lease. `watch` hears of its connections and failed
+/// attempts through the options' event callback, so a caller must not set another.
 pub(crate) fn connect_options(watch: &ClientWatch) -> async_nats::ConnectOptions {
     let watch = watch.clone();
     async_nats::ConnectOptions::new()

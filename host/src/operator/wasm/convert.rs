@@ -144,15 +144,15 @@ pub(super) fn crossing_fields(events: &[&Event], projection: &Projection) -> Vec
 /// How many events ahead of the one being read [`warm`] asks the CPU to fetch.
 const WARM_AHEAD: usize = 16;
 
-/// The most bytes of an event's fields [`warm`] and [`warm_window`] fetch ahead: nine fields,
-/// eight cache lines' worth (nine lines when they do not start at a line's start).
+/// The most bytes of an event's fields [`warm`] and [`warm_window`] fetch ahead: twelve fields
+/// of 40 bytes, eight cache lines' worth (nine when they do not start at a line's start).
 const WARM_BYTES: usize = 512;
 
 /// Asks the CPU to fetch the event `WARM_AHEAD` places after `events[i]`, and the fields of the
 /// one half as far ahead (by then its own fetch has arrived), every cache line of them up to
-/// [`WARM_BYTES`]: a field's name and value are 56 bytes, so three fields span three or four
+/// [`WARM_BYTES`]: a field's name and value are 40 bytes, so three fields span two or three
 /// lines, and fetching only the first left the reads of the others waiting (the count-sum's
-/// shard thread took 5-10 % longer). A window's events are scattered over the batches it
+/// shard thread took 5-10 % longer, when a field was 56 bytes). A window's events are scattered over the batches it
 /// spans and were made on the router's core, so reading them in turn waits on memory for
 /// every one; fetched ahead, the waits overlap.
 pub(super) fn warm(events: &[&Event], i: usize) {

@@ -145,6 +145,27 @@ mod tests {
         assert_eq!(reconnect_delay(0), Duration::ZERO);
     }
 
+    /// The watch keeps the last failed attempt's reason until a connection, which it reports
+    /// once.
+    #[test]
+    fn a_connection_clears_the_last_failure_and_is_reported_once() {
+        let watch = ClientWatch::default();
+        let failed = |reason: &str| {
+            async_nats::Event::ClientError(async_nats::ClientError::Other(reason.into()))
+        };
+        watch.saw(failed("IO error"));
+        watch.saw(failed("authorization violation"));
+        assert_eq!(
+            watch.last_failure().as_deref(),
+            Some("authorization violation")
+        );
+        assert!(!watch.connected_since());
+        watch.saw(async_nats::Event::Connected);
+        assert_eq!(watch.last_failure(), None);
+        assert!(watch.connected_since());
+        assert!(!watch.connected_since(), "reported once");
+    }
+
     /// A refusal is told apart from no answer, and the client's reason is given either way.
     #[test]
     fn a_refusal_is_told_apart_from_no_answer() {

@@ -618,7 +618,7 @@ fn event_lines(events: u64, keys: u64) -> Vec<String> {
 fn jetstream_client(
     url: &str,
 ) -> Result<(tokio::runtime::Runtime, async_nats::jetstream::Context), String> {
-    let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
+    let runtime = crate::nats_client::client_runtime().map_err(|e| e.to_string())?;
     let client = runtime
         .block_on(async_nats::connect(url))
         .map_err(|e| e.to_string())?;

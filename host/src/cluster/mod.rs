@@ -14,8 +14,8 @@
 //! The pipeline's spec and operator components are shared through the same server
 //! (`deploy.rs`: `weir cluster deploy`); `worker.rs` is the worker's loop.
 //!
-//! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names` and `source` (its NATS
-//! client and feed); nothing depends on it but the binary.
+//! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names`, `nats_client` and
+//! `source` (its NATS feed); nothing depends on it but the binary.
 
 mod delta;
 mod deploy;
@@ -162,7 +162,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects, failing if within 10 s (`source::nats_client::FIRST_CONNECT`) no server answers
+    /// Connects, failing if within 10 s (`nats_client::FIRST_CONNECT`) no server answers
     /// or the server refuses the client.
     pub(crate) fn open(url: &str) -> Result<Connection> {
         let fail = |message: String| ClusterError::Nats {
@@ -172,12 +172,14 @@ impl Connection {
         if !url.starts_with("nats://") || url.len() > 1024 || url.contains(char::is_whitespace) {
             return Err(fail("the server is a nats://host:port address".into()));
         }
-        let runtime = crate::source::client_runtime().map_err(|e| fail(e.to_string()))?;
-        let watch = crate::source::ClientWatch::default();
+        let runtime = crate::nats_client::client_runtime().map_err(|e| fail(e.to_string()))?;
+        let watch = crate::nats_client::ClientWatch::default();
         let client = runtime.block_on(async {
-            let client = (crate::source::connect_options(&watch).connect(url).await)
+            let client = (crate::nats_client::connect_options(&watch)
+                .connect(url)
+                .await)
                 .map_err(|e| fail(e.to_string()))?;
-            crate::source::first_connection(&client, &watch)
+            crate::nats_client::first_connection(&client, &watch)
                 .await
                 .map_err(fail)?;
             Ok::<_, ClusterError>(client)
@@ -202,7 +204,7 @@ impl Connection {
 
     /// Whether the client is connected now (it reconnects by itself when it is not).
     fn connected(&self) -> bool {
-        crate::source::is_connected(&self.jetstream.client())
+        crate::nats_client::is_connected(&self.jetstream.client())
     }
 
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {

@@ -4,8 +4,7 @@
 //! stream drops the duplicate) whatever was not acknowledged, while the server is away, for up
 //! to [`GIVE_UP`]. Nothing is sent while the client is not connected.
 //!
-//! Used by the sinks (`emit::sink`); depends on `spec` and on the NATS client's options in
-//! `source` (`connect_options`, `ClientWatch`).
+//! Used by the sinks (`emit::sink`); depends on `spec` and `nats_client`.
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ pub struct NatsPublisher {
     in_flight: Vec<InFlight>,
     /// Why the client's last attempt to connect failed, for the error when records go
     /// unacknowledged.
-    watch: crate::source::ClientWatch,
+    watch: crate::nats_client::ClientWatch,
     /// A send failed (its queue full, the link down): records wait for the next round of a
     /// flush instead of each waiting out a send's timeout in turn.
     held_back: bool,
@@ -50,10 +49,10 @@ impl Drop for NatsPublisher {
 impl NatsPublisher {
     /// Connects to the server of `spec` (waiting for it if it is not up yet).
     pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, String> {
-        let runtime = crate::source::client_runtime().map_err(|e| e.to_string())?;
+        let runtime = crate::nats_client::client_runtime().map_err(|e| e.to_string())?;
         let url = spec.nats.clone();
-        let watch = crate::source::ClientWatch::default();
-        let options = crate::source::connect_options(&watch);
+        let watch = crate::nats_client::ClientWatch::default();
+        let options = crate::nats_client::connect_options(&watch);
         let client = runtime
             .block_on(async move { options.connect(&url).await })
             .map_err(|e| format!("cannot connect: {e}"))?;
@@ -92,7 +91,7 @@ impl NatsPublisher {
     /// would queue them (each again on every round of a flush) and, its queue full, make each
     /// send wait out a timeout.
     fn connected(&self) -> bool {
-        crate::source::is_connected(&self.jetstream.client())
+        crate::nats_client::is_connected(&self.jetstream.client())
     }
 
     /// Sends `record`: its acknowledgement to wait for, or `None` (and later records held

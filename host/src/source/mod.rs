@@ -7,7 +7,6 @@ mod ingest;
 mod interleave;
 mod lines;
 mod nats;
-mod nats_client;
 mod nats_feed;
 mod nexmark;
 
@@ -16,9 +15,6 @@ pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
 pub use lines::LineReader;
 pub use nats::NatsSource;
-pub(crate) use nats_client::{
-    ClientWatch, client_runtime, connect_options, first_connection, is_connected,
-};
 pub use nats_feed::{FeedSource, NatsFeed};
 pub use nexmark::Nexmark;
 

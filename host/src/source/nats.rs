@@ -11,15 +11,16 @@
 //! [`Source`], waiting at most a tick for the next message. A server that goes away is waited
 //! for: the client reconnects, and the source opens a new consumer at the next sequence. A
 //! server not reached when the source first opens is a mistake in the spec: the first open
-//! fails after `nats_client::FIRST_CONNECT`, saying whether a server refused or none answered.
+//! fails after `nats_client::FIRST_CONNECT`, saying whether a server refused or none
+//! answered.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_stream::StreamExt;
 
-use super::nats_client::{ClientWatch, client_runtime, connect_options, first_connection};
 use super::{Record, Source, SourceError, SourcePosition};
+use crate::nats_client::{ClientWatch, client_runtime, connect_options, first_connection};
 use crate::spec::NatsSourceSpec;
 
 /// How long a read waits for a message before yielding a tick.

@@ -2,8 +2,8 @@
 //! open windows, made for every event. Keys are compared inline, and a key of up to 16 bytes
 //! entirely within the table: comparing two `str`s calls `memcmp`, which took 7 % of a shard's
 //! time for keys of a few bytes, and the map's own copy of a key is memory of its own to read.
-//! Hashed with
-//! [`RandomState`], seeded at random per map, as the other maps of the hot path are.
+//! Hashed with [`RandomState`], seeded at random per map, as the other maps of the hot path
+//! are.
 //! Depends on `hashing` (and the `hashbrown` crate's table) only.
 
 use std::hash::BuildHasher;

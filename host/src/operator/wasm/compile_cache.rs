@@ -101,15 +101,15 @@ impl CompileCache {
 
 /// Turns an intact entry's compiled bytes into a component.
 ///
-/// One of Weir's few `unsafe` blocks (the README lists them). `Component::deserialize` trusts its bytes to be what
-/// `Component::serialize` wrote for a compatible engine: given anything else it could run
-/// arbitrary machine code. Here that holds because (1) only [`CompileCache::store`] writes
-/// entries, under a directory Weir created private to its user and refuses to use when others
-/// may write to it; (2) an entry is used only when the SHA-256 stored in front of it matches its
-/// bytes, so a torn, truncated or bit-flipped file is never handed over; and (3) wasmtime itself
-/// checks the header for its version and the engine's settings and refuses a mismatch. Someone
-/// who can write files as Weir's user could equally replace the `weir` binary, so this trusts
-/// nothing that is not already trusted.
+/// One of Weir's few `unsafe` blocks (the README lists them). `Component::deserialize` trusts its
+/// bytes to be what `Component::serialize` wrote for a compatible engine: given anything else it
+/// could run arbitrary machine code. Here that holds because (1) only [`CompileCache::store`]
+/// writes entries, under a directory Weir created private to its user and refuses to use when
+/// others may write to it; (2) an entry is used only when the SHA-256 stored in front of it matches
+/// its bytes, so a torn, truncated or bit-flipped file is never handed over; and (3) wasmtime
+/// itself checks the header for its version and the engine's settings and refuses a mismatch.
+/// Someone who can write files as Weir's user could equally replace the `weir` binary, so this
+/// trusts nothing that is not already trusted.
 #[allow(unsafe_code)]
 fn deserialize(engine: &Engine, compiled: &[u8]) -> wasmtime::Result<Component> {
     // SAFETY: see above: `compiled` was written by `Component::serialize` and verified intact.

@@ -152,9 +152,9 @@ const WARM_BYTES: usize = 512;
 /// one half as far ahead (by then its own fetch has arrived), every cache line of them up to
 /// [`WARM_BYTES`]: a field's name and value are 40 bytes, so three fields span two or three
 /// lines, and fetching only the first left the reads of the others waiting (the count-sum's
-/// shard thread took 5-10 % longer, when a field was 56 bytes). A window's events are scattered over the batches it
-/// spans and were made on the router's core, so reading them in turn waits on memory for
-/// every one; fetched ahead, the waits overlap.
+/// shard thread took 5-10 % longer, when a field was 56 bytes). A window's events are
+/// scattered over the batches it spans and were made on the router's core, so reading them in
+/// turn waits on memory for every one; fetched ahead, the waits overlap.
 pub(super) fn warm(events: &[&Event], i: usize) {
     if let Some(&far) = events.get(i + WARM_AHEAD) {
         fetch_event(far);

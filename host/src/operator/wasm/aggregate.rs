@@ -174,10 +174,11 @@ impl WasmAggregate {
         // Each window's events go in while they are in the cache; its names are indexed after.
         let mut sent = Vec::with_capacity(windows.len());
         let mut fields = Vec::with_capacity(windows.len());
+        let mut shapes = window_call::WindowShapes::default();
         for (i, (_, events)) in windows.iter().enumerate() {
             warm(windows.get(i + 1));
-            if let Ok(window_fields) = window_call::push_window(&mut call, events, &self.projection)
-            {
+            let pushed = window_call::push_window(&mut call, events, &self.projection, &mut shapes);
+            if let Ok(window_fields) = pushed {
                 fields.push(window_fields);
                 sent.push(i);
             }
@@ -189,7 +190,8 @@ impl WasmAggregate {
         call.counts.reserve(sent.len());
         let values = sent.iter().map(|&i| windows[i].0.state.values.len()).sum();
         call.values.reserve(values);
-        call.fields.reserve(fields.iter().map(Vec::len).sum());
+        call.fields
+            .reserve(fields.iter().map(|fields| fields.len()).sum());
         for (&i, fields) in sent.iter().zip(&fields) {
             let (scope, events) = &windows[i];
             call.counts.push(wit_windows::WindowCounts {

@@ -2,6 +2,8 @@
 //! values, field after field, in the list they fit (integers, floats, or values of any kind).
 //! Used by [`super::aggregate`]; depends on [`super::convert`].
 
+use std::rc::Rc;
+
 use super::convert::{
     Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns,
 };
@@ -9,35 +11,151 @@ use super::*;
 use crate::field_name::FieldName;
 use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
+/// The crossing fields of a call's windows and where each sits in their events, worked out
+/// again only for a window whose first event has other field names than the last one's (a
+/// call's windows nearly always share them), so that a window costs no allocation.
+pub(super) struct WindowShapes<'a> {
+    first: Option<&'a Event>,
+    fields: Rc<[FieldName]>,
+    layout: Vec<Option<usize>>,
+}
+
+impl Default for WindowShapes<'_> {
+    fn default() -> Self {
+        WindowShapes {
+            first: None,
+            fields: Rc::from([]),
+            layout: Vec::new(),
+        }
+    }
+}
+
+impl<'a> WindowShapes<'a> {
+    /// The crossing fields of events with `first`'s names, and where each sits in them.
+    fn of(
+        &mut self,
+        first: &'a Event,
+        projection: &Projection,
+    ) -> (Rc<[FieldName]>, &[Option<usize>]) {
+        if !self.first.is_some_and(|seen| same_names(seen, first)) {
+            let fields = crossing_fields(&[first], projection);
+            self.layout = Shape::default().layout(first, &fields).to_vec();
+            self.fields = fields.into();
+            self.first = Some(first);
+        }
+        (Rc::clone(&self.fields), &self.layout)
+    }
+
+    /// The fields of a call in which none cross: the empty list (never worked out, as no
+    /// window's layout is).
+    fn none(&self) -> Rc<[FieldName]> {
+        debug_assert!(self.first.is_none());
+        Rc::clone(&self.fields)
+    }
+}
+
 /// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
-/// field's values to the list they fit. Returns the window's field names (the events' own,
-/// not copies, on the usual path), which the caller indexes once it has every name of the
-/// call. Refused like [`to_wit_columns`], with nothing added, if the window is too wide.
+/// field's values to the list they fit. Returns the window's field names (shared with the
+/// call's other windows of the same names, on the usual path), which the caller indexes once
+/// it has every name of the call. Refused like [`to_wit_columns`], with nothing added, if the
+/// window is too wide. `shapes` is the call's, kept from window to window.
 ///
 /// When every event has the first one's field names (nearly always), the values are read
-/// straight from the events, a field at a time while the window's events are in the cache;
+/// straight from the events while the window's events are in the cache: in one pass if every
+/// crossing field is all integers or all floats ([`push_numeric`]), else a field at a time;
 /// otherwise they go through [`to_wit_columns`]'s list of values. The call is the same.
-pub(super) fn push_window(
+pub(super) fn push_window<'a>(
     call: &mut WindowBatches,
-    events: &[&Event],
+    events: &[&'a Event],
     projection: &Projection,
-) -> Result<Vec<FieldName>> {
+    shapes: &mut WindowShapes<'a>,
+) -> Result<Rc<[FieldName]>> {
     if projection.crosses_no_field() {
         // Nothing to read but the times: not even the field names, to see they agree.
         call.timestamps
             .extend(events.iter().map(|event| event.timestamp));
-        return Ok(Vec::new());
+        return Ok(shapes.none());
     }
-    let Some((fields, layout)) = uniform_layout(events, projection) else {
+    let Some(&first) = events.first() else {
         return push_through_values(call, events, projection);
     };
+    // No `warm` here: the caller fetched this window's events ahead (`convert::warm_window`).
+    let (fields, layout) = shapes.of(first, projection);
     check_width(fields.len(), events.len())?;
+    if push_numeric(call, events, layout) {
+        return Ok(fields);
+    }
+    if !events.iter().all(|&event| same_names(first, event)) {
+        return push_through_values(call, events, projection);
+    }
     call.timestamps
         .extend(events.iter().map(|event| event.timestamp));
-    for slot in layout {
+    for &slot in layout {
         push_straight(call, events, slot);
     }
     Ok(fields)
+}
+
+/// The most crossing fields [`push_numeric`] reads in one pass (a wider window goes a field
+/// at a time).
+const NUMERIC_FIELDS: usize = 8;
+
+/// Adds a window in one pass over its events if every event has the first one's field names
+/// and each crossing field (at `layout` in them) holds integers in every event or floats in
+/// every event, as nearly always: each event's time and values go straight to their places in
+/// the call's lists, field after field. Returns false, with nothing added, otherwise (a field
+/// absent, or of text, or of mixed kinds; other names). The lists are as
+/// [`push_straight`] makes them; reading the events once instead of once per field and once
+/// per check cut the host's side of a count-sum call by about half.
+fn push_numeric(call: &mut WindowBatches, events: &[&Event], layout: &[Option<usize>]) -> bool {
+    let Some(&first) = events.first() else {
+        return false;
+    };
+    if layout.len() > NUMERIC_FIELDS {
+        return false;
+    }
+    let count = events.len();
+    // Each field's index in an event, its list, and where its values start in that list.
+    let mut columns = [(0, ColumnKind::Ints, 0); NUMERIC_FIELDS];
+    let (mut ints, mut floats) = (call.ints.len(), call.floats.len());
+    for (column, slot) in columns.iter_mut().zip(layout) {
+        let Some(i) = *slot else { return false };
+        let (kind, end) = match first.fields[i].1 {
+            Value::Int(_) => (ColumnKind::Ints, &mut ints),
+            Value::Float(_) => (ColumnKind::Floats, &mut floats),
+            _ => return false,
+        };
+        *column = (i, kind, *end);
+        *end += count;
+    }
+    let columns = &columns[..layout.len()];
+    let marks = (call.timestamps.len(), call.ints.len(), call.floats.len());
+    call.ints.resize(ints, 0);
+    call.floats.resize(floats, 0.0);
+    call.timestamps.reserve(count);
+    for (e, event) in events.iter().enumerate() {
+        let read = same_names(first, event)
+            && (columns.iter()).all(|&(i, kind, at)| match (kind, &event.fields[i].1) {
+                (ColumnKind::Ints, Value::Int(value)) => {
+                    call.ints[at + e] = *value;
+                    true
+                }
+                (ColumnKind::Floats, Value::Float(value)) => {
+                    call.floats[at + e] = *value;
+                    true
+                }
+                _ => false,
+            });
+        if !read {
+            call.timestamps.truncate(marks.0);
+            call.ints.truncate(marks.1);
+            call.floats.truncate(marks.2);
+            return false;
+        }
+        call.timestamps.push(event.timestamp);
+    }
+    call.kinds.extend(columns.iter().map(|&(_, kind, _)| kind));
+    true
 }
 
 /// [`push_window`] for events of any field names: through one list of all the window's
@@ -46,7 +164,7 @@ fn push_through_values(
     call: &mut WindowBatches,
     events: &[&Event],
     projection: &Projection,
-) -> Result<Vec<FieldName>> {
+) -> Result<Rc<[FieldName]>> {
     let batch = to_wit_columns(events, projection)?;
     let count = batch.timestamps.len();
     call.timestamps.extend(batch.timestamps);
@@ -83,22 +201,6 @@ fn push_straight(call: &mut WindowBatches, events: &[&Event], slot: Option<usize
             .columns
             .extend(values().map(|value| value.map_or(wit::Value::Null, |v| to_wit(v.clone())))),
     }
-}
-
-/// The crossing fields of `events` and where each sits in every event, if all have the first
-/// event's field names in its order (none if there are no events).
-fn uniform_layout(
-    events: &[&Event],
-    projection: &Projection,
-) -> Option<(Vec<FieldName>, Vec<Option<usize>>)> {
-    let first = *events.first()?;
-    // No `warm` here: the caller fetched this window's events ahead (`convert::warm_window`).
-    if !events.iter().all(|&event| same_names(first, event)) {
-        return None;
-    }
-    let fields = crossing_fields(&[first], projection);
-    let layout = Shape::default().layout(first, &fields).to_vec();
-    Some((fields, layout))
 }
 
 /// Adds one window's values, `fields` fields of `events` values each, field after field, to
@@ -204,12 +306,12 @@ mod tests {
             row(2, 2, 1.5, Value::Text("t".into())),
         ];
         let events: Vec<&Event> = events.iter().collect();
-        assert!(uniform_layout(&events, &Projection::All).is_some());
         let mut call = empty_call();
         call.timestamps.push(99);
         call.ints.push(-1);
-        let names = push_window(&mut call, &events, &Projection::All).unwrap();
-        assert_eq!(names, [x, y, z]);
+        let mut shapes = WindowShapes::default();
+        let names = push_window(&mut call, &events, &Projection::All, &mut shapes).unwrap();
+        assert_eq!(*names, [x, y, z]);
         assert_eq!(call.timestamps, [99, 4, 2]);
         use ColumnKind::{Floats, Ints, Values};
         assert_eq!(call.kinds, [Ints, Floats, Values]);
@@ -217,6 +319,57 @@ mod tests {
         assert_eq!(call.floats, [0.5, 1.5]);
         let columns: Vec<_> = call.columns.into_iter().map(super::from_wit).collect();
         assert_eq!(columns, [Value::Int(7), Value::Text("t".into())]);
+    }
+
+    /// A window of integer and float fields is read in one pass; a window with a field of
+    /// another kind, or of mixed kinds, or events of other names, is not, and nothing of it is
+    /// left in the call.
+    #[test]
+    fn a_numeric_window_is_read_in_one_pass_or_not_at_all() {
+        let (x, y) = (FieldName::new("x"), FieldName::new("y"));
+        let row = |timestamp: i64, xv: Value, yv: Value| {
+            event(timestamp, vec![(x.clone(), xv), (y.clone(), yv)])
+        };
+        let numeric = [
+            row(1, Value::Int(1), Value::Float(0.5)),
+            row(2, Value::Int(2), Value::Float(1.5)),
+        ];
+        let mut call = empty_call();
+        call.ints.push(-1);
+        let events: Vec<&Event> = numeric.iter().collect();
+        assert!(push_numeric(&mut call, &events, &[Some(0), Some(1)]));
+        assert!(push_numeric(
+            &mut call,
+            &events,
+            &[Some(1), Some(0), Some(0)]
+        ));
+        use ColumnKind::{Floats, Ints};
+        assert_eq!(call.kinds, [Ints, Floats, Floats, Ints, Ints]);
+        assert_eq!(call.ints, [-1, 1, 2, 1, 2, 1, 2]);
+        assert_eq!(call.floats, [0.5, 1.5, 0.5, 1.5]);
+        assert_eq!(call.timestamps, [1, 2, 1, 2]);
+        let before = format!("{call:?}");
+        let other_names = event(
+            3,
+            vec![(y.clone(), Value::Int(3)), (x.clone(), Value::Int(4))],
+        );
+        let refused = [
+            vec![row(3, Value::Int(3), Value::Text("t".into()))],
+            vec![
+                row(3, Value::Int(3), Value::Float(1.0)),
+                row(4, Value::Int(4), Value::Int(5)),
+            ],
+            vec![row(3, Value::Int(3), Value::Float(1.0)), other_names],
+        ];
+        for window in &refused {
+            let events: Vec<&Event> = window.iter().collect();
+            assert!(!push_numeric(&mut call, &events, &[Some(0), Some(1)]));
+        }
+        assert!(
+            !push_numeric(&mut call, &events, &[Some(0), None]),
+            "a field absent"
+        );
+        assert_eq!(format!("{call:?}"), before, "nothing added");
     }
 
     /// Windows whose events share their names (read straight from the events) and windows
@@ -265,6 +418,13 @@ mod tests {
             vec![event(8, vec![]), event(9, vec![])],
             vec![],
             vec![wide(12), wide(13)],
+            // Read in one pass until its last event, which is not a number where it should be.
+            vec![
+                row(20, Value::Float(1.0), Value::Int(1)),
+                row(21, Value::Float(2.0), Value::Int(2)),
+                row(22, Value::Float(3.0), Value::Float(3.0)),
+            ],
+            vec![row(23, Value::Int(4), Value::Float(4.5))],
         ];
         let projections = [
             Projection::All,
@@ -274,9 +434,10 @@ mod tests {
         ];
         for projection in &projections {
             let (mut call, mut expected) = (empty_call(), empty_call());
+            let mut shapes = WindowShapes::default();
             for events in &windows {
                 let events: Vec<&Event> = events.iter().collect();
-                let names = push_window(&mut call, &events, projection).unwrap();
+                let names = push_window(&mut call, &events, projection, &mut shapes).unwrap();
                 call.names.extend(names.iter().map(FieldName::to_string));
                 let names = push_through_values(&mut expected, &events, projection).unwrap();
                 expected
@@ -288,7 +449,8 @@ mod tests {
                 format!("{expected:?}"),
                 "{projection:?}"
             );
-            assert_eq!(call.timestamps, [7, 3, 11, -4, 5, 1, 2, 8, 9, 12, 13]);
+            let times = [7, 3, 11, -4, 5, 1, 2, 8, 9, 12, 13, 20, 21, 22, 23];
+            assert_eq!(call.timestamps, times);
         }
         let wide: Vec<Event> = (0..2)
             .map(|e| {
@@ -299,7 +461,8 @@ mod tests {
             .collect();
         let wide: Vec<&Event> = wide.iter().cycle().take(1 << 10).collect();
         let mut call = empty_call();
-        assert!(push_window(&mut call, &wide, &Projection::All).is_err());
+        let mut shapes = WindowShapes::default();
+        assert!(push_window(&mut call, &wide, &Projection::All, &mut shapes).is_err());
         assert_eq!(
             format!("{call:?}"),
             format!("{:?}", empty_call()),

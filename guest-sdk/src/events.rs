@@ -51,6 +51,7 @@ impl Default for Refill {
 impl Refill {
     /// The next window's events: its field names, one timestamp per event, and its values
     /// field after field from `columns` (a value missing is null).
+    #[inline]
     pub(crate) fn next<'a>(
         &mut self,
         fields: impl ExactSizeIterator<Item = &'a str> + Clone,
@@ -109,6 +110,7 @@ impl Columns {
 
     /// Adds to each of `rows` the next value of a field of `kind` (null past the end of its
     /// list, or of the kinds). The kind is matched once per field, not once per value.
+    #[inline]
     fn fill(&mut self, kind: Option<ColumnKind>, rows: &mut [Event]) {
         match kind {
             Some(ColumnKind::Ints) => push_each(rows, &mut self.ints, Value::Int),
@@ -144,6 +146,7 @@ fn add_column(fields: &mut Vec<String>, name: &str) -> usize {
 }
 
 /// The value at `column` of `values`, `None` if null or missing.
+#[inline]
 fn get(values: &[Value], column: usize) -> Option<&Value> {
     values.get(column).filter(|value| !value.is_null())
 }
@@ -198,6 +201,7 @@ impl Events {
 
     /// The value of the field `name` in each event, in order: `None` where it is null or
     /// missing (and for every event if the batch has no such field).
+    #[inline]
     pub fn values<'a>(&'a self, name: &str) -> impl Iterator<Item = Option<&'a Value>> + 'a {
         let column = self.column(name);
         self.rows
@@ -245,6 +249,7 @@ impl Event {
     }
 
     /// The value at index `column` (see [`Events::column`]); `None` if it is null or missing.
+    #[inline]
     pub fn get(&self, column: usize) -> Option<&Value> {
         get(&self.values, column)
     }

@@ -83,6 +83,7 @@ impl Value {
     /// assert_eq!(Value::Int(2).plus(&Value::Float(0.5)), Some(Value::Float(2.5)));
     /// assert_eq!(Value::Int(2).plus(&Value::from("3")), None);
     /// ```
+    #[inline]
     pub fn plus(&self, other: &Value) -> Option<Value> {
         if let (Value::Int(a), Value::Int(b)) = (self, other)
             && let Some(sum) = a.checked_add(*b)

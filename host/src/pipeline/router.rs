@@ -50,7 +50,8 @@ pub(super) struct Router<'a> {
     /// Route only these key groups' events (the others are numbered, observed and dropped);
     /// the router's own dead letters go only to the run holding key group 0.
     pub key_groups: Option<super::KeyGroups>,
-    /// Events the shards are done with, dropped here where they were made.
+    /// Events the shards are done with, given back here, where they were made, to the source
+    /// (which drops them or reuses their memory).
     pub spent: &'a Receiver<Vec<Staged>>,
 }
 
@@ -134,7 +135,7 @@ impl Router<'_> {
             if self.control.stopping() {
                 // A stop is not the end of the input: no window closes; the final checkpoint
                 // lets a restart continue exactly here.
-                if self.send(&mut batch, batch_id, false, false)
+                if self.send(&mut batch, source, batch_id, false, false)
                     && self.checkpoint_interval.is_some()
                 {
                     let position = self.position(&*source, seq, &watermark, false);
@@ -262,7 +263,7 @@ impl Router<'_> {
                 // Windows carry a full batch's events into the next batches (fewer, larger
                 // operator calls) while the input keeps them full, never before a barrier.
                 let carry = !due && batch.carries(spec.batch_size);
-                if !self.send(&mut batch, batch_id, false, carry) {
+                if !self.send(&mut batch, source, batch_id, false, carry) {
                     return Ok(seq - start.events);
                 }
                 carrying = carry;
@@ -281,7 +282,9 @@ impl Router<'_> {
             }
         }
         watermark.finish();
-        if self.send(&mut batch, batch_id, true, false) && self.checkpoint_interval.is_some() {
+        if self.send(&mut batch, source, batch_id, true, false)
+            && self.checkpoint_interval.is_some()
+        {
             let position = self.position(&*source, seq, &watermark, true);
             self.barrier(batch_id + 1, position);
         }
@@ -380,7 +383,14 @@ impl Router<'_> {
         }
     }
 
-    fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool, carry: bool) -> bool {
+    fn send(
+        &self,
+        batch: &mut Batch,
+        source: &mut dyn Source,
+        id: u64,
+        end_of_input: bool,
+        carry: bool,
+    ) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
         let early = Arc::new(std::mem::take(&mut batch.early));
         // A send waits only while the shard's queue is full: that wait is backpressure.
@@ -402,7 +412,7 @@ impl Router<'_> {
             }
         }
         self.control.metrics.backpressured(started.elapsed());
-        self.recycle(batch);
+        self.recycle(batch, source);
         batch.records = 0;
         batch.bytes = 0;
         self.control.batch_sent();
@@ -418,10 +428,12 @@ impl Router<'_> {
         self.parts.send((id, Part::Router(part))).is_ok()
     }
 
-    /// Drops the events shards are done with; their emptied lists hold the next batch's.
-    fn recycle(&self, batch: &mut Batch) {
+    /// Gives the events shards are done with back to the source (which drops them, or reuses
+    /// their memory); their emptied lists hold the next batch's.
+    fn recycle(&self, batch: &mut Batch, source: &mut dyn Source) {
         while let Ok(mut spent) = self.spent.try_recv() {
-            spent.clear();
+            source.recycle(&mut spent);
+            spent.clear(); // a list sent again must be empty, whatever the source left in it
             if let Some(empty) = (batch.per_shard.iter_mut()).find(|list| list.capacity() == 0) {
                 *empty = spent;
             }

@@ -1,8 +1,9 @@
 //! [`FieldName`]: the name of an event's field, cheap to copy between threads.
 //!
-//! Every event carries its field names, and events are made on the router's thread and dropped
-//! on a shard's. With reference-counted names, each event cost an atomic increment on one core
-//! and a decrement on another, on the same few cache lines for every event (7 % of a native
+//! Every event carries its field names, and events are made on the router's thread and read
+//! on a shard's (where, when this was measured, they were also dropped). With
+//! reference-counted names, each event cost an atomic increment on one core and a decrement on
+//! another, on the same few cache lines for every event (7 % of a native
 //! run). Names are therefore interned once per process into a bounded table of leaked strings:
 //! copying or dropping one touches no shared memory. A hostile input can invent any number of
 //! field names, so the table is bounded ([`MAX_INTERNED`] names of at most

@@ -615,6 +615,7 @@ fn partition_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::{Generator, SourceError, SourcePosition};
 
     fn batch(records: usize, bytes: usize) -> Batch {
         Batch {
@@ -625,6 +626,107 @@ mod tests {
             records,
             bytes,
         }
+    }
+
+    /// The generator, counting the spent events given back to it.
+    struct Counting {
+        generator: Generator,
+        given_back: usize,
+    }
+
+    impl Source for Counting {
+        fn next_record(&mut self) -> std::result::Result<Option<Record>, SourceError> {
+            self.generator.next_record()
+        }
+        fn position(&self) -> SourcePosition {
+            self.generator.position()
+        }
+        fn resume(&mut self, position: &SourcePosition) -> std::result::Result<(), SourceError> {
+            self.generator.resume(position)
+        }
+        fn recycle(&mut self, spent: &mut Vec<Staged>) {
+            self.given_back += spent.len();
+            spent.clear();
+        }
+    }
+
+    /// The events a shard is done with go back, through the router, to the source that made
+    /// them: each batch's by the router's next send (the shard here answers every batch before
+    /// it takes the next, and takes each only when the router hands it over).
+    #[test]
+    fn spent_events_go_back_to_the_source_that_made_them() {
+        let text = r#"
+            name = "p"
+            batch_size = 10
+            [source]
+            type = "generator"
+            events = 100
+            keys = 3
+            [event]
+            key = "key"
+            timestamp = "ts"
+            [window]
+            type = "tumbling"
+            size = "1s"
+            [[operators]]
+            name = "count-sum"
+            kind = "aggregate"
+            native = "count-sum"
+        "#;
+        let spec = PipelineSpec::parse(text, false, std::path::Path::new("/specs")).unwrap();
+        let crate::spec::SourceSpec::Generator(generator) = spec.source.clone() else {
+            panic!("a generator source");
+        };
+        let (shard_tx, shard_rx) = std::sync::mpsc::sync_channel::<ShardMsg>(0);
+        let (spent_tx, spent_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(16);
+        let (parts_tx, parts_rx) = std::sync::mpsc::sync_channel::<(u64, Part)>(64);
+        let shard = std::thread::spawn(move || {
+            let mut batches = 0;
+            for message in shard_rx {
+                if let ShardMsg::Batch { events, .. } = message {
+                    batches += 1;
+                    spent_tx.send(events).unwrap();
+                }
+            }
+            batches
+        });
+        let parts = std::thread::spawn(move || parts_rx.into_iter().count());
+        let control = PipelineControl::new(
+            "p",
+            Box::new(|_, v| Err(super::super::ResolveError::Unknown(v.to_owned()))),
+            None,
+        );
+        let mut router = Router {
+            spec: &spec,
+            shards: std::slice::from_ref(&shard_tx),
+            parts: &parts_tx,
+            checkpoint_interval: None,
+            control: &control,
+            routing: None,
+            pending_change: None,
+            key_groups: None,
+            spent: &spent_rx,
+        };
+        let mut source = Counting {
+            generator: Generator::new(generator),
+            given_back: 0,
+        };
+        let start = Start {
+            events: 0,
+            watermark: crate::time::MINUS_INFINITY,
+            partitions: Vec::new(),
+            finished: false,
+        };
+        assert_eq!(router.route(&mut source, start).unwrap(), 100);
+        drop(router);
+        drop((shard_tx, parts_tx));
+        assert_eq!(
+            shard.join().unwrap(),
+            11,
+            "ten full batches and the last, empty"
+        );
+        assert!(parts.join().unwrap() >= 11);
+        assert_eq!(source.given_back, 100, "every event, by the last send");
     }
 
     #[test]

@@ -14,21 +14,39 @@ use crate::spec::GeneratorSpec;
 use crate::value::Value;
 
 /// The generator source.
-#[derive(Debug)]
 pub struct Generator {
     spec: GeneratorSpec,
     next: u64,
     rng: u64,
     keys: Vec<String>,
     names: [FieldName; 3],
-    /// Events the pipeline is done with ([`Source::recycle`]): their lists of fields and their
-    /// key field's text are reused, so an event costs one allocation (its key), not three.
-    spare: Vec<Event>,
+    /// The emptied lists of fields and key texts of events the pipeline is done with
+    /// ([`Source::recycle`]), reused for the next events: an event costs one allocation (its
+    /// key), not three.
+    spare: Vec<Spare>,
 }
 
-/// The most spent events a generator keeps for reuse: more than a batch's worth, since they
-/// come back a batch at a time and are taken one by one.
+/// A spent event's emptied list of fields and emptied key text.
+type Spare = (Vec<(FieldName, Value)>, String);
+
+impl std::fmt::Debug for Generator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generator")
+            .field("spec", &self.spec)
+            .field("next", &self.next)
+            .field("spare", &self.spare.len())
+            .finish()
+    }
+}
+
+/// The most spent events a generator keeps for reuse: four batches of the default size (they
+/// come back a batch at a time and are taken one by one; larger batches get less reuse).
 const MAX_SPARE: usize = 1 << 16;
+
+/// The largest list of fields and text kept for reuse: a generated event's fit, and memory an
+/// event grown larger on its way (an enricher's output replaces its fields) is not held.
+const MAX_SPARE_FIELDS: usize = 8;
+const MAX_SPARE_TEXT: usize = 64;
 
 impl Generator {
     /// A generator for `spec`.
@@ -46,16 +64,8 @@ impl Generator {
 
     /// An emptied list of fields and an emptied string for the next event: a spent event's,
     /// if there is one.
-    fn reused(&mut self) -> (Vec<(FieldName, Value)>, String) {
-        let Some(Event { mut fields, .. }) = self.spare.pop() else {
-            return (Vec::with_capacity(3), String::new());
-        };
-        let text = match fields.first_mut() {
-            Some((_, Value::Text(text))) => std::mem::take(text),
-            _ => String::new(),
-        };
-        fields.clear();
-        (fields, text)
+    fn reused(&mut self) -> Spare {
+        (self.spare.pop()).unwrap_or_else(|| (Vec::with_capacity(3), String::new()))
     }
 
     /// SplitMix64.
@@ -80,7 +90,6 @@ impl Source for Generator {
         // shard reads beside it moved its cache line between cores for every event (shard
         // threads took 5-7 % longer, native and Wasm).
         let (mut fields, mut text) = self.reused();
-        text.clear();
         text.push_str(&self.keys[pick]);
         let key = Arc::from(text.as_str());
         let delay = self.random() % (self.spec.max_delay_ms + 1);
@@ -118,10 +127,29 @@ impl Source for Generator {
 
     fn recycle(&mut self, spent: &mut Vec<Staged>) {
         let room = MAX_SPARE.saturating_sub(self.spare.len());
-        self.spare
-            .extend(spent.drain(..).take(room).map(|staged| staged.event));
+        let kept = (spent.drain(..).take(room)).filter_map(|staged| emptied(staged.event));
+        self.spare.extend(kept);
         spent.clear();
     }
+}
+
+/// A spent event's list of fields and key text (its first field's, if text), emptied, unless
+/// the list is larger than a generated event needs.
+fn emptied(event: Event) -> Option<Spare> {
+    let mut fields = event.fields;
+    if fields.capacity() > MAX_SPARE_FIELDS {
+        return None;
+    }
+    let text = match fields.first_mut() {
+        Some((_, Value::Text(text))) if text.capacity() <= MAX_SPARE_TEXT => {
+            let mut text = std::mem::take(text);
+            text.clear();
+            text
+        }
+        _ => String::new(),
+    };
+    fields.clear();
+    Some((fields, text))
 }
 
 #[cfg(test)]
@@ -146,7 +174,8 @@ mod tests {
     }
 
     /// Events made in reused memory are the events a generator makes without: spent events
-    /// of any content, given back in any number, change nothing but where the next ones live.
+    /// of any content, given back in any number, change nothing but where the next ones live;
+    /// lists larger than a generated event needs are not kept.
     #[test]
     fn recycled_events_change_nothing_but_where_the_next_ones_live() {
         let mut fresh = generator();
@@ -154,10 +183,20 @@ mod tests {
         let mut recycling = generator();
         let mut made = Vec::new();
         let mut reused = 0;
-        // Room for the generator's three fields, as in the events it made.
-        let spent_fields = || {
-            let mut fields = Vec::with_capacity(3);
-            fields.push(("other".into(), Value::Text("a longer text".into())));
+        // Of every four: a list too large to keep; room for three fields, with a text first
+        // or a number first; an empty list, kept but too small for the next event.
+        let spent_fields = |seq: usize| {
+            let (capacity, first) = match seq % 4 {
+                0 => (20, Value::Text("a longer text".into())),
+                1 => (
+                    3,
+                    Value::Text("a text longer than a generated key's".into()),
+                ),
+                2 => (3, Value::Int(5)),
+                _ => return Vec::new(),
+            };
+            let mut fields = Vec::with_capacity(capacity);
+            fields.push(("other".into(), first));
             fields
         };
         while made.len() < 1_000 {
@@ -168,14 +207,18 @@ mod tests {
                         line: 0,
                         key: "spent".into(),
                         timestamp: -1,
-                        fields: spent_fields(),
+                        fields: spent_fields(seq),
                     },
                     origin: None,
                 })
                 .collect();
-            let addresses: Vec<_> = spent.iter().map(|s| s.event.fields.as_ptr()).collect();
+            let addresses: Vec<_> = (spent.iter())
+                .filter(|s| s.event.fields.capacity() == 3)
+                .map(|s| s.event.fields.as_ptr())
+                .collect();
             recycling.recycle(&mut spent);
             assert!(spent.is_empty());
+            assert_eq!(recycling.spare.len(), 45, "all but the lists too large");
             for _ in 0..50.min(1_000 - made.len()) {
                 let event = next(&mut recycling);
                 reused += usize::from(addresses.contains(&event.fields.as_ptr()));
@@ -183,7 +226,8 @@ mod tests {
             }
         }
         assert_eq!(made, expected);
-        assert_eq!(reused, 1_000, "events that reused a spent one's fields");
+        // Each round's 50 events take its 45 spare lists (30 of them with room) and 5 new.
+        assert_eq!(reused, 600, "events that reused a spent one's fields");
         let mut full = generator();
         let mut many: Vec<Staged> = (0..MAX_SPARE + 10)
             .map(|seq| Staged {

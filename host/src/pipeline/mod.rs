@@ -494,7 +494,7 @@ struct ShardThreads {
     /// The acknowledgements that tell each shard a checkpoint is durable.
     acks: Vec<SyncSender<()>>,
     handles: Vec<ShardHandle>,
-    /// The events the shards are done with, for the router to give back to its source.
+    /// The events the shards are done with, for the router to drop.
     spent: Receiver<Vec<Staged>>,
 }
 

@@ -50,8 +50,7 @@ pub(super) struct Router<'a> {
     /// Route only these key groups' events (the others are numbered, observed and dropped);
     /// the router's own dead letters go only to the run holding key group 0.
     pub key_groups: Option<super::KeyGroups>,
-    /// Events the shards are done with, given back here, where they were made, to the source
-    /// (which drops them or reuses their memory).
+    /// Events the shards are done with, dropped here where they were made.
     pub spent: &'a Receiver<Vec<Staged>>,
 }
 
@@ -135,7 +134,7 @@ impl Router<'_> {
             if self.control.stopping() {
                 // A stop is not the end of the input: no window closes; the final checkpoint
                 // lets a restart continue exactly here.
-                if self.send(&mut batch, source, batch_id, false, false)
+                if self.send(&mut batch, batch_id, false, false)
                     && self.checkpoint_interval.is_some()
                 {
                     let position = self.position(&*source, seq, &watermark, false);
@@ -263,7 +262,7 @@ impl Router<'_> {
                 // Windows carry a full batch's events into the next batches (fewer, larger
                 // operator calls) while the input keeps them full, never before a barrier.
                 let carry = !due && batch.carries(spec.batch_size);
-                if !self.send(&mut batch, source, batch_id, false, carry) {
+                if !self.send(&mut batch, batch_id, false, carry) {
                     return Ok(seq - start.events);
                 }
                 carrying = carry;
@@ -282,9 +281,7 @@ impl Router<'_> {
             }
         }
         watermark.finish();
-        if self.send(&mut batch, source, batch_id, true, false)
-            && self.checkpoint_interval.is_some()
-        {
+        if self.send(&mut batch, batch_id, true, false) && self.checkpoint_interval.is_some() {
             let position = self.position(&*source, seq, &watermark, true);
             self.barrier(batch_id + 1, position);
         }
@@ -383,14 +380,7 @@ impl Router<'_> {
         }
     }
 
-    fn send(
-        &self,
-        batch: &mut Batch,
-        source: &mut dyn Source,
-        id: u64,
-        end_of_input: bool,
-        carry: bool,
-    ) -> bool {
+    fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool, carry: bool) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
         let early = Arc::new(std::mem::take(&mut batch.early));
         // A send waits only while the shard's queue is full: that wait is backpressure.
@@ -412,7 +402,7 @@ impl Router<'_> {
             }
         }
         self.control.metrics.backpressured(started.elapsed());
-        self.recycle(batch, source);
+        self.recycle(batch);
         batch.records = 0;
         batch.bytes = 0;
         self.control.batch_sent();
@@ -428,12 +418,10 @@ impl Router<'_> {
         self.parts.send((id, Part::Router(part))).is_ok()
     }
 
-    /// Gives the events shards are done with back to the source (which drops them, or reuses
-    /// their memory); their emptied lists hold the next batch's.
-    fn recycle(&self, batch: &mut Batch, source: &mut dyn Source) {
+    /// Drops the events shards are done with; their emptied lists hold the next batch's.
+    fn recycle(&self, batch: &mut Batch) {
         while let Ok(mut spent) = self.spent.try_recv() {
-            source.recycle(&mut spent);
-            spent.clear(); // a list sent again must be empty, whatever the source left in it
+            spent.clear();
             if let Some(empty) = (batch.per_shard.iter_mut()).find(|list| list.capacity() == 0) {
                 *empty = spent;
             }
@@ -615,7 +603,6 @@ fn partition_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{Generator, SourceError, SourcePosition};
 
     fn batch(records: usize, bytes: usize) -> Batch {
         Batch {
@@ -626,107 +613,6 @@ mod tests {
             records,
             bytes,
         }
-    }
-
-    /// The generator, counting the spent events given back to it.
-    struct Counting {
-        generator: Generator,
-        given_back: usize,
-    }
-
-    impl Source for Counting {
-        fn next_record(&mut self) -> std::result::Result<Option<Record>, SourceError> {
-            self.generator.next_record()
-        }
-        fn position(&self) -> SourcePosition {
-            self.generator.position()
-        }
-        fn resume(&mut self, position: &SourcePosition) -> std::result::Result<(), SourceError> {
-            self.generator.resume(position)
-        }
-        fn recycle(&mut self, spent: &mut Vec<Staged>) {
-            self.given_back += spent.len();
-            spent.clear();
-        }
-    }
-
-    /// The events a shard is done with go back, through the router, to the source that made
-    /// them: each batch's by the router's next send (the shard here answers every batch before
-    /// it takes the next, and takes each only when the router hands it over).
-    #[test]
-    fn spent_events_go_back_to_the_source_that_made_them() {
-        let text = r#"
-            name = "p"
-            batch_size = 10
-            [source]
-            type = "generator"
-            events = 100
-            keys = 3
-            [event]
-            key = "key"
-            timestamp = "ts"
-            [window]
-            type = "tumbling"
-            size = "1s"
-            [[operators]]
-            name = "count-sum"
-            kind = "aggregate"
-            native = "count-sum"
-        "#;
-        let spec = PipelineSpec::parse(text, false, std::path::Path::new("/specs")).unwrap();
-        let crate::spec::SourceSpec::Generator(generator) = spec.source.clone() else {
-            panic!("a generator source");
-        };
-        let (shard_tx, shard_rx) = std::sync::mpsc::sync_channel::<ShardMsg>(0);
-        let (spent_tx, spent_rx) = std::sync::mpsc::sync_channel::<Vec<Staged>>(16);
-        let (parts_tx, parts_rx) = std::sync::mpsc::sync_channel::<(u64, Part)>(64);
-        let shard = std::thread::spawn(move || {
-            let mut batches = 0;
-            for message in shard_rx {
-                if let ShardMsg::Batch { events, .. } = message {
-                    batches += 1;
-                    spent_tx.send(events).unwrap();
-                }
-            }
-            batches
-        });
-        let parts = std::thread::spawn(move || parts_rx.into_iter().count());
-        let control = PipelineControl::new(
-            "p",
-            Box::new(|_, v| Err(super::super::ResolveError::Unknown(v.to_owned()))),
-            None,
-        );
-        let mut router = Router {
-            spec: &spec,
-            shards: std::slice::from_ref(&shard_tx),
-            parts: &parts_tx,
-            checkpoint_interval: None,
-            control: &control,
-            routing: None,
-            pending_change: None,
-            key_groups: None,
-            spent: &spent_rx,
-        };
-        let mut source = Counting {
-            generator: Generator::new(generator),
-            given_back: 0,
-        };
-        let start = Start {
-            events: 0,
-            watermark: crate::time::MINUS_INFINITY,
-            partitions: Vec::new(),
-            finished: false,
-        };
-        assert_eq!(router.route(&mut source, start).unwrap(), 100);
-        drop(router);
-        drop((shard_tx, parts_tx));
-        assert_eq!(
-            shard.join().unwrap(),
-            11,
-            "ten full batches and the last, empty"
-        );
-        assert!(parts.join().unwrap() >= 11);
-        assert_eq!(source.given_back, 100, "every event, by the last send");
     }
 
     #[test]

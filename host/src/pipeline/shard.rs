@@ -22,8 +22,8 @@ pub struct ShardOutput {
     pub engine: EngineOutput,
     /// Enriched events (pipelines without an aggregate).
     pub events: Vec<Staged>,
-    /// Batches the window engine is done with (this one, or earlier ones it carried), to go
-    /// back to the router's thread (see [`run_thread`]).
+    /// Batches the window engine is done with (this one, or earlier ones it carried), to be
+    /// dropped on the router's thread (see [`run_thread`]).
     pub spent: Vec<Vec<Staged>>,
 }
 
@@ -239,10 +239,10 @@ impl Shard {
 /// state be evicted from memory ([`StateBackend::committed`]). A barrier that changes the
 /// routing waits for its own commit before the new routing applies, as before. Ends when the
 /// router hangs up or the collector is gone.
-/// Events the engine is done with go back to the router on `spent`, which made them and gives
-/// them to its source, to drop or to reuse their memory: freeing memory on the thread that
-/// allocated it is cheaper, and the shard's thread is the busier (dropping Nexmark bids was a
-/// tenth of a Q5 shard's time). If the router has not caught up, they are dropped here.
+/// Events the engine is done with go back to the router on `spent`, which made them: freeing
+/// memory on the thread that allocated it is cheaper, and the shard's thread is the busier
+/// (dropping Nexmark bids was a tenth of a Q5 shard's time). If the router has not caught up,
+/// they are dropped here.
 pub(super) fn run_thread(
     mut shard: Shard,
     messages: &Receiver<ShardMsg>,
@@ -506,7 +506,7 @@ mod tests {
         };
         messages.send(batch(0, 0, 5)).unwrap();
         assert!(matches!(next("the first batch"), (0, Part::Shard(_))));
-        // Its events go back to where they were made; with no room, they are dropped here.
+        // Its events go back to be dropped where they were made; with no room, here.
         let events = spent.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(events.len(), 1);
         messages.send(barrier(1, None)).unwrap();

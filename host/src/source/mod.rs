@@ -20,7 +20,7 @@ pub use nexmark::Nexmark;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Event, Staged};
+use crate::event::Event;
 
 /// Where the source was when a checkpoint was taken: everything before it is reflected in the
 /// checkpoint's state and output.
@@ -101,9 +101,4 @@ pub trait Source: Send {
     fn position(&self) -> SourcePosition;
     /// Continues from a position an earlier run of the same source reported.
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError>;
-    /// Takes back events the pipeline is done with (emptying `spent`), so that the source may
-    /// reuse their memory for the next ones; by default they are dropped.
-    fn recycle(&mut self, spent: &mut Vec<Staged>) {
-        spent.clear();
-    }
 }

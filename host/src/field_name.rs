@@ -3,8 +3,8 @@
 //! Every event carries its field names, and events are made on the router's thread and read
 //! on a shard's (where, when this was measured, they were also dropped). With
 //! reference-counted names, each event cost an atomic increment on one core and a decrement on
-//! another, on the same few cache lines for every event (7 % of a native
-//! run). Names are therefore interned once per process into a bounded table of leaked strings:
+//! another, on the same few cache lines for every event (7 % of a native run). Names are
+//! therefore interned once per process into a bounded table of leaked strings:
 //! copying or dropping one touches no shared memory. A hostile input can invent any number of
 //! field names, so the table is bounded ([`MAX_INTERNED`] names of at most
 //! [`MAX_INTERNED_LEN`] bytes, about 4 MiB at most); names past that are reference counted, as

@@ -191,3 +191,18 @@ fn rust_source() -> String {
          //! into build/<name>.wasm; `cargo test` runs the tests below natively.\n{body}"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    /// A Rust project is its own workspace, and its release build links the SDK and the
+    /// operator as one unit (what makes the SDK's per-event code inline into the operator).
+    #[test]
+    fn a_rust_project_links_its_operator_and_the_sdk_as_one_unit() {
+        let manifest: toml::Table = super::cargo_toml("my-op").unwrap().parse().unwrap();
+        let release = &manifest["profile"]["release"];
+        assert_eq!(release["lto"].as_bool(), Some(true));
+        assert_eq!(release["codegen-units"].as_integer(), Some(1));
+        assert!(manifest.contains_key("workspace"));
+        assert_eq!(manifest["package"]["name"].as_str(), Some("my-op"));
+    }
+}

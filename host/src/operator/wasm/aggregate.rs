@@ -191,7 +191,7 @@ impl WasmAggregate {
         let values = sent.iter().map(|&i| windows[i].0.state.values.len()).sum();
         call.values.reserve(values);
         call.fields
-            .reserve(fields.iter().map(|fields| fields.len()).sum());
+            .reserve(fields.iter().map(|names| names.len()).sum());
         for (&i, fields) in sent.iter().zip(&fields) {
             let (scope, events) = &windows[i];
             call.counts.push(wit_windows::WindowCounts {

@@ -1,7 +1,6 @@
 //! Accessors and builders for [`Events`], [`Event`], [`OutputEvents`], [`OutputEvent`] and
-//! [`Window`].
+//! [`Window`], and the rows of a batch a 0.2 host sent field after field (an enricher's).
 
-use crate::bindings::aggregator::exports::weir::operator0_3_0::windows::ColumnKind;
 use crate::bindings::aggregator::weir::operator0_2_0::columns;
 use crate::{Event, Events, OutputEvent, OutputEvents, Value, Window};
 
@@ -22,114 +21,11 @@ pub(crate) fn from_columns(batch: columns::Events) -> Events {
         .collect();
     let mut values = values.into_iter();
     for _ in 0..width {
-        push_each(&mut rows, &mut values, std::convert::identity);
+        for row in &mut rows {
+            row.values.push(values.next().unwrap_or(Value::Null));
+        }
     }
     Events { fields, rows }
-}
-
-/// The rows of one window after another in a call carrying many windows, kept between
-/// windows: the operator only borrows a window's [`Events`], so the next window refills the
-/// same rows and a call allocates per event only while its windows grow.
-pub(crate) struct Refill {
-    batch: Events,
-    spare: Vec<Event>,
-}
-
-impl Default for Refill {
-    fn default() -> Self {
-        let batch = Events {
-            fields: Vec::new(),
-            rows: Vec::new(),
-        };
-        Refill {
-            batch,
-            spare: Vec::new(),
-        }
-    }
-}
-
-impl Refill {
-    /// The next window's events: its field names, one timestamp per event, and its values
-    /// field after field from `columns` (a value missing is null).
-    #[inline]
-    pub(crate) fn next<'a>(
-        &mut self,
-        fields: impl ExactSizeIterator<Item = &'a str> + Clone,
-        timestamps: &[i64],
-        columns: &mut Columns,
-    ) -> &Events {
-        let Refill { batch, spare } = self;
-        if !batch.fields.iter().map(String::as_str).eq(fields.clone()) {
-            batch.fields.clear();
-            batch.fields.extend(fields.map(str::to_owned));
-        }
-        let width = batch.fields.len();
-        if batch.rows.len() > timestamps.len() {
-            spare.extend(batch.rows.drain(timestamps.len()..));
-        }
-        while batch.rows.len() < timestamps.len() {
-            batch.rows.push(spare.pop().unwrap_or_else(|| Event {
-                timestamp: 0,
-                values: Vec::with_capacity(width),
-            }));
-        }
-        for (row, &timestamp) in batch.rows.iter_mut().zip(timestamps) {
-            row.timestamp = timestamp;
-            row.values.clear();
-        }
-        for _ in 0..width {
-            let kind = columns.kinds.next();
-            columns.fill(kind, &mut batch.rows);
-        }
-        batch
-    }
-}
-
-/// The values of a call's windows, from the list each field's kind names.
-pub(crate) struct Columns {
-    kinds: std::vec::IntoIter<ColumnKind>,
-    ints: std::vec::IntoIter<i64>,
-    floats: std::vec::IntoIter<f64>,
-    values: std::vec::IntoIter<Value>,
-}
-
-impl Columns {
-    pub(crate) fn new(
-        kinds: Vec<ColumnKind>,
-        ints: Vec<i64>,
-        floats: Vec<f64>,
-        values: Vec<Value>,
-    ) -> Self {
-        Columns {
-            kinds: kinds.into_iter(),
-            ints: ints.into_iter(),
-            floats: floats.into_iter(),
-            values: values.into_iter(),
-        }
-    }
-
-    /// Adds to each of `rows` the next value of a field of `kind` (null past the end of its
-    /// list, or of the kinds). The kind is matched once per field, not once per value.
-    #[inline]
-    fn fill(&mut self, kind: Option<ColumnKind>, rows: &mut [Event]) {
-        match kind {
-            Some(ColumnKind::Ints) => push_each(rows, &mut self.ints, Value::Int),
-            Some(ColumnKind::Floats) => push_each(rows, &mut self.floats, Value::Float),
-            Some(ColumnKind::Values) => push_each(rows, &mut self.values, std::convert::identity),
-            None => rows.iter_mut().for_each(|row| row.values.push(Value::Null)),
-        }
-    }
-}
-
-/// Adds to each of `rows` the next of `list` as a value, or null once `list` is done.
-fn push_each<T>(
-    rows: &mut [Event],
-    list: &mut impl Iterator<Item = T>,
-    to_value: impl Fn(T) -> Value,
-) {
-    for row in rows {
-        row.values.push(list.next().map_or(Value::Null, &to_value));
-    }
 }
 
 /// The index of `name` in `fields`.
@@ -354,54 +250,8 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
-    use super::{ColumnKind, Columns, Refill, columns, from_columns};
+    use super::{columns, from_columns};
     use crate::{Events, OutputEvent, Value};
-
-    /// Windows refilling the same rows read as each window's own batch: grown, shrunk, with
-    /// other fields, and short of values.
-    #[test]
-    fn refilled_rows_are_each_windows_own_batch() {
-        let mut rows = Refill::default();
-        let windows: [(&[&str], &[i64], Vec<Value>); 5] = [
-            (&["n"], &[1, 2], vec![Value::Int(1), Value::Int(2)]),
-            (&["n", "t"], &[3, 4, 5], (0..6).map(Value::Int).collect()),
-            (&["n"], &[6], vec![Value::Text("x".into())]),
-            (&[], &[7, 8], vec![]),
-            (&["a", "b"], &[9, 10], vec![Value::Int(9)]),
-        ];
-        for (fields, timestamps, values) in windows {
-            let expected = from_columns(columns::Events {
-                fields: fields.iter().map(|f| f.to_string()).collect(),
-                timestamps: timestamps.to_vec(),
-                values: values.clone(),
-            });
-            let kinds = vec![ColumnKind::Values; fields.len()];
-            let mut columns = Columns::new(kinds, vec![], vec![], values);
-            let batch = rows.next(fields.iter().copied(), timestamps, &mut columns);
-            assert_eq!(batch.fields, expected.fields);
-            assert_eq!(batch.rows, expected.rows);
-        }
-    }
-
-    /// Each field's values come from the list its kind names, in turn, window after window.
-    #[test]
-    fn each_fields_values_come_from_the_list_its_kind_names() {
-        let mut rows = Refill::default();
-        let (ints, floats) = (ColumnKind::Ints, ColumnKind::Floats);
-        let kinds = vec![ints, floats, ColumnKind::Values, ints];
-        let text = Value::Text("t".into());
-        let mut columns = Columns::new(kinds, vec![1, 2, 3], vec![0.5, 1.5], vec![text.clone()]);
-        let first = rows.next(["n", "x"].into_iter(), &[10, 20], &mut columns);
-        assert_eq!(first.rows[0].values, [Value::Int(1), Value::Float(0.5)]);
-        assert_eq!(first.rows[1].values, [Value::Int(2), Value::Float(1.5)]);
-        // Short lists (and kinds) leave nulls.
-        let second = rows.next(["s", "n", "gone"].into_iter(), &[30, 40], &mut columns);
-        assert_eq!(second.rows[0].values, [text, Value::Int(3), Value::Null]);
-        assert_eq!(
-            second.rows[1].values,
-            [Value::Null, Value::Null, Value::Null]
-        );
-    }
 
     /// Field-after-field values become the rows 0.1 sent; a short list leaves nulls, a long one
     /// is cut to the batch.

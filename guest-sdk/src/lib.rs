@@ -53,6 +53,10 @@
 //!   aggregates, one window); it holds named [`Value`]s and named maps of values.
 //! * Events arrive in [batches](Events) of one key, with the field names sent once per batch:
 //!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
+//! * The host sends a batch field by field, each all-integer or all-float field as one list.
+//!   An aggregate that folds a numeric field may also implement [`Aggregate::add_columns`]
+//!   and read it as one slice ([`Columns::ints`], [`Columns::floats`]), which skips building
+//!   the rows: the count-sum example does, and runs about a tenth faster per event.
 //!
 //! Components built with this crate implement `weir:operator@0.3.0` (`wit/v0.3/operator.wit`):
 //! a batch's values cross the boundary in one list, field after field, and an aggregate's named
@@ -108,6 +112,7 @@ extern crate self as weir_sdk;
 
 #[doc(hidden)]
 pub mod bindings;
+mod column_view;
 mod events;
 mod output;
 mod state;
@@ -121,8 +126,11 @@ pub use wit_bindgen::rt;
 pub use bindings::aggregator::weir::operator0_1_0::types::{
     Event, Events, Field, OutputEvent, OutputEvents, Value, Window,
 };
+pub use column_view::Columns;
 pub use output::Output;
 pub use state::State;
+
+use std::cell::RefCell;
 
 use bindings::aggregator::exports::weir::operator0_2_0::aggregate;
 use bindings::aggregator::exports::weir::operator0_3_0::windows;
@@ -140,6 +148,18 @@ pub trait Aggregate {
     /// An error sends the whole batch to the dead-letter output with the message, so check
     /// every event before writing to the state.
     fn add(state: &State<'_>, batch: &Events) -> Result<(), String>;
+
+    /// Adds a batch given field by field: what the host calls. The default builds the rows
+    /// ([`Columns::events`]) and calls [`add`](Aggregate::add).
+    ///
+    /// Implement it to fold a numeric field as one slice ([`Columns::ints`],
+    /// [`Columns::floats`]), with no rows built: the fastest way through the boundary. It must
+    /// do exactly what `add` does with the same batch; let it call `add` with
+    /// `&batch.events()` for batches it does not take as slices, and test the two together
+    /// with [`testing::with_columns`].
+    fn add_columns(state: &State<'_>, batch: &Columns<'_>) -> Result<(), String> {
+        Self::add(state, &batch.events())
+    }
 
     /// Folds the partial state `source` into `target`, as when two session windows merge.
     ///
@@ -203,8 +223,16 @@ impl<T: Aggregate> aggregate::Guest for T {
         batch: columns::Events,
     ) -> Result<Vec<aggregate::Change>, String> {
         let values = state::Values::new(values);
-        let batch = events::from_columns(batch);
-        <T as Aggregate>::add(&State::with_values(&values, Some(state)), &batch)?;
+        let columns::Events {
+            fields: names,
+            timestamps,
+            values: list,
+        } = batch;
+        let kinds = vec![windows::ColumnKind::Values; names.len()];
+        let lists = column_view::Lists::new(&kinds, &[], &[], list.len());
+        column_view::with_one_batch(&names, &timestamps, lists, list, |batch| {
+            <T as Aggregate>::add_columns(&State::with_values(&values, Some(state)), batch)
+        })?;
         Ok(values.into_changes())
     }
 
@@ -246,8 +274,9 @@ impl<T: Aggregate> windows::Guest for T {
         };
         let mut values = values.into_iter();
         let (mut fields, mut timestamps) = (&fields[..], &timestamps[..]);
-        let mut columns = events::Columns::new(kinds, ints, floats, columns);
-        let mut rows = events::Refill::default();
+        let mut lists = column_view::Lists::new(&kinds, &ints, &floats, columns.len());
+        let rows = RefCell::new(column_view::Rows::new(columns));
+        let mut window_columns = Vec::new();
         let mut state = state::Values::default();
         for count in counts {
             let (width, events) = (count.fields as usize, count.events as usize);
@@ -255,11 +284,20 @@ impl<T: Aggregate> windows::Guest for T {
                 (values.by_ref().take(count.values as usize))
                     .map(|named| (name_str(&names, named.name), named.value)),
             );
-            let (window_fields, window_timestamps) =
-                (split(&mut fields, width), split(&mut timestamps, events));
-            let window_names = window_fields.iter().map(|&i| name_str(&names, i));
-            let batch = rows.next(window_names, window_timestamps, &mut columns);
-            let outcome = <T as Aggregate>::add(&State::with_values(&state, None), batch);
+            let (window_fields, window_timestamps) = (
+                column_view::take(&mut fields, width),
+                column_view::take(&mut timestamps, events),
+            );
+            window_columns.clear();
+            window_columns.extend(window_fields.iter().map(|_| lists.next_column(events)));
+            let batch = Columns::new(
+                &names,
+                window_fields,
+                window_timestamps,
+                &window_columns,
+                &rows,
+            );
+            let outcome = <T as Aggregate>::add_columns(&State::with_values(&state, None), &batch);
             let outcome = match outcome {
                 _ if state.needs_scope() => windows::Outcome::NeedsScope,
                 Ok(()) => windows::Outcome::Done,
@@ -328,13 +366,6 @@ impl<T: Aggregate> windows::Guest for T {
 /// has).
 fn name_str(names: &[String], i: u32) -> &str {
     names.get(i as usize).map_or("", String::as_str)
-}
-
-/// The first `n` items of `items` (fewer if it is shorter), which then holds the rest.
-fn split<'a, T>(items: &mut &'a [T], n: usize) -> &'a [T] {
-    let (first, rest) = items.split_at(n.min(items.len()));
-    *items = rest;
-    first
 }
 
 /// The names a call's result uses beyond the call's own, each once.

@@ -14,14 +14,13 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use crate::bindings::aggregator::exports::weir::operator0_3_0::windows::ColumnKind;
-use crate::column_view::{self, Lists};
+use crate::call_lists;
 use crate::{Columns, Events, State, Value};
 
-/// Calls `f` with `events` field by field, as the host sends them to
-/// [`Aggregate::add_columns`](crate::Aggregate::add_columns): a field whose values are all
-/// integers, or all floats, as one slice. Use it to test that `add_columns` does what `add`
-/// does.
+/// Calls `f` with `events` field by field, as
+/// [`Aggregate::add_columns`](crate::Aggregate::add_columns) sees them from the host: a field
+/// whose values are all integers, or all floats, as one slice (a batch of no events has only
+/// integer fields). Use it to test that `add_columns` does what `add` does.
 ///
 /// ```
 /// use weir_sdk::testing::with_columns;
@@ -36,24 +35,11 @@ use crate::{Columns, Events, State, Value};
 /// });
 /// ```
 pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R {
-    let (mut kinds, mut ints, mut floats, mut values) = (vec![], vec![], vec![], vec![]);
-    for column in 0..events.fields.len() {
-        let field =
-            (events.rows.iter()).map(|row| row.values.get(column).cloned().unwrap_or(Value::Null));
-        if field.clone().all(|value| matches!(value, Value::Int(_))) {
-            kinds.push(ColumnKind::Ints);
-            ints.extend(field.filter_map(|value| value.as_int()));
-        } else if field.clone().all(|value| matches!(value, Value::Float(_))) {
-            kinds.push(ColumnKind::Floats);
-            floats.extend(field.filter_map(|value| value.as_float()));
-        } else {
-            kinds.push(ColumnKind::Values);
-            values.extend(field);
-        }
-    }
+    let field_after_field = (0..events.fields.len()).flat_map(|column| {
+        (events.rows.iter()).map(move |row| row.values.get(column).cloned().unwrap_or(Value::Null))
+    });
     let timestamps: Vec<i64> = events.rows.iter().map(|row| row.timestamp).collect();
-    let lists = Lists::new(&kinds, &ints, &floats, values.len());
-    column_view::with_one_batch(&events.fields, &timestamps, lists, values, f)
+    call_lists::with_one_batch(&events.fields, &timestamps, field_after_field.collect(), f)
 }
 
 /// An in-memory stand-in for the state the host keeps for one key (and window).

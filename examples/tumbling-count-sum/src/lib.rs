@@ -114,7 +114,8 @@ mod tests {
     }
 
     /// `add_columns` leaves the same state and error as `add`, batch after batch: ints
-    /// (overflowing into a float), floats, mixed kinds, nulls, text, and no `amount`.
+    /// (overflowing into a float), floats, mixed kinds, nulls, text, and no `amount`; from no
+    /// sum, a sum at the edge, a float sum, and a sum that is not a number.
     #[test]
     fn add_columns_does_what_add_does() {
         let batches = [
@@ -127,7 +128,13 @@ mod tests {
             batch(&[]),
             Events::new(["user"]).with_row(1_000, ["u1"]),
         ];
-        for start in [None, Some(Value::Int(i64::MAX)), Some(Value::Float(0.5))] {
+        let starts = [
+            (None, 9),
+            (Some(Value::Int(i64::MAX)), 9),
+            (Some(Value::Float(0.5)), 9),
+            (Some(Value::from("x")), 0), // only the batch of no events is taken
+        ];
+        for (start, count) in starts {
             let (by_rows, by_columns) = (MemoryState::new("u1"), MemoryState::new("u1"));
             for memory in [&by_rows, &by_columns] {
                 start.iter().for_each(|sum| memory.put("sum", sum.clone()));
@@ -140,8 +147,11 @@ mod tests {
                 assert_eq!(rows, columns, "{batch:?}");
                 assert_eq!(by_rows, by_columns, "{batch:?}");
             }
-            assert_eq!(by_columns.get("count"), Some(Value::Int(9)));
+            assert_eq!(by_columns.get("count"), Some(Value::Int(count)));
         }
+        // The slices are taken, not only the rows.
+        with_columns(&batches[0], |columns| assert!(columns.ints("amount").is_some()));
+        with_columns(&batches[2], |columns| assert!(columns.floats("amount").is_some()));
     }
 
     #[test]

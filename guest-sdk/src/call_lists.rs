@@ -136,9 +136,10 @@ mod tests {
         let values = vec![text.clone(), Value::Null, Value::Int(9), Value::Int(5)];
         let mut lists = Lists::new(&kinds, &[1, 2, 3], &[0.5, 1.5], values.len());
         let rows = RefCell::new(Rows::new(values));
-        // (fields, timestamps, whether the operator asks for the rows, the rows' values)
+        // Fields, timestamps, whether the operator asks for the rows, and the rows' values.
+        type Window<'a> = (&'a [u32], &'a [i64], bool, Vec<Vec<Value>>);
         let null = Value::Null;
-        let windows: [(&[u32], &[i64], bool, Vec<Vec<Value>>); 6] = [
+        let windows: [Window; 6] = [
             (
                 &[0, 1],
                 &[10, 20],

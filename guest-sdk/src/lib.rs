@@ -157,10 +157,10 @@ pub trait Aggregate {
     /// Implement it to fold a numeric field as one slice ([`Columns::ints`],
     /// [`Columns::floats`]), with no rows built: the fastest way through the boundary. It must
     /// do exactly what `add` does with the same batch; let it call `add` with
-    /// `&batch.events()` for batches it does not take as slices, and test the two together
+    /// `batch.events()` for batches it does not take as slices, and test the two together
     /// with [`testing::with_columns`].
     fn add_columns(state: &State<'_>, batch: &Columns<'_>) -> Result<(), String> {
-        Self::add(state, &batch.events())
+        Self::add(state, batch.events())
     }
 
     /// Folds the partial state `source` into `target`, as when two session windows merge.

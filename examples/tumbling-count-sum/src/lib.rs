@@ -44,7 +44,7 @@ impl Aggregate for CountSum {
                 sum = sum.plus(&Value::Float(amount)).ok_or(NOT_NUMERIC)?;
             }
         } else {
-            return Self::add(state, &batch.events());
+            return Self::add(state, batch.events());
         }
         state.add_int("count", batch.len() as i64);
         state.put("sum", sum);
@@ -150,8 +150,12 @@ mod tests {
             assert_eq!(by_columns.get("count"), Some(Value::Int(count)));
         }
         // The slices are taken, not only the rows.
-        with_columns(&batches[0], |columns| assert!(columns.ints("amount").is_some()));
-        with_columns(&batches[2], |columns| assert!(columns.floats("amount").is_some()));
+        with_columns(&batches[0], |columns| {
+            assert!(columns.ints("amount").is_some())
+        });
+        with_columns(&batches[2], |columns| {
+            assert!(columns.floats("amount").is_some())
+        });
     }
 
     #[test]

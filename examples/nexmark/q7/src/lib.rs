@@ -7,7 +7,7 @@
 
 use std::cmp::Reverse;
 
-use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
+use weir_sdk::{Aggregate, Columns, Events, Output, State, Value, Window};
 
 /// The highest-bid aggregate.
 pub struct HighestBid;
@@ -52,26 +52,58 @@ fn ints<'a>(batch: &'a Events, name: &'a str) -> impl Iterator<Item = Result<i64
     })
 }
 
+/// Keeps the highest of `bids` and the state's, or the first bid's error (the state is then
+/// left as it was).
+fn keep_highest(
+    state: &State,
+    bids: impl Iterator<Item = Result<Ranked, String>>,
+) -> Result<(), String> {
+    let mut best = Ranked::load(state);
+    for bid in bids {
+        let bid = bid?;
+        if bid.beats(best) {
+            best = Some(bid);
+        }
+    }
+    if let Some(best) = best {
+        best.store(state);
+    }
+    Ok(())
+}
+
 impl Aggregate for HighestBid {
     fn add(state: &State, batch: &Events) -> Result<(), String> {
-        let mut best = Ranked::load(state);
         let columns = ints(batch, "price")
             .zip(ints(batch, "auction"))
             .zip(ints(batch, "bidder"));
-        for ((price, auction), bidder) in columns {
-            let bid = Ranked {
+        let bids = columns.map(|((price, auction), bidder)| {
+            Ok(Ranked {
                 price: price?,
                 auction: auction?,
                 bidder: bidder?,
-            };
-            if bid.beats(best) {
-                best = Some(bid);
-            }
-        }
-        if let Some(best) = best {
-            best.store(state);
-        }
-        Ok(())
+            })
+        });
+        keep_highest(state, bids)
+    }
+
+    /// What `add` does, with the three fields read as slices when each is all integers.
+    fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
+        let (Some(prices), Some(auctions), Some(bidders)) = (
+            batch.ints("price"),
+            batch.ints("auction"),
+            batch.ints("bidder"),
+        ) else {
+            return Self::add(state, batch.events());
+        };
+        let bids =
+            (prices.iter().zip(auctions).zip(bidders)).map(|((&price, &auction), &bidder)| {
+                Ok(Ranked {
+                    price,
+                    auction,
+                    bidder,
+                })
+            });
+        keep_highest(state, bids)
     }
 
     fn merge(target: &State, source: &State) -> Result<(), String> {
@@ -97,7 +129,7 @@ weir_sdk::export_aggregate!(HighestBid);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::testing::MemoryState;
+    use weir_sdk::testing::{MemoryState, with_columns};
 
     fn bids(rows: &[[i64; 3]]) -> Events {
         rows.iter()
@@ -125,5 +157,34 @@ mod tests {
         HighestBid::add(&other.state(), &bids(&[[8, 1_005, 1]])).unwrap();
         HighestBid::merge(&memory.state(), &other.state()).unwrap();
         assert_eq!(memory.get("price"), Some(Value::Int(8)));
+    }
+
+    /// `add_columns` leaves the same state and error as `add`: integer bids (read as slices),
+    /// a float price, a missing bidder, and no bids.
+    #[test]
+    fn add_columns_does_what_add_does() {
+        let float_price = Events::new(["price", "auction", "bidder"])
+            .with_row(1, [Value::Float(9.5), Value::Int(1), Value::Int(2)]);
+        let no_bidder = Events::new(["price", "auction"]).with_row(1, [9, 1]);
+        let batches = [
+            bids(&[[5, 1_002, 9], [7, 1_003, 9]]),
+            float_price,
+            bids(&[[7, 1_001, 9], [7, 1_001, 3]]),
+            no_bidder,
+            bids(&[]),
+        ];
+        let (by_rows, by_columns) = (MemoryState::new("bid"), MemoryState::new("bid"));
+        for batch in &batches {
+            let rows = HighestBid::add(&by_rows.state(), batch);
+            let columns = with_columns(batch, |columns| {
+                HighestBid::add_columns(&by_columns.state(), columns)
+            });
+            assert_eq!(rows, columns, "{batch:?}");
+            assert_eq!(by_rows, by_columns, "{batch:?}");
+        }
+        assert_eq!(by_columns.get("bidder"), Some(Value::Int(3)));
+        with_columns(&batches[0], |columns| {
+            assert!(columns.ints("price").is_some())
+        });
     }
 }

@@ -1,7 +1,8 @@
 //! The lists a call sends and how each batch's share of them becomes its [`Columns`]: the
 //! windows of an `add-windows` call cut one after another from lists sorted by kind
 //! ([`Lists`]), and the one batch of a 0.2 `add` call, whose values come field after field in
-//! one list ([`with_one_batch`]). Depends on `column_view`.
+//! one list ([`with_one_batch`]). Depends on `column_view`; the crate root and `testing` use
+//! it.
 
 use std::cell::RefCell;
 
@@ -44,8 +45,20 @@ impl<'a> Lists<'a> {
         }
     }
 
+    /// The next batch's columns, `fields` of them for `events` events, in `columns` (emptied
+    /// first).
+    pub(crate) fn next_batch(
+        &mut self,
+        fields: usize,
+        events: usize,
+        columns: &mut Vec<Column<'a>>,
+    ) {
+        columns.clear();
+        columns.extend((0..fields).map(|_| self.next_column(events)));
+    }
+
     /// The next field's column, of a batch of `events` events.
-    pub(crate) fn next_column(&mut self, events: usize) -> Column<'a> {
+    fn next_column(&mut self, events: usize) -> Column<'a> {
         match self.kinds.next() {
             Some(ColumnKind::Ints) => Column::Ints(take(&mut self.ints, events)),
             Some(ColumnKind::Floats) => Column::Floats(take(&mut self.floats, events)),
@@ -118,7 +131,7 @@ pub(crate) fn with_one_batch<R>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Column, ColumnKind, Columns, Lists, Rows, with_one_batch};
+    use super::{ColumnKind, Columns, Lists, Rows, with_one_batch};
     use crate::bindings::aggregator::weir::operator0_2_0::columns;
     use crate::events::from_columns;
     use crate::{Event, Value};
@@ -164,17 +177,16 @@ mod tests {
             (&[0, 1], &[65], true, vec![vec![null.clone(), null]]),
             (&[], &[70, 80], true, vec![vec![], vec![]]),
         ];
+        let mut columns = Vec::new();
         for (fields, timestamps, asks, expected) in windows {
-            let columns: Vec<Column> = (fields.iter())
-                .map(|_| lists.next_column(timestamps.len()))
-                .collect();
+            lists.next_batch(fields.len(), timestamps.len(), &mut columns);
             let batch = Columns::new(&names, fields, timestamps, &columns, &rows);
             if !asks {
                 continue; // its value (5) is skipped, not read by the next window
             }
             let events = batch.events();
-            let names: Vec<&str> = batch.fields().collect();
-            assert_eq!(events.fields, names);
+            let window_names: Vec<&str> = batch.fields().collect();
+            assert_eq!(events.fields, window_names);
             let got: Vec<_> = (events.rows.iter())
                 .map(|row| (row.timestamp, row.values.clone()))
                 .collect();

@@ -2,7 +2,7 @@
 //! [`Aggregate::add_columns`](crate::Aggregate::add_columns) sees, with each numeric field as
 //! one slice and the rows built only if the operator asks for them ([`Rows`], reused from
 //! batch to batch). Depends on the generated types only; `call_lists` cuts a call's lists
-//! into these.
+//! into [`Column`]s, and the crate root makes each window's `Columns` from them.
 
 use std::cell::{OnceCell, Ref, RefCell};
 
@@ -15,10 +15,10 @@ pub(crate) fn name_str(names: &[String], i: u32) -> &str {
 }
 
 /// One field's values in one batch, as the host sent them.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Column<'a> {
-    /// Every value is an integer (a crafted call may send fewer or more than the batch has
-    /// events: missing ones are null, extra ones ignored).
+    /// Every value is an integer (fewer than the batch has events if a crafted call's list ran
+    /// out: the missing ones are null).
     Ints(&'a [i64]),
     /// Every value is a float (as above).
     Floats(&'a [f64]),
@@ -87,8 +87,10 @@ impl Rows {
             row.timestamp = timestamp;
             row.values.clear();
         }
-        for column in columns {
-            push_column(&mut batch.rows, *column, values);
+        // One column per field: a field without one is null, a column without a field unused.
+        for field in 0..width {
+            let column = columns.get(field).copied().unwrap_or(Column::Missing);
+            push_column(&mut batch.rows, column, values);
         }
     }
 }
@@ -101,8 +103,8 @@ fn push_column(rows: &mut [Event], column: Column<'_>, values: &mut [Value]) {
         Column::Ints(ints) => push_each(rows, ints.iter().map(|&n| Value::Int(n))),
         Column::Floats(floats) => push_each(rows, floats.iter().map(|&x| Value::Float(x))),
         Column::Values { start, len } => {
-            let own = values.get_mut(start..start.saturating_add(len));
-            let taken = own.unwrap_or_default().iter_mut();
+            let end = start.saturating_add(len).min(values.len());
+            let taken = values[start.min(end)..end].iter_mut();
             push_each(
                 rows,
                 taken.map(|value| std::mem::replace(value, Value::Null)),
@@ -235,29 +237,36 @@ mod tests {
     use std::cell::RefCell;
 
     /// A numeric column reads as a slice only when it is whole; text, mixed kinds, a short
-    /// list and an absent field read as `None`, and the rows still hold every value (null past
-    /// a list's end, or the list of values').
+    /// list and an absent field read as `None`. The rows still hold every value: null past a
+    /// numeric list's end, past the list of values (a range partly past it keeps what is in
+    /// it), and for a field without a column.
     #[test]
     fn only_a_whole_numeric_column_reads_as_a_slice() {
-        let names: Vec<String> = ["i", "f", "v", "short", "past"].map(String::from).to_vec();
+        let names: Vec<String> =
+            (["i", "f", "v", "short", "past", "none"].map(String::from)).to_vec();
         let columns = [
             Column::Ints(&[1, 2]),
             Column::Floats(&[0.5, 1.5]),
             Column::Values { start: 0, len: 2 },
             Column::Ints(&[7]),
-            Column::Values { start: 1, len: 5 },
+            Column::Values { start: 2, len: 5 },
         ];
-        let rows = RefCell::new(Rows::new(vec![Value::Int(1), Value::Float(2.0)]));
-        let batch = Columns::new(&names, &[0, 1, 2, 3, 4], &[1, 2], &columns, &rows);
+        let text = Value::Text("p".into());
+        let values = vec![Value::Int(1), Value::Float(2.0), text.clone()];
+        let rows = RefCell::new(Rows::new(values));
+        let batch = Columns::new(&names, &[0, 1, 2, 3, 4, 5], &[1, 2], &columns, &rows);
         assert_eq!(batch.ints("i"), Some(&[1, 2][..]));
         assert_eq!(batch.floats("f"), Some(&[0.5, 1.5][..]));
         assert_eq!((batch.floats("i"), batch.ints("f")), (None, None));
         assert_eq!((batch.ints("v"), batch.floats("v")), (None, None));
         assert_eq!((batch.ints("short"), batch.ints("gone")), (None, None));
+        assert_eq!(batch.ints("none"), None);
         let events = batch.events();
-        assert_eq!(events.rows[1].values[2], Value::Float(2.0));
-        assert_eq!(events.rows[1].values[3], Value::Null);
-        assert_eq!(events.rows[0].values[4], Value::Null);
+        let (i, f, null) = (Value::Int, Value::Float, Value::Null);
+        let first = [i(1), f(0.5), i(1), i(7), text, null.clone()];
+        assert_eq!(events.rows[0].values, first);
+        let second = [i(2), f(1.5), f(2.0), null.clone(), null.clone(), null];
+        assert_eq!(events.rows[1].values, second);
         // Asked for again, the rows are not rebuilt (the values were moved into them).
         assert_eq!(batch.events().rows[0].values[2], Value::Int(1));
     }

@@ -53,23 +53,26 @@
 //!   aggregates, one window); it holds named [`Value`]s and named maps of values.
 //! * Events arrive in [batches](Events) of one key, with the field names sent once per batch:
 //!   look a field up with [`Events::column`] or iterate over its values with [`Events::values`].
-//! * The host sends a batch field by field, each all-integer or all-float field as one list.
-//!   An aggregate that folds a numeric field may also implement [`Aggregate::add_columns`]
-//!   and read it as one slice ([`Columns::ints`], [`Columns::floats`]), which skips building
-//!   the rows, as the count-sum example does.
+//! * The host sends a batch field by field, each all-integer or all-float field as one list
+//!   (on 0.2's call, which sends one list of values, the SDK sorts the fields itself). An
+//!   aggregate that folds a numeric field may also implement [`Aggregate::add_columns`] and
+//!   read it as one slice ([`Columns::ints`], [`Columns::floats`]), which skips building the
+//!   rows, as the count-sum example does.
 //!
 //! Components built with this crate implement `weir:operator@0.3.0` (`wit/v0.3/operator.wit`):
-//! a batch's values cross the boundary in one list, field after field, and an aggregate's named
-//! values cross with the call, so that [`State::get`] and [`State::put`] in `add` cost no call
-//! to the host; and the host may add to, and finish, many windows in one call. Such a call has
-//! no scope: if `add` or `finish` asks for a map or the key there, the SDK answers that it
-//! needs one and the host calls again for that window alone, so the operator never sees the
-//! difference (beyond its code running twice for that window: keep `add`, `add_columns` and
-//! `finish` free of side effects outside the [`State`]). The operator sees the same
-//! [`Events`], [`Columns`] and [`State`] on either call, and the same [`Events`] as with 0.1.
+//! a batch's values cross the boundary field after field (integers, floats and other values
+//! each in their own list), and an aggregate's named values cross with the call, so that
+//! [`State::get`] and [`State::put`] in `add` cost no call to the host; and the host may add
+//! to, and finish, many windows in one call. Such a call has no scope: if `add`,
+//! `add_columns` or `finish` asks for a map or the key there, the SDK answers that it needs
+//! one and the host calls again for that window alone (as it does for a window that failed),
+//! so the operator never sees the difference (beyond its code running twice for that window:
+//! keep `add`, `add_columns` and `finish` free of side effects outside the [`State`]). The
+//! operator sees the same [`Events`], [`Columns`] and [`State`] on either call, and the same
+//! [`Events`] as with 0.1.
 //!
-//! If `add` or `process` returns an error (or traps), nothing the call wrote to the state is
-//! kept, and the host retries the batch's events one at a time, so that only the events the
+//! If `add`, `add_columns` or `process` returns an error (or traps), nothing the call wrote to
+//! the state is kept, and the host retries the batch's events one at a time, so that only the events the
 //! operator cannot take go to the dead-letter output, with the message.
 //!
 //! # Testing operators
@@ -289,8 +292,7 @@ impl<T: Aggregate> windows::Guest for T {
                 call_lists::take(&mut timestamps, events),
             );
             let events = window_timestamps.len();
-            window_columns.clear();
-            window_columns.extend(window_fields.iter().map(|_| lists.next_column(events)));
+            lists.next_batch(window_fields.len(), events, &mut window_columns);
             let batch = Columns::new(
                 &names,
                 window_fields,
@@ -452,6 +454,77 @@ mod tests {
         fn finish(_state: &State, _window: Window) -> Result<Output, String> {
             Ok(Output::new())
         }
+    }
+
+    thread_local! {
+        /// What `SliceRecorder::add_columns` saw, a line per window.
+        static SLICES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Records each window's times, its `n` and `x` as slices, and its rows if it has a field
+    /// `t`; its `add` fails, as the host never calls it here.
+    struct SliceRecorder;
+
+    impl Aggregate for SliceRecorder {
+        fn add(_state: &State, _batch: &Events) -> Result<(), String> {
+            Err("add_columns is what the SDK calls".into())
+        }
+
+        fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
+            let rows = (batch.fields().any(|field| field == "t"))
+                .then(|| batch.events().rows.iter().map(|row| row.values.clone()));
+            let seen = format!(
+                "{:?} {:?} {:?} {:?}",
+                batch.timestamps(),
+                batch.ints("n"),
+                batch.floats("x"),
+                rows.map(Vec::from_iter)
+            );
+            SLICES.with(|lines| lines.borrow_mut().push(seen));
+            state.put("n", batch.len() as i64);
+            Ok(())
+        }
+
+        fn merge(_target: &State, _source: &State) -> Result<(), String> {
+            Ok(())
+        }
+
+        fn finish(_state: &State, _window: Window) -> Result<Output, String> {
+            Ok(Output::new())
+        }
+    }
+
+    /// `add_windows` hands `add_columns` each window's own slices: whole ones, and none for a
+    /// field whose list ran short; the rows only where asked for.
+    #[test]
+    fn add_windows_gives_add_columns_each_windows_slices() {
+        SLICES.with(|lines| lines.borrow_mut().clear());
+        let (ints, floats) = (ColumnKind::Ints, ColumnKind::Floats);
+        let added = <SliceRecorder as windows::Guest>::add_windows(WindowBatches {
+            names: vec!["n".into(), "t".into(), "x".into()],
+            counts: vec![counts(0, 2, 2), counts(0, 2, 1), counts(0, 1, 3)],
+            values: vec![],
+            fields: vec![0, 2, 0, 1, 0],
+            timestamps: vec![10, 20, 30, 40, 50, 60],
+            kinds: vec![ints, floats, ints, ColumnKind::Values, ints],
+            ints: vec![1, 2, 3, 4, 5],
+            floats: vec![0.5, 1.5],
+            columns: vec![Value::Text("a".into())],
+        });
+        let seen = SLICES.with(|lines| lines.borrow().clone());
+        assert_eq!(
+            seen,
+            [
+                "[10, 20] Some([1, 2]) Some([0.5, 1.5]) None",
+                r#"[30] Some([3]) None Some([[Value::Int(3), Value::Text("a")]])"#,
+                "[40, 50, 60] None None None",
+            ]
+        );
+        assert!(matches!(
+            added.outcomes[..],
+            [Outcome::Done, Outcome::Done, Outcome::Done]
+        ));
+        assert_eq!(added.change_counts, [1, 1, 1]);
     }
 
     fn counts(values: u32, fields: u32, events: u32) -> WindowCounts {

@@ -149,7 +149,8 @@ mod tests {
             }
             assert_eq!(by_columns.get("count"), Some(Value::Int(count)));
         }
-        // The slices are taken, not only the rows.
+        // Integer and float batches reach `add_columns` as slices: the loop above compared
+        // its slice paths, not only its fallback to `add`.
         with_columns(&batches[0], |columns| {
             assert!(columns.ints("amount").is_some())
         });

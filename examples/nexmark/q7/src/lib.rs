@@ -183,6 +183,8 @@ mod tests {
             assert_eq!(by_rows, by_columns, "{batch:?}");
         }
         assert_eq!(by_columns.get("bidder"), Some(Value::Int(3)));
+        // Integer bids reach `add_columns` as slices: the loop above compared its slice path,
+        // not only its fallback to `add`.
         with_columns(&batches[0], |columns| {
             assert!(columns.ints("price").is_some())
         });

@@ -75,6 +75,24 @@ impl Event {
         }
     }
 
+    /// Asks the CPU to fetch, for writing, the memory that dropping the event writes: its key's
+    /// reference count (and text) and the first line of its fields, where the allocator keeps
+    /// a freed block's link (a hint, as [`prefetch_key`](Event::prefetch_key)). A shard read
+    /// both last, so the drop waits to own each line. Fetched for writing 8 events ahead, the
+    /// router's drops of spent events took 6-8 ns less per event in a host built as one
+    /// codegen unit (the workspace's release profile); in one built as 16, no less.
+    #[allow(unsafe_code)]
+    pub fn prefetch_for_drop(&self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
+        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_ET0>(self.key.as_ptr().cast());
+            _mm_prefetch::<_MM_HINT_ET0>(self.fields.as_ptr().cast());
+        }
+    }
+
     /// The event as a JSON object, for late and dead-letter output.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::Value::Object(

@@ -421,7 +421,7 @@ impl Router<'_> {
     /// Drops the events shards are done with; their emptied lists hold the next batch's.
     fn recycle(&self, batch: &mut Batch) {
         while let Ok(mut spent) = self.spent.try_recv() {
-            spent.clear();
+            drop_spent(&mut spent);
             if let Some(empty) = (batch.per_shard.iter_mut()).find(|list| list.capacity() == 0) {
                 *empty = spent;
             }
@@ -480,6 +480,22 @@ fn event_of(
                 None
             }
         },
+    }
+}
+
+/// How many events ahead [`drop_spent`] fetches the one it will drop.
+const DROP_AHEAD: usize = 8;
+
+/// Empties `spent` (keeping its memory for the next batch), dropping its events in turn while
+/// fetching the one [`DROP_AHEAD`] places on for dropping
+/// ([`Event::prefetch_for_drop`](crate::event::Event::prefetch_for_drop)).
+fn drop_spent(spent: &mut Vec<Staged>) {
+    let mut events = spent.drain(..);
+    while !events.as_slice().is_empty() {
+        if let Some(ahead) = events.as_slice().get(DROP_AHEAD) {
+            ahead.event.prefetch_for_drop();
+        }
+        drop(events.next());
     }
 }
 
@@ -637,5 +653,33 @@ mod tests {
         assert!(!batch(64, 64 << 20).carries(64));
         assert!(batch(8, 8 << 20).carries(8));
         assert!(!batch(9, (8 << 20) + 1).carries(9));
+    }
+
+    /// Spent events are all dropped, however many there are past the fetch distance, and
+    /// their list keeps its memory for the next batch.
+    #[test]
+    fn spent_events_are_all_dropped_and_their_list_kept() {
+        let key: Arc<str> = Arc::from("k1");
+        let field = crate::field_name::FieldName::from("amount");
+        for n in [0, 1, DROP_AHEAD, DROP_AHEAD + 1, 3 * DROP_AHEAD + 5] {
+            let mut spent: Vec<Staged> = (0..n)
+                .map(|seq| Staged {
+                    seq: seq as u64,
+                    event: crate::event::Event {
+                        line: seq as u64 + 1,
+                        key: key.clone(),
+                        timestamp: 0,
+                        fields: vec![(field.clone(), crate::value::Value::Text("x".into()))],
+                    },
+                    origin: None,
+                })
+                .collect();
+            assert_eq!(Arc::strong_count(&key), n + 1);
+            let capacity = spent.capacity();
+            drop_spent(&mut spent);
+            assert!(spent.is_empty());
+            assert_eq!(spent.capacity(), capacity);
+            assert_eq!(Arc::strong_count(&key), 1);
+        }
     }
 }

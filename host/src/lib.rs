@@ -35,6 +35,7 @@ pub mod names;
 mod nats_client;
 pub mod operator;
 pub mod pipeline;
+pub mod prefetch;
 pub mod project;
 pub mod rollout;
 pub mod serve;

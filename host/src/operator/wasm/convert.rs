@@ -179,41 +179,16 @@ pub(super) fn warm_window(events: &[&Event], headers_only: bool) {
 
 /// Asks the CPU to fetch `event`'s header (its fields' address, its time): both its first and
 /// its last byte's lines, as a header (56 bytes) in a list of them mostly straddles two.
-#[allow(unsafe_code)]
 fn fetch_event(event: &Event) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let start = std::ptr::from_ref(event).cast::<i8>();
-        let last = start.wrapping_add(std::mem::size_of::<Event>() - 1);
-        // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-        // faults, whatever the address; SSE, which it needs, is part of every x86-64 CPU.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(start);
-            _mm_prefetch::<_MM_HINT_T0>(last);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = event;
+    let start = std::ptr::from_ref(event).cast::<u8>();
+    crate::prefetch::line(start);
+    crate::prefetch::line(start.wrapping_add(std::mem::size_of::<Event>() - 1));
 }
 
 /// Asks the CPU to fetch every cache line of `event`'s fields, up to [`WARM_BYTES`].
-#[allow(unsafe_code)]
 fn fetch_fields(event: &Event) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let start = event.fields.as_ptr().cast::<u8>();
-        let end = std::mem::size_of_val(event.fields.as_slice()).min(WARM_BYTES);
-        // Each line the fields touch: from the first byte, a line at a time, and the last
-        // byte's (the start is rarely at a line's start).
-        for at in (0..end).step_by(64).chain(end.checked_sub(1)) {
-            // SAFETY: as in `fetch_event`; an address past the fields is harmless too.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast()) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = event;
+    let bytes = std::mem::size_of_val(event.fields.as_slice()).min(WARM_BYTES);
+    crate::prefetch::lines(event.fields.as_ptr().cast(), bytes);
 }
 
 /// Whether two events have the same field names in the same order.

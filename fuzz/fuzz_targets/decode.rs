@@ -11,6 +11,9 @@ mod field_name;
 #[path = "../../host/src/hashing.rs"]
 #[allow(dead_code)]
 mod hashing;
+#[path = "../../host/src/prefetch.rs"]
+#[allow(dead_code)]
+mod prefetch;
 #[path = "../../host/src/time.rs"]
 #[allow(dead_code)]
 mod time;

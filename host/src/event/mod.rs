@@ -1,7 +1,7 @@
 //! Events and their decoding from JSON Lines. A line that cannot become an event becomes a
 //! [`DeadLetter`] with the reason; decoding never fails the run.
 //!
-//! Depends on `value`, `time`, `field_name` and `hashing` only.
+//! Depends on `value`, `time`, `field_name`, `hashing` and `prefetch` only.
 
 mod object;
 

@@ -2,7 +2,8 @@
 //! [`Aggregate::add_columns`](crate::Aggregate::add_columns) sees, with each numeric field as
 //! one slice and the rows built only if the operator asks for them ([`Rows`], reused from
 //! batch to batch). Depends on the generated types only; `call_lists` cuts a call's lists
-//! into [`Column`]s, and the crate root makes each window's `Columns` from them.
+//! into [`Column`]s, the crate root makes each window's `Columns` from them, and `events`
+//! fills an enricher's rows with [`push_each`].
 
 use std::cell::{OnceCell, Ref, RefCell};
 
@@ -115,7 +116,7 @@ fn push_column(rows: &mut [Event], column: Column<'_>, values: &mut [Value]) {
 }
 
 /// Adds to each of `rows` the next of `values`, or null once `values` is done.
-fn push_each(rows: &mut [Event], mut values: impl Iterator<Item = Value>) {
+pub(crate) fn push_each(rows: &mut [Event], mut values: impl Iterator<Item = Value>) {
     for row in rows {
         row.values.push(values.next().unwrap_or(Value::Null));
     }

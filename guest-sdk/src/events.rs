@@ -2,6 +2,7 @@
 //! [`Window`], and the rows of a batch a 0.2 host sent field after field (an enricher's).
 
 use crate::bindings::aggregator::weir::operator0_2_0::columns;
+use crate::column_view::push_each;
 use crate::{Event, Events, OutputEvent, OutputEvents, Value, Window};
 
 /// The batch a 0.2 host sent field after field, as the rows operators see. Values missing from
@@ -21,9 +22,7 @@ pub(crate) fn from_columns(batch: columns::Events) -> Events {
         .collect();
     let mut values = values.into_iter();
     for _ in 0..width {
-        for row in &mut rows {
-            row.values.push(values.next().unwrap_or(Value::Null));
-        }
+        push_each(&mut rows, values.by_ref());
     }
     Events { fields, rows }
 }

@@ -72,8 +72,8 @@
 //! [`Events`] as with 0.1.
 //!
 //! If `add`, `add_columns` or `process` returns an error (or traps), nothing the call wrote to
-//! the state is kept, and the host retries the batch's events one at a time, so that only the events the
-//! operator cannot take go to the dead-letter output, with the message.
+//! the state is kept, and the host retries the batch's events one at a time, so that only the
+//! events the operator cannot take go to the dead-letter output, with the message.
 //!
 //! # Testing operators
 //!

@@ -3,6 +3,7 @@
 //! The same variants cross the Wasm boundary (`weir:operator/types.value`), so state written by
 //! one language or one operator version is readable by another. Depends on nothing else in Weir.
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// A typed value.
@@ -17,8 +18,8 @@ pub enum Value {
     Int(i64),
     /// A 64-bit float.
     Float(f64),
-    /// UTF-8 text.
-    Text(String),
+    /// UTF-8 text: inline up to 24 bytes, else on the heap.
+    Text(CompactString),
     /// Raw bytes (written to JSON as base64 text).
     Bytes(Vec<u8>),
 }
@@ -37,8 +38,8 @@ impl Value {
                 Some(i) => Value::Int(i),
                 None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
             },
-            serde_json::Value::String(s) => Value::Text(s.clone()),
-            other => Value::Text(other.to_string()),
+            serde_json::Value::String(s) => Value::Text(s.as_str().into()),
+            other => Value::Text(other.to_string().into()),
         }
     }
 
@@ -61,7 +62,7 @@ impl Value {
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map(serde_json::Value::Number)
                 .unwrap_or(serde_json::Value::Null),
-            Value::Text(s) => s.clone().into(),
+            Value::Text(s) => s.as_str().into(),
             Value::Bytes(b) => base64(b).into(),
         }
     }

@@ -9,6 +9,8 @@ use object::Special;
 
 use std::sync::Arc;
 
+use compact_str::{CompactString, ToCompactString};
+
 use crate::field_name::FieldName;
 use crate::time::{Millis, Window, check_timestamp, parse_timestamp, parse_timestamp_text};
 use crate::value::Value;
@@ -18,8 +20,9 @@ use crate::value::Value;
 pub struct Event {
     /// Where the event came from: its 1-based line number in the source.
     pub line: u64,
-    /// The value of the spec's key field, as text.
-    pub key: Arc<str>,
+    /// The value of the spec's key field, as text: inside the event up to 24 bytes, so that
+    /// most keys cost no allocation to make, hand over or free.
+    pub key: CompactString,
     /// Event time.
     pub timestamp: Millis,
     /// Every field of the event, in input order.
@@ -61,14 +64,14 @@ impl Origin {
 
 impl Event {
     /// Asks the CPU to fetch the event's key (a [hint](crate::prefetch)), for a reader that
-    /// will hash it shortly.
+    /// will hash it shortly: the event's own line unless the key is longer than 24 bytes.
     pub fn prefetch_key(&self) {
         crate::prefetch::line(self.key.as_ptr());
     }
 
     /// Asks the CPU to fetch what dropping the event touches first (a
-    /// [hint](crate::prefetch)): its key's text, on the line of its reference count unless
-    /// the text starts a line, and the first line of its fields.
+    /// [hint](crate::prefetch)): its key (the event's own line, unless the key is longer
+    /// than 24 bytes and so on the heap), and the first line of its fields.
     pub(crate) fn prefetch_for_drop(&self) {
         crate::prefetch::line(self.key.as_ptr());
         crate::prefetch::line(self.fields.as_ptr());
@@ -216,23 +219,23 @@ impl Decoder {
 
     /// The event's key: its key field's text, or integer as text (empty if the decoder is
     /// unkeyed: a join keys each side by its own field, after decoding).
-    fn key(&self, object: &object::Object) -> Result<Arc<str>, String> {
+    fn key(&self, object: &object::Object) -> Result<CompactString, String> {
         let field = &self.key_field;
         let text = |text: &str| match text {
             "" => Err(format!("key field `{field}` is empty")),
             text => Ok(text.into()),
         };
         match &object.key {
-            _ if field.is_empty() => Ok(Arc::from("")),
+            _ if field.is_empty() => Ok(CompactString::default()),
             None => Err(format!("missing key field `{field}`")),
             Some(Special::Text(at)) => text(object.text(*at).unwrap_or_default()),
-            Some(Special::Int(i)) => Ok(i.to_string().into()),
+            Some(Special::Int(i)) => Ok(i.to_compact_string()),
             // Also text or an integer when a nested raw-value marker object held it (serde_json's
             // `raw_value`: `{"$serde_json::private::RawValue":"-5"}` reads as -5).
             Some(Special::Json(json)) => match &**json {
                 serde_json::Value::String(s) => text(s),
                 serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => {
-                    Ok(n.to_string().into())
+                    Ok(n.to_compact_string())
                 }
                 other => Err(format!(
                     "key field `{field}` must be text or an integer, not {other}"

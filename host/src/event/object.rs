@@ -246,11 +246,11 @@ impl<'de> Visitor<'de> for ValueSeed {
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Value, E> {
-        Ok(Value::Text(text.to_owned()))
+        Ok(Value::Text(text.into()))
     }
 
     fn visit_string<E: de::Error>(self, text: String) -> Result<Value, E> {
-        Ok(Value::Text(text))
+        Ok(Value::Text(text.into()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
@@ -316,11 +316,11 @@ impl<'de> Visitor<'de> for SpecialSeed {
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-        Ok((Value::Text(text.to_owned()), None))
+        Ok((Value::Text(text.into()), None))
     }
 
     fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
-        Ok((Value::Text(text), None))
+        Ok((Value::Text(text.into()), None))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {

@@ -61,7 +61,7 @@ fn encode_fields(fields: &[(FieldName, Value)]) -> Value {
         .filter(|(name, _)| &**name != SIDE_FIELD)
         .map(|(name, value)| serde_json::json!([&**name, value.to_json()]))
         .collect();
-    Value::Text(serde_json::Value::Array(pairs).to_string())
+    Value::Text(serde_json::Value::Array(pairs).to_string().into())
 }
 
 fn decode_fields(value: &Value) -> Option<Vec<(String, Value)>> {
@@ -170,7 +170,8 @@ impl IntervalJoin {
                 });
                 continue;
             }
-            let state_key = Self::state_key(&event.key);
+            let key: Arc<str> = event.key.as_str().into();
+            let state_key = Self::state_key(&key);
             let mut scope = state.take(&state_key)?;
             self.pair(&staged, side, &scope, &mut pairs)?;
             let until = self.useful_until(side, event.timestamp);
@@ -179,7 +180,7 @@ impl IntervalJoin {
                     entry_key(event.timestamp, staged.seq),
                     encode_fields(&event.fields),
                 );
-                self.expiry.set_earliest(&event.key, until);
+                self.expiry.set_earliest(&key, until);
             }
             state.put(state_key, scope)?;
         }

@@ -3,7 +3,7 @@
 //! aggregate then sees both sides of a key and window together. An event on neither side, or
 //! without its side's key, is a dead letter with the reason.
 
-use std::sync::Arc;
+use compact_str::{CompactString, ToCompactString};
 
 use crate::event::{DeadCause, DeadLetter, Event};
 use crate::field_name::FieldName;
@@ -59,9 +59,9 @@ impl Joiner {
                 ));
             }
         };
-        let key: Arc<str> = match field(key_field) {
-            Some(Value::Text(text)) if !text.is_empty() => text.as_str().into(),
-            Some(Value::Int(i)) => i.to_string().into(),
+        let key: CompactString = match field(key_field) {
+            Some(Value::Text(text)) if !text.is_empty() => text.clone(),
+            Some(Value::Int(i)) => i.to_compact_string(),
             _ => {
                 return Err(self.dead(
                     &event,
@@ -73,7 +73,7 @@ impl Joiner {
         event.fields.retain(|(name, _)| **name != *SIDE_FIELD);
         event
             .fields
-            .push((self.side.clone(), Value::Text(side.to_owned())));
+            .push((self.side.clone(), Value::Text(side.into())));
         Ok(event)
     }
 

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
+use compact_str::CompactString;
+
 use tracing::info;
 
 use std::sync::atomic::Ordering;
@@ -546,10 +548,10 @@ const MAX_CARRIED_BATCH_RECORDS: usize = 65_536;
 /// pre-aggregated one spreads each key over its own buckets (`<key>/0` ...) by arrival index,
 /// so one hot key's events are folded on every shard; the combine strips the bucket again.
 struct Buckets {
-    global: Vec<Arc<str>>,
+    global: Vec<CompactString>,
     /// Pre-aggregation: each key's bucket keys (a cache, cleared when it grows large: a
     /// few-valued key is what pre-aggregation is for, but the input decides).
-    per_key: HashMap<Arc<str>, Vec<Arc<str>>>,
+    per_key: HashMap<CompactString, Vec<CompactString>>,
 }
 
 /// How many partials a global aggregate keeps per window at most, and so how many shards it
@@ -564,7 +566,7 @@ impl Buckets {
     fn new(global: bool) -> Buckets {
         let global = match global {
             true => (0..BUCKETS)
-                .map(|b| Arc::from(format!("{}/{b}", crate::spec::GLOBAL_KEY)))
+                .map(|b| compact_str::format_compact!("{}/{b}", crate::spec::GLOBAL_KEY))
                 .collect(),
             false => Vec::new(),
         };
@@ -575,7 +577,7 @@ impl Buckets {
     }
 
     /// The bucket key of the event `seq` of `key`.
-    fn of(&mut self, key: &Arc<str>, seq: u64) -> Arc<str> {
+    fn of(&mut self, key: &CompactString, seq: u64) -> CompactString {
         if !self.global.is_empty() {
             return self.global[usize::from(key_group(key) % BUCKETS)].clone();
         }
@@ -586,8 +588,8 @@ impl Buckets {
         if self.per_key.len() >= BUCKET_CACHE {
             self.per_key.clear();
         }
-        let keys: Vec<Arc<str>> = (0..BUCKETS)
-            .map(|b| Arc::from(format!("{key}/{b}")))
+        let keys: Vec<CompactString> = (0..BUCKETS)
+            .map(|b| compact_str::format_compact!("{key}/{b}"))
             .collect();
         let chosen = keys[bucket].clone();
         self.per_key.insert(key.clone(), keys);
@@ -663,6 +665,7 @@ mod tests {
     /// fields or none, and their list keeps its memory for the next batch.
     #[test]
     fn spent_events_are_all_dropped_and_their_list_kept() {
+        // Counted through each event's origin, which holds the key by reference count.
         let key: Arc<str> = Arc::from("k1");
         let field = crate::field_name::FieldName::from("amount");
         for n in [0, 1, DROP_AHEAD, DROP_AHEAD + 1, 3 * DROP_AHEAD + 5] {
@@ -671,14 +674,18 @@ mod tests {
                     seq: seq as u64,
                     event: crate::event::Event {
                         line: seq as u64 + 1,
-                        key: key.clone(),
+                        key: "k1".into(),
                         timestamp: 0,
                         fields: (seq % 2 == 0)
                             .then(|| (field.clone(), crate::value::Value::Text("x".into())))
                             .into_iter()
                             .collect(),
                     },
-                    origin: None,
+                    origin: Some(Box::new(crate::event::Origin {
+                        key: key.clone(),
+                        window: crate::time::Window { start: 0, end: 1 },
+                        withdrawn: false,
+                    })),
                 })
                 .collect();
             assert_eq!(Arc::strong_count(&key), n + 1);

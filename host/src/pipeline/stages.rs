@@ -16,7 +16,7 @@
 //! key; their state is checkpointed with the shards' in the same transaction, under operator
 //! indices after the chain's.
 
-use std::sync::Arc;
+use compact_str::{CompactString, ToCompactString};
 
 use super::ShardSnapshot;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
@@ -307,7 +307,7 @@ fn as_event(
         .map(|(name, value)| (names.cache.get(name), value.clone()))
         .collect();
     for (name, value) in [
-        (&names.key, Value::Text(emission.key.to_string())),
+        (&names.key, Value::Text((&*emission.key).into())),
         (&names.window_start, Value::Int(emission.window.start)),
         (&names.window_end, Value::Int(emission.window.end)),
     ] {
@@ -315,12 +315,12 @@ fn as_event(
             fields.push((name.clone(), value));
         }
     }
-    let key: Arc<str> = match keying {
+    let key: CompactString = match keying {
         Keying::Global => GLOBAL_KEY.into(),
         Keying::Unbucket => super::router::unbucket(&emission.key).into(),
         Keying::Field(field) => match fields.iter().find(|(name, _)| &**name == *field) {
-            Some((_, Value::Text(text))) if !text.is_empty() => text.as_str().into(),
-            Some((_, Value::Int(i))) => i.to_string().into(),
+            Some((_, Value::Text(text))) if !text.is_empty() => text.clone(),
+            Some((_, Value::Int(i))) => i.to_compact_string(),
             Some((_, Value::Text(_))) => {
                 return Err(format!("the result's field `{field}` to key by is empty"));
             }

@@ -4,7 +4,7 @@
 //! `i * interval_ms - delay` (delay pseudo-random up to `max_delay_ms`, giving disorder), and an
 //! integer `amount` from 0 to 99. The same spec always gives the same events.
 
-use std::sync::Arc;
+use compact_str::CompactString;
 
 use super::SourcePosition;
 use super::{Record, Source, SourceError};
@@ -19,14 +19,16 @@ pub struct Generator {
     spec: GeneratorSpec,
     next: u64,
     rng: u64,
-    keys: Vec<String>,
+    keys: Vec<CompactString>,
     names: [FieldName; 3],
 }
 
 impl Generator {
     /// A generator for `spec`.
     pub fn new(spec: GeneratorSpec) -> Generator {
-        let keys = (0..spec.keys).map(|k| format!("k{k}")).collect();
+        let keys = (0..spec.keys)
+            .map(|k| compact_str::format_compact!("k{k}"))
+            .collect();
         Generator {
             rng: spec.seed,
             spec,
@@ -54,11 +56,11 @@ impl Source for Generator {
         let i = self.next;
         self.next += 1;
         let pick = (self.random() % self.spec.keys) as usize;
-        // Each event's own key, not a shared one: a reference count the router raises and a
-        // shard reads beside it moved its cache line between cores for every event (shard
-        // threads took 5-7 % longer, native and Wasm).
-        let text = self.keys[pick].clone();
-        let key = Arc::from(text.as_str());
+        // Each event's own copy of the key, kept inline (the keys are short), never a shared
+        // one: a reference count the router raised and a shard read beside it moved its cache
+        // line between cores for every event (shard threads took 5-7 % longer).
+        let key = self.keys[pick].clone();
+        let text = key.clone();
         let delay = self.random() % (self.spec.max_delay_ms + 1);
         let timestamp = (i * self.spec.interval_ms) as i64 - delay as i64;
         let amount = (self.random() % 100) as i64;

@@ -11,8 +11,6 @@
 //!
 //! Depends on `spec`, `event`, `field_name` and `value`.
 
-use std::sync::Arc;
-
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::event::Event;
 use crate::field_name::FieldName;
@@ -138,10 +136,10 @@ impl Nexmark {
             .iter()
             .find(|(name, _)| **name == *self.key_field)
             .map(|(_, value)| match value {
-                Value::Text(text) => Arc::from(text.as_str()),
-                other => Arc::from(other.to_json().to_string()),
+                Value::Text(text) => text.clone(),
+                other => other.to_json().to_string().into(),
             })
-            .unwrap_or_else(|| Arc::from(""));
+            .unwrap_or_default();
         Event {
             line: n + 1,
             key,
@@ -171,8 +169,8 @@ impl Nexmark {
         vec![
             text(NexmarkKind::Auction.name()),
             int(id),
-            Value::Text(random.word(20)),
-            Value::Text(random.word(100)),
+            Value::Text(random.word(20).into()),
+            Value::Text(random.word(100).into()),
             int(initial_bid),
             int(reserve),
             Value::Int(time),
@@ -200,9 +198,9 @@ fn person(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
     vec![
         text(NexmarkKind::Person.name()),
         int(id),
-        Value::Text(name),
-        Value::Text(email),
-        Value::Text(card),
+        Value::Text(name.into()),
+        Value::Text(email.into()),
+        Value::Text(card.into()),
         text(city),
         text(state),
         Value::Int(time),
@@ -243,14 +241,14 @@ fn bid(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
         int(auction),
         int(bidder),
         int(price),
-        Value::Text(channel),
-        Value::Text(url),
+        Value::Text(channel.into()),
+        Value::Text(url.into()),
         Value::Int(time),
     ]
 }
 
 fn text(text: &str) -> Value {
-    Value::Text(text.to_owned())
+    Value::Text(text.into())
 }
 
 fn int(n: u64) -> Value {
@@ -441,8 +439,8 @@ mod tests {
         for (bid, same) in bids.iter().zip(expected) {
             assert_eq!(bid.fields, same.fields);
             assert_eq!(
-                Value::Text(bid.key.to_string()),
-                Value::Text(field(bid, "auction").to_json().to_string())
+                Value::Text((&*bid.key).into()),
+                Value::Text(field(bid, "auction").to_json().to_string().into())
             );
         }
     }

@@ -192,7 +192,7 @@ impl Reader<'_> {
                 let bytes = self.take(8)?;
                 Value::Float(f64::from_le_bytes(bytes.try_into().expect("8 bytes")))
             }
-            5 => Value::Text(self.text()?),
+            5 => Value::Text(self.text()?.into()),
             6 => {
                 let len = self.count()?;
                 Value::Bytes(self.take(len)?.to_vec())
@@ -263,7 +263,8 @@ mod tests {
             any::<f64>()
                 .prop_filter("NaN is not equal to itself", |f| !f.is_nan())
                 .prop_map(Value::Float),
-            ".{0,12}".prop_map(Value::Text),
+            // Inline (up to 24 bytes) and on the heap.
+            ".{0,40}".prop_map(|text: String| Value::Text(text.into())),
             proptest::collection::vec(any::<u8>(), 0..12).prop_map(Value::Bytes),
         ]
     }

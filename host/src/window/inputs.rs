@@ -69,7 +69,7 @@ impl Input {
             },
             event: Event {
                 line: 0,
-                key: key.clone(),
+                key: (**key).into(),
                 timestamp: stored.timestamp,
                 fields: stored
                     .fields

@@ -33,7 +33,7 @@ impl AggregateOperator for TopKeys {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
         for event in events {
             let key = match field(event, "key") {
-                Some(Value::Text(text)) => text.clone(),
+                Some(Value::Text(text)) => text.to_string(),
                 Some(Value::Int(i)) => i.to_string(),
                 _ => {
                     return Err(OperatorError::Rejected(
@@ -70,7 +70,7 @@ impl AggregateOperator for TopKeys {
         counts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         let mut output = Vec::new();
         for (rank, (count, key)) in counts.into_iter().take(TOP).enumerate() {
-            output.push((format!("key_{}", rank + 1), Value::Text(key)));
+            output.push((format!("key_{}", rank + 1), Value::Text(key.into())));
             output.push((format!("count_{}", rank + 1), Value::Int(count)));
         }
         Ok(output)

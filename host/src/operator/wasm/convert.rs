@@ -241,7 +241,7 @@ pub(super) fn to_wit(value: Value) -> wit::Value {
         Value::Boolean(b) => wit::Value::Boolean(b),
         Value::Int(i) => wit::Value::Int(i),
         Value::Float(f) => wit::Value::Float(f),
-        Value::Text(s) => wit::Value::Text(s),
+        Value::Text(s) => wit::Value::Text(s.into_string()),
         Value::Bytes(b) => wit::Value::Bytes(b),
     }
 }
@@ -252,7 +252,7 @@ pub(super) fn from_wit(value: wit::Value) -> Value {
         wit::Value::Boolean(b) => Value::Boolean(b),
         wit::Value::Int(i) => Value::Int(i),
         wit::Value::Float(f) => Value::Float(f),
-        wit::Value::Text(s) => Value::Text(s),
+        wit::Value::Text(s) => Value::Text(s.into()),
         wit::Value::Bytes(b) => Value::Bytes(b),
     }
 }

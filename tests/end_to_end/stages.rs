@@ -246,6 +246,33 @@ fn a_global_aggregate_with_lateness_equals_the_model_over_one_key() {
 }
 
 #[test]
+fn keys_of_every_length_around_the_inline_limit_give_the_model_results() {
+    // Keys are kept inside the event up to 24 bytes and on the heap past that, and a
+    // pre-aggregated key's bucket keys (`<key>/<bucket>`) cross the limit from 21 bytes on:
+    // plain and pre-aggregated, on one shard and several, the results are the model's.
+    let lengths = [1, 21, 22, 24, 25, 40];
+    let model = spec(WindowKind::Tumbling { size: 10 });
+    let input: Vec<Ev> = (events(11, 600).into_iter())
+        .map(|mut event| {
+            let k: usize = event.key[1..].parse().expect("keys are k0 to k5");
+            event.key = format!("{k}{}", "x".repeat(lengths[k] - 1));
+            event
+        })
+        .collect();
+    let expected = run_model(&model, &input);
+    let plain = count_sum_body(&model);
+    for body in [plain.clone(), format!("{plain}pre_aggregate = true\n")] {
+        let pipeline = Pipeline::new(&body, &to_jsonl(&input));
+        for shards in ["1", "3"] {
+            assert_matches_model(
+                &pipeline.run(&["--shards", shards, "--batch-size", "50"]),
+                &expected,
+            );
+        }
+    }
+}
+
+#[test]
 fn a_pre_aggregated_aggregate_equals_the_model_key_by_key() {
     // Six hot keys, each spread over 32 buckets by arrival, folded in the shards and merged per
     // key: the results are the plain aggregate's, updates included.

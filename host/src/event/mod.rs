@@ -348,6 +348,25 @@ mod tests {
         Decoder::new("user", "ts").decode(7, line.as_bytes())
     }
 
+    /// An event is eight words with its key inside; a key or text longer than 24 bytes goes to
+    /// the heap and reads the same as one that fits.
+    #[test]
+    fn keys_and_texts_read_the_same_inline_or_on_the_heap() {
+        let word = std::mem::size_of::<usize>();
+        assert_eq!(std::mem::size_of::<Event>(), 8 * word);
+        for key in [1, 24, 25].map(|length| "k".repeat(length)) {
+            let key = key.as_str();
+            let line = format!(r#"{{"user":"{key}","ts":5,"note":"{key}"}}"#);
+            let event = decode(&line).unwrap();
+            assert_eq!(&*event.key, key);
+            assert_eq!(event.key.is_heap_allocated(), key.len() > 24, "{key}");
+            assert_eq!(event.fields[2].1, Value::Text(key.into()));
+            assert_eq!(event.to_json()["note"], key);
+        }
+        let number = decode(r#"{"user":-12345678901234567,"ts":5}"#).unwrap();
+        assert_eq!(&*number.key, "-12345678901234567");
+    }
+
     #[test]
     fn decodes_a_well_formed_event() {
         let event = decode(r#"{"user":"ann","ts":1000,"amount":3}"#).unwrap();

@@ -25,6 +25,12 @@ impl Deadlines {
         self.by_time.insert((at, key));
     }
 
+    /// The copy of `key` kept with its deadline, if it has one: for a caller that needs the
+    /// key shared, so that it is not made again for every event of a key already waiting.
+    pub(super) fn shared(&self, key: &str) -> Option<Arc<str>> {
+        self.by_key.get_key_value(key).map(|(own, _)| own.clone())
+    }
+
     /// Sets `key`'s deadline to `at` unless it has an earlier one.
     pub(super) fn set_earliest(&mut self, key: &Arc<str>, at: Millis) {
         let at = self.by_key.get(key).map_or(at, |&old| old.min(at));

@@ -10,8 +10,6 @@
 use crate::hashing::HashMap;
 use std::sync::Arc;
 
-use compact_str::CompactString;
-
 use super::deadlines::Deadlines;
 use crate::event::Staged;
 use crate::event::{DeadCause, DeadLetter};
@@ -138,27 +136,28 @@ impl Enrichment {
         watermark_at: &dyn Fn(u64) -> Millis,
         out: &mut EngineOutput,
     ) -> Result<Vec<Staged>, EngineError> {
-        let mut groups: HashMap<CompactString, Vec<usize>> = HashMap::default();
+        let mut groups: HashMap<&str, Vec<usize>> = HashMap::default();
         let mut order = Vec::new();
         for (i, staged) in events.iter().enumerate() {
+            let key = staged.event.key.as_str();
             groups
-                .entry(staged.event.key.clone())
+                .entry(key)
                 .or_insert_with(|| {
-                    order.push(staged.event.key.clone());
+                    order.push(key);
                     Vec::new()
                 })
                 .push(i);
         }
         let mut outputs = Vec::with_capacity(events.len());
         for text in order {
-            let key: Arc<str> = text.as_str().into();
+            let key = self.expiry.shared(text).unwrap_or_else(|| text.into());
             let state_key = self.state_key(&key);
             let mut scope = Scope {
                 key: key.clone(),
                 state: state.take(&state_key)?,
             };
             let mut run: Vec<usize> = Vec::new();
-            for &member in &groups[&text] {
+            for &member in &groups[text] {
                 let staged = &events[member];
                 if let (Some(ttl), Some(last)) = (self.ttl, scope.state.last_event)
                     && last.saturating_add(ttl) <= watermark_at(staged.seq)

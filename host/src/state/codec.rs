@@ -192,7 +192,7 @@ impl Reader<'_> {
                 let bytes = self.take(8)?;
                 Value::Float(f64::from_le_bytes(bytes.try_into().expect("8 bytes")))
             }
-            5 => Value::Text(self.text()?.into()),
+            5 => Value::Text(self.str()?.into()),
             6 => {
                 let len = self.count()?;
                 Value::Bytes(self.take(len)?.to_vec())
@@ -210,9 +210,15 @@ impl Reader<'_> {
     }
 
     fn text(&mut self) -> Result<String, CodecError> {
+        self.str().map(str::to_owned)
+    }
+
+    /// A length and that much UTF-8, borrowed from the input (a value's text is made from it
+    /// in place: inline when short).
+    fn str(&mut self) -> Result<&str, CodecError> {
         let len = self.count()?;
         let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| damaged("text that is not UTF-8"))
+        std::str::from_utf8(bytes).map_err(|_| damaged("text that is not UTF-8"))
     }
 
     /// A count or length: at most the bytes left, since every item takes at least one.
@@ -309,6 +315,26 @@ mod tests {
             for len in 0..bytes.len() {
                 prop_assert!(decode(&bytes[..len]).is_err());
             }
+        }
+    }
+
+    /// Text is written as it was before values kept short text inline, so the bytes and the
+    /// JSON of earlier checkpoints read back the same, short or long.
+    #[test]
+    fn text_is_written_and_read_as_before_short_text_was_inline() {
+        let long = "a text longer than twenty-four bytes";
+        let mut state = ScopeState::default();
+        state.put("t", Value::Text(long.into()));
+        let mut bytes = vec![FORMAT_1, 1, 1, b't', 5, long.len() as u8];
+        bytes.extend(long.as_bytes());
+        bytes.extend([0, 0, 0, 0]);
+        assert_eq!(encode(&state), bytes);
+        assert_eq!(decode(&bytes).unwrap(), state);
+        for text in ["ann", long] {
+            let json = format!(r#"{{"Text":"{text}"}}"#);
+            let value = Value::Text(text.into());
+            assert_eq!(serde_json::to_string(&value).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), value);
         }
     }
 

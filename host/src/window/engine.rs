@@ -1130,10 +1130,11 @@ impl WindowEngine {
 
     /// The engine's own copy of `key`: the one its open windows share, or a new one made on
     /// this thread (the shard's; for windows restored from a checkpoint, the thread that
-    /// builds the shards). An event's key was made on the router's thread, in a cache line
-    /// beside keys the router goes on making and freeing; kept as the windows' key and looked
-    /// up for every event of that key, it moved between the cores each time (`memcmp` in
-    /// `accept` waited on it: 8 % of the count-sum's shard thread).
+    /// builds the shards). When every key was on the heap, an event's key was made on the
+    /// router's thread, in a cache line beside keys the router went on making and freeing;
+    /// kept as the windows' key and looked up for every event of that key, it moved between
+    /// the cores each time (`memcmp` in `accept` waited on it: 8 % of the count-sum's shard
+    /// thread). A key longer than 24 bytes still is.
     fn own_key(&self, key: &str) -> Arc<str> {
         match self.by_key.get_key_value(key) {
             Some((own, _)) => own.clone(),

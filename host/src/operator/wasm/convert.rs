@@ -178,7 +178,7 @@ pub(super) fn warm_window(events: &[&Event], headers_only: bool) {
 }
 
 /// Asks the CPU to fetch `event`'s header (its fields' address, its time): both its first and
-/// its last byte's lines, as a header (56 bytes) in a list of them mostly straddles two.
+/// its last byte's lines, as a header (64 bytes) in a list of them mostly straddles two.
 fn fetch_event(event: &Event) {
     let start = std::ptr::from_ref(event).cast::<u8>();
     crate::prefetch::line(start);
@@ -260,6 +260,16 @@ pub(super) fn from_wit(value: wit::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Text crosses into a guest and back the same, whether it was inline or on the heap.
+    #[test]
+    fn text_crosses_both_ways_inline_or_on_the_heap() {
+        for text in ["", "ann", "a text longer than twenty-four bytes"] {
+            let value = Value::Text(text.into());
+            assert!(matches!(to_wit(value.clone()), wit::Value::Text(ref t) if t == text));
+            assert_eq!(from_wit(to_wit(value.clone())), value);
+        }
+    }
 
     fn event(fields: Vec<(FieldName, Value)>) -> Event {
         Event {

@@ -495,13 +495,20 @@ fn bench_checkpoints(
         let (with, without) = weir::bench::checkpoint_throughput(options, 1_000)?;
         let these: Vec<f64> = with.checkpoints.iter().map(|c| c.duration_ms).collect();
         let mean = these.iter().sum::<f64>() / these.len().max(1) as f64;
-        println!("no checkpoints        {:>12.0} events/s", rate(&without));
+        let cpu = Measured::of(String::new(), &without).cpu();
+        let cpu = cpu.strip_prefix(", ").map(|cpu| format!("  ({cpu})"));
         println!(
-            "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms)",
+            "no checkpoints        {:>12.0} events/s{}",
+            rate(&without),
+            cpu.unwrap_or_default()
+        );
+        println!(
+            "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms{})",
             rate(&with),
             these.len(),
             mean,
-            these.iter().copied().fold(0.0, f64::max)
+            these.iter().copied().fold(0.0, f64::max),
+            Measured::of(String::new(), &with).cpu(),
         );
         kept.push(100.0 * rate(&with) / rate(&without));
         println!("throughput kept: {:.1} %", kept[kept.len() - 1]);
@@ -1359,6 +1366,17 @@ impl Measured {
             router_ns: summary.router_cpu.map(per_event),
         }
     }
+
+    /// `, CPU per event: shards .. ns, router .. ns` where the platform tells them, else
+    /// nothing: which of the two threads limits the run.
+    fn cpu(&self) -> String {
+        match (self.shard_ns, self.router_ns) {
+            (Some(shard), Some(router)) => {
+                format!(", CPU per event: shards {shard:.0} ns, router {router:.0} ns")
+            }
+            _ => String::new(),
+        }
+    }
 }
 
 /// Prints one run of the count-sum benchmark, checks that every operator gave the native
@@ -1377,12 +1395,6 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
         .collect();
     let native = native_of(&measured);
     for ((_, summary), this) in rows.iter().zip(&measured) {
-        let cpu = match (this.shard_ns, this.router_ns) {
-            (Some(shard), Some(router)) => {
-                format!(", CPU per event: shards {shard:.0} ns, router {router:.0} ns")
-            }
-            _ => String::new(),
-        };
         println!(
             "{:<12} {:>12.0} events/s  ({:.2} s, {} results, {} dead letters, {} traps, {:.2} x native{})",
             this.label,
@@ -1392,7 +1404,7 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
             summary.dead_letters,
             summary.traps,
             this.rate / native.rate,
-            cpu,
+            this.cpu(),
         );
     }
     println!(

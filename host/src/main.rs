@@ -495,12 +495,11 @@ fn bench_checkpoints(
         let (with, without) = weir::bench::checkpoint_throughput(options, 1_000)?;
         let these: Vec<f64> = with.checkpoints.iter().map(|c| c.duration_ms).collect();
         let mean = these.iter().sum::<f64>() / these.len().max(1) as f64;
-        let cpu = Measured::of(String::new(), &without).cpu();
-        let cpu = cpu.strip_prefix(", ").map(|cpu| format!("  ({cpu})"));
+        let cpu = |summary| Measured::of(String::new(), summary).cpu();
         println!(
             "no checkpoints        {:>12.0} events/s{}",
             rate(&without),
-            cpu.unwrap_or_default()
+            cpu(&without).map_or_else(String::new, |cpu| format!("  ({cpu})"))
         );
         println!(
             "checkpoints every 1 s {:>12.0} events/s  ({} checkpoints, mean {:.1} ms, max {:.1} ms{})",
@@ -508,7 +507,7 @@ fn bench_checkpoints(
             these.len(),
             mean,
             these.iter().copied().fold(0.0, f64::max),
-            Measured::of(String::new(), &with).cpu(),
+            cpu(&with).map_or_else(String::new, |cpu| format!(", {cpu}")),
         );
         kept.push(100.0 * rate(&with) / rate(&without));
         println!("throughput kept: {:.1} %", kept[kept.len() - 1]);
@@ -1367,15 +1366,13 @@ impl Measured {
         }
     }
 
-    /// `, CPU per event: shards .. ns, router .. ns` where the platform tells them, else
-    /// nothing: which of the two threads limits the run.
-    fn cpu(&self) -> String {
-        match (self.shard_ns, self.router_ns) {
-            (Some(shard), Some(router)) => {
-                format!(", CPU per event: shards {shard:.0} ns, router {router:.0} ns")
-            }
-            _ => String::new(),
-        }
+    /// `CPU per event: shards .. ns, router .. ns` where the platform tells them: which of
+    /// the two threads limits the run.
+    fn cpu(&self) -> Option<String> {
+        let (shard, router) = self.shard_ns.zip(self.router_ns)?;
+        Some(format!(
+            "CPU per event: shards {shard:.0} ns, router {router:.0} ns"
+        ))
     }
 }
 
@@ -1404,7 +1401,8 @@ fn print_count_sum(report: &weir::bench::BenchReport) -> anyhow::Result<Vec<Meas
             summary.dead_letters,
             summary.traps,
             this.rate / native.rate,
-            this.cpu(),
+            this.cpu()
+                .map_or_else(String::new, |cpu| format!(", {cpu}")),
         );
     }
     println!(

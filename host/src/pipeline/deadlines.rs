@@ -27,7 +27,7 @@ impl Deadlines {
 
     /// The copy of `key` kept with its deadline, if it has one: for a caller that needs the
     /// key shared, so that it is not made again for every event of a key already waiting.
-    pub(super) fn shared(&self, key: &str) -> Option<Arc<str>> {
+    pub(super) fn own_key(&self, key: &str) -> Option<Arc<str>> {
         self.by_key.get_key_value(key).map(|(own, _)| own.clone())
     }
 
@@ -52,5 +52,26 @@ impl Deadlines {
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.by_key.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key waiting for its deadline is handed out as the copy kept with it (no new one);
+    /// once its deadline passed, it is not.
+    #[test]
+    fn a_waiting_key_is_shared_until_its_deadline_passes() {
+        let mut deadlines = Deadlines::default();
+        let key: Arc<str> = Arc::from("a key longer than twenty-four bytes");
+        deadlines.set(key.clone(), 10);
+        let own = deadlines
+            .own_key("a key longer than twenty-four bytes")
+            .unwrap();
+        assert!(Arc::ptr_eq(&own, &key));
+        assert!(deadlines.own_key("another key").is_none());
+        assert_eq!(deadlines.pop_through(10).as_deref(), Some(&*key));
+        assert!(deadlines.own_key(&key).is_none());
     }
 }

@@ -170,7 +170,8 @@ impl IntervalJoin {
                 });
                 continue;
             }
-            let key = (self.expiry.shared(&event.key)).unwrap_or_else(|| event.key.as_str().into());
+            let own = self.expiry.own_key(&event.key);
+            let key = own.unwrap_or_else(|| event.key.as_str().into());
             let state_key = Self::state_key(&key);
             let mut scope = state.take(&state_key)?;
             self.pair(&staged, side, &scope, &mut pairs)?;

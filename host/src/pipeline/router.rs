@@ -564,8 +564,12 @@ const BUCKETS: u16 = 32;
 const BUCKET_CACHE: usize = 4_096;
 
 /// The longest key whose bucket keys [`Buckets`] keeps: their text, with the longest suffix
-/// (`/31`), fits inside a `CompactString`.
+/// (`/31`, a slash and two digits), fits inside a `CompactString`.
 const MAX_CACHED_KEY: usize = std::mem::size_of::<CompactString>() - 3;
+const _: () = assert!(
+    BUCKETS <= 100,
+    "a bucket's suffix is at most a slash and two digits"
+);
 
 impl Buckets {
     fn new(global: bool) -> Buckets {
@@ -588,8 +592,9 @@ impl Buckets {
         }
         let bucket = (seq % u64::from(BUCKETS)) as usize;
         if key.len() > MAX_CACHED_KEY {
-            // Its bucket keys would not fit inline: a cached one would be copied to the heap
-            // for every event anyway, and the cache would hold 33 long copies of each key.
+            // Not all its bucket keys would fit inline: a cached one of those would be copied
+            // to the heap for every event anyway, and the cache would hold 33 long copies of
+            // each key.
             return compact_str::format_compact!("{key}/{bucket}");
         }
         if let Some(keys) = self.per_key.get(key) {
@@ -671,6 +676,25 @@ mod tests {
         assert!(!batch(9, (8 << 20) + 1).carries(9));
     }
 
+    /// A key's bucket keys are `<key>/<bucket>`, by arrival, the same whether cached (keys of
+    /// at most 21 bytes, whose bucket keys all fit inline) or made afresh.
+    #[test]
+    fn bucket_keys_are_the_same_cached_or_not() {
+        let mut buckets = Buckets::new(false);
+        for length in [1, 21, 22, 40] {
+            let key = CompactString::from("k".repeat(length));
+            for seq in [0, 1, 31, 32, 75] {
+                let bucket = buckets.of(&key, seq);
+                assert_eq!(bucket, format!("{key}/{}", seq % 32));
+                assert_eq!(unbucket(&bucket), key);
+                if length <= MAX_CACHED_KEY {
+                    assert!(!bucket.is_heap_allocated(), "{bucket}");
+                }
+            }
+            assert_eq!(buckets.per_key.contains_key(&key), length <= MAX_CACHED_KEY);
+        }
+    }
+
     /// Spent events are all dropped, however many there are past the fetch distance and with
     /// fields or none, and their list keeps its memory for the next batch.
     #[test]
@@ -692,7 +716,7 @@ mod tests {
                             .into_iter()
                             .collect(),
                     },
-                    origin: (seq % 2 == 1).then(|| {
+                    origin: (seq % 2 == 0).then(|| {
                         Box::new(crate::event::Origin {
                             key: key.clone(),
                             window: crate::time::Window { start: 0, end: 1 },
@@ -701,7 +725,7 @@ mod tests {
                     }),
                 })
                 .collect();
-            assert_eq!(Arc::strong_count(&key), n / 2 + 1);
+            assert_eq!(Arc::strong_count(&key), n.div_ceil(2) + 1);
             let capacity = spent.capacity();
             drop_spent(&mut spent);
             assert!(spent.is_empty());

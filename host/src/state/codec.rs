@@ -323,13 +323,15 @@ mod tests {
     #[test]
     fn text_is_written_and_read_as_before_short_text_was_inline() {
         let long = "a text longer than twenty-four bytes";
-        let mut state = ScopeState::default();
-        state.put("t", Value::Text(long.into()));
-        let mut bytes = vec![FORMAT_1, 1, 1, b't', 5, long.len() as u8];
-        bytes.extend(long.as_bytes());
-        bytes.extend([0, 0, 0, 0]);
-        assert_eq!(encode(&state), bytes);
-        assert_eq!(decode(&bytes).unwrap(), state);
+        for text in ["ann", long] {
+            let mut state = ScopeState::default();
+            state.put("t", Value::Text(text.into()));
+            let mut bytes = vec![FORMAT_1, 1, 1, b't', 5, text.len() as u8];
+            bytes.extend(text.as_bytes());
+            bytes.extend([0, 0, 0, 0]);
+            assert_eq!(encode(&state), bytes);
+            assert_eq!(decode(&bytes).unwrap(), state);
+        }
         for text in ["ann", long] {
             let json = format!(r#"{{"Text":"{text}"}}"#);
             let value = Value::Text(text.into());

@@ -1134,7 +1134,7 @@ impl WindowEngine {
     /// router's thread, in a cache line beside keys the router went on making and freeing;
     /// kept as the windows' key and looked up for every event of that key, it moved between
     /// the cores each time (`memcmp` in `accept` waited on it: 8 % of the count-sum's shard
-    /// thread). A key longer than 24 bytes still is.
+    /// thread). A key longer than 24 bytes is still made on the router's thread, on the heap.
     fn own_key(&self, key: &str) -> Arc<str> {
         match self.by_key.get_key_value(key) {
             Some((own, _)) => own.clone(),

@@ -132,9 +132,9 @@ pub(crate) fn with_one_batch<R>(
 #[cfg(test)]
 mod tests {
     use super::{ColumnKind, Columns, Lists, Rows, with_one_batch};
+    use crate::Value;
     use crate::bindings::aggregator::weir::operator0_2_0::columns;
     use crate::events::from_columns;
-    use crate::{Event, Value};
     use std::cell::RefCell;
 
     /// Windows cut from one call's lists and refilling the same rows read as each window's
@@ -196,27 +196,44 @@ mod tests {
     }
 
     /// One batch sent field after field reads as the rows 0.2 sent, whatever its lists;
-    /// whole numeric fields read as slices.
+    /// whole numeric fields read as slices (an empty field as integers, as the host sends it).
     #[test]
     fn one_batch_reads_as_its_rows_with_whole_numeric_fields_as_slices() {
         let text = || Value::Text("a".into());
-        let cases: [(&[&str], &[i64], Vec<Value>); 6] = [
+        // Each field's slices: integers, floats.
+        type Slices<'a> = (Option<&'a [i64]>, Option<&'a [f64]>);
+        // Fields, timestamps, the values field after field, and each field's slices.
+        type Case<'a> = (&'a [&'a str], &'a [i64], Vec<Value>, &'a [Slices<'a>]);
+        let none: Slices = (None, None);
+        let cases: [Case; 6] = [
             (
                 &["n", "x"],
                 &[1, 2],
                 vec![1.into(), 2.into(), 0.5.into(), 1.5.into()],
+                &[(Some(&[1, 2]), None), (None, Some(&[0.5, 1.5]))],
             ),
             (
                 &["n", "v"],
                 &[1, 2],
                 vec![1.into(), 0.5.into(), text(), Value::Null],
+                &[none, none],
             ),
-            (&["n", "short"], &[1, 2], vec![1.into(), 2.into(), 3.into()]),
-            (&["long"], &[1], vec![7.into(), 8.into()]),
-            (&["none"], &[], vec![]),
-            (&[], &[1, 2], vec![1.into()]),
+            (
+                &["n", "short"],
+                &[1, 2],
+                vec![1.into(), 2.into(), 3.into()],
+                &[(Some(&[1, 2]), None), none],
+            ),
+            (
+                &["long"],
+                &[1],
+                vec![7.into(), 8.into()],
+                &[(Some(&[7]), None)],
+            ),
+            (&["none"], &[], vec![], &[(Some(&[]), None)]),
+            (&[], &[1, 2], vec![1.into()], &[]),
         ];
-        for (fields, timestamps, values) in cases {
+        for (fields, timestamps, values, slices) in cases {
             let names: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             let expected = from_columns(columns::Events {
                 fields: names.clone(),
@@ -225,20 +242,10 @@ mod tests {
             });
             with_one_batch(&names, timestamps, values, |batch| {
                 assert_eq!(batch.events(), &expected);
-                let numeric = |field: &str| (batch.ints(field), batch.floats(field));
-                for (i, field) in fields.iter().enumerate() {
-                    let column: Vec<_> = (expected.rows.iter())
-                        .map(|row: &Event| row.values[i].clone())
-                        .collect();
-                    let ints: Option<Vec<i64>> = column.iter().map(Value::as_int).collect();
-                    // An empty field reads as integers, as the host sends it.
-                    let floats: Option<Vec<f64>> = (column.iter())
-                        .map(|v| matches!(v, Value::Float(_)).then(|| v.as_float()).flatten())
-                        .collect::<Option<_>>()
-                        .filter(|_| ints.is_none());
-                    let (slice_ints, slice_floats) = numeric(field);
-                    assert_eq!(slice_ints.map(<[i64]>::to_vec), ints, "{field}");
-                    assert_eq!(slice_floats.map(<[f64]>::to_vec), floats, "{field}");
+                assert_eq!(fields.len(), slices.len());
+                for (field, &(ints, floats)) in fields.iter().zip(slices) {
+                    assert_eq!(batch.ints(field), ints, "{field}");
+                    assert_eq!(batch.floats(field), floats, "{field}");
                 }
             });
         }

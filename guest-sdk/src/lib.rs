@@ -495,17 +495,22 @@ mod tests {
     }
 
     /// `add_windows` hands `add_columns` each window's own slices: whole ones, and none for a
-    /// field whose list ran short; the rows only where asked for.
+    /// field whose list ran short or that has no kind left; the rows only where asked for.
     #[test]
     fn add_windows_gives_add_columns_each_windows_slices() {
         SLICES.with(|lines| lines.borrow_mut().clear());
         let (ints, floats) = (ColumnKind::Ints, ColumnKind::Floats);
         let added = <SliceRecorder as windows::Guest>::add_windows(WindowBatches {
             names: vec!["n".into(), "t".into(), "x".into()],
-            counts: vec![counts(0, 2, 2), counts(0, 2, 1), counts(0, 1, 3)],
+            counts: vec![
+                counts(0, 2, 2),
+                counts(0, 2, 1),
+                counts(0, 1, 3),
+                counts(0, 2, 1),
+            ],
             values: vec![],
-            fields: vec![0, 2, 0, 1, 0],
-            timestamps: vec![10, 20, 30, 40, 50, 60],
+            fields: vec![0, 2, 0, 1, 0, 0, 2],
+            timestamps: vec![10, 20, 30, 40, 50, 60, 70],
             kinds: vec![ints, floats, ints, ColumnKind::Values, ints],
             ints: vec![1, 2, 3, 4, 5],
             floats: vec![0.5, 1.5],
@@ -518,13 +523,14 @@ mod tests {
                 "[10, 20] Some([1, 2]) Some([0.5, 1.5]) None",
                 r#"[30] Some([3]) None Some([[Value::Int(3), Value::Text("a")]])"#,
                 "[40, 50, 60] None None None",
+                "[70] None None None",
             ]
         );
         assert!(matches!(
             added.outcomes[..],
-            [Outcome::Done, Outcome::Done, Outcome::Done]
+            [Outcome::Done, Outcome::Done, Outcome::Done, Outcome::Done]
         ));
-        assert_eq!(added.change_counts, [1, 1, 1]);
+        assert_eq!(added.change_counts, [1, 1, 1, 1]);
     }
 
     fn counts(values: u32, fields: u32, events: u32) -> WindowCounts {

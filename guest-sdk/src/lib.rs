@@ -161,7 +161,7 @@ pub trait Aggregate {
     /// [`Columns::floats`]), with no rows built: the fastest way through the boundary. It must
     /// do exactly what `add` does with the same batch; let it call `add` with
     /// `batch.events()` for batches it does not take as slices, and test the two together
-    /// with [`testing::with_columns`].
+    /// with [`testing::assert_add_columns_agrees`].
     fn add_columns(state: &State<'_>, batch: &Columns<'_>) -> Result<(), String> {
         Self::add(state, batch.events())
     }

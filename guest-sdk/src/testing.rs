@@ -15,12 +15,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use crate::call_lists;
-use crate::{Columns, Events, State, Value};
+use crate::{Aggregate, Columns, Events, State, Value};
 
-/// Calls `f` with `events` field by field, as
-/// [`Aggregate::add_columns`](crate::Aggregate::add_columns) sees them from the host: a field
-/// whose values are all integers, or all floats, as one slice (a batch of no events has only
-/// integer fields). Use it to test that `add_columns` does what `add` does.
+/// Calls `f` with `events` field by field, as [`Aggregate::add_columns`] sees them from the
+/// host: a field whose values are all integers, or all floats, as one slice (a batch of no
+/// events has only integer fields). [`assert_add_columns_agrees`] uses it to test that
+/// `add_columns` does what `add` does.
 ///
 /// ```
 /// use weir_sdk::testing::with_columns;
@@ -40,6 +40,68 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
     });
     let timestamps: Vec<i64> = events.rows.iter().map(|row| row.timestamp).collect();
     call_lists::with_one_batch(&events.fields, &timestamps, field_after_field.collect(), f)
+}
+
+/// Checks that `A`'s [`add_columns`](Aggregate::add_columns) does exactly what its
+/// [`add`](Aggregate::add) does: from two copies of `start`, adds each of `batches` in turn to
+/// one with `add` and to the other with `add_columns` (the batch given as [`with_columns`]
+/// gives it), and panics, naming the batch, at the first whose results (`Ok` or the error) or
+/// states differ. Returns the state both reached. Give it batches that reach each path of
+/// `add_columns`: all-integer and all-float fields (slices), and the rest (mixed kinds,
+/// nulls, text, a missing field, no events), from the states it may meet.
+///
+/// ```
+/// use weir_sdk::testing::{MemoryState, assert_add_columns_agrees};
+/// use weir_sdk::{Aggregate, Columns, Events, Output, State, Value, Window};
+///
+/// struct Count;
+/// impl Aggregate for Count {
+///     fn add(state: &State, batch: &Events) -> Result<(), String> {
+///         state.add_int("count", batch.len() as i64);
+///         Ok(())
+///     }
+///     fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
+///         state.add_int("count", batch.len() as i64);
+///         Ok(())
+///     }
+///     fn merge(target: &State, source: &State) -> Result<(), String> {
+///         target.add_int("count", source.get_int("count").unwrap_or(0));
+///         Ok(())
+///     }
+///     fn finish(state: &State, _window: Window) -> Result<Output, String> {
+///         Ok(Output::new().with("count", state.get_int("count").unwrap_or(0)))
+///     }
+/// }
+///
+/// let batches = [
+///     Events::new(["n"]).with_row(1, [1]).with_row(2, [2]),
+///     Events::new(["n"]).with_row(3, [Value::Null]),
+///     Events::new(["n"]),
+/// ];
+/// let state = assert_add_columns_agrees::<Count>(&MemoryState::new("k"), &batches);
+/// assert_eq!(state.get("count"), Some(Value::Int(3)));
+/// ```
+#[track_caller]
+pub fn assert_add_columns_agrees<A: Aggregate>(
+    start: &MemoryState,
+    batches: &[Events],
+) -> MemoryState {
+    let (by_rows, by_columns) = (start.clone(), start.clone());
+    for batch in batches {
+        let rows = A::add(&by_rows.state(), batch);
+        let columns = with_columns(batch, |columns| {
+            A::add_columns(&by_columns.state(), columns)
+        });
+        assert_eq!(
+            rows, columns,
+            "add and add_columns returned differently for {batch:?}"
+        );
+        assert_eq!(
+            by_rows, by_columns,
+            "add and add_columns left different states after {batch:?}"
+        );
+    }
+    by_columns
 }
 
 /// An in-memory stand-in for the state the host keeps for one key (and window).
@@ -129,5 +191,76 @@ impl MemoryState {
             .get(map)
             .map(|entries| entries.keys().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Output, Window};
+
+    /// Counts events; its `add_columns` goes wrong in the way `WRONG` names.
+    struct Count<const WRONG: u8>;
+
+    const RIGHT: u8 = 0;
+    const COUNTS_TWICE: u8 = 1;
+    const REFUSES_EMPTY: u8 = 2;
+
+    impl<const WRONG: u8> Aggregate for Count<WRONG> {
+        fn add(state: &State, batch: &Events) -> Result<(), String> {
+            state.add_int("count", batch.len() as i64);
+            Ok(())
+        }
+        fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
+            match WRONG {
+                COUNTS_TWICE if batch.ints("n").is_some() => {
+                    state.add_int("count", 2 * batch.len() as i64);
+                }
+                REFUSES_EMPTY if batch.len() == 0 => return Err("no events".into()),
+                _ => {
+                    state.add_int("count", batch.len() as i64);
+                }
+            }
+            Ok(())
+        }
+        fn merge(_target: &State, _source: &State) -> Result<(), String> {
+            Ok(())
+        }
+        fn finish(_state: &State, _window: Window) -> Result<Output, String> {
+            Ok(Output::new())
+        }
+    }
+
+    fn batches() -> [Events; 3] {
+        [
+            Events::new(["n"]).with_row(1, [Value::Null]),
+            Events::new(["n"]).with_row(2, [1]).with_row(3, [2]),
+            Events::new(["n"]),
+        ]
+    }
+
+    #[test]
+    fn agreeing_calls_pass_and_give_the_state_reached() {
+        let start = MemoryState::new("k");
+        start.put("count", 10);
+        let reached = assert_add_columns_agrees::<Count<RIGHT>>(&start, &batches());
+        assert_eq!(reached.get("count"), Some(Value::Int(13)));
+        assert_eq!(
+            start.get("count"),
+            Some(Value::Int(10)),
+            "the start is not changed"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "add and add_columns left different states after")]
+    fn a_different_state_is_caught() {
+        assert_add_columns_agrees::<Count<COUNTS_TWICE>>(&MemoryState::new("k"), &batches());
+    }
+
+    #[test]
+    #[should_panic(expected = "add and add_columns returned differently for")]
+    fn a_different_result_is_caught() {
+        assert_add_columns_agrees::<Count<REFUSES_EMPTY>>(&MemoryState::new("k"), &batches());
     }
 }

@@ -73,7 +73,7 @@ weir_sdk::export_aggregate!(CountSum);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::testing::{MemoryState, with_columns};
+    use weir_sdk::testing::{MemoryState, assert_add_columns_agrees, with_columns};
 
     const WINDOW: Window = Window {
         start: 0,
@@ -135,19 +135,10 @@ mod tests {
             (Some(Value::from("x")), 0), // only the batch of no events is taken
         ];
         for (start, count) in starts {
-            let (by_rows, by_columns) = (MemoryState::new("u1"), MemoryState::new("u1"));
-            for memory in [&by_rows, &by_columns] {
-                start.iter().for_each(|sum| memory.put("sum", sum.clone()));
-            }
-            for batch in &batches {
-                let rows = CountSum::add(&by_rows.state(), batch);
-                let columns = with_columns(batch, |columns| {
-                    CountSum::add_columns(&by_columns.state(), columns)
-                });
-                assert_eq!(rows, columns, "{batch:?}");
-                assert_eq!(by_rows, by_columns, "{batch:?}");
-            }
-            assert_eq!(by_columns.get("count"), Some(Value::Int(count)));
+            let memory = MemoryState::new("u1");
+            start.iter().for_each(|sum| memory.put("sum", sum.clone()));
+            let reached = assert_add_columns_agrees::<CountSum>(&memory, &batches);
+            assert_eq!(reached.get("count"), Some(Value::Int(count)));
         }
         // Integer and float batches reach `add_columns` as slices: the loop above compared
         // its slice paths, not only its fallback to `add`.

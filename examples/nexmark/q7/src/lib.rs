@@ -129,7 +129,7 @@ weir_sdk::export_aggregate!(HighestBid);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_sdk::testing::{MemoryState, with_columns};
+    use weir_sdk::testing::{MemoryState, assert_add_columns_agrees, with_columns};
 
     fn bids(rows: &[[i64; 3]]) -> Events {
         rows.iter()
@@ -173,16 +173,8 @@ mod tests {
             no_bidder,
             bids(&[]),
         ];
-        let (by_rows, by_columns) = (MemoryState::new("bid"), MemoryState::new("bid"));
-        for batch in &batches {
-            let rows = HighestBid::add(&by_rows.state(), batch);
-            let columns = with_columns(batch, |columns| {
-                HighestBid::add_columns(&by_columns.state(), columns)
-            });
-            assert_eq!(rows, columns, "{batch:?}");
-            assert_eq!(by_rows, by_columns, "{batch:?}");
-        }
-        assert_eq!(by_columns.get("bidder"), Some(Value::Int(3)));
+        let reached = assert_add_columns_agrees::<HighestBid>(&MemoryState::new("bid"), &batches);
+        assert_eq!(reached.get("bidder"), Some(Value::Int(3)));
         // Integer bids reach `add_columns` as slices: the loop above compared its slice path,
         // not only its fallback to `add`.
         with_columns(&batches[0], |columns| {

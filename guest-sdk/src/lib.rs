@@ -150,8 +150,9 @@ use column_view::name_str;
 pub trait Aggregate {
     /// Adds a batch of events (of the state's key, in arrival order) to the window's state.
     ///
-    /// An error sends the whole batch to the dead-letter output with the message, so check
-    /// every event before writing to the state.
+    /// An error changes no state (the host drops what the call wrote) and is no failure of the
+    /// run: the host retries the batch's events one at a time, so the events this refuses
+    /// become dead letters with the message, and the others are added.
     fn add(state: &State<'_>, batch: &Events) -> Result<(), String>;
 
     /// Adds a batch given field by field: what the host calls. The default builds the rows

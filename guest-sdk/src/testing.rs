@@ -44,11 +44,15 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
 
 /// Checks that `A`'s [`add_columns`](Aggregate::add_columns) does exactly what its
 /// [`add`](Aggregate::add) does: from two copies of `start`, adds each of `batches` in turn to
-/// one with `add` and to the other with `add_columns` (the batch given as [`with_columns`]
-/// gives it), and panics, naming the batch, at the first whose results (`Ok` or the error) or
-/// states differ. Returns the state both reached. Give it batches that reach each path of
-/// `add_columns`: all-integer and all-float fields (slices), and the rest (mixed kinds,
-/// nulls, text, a missing field, no events), from the states it may meet.
+/// one with `add` and to the other with `add_columns` (which sees the batch as
+/// [`with_columns`] gives it, as the host sends it), and panics at the first batch whose
+/// results (`Ok` or the error) or states differ, naming the batch and the state before it.
+/// A batch both refuse alike leaves the state as it was before it, whatever either call wrote,
+/// as the host drops a failing call's writes. Returns the state both reached. Give it batches that reach each path of `add_columns`:
+/// all-integer and all-float fields (slices), and the rest (mixed kinds, nulls, text, a
+/// missing field, no events); call it once for each start state that matters (the count-sum
+/// example uses four). Values compare as [`Value`]'s `==` does: a NaN never matches itself,
+/// and `-0.0` matches `0.0`.
 ///
 /// ```
 /// use weir_sdk::testing::{MemoryState, assert_add_columns_agrees};
@@ -86,19 +90,24 @@ pub fn assert_add_columns_agrees<A: Aggregate>(
     start: &MemoryState,
     batches: &[Events],
 ) -> MemoryState {
-    let (by_rows, by_columns) = (start.clone(), start.clone());
-    for batch in batches {
+    let (mut by_rows, mut by_columns) = (start.clone(), start.clone());
+    for (i, batch) in batches.iter().enumerate() {
+        let before = by_rows.clone();
         let rows = A::add(&by_rows.state(), batch);
         let columns = with_columns(batch, |columns| {
             A::add_columns(&by_columns.state(), columns)
         });
         assert_eq!(
             rows, columns,
-            "add and add_columns returned differently for {batch:?}"
+            "add and add_columns returned differently for batch {i}, {batch:?}, from {before:?}"
         );
+        if rows.is_err() {
+            (by_rows, by_columns) = (before.clone(), before);
+            continue;
+        }
         assert_eq!(
             by_rows, by_columns,
-            "add and add_columns left different states after {batch:?}"
+            "add and add_columns left different states after batch {i}, {batch:?}, from {before:?}"
         );
     }
     by_columns
@@ -199,29 +208,43 @@ mod tests {
     use super::*;
     use crate::{Output, Window};
 
-    /// Counts events; its `add_columns` goes wrong in the way `WRONG` names.
+    /// Counts events and refuses a batch with a null, writing nothing; its `add_columns` goes
+    /// wrong in the way `WRONG` names.
     struct Count<const WRONG: u8>;
 
     const RIGHT: u8 = 0;
-    const COUNTS_TWICE: u8 = 1;
-    const REFUSES_EMPTY: u8 = 2;
+    const COUNTS_SLICES_TWICE: u8 = 1;
+    const REFUSES_WITH_ANOTHER_MESSAGE: u8 = 2;
+    const WRITES_BEFORE_REFUSING: u8 = 3;
+
+    const NULL: &str = "a null";
 
     impl<const WRONG: u8> Aggregate for Count<WRONG> {
         fn add(state: &State, batch: &Events) -> Result<(), String> {
+            let values = || batch.rows.iter().flat_map(|row| &row.values);
+            if values().any(|value| *value == Value::Null) {
+                return Err(NULL.into());
+            }
             state.add_int("count", batch.len() as i64);
             Ok(())
         }
         fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
-            match WRONG {
-                COUNTS_TWICE if batch.ints("n").is_some() => {
-                    state.add_int("count", 2 * batch.len() as i64);
+            match (WRONG, batch.ints("n")) {
+                (COUNTS_SLICES_TWICE, Some(ints)) => {
+                    state.add_int("count", 2 * ints.len() as i64);
+                    Ok(())
                 }
-                REFUSES_EMPTY if batch.len() == 0 => return Err("no events".into()),
-                _ => {
-                    state.add_int("count", batch.len() as i64);
+                (_, Some(ints)) => {
+                    state.add_int("count", ints.len() as i64);
+                    Ok(())
                 }
+                (REFUSES_WITH_ANOTHER_MESSAGE, None) => Err("another message".into()),
+                (WRITES_BEFORE_REFUSING, None) => {
+                    state.add_int("count", 1);
+                    Err(NULL.into())
+                }
+                (_, None) => Self::add(state, batch.events()),
             }
-            Ok(())
         }
         fn merge(_target: &State, _source: &State) -> Result<(), String> {
             Ok(())
@@ -231,6 +254,7 @@ mod tests {
         }
     }
 
+    /// A batch with a null (refused), two integers (a slice), and no events (an empty slice).
     fn batches() -> [Events; 3] {
         [
             Events::new(["n"]).with_row(1, [Value::Null]),
@@ -244,7 +268,7 @@ mod tests {
         let start = MemoryState::new("k");
         start.put("count", 10);
         let reached = assert_add_columns_agrees::<Count<RIGHT>>(&start, &batches());
-        assert_eq!(reached.get("count"), Some(Value::Int(13)));
+        assert_eq!(reached.get("count"), Some(Value::Int(12)));
         assert_eq!(
             start.get("count"),
             Some(Value::Int(10)),
@@ -253,14 +277,29 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "add and add_columns left different states after")]
+    #[should_panic(expected = "add and add_columns left different states after batch 1,")]
     fn a_different_state_is_caught() {
-        assert_add_columns_agrees::<Count<COUNTS_TWICE>>(&MemoryState::new("k"), &batches());
+        let start = MemoryState::new("k");
+        assert_add_columns_agrees::<Count<COUNTS_SLICES_TWICE>>(&start, &batches());
     }
 
     #[test]
-    #[should_panic(expected = "add and add_columns returned differently for")]
+    #[should_panic(expected = "add and add_columns returned differently for batch 0,")]
     fn a_different_result_is_caught() {
-        assert_add_columns_agrees::<Count<REFUSES_EMPTY>>(&MemoryState::new("k"), &batches());
+        let start = MemoryState::new("k");
+        assert_add_columns_agrees::<Count<REFUSES_WITH_ANOTHER_MESSAGE>>(&start, &batches());
+    }
+
+    /// Both calls refuse the batch alike, but one wrote first: the host drops a refused call's
+    /// writes, so they agree, and the state reached holds no such write.
+    #[test]
+    fn a_write_before_the_same_refusal_is_dropped() {
+        let start = MemoryState::new("k");
+        let reached =
+            assert_add_columns_agrees::<Count<WRITES_BEFORE_REFUSING>>(&start, &batches()[..1]);
+        assert_eq!(reached, start);
+        let reached =
+            assert_add_columns_agrees::<Count<WRITES_BEFORE_REFUSING>>(&start, &batches());
+        assert_eq!(reached.get("count"), Some(Value::Int(2)));
     }
 }

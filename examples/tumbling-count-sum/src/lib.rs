@@ -140,7 +140,7 @@ mod tests {
             let reached = assert_add_columns_agrees::<CountSum>(&memory, &batches);
             assert_eq!(reached.get("count"), Some(Value::Int(count)));
         }
-        // Integer and float batches reach `add_columns` as slices: the loop above compared
+        // Integer and float batches reach `add_columns` as slices: the checks above compared
         // its slice paths, not only its fallback to `add`.
         with_columns(&batches[0], |columns| {
             assert!(columns.ints("amount").is_some())

@@ -36,8 +36,9 @@ class Aggregate(ABC):
     @abstractmethod
     def add(self, state: State, batch: Events) -> None:
         """Adds a batch of events (of the state's key, in arrival order) to the window's
-        state. Check every event before writing: an error sends the whole batch to the
-        dead-letter output."""
+        state. An error changes no state (the host drops what the call wrote): the host
+        retries the batch's events one at a time, so the events this refuses become dead
+        letters with the message, and the others are added."""
 
     @abstractmethod
     def merge(self, target: State, source: State) -> None:

@@ -175,7 +175,7 @@ mod tests {
         ];
         let reached = assert_add_columns_agrees::<HighestBid>(&MemoryState::new("bid"), &batches);
         assert_eq!(reached.get("bidder"), Some(Value::Int(3)));
-        // Integer bids reach `add_columns` as slices: the loop above compared its slice path,
+        // Integer bids reach `add_columns` as slices: the check above compared its slice path,
         // not only its fallback to `add`.
         with_columns(&batches[0], |columns| {
             assert!(columns.ints("price").is_some())

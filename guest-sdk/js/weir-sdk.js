@@ -1226,7 +1226,8 @@ function toWitOutput(output) {
  * The `enrich` interface of an enrichment operator: export it as `enrich`.
  *
  * `operator.process(state, batch)` returns the batch's output events (start from
- * `batch.intoOutput()`); throw to send the whole batch to the dead letters.
+ * `batch.intoOutput()`); throw to refuse the batch: the host retries its events one at a time,
+ * and those refused again go to the dead letters.
  * @param {import('./weir-sdk').Enrich} operator
  * @returns {import('./weir-sdk').EnrichExport}
  */

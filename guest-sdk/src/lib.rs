@@ -217,8 +217,9 @@ pub trait Enrich {
     /// Each output event names the input row it came from ([`OutputEvent::origin`], an index
     /// into `batch.rows`); the host judges its lateness by its origin's. Start from
     /// [`Events::into_output`] to keep, drop, change or add fields to the input events one for
-    /// one. The output may have different fields from the input. An error sends the whole batch
-    /// to the dead-letter output with the message.
+    /// one. The output may have different fields from the input. An error changes no state,
+    /// and the host retries the batch's events one at a time, so only the events this refuses
+    /// go to the dead-letter output, with the message.
     fn process(state: &State<'_>, batch: Events) -> Result<OutputEvents, String>;
 }
 

@@ -45,14 +45,16 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
 /// Checks that `A`'s [`add_columns`](Aggregate::add_columns) does exactly what its
 /// [`add`](Aggregate::add) does: from two copies of `start`, adds each of `batches` in turn to
 /// one with `add` and to the other with `add_columns` (which sees the batch as
-/// [`with_columns`] gives it, as the host sends it), and panics at the first batch whose
-/// results (`Ok` or the error) or states differ, naming the batch and the state before it.
-/// A batch both refuse alike leaves the state as it was before it, whatever either call wrote,
-/// as the host drops a failing call's writes. Returns the state both reached. Give it batches that reach each path of `add_columns`:
-/// all-integer and all-float fields (slices), and the rest (mixed kinds, nulls, text, a
-/// missing field, no events); call it once for each start state that matters (the count-sum
-/// example uses four). Values compare as [`Value`]'s `==` does: a NaN never matches itself,
-/// and `-0.0` matches `0.0`.
+/// [`with_columns`] gives it, as the host sends it). A batch of several events that both
+/// refuse alike goes as in the host: what the calls wrote is dropped, and the batch's events
+/// are added one at a time, each through both. Panics at the first call whose results (`Ok`
+/// or the error) or states differ, naming the batch (and the event) and the state before it.
+/// Returns the state both reached.
+///
+/// Give it batches that reach each path of `add_columns`: all-integer and all-float fields
+/// (slices), and the rest (mixed kinds, nulls, text, a missing field, no events); call it
+/// once for each start state that matters (the count-sum example uses four). Values compare
+/// as [`Value`]'s `==` does: a NaN never matches itself, and `-0.0` matches `0.0`.
 ///
 /// ```
 /// use weir_sdk::testing::{MemoryState, assert_add_columns_agrees};
@@ -92,25 +94,51 @@ pub fn assert_add_columns_agrees<A: Aggregate>(
 ) -> MemoryState {
     let (mut by_rows, mut by_columns) = (start.clone(), start.clone());
     for (i, batch) in batches.iter().enumerate() {
-        let before = by_rows.clone();
-        let rows = A::add(&by_rows.state(), batch);
-        let columns = with_columns(batch, |columns| {
-            A::add_columns(&by_columns.state(), columns)
-        });
-        assert_eq!(
-            rows, columns,
-            "add and add_columns returned differently for batch {i}, {batch:?}, from {before:?}"
-        );
-        if rows.is_err() {
-            (by_rows, by_columns) = (before.clone(), before);
-            continue;
+        let which = format!("batch {i}");
+        let refused = add_both::<A>(&mut by_rows, &mut by_columns, batch, &which);
+        if refused && batch.len() > 1 {
+            for (e, row) in batch.rows.iter().enumerate() {
+                let one = Events {
+                    fields: batch.fields.clone(),
+                    rows: vec![row.clone()],
+                };
+                let which = format!("event {e} of batch {i}");
+                add_both::<A>(&mut by_rows, &mut by_columns, &one, &which);
+            }
         }
-        assert_eq!(
-            by_rows, by_columns,
-            "add and add_columns left different states after batch {i}, {batch:?}, from {before:?}"
-        );
     }
     by_columns
+}
+
+/// Adds `batch` to `by_rows` with `add` and to `by_columns` with `add_columns`, and panics,
+/// naming the batch as `which`, if the calls' results or the states they leave differ. A batch
+/// both refuse leaves both states as they were (the host drops a failing call's writes).
+/// Returns whether they refused it.
+#[track_caller]
+fn add_both<A: Aggregate>(
+    by_rows: &mut MemoryState,
+    by_columns: &mut MemoryState,
+    batch: &Events,
+    which: &str,
+) -> bool {
+    let before = by_rows.clone();
+    let rows = A::add(&by_rows.state(), batch);
+    let columns = with_columns(batch, |columns| {
+        A::add_columns(&by_columns.state(), columns)
+    });
+    assert_eq!(
+        rows, columns,
+        "add and add_columns returned differently for {which}, {batch:?}, from {before:?}"
+    );
+    if rows.is_err() {
+        (*by_rows, *by_columns) = (before.clone(), before);
+        return true;
+    }
+    assert_eq!(
+        by_rows, by_columns,
+        "add and add_columns left different states after {which}, {batch:?}, from {before:?}"
+    );
+    false
 }
 
 /// An in-memory stand-in for the state the host keeps for one key (and window).
@@ -208,19 +236,21 @@ mod tests {
     use super::*;
     use crate::{Output, Window};
 
-    /// Counts events and refuses a batch with a null, writing nothing; its `add_columns` goes
-    /// wrong in the way `WRONG` names.
+    /// Counts its calls in `tried` and its events in `count`, and refuses a batch with a null
+    /// (after counting the call, a write the host drops); its `add_columns` goes wrong in the
+    /// way `WRONG` names.
     struct Count<const WRONG: u8>;
 
     const RIGHT: u8 = 0;
     const COUNTS_SLICES_TWICE: u8 = 1;
     const REFUSES_WITH_ANOTHER_MESSAGE: u8 = 2;
-    const WRITES_BEFORE_REFUSING: u8 = 3;
+    const REFUSES_ONE_NULL_WITH_ANOTHER_MESSAGE: u8 = 3;
 
     const NULL: &str = "a null";
 
     impl<const WRONG: u8> Aggregate for Count<WRONG> {
         fn add(state: &State, batch: &Events) -> Result<(), String> {
+            state.add_int("tried", 1);
             let values = || batch.rows.iter().flat_map(|row| &row.values);
             if values().any(|value| *value == Value::Null) {
                 return Err(NULL.into());
@@ -230,18 +260,15 @@ mod tests {
         }
         fn add_columns(state: &State, batch: &Columns) -> Result<(), String> {
             match (WRONG, batch.ints("n")) {
-                (COUNTS_SLICES_TWICE, Some(ints)) => {
-                    state.add_int("count", 2 * ints.len() as i64);
-                    Ok(())
-                }
                 (_, Some(ints)) => {
-                    state.add_int("count", ints.len() as i64);
+                    let times = if WRONG == COUNTS_SLICES_TWICE { 2 } else { 1 };
+                    state.add_int("tried", 1);
+                    state.add_int("count", times * ints.len() as i64);
                     Ok(())
                 }
                 (REFUSES_WITH_ANOTHER_MESSAGE, None) => Err("another message".into()),
-                (WRITES_BEFORE_REFUSING, None) => {
-                    state.add_int("count", 1);
-                    Err(NULL.into())
+                (REFUSES_ONE_NULL_WITH_ANOTHER_MESSAGE, None) if batch.len() == 1 => {
+                    Err("another message".into())
                 }
                 (_, None) => Self::add(state, batch.events()),
             }
@@ -254,52 +281,54 @@ mod tests {
         }
     }
 
-    /// A batch with a null (refused), two integers (a slice), and no events (an empty slice).
+    /// Two integers (a slice), a null and an integer (refused, then added one at a time: the
+    /// null refused, the integer taken), and no events (an empty slice).
     fn batches() -> [Events; 3] {
         [
-            Events::new(["n"]).with_row(1, [Value::Null]),
-            Events::new(["n"]).with_row(2, [1]).with_row(3, [2]),
+            Events::new(["n"]).with_row(1, [1]).with_row(2, [2]),
+            Events::new(["n"])
+                .with_row(3, [Value::Null])
+                .with_row(4, [Value::Int(3)]),
             Events::new(["n"]),
         ]
     }
 
+    /// Counts reached: only the calls that took their batch, and those events, from the start.
     #[test]
-    fn agreeing_calls_pass_and_give_the_state_reached() {
+    fn agreeing_calls_pass_and_give_the_state_the_host_would_keep() {
         let start = MemoryState::new("k");
         start.put("count", 10);
         let reached = assert_add_columns_agrees::<Count<RIGHT>>(&start, &batches());
-        assert_eq!(reached.get("count"), Some(Value::Int(12)));
-        assert_eq!(
-            start.get("count"),
-            Some(Value::Int(10)),
-            "the start is not changed"
-        );
+        assert_eq!(reached.get("count"), Some(Value::Int(13)));
+        assert_eq!(reached.get("tried"), Some(Value::Int(3)));
+        assert_eq!(start.get("tried"), None, "the start is not changed");
+        let refused = assert_add_columns_agrees::<Count<RIGHT>>(&start, &batches()[1..2]);
+        assert_eq!(refused.get("count"), Some(Value::Int(11)));
+        assert_eq!(refused.get("tried"), Some(Value::Int(1)));
     }
 
     #[test]
-    #[should_panic(expected = "add and add_columns left different states after batch 1,")]
+    #[should_panic(expected = "add and add_columns left different states after batch 0,")]
     fn a_different_state_is_caught() {
         let start = MemoryState::new("k");
         assert_add_columns_agrees::<Count<COUNTS_SLICES_TWICE>>(&start, &batches());
     }
 
     #[test]
-    #[should_panic(expected = "add and add_columns returned differently for batch 0,")]
+    #[should_panic(expected = "add and add_columns returned differently for batch 1,")]
     fn a_different_result_is_caught() {
         let start = MemoryState::new("k");
         assert_add_columns_agrees::<Count<REFUSES_WITH_ANOTHER_MESSAGE>>(&start, &batches());
     }
 
-    /// Both calls refuse the batch alike, but one wrote first: the host drops a refused call's
-    /// writes, so they agree, and the state reached holds no such write.
+    /// The batch is refused alike, and its null alone is not: caught in the retry.
     #[test]
-    fn a_write_before_the_same_refusal_is_dropped() {
+    #[should_panic(expected = "add and add_columns returned differently for event 0 of batch 1,")]
+    fn a_different_result_for_one_event_of_a_refused_batch_is_caught() {
         let start = MemoryState::new("k");
-        let reached =
-            assert_add_columns_agrees::<Count<WRITES_BEFORE_REFUSING>>(&start, &batches()[..1]);
-        assert_eq!(reached, start);
-        let reached =
-            assert_add_columns_agrees::<Count<WRITES_BEFORE_REFUSING>>(&start, &batches());
-        assert_eq!(reached.get("count"), Some(Value::Int(2)));
+        assert_add_columns_agrees::<Count<REFUSES_ONE_NULL_WITH_ANOTHER_MESSAGE>>(
+            &start,
+            &batches(),
+        );
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! The component is `target/wasm32-wasip2/release/weir_example_distinct_count.wasm`. The state
 //! keeps a map `seen` from each item (text; integers in decimal) to how often it occurred, and
-//! the number of `events`. Each window's output has `distinct` and `events` (ints). A batch
-//! with an event lacking a text or integer `item` goes to the dead-letter output.
+//! the number of `events`. Each window's output has `distinct` and `events` (ints). An event
+//! lacking a text or integer `item` goes to the dead-letter output (its batch is refused, and
+//! the host retries the events one at a time).
 
 use weir_sdk::{Aggregate, Events, Output, State, Value, Window};
 

@@ -8,8 +8,9 @@
 //   target/debug/weir run examples/tumbling-count-sum/js/pipeline.toml
 //
 // Each window's output has `count` (an int) and `sum`: an int while every `amount` was an int,
-// a float once any was a float (or once an int sum overflowed). A batch with an event lacking
-// a numeric `amount` goes to the dead-letter output.
+// a float once any was a float (or once an int sum overflowed). An event lacking a numeric
+// `amount` goes to the dead-letter output (its batch is refused, and the host retries the
+// events one at a time).
 
 import { exportAggregate, OperatorError, plus, plusAll } from 'weir-sdk';
 

@@ -10,8 +10,9 @@ examples/tumbling-count-sum/python`` runs the same componentize-py command)::
     target/debug/weir run examples/tumbling-count-sum/python/pipeline.toml
 
 Each window's output has `count` (int) and `sum`: an int while every `amount` was an int, a
-float once any was a float (or an int sum left 64 bits). A batch with an event lacking a
-numeric `amount` goes to the dead-letter output.
+float once any was a float (or an int sum left 64 bits). An event lacking a numeric `amount`
+goes to the dead-letter output (its batch is refused, and the host retries the events one at a
+time).
 """
 
 import weir_sdk

@@ -13,9 +13,9 @@ Output = dict[str, Value]
 
 
 class OperatorError(Exception):
-    """An error an operator raises on purpose: the batch goes to the dead-letter output with
-    exactly `message` as its reason (any other exception's reason names its type and where it
-    was raised)."""
+    """An error an operator raises on purpose: the call's batch is refused, and the events
+    refused again one at a time go to the dead-letter output with exactly `message` as their
+    reason (any other exception's reason names its type and where it was raised)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

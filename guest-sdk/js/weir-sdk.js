@@ -975,8 +975,9 @@ const WINDOWS = Symbol.for('weir-sdk windows export');
  * The `aggregate` interface of an aggregate operator (contract 0.3's, which is 0.2's): export
  * it as `aggregate`. build.mjs exports its {@link windowsOf} beside it.
  *
- * `operator.add(state, batch)` folds a batch into the window's state (throw to reject the
- * whole batch), `merge(target, source)` folds the partial state `source` into `target`,
+ * `operator.add(state, batch)` folds a batch into the window's state (throw to refuse the
+ * batch: nothing the call wrote is kept, and the host retries its events one at a time),
+ * `merge(target, source)` folds the partial state `source` into `target`,
  * `finish(state, window)` returns the window's output (an object or a Map), and the optional
  * `migrate(state, fromVersion)` converts state written by another version.
  * @param {import('./weir-sdk').Aggregate} operator
@@ -1227,7 +1228,7 @@ function toWitOutput(output) {
  *
  * `operator.process(state, batch)` returns the batch's output events (start from
  * `batch.intoOutput()`); throw to refuse the batch: the host retries its events one at a time,
- * and those refused again go to the dead letters.
+ * and the events refused alone go to the dead letters.
  * @param {import('./weir-sdk').Enrich} operator
  * @returns {import('./weir-sdk').EnrichExport}
  */

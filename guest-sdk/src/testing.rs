@@ -51,7 +51,9 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
 /// or the error) or states differ, naming the batch (and the event) and the state before it.
 /// Returns the state both reached.
 ///
-/// Give it batches that reach each path of `add_columns`: all-integer and all-float fields
+/// Each event added alone keeps its batch's field list (the host would send only the fields
+/// that event has, unless the projection names them), and each batch goes in one call (the
+/// host calls with at most 4,096 events, and never with none). Give it batches that reach each path of `add_columns`: all-integer and all-float fields
 /// (slices), and the rest (mixed kinds, nulls, text, a missing field, no events); call it
 /// once for each start state that matters (the count-sum example uses four). Values compare
 /// as [`Value`]'s `==` does: a NaN never matches itself, and `-0.0` matches `0.0`.
@@ -245,6 +247,7 @@ mod tests {
     const COUNTS_SLICES_TWICE: u8 = 1;
     const REFUSES_WITH_ANOTHER_MESSAGE: u8 = 2;
     const REFUSES_ONE_NULL_WITH_ANOTHER_MESSAGE: u8 = 3;
+    const WRITES_OTHERWISE_BEFORE_REFUSING: u8 = 4;
 
     const NULL: &str = "a null";
 
@@ -269,6 +272,10 @@ mod tests {
                 (REFUSES_WITH_ANOTHER_MESSAGE, None) => Err("another message".into()),
                 (REFUSES_ONE_NULL_WITH_ANOTHER_MESSAGE, None) if batch.len() == 1 => {
                     Err("another message".into())
+                }
+                (WRITES_OTHERWISE_BEFORE_REFUSING, None) => {
+                    state.put("columns tried", 1);
+                    Err(NULL.into())
                 }
                 (_, None) => Self::add(state, batch.events()),
             }
@@ -330,5 +337,18 @@ mod tests {
             &start,
             &batches(),
         );
+    }
+
+    /// Both calls refuse alike, but `add_columns` wrote other things first: the host drops
+    /// both calls' writes, so they agree, and the state reached holds neither.
+    #[test]
+    fn different_writes_before_the_same_refusal_agree() {
+        let start = MemoryState::new("k");
+        let reached = assert_add_columns_agrees::<Count<WRITES_OTHERWISE_BEFORE_REFUSING>>(
+            &start,
+            &batches(),
+        );
+        assert_eq!(reached.get("columns tried"), None);
+        assert_eq!(reached.get("count"), Some(Value::Int(3)));
     }
 }

@@ -10,7 +10,8 @@
 //! The component is `target/wasm32-wasip2/release/weir_example_sliding_average.wasm`. Each
 //! window's output has `count` (int), `sum` (float) and `avg` (float, `sum / count`). The
 //! sample events carry RFC 3339 timestamps. An event lacking a numeric `value` goes to the
-//! dead-letter output (its batch is refused, and the host retries the events one at a time).
+//! dead-letter output once for each window it falls in (its batch is refused, and the host
+//! retries the events one at a time).
 
 use weir_sdk::{Aggregate, Events, Output, State, Window};
 

@@ -25,10 +25,11 @@ Build it (module ``app.py``) with::
     componentize-py -d wit/v0.3 -w aggregator componentize -p guest-sdk/python -p . app -o app.wasm
 
 Values are native Python values: ``None``, ``bool``, ``int`` (64 bits), ``float``, ``str`` and
-``bytes`` (see `weir_sdk.values`). Any exception an operator raises refuses the call's batch
-(nothing the call wrote is kept); the host retries the batch's events one at a time and sends
-those refused again to the dead-letter output: `OperatorError` with exactly its message, any
-other with its type, message and the place it was raised. `weir_sdk.testing.MemoryState`
+``bytes`` (see `weir_sdk.values`). Any exception `add` or `process` raises refuses the call's
+batch (nothing the call wrote is kept); the host retries the batch's events one at a time and
+sends each event refused alone to the dead-letter output with its own call's error:
+`OperatorError` with exactly its message, any other with its type, message and the place it
+was raised. `weir_sdk.testing.MemoryState`
 runs operators without a host.
 """
 

@@ -235,7 +235,10 @@ export function errorMessage(error: unknown): string;
 
 /** A mergeable windowed aggregation. Every call sees the state of one key and window. */
 export interface Aggregate {
-  /** Adds a batch of events to the window's state; throw to refuse it (the host retries its events one at a time). */
+  /**
+   * Adds a batch of events to the window's state; throw to refuse it (the host retries its
+   * events one at a time).
+   */
   add(state: State, batch: Events): void;
   /** Folds the partial state `source` into `target`; leave `source` unchanged. */
   merge(target: State, source: State): void;
@@ -247,7 +250,10 @@ export interface Aggregate {
 
 /** A per-key event transformer. The key's reference data is in the state's map `reference`. */
 export interface Enrich {
-  /** The output events of a batch (start from `batch.intoOutput()`); throw to refuse it (the host retries its events one at a time). */
+  /**
+   * The output events of a batch (start from `batch.intoOutput()`); throw to refuse it (the
+   * host retries its events one at a time).
+   */
   process(state: State, batch: Events): OutputEvents | Events;
 }
 

@@ -53,10 +53,11 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
 ///
 /// Each event added alone keeps its batch's field list (the host would send only the fields
 /// that event has, unless the projection names them), and each batch goes in one call (the
-/// host calls with at most 4,096 events, and never with none). Give it batches that reach each path of `add_columns`: all-integer and all-float fields
-/// (slices), and the rest (mixed kinds, nulls, text, a missing field, no events); call it
-/// once for each start state that matters (the count-sum example uses four). Values compare
-/// as [`Value`]'s `==` does: a NaN never matches itself, and `-0.0` matches `0.0`.
+/// host calls with at most 4,096 events, and never with none). Give it batches that reach
+/// each path of `add_columns`: all-integer and all-float fields (slices), and the rest (mixed
+/// kinds, nulls, text, a missing field, no events); call it once for each start state that
+/// matters (the count-sum example uses four). Values compare as [`Value`]'s `==` does: a NaN
+/// never matches itself, and `-0.0` matches `0.0`.
 ///
 /// ```
 /// use weir_sdk::testing::{MemoryState, assert_add_columns_agrees};
@@ -350,5 +351,26 @@ mod tests {
         );
         assert_eq!(reached.get("columns tried"), None);
         assert_eq!(reached.get("count"), Some(Value::Int(3)));
+    }
+
+    /// A row shorter than the batch's fields reads as nulls for the fields it lacks, and the
+    /// fields after the gap keep their own values: `x` holds a null, so it is no float slice.
+    #[test]
+    fn a_short_row_reads_as_nulls_where_it_ends() {
+        let batch = Events::new(["n", "x"])
+            .with_row(1, [Value::Int(1)])
+            .with_row(2, [Value::Int(2), Value::Float(0.5)]);
+        with_columns(&batch, |columns| {
+            assert_eq!(columns.ints("n"), Some(&[1, 2][..]));
+            assert_eq!(columns.floats("x"), None);
+            let rows: Vec<Vec<Value>> = (columns.events().rows.iter())
+                .map(|row| row.values.clone())
+                .collect();
+            let expected = [
+                vec![Value::Int(1), Value::Null],
+                vec![Value::Int(2), Value::Float(0.5)],
+            ];
+            assert_eq!(rows, expected);
+        });
     }
 }

@@ -29,8 +29,7 @@ Values are native Python values: ``None``, ``bool``, ``int`` (64 bits), ``float`
 batch (nothing the call wrote is kept); the host retries the batch's events one at a time and
 sends each event refused alone to the dead-letter output with its own call's error:
 `OperatorError` with exactly its message, any other with its type, message and the place it
-was raised. `weir_sdk.testing.MemoryState`
-runs operators without a host.
+was raised. `weir_sdk.testing.MemoryState` runs operators without a host.
 """
 
 from .events import Event, Events, OutputEvent, OutputEvents, Window

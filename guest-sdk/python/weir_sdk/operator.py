@@ -15,7 +15,8 @@ Output = dict[str, Value]
 class OperatorError(Exception):
     """An error an operator raises on purpose: the call's batch is refused, the host retries
     its events one at a time, and each event refused alone goes to the dead-letter output with
-    exactly its call's `message` as its reason (any other exception's reason names its type and where it was raised)."""
+    exactly its call's `message` as its reason (any other exception's reason names its type
+    and where it was raised)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -11,6 +11,8 @@
 //!
 //! Depends on `spec`, `event`, `field_name` and `value`.
 
+use compact_str::{CompactString, ToCompactString, format_compact};
+
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::event::Event;
 use crate::field_name::FieldName;
@@ -137,6 +139,7 @@ impl Nexmark {
             .find(|(name, _)| **name == *self.key_field)
             .map(|(_, value)| match value {
                 Value::Text(text) => text.clone(),
+                Value::Int(i) => i.to_compact_string(),
                 other => other.to_json().to_string().into(),
             })
             .unwrap_or_default();
@@ -169,8 +172,8 @@ impl Nexmark {
         vec![
             text(NexmarkKind::Auction.name()),
             int(id),
-            Value::Text(random.word(20).into()),
-            Value::Text(random.word(100).into()),
+            Value::Text(random.word(20)),
+            Value::Text(random.word(100)),
             int(initial_bid),
             int(reserve),
             Value::Int(time),
@@ -183,7 +186,7 @@ impl Nexmark {
 
 fn person(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
     let id = last_person(n) + FIRST_PERSON_ID;
-    let name = format!(
+    let name = format_compact!(
         "{} {}",
         FIRST_NAMES[random.below(FIRST_NAMES.len() as u64) as usize],
         LAST_NAMES[random.below(LAST_NAMES.len() as u64) as usize]
@@ -198,7 +201,7 @@ fn person(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
     vec![
         text(NexmarkKind::Person.name()),
         int(id),
-        Value::Text(name.into()),
+        Value::Text(name),
         Value::Text(email.into()),
         Value::Text(card.into()),
         text(city),
@@ -222,13 +225,13 @@ fn bid(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
     let (channel, url) = if random.below(HOT_CHANNEL_RATIO) > 0 {
         let hot = HOT_CHANNELS[random.below(HOT_CHANNELS.len() as u64) as usize];
         (
-            hot.to_owned(),
+            CompactString::from(hot),
             format!("https://www.nexmark.com/{hot}/item.htm?query=1"),
         )
     } else {
         let channel = random.below(CHANNELS);
         (
-            format!("channel-{channel}"),
+            format_compact!("channel-{channel}"),
             format!(
                 "https://www.nexmark.com/{}/{}/item.htm?query=1&channel_id={channel}",
                 random.word(5),
@@ -241,7 +244,7 @@ fn bid(n: u64, time: Millis, random: &mut Random) -> Vec<Value> {
         int(auction),
         int(bidder),
         int(price),
-        Value::Text(channel.into()),
+        Value::Text(channel),
         Value::Text(url.into()),
         Value::Int(time),
     ]
@@ -319,8 +322,8 @@ impl Random {
         (10f64.powf(unit * 6.0) * 100.0).round() as u64
     }
 
-    /// `len` random lowercase letters.
-    fn word(&mut self, len: usize) -> String {
+    /// `len` random lowercase letters (inside the value up to 24).
+    fn word(&mut self, len: usize) -> CompactString {
         (0..len)
             .map(|_| char::from(b'a' + self.below(26) as u8))
             .collect()

@@ -25,10 +25,13 @@ impl Deadlines {
         self.by_time.insert((at, key));
     }
 
-    /// The copy of `key` kept with its deadline, if it has one: for a caller that needs the
-    /// key shared, so that it is not made again for every event of a key already waiting.
-    pub(super) fn own_key(&self, key: &str) -> Option<Arc<str>> {
-        self.by_key.get_key_value(key).map(|(own, _)| own.clone())
+    /// `key` shared: the copy kept with its deadline if it has one (so that it is not made
+    /// again for every event of a key already waiting), else a new one.
+    pub(super) fn own_key(&self, key: &str) -> Arc<str> {
+        match self.by_key.get_key_value(key) {
+            Some((own, _)) => own.clone(),
+            None => Arc::from(key),
+        }
     }
 
     /// Sets `key`'s deadline to `at` unless it has an earlier one.
@@ -66,12 +69,15 @@ mod tests {
         let mut deadlines = Deadlines::default();
         let key: Arc<str> = Arc::from("a key longer than twenty-four bytes");
         deadlines.set(key.clone(), 10);
-        let own = deadlines
-            .own_key("a key longer than twenty-four bytes")
-            .unwrap();
+        let own = deadlines.own_key("a key longer than twenty-four bytes");
         assert!(Arc::ptr_eq(&own, &key));
-        assert!(deadlines.own_key("another key").is_none());
+        assert_eq!(&*deadlines.own_key("another key"), "another key");
         assert_eq!(deadlines.pop_through(10).as_deref(), Some(&*key));
-        assert!(deadlines.own_key(&key).is_none());
+        let made = deadlines.own_key(&key);
+        assert!(
+            !Arc::ptr_eq(&made, &key),
+            "a new copy once the deadline passed"
+        );
+        assert_eq!(made, key);
     }
 }

@@ -150,7 +150,7 @@ impl Enrichment {
         }
         let mut outputs = Vec::with_capacity(events.len());
         for text in order {
-            let key = self.expiry.own_key(text).unwrap_or_else(|| text.into());
+            let key = self.expiry.own_key(text);
             let state_key = self.state_key(&key);
             let mut scope = Scope {
                 key: key.clone(),

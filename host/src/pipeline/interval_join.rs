@@ -170,8 +170,7 @@ impl IntervalJoin {
                 });
                 continue;
             }
-            let own = self.expiry.own_key(&event.key);
-            let key = own.unwrap_or_else(|| event.key.as_str().into());
+            let key = self.expiry.own_key(&event.key);
             let state_key = Self::state_key(&key);
             let mut scope = state.take(&state_key)?;
             self.pair(&staged, side, &scope, &mut pairs)?;

@@ -1,8 +1,9 @@
 //! Cache hints: asking the CPU to fetch memory a thread will read (or drop) shortly, so that
 //! its waits on memory overlap instead of coming one after another. Events are made on the
 //! router's core, read on a shard's, and dropped back on the router's, so their first touch on
-//! each core waits on memory. A hint reads nothing into the program and never faults, whatever the address: these
-//! functions are safe to call with any pointer. On CPUs other than x86-64 they do nothing.
+//! each core waits on memory. A hint reads nothing into the program and never faults, whatever
+//! the address: these functions are safe to call with any pointer. On CPUs other than x86-64
+//! they do nothing.
 //!
 //! Depends on nothing in Weir; anything may use it.
 

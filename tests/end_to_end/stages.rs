@@ -249,13 +249,25 @@ fn a_global_aggregate_with_lateness_equals_the_model_over_one_key() {
 fn keys_of_every_length_around_the_inline_limit_give_the_model_results() {
     // Keys are kept inside the event up to 24 bytes and on the heap past that, and a
     // pre-aggregated key's bucket keys (`<key>/<bucket>`) cross the limit from 21 bytes on:
-    // plain and pre-aggregated, on one shard and several, the results are the model's.
+    // plain and pre-aggregated, on one shard and several, the results are the model's. The
+    // limits count bytes, not characters: three keys hold a two-byte `é`, one of them 24
+    // characters long in 25 bytes.
     let lengths = [1, 21, 22, 24, 25, 40];
+    let key_of = |k: usize| match k {
+        1 => format!("1é{}", "x".repeat(18)),
+        3 => format!("3{}é", "x".repeat(21)),
+        4 => format!("4{}é", "x".repeat(22)),
+        _ => format!("{k}{}", "x".repeat(lengths[k] - 1)),
+    };
+    for (k, &length) in lengths.iter().enumerate() {
+        assert_eq!(key_of(k).len(), length, "key {k} has {length} bytes");
+    }
+    assert_eq!(key_of(4).chars().count(), 24);
     let model = spec(WindowKind::Tumbling { size: 10 });
     let input: Vec<Ev> = (events(11, 600).into_iter())
         .map(|mut event| {
             let k: usize = event.key[1..].parse().expect("keys are k0 to k5");
-            event.key = format!("{k}{}", "x".repeat(lengths[k] - 1));
+            event.key = key_of(k);
             event
         })
         .collect();

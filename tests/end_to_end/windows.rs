@@ -391,3 +391,76 @@ fn files_read_in_turn_are_watermark_partitions() {
         );
     }
 }
+
+/// Events of every shape in the same windows: integer and float amounts, a text amount, none,
+/// a null one, an extra field, fields in another order, and keys whose windows hold only
+/// integers (in two orders of fields, or with an extra field) or only floats. The Wasm
+/// count-sum gets some windows' amounts from what the router took of each event (its only
+/// crossing field, beside it) and the rest from the events themselves; its results and dead
+/// letters are the native twin's, line for line, with the default fields or `fields =
+/// ["amount"]`, on one shard in one batch or on two in batches of three.
+#[test]
+fn events_of_every_shape_give_the_native_twins_results() {
+    let mut lines = vec![
+        r#"{"key":"a","ts":1,"amount":5}"#,
+        r#"{"key":"a","ts":2,"amount":2.5}"#,
+        r#"{"ts":3,"amount":7,"key":"a"}"#,
+        r#"{"key":"a","ts":4,"amount":"x"}"#,
+        r#"{"key":"a","ts":5}"#,
+        r#"{"key":"a","ts":6,"amount":1,"note":"n"}"#,
+        r#"{"key":"a","ts":8,"amount":null}"#,
+        r#"{"key":"b","ts":11,"amount":2}"#,
+        r#"{"key":"b","ts":12,"amount":"y"}"#,
+        r#"{"key":"b","ts":13,"amount":-4}"#,
+    ];
+    let uniform: Vec<String> = (0..80)
+        .map(|i| match i % 4 {
+            0 => format!(r#"{{"key":"ints","ts":{i},"amount":{}}}"#, 3 * i + 1),
+            1 => format!(r#"{{"key":"floats","ts":{i},"amount":{}.5}}"#, i - 40),
+            2 => format!(r#"{{"amount":{i},"key":"orders","ts":{i}}}"#),
+            _ => format!(r#"{{"key":"orders","ts":{i},"amount":{i},"note":"n"}}"#),
+        })
+        .collect();
+    lines.extend(uniform.iter().map(String::as_str));
+    lines.push(r#"{"key":"a","ts":100,"amount":1}"#);
+    let spec = ModelSpec {
+        window: WindowKind::Tumbling { size: 10 },
+        bound: 0,
+        lateness: 0,
+    };
+    let input = lines.join("\n") + "\n";
+    let shapes = [
+        ("", &[][..]),
+        (
+            "fields = [\"amount\"]\n",
+            &["--shards", "2", "--batch-size", "3"],
+        ),
+    ];
+    for (fields, args) in shapes {
+        let wasm = count_sum_body(&spec) + fields;
+        let module = wasm.lines().find(|l| l.starts_with("module")).unwrap();
+        let native = wasm.replace(module, "native = \"count-sum\"");
+        let runs = [&wasm, &native].map(|body| Pipeline::new(body, &input).run(args));
+        for run in &runs {
+            assert!(run.success, "{}", run.stderr);
+        }
+        let [wasm, native] = runs;
+        assert_eq!(wasm.results, native.results, "{fields} {args:?}");
+        let lines_of = |run: &crate::support::Run| -> Vec<u64> {
+            let lines = run.dead_letters.iter().map(|dead| dead["line"].as_u64());
+            lines.map(Option::unwrap).collect()
+        };
+        assert_eq!(lines_of(&wasm), lines_of(&native));
+        assert_eq!(lines_of(&wasm), [4, 5, 7, 9], "{:?}", wasm.dead_letters);
+        let sum = |key: &str, start: i64| {
+            let found = (wasm.results.iter())
+                .find(|r| r["key"] == key && r["window_start"] == start)
+                .unwrap_or_else(|| panic!("no result for {key} at {start}: {:?}", wasm.results));
+            found["value"]["sum"].clone()
+        };
+        assert_eq!(sum("ints", 20), serde_json::json!(61 + 73 + 85));
+        assert_eq!(sum("floats", 20), serde_json::json!(-19.5 - 15.5 - 11.5));
+        assert_eq!(sum("orders", 20), serde_json::json!(22 + 23 + 26 + 27));
+        assert_eq!(sum("b", 10), serde_json::json!(-2));
+    }
+}

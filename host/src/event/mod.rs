@@ -40,6 +40,33 @@ pub struct Staged {
     /// For a stage's event: the upstream window result it stands for (boxed, as it is rare on
     /// the hot path).
     pub origin: Option<Box<Origin>>,
+    /// The event's only crossing field, if the router took it (see [`Crossing`]); `None` for
+    /// every event made after the router (an enricher's, an interval join's, a stage's), so
+    /// never out of date: nothing changes an event's fields once the router has routed it.
+    pub crossing: Option<Crossing>,
+}
+
+/// An event's only crossing field (the one field of it an aggregate's calls read), when that
+/// field holds a number: its name and the number, copied by the router beside the event while
+/// the event is in the router's cache. A shard that adds the event to its window later reads
+/// these 24 bytes beside the event instead of the event's fields, which by then are in memory
+/// on another core: two cache lines, read only after the event's own line has arrived. They
+/// make every [`Staged`] 104 bytes instead of 80, taken or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossing {
+    /// The field's name.
+    pub field: FieldName,
+    /// The field's value.
+    pub number: CrossingNumber,
+}
+
+/// A number a [`Crossing`] holds: an integer or a float field's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CrossingNumber {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
 }
 
 /// The upstream window result a stage's event stands for. A later event of the same origin

@@ -21,7 +21,7 @@ pub use wasm::{
     WasmRuntime, digest_of,
 };
 
-use crate::event::Event;
+use crate::event::{Crossing, Event};
 use crate::field_name::FieldName;
 use crate::state::ScopeState;
 use crate::time::Millis;
@@ -83,7 +83,7 @@ pub trait AggregateOperator: Send {
     /// window not done is left exactly as it was, for `add` to do alone (which reports any
     /// error). An error is the host's, or a trap of the call (nothing done). The default makes
     /// no call: a native call per window costs little.
-    fn add_windows(&mut self, _windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+    fn add_windows(&mut self, _windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
         Ok(None)
     }
     /// Each window's output (as [`Self::finish`] would give it) from one call, if the operator
@@ -96,6 +96,18 @@ pub trait AggregateOperator: Send {
 
 /// What a call carrying many windows gave: each window's outcome, if a call was made.
 pub type CarriedResult<T> = Result<Option<Vec<T>>>;
+
+/// One window's part of a call carrying many windows ([`AggregateOperator::add_windows`]).
+pub struct WindowEvents<'a> {
+    /// The window's state.
+    pub scope: &'a mut Scope,
+    /// Its events, in arrival order.
+    pub events: &'a [&'a Event],
+    /// Exactly one per event, beside it: the [`Crossing`] the router took of it (`None` if it
+    /// took none); or empty, if the caller has none to give. An operator may read an event's
+    /// only crossing field from here instead of from the event.
+    pub crossings: &'a [&'a Option<Crossing>],
+}
 
 /// Code that makes aggregate instances, one per shard: a Wasm component or a native operator.
 /// Rollouts move keys between versions of it, whatever it is.

@@ -260,6 +260,42 @@ fn state_backend(resume: &Resume<'_>, budget: usize, checkpoints: bool) -> Box<d
     }
 }
 
+/// The fields the aggregate `op` of `spec` receives: those its spec names, or all but the key
+/// and the time. The operator has the key as its scope's key and the time as the event's, so
+/// those fields are not sent again; a global aggregate's scope key is a bucket and a join's is
+/// its side's field, so they are sent the key field.
+fn aggregate_projection(spec: &PipelineSpec, op: &OperatorSpec) -> Projection {
+    let all_but_key_and_time = if spec.global || spec.pre_aggregate || spec.join.is_some() {
+        Projection::except(&[&spec.timestamp_field])
+    } else {
+        Projection::except(&[&spec.key_field, &spec.timestamp_field])
+    };
+    (op.fields.as_deref()).map_or(all_but_key_and_time, Projection::only)
+}
+
+/// What the router takes of each event for the aggregate's calls ([`crate::event::Crossing`]):
+/// the aggregate's projection, if its events go from the router straight to a Wasm component's
+/// calls carrying many windows. Not with enrichers or an interval join (whose events are new
+/// ones, made on the shard), a global or pre-aggregated aggregate (whose calls go one window
+/// each), or a native one (which reads its events' fields itself); see [`crossings_for`].
+pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<Projection> {
+    crossings_for(spec, matches!(loaded.aggregate, Some(Code::Wasm(_))))
+}
+
+/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component if `wasm`. A window
+/// join's events always have two fields or more besides the time (the join's field and
+/// `side`), so the router takes crossings for one only if the aggregate names one field.
+fn crossings_for(spec: &PipelineSpec, wasm: bool) -> Option<Projection> {
+    let interval_join = (spec.join.as_ref()).is_some_and(|join| join.interval.is_some());
+    let made_on_shard = !spec.enrichers.is_empty() || interval_join;
+    if !wasm || made_on_shard || spec.global || spec.pre_aggregate {
+        return None;
+    }
+    let projection = aggregate_projection(spec, spec.aggregate.as_ref()?);
+    let one_field = matches!(&projection, Projection::Only(names) if names.len() == 1);
+    (spec.join.is_none() || one_field).then_some(projection)
+}
+
 /// Whether the pipeline checkpoints: it keeps its state in redb and has an interval (without
 /// one, as in a replay sandbox or with `checkpoint_interval = "off"`, not even at the end).
 fn checkpoints(spec: &PipelineSpec, resume: &Resume<'_>) -> bool {
@@ -278,18 +314,7 @@ fn build_aggregate(
 ) -> Result<Option<(WindowEngine, VersionedAggregate, CandidateFactory)>> {
     Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
-            // The operator has the key as its scope's key and the time as the event's, so
-            // those fields are not sent again; a global aggregate's scope key is a bucket and a
-            // join's is its side's field, so they are sent the key field.
-            let all_but_key_and_time = if spec.global || spec.pre_aggregate || spec.join.is_some() {
-                Projection::except(&[&spec.timestamp_field])
-            } else {
-                Projection::except(&[&spec.key_field, &spec.timestamp_field])
-            };
-            let projection = op
-                .fields
-                .as_deref()
-                .map_or(all_but_key_and_time, Projection::only);
+            let projection = aggregate_projection(spec, op);
             let operator: Box<dyn AggregateOperator> = match code {
                 Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
                 Code::Native(name) => native::aggregate(name).expect("load checked the name"),
@@ -566,6 +591,7 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(1))],
                 },
                 origin: None,
+                crossing: None,
             })
             .collect();
         let advances: Vec<(u64, Millis)> = (0..1_000u64).map(|i| (i, i as i64 * 1_000)).collect();
@@ -597,5 +623,48 @@ mod tests {
         // its state and its metadata (the 999 closed ones opened since the last checkpoint, so
         // none of them is stored).
         assert_eq!(window_changes_kept(&redb, true), 2);
+    }
+
+    /// The router takes crossings for a Wasm aggregate that gets its events straight from it,
+    /// with the aggregate's projection; not for a native one, nor where the events are made
+    /// again on the shard (enrichers, an interval join), the calls go a window each (a global
+    /// or pre-aggregated aggregate), or no event has one field to cross (a window join, unless
+    /// the aggregate names one).
+    #[test]
+    fn the_router_takes_crossings_only_for_events_straight_to_a_wasm_aggregate() {
+        let plain = spec("");
+        let all_but_key_and_time = Some(Projection::except(&["user", "ts"]));
+        assert_eq!(crossings_for(&plain, true), all_but_key_and_time);
+        assert_eq!(crossings_for(&plain, false), None);
+        let mut named = plain.clone();
+        named.aggregate.as_mut().unwrap().fields = Some(vec!["amount".into()]);
+        assert_eq!(
+            crossings_for(&named, true),
+            Some(Projection::only(&["amount"]))
+        );
+        let mut enriched = plain.clone();
+        enriched.enrichers.push(plain.aggregate.clone().unwrap());
+        let mut interval_join = plain.clone();
+        let side = |value: &str| crate::spec::JoinSide {
+            value: value.into(),
+            key: "user".into(),
+        };
+        interval_join.join = Some(crate::spec::JoinSpec {
+            field: "kind".into(),
+            left: side("l"),
+            right: side("r"),
+            interval: Some(crate::spec::IntervalBounds { lower: 0, upper: 1 }),
+        });
+        let mut window_join = interval_join.clone();
+        window_join.join.as_mut().unwrap().interval = None;
+        let mut one_field_joined = window_join.clone();
+        one_field_joined.aggregate = named.aggregate.clone();
+        let only_amount = Some(Projection::only(&["amount"]));
+        assert_eq!(crossings_for(&one_field_joined, true), only_amount);
+        let (mut global, mut pre_aggregated) = (plain.clone(), plain.clone());
+        (global.global, pre_aggregated.pre_aggregate) = (true, true);
+        for spec in [enriched, interval_join, window_join, global, pre_aggregated] {
+            assert_eq!(crossings_for(&spec, true), None, "{spec:?}");
+        }
     }
 }

@@ -203,6 +203,7 @@ impl Enrichment {
                 seq: origin.seq,
                 event,
                 origin: None,
+                crossing: None,
             });
         }
         // Back to arrival order; outputs of one origin keep the operator's order.

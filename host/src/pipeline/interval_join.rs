@@ -246,6 +246,7 @@ impl IntervalJoin {
                     fields,
                 },
                 origin: None,
+                crossing: None,
             });
         }
         Ok(())
@@ -330,6 +331,7 @@ mod tests {
                 ],
             },
             origin: None,
+            crossing: None,
         }
     }
 

@@ -322,6 +322,7 @@ pub fn run_controlled(
         pending_change: None,
         key_groups: options.key_groups,
         spent: &spent,
+        crossing_projection: build::router_crossings(spec, &loaded),
     };
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),

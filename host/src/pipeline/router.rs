@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use super::join::Joiner;
 use super::messages::{Part, Position, RouterPart, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
-use crate::event::Staged;
-use crate::event::{DeadLetter, Decoder};
+use crate::event::{DeadLetter, Decoder, Staged};
+use crate::operator::Projection;
 use crate::rollout::Routing;
 use crate::source::{Record, Source};
 use crate::spec::PipelineSpec;
@@ -54,6 +54,10 @@ pub(super) struct Router<'a> {
     pub key_groups: Option<super::KeyGroups>,
     /// Events the shards are done with, dropped here where they were made.
     pub spent: &'a Receiver<Vec<Staged>>,
+    /// The aggregate's projection, if the router takes each event's
+    /// [`Crossing`](crate::event::Crossing) for its calls (see
+    /// [`super::build::router_crossings`]).
+    pub crossing_projection: Option<Projection>,
 }
 
 struct Batch {
@@ -226,10 +230,13 @@ impl Router<'_> {
                         // times, into freshly zeroed pages (10 % of the router's time).
                         list.reserve(spec.batch_size.div_ceil(n).min(MAX_CARRIED_BATCH_RECORDS));
                     }
+                    let crossing = (self.crossing_projection.as_ref())
+                        .and_then(|projection| projection.sole_number(&event));
                     list.push(Staged {
                         seq,
                         event,
                         origin: None,
+                        crossing,
                     });
                 }
                 seq += 1;
@@ -723,6 +730,7 @@ mod tests {
                             withdrawn: false,
                         })
                     }),
+                    crossing: None,
                 })
                 .collect();
             assert_eq!(Arc::strong_count(&key), n.div_ceil(3) + 1);

@@ -429,6 +429,7 @@ mod tests {
                 seq,
                 event,
                 origin: None,
+                crossing: None,
             }],
             advances: Arc::new(vec![(seq, ts)]),
             early: Arc::default(),

@@ -344,6 +344,7 @@ fn as_event(
             window: emission.window,
             withdrawn: withdraws,
         })),
+        crossing: None,
     })
 }
 

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use super::{CounterBook, Routing, VersionCounters};
 use crate::event::Event;
-use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Result, Scope};
+use crate::operator::{
+    AggregateOperator, CarriedResult, OperatorError, Result, Scope, WindowEvents,
+};
 use crate::state::ScopeState;
 use crate::time::Window;
 use crate::value::{Fields, fields_to_json};
@@ -393,7 +395,7 @@ impl AggregateOperator for VersionedAggregate {
     /// (or no version did); the others are left to `add`, which migrates them first. During a
     /// rollout, none: each window goes to its version alone. A call made is counted with the
     /// events of the windows it did; a trapped one as a trap (its windows then go alone).
-    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+    fn add_windows(&mut self, windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
         if self.candidate.is_some() {
             return Ok(None);
         }
@@ -401,9 +403,13 @@ impl AggregateOperator for VersionedAggregate {
         let mut done = vec![false; windows.len()];
         let mut ready = Vec::with_capacity(windows.len());
         let mut at = Vec::with_capacity(windows.len());
-        for (i, (scope, events)) in windows.iter_mut().enumerate() {
-            if written_by_or_none(scope, &live.version) {
-                ready.push((&mut **scope, *events));
+        for (i, window) in windows.iter_mut().enumerate() {
+            if written_by_or_none(window.scope, &live.version) {
+                ready.push(WindowEvents {
+                    scope: &mut *window.scope,
+                    events: window.events,
+                    crossings: window.crossings,
+                });
                 at.push(i);
             }
         }
@@ -412,10 +418,11 @@ impl AggregateOperator for VersionedAggregate {
             return Ok(None);
         };
         let (mut events, mut windows_done) = (0, 0);
-        for ((scope, batch), (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
+        for (window, (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
             if added {
-                live.mark(scope);
-                (done[i], events, windows_done) = (true, events + batch.len(), windows_done + 1);
+                live.mark(window.scope);
+                let batch = window.events.len();
+                (done[i], events, windows_done) = (true, events + batch, windows_done + 1);
             }
         }
         live.count_carried(windows_done);

@@ -40,10 +40,16 @@ impl<'a> Arrived<'a> {
         self.first
     }
 
-    /// The events numbered `numbers`, appended to `out` in that order. Each number is looked
-    /// up in the batch of the one before it first, so a window's pending numbers (ascending,
-    /// mostly in one batch) cost a comparison each instead of a search of the batches.
+    /// The events numbered `numbers`, appended to `out` in that order.
     pub(super) fn extend_events(&self, numbers: &[usize], out: &mut Vec<&'a Event>) {
+        self.each_staged(numbers, |staged| out.push(&staged.event));
+    }
+
+    /// Calls `f` with each of the events numbered `numbers`, in that order. Each number is
+    /// looked up in the batch of the one before it first, so a window's pending numbers
+    /// (ascending, mostly in one batch) cost a comparison each instead of a search of the
+    /// batches.
+    pub(super) fn each_staged(&self, numbers: &[usize], mut f: impl FnMut(&'a Staged)) {
         let (mut first, mut batch): (usize, &'a [Staged]) = (0, &[]);
         for &number in numbers {
             let mut i = number.wrapping_sub(first);
@@ -51,7 +57,7 @@ impl<'a> Arrived<'a> {
                 (first, batch) = self.batch_of(number);
                 i = number - first;
             }
-            out.push(&batch[i].event);
+            f(&batch[i]);
         }
     }
 
@@ -94,6 +100,7 @@ mod tests {
                     fields: Vec::new(),
                 },
                 origin: None,
+                crossing: None,
             })
             .collect()
     }

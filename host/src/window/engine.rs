@@ -31,7 +31,7 @@ use super::inputs::{Input, Inputs, StoredInput};
 use super::key_map::KeyMap;
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
-use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope};
+use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope, WindowEvents};
 use crate::spec::WindowSpec;
 use crate::state::{
     Change, Namespace, ScopeState, StateBackend, StateError, StateKey, TableRow, key_group,
@@ -1629,23 +1629,34 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
-        // Every carried window's events in one list (a list per window cost an allocation
+        // Every carried window's events in one list, and their crossings in another (a list
+        // per window cost an allocation
         // each), each window's a slice of it.
         let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
         let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
         let mut all = Vec::with_capacity(events_in_all);
+        let mut crossings = Vec::with_capacity(events_in_all);
         for (window, _) in carried_windows() {
-            events.extend_events(&window.pending, &mut all);
+            events.each_staged(&window.pending, |staged| {
+                all.push(&staged.event);
+                crossings.push(&staged.crossing);
+            });
         }
-        let mut rest = &all[..];
-        let mut calls: Vec<(&mut Scope, &[&Event])> = Vec::with_capacity(run.len());
+        let (mut rest, mut rest_crossings) = (&all[..], &crossings[..]);
+        let mut calls: Vec<WindowEvents<'_>> = Vec::with_capacity(run.len());
         calls.extend(
             (run.iter_mut().zip(&carried))
                 .filter(|(_, c)| **c)
                 .map(|(w, _)| {
                     let (batch, after) = rest.split_at(w.pending.len());
-                    rest = after;
-                    (&mut w.scope, batch)
+                    let (batch_crossings, after_crossings) =
+                        rest_crossings.split_at(w.pending.len());
+                    (rest, rest_crossings) = (after, after_crossings);
+                    WindowEvents {
+                        scope: &mut w.scope,
+                        events: batch,
+                        crossings: batch_crossings,
+                    }
                 }),
         );
         let done = match calls.is_empty() {
@@ -1963,6 +1974,7 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(*amount))],
                 },
                 origin: None,
+                crossing: None,
             })
             .collect()
     }
@@ -2255,16 +2267,16 @@ mod tests {
         fn carries_windows(&self) -> bool {
             self.carries
         }
-        fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+        fn add_windows(&mut self, windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
             if !self.carries {
                 return Ok(None);
             }
             self.add_windows += 1;
             let mut done = Vec::new();
-            for (i, (scope, events)) in windows.iter_mut().enumerate() {
-                let takes = i % 2 == 0 && !refused(events);
+            for (i, window) in windows.iter_mut().enumerate() {
+                let takes = i % 2 == 0 && !refused(window.events);
                 if takes {
-                    NativeCountSum.add(scope, events)?;
+                    NativeCountSum.add(window.scope, window.events)?;
                 }
                 done.push(takes);
             }
@@ -2615,6 +2627,7 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(1))],
                 },
                 origin: None,
+                crossing: None,
             }];
             let mut cx = Context {
                 operator: &mut NativeCountSum,
@@ -2710,6 +2723,7 @@ mod tests {
                 window: Window { start: 0, end: 10 },
                 withdrawn: amount.is_none(),
             })),
+            crossing: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::field_name::FieldName;
+use crate::operator::WindowEvents;
 use bindings_v3::exports::weir::operator0_3_0::windows as wit_windows;
 use std::collections::BTreeMap;
 
@@ -97,7 +98,7 @@ impl WasmAggregate {
     /// `windows.add-windows` of a 0.3 component over `windows`; see
     /// [`AggregateOperator::add_windows`]. A window whose batch cannot cross (too wide) is left
     /// to `add`, which says why; a malformed answer leaves every window to it.
-    fn add_carried(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+    fn add_carried(&mut self, windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
         let mut done = vec![false; windows.len()];
         let (sent, call) = self.window_batches(windows);
         let added = match self.call_windows(sent.len(), |store, b| {
@@ -122,7 +123,7 @@ impl WasmAggregate {
         };
         for (&i, answer) in sent.iter().zip(answers) {
             if let Answer::Done(changes) = answer {
-                done[i] = self.keep(windows[i].0, changes).is_ok();
+                done[i] = self.keep(windows[i].scope, changes).is_ok();
             }
         }
         Ok(Some(done))
@@ -144,14 +145,15 @@ impl WasmAggregate {
     /// of them: each name once, in ascending byte order, and every list window after window.
     fn window_batches(
         &self,
-        windows: &[(&mut Scope, &[&Event])],
+        windows: &[WindowEvents<'_>],
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
-        let event_count = windows.iter().map(|(_, events)| events.len()).sum();
+        let event_count = windows.iter().map(|window| window.events.len()).sum();
         // Each window's events are fetched before the window before them is read: their
-        // headers are waited for then, their fields arrive while that window is read.
-        let warm = |window: Option<&(&mut Scope, &[&Event])>| {
-            if let Some((_, events)) = window {
-                convert::warm_window(events, self.projection.crosses_no_field());
+        // headers are waited for then, and their fields (or, for a window read from its
+        // crossings, those) arrive while that window is read.
+        let warm = |window: Option<&WindowEvents<'_>>| {
+            if let Some(window) = window {
+                window_call::warm(window.events, window.crossings, &self.projection);
             }
         };
         warm(windows.first());
@@ -175,25 +177,34 @@ impl WasmAggregate {
         let mut sent = Vec::with_capacity(windows.len());
         let mut fields = Vec::with_capacity(windows.len());
         let mut shapes = window_call::WindowShapes::default();
-        for (i, (_, events)) in windows.iter().enumerate() {
+        for (i, window) in windows.iter().enumerate() {
             warm(windows.get(i + 1));
-            let pushed = window_call::push_window(&mut call, events, &self.projection, &mut shapes);
+            let pushed = window_call::push_window(
+                &mut call,
+                window.events,
+                window.crossings,
+                &self.projection,
+                &mut shapes,
+            );
             if let Ok(window_fields) = pushed {
                 fields.push(window_fields);
                 sent.push(i);
             }
         }
         let names = index_names(sent.iter().zip(&fields).flat_map(|(&i, fields)| {
-            let values = windows[i].0.state.values.keys().map(String::as_str);
+            let values = windows[i].scope.state.values.keys().map(String::as_str);
             fields.iter().map(FieldName::as_str).chain(values)
         }));
         call.counts.reserve(sent.len());
-        let values = sent.iter().map(|&i| windows[i].0.state.values.len()).sum();
+        let values = sent
+            .iter()
+            .map(|&i| windows[i].scope.state.values.len())
+            .sum();
         call.values.reserve(values);
         call.fields
             .reserve(fields.iter().map(|names| names.len()).sum());
         for (&i, fields) in sent.iter().zip(&fields) {
-            let (scope, events) = &windows[i];
+            let WindowEvents { scope, events, .. } = &windows[i];
             call.counts.push(wit_windows::WindowCounts {
                 values: scope.state.values.len() as u32,
                 fields: fields.len() as u32,
@@ -494,7 +505,7 @@ impl AggregateOperator for WasmAggregate {
         self.carries_windows
     }
 
-    fn add_windows(&mut self, windows: &mut [(&mut Scope, &[&Event])]) -> CarriedResult<bool> {
+    fn add_windows(&mut self, windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
         match self.carries_windows {
             true => self.add_carried(windows),
             false => Ok(None),

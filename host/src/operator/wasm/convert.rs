@@ -2,9 +2,11 @@
 //! which event fields cross ([`Projection`]) and where each sits in an event ([`Shape`]), and
 //! fetching events ahead of reading them ([`warm`]). Used by the calls of
 //! [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
-//! `add-windows` calls from these), and by the state imports ([`super::scope_host`]).
+//! `add-windows` calls from these), by the state imports ([`super::scope_host`]), and by the
+//! router, which takes each event's [`Projection::sole_number`].
 
 use super::*;
+use crate::event::{Crossing, CrossingNumber};
 use crate::field_name::FieldName;
 use crate::hashing::{HashMap, HashSet};
 
@@ -36,6 +38,43 @@ impl Projection {
     pub(super) fn crosses_no_field(&self) -> bool {
         matches!(self, Projection::Only(names) if names.is_empty())
     }
+
+    /// `event`'s only crossing field, if it has exactly one and it holds a number: the one
+    /// field named by `Only` (its first occurrence, as a call reads it), or the one field
+    /// `Except` or `All` leaves (not two of one name). The router takes this while the event
+    /// is in its cache; see [`Crossing`].
+    pub fn sole_number(&self, event: &Event) -> Option<Crossing> {
+        let (field, value) = match self {
+            Projection::Only(names) => {
+                let [name] = names.as_slice() else {
+                    return None;
+                };
+                event.fields.iter().find(|(field, _)| field == name)?
+            }
+            Projection::Except(skip) => only_one(
+                event
+                    .fields
+                    .iter()
+                    .filter(|(field, _)| !skip.contains(field)),
+            )?,
+            Projection::All => only_one(event.fields.iter())?,
+        };
+        let number = match *value {
+            Value::Int(i) => CrossingNumber::Int(i),
+            Value::Float(f) => CrossingNumber::Float(f),
+            _ => return None,
+        };
+        Some(Crossing {
+            field: field.clone(),
+            number,
+        })
+    }
+}
+
+/// The only item of `items`, if it has exactly one.
+fn only_one<T>(mut items: impl Iterator<Item = T>) -> Option<T> {
+    let first = items.next()?;
+    items.next().is_none().then_some(first)
 }
 
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
@@ -278,6 +317,61 @@ mod tests {
             timestamp: 5,
             fields,
         }
+    }
+
+    /// The router takes an event's only crossing field when it holds a number: the one field
+    /// `Only` names (its first occurrence), or the one field `Except` or `All` leaves; none
+    /// for any other number of fields, a repeated name, or a value that is not a number.
+    #[test]
+    fn an_events_sole_number_is_its_only_crossing_numeric_field() {
+        let [k, t, n, x] = ["k", "t", "n", "x"].map(FieldName::new);
+        let sole = |projection: &Projection, fields: Vec<(&FieldName, Value)>| {
+            let fields = fields.into_iter().map(|(f, v)| (f.clone(), v)).collect();
+            let taken = projection.sole_number(&event(fields))?;
+            Some((taken.field.to_string(), taken.number))
+        };
+        let n_of = |number| Some(("n".to_owned(), number));
+        let except = Projection::except(&["k", "t"]);
+        let typical = || {
+            vec![
+                (&k, Value::Text("a".into())),
+                (&t, Value::Int(9)),
+                (&n, Value::Int(4)),
+            ]
+        };
+        assert_eq!(sole(&except, typical()), n_of(CrossingNumber::Int(4)));
+        assert_eq!(
+            sole(&Projection::only(&["n"]), typical()),
+            n_of(CrossingNumber::Int(4))
+        );
+        assert_eq!(sole(&Projection::only(&["t", "n"]), typical()), None);
+        assert_eq!(sole(&Projection::only::<&str>(&[]), typical()), None);
+        assert_eq!(sole(&Projection::All, typical()), None);
+        let float = vec![(&n, Value::Float(-0.5))];
+        assert_eq!(
+            sole(&Projection::All, float.clone()),
+            n_of(CrossingNumber::Float(-0.5))
+        );
+        assert_eq!(sole(&except, float), n_of(CrossingNumber::Float(-0.5)));
+        for not_a_number in [Value::Null, Value::Boolean(true), Value::Text("4".into())] {
+            assert_eq!(sole(&except, vec![(&n, not_a_number)]), None);
+        }
+        let twice = || {
+            vec![
+                (&n, Value::Int(1)),
+                (&k, Value::Int(0)),
+                (&n, Value::Int(2)),
+            ]
+        };
+        assert_eq!(sole(&except, twice()), None, "one name twice");
+        assert_eq!(
+            sole(&Projection::only(&["n"]), twice()),
+            n_of(CrossingNumber::Int(1))
+        );
+        let two = vec![(&n, Value::Int(1)), (&x, Value::Int(2))];
+        assert_eq!(sole(&except, two), None);
+        assert_eq!(sole(&except, vec![(&k, Value::Int(1))]), None, "none left");
+        assert_eq!(sole(&Projection::only(&["x"]), typical()), None, "absent");
     }
 
     /// The column-major list holds exactly the values rows hold, nulls where an event lacks a

@@ -1,6 +1,7 @@
 //! One window's part of a 0.3 `add-windows` call: its events' times, and each crossing field's
 //! values, field after field, in the list they fit (integers, floats, or values of any kind).
-//! Used by [`super::aggregate`]; depends on [`super::convert`].
+//! Used by [`super::aggregate`]; depends on [`super::convert`], `event` (the router's
+//! [`Crossing`]s) and `prefetch`.
 
 use std::rc::Rc;
 
@@ -8,6 +9,7 @@ use super::convert::{
     Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns,
 };
 use super::*;
+use crate::event::{Crossing, CrossingNumber};
 use crate::field_name::FieldName;
 use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
@@ -19,6 +21,8 @@ pub(super) struct WindowShapes<'a> {
     first: Option<&'a Event>,
     fields: Rc<[FieldName]>,
     layout: Vec<Option<usize>>,
+    /// The field of the last window read from its events' [`Crossing`]s.
+    crossed: Option<Rc<[FieldName]>>,
 }
 
 impl Default for WindowShapes<'_> {
@@ -27,6 +31,7 @@ impl Default for WindowShapes<'_> {
             first: None,
             fields: Rc::from([]),
             layout: Vec::new(),
+            crossed: None,
         }
     }
 }
@@ -53,6 +58,27 @@ impl<'a> WindowShapes<'a> {
         debug_assert!(self.first.is_none());
         Rc::clone(&self.fields)
     }
+
+    /// The one field of a window read from its events' crossings, `field`.
+    fn crossed(&mut self, field: &FieldName) -> Rc<[FieldName]> {
+        match &self.crossed {
+            Some(fields) if fields[0] == *field => Rc::clone(fields),
+            _ => Rc::clone(self.crossed.insert(Rc::from([field.clone()]))),
+        }
+    }
+}
+
+/// Asks the CPU to fetch a window's `events` ahead of [`push_window`]: only what it will read
+/// of them, their times and `crossings`, if the first came with a crossing; else as
+/// [`convert::warm_window`] does.
+pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projection: &Projection) {
+    let crossed = crossings.first().is_some_and(|c| c.is_some());
+    if crossed {
+        crossings
+            .iter()
+            .for_each(|&crossing| crate::prefetch::line(crossing));
+    }
+    convert::warm_window(events, crossed || projection.crosses_no_field());
 }
 
 /// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
@@ -61,14 +87,17 @@ impl<'a> WindowShapes<'a> {
 /// it has every name of the call. Refused like [`to_wit_columns`], with nothing added, if the
 /// window is too wide. `shapes` is the call's, kept from window to window.
 ///
-/// When every event has the first one's field names (nearly always), the values are read
-/// straight from the events while the window's events are in the cache: in one pass if the
+/// When every event came with a crossing of one field and kind (`crossings`, one per event, or
+/// none), the values are the crossings' ([`push_crossed`]), and no event's fields are read.
+/// Otherwise, when every event has the first one's field names (nearly always), the values are
+/// read straight from the events while the window's events are in the cache: in one pass if the
 /// window has at most [`NUMERIC_FIELDS`] crossing fields, each in every event and all integers
 /// or all floats ([`push_numeric`]), else a field at a time; otherwise they go through
 /// [`to_wit_columns`]'s list of values. The call is the same.
 pub(super) fn push_window<'a>(
     call: &mut WindowBatches,
     events: &[&'a Event],
+    crossings: &[&Option<Crossing>],
     projection: &Projection,
     shapes: &mut WindowShapes<'a>,
 ) -> Result<Rc<[FieldName]>> {
@@ -81,7 +110,10 @@ pub(super) fn push_window<'a>(
     let Some(&first) = events.first() else {
         return push_through_values(call, events, projection);
     };
-    // No `warm` here: the caller fetched this window's events ahead (`convert::warm_window`).
+    // No `warm` here: the caller fetched this window's events ahead (`warm`).
+    if let Some(fields) = push_crossed(call, events, crossings, projection, shapes) {
+        return Ok(fields);
+    }
     let (fields, layout) = shapes.of(first, projection);
     check_width(fields.len(), events.len())?;
     if push_numeric(call, events, layout) {
@@ -96,6 +128,83 @@ pub(super) fn push_window<'a>(
         push_straight(call, events, slot);
     }
     Ok(fields)
+}
+
+/// Adds a window whose events all came with a [`Crossing`] of one field and one kind of
+/// number (the router's copy of each event's only crossing field), as [`push_numeric`] would:
+/// the times from the events' headers, the numbers from the crossings beside them, no event's
+/// fields read. Returns the window's one field, or `None` with nothing added if an event came
+/// without a crossing, or with another field or kind of number, or the window is too wide
+/// ([`check_width`]: the path after this refuses it).
+fn push_crossed(
+    call: &mut WindowBatches,
+    events: &[&Event],
+    crossings: &[&Option<Crossing>],
+    projection: &Projection,
+    shapes: &mut WindowShapes<'_>,
+) -> Option<Rc<[FieldName]>> {
+    let first = crossings.first()?.as_ref()?;
+    if crossings.len() != events.len() || check_width(1, events.len()).is_err() {
+        return None;
+    }
+    let marks = (call.timestamps.len(), call.ints.len(), call.floats.len());
+    let kind = match first.number {
+        CrossingNumber::Int(_) => ColumnKind::Ints,
+        CrossingNumber::Float(_) => ColumnKind::Floats,
+    };
+    for (&event, &crossing) in events.iter().zip(crossings) {
+        debug_assert!(
+            crossing
+                .as_ref()
+                .is_none_or(|c| is_current(c, event, projection))
+        );
+        let pushed = match (kind, crossing) {
+            (_, Some(c)) if c.field != first.field => false,
+            (
+                ColumnKind::Ints,
+                Some(Crossing {
+                    number: CrossingNumber::Int(i),
+                    ..
+                }),
+            ) => {
+                call.ints.push(*i);
+                true
+            }
+            (
+                ColumnKind::Floats,
+                Some(Crossing {
+                    number: CrossingNumber::Float(f),
+                    ..
+                }),
+            ) => {
+                call.floats.push(*f);
+                true
+            }
+            _ => false,
+        };
+        if !pushed {
+            call.timestamps.truncate(marks.0);
+            call.ints.truncate(marks.1);
+            call.floats.truncate(marks.2);
+            return None;
+        }
+        call.timestamps.push(event.timestamp);
+    }
+    call.kinds.push(kind);
+    Some(shapes.crossed(&first.field))
+}
+
+/// Whether `crossing` is what the router would take of `event` now: a crossing that no longer
+/// matches its event's fields would send the guest values the event does not hold.
+fn is_current(crossing: &Crossing, event: &Event, projection: &Projection) -> bool {
+    projection.sole_number(event).is_some_and(|now| {
+        now.field == crossing.field
+            && match (now.number, crossing.number) {
+                (CrossingNumber::Int(a), CrossingNumber::Int(b)) => a == b,
+                (CrossingNumber::Float(a), CrossingNumber::Float(b)) => a.to_bits() == b.to_bits(),
+                _ => false,
+            }
+    })
 }
 
 /// The most crossing fields [`push_numeric`] reads in one pass (a wider window goes a field
@@ -256,6 +365,35 @@ mod tests {
         }
     }
 
+    /// An event of one field, `name`.
+    fn only(timestamp: i64, name: &FieldName, value: Value) -> Event {
+        event(timestamp, vec![(name.clone(), value)])
+    }
+
+    /// A window whose events all came with crossings of one field and kind is read from them:
+    /// its field is the crossings', and no event's names are looked at. Without its
+    /// crossings, the same window is read from its events, into the same lists.
+    #[test]
+    fn a_window_with_crossings_is_read_from_them() {
+        let c = FieldName::new("c");
+        let events = [only(1, &c, Value::Int(5)), only(2, &c, Value::Int(6))];
+        let events: Vec<&Event> = events.iter().collect();
+        let projection = Projection::except(&["k"]);
+        let taken: Vec<_> = events.iter().map(|e| projection.sole_number(e)).collect();
+        assert!(taken.iter().all(Option::is_some));
+        let taken: Vec<_> = taken.iter().collect();
+        let (mut call, mut shapes) = (empty_call(), WindowShapes::default());
+        let names = push_window(&mut call, &events, &taken, &projection, &mut shapes).unwrap();
+        assert_eq!(*names, [c.clone()]);
+        assert!(shapes.first.is_none(), "an event's names were read");
+        assert_eq!((&call.ints, &call.timestamps), (&vec![5, 6], &vec![1, 2]));
+        let mut read = empty_call();
+        let (mut shapes, none) = (WindowShapes::default(), vec![&None; 2]);
+        push_window(&mut read, &events, &none, &projection, &mut shapes).unwrap();
+        assert!(shapes.first.is_some() && shapes.crossed.is_none());
+        assert_eq!(format!("{read:?}"), format!("{call:?}"));
+    }
+
     fn empty_call() -> WindowBatches {
         WindowBatches {
             names: vec![],
@@ -315,7 +453,7 @@ mod tests {
         call.timestamps.push(99);
         call.ints.push(-1);
         let mut shapes = WindowShapes::default();
-        let names = push_window(&mut call, &events, &Projection::All, &mut shapes).unwrap();
+        let names = push_window(&mut call, &events, &[], &Projection::All, &mut shapes).unwrap();
         assert_eq!(*names, [x, y, z]);
         assert_eq!(call.timestamps, [99, 4, 2]);
         use ColumnKind::{Floats, Ints, Values};
@@ -382,10 +520,11 @@ mod tests {
         assert_eq!(format!("{call:?}"), before, "nothing added");
     }
 
-    /// Windows whose events share their names (read straight from the events) and windows
-    /// whose events do not (read through a list of values) cross the same, one after another
-    /// into one call: the same fields, times, kinds and values as the list of values gives,
-    /// with every projection. A window too wide is refused with nothing added.
+    /// Windows whose events share their names (read straight from the events), windows whose
+    /// events do not (read through a list of values) and windows read from the crossings the
+    /// router took of their events cross the same, one after another into one call: the same
+    /// fields, times, kinds and values as the list of values gives, with every projection. A
+    /// window too wide is refused with nothing added.
     #[test]
     fn windows_cross_the_same_read_straight_from_their_events() {
         let (a, b, c) = (
@@ -443,32 +582,59 @@ mod tests {
                     event(timestamp, fields.collect())
                 })
                 .collect(),
+            // One field each: read from the crossings if they are of one field and kind.
+            vec![only(30, &c, Value::Int(1)), only(31, &c, Value::Int(-2))],
+            vec![
+                only(32, &c, Value::Float(0.5)),
+                only(33, &c, Value::Float(-0.0)),
+            ],
+            vec![only(34, &c, Value::Int(1)), only(35, &c, Value::Float(1.5))],
+            vec![only(36, &c, Value::Float(2.5)), only(37, &c, Value::Int(2))],
+            vec![only(38, &c, Value::Int(1)), only(39, &a, Value::Int(2))],
+            vec![only(40, &c, Value::Int(1)), only(41, &c, Value::Null)],
+            vec![
+                only(42, &c, Value::Text("t".into())),
+                only(43, &c, Value::Int(3)),
+            ],
         ];
         let projections = [
             Projection::All,
             Projection::except(&["b"]),
             Projection::only(&["c", "a", "absent", "f39"]),
+            Projection::only(&["c"]),
             Projection::only::<&str>(&[]),
         ];
         for projection in &projections {
-            let (mut call, mut expected) = (empty_call(), empty_call());
-            let mut shapes = WindowShapes::default();
+            let (mut call, mut crossed, mut expected) = (empty_call(), empty_call(), empty_call());
+            let (mut shapes, mut crossed_shapes) =
+                (WindowShapes::default(), WindowShapes::default());
             for events in &windows {
                 let events: Vec<&Event> = events.iter().collect();
-                let names = push_window(&mut call, &events, projection, &mut shapes).unwrap();
+                let names = push_window(&mut call, &events, &[], projection, &mut shapes).unwrap();
                 call.names.extend(names.iter().map(FieldName::to_string));
+                let taken: Vec<_> = events.iter().map(|e| projection.sole_number(e)).collect();
+                let taken: Vec<_> = taken.iter().collect();
+                let names = push_window(
+                    &mut crossed,
+                    &events,
+                    &taken,
+                    projection,
+                    &mut crossed_shapes,
+                );
+                crossed
+                    .names
+                    .extend(names.unwrap().iter().map(FieldName::to_string));
                 let names = push_through_values(&mut expected, &events, projection).unwrap();
                 expected
                     .names
                     .extend(names.iter().map(FieldName::to_string));
             }
-            assert_eq!(
-                format!("{call:?}"),
-                format!("{expected:?}"),
-                "{projection:?}"
-            );
+            let expected = format!("{expected:?}");
+            assert_eq!(format!("{call:?}"), expected, "{projection:?}");
+            assert_eq!(format!("{crossed:?}"), expected, "{projection:?}");
             let times = [7, 3, 11, -4, 5, 1, 2, 8, 9, 12, 13, 20, 21, 22, 23, 24, 25];
-            assert_eq!(call.timestamps, times);
+            assert!(call.timestamps.starts_with(&times));
+            assert_eq!(call.timestamps[times.len()..], (30..44).collect::<Vec<_>>());
         }
         let wide: Vec<Event> = (0..2)
             .map(|e| {
@@ -480,14 +646,16 @@ mod tests {
         let wide: Vec<&Event> = wide.iter().cycle().take(1 << 10).collect();
         let mut call = empty_call();
         let mut shapes = WindowShapes::default();
-        assert!(push_window(&mut call, &wide, &Projection::All, &mut shapes).is_err());
+        assert!(push_window(&mut call, &wide, &[], &Projection::All, &mut shapes).is_err());
         // Narrow at first, too wide in all: refused as well, though its first event is narrow.
         let narrow = event(0, vec![(a.clone(), Value::Int(1))]);
         let widening: Vec<&Event> = [&narrow]
             .into_iter()
             .chain(wide[1..].iter().copied())
             .collect();
-        assert!(push_window(&mut call, &widening, &Projection::All, &mut shapes).is_err());
+        let crossings = vec![&None; widening.len()];
+        let all = &Projection::All;
+        assert!(push_window(&mut call, &widening, &crossings, all, &mut shapes).is_err());
         assert_eq!(
             format!("{call:?}"),
             format!("{:?}", empty_call()),

@@ -381,6 +381,8 @@ mod tests {
     fn keys_and_texts_read_the_same_inline_or_on_the_heap() {
         let word = std::mem::size_of::<usize>();
         assert_eq!(std::mem::size_of::<Event>(), 8 * word);
+        // With its arrival index, origin and the router's crossing (three words).
+        assert_eq!(std::mem::size_of::<Staged>(), 13 * word);
         for key in [1, 24, 25].map(|length| "k".repeat(length)) {
             let key = key.as_str();
             let line = format!(r#"{{"user":"{key}","ts":5,"note":"{key}"}}"#);

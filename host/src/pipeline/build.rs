@@ -282,9 +282,10 @@ pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<P
     crossings_for(spec, matches!(loaded.aggregate, Some(Code::Wasm(_))))
 }
 
-/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component if `wasm`. A window
-/// join's events always have two fields or more besides the time (the join's field and
-/// `side`), so the router takes crossings for one only if the aggregate names one field.
+/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component if `wasm`. Only where
+/// an event can have one crossing field: not if the aggregate names several fields (or none),
+/// nor for a window join unless it names one (a joined event has two fields or more besides
+/// the time: the join's field and `side`).
 fn crossings_for(spec: &PipelineSpec, wasm: bool) -> Option<Projection> {
     let interval_join = (spec.join.as_ref()).is_some_and(|join| join.interval.is_some());
     let made_on_shard = !spec.enrichers.is_empty() || interval_join;
@@ -292,8 +293,11 @@ fn crossings_for(spec: &PipelineSpec, wasm: bool) -> Option<Projection> {
         return None;
     }
     let projection = aggregate_projection(spec, spec.aggregate.as_ref()?);
-    let one_field = matches!(&projection, Projection::Only(names) if names.len() == 1);
-    (spec.join.is_none() || one_field).then_some(projection)
+    let can_be_one_field = match &projection {
+        Projection::Only(names) => names.len() == 1,
+        Projection::Except(_) | Projection::All => spec.join.is_none(),
+    };
+    can_be_one_field.then_some(projection)
 }
 
 /// Whether the pipeline checkpoints: it keeps its state in redb and has an interval (without
@@ -628,8 +632,8 @@ mod tests {
     /// The router takes crossings for a Wasm aggregate that gets its events straight from it,
     /// with the aggregate's projection; not for a native one, nor where the events are made
     /// again on the shard (enrichers, an interval join), the calls go a window each (a global
-    /// or pre-aggregated aggregate), or no event has one field to cross (a window join, unless
-    /// the aggregate names one).
+    /// or pre-aggregated aggregate), or no event can have one field to cross (a window join,
+    /// unless the aggregate names one; an aggregate that names several fields, or none).
     #[test]
     fn the_router_takes_crossings_only_for_events_straight_to_a_wasm_aggregate() {
         let plain = spec("");
@@ -661,9 +665,13 @@ mod tests {
         one_field_joined.aggregate = named.aggregate.clone();
         let only_amount = Some(Projection::only(&["amount"]));
         assert_eq!(crossings_for(&one_field_joined, true), only_amount);
+        let (mut two_fields, mut no_field) = (plain.clone(), plain.clone());
+        two_fields.aggregate.as_mut().unwrap().fields = Some(vec!["a".into(), "b".into()]);
+        no_field.aggregate.as_mut().unwrap().fields = Some(vec![]);
         let (mut global, mut pre_aggregated) = (plain.clone(), plain.clone());
         (global.global, pre_aggregated.pre_aggregate) = (true, true);
-        for spec in [enriched, interval_join, window_join, global, pre_aggregated] {
+        let never = [enriched, interval_join, window_join, global, pre_aggregated];
+        for spec in never.into_iter().chain([two_fields, no_field]) {
             assert_eq!(crossings_for(&spec, true), None, "{spec:?}");
         }
     }

@@ -147,7 +147,7 @@ fn push_crossed(
     if crossings.len() != events.len() || check_width(1, events.len()).is_err() {
         return None;
     }
-    let marks = (call.timestamps.len(), call.ints.len(), call.floats.len());
+    let marks = Marks::of(call);
     let kind = match first.number {
         CrossingNumber::Int(_) => ColumnKind::Ints,
         CrossingNumber::Float(_) => ColumnKind::Floats,
@@ -183,9 +183,7 @@ fn push_crossed(
             _ => false,
         };
         if !pushed {
-            call.timestamps.truncate(marks.0);
-            call.ints.truncate(marks.1);
-            call.floats.truncate(marks.2);
+            marks.restore(call);
             return None;
         }
         call.timestamps.push(event.timestamp);
@@ -205,6 +203,30 @@ fn is_current(crossing: &Crossing, event: &Event, projection: &Projection) -> bo
                 _ => false,
             }
     })
+}
+
+/// How long a call's lists of times, integers and floats were before a window was pushed
+/// into them, to take the window out again if it cannot be read the way it was begun.
+struct Marks {
+    timestamps: usize,
+    ints: usize,
+    floats: usize,
+}
+
+impl Marks {
+    fn of(call: &WindowBatches) -> Marks {
+        Marks {
+            timestamps: call.timestamps.len(),
+            ints: call.ints.len(),
+            floats: call.floats.len(),
+        }
+    }
+
+    fn restore(self, call: &mut WindowBatches) {
+        call.timestamps.truncate(self.timestamps);
+        call.ints.truncate(self.ints);
+        call.floats.truncate(self.floats);
+    }
 }
 
 /// The most crossing fields [`push_numeric`] reads in one pass (a wider window goes a field
@@ -243,7 +265,7 @@ fn push_numeric(call: &mut WindowBatches, events: &[&Event], layout: &[Option<us
         *end += count;
     }
     let columns = &columns[..layout.len()];
-    let marks = (call.timestamps.len(), call.ints.len(), call.floats.len());
+    let marks = Marks::of(call);
     call.ints.resize(ints, 0);
     call.floats.resize(floats, 0.0);
     call.timestamps.reserve(count);
@@ -261,9 +283,7 @@ fn push_numeric(call: &mut WindowBatches, events: &[&Event], layout: &[Option<us
                 _ => false,
             });
         if !read {
-            call.timestamps.truncate(marks.0);
-            call.ints.truncate(marks.1);
-            call.floats.truncate(marks.2);
+            marks.restore(call);
             return false;
         }
         call.timestamps.push(event.timestamp);

@@ -404,7 +404,7 @@ mod tests {
         let taken: Vec<_> = taken.iter().collect();
         let (mut call, mut shapes) = (empty_call(), WindowShapes::default());
         let names = push_window(&mut call, &events, &taken, &projection, &mut shapes).unwrap();
-        assert_eq!(*names, [c.clone()]);
+        assert_eq!(*names, [c]);
         assert!(shapes.first.is_none(), "an event's names were read");
         assert_eq!((&call.ints, &call.timestamps), (&vec![5, 6], &vec![1, 2]));
         let mut read = empty_call();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use compact_str::{CompactString, ToCompactString};
 
-use crate::field_name::FieldName;
+use crate::field_name::{FieldName, InternedName};
 use crate::time::{Millis, Window, check_timestamp, parse_timestamp, parse_timestamp_text};
 use crate::value::Value;
 
@@ -40,24 +40,44 @@ pub struct Staged {
     /// For a stage's event: the upstream window result it stands for (boxed, as it is rare on
     /// the hot path).
     pub origin: Option<Box<Origin>>,
-    /// The event's only crossing field, if the router took it (see [`Crossing`]); `None` for
-    /// every event made after the router (an enricher's, an interval join's, a stage's), so
-    /// never out of date: nothing changes an event's fields once the router has routed it.
-    pub crossing: Option<Crossing>,
 }
 
-/// An event's only crossing field (the one field of it an aggregate's calls read), when that
-/// field holds a number: its name and the number, copied by the router beside the event while
-/// the event is in the router's cache. A shard that adds the event to its window later reads
-/// these 24 bytes beside the event instead of the event's fields, which by then are in memory
-/// on another core: two cache lines, read only after the event's own line has arrived. They
-/// make every [`Staged`] 104 bytes instead of 80, taken or not.
-#[derive(Debug, Clone, PartialEq)]
+/// An event's time and its only crossing field (the one field of it an aggregate's calls
+/// read), when that field holds a number and its name is interned: taken by the router while
+/// the event is still in its core's cache, into a list beside the batch (one entry per event,
+/// `None` for an event it took none of). A shard that adds the event to its window later reads
+/// these 32 bytes, one cache line, instead of the event: its own line and then its fields', two
+/// more, read only after the first has arrived, all written on another core. Only pipelines
+/// whose router takes them have the list; nothing changes an event's fields after the router
+/// (enrichers, the interval join and stages make new events, with no list).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Crossing {
+    /// The event's time.
+    pub timestamp: Millis,
     /// The field's name.
-    pub field: FieldName,
+    pub field: InternedName,
     /// The field's value.
     pub number: CrossingNumber,
+}
+
+/// A shard's share of a batch: its events, in arrival order, and, if the router took them,
+/// their [`Crossing`]s beside them, one per event (else none at all).
+#[derive(Debug, Default)]
+pub struct Share {
+    /// The events.
+    pub events: Vec<Staged>,
+    /// Their crossings: as many as there are events, or none.
+    pub crossings: Vec<Option<Crossing>>,
+}
+
+impl From<Vec<Staged>> for Share {
+    /// Events without crossings.
+    fn from(events: Vec<Staged>) -> Share {
+        Share {
+            events,
+            crossings: Vec::new(),
+        }
+    }
 }
 
 /// A number a [`Crossing`] holds: an integer or a float field's value.
@@ -381,8 +401,9 @@ mod tests {
     fn keys_and_texts_read_the_same_inline_or_on_the_heap() {
         let word = std::mem::size_of::<usize>();
         assert_eq!(std::mem::size_of::<Event>(), 8 * word);
-        // With its arrival index, origin and the router's crossing (three words).
-        assert_eq!(std::mem::size_of::<Staged>(), 13 * word);
+        // With its arrival index and origin; the router's crossings are beside it, not in it.
+        assert_eq!(std::mem::size_of::<Staged>(), 10 * word);
+        assert_eq!(std::mem::size_of::<Option<Crossing>>(), 4 * word);
         for key in [1, 24, 25].map(|length| "k".repeat(length)) {
             let key = key.as_str();
             let line = format!(r#"{{"user":"{key}","ts":5,"note":"{key}"}}"#);

@@ -595,7 +595,6 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(1))],
                 },
                 origin: None,
-                crossing: None,
             })
             .collect();
         let advances: Vec<(u64, Millis)> = (0..1_000u64).map(|i| (i, i as i64 * 1_000)).collect();
@@ -605,7 +604,7 @@ mod tests {
             end_of_input: false,
         };
         let out = shard
-            .process(events, &timeline, false)
+            .process(events.into(), &timeline, false)
             .expect("the shard runs");
         assert_eq!(out.engine.emissions.len(), 999);
         let snapshot = shard.checkpoint().expect("a snapshot");

@@ -203,7 +203,6 @@ impl Enrichment {
                 seq: origin.seq,
                 event,
                 origin: None,
-                crossing: None,
             });
         }
         // Back to arrival order; outputs of one origin keep the operator's order.

@@ -246,7 +246,6 @@ impl IntervalJoin {
                     fields,
                 },
                 origin: None,
-                crossing: None,
             });
         }
         Ok(())
@@ -331,7 +330,6 @@ mod tests {
                 ],
             },
             origin: None,
-            crossing: None,
         }
     }
 

@@ -8,7 +8,7 @@ use super::ShardOutput;
 use super::ShardSnapshot;
 use super::control::SavepointRequest;
 use crate::event::DeadLetter;
-use crate::event::Staged;
+use crate::event::Share;
 use crate::operator::VersionCode;
 use crate::rollout::Routing;
 use crate::time::Millis;
@@ -17,7 +17,8 @@ use crate::time::Millis;
 pub(super) enum ShardMsg {
     Batch {
         id: u64,
-        events: Vec<Staged>,
+        /// This shard's events of the batch (and their crossings, if the router took them).
+        share: Share,
         advances: Arc<Vec<(u64, Millis)>>,
         /// Arrival indexes after which every changed window emits early.
         early: Arc<Vec<u64>>,

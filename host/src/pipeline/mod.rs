@@ -47,7 +47,7 @@ use crate::checkpoint::{
     CheckpointError, CheckpointStats, Committer, Manifest, fingerprint, recover,
 };
 use crate::emit::{OperatorLabel, SinkError, SinkWriter};
-use crate::event::{DEFAULT_MAX_LINE_BYTES, Staged};
+use crate::event::{DEFAULT_MAX_LINE_BYTES, Share};
 use crate::operator::{LoadError, VersionCode};
 use crate::rollout::Routing;
 use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
@@ -496,7 +496,7 @@ struct ShardThreads {
     acks: Vec<SyncSender<()>>,
     handles: Vec<ShardHandle>,
     /// The events the shards are done with, for the router to drop.
-    spent: Receiver<Vec<Staged>>,
+    spent: Receiver<Share>,
 }
 
 /// Starts a thread per shard.
@@ -505,7 +505,7 @@ fn spawn_shards(
     parts: &SyncSender<(u64, Part)>,
     control: &Arc<PipelineControl>,
 ) -> ShardThreads {
-    let (spent_tx, spent_rx) = sync_channel::<Vec<Staged>>(workers.len() * 4 + 4);
+    let (spent_tx, spent_rx) = sync_channel::<Share>(workers.len() * 4 + 4);
     let mut senders = Vec::with_capacity(workers.len());
     let mut acks = Vec::with_capacity(workers.len());
     let mut handles = Vec::with_capacity(workers.len());

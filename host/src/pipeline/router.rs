@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use super::join::Joiner;
 use super::messages::{Part, Position, RouterPart, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
-use crate::event::{DeadLetter, Decoder, Staged};
+use crate::event::{DeadLetter, Decoder, Share, Staged};
 use crate::operator::Projection;
 use crate::rollout::Routing;
 use crate::source::{Record, Source};
@@ -53,7 +53,7 @@ pub(super) struct Router<'a> {
     /// the router's own dead letters go only to the run holding key group 0.
     pub key_groups: Option<super::KeyGroups>,
     /// Events the shards are done with, dropped here where they were made.
-    pub spent: &'a Receiver<Vec<Staged>>,
+    pub spent: &'a Receiver<Share>,
     /// The aggregate's projection, if the router takes each event's
     /// [`Crossing`](crate::event::Crossing) for its calls (see
     /// [`super::build::router_crossings`]).
@@ -61,7 +61,7 @@ pub(super) struct Router<'a> {
 }
 
 struct Batch {
-    per_shard: Vec<Vec<Staged>>,
+    per_shard: Vec<Share>,
     advances: Vec<(u64, Millis)>,
     early: Vec<u64>,
     dead: Vec<DeadLetter>,
@@ -110,7 +110,7 @@ impl Router<'_> {
         let mut seq = start.events;
         let mut batch_id = 0u64;
         let mut batch = Batch {
-            per_shard: (0..n).map(|_| Vec::new()).collect(),
+            per_shard: (0..n).map(|_| Share::default()).collect(),
             advances: Vec::new(),
             early: Vec::new(),
             dead: Vec::new(),
@@ -224,19 +224,23 @@ impl Router<'_> {
                     event.key = buckets.of(&event.key, seq);
                 }
                 if let Some(shard) = self.shard_for(&event.key) {
-                    let list = &mut batch.per_shard[shard];
-                    if list.capacity() == 0 {
-                        // Sized once: grown by doubling, a large batch was copied a dozen
-                        // times, into freshly zeroed pages (10 % of the router's time).
-                        list.reserve(spec.batch_size.div_ceil(n).min(MAX_CARRIED_BATCH_RECORDS));
+                    let share = &mut batch.per_shard[shard];
+                    // Sized once: grown by doubling, a large batch was copied a dozen times,
+                    // into freshly zeroed pages (10 % of the router's time).
+                    let size = spec.batch_size.div_ceil(n).min(MAX_CARRIED_BATCH_RECORDS);
+                    if share.events.capacity() == 0 {
+                        share.events.reserve(size);
                     }
-                    let crossing = (self.crossing_projection.as_ref())
-                        .and_then(|projection| projection.sole_number(&event));
-                    list.push(Staged {
+                    if let Some(projection) = &self.crossing_projection {
+                        if share.crossings.capacity() == 0 {
+                            share.crossings.reserve(size);
+                        }
+                        share.crossings.push(projection.sole_number(&event));
+                    }
+                    share.events.push(Staged {
                         seq,
                         event,
                         origin: None,
-                        crossing,
                     });
                 }
                 seq += 1;
@@ -395,11 +399,11 @@ impl Router<'_> {
         // A send waits only while the shard's queue is full: that wait is backpressure.
         let started = Instant::now();
         for (shard, tx) in self.shards.iter().enumerate() {
-            let events = std::mem::take(&mut batch.per_shard[shard]);
+            let share = std::mem::take(&mut batch.per_shard[shard]);
             if tx
                 .send(ShardMsg::Batch {
                     id,
-                    events,
+                    share,
                     advances: advances.clone(),
                     early: early.clone(),
                     end_of_input,
@@ -430,9 +434,14 @@ impl Router<'_> {
     /// Drops the events shards are done with; their emptied lists hold the next batch's.
     fn recycle(&self, batch: &mut Batch) {
         while let Ok(mut spent) = self.spent.try_recv() {
-            drop_spent(&mut spent);
-            if let Some(empty) = (batch.per_shard.iter_mut()).find(|list| list.capacity() == 0) {
-                *empty = spent;
+            drop_spent(&mut spent.events);
+            spent.crossings.clear();
+            let mut slots = batch.per_shard.iter_mut();
+            if let Some(empty) = slots.find(|share| share.events.capacity() == 0) {
+                empty.events = spent.events;
+                if empty.crossings.capacity() == 0 {
+                    empty.crossings = spent.crossings;
+                }
             }
         }
     }
@@ -730,7 +739,6 @@ mod tests {
                             withdrawn: false,
                         })
                     }),
-                    crossing: None,
                 })
                 .collect();
             assert_eq!(Arc::strong_count(&key), n.div_ceil(3) + 1);

@@ -8,7 +8,7 @@ use super::PipelineControl;
 use super::enrichment::Enrichment;
 use super::interval_join::IntervalJoin;
 use super::messages::{Part, ShardMsg};
-use crate::event::Staged;
+use crate::event::{Share, Staged};
 use crate::operator::{Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
@@ -24,7 +24,7 @@ pub struct ShardOutput {
     pub events: Vec<Staged>,
     /// Batches the window engine is done with (this one, or earlier ones it carried), to be
     /// dropped on the router's thread (see [`run_thread`]).
-    pub spent: Vec<Vec<Staged>>,
+    pub spent: Vec<Share>,
 }
 
 /// What a shard hands to a checkpoint.
@@ -184,10 +184,14 @@ impl Shard {
     /// batches.
     pub fn process(
         &mut self,
-        mut events: Vec<Staged>,
+        share: Share,
         timeline: &Timeline<'_>,
         carry: bool,
     ) -> Result<ShardOutput, EngineError> {
+        let Share {
+            mut events,
+            mut crossings,
+        } = share;
         let (advances, end_of_input) = (timeline.advances, timeline.end_of_input);
         let mut out = ShardOutput::default();
         let start = self.watermark;
@@ -199,6 +203,9 @@ impl Shard {
                 advances[before - 1].1
             }
         };
+        if self.join.is_some() || !self.enrichers.is_empty() {
+            crossings = Vec::new(); // the events are made again, and have none
+        }
         if let Some(join) = &mut self.join {
             events = join.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;
         }
@@ -223,8 +230,9 @@ impl Shard {
                     operator,
                     state: self.state.as_mut(),
                 };
+                let share = Share { events, crossings };
                 out.spent =
-                    engine.process_carrying(events, carry, timeline, &mut cx, &mut out.engine)?;
+                    engine.process_carrying(share, carry, timeline, &mut cx, &mut out.engine)?;
             }
             None => out.events = events,
         }
@@ -247,7 +255,7 @@ pub(super) fn run_thread(
     mut shard: Shard,
     messages: &Receiver<ShardMsg>,
     parts: &SyncSender<(u64, Part)>,
-    spent: &SyncSender<Vec<Staged>>,
+    spent: &SyncSender<Share>,
     ack: &Receiver<()>,
     control: &PipelineControl,
 ) -> Result<(), EngineError> {
@@ -260,7 +268,7 @@ pub(super) fn run_thread(
         match message {
             ShardMsg::Batch {
                 id,
-                events,
+                share,
                 advances,
                 early,
                 end_of_input,
@@ -271,10 +279,10 @@ pub(super) fn run_thread(
                     early: &early,
                     end_of_input,
                 };
-                let mut output = shard.process(events, &timeline, carry)?;
-                for events in std::mem::take(&mut output.spent) {
-                    if !events.is_empty() {
-                        let _ = spent.try_send(events); // or dropped here
+                let mut output = shard.process(share, &timeline, carry)?;
+                for share in std::mem::take(&mut output.spent) {
+                    if !share.events.is_empty() {
+                        let _ = spent.try_send(share); // or dropped here
                     }
                 }
                 if parts.send((id, Part::Shard(output))).is_err() {
@@ -387,7 +395,7 @@ mod tests {
         messages: SyncSender<ShardMsg>,
         parts: Receiver<(u64, Part)>,
         ack: SyncSender<()>,
-        spent: Receiver<Vec<Staged>>,
+        spent: Receiver<Share>,
         thread: std::thread::JoinHandle<Result<(), EngineError>>,
     }
 
@@ -397,7 +405,7 @@ mod tests {
         let (messages, inbox) = sync_channel::<ShardMsg>(4);
         let (parts_tx, parts) = sync_channel::<(u64, Part)>(8);
         let (ack, acks) = sync_channel::<()>(1);
-        let (spent_tx, spent) = sync_channel::<Vec<Staged>>(spent_room);
+        let (spent_tx, spent) = sync_channel::<Share>(spent_room);
         let control = crate::pipeline::standalone_control("p");
         let thread = std::thread::spawn(move || {
             let shard = shard_on(state);
@@ -425,12 +433,11 @@ mod tests {
         };
         ShardMsg::Batch {
             id,
-            events: vec![Staged {
+            share: Share::from(vec![Staged {
                 seq,
                 event,
                 origin: None,
-                crossing: None,
-            }],
+            }]),
             advances: Arc::new(vec![(seq, ts)]),
             early: Arc::default(),
             end_of_input: false,
@@ -441,7 +448,7 @@ mod tests {
     #[test]
     fn a_shard_refuses_a_checkpoint_while_its_windows_hold_events_not_yet_added() {
         let mut shard = shard();
-        let ShardMsg::Batch { events, .. } = batch(0, 0, 5) else {
+        let ShardMsg::Batch { share, .. } = batch(0, 0, 5) else {
             unreachable!()
         };
         let timeline = Timeline {
@@ -450,15 +457,15 @@ mod tests {
             end_of_input: false,
         };
         let out = shard
-            .process(events, &timeline, true)
+            .process(share, &timeline, true)
             .expect("the shard runs");
         assert!(out.spent.is_empty(), "the window holds the batch's event");
         assert!(shard.checkpoint().is_err());
         // A batch that does not carry (the router sends one before every barrier) adds it.
         let out = shard
-            .process(Vec::new(), &timeline, false)
+            .process(Share::default(), &timeline, false)
             .expect("the shard runs");
-        let mut spent: Vec<usize> = out.spent.iter().map(Vec::len).collect();
+        let mut spent: Vec<usize> = out.spent.iter().map(|share| share.events.len()).collect();
         spent.sort_unstable();
         assert_eq!(spent, [0, 1], "both batches handed back");
         shard.checkpoint().expect("a snapshot");
@@ -467,7 +474,7 @@ mod tests {
             ..timeline
         };
         let out = shard
-            .process(Vec::new(), &end, false)
+            .process(Share::default(), &end, false)
             .expect("the shard runs");
         let result = &out.engine.emissions[0].value;
         assert!(
@@ -508,8 +515,8 @@ mod tests {
         messages.send(batch(0, 0, 5)).unwrap();
         assert!(matches!(next("the first batch"), (0, Part::Shard(_))));
         // Its events go back to be dropped where they were made; with no room, here.
-        let events = spent.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(events.len(), 1);
+        let share = spent.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(share.events.len(), 1);
         messages.send(barrier(1, None)).unwrap();
         match next("the barrier") {
             (1, Part::Snapshot(snapshot)) => {

@@ -344,7 +344,6 @@ fn as_event(
             window: emission.window,
             withdrawn: withdraws,
         })),
-        crossing: None,
     })
 }
 

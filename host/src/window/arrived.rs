@@ -1,31 +1,43 @@
 //! [`Arrived`]: the events a window engine's pending adds refer to, by number (the engine
-//! numbers its events from its first batch on): the batch being processed and the batches the
-//! engine carries over from earlier ones because some window still waits to add their events
-//! (see [`super::WindowEngine::process_carrying`]).
+//! numbers its events from its first batch on), with the router's crossings beside them if it
+//! took them: the batch being processed and the batches the engine carries over from earlier
+//! ones because some window still waits to add their events (see
+//! [`super::WindowEngine::process_carrying`]).
 //!
 //! Depends on `event` only.
 
 use std::collections::VecDeque;
 use std::ops::Index;
 
-use crate::event::{Event, Staged};
+use crate::event::{Crossing, Event, Share, Staged};
 
 /// The batches an engine carries, oldest first, each with the number of its first event.
-pub(super) type Carried = VecDeque<(usize, Vec<Staged>)>;
+pub(super) type Carried = VecDeque<(usize, Share)>;
+
+/// What an event without a crossing has beside it.
+const NO_CROSSING: &Option<Crossing> = &None;
 
 /// The carried batches and the current one, indexed by event number.
 pub(super) struct Arrived<'a> {
     carried: &'a Carried,
     current: &'a [Staged],
+    current_crossings: &'a [Option<Crossing>],
     first: usize,
 }
 
 impl<'a> Arrived<'a> {
-    /// `carried`'s batches, then `current`, whose first event is number `first`.
-    pub(super) fn new(carried: &'a Carried, current: &'a [Staged], first: usize) -> Self {
+    /// `carried`'s batches, then `current` (with `crossings`, one per event or none), whose
+    /// first event is number `first`.
+    pub(super) fn new(
+        carried: &'a Carried,
+        current: &'a [Staged],
+        crossings: &'a [Option<Crossing>],
+        first: usize,
+    ) -> Self {
         Arrived {
             carried,
             current,
+            current_crossings: crossings,
             first,
         }
     }
@@ -42,36 +54,40 @@ impl<'a> Arrived<'a> {
 
     /// The events numbered `numbers`, appended to `out` in that order.
     pub(super) fn extend_events(&self, numbers: &[usize], out: &mut Vec<&'a Event>) {
-        self.each_staged(numbers, |staged| out.push(&staged.event));
+        self.each_staged(numbers, |staged, _| out.push(&staged.event));
     }
 
-    /// Calls `f` with each of the events numbered `numbers`, in that order. Each number is
-    /// looked up in the batch of the one before it first, so a window's pending numbers
-    /// (ascending, mostly in one batch) cost a comparison each instead of a search of the
-    /// batches.
-    pub(super) fn each_staged(&self, numbers: &[usize], mut f: impl FnMut(&'a Staged)) {
-        let (mut first, mut batch): (usize, &'a [Staged]) = (0, &[]);
+    /// Calls `f` with each of the events numbered `numbers`, in that order, and the crossing
+    /// beside it (`None` if it has none). Each number is looked up in the batch of the one
+    /// before it first, so a window's pending numbers (ascending, mostly in one batch) cost a
+    /// comparison each instead of a search of the batches.
+    pub(super) fn each_staged(
+        &self,
+        numbers: &[usize],
+        mut f: impl FnMut(&'a Staged, &'a Option<Crossing>),
+    ) {
+        let (mut first, mut batch, mut crossings) = (0, &[][..], &[][..]);
         for &number in numbers {
             let mut i = number.wrapping_sub(first);
             if i >= batch.len() {
-                (first, batch) = self.batch_of(number);
+                (first, batch, crossings) = self.batch_of(number);
                 i = number - first;
             }
-            f(&batch[i]);
+            f(&batch[i], crossings.get(i).unwrap_or(NO_CROSSING));
         }
     }
 
-    /// The batch that would hold event `number`, with the number of its first event: the
-    /// current one for any number from its first on, else the carried one starting at or before
-    /// it. Panics if `number` is before every held batch (a pending add outlived its batch); a
-    /// number past a batch's end panics where the batch is indexed.
-    fn batch_of(&self, number: usize) -> (usize, &'a [Staged]) {
+    /// The batch that would hold event `number` (and its crossings), with the number of its
+    /// first event: the current one for any number from its first on, else the carried one
+    /// starting at or before it. Panics if `number` is before every held batch (a pending add
+    /// outlived its batch); a number past a batch's end panics where the batch is indexed.
+    fn batch_of(&self, number: usize) -> (usize, &'a [Staged], &'a [Option<Crossing>]) {
         if number >= self.first {
-            return (self.first, self.current);
+            return (self.first, self.current, self.current_crossings);
         }
         let after = self.carried.partition_point(|(first, _)| *first <= number);
-        let (first, events) = &self.carried[after.checked_sub(1).expect("a held event")];
-        (*first, events)
+        let (first, share) = &self.carried[after.checked_sub(1).expect("a held event")];
+        (*first, &share.events, &share.crossings)
     }
 }
 
@@ -80,7 +96,7 @@ impl Index<usize> for Arrived<'_> {
 
     /// Event `number`; panics if no batch held holds it (a pending add outlived its batch).
     fn index(&self, number: usize) -> &Staged {
-        let (first, batch) = self.batch_of(number);
+        let (first, batch, _) = self.batch_of(number);
         &batch[number - first]
     }
 }
@@ -100,25 +116,24 @@ mod tests {
                     fields: Vec::new(),
                 },
                 origin: None,
-                crossing: None,
             })
             .collect()
     }
 
     #[test]
     fn events_are_found_by_number_in_carried_batches_and_the_current_one() {
-        let carried: Carried = [(10, batch(0..3)), (13, batch(3..4))].into();
+        let carried: Carried = [(10, batch(0..3).into()), (13, batch(3..4).into())].into();
         let current = batch(4..6);
-        let arrived = Arrived::new(&carried, &current, 14);
+        let arrived = Arrived::new(&carried, &current, &[], 14);
         let lines: Vec<u64> = (10..16).map(|n| arrived[n].event.line).collect();
         assert_eq!(lines, [0, 1, 2, 3, 4, 5]);
     }
 
     #[test]
     fn events_listed_by_number_come_from_whichever_batch_holds_each() {
-        let carried: Carried = [(10, batch(0..3)), (13, batch(3..4))].into();
+        let carried: Carried = [(10, batch(0..3).into()), (13, batch(3..4).into())].into();
         let current = batch(4..6);
-        let arrived = Arrived::new(&carried, &current, 14);
+        let arrived = Arrived::new(&carried, &current, &[], 14);
         let mut events = Vec::new();
         // Ascending across batches, then back into an earlier batch and out again.
         arrived.extend_events(&[10, 12, 13, 14, 15, 11, 15, 13], &mut events);
@@ -129,8 +144,8 @@ mod tests {
     #[test]
     #[should_panic(expected = "a held event")]
     fn a_number_before_every_held_batch_is_a_bug_not_a_wrong_event() {
-        let carried: Carried = [(10, batch(0..3))].into();
+        let carried: Carried = [(10, batch(0..3).into())].into();
         let current = batch(3..4);
-        Arrived::new(&carried, &current, 13).extend_events(&[12, 9], &mut Vec::new());
+        Arrived::new(&carried, &current, &[], 13).extend_events(&[12, 9], &mut Vec::new());
     }
 }

@@ -30,7 +30,7 @@ use super::assign::assign;
 use super::inputs::{Input, Inputs, StoredInput};
 use super::key_map::KeyMap;
 use super::slab::{Slab, WindowId};
-use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
+use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope, WindowEvents};
 use crate::spec::WindowSpec;
 use crate::state::{
@@ -599,7 +599,7 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let carried = std::mem::take(&mut self.carried);
-        let arrived = Arrived::new(&carried, events, self.received);
+        let arrived = Arrived::new(&carried, events, &[], self.received);
         self.received += events.len();
         self.run(&arrived, timeline, cx, out)?;
         self.flush_all(&arrived, cx, out)
@@ -615,16 +615,16 @@ impl WindowEngine {
     /// stage's engine never carries. Returns the batches the engine no longer holds.
     pub fn process_carrying(
         &mut self,
-        events: Vec<Staged>,
+        share: Share,
         carry: bool,
         timeline: &Timeline<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
-    ) -> Result<Vec<Vec<Staged>>> {
+    ) -> Result<Vec<Share>> {
         let mut carried = std::mem::take(&mut self.carried);
         let first = self.received;
-        self.received += events.len();
-        let arrived = Arrived::new(&carried, &events, first);
+        self.received += share.events.len();
+        let arrived = Arrived::new(&carried, &share.events, &share.crossings, first);
         let ran = self.run(&arrived, timeline, cx, out).and_then(|()| {
             if !carry || self.keeps_inputs {
                 return self.flush_all(&arrived, cx, out);
@@ -639,9 +639,9 @@ impl WindowEngine {
         });
         // An empty share of a batch (all of it another shard's keys) is nothing to hold.
         let mut released = Vec::new();
-        match events.is_empty() {
-            true => released.push(events),
-            false => carried.push_back((first, events)),
+        match share.events.is_empty() {
+            true => released.push(share),
+            false => carried.push_back((first, share)),
         }
         if let Err(error) = ran {
             // Pending numbers still point into these batches: they stay (the shard stops).
@@ -650,7 +650,7 @@ impl WindowEngine {
         }
         let oldest = self.settle_dirty();
         while let Some((number, batch)) = carried.front()
-            && oldest.is_none_or(|oldest| number + batch.len() <= oldest)
+            && oldest.is_none_or(|oldest| number + batch.events.len() <= oldest)
         {
             released.extend(carried.pop_front().map(|(_, batch)| batch));
         }
@@ -1637,9 +1637,9 @@ impl WindowEngine {
         let mut all = Vec::with_capacity(events_in_all);
         let mut crossings = Vec::with_capacity(events_in_all);
         for (window, _) in carried_windows() {
-            events.each_staged(&window.pending, |staged| {
+            events.each_staged(&window.pending, |staged, crossing| {
                 all.push(&staged.event);
-                crossings.push(&staged.crossing);
+                crossings.push(crossing);
             });
         }
         let (mut rest, mut rest_crossings) = (&all[..], &crossings[..]);
@@ -1974,7 +1974,6 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(*amount))],
                 },
                 origin: None,
-                crossing: None,
             })
             .collect()
     }
@@ -2194,14 +2193,17 @@ mod tests {
             let end = end && n + 1 == batches.len();
             let released = engine
                 .process_carrying(
-                    batch.to_vec(),
+                    batch.to_vec().into(),
                     carry(n),
                     &timeline(&advances, end),
                     &mut cx,
                     &mut seen.out,
                 )
                 .expect("the engine runs");
-            seen.released += released.iter().map(Vec::len).sum::<usize>();
+            seen.released += released
+                .iter()
+                .map(|share| share.events.len())
+                .sum::<usize>();
             seen.most_held = seen.most_held.max(engine.carried.len());
         }
         seen.holds = engine.holds_events();
@@ -2407,11 +2409,12 @@ mod tests {
         let mut out = EngineOutput::default();
         let none = timeline(&[], false);
         let one = staged(&[("a", 1, 1)]);
-        let released = (engine.process_carrying(one, true, &none, &mut cx, &mut out))
+        let released = (engine.process_carrying(one.into(), true, &none, &mut cx, &mut out))
             .expect("the engine runs");
         assert!(released.is_empty(), "the window holds its event");
         for _ in 0..MAX_HELD_BATCHES * 2 {
-            let released = (engine.process_carrying(Vec::new(), true, &none, &mut cx, &mut out))
+            let empty = Share::default();
+            let released = (engine.process_carrying(empty, true, &none, &mut cx, &mut out))
                 .expect("the engine runs");
             assert_eq!(released.len(), 1, "the empty list comes back");
         }
@@ -2627,7 +2630,6 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(1))],
                 },
                 origin: None,
-                crossing: None,
             }];
             let mut cx = Context {
                 operator: &mut NativeCountSum,
@@ -2723,7 +2725,6 @@ mod tests {
                 window: Window { start: 0, end: 10 },
                 withdrawn: amount.is_none(),
             })),
-            crossing: None,
         }
     }
 

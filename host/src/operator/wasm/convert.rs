@@ -39,10 +39,11 @@ impl Projection {
         matches!(self, Projection::Only(names) if names.is_empty())
     }
 
-    /// `event`'s only crossing field, if it has exactly one and it holds a number: the one
-    /// field named by `Only` (its first occurrence, as a call reads it), or the one field
-    /// `Except` or `All` leaves (not two of one name). The router takes this while the event
-    /// is in its cache; see [`Crossing`].
+    /// `event`'s time and only crossing field, if it has exactly one, its name is interned and
+    /// it holds a number: the one field named by `Only` (its first occurrence, as a call reads
+    /// it), or the one field `Except` or `All` leaves (not two of one name). The router takes
+    /// this while the event is in its cache; see [`Crossing`].
+    #[inline]
     pub fn sole_number(&self, event: &Event) -> Option<Crossing> {
         let (field, value) = match self {
             Projection::Only(names) => {
@@ -65,7 +66,8 @@ impl Projection {
             _ => return None,
         };
         Some(Crossing {
-            field: field.clone(),
+            timestamp: event.timestamp,
+            field: field.interned()?,
             number,
         })
     }
@@ -328,7 +330,8 @@ mod tests {
         let sole = |projection: &Projection, fields: Vec<(&FieldName, Value)>| {
             let fields = fields.into_iter().map(|(f, v)| (f.clone(), v)).collect();
             let taken = projection.sole_number(&event(fields))?;
-            Some((taken.field.to_string(), taken.number))
+            assert_eq!(taken.timestamp, 5, "the event's time");
+            Some((taken.field.as_str().to_owned(), taken.number))
         };
         let n_of = |number| Some(("n".to_owned(), number));
         let except = Projection::except(&["k", "t"]);
@@ -372,6 +375,12 @@ mod tests {
         assert_eq!(sole(&except, two), None);
         assert_eq!(sole(&except, vec![(&k, Value::Int(1))]), None, "none left");
         assert_eq!(sole(&Projection::only(&["x"]), typical()), None, "absent");
+        let long = FieldName::new(&"n".repeat(crate::field_name::MAX_INTERNED_LEN + 1));
+        assert_eq!(
+            sole(&Projection::All, vec![(&long, Value::Int(1))]),
+            None,
+            "not interned"
+        );
     }
 
     /// The column-major list holds exactly the values rows hold, nulls where an event lacks a

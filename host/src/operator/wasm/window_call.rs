@@ -10,7 +10,7 @@ use super::convert::{
 };
 use super::*;
 use crate::event::{Crossing, CrossingNumber};
-use crate::field_name::FieldName;
+use crate::field_name::{FieldName, InternedName};
 use bindings_v3::exports::weir::operator0_3_0::windows::{ColumnKind, WindowBatches};
 
 /// The crossing fields of a call's windows and where each sits in their events, worked out
@@ -60,25 +60,22 @@ impl<'a> WindowShapes<'a> {
     }
 
     /// The one field of a window read from its events' crossings, `field`.
-    fn crossed(&mut self, field: &FieldName) -> Rc<[FieldName]> {
+    fn crossed(&mut self, field: InternedName) -> Rc<[FieldName]> {
         match &self.crossed {
-            Some(fields) if fields[0] == *field => Rc::clone(fields),
-            _ => Rc::clone(self.crossed.insert(Rc::from([field.clone()]))),
+            Some(fields) if fields[0].interned() == Some(field) => Rc::clone(fields),
+            _ => Rc::clone(self.crossed.insert(Rc::from([FieldName::from(field)]))),
         }
     }
 }
 
-/// Asks the CPU to fetch a window's `events` ahead of [`push_window`]: only what it will read
-/// of them, their times and `crossings`, if the first came with a crossing; else as
+/// Asks the CPU to fetch a window's `events` ahead of [`push_window`]: only their `crossings`
+/// (which hold their times too), if the first came with one; else as
 /// [`convert::warm_window`] does.
 pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projection: &Projection) {
-    let crossed = crossings.first().is_some_and(|c| c.is_some());
-    if crossed {
-        crossings
-            .iter()
-            .for_each(|&crossing| crate::prefetch::line(crossing));
+    match crossings.first().is_some_and(|c| c.is_some()) {
+        true => (crossings.iter()).for_each(|&crossing| crate::prefetch::line(crossing)),
+        false => convert::warm_window(events, projection.crosses_no_field()),
     }
-    convert::warm_window(events, crossed || projection.crosses_no_field());
 }
 
 /// Adds one window's events to `call`: their times to `call.timestamps` and each crossing
@@ -131,9 +128,8 @@ pub(super) fn push_window<'a>(
 }
 
 /// Adds a window whose events all came with a [`Crossing`] of one field and one kind of
-/// number (the router's copy of each event's only crossing field), as [`push_numeric`] would:
-/// the times from the events' headers, the numbers from the crossings beside them, no event's
-/// fields read. Returns the window's one field, or `None` with nothing added if an event came
+/// number (the router's copy of each event's time and only crossing field), as
+/// [`push_numeric`] would: the times and the numbers from the crossings, the events unread. Returns the window's one field, or `None` with nothing added if an event came
 /// without a crossing, or with another field or kind of number, or the window is too wide
 /// ([`check_width`]: the path after this refuses it).
 fn push_crossed(
@@ -153,50 +149,27 @@ fn push_crossed(
         CrossingNumber::Float(_) => ColumnKind::Floats,
     };
     for (&event, &crossing) in events.iter().zip(crossings) {
-        debug_assert!(
-            crossing
-                .as_ref()
-                .is_none_or(|c| is_current(c, event, projection))
-        );
-        let pushed = match (kind, crossing) {
-            (_, Some(c)) if c.field != first.field => false,
-            (
-                ColumnKind::Ints,
-                Some(Crossing {
-                    number: CrossingNumber::Int(i),
-                    ..
-                }),
-            ) => {
-                call.ints.push(*i);
-                true
+        debug_assert!(crossing.is_none_or(|c| is_current(&c, event, projection)));
+        let number = crossing.filter(|c| c.field == first.field);
+        match (kind, number.map(|c| c.number)) {
+            (ColumnKind::Ints, Some(CrossingNumber::Int(i))) => call.ints.push(i),
+            (ColumnKind::Floats, Some(CrossingNumber::Float(f))) => call.floats.push(f),
+            _ => {
+                marks.restore(call);
+                return None;
             }
-            (
-                ColumnKind::Floats,
-                Some(Crossing {
-                    number: CrossingNumber::Float(f),
-                    ..
-                }),
-            ) => {
-                call.floats.push(*f);
-                true
-            }
-            _ => false,
-        };
-        if !pushed {
-            marks.restore(call);
-            return None;
         }
-        call.timestamps.push(event.timestamp);
+        call.timestamps.extend(number.map(|c| c.timestamp));
     }
     call.kinds.push(kind);
-    Some(shapes.crossed(&first.field))
+    Some(shapes.crossed(first.field))
 }
 
 /// Whether `crossing` is what the router would take of `event` now: a crossing that no longer
 /// matches its event's fields would send the guest values the event does not hold.
 fn is_current(crossing: &Crossing, event: &Event, projection: &Projection) -> bool {
     projection.sole_number(event).is_some_and(|now| {
-        now.field == crossing.field
+        (now.timestamp, now.field) == (crossing.timestamp, crossing.field)
             && match (now.number, crossing.number) {
                 (CrossingNumber::Int(a), CrossingNumber::Int(b)) => a == b,
                 (CrossingNumber::Float(a), CrossingNumber::Float(b)) => a.to_bits() == b.to_bits(),

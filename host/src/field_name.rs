@@ -161,8 +161,8 @@ fn intern(table: &RwLock<HashSet<Leaked>>, bound: usize, text: &str) -> FieldNam
 }
 
 /// An interned name as a plain word to copy: nothing to count or drop, and equal only to
-/// itself (a text is interned once, at one address). [`FieldName::interned`] gives one; a name
-/// past the table's bounds has none.
+/// itself (the process's table interns a text once, at one address, and never drops it).
+/// [`FieldName::interned`] gives one; a name past the table's bounds has none.
 #[derive(Clone, Copy)]
 #[allow(clippy::borrowed_box)] // a thin address, see `Tagged`
 pub struct InternedName(&'static Box<str>);
@@ -201,8 +201,8 @@ impl FieldName {
         if self.0.is_shared() {
             return None;
         }
-        // SAFETY: an untagged address is that of a leaked `Box<str>` (see `Tagged`), which
-        // lives for the rest of the process.
+        // SAFETY: an address is untagged only if made by `Tagged::interned`, whose argument is
+        // a `&'static Box<str>` (a leaked one), which lives for the rest of the process.
         Some(InternedName(unsafe { &*self.0.text() }))
     }
 }

@@ -403,7 +403,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Event>(), 8 * word);
         // With its arrival index and origin; the router's crossings are beside it, not in it.
         assert_eq!(std::mem::size_of::<Staged>(), 10 * word);
-        assert_eq!(std::mem::size_of::<Option<Crossing>>(), 4 * word);
+        assert_eq!(std::mem::size_of::<Option<Crossing>>(), 32);
         for key in [1, 24, 25].map(|length| "k".repeat(length)) {
             let key = key.as_str();
             let line = format!(r#"{{"user":"{key}","ts":5,"note":"{key}"}}"#);

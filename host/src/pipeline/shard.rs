@@ -204,7 +204,9 @@ impl Shard {
             }
         };
         if self.join.is_some() || !self.enrichers.is_empty() {
-            crossings = Vec::new(); // the events are made again, and have none
+            // The events are made again, with none; the router takes none for such a shard.
+            debug_assert!(crossings.is_empty());
+            crossings = Vec::new();
         }
         if let Some(join) = &mut self.join {
             events = join.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;

@@ -141,6 +141,42 @@ mod tests {
         assert_eq!(lines, [0, 2, 3, 4, 5, 1, 5, 3]);
     }
 
+    /// Each event comes with the crossing beside it in its own batch, across carried batches
+    /// and the current one; a batch without crossings gives none.
+    #[test]
+    fn each_event_comes_with_the_crossing_beside_it() {
+        let crossing = |line: u64| {
+            Some(Crossing {
+                timestamp: line as i64,
+                field: crate::field_name::FieldName::new("n").interned().unwrap(),
+                number: crate::event::CrossingNumber::Int(line as i64 * 10),
+            })
+        };
+        let with_crossings = |lines: std::ops::Range<u64>| Share {
+            events: batch(lines.clone()),
+            crossings: lines
+                .map(|line| (line % 2 == 0).then(|| crossing(line)).flatten())
+                .collect(),
+        };
+        let carried: Carried = [(10, with_crossings(0..3)), (13, batch(3..4).into())].into();
+        let current = with_crossings(4..6);
+        let arrived = Arrived::new(&carried, &current.events, &current.crossings, 14);
+        let mut seen = Vec::new();
+        arrived.each_staged(&[10, 11, 12, 13, 14, 15, 12], |staged, crossing| {
+            seen.push((staged.event.line, crossing.map(|c| c.timestamp)));
+        });
+        let expected = [
+            (0, Some(0)),
+            (1, None),
+            (2, Some(2)),
+            (3, None),
+            (4, Some(4)),
+            (5, None),
+        ];
+        assert_eq!(seen[..6], expected);
+        assert_eq!(seen[6], (2, Some(2)), "back into a carried batch");
+    }
+
     #[test]
     #[should_panic(expected = "a held event")]
     fn a_number_before_every_held_batch_is_a_bug_not_a_wrong_event() {

@@ -615,12 +615,19 @@ impl WindowEngine {
     /// stage's engine never carries. Returns the batches the engine no longer holds.
     pub fn process_carrying(
         &mut self,
-        share: Share,
+        mut share: Share,
         carry: bool,
         timeline: &Timeline<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<Vec<Share>> {
+        // Crossings are one per event or none: a list of another length would pair them with
+        // the wrong events (the router makes none such; if it did, the events are read).
+        let paired = share.crossings.is_empty() || share.crossings.len() == share.events.len();
+        debug_assert!(paired, "crossings beside a share not one per event");
+        if !paired {
+            share.crossings.clear();
+        }
         let mut carried = std::mem::take(&mut self.carried);
         let first = self.received;
         self.received += share.events.len();

@@ -149,8 +149,8 @@ impl WasmAggregate {
     ) -> (Vec<usize>, wit_windows::WindowBatches) {
         let event_count = windows.iter().map(|window| window.events.len()).sum();
         // Each window's events are fetched before the window before them is read: their
-        // headers are waited for then, and their fields (or, for a window read from its
-        // crossings, those) arrive while that window is read.
+        // headers are waited for then, and their fields arrive while that window is read (for
+        // a window read from its crossings, only those are fetched, and nothing waits).
         let warm = |window: Option<&WindowEvents<'_>>| {
             if let Some(window) = window {
                 window_call::warm(window.events, window.crossings, &self.projection);

@@ -1,7 +1,7 @@
 //! One window's part of a 0.3 `add-windows` call: its events' times, and each crossing field's
 //! values, field after field, in the list they fit (integers, floats, or values of any kind).
 //! Used by [`super::aggregate`]; depends on [`super::convert`], `event` (the router's
-//! [`Crossing`]s) and `prefetch`.
+//! [`Crossing`]s), `field_name` and `prefetch`.
 
 use std::rc::Rc;
 
@@ -129,8 +129,9 @@ pub(super) fn push_window<'a>(
 
 /// Adds a window whose events all came with a [`Crossing`] of one field and one kind of
 /// number (the router's copy of each event's time and only crossing field), as
-/// [`push_numeric`] would: the times and the numbers from the crossings, the events unread. Returns the window's one field, or `None` with nothing added if an event came
-/// without a crossing, or with another field or kind of number, or the window is too wide
+/// [`push_numeric`] would: the times and the numbers from the crossings, the events unread.
+/// Returns the window's one field, or `None` with nothing added if an event came without a
+/// crossing, or with another field or kind of number, or the window is too wide
 /// ([`check_width`]: the path after this refuses it).
 fn push_crossed(
     call: &mut WindowBatches,

@@ -1,5 +1,7 @@
 //! Events and their decoding from JSON Lines. A line that cannot become an event becomes a
-//! [`DeadLetter`] with the reason; decoding never fails the run.
+//! [`DeadLetter`] with the reason; decoding never fails the run. Also what the router hands a
+//! shard: a [`Share`] of a batch, its [`Staged`] events and, for some pipelines, the
+//! [`Crossing`]s it took of them.
 //!
 //! Depends on `value`, `time`, `field_name`, `hashing` and `prefetch` only.
 
@@ -46,8 +48,9 @@ pub struct Staged {
 /// read), when that field holds a number and its name is interned: taken by the router while
 /// the event is still in its core's cache, into a list beside the batch (one entry per event,
 /// `None` for an event it took none of). A shard that adds the event to its window later reads
-/// these 32 bytes, one cache line, instead of the event: its own line and then its fields', two
-/// more, read only after the first has arrived, all written on another core. Only pipelines
+/// these 32 bytes (half a cache line, in a list read in order) instead of the event: its own
+/// line and then its fields', two more, read only after the first has arrived, all written on
+/// another core. Only pipelines
 /// whose router takes them have the list; nothing changes an event's fields after the router
 /// (enrichers, the interval join and stages make new events, with no list).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -279,10 +279,12 @@ fn aggregate_projection(spec: &PipelineSpec, op: &OperatorSpec) -> Projection {
 /// ones, made on the shard), a global or pre-aggregated aggregate (whose calls go one window
 /// each), or a native one (which reads its events' fields itself); see [`crossings_for`].
 pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<Projection> {
-    crossings_for(spec, matches!(loaded.aggregate, Some(Code::Wasm(_))))
+    let carrying = |code: &Code| matches!(code, Code::Wasm(wasm) if wasm.carries_windows());
+    crossings_for(spec, loaded.aggregate.as_ref().is_some_and(carrying))
 }
 
-/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component if `wasm`. Only where
+/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component making calls carrying
+/// many windows (contract 0.3) if `wasm`. Only where
 /// an event can have one crossing field: not if the aggregate names several fields (or none),
 /// nor for a window join unless it names one (a joined event has two fields or more besides
 /// the time: the join's field and `side`).

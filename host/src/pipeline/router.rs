@@ -1,5 +1,7 @@
 //! The router: reads the source, decodes, numbers events in arrival order, tracks the
-//! watermark, routes events to shards by key group in batches, and injects checkpoint barriers.
+//! watermark, routes events to shards by key group in batches (with each event's
+//! [`Crossing`](crate::event::Crossing) beside it, for some pipelines), and injects checkpoint
+//! barriers.
 
 use crate::hashing::HashMap;
 use std::sync::Arc;
@@ -236,7 +238,7 @@ impl Router<'_> {
                         if share.crossings.capacity() == 0 {
                             share.crossings.reserve(share_size);
                         }
-                        share.crossings.push(projection.sole_number(&event));
+                        share.crossings.push(projection.sole_crossing(&event));
                     }
                     share.events.push(Staged {
                         seq,

@@ -18,7 +18,7 @@
 //! retract function), so a downstream result never counts an upstream one twice. A window left
 //! without inputs withdraws its result. A withdrawal does not shrink or split a session.
 //!
-//! Depends on `state`, `operator` (its traits), `event`, `spec` and `time`; a stage window's
+//! Depends on `state`, `operator` (its traits and `WindowEvents`), `event`, `spec` and `time`; a stage window's
 //! inputs live in [`super::inputs`], the open windows by key in [`super::key_map`].
 
 use std::collections::BTreeSet;
@@ -1637,8 +1637,7 @@ impl WindowEngine {
     ) -> Result<()> {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
         // Every carried window's events in one list, and their crossings in another (a list
-        // per window cost an allocation
-        // each), each window's a slice of it.
+        // per window cost an allocation each), each window's a slice of them.
         let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
         let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
         let mut all = Vec::with_capacity(events_in_all);

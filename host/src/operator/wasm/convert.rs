@@ -3,7 +3,7 @@
 //! fetching events ahead of reading them ([`warm`]). Used by the calls of
 //! [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
 //! `add-windows` calls from these), by the state imports ([`super::scope_host`]), and by the
-//! router, which takes each event's [`Projection::sole_number`].
+//! router, which takes each event's [`Projection::sole_crossing`].
 
 use super::*;
 use crate::event::{Crossing, CrossingNumber};
@@ -44,7 +44,7 @@ impl Projection {
     /// it), or the one field `Except` or `All` leaves (not two of one name). The router takes
     /// this while the event is in its cache; see [`Crossing`].
     #[inline]
-    pub fn sole_number(&self, event: &Event) -> Option<Crossing> {
+    pub fn sole_crossing(&self, event: &Event) -> Option<Crossing> {
         let (field, value) = match self {
             Projection::Only(names) => {
                 let [name] = names.as_slice() else {
@@ -325,11 +325,11 @@ mod tests {
     /// `Only` names (its first occurrence), or the one field `Except` or `All` leaves; none
     /// for any other number of fields, a repeated name, or a value that is not a number.
     #[test]
-    fn an_events_sole_number_is_its_only_crossing_numeric_field() {
+    fn an_events_sole_crossing_is_its_only_crossing_numeric_field() {
         let [k, t, n, x] = ["k", "t", "n", "x"].map(FieldName::new);
         let sole = |projection: &Projection, fields: Vec<(&FieldName, Value)>| {
             let fields = fields.into_iter().map(|(f, v)| (f.clone(), v)).collect();
-            let taken = projection.sole_number(&event(fields))?;
+            let taken = projection.sole_crossing(&event(fields))?;
             assert_eq!(taken.timestamp, 5, "the event's time");
             Some((taken.field.as_str().to_owned(), taken.number))
         };

@@ -413,6 +413,12 @@ impl std::fmt::Debug for WasmOperator {
 }
 
 impl WasmOperator {
+    /// Whether its aggregate instances make calls carrying many windows (a component on
+    /// contract 0.3), until one traps.
+    pub fn carries_windows(&self) -> bool {
+        matches!(self.instantiator, Instantiator::AggregateV3(_))
+    }
+
     /// A new aggregate instance, passed the fields `projection` selects.
     pub fn aggregate(
         &self,

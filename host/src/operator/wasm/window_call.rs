@@ -151,16 +151,19 @@ fn push_crossed(
     };
     for (&event, &crossing) in events.iter().zip(crossings) {
         debug_assert!(crossing.is_none_or(|c| is_current(&c, event, projection)));
-        let number = crossing.filter(|c| c.field == first.field);
-        match (kind, number.map(|c| c.number)) {
-            (ColumnKind::Ints, Some(CrossingNumber::Int(i))) => call.ints.push(i),
-            (ColumnKind::Floats, Some(CrossingNumber::Float(f))) => call.floats.push(f),
+        let Some(crossing) = crossing.filter(|c| c.field == first.field) else {
+            marks.restore(call);
+            return None;
+        };
+        match (kind, crossing.number) {
+            (ColumnKind::Ints, CrossingNumber::Int(i)) => call.ints.push(i),
+            (ColumnKind::Floats, CrossingNumber::Float(f)) => call.floats.push(f),
             _ => {
                 marks.restore(call);
                 return None;
             }
         }
-        call.timestamps.extend(number.map(|c| c.timestamp));
+        call.timestamps.push(crossing.timestamp);
     }
     call.kinds.push(kind);
     Some(shapes.crossed(first.field))
@@ -169,7 +172,7 @@ fn push_crossed(
 /// Whether `crossing` is what the router would take of `event` now: a crossing that no longer
 /// matches its event's fields would send the guest values the event does not hold.
 fn is_current(crossing: &Crossing, event: &Event, projection: &Projection) -> bool {
-    projection.sole_number(event).is_some_and(|now| {
+    projection.sole_crossing(event).is_some_and(|now| {
         (now.timestamp, now.field) == (crossing.timestamp, crossing.field)
             && match (now.number, crossing.number) {
                 (CrossingNumber::Int(a), CrossingNumber::Int(b)) => a == b,
@@ -373,7 +376,7 @@ mod tests {
         let events = [only(1, &c, Value::Int(5)), only(2, &c, Value::Int(6))];
         let events: Vec<&Event> = events.iter().collect();
         let projection = Projection::except(&["k"]);
-        let taken: Vec<_> = events.iter().map(|e| projection.sole_number(e)).collect();
+        let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
         assert!(taken.iter().all(Option::is_some));
         let taken: Vec<_> = taken.iter().collect();
         let (mut call, mut shapes) = (empty_call(), WindowShapes::default());
@@ -606,7 +609,7 @@ mod tests {
                 let events: Vec<&Event> = events.iter().collect();
                 let names = push_window(&mut call, &events, &[], projection, &mut shapes).unwrap();
                 call.names.extend(names.iter().map(FieldName::to_string));
-                let taken: Vec<_> = events.iter().map(|e| projection.sole_number(e)).collect();
+                let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
                 let taken: Vec<_> = taken.iter().collect();
                 let names = push_window(
                     &mut crossed,

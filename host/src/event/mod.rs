@@ -50,9 +50,9 @@ pub struct Staged {
 /// `None` for an event it took none of). A shard that adds the event to its window later reads
 /// these 32 bytes (half a cache line, in a list read in order) instead of the event: its own
 /// line and then its fields', two more, read only after the first has arrived, all written on
-/// another core. Only pipelines
-/// whose router takes them have the list; nothing changes an event's fields after the router
-/// (enrichers, the interval join and stages make new events, with no list).
+/// another core. Only pipelines whose router takes them have the list; nothing changes an
+/// event's fields after the router (enrichers, the interval join and stages make new events,
+/// with no list).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Crossing {
     /// The event's time.

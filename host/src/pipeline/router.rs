@@ -232,12 +232,12 @@ impl Router<'_> {
                     let share = &mut batch.per_shard[shard];
                     if share.events.capacity() == 0 {
                         share.events.reserve(share_size);
+                        if self.crossing_projection.is_some() {
+                            share.crossings.reserve(share_size);
+                        }
                     }
                     // One crossing per event, beside it (the only place events are added).
                     if let Some(projection) = &self.crossing_projection {
-                        if share.crossings.capacity() == 0 {
-                            share.crossings.reserve(share_size);
-                        }
                         share.crossings.push(projection.sole_crossing(&event));
                     }
                     share.events.push(Staged {

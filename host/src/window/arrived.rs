@@ -14,9 +14,6 @@ use crate::event::{Crossing, Event, Share, Staged};
 /// The batches an engine carries, oldest first, each with the number of its first event.
 pub(super) type Carried = VecDeque<(usize, Share)>;
 
-/// What an event without a crossing has beside it.
-const NO_CROSSING: &Option<Crossing> = &None;
-
 /// The carried batches and the current one, indexed by event number.
 pub(super) struct Arrived<'a> {
     carried: &'a Carried,
@@ -64,7 +61,7 @@ impl<'a> Arrived<'a> {
     pub(super) fn each_staged(
         &self,
         numbers: &[usize],
-        mut f: impl FnMut(&'a Staged, &'a Option<Crossing>),
+        mut f: impl FnMut(&'a Staged, Option<&'a Crossing>),
     ) {
         let (mut first, mut batch, mut crossings) = (0, &[][..], &[][..]);
         for &number in numbers {
@@ -73,8 +70,14 @@ impl<'a> Arrived<'a> {
                 (first, batch, crossings) = self.batch_of(number);
                 i = number - first;
             }
-            f(&batch[i], crossings.get(i).unwrap_or(NO_CROSSING));
+            f(&batch[i], crossings.get(i).and_then(Option::as_ref));
         }
+    }
+
+    /// Whether any batch held came with crossings.
+    pub(super) fn has_crossings(&self) -> bool {
+        let with_crossings = |(_, share): &(usize, Share)| !share.crossings.is_empty();
+        !self.current_crossings.is_empty() || self.carried.iter().any(with_crossings)
     }
 
     /// The batch that would hold event `number` (and its crossings), with the number of its

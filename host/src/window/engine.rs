@@ -18,8 +18,9 @@
 //! retract function), so a downstream result never counts an upstream one twice. A window left
 //! without inputs withdraws its result. A withdrawal does not shrink or split a session.
 //!
-//! Depends on `state`, `operator` (its traits and `WindowEvents`), `event`, `spec` and `time`; a stage window's
-//! inputs live in [`super::inputs`], the open windows by key in [`super::key_map`].
+//! Depends on `state`, `operator` (its traits and `WindowEvents`), `event`, `spec` and `time`;
+//! a stage window's inputs live in [`super::inputs`], the open windows by key in
+//! [`super::key_map`].
 
 use std::collections::BTreeSet;
 
@@ -615,19 +616,18 @@ impl WindowEngine {
     /// stage's engine never carries. Returns the batches the engine no longer holds.
     pub fn process_carrying(
         &mut self,
-        mut share: Share,
+        share: Share,
         carry: bool,
         timeline: &Timeline<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<Vec<Share>> {
-        // Crossings are one per event or none: a list of another length would pair them with
-        // the wrong events (the router makes none such; if it did, the events are read).
-        let paired = share.crossings.is_empty() || share.crossings.len() == share.events.len();
-        debug_assert!(paired, "crossings beside a share not one per event");
-        if !paired {
-            share.crossings.clear();
-        }
+        // Crossings are one per event or none (the router adds both together): a list of
+        // another length would pair them with the wrong events.
+        debug_assert!(
+            share.crossings.is_empty() || share.crossings.len() == share.events.len(),
+            "crossings beside a share not one per event"
+        );
         let mut carried = std::mem::take(&mut self.carried);
         let first = self.received;
         self.received += share.events.len();
@@ -1636,17 +1636,22 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
-        // Every carried window's events in one list, and their crossings in another (a list
-        // per window cost an allocation each), each window's a slice of them.
+        // Every carried window's events in one list, and their crossings (if any batch held
+        // has them) in another (a list per window cost an allocation each), each window's a
+        // slice of them.
         let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
         let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
         let mut all = Vec::with_capacity(events_in_all);
-        let mut crossings = Vec::with_capacity(events_in_all);
+        let crossed = events.has_crossings();
+        let mut crossings = Vec::with_capacity(if crossed { events_in_all } else { 0 });
         for (window, _) in carried_windows() {
-            events.each_staged(&window.pending, |staged, crossing| {
-                all.push(&staged.event);
-                crossings.push(crossing);
-            });
+            match crossed {
+                true => events.each_staged(&window.pending, |staged, crossing| {
+                    all.push(&staged.event);
+                    crossings.push(crossing);
+                }),
+                false => events.extend_events(&window.pending, &mut all),
+            }
         }
         let (mut rest, mut rest_crossings) = (&all[..], &crossings[..]);
         let mut calls: Vec<WindowEvents<'_>> = Vec::with_capacity(run.len());
@@ -1656,7 +1661,7 @@ impl WindowEngine {
                 .map(|(w, _)| {
                     let (batch, after) = rest.split_at(w.pending.len());
                     let (batch_crossings, after_crossings) =
-                        rest_crossings.split_at(w.pending.len());
+                        rest_crossings.split_at(rest_crossings.len().min(w.pending.len()));
                     (rest, rest_crossings) = (after, after_crossings);
                     WindowEvents {
                         scope: &mut w.scope,

@@ -71,9 +71,9 @@ impl<'a> WindowShapes<'a> {
 /// Asks the CPU to fetch a window's `events` ahead of [`push_window`]: only their `crossings`
 /// (which hold their times too), if the first came with one; else as
 /// [`convert::warm_window`] does.
-pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projection: &Projection) {
-    match crossings.first().is_some_and(|c| c.is_some()) {
-        true => (crossings.iter()).for_each(|&crossing| crate::prefetch::line(crossing)),
+pub(super) fn warm(events: &[&Event], crossings: &[Option<&Crossing>], projection: &Projection) {
+    match crossings.first().is_some_and(Option::is_some) {
+        true => (crossings.iter().flatten()).for_each(|&crossing| crate::prefetch::line(crossing)),
         false => convert::warm_window(events, projection.crosses_no_field()),
     }
 }
@@ -94,7 +94,7 @@ pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projectio
 pub(super) fn push_window<'a>(
     call: &mut WindowBatches,
     events: &[&'a Event],
-    crossings: &[&Option<Crossing>],
+    crossings: &[Option<&Crossing>],
     projection: &Projection,
     shapes: &mut WindowShapes<'a>,
 ) -> Result<Rc<[FieldName]>> {
@@ -136,21 +136,24 @@ pub(super) fn push_window<'a>(
 fn push_crossed(
     call: &mut WindowBatches,
     events: &[&Event],
-    crossings: &[&Option<Crossing>],
+    crossings: &[Option<&Crossing>],
     projection: &Projection,
     shapes: &mut WindowShapes<'_>,
 ) -> Option<Rc<[FieldName]>> {
-    let first = crossings.first()?.as_ref()?;
+    let first = (*crossings.first()?)?;
     if crossings.len() != events.len() || check_width(1, events.len()).is_err() {
         return None;
     }
     let marks = Marks::of(call);
     let kind = match first.number {
         CrossingNumber::Int(_) => ColumnKind::Ints,
-        CrossingNumber::Float(_) => ColumnKind::Floats,
+        CrossingNumber::Float(_) => {
+            call.floats.reserve(events.len());
+            ColumnKind::Floats
+        }
     };
     for (&event, &crossing) in events.iter().zip(crossings) {
-        debug_assert!(crossing.is_none_or(|c| is_current(&c, event, projection)));
+        debug_assert!(crossing.is_none_or(|c| projection.sole_crossing(event) == Some(*c)));
         let Some(crossing) = crossing.filter(|c| c.field == first.field) else {
             marks.restore(call);
             return None;
@@ -167,19 +170,6 @@ fn push_crossed(
     }
     call.kinds.push(kind);
     Some(shapes.crossed(first.field))
-}
-
-/// Whether `crossing` is what the router would take of `event` now: a crossing that no longer
-/// matches its event's fields would send the guest values the event does not hold.
-fn is_current(crossing: &Crossing, event: &Event, projection: &Projection) -> bool {
-    projection.sole_crossing(event).is_some_and(|now| {
-        (now.timestamp, now.field) == (crossing.timestamp, crossing.field)
-            && match (now.number, crossing.number) {
-                (CrossingNumber::Int(a), CrossingNumber::Int(b)) => a == b,
-                (CrossingNumber::Float(a), CrossingNumber::Float(b)) => a.to_bits() == b.to_bits(),
-                _ => false,
-            }
-    })
 }
 
 /// How long a call's lists of times, integers and floats were before a window was pushed
@@ -378,14 +368,14 @@ mod tests {
         let projection = Projection::except(&["k"]);
         let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
         assert!(taken.iter().all(Option::is_some));
-        let taken: Vec<_> = taken.iter().collect();
+        let taken: Vec<_> = taken.iter().map(Option::as_ref).collect();
         let (mut call, mut shapes) = (empty_call(), WindowShapes::default());
         let names = push_window(&mut call, &events, &taken, &projection, &mut shapes).unwrap();
         assert_eq!(*names, [c]);
         assert!(shapes.first.is_none(), "an event's names were read");
         assert_eq!((&call.ints, &call.timestamps), (&vec![5, 6], &vec![1, 2]));
         let mut read = empty_call();
-        let (mut shapes, none) = (WindowShapes::default(), vec![&None; 2]);
+        let (mut shapes, none) = (WindowShapes::default(), vec![None; 2]);
         push_window(&mut read, &events, &none, &projection, &mut shapes).unwrap();
         assert!(shapes.first.is_some() && shapes.crossed.is_none());
         assert_eq!(format!("{read:?}"), format!("{call:?}"));
@@ -610,7 +600,7 @@ mod tests {
                 let names = push_window(&mut call, &events, &[], projection, &mut shapes).unwrap();
                 call.names.extend(names.iter().map(FieldName::to_string));
                 let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
-                let taken: Vec<_> = taken.iter().collect();
+                let taken: Vec<_> = taken.iter().map(Option::as_ref).collect();
                 let names = push_window(
                     &mut crossed,
                     &events,
@@ -650,7 +640,7 @@ mod tests {
             .into_iter()
             .chain(wide[1..].iter().copied())
             .collect();
-        let crossings = vec![&None; widening.len()];
+        let crossings = vec![None; widening.len()];
         let all = &Projection::All;
         assert!(push_window(&mut call, &widening, &crossings, all, &mut shapes).is_err());
         assert_eq!(

@@ -422,6 +422,15 @@ fn events_of_every_shape_give_the_native_twins_results() {
         })
         .collect();
     lines.extend(uniform.iter().map(String::as_str));
+    // Numbers at their edges, each key's window all of one kind: read from the crossings.
+    lines.extend([
+        r#"{"key":"max","ts":90,"amount":9223372036854775807}"#,
+        r#"{"key":"max","ts":91,"amount":-9223372036854775808}"#,
+        r#"{"key":"zero","ts":92,"amount":-0.0}"#,
+        r#"{"key":"zero","ts":93,"amount":-0.0}"#,
+        r#"{"key":"big","ts":94,"amount":1e308}"#,
+        r#"{"key":"big","ts":95,"amount":-1e308}"#,
+    ]);
     lines.push(r#"{"key":"a","ts":100,"amount":1}"#);
     let spec = ModelSpec {
         window: WindowKind::Tumbling { size: 10 },
@@ -462,5 +471,12 @@ fn events_of_every_shape_give_the_native_twins_results() {
         assert_eq!(sum("floats", 20), serde_json::json!(-19.5 - 15.5 - 11.5));
         assert_eq!(sum("orders", 20), serde_json::json!(22 + 23 + 26 + 27));
         assert_eq!(sum("b", 10), serde_json::json!(-2));
+        assert_eq!(sum("max", 90), serde_json::json!(-1));
+        assert_eq!(sum("big", 90), serde_json::json!(0.0));
+        // A sum starts at 0, and 0 + -0.0 is 0.0.
+        assert_eq!(
+            sum("zero", 90).as_f64().map(f64::to_bits),
+            Some(0.0f64.to_bits())
+        );
     }
 }

@@ -83,13 +83,24 @@ impl From<Vec<Staged>> for Share {
     }
 }
 
-/// A number a [`Crossing`] holds: an integer or a float field's value.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A number a [`Crossing`] holds: an integer or a float field's value. Two are equal if they
+/// are the same value bit for bit (a NaN copied is still itself; `-0.0` is not `0.0`).
+#[derive(Debug, Clone, Copy)]
 pub enum CrossingNumber {
     /// An integer.
     Int(i64),
     /// A float.
     Float(f64),
+}
+
+impl PartialEq for CrossingNumber {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (CrossingNumber::Int(a), CrossingNumber::Int(b)) => a == b,
+            (CrossingNumber::Float(a), CrossingNumber::Float(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
 }
 
 /// The upstream window result a stage's event stands for. A later event of the same origin

@@ -711,6 +711,12 @@ mod tests {
             }
             assert_eq!(buckets.per_key.contains_key(&key), length <= MAX_CACHED_KEY);
         }
+        assert_eq!(buckets.of(&CompactString::from("k"), 75), "k/11");
+        let long = "k".repeat(22);
+        assert_eq!(
+            buckets.of(&CompactString::from(long.as_str()), 31),
+            format!("{long}/31")
+        );
     }
 
     /// Spent events are all dropped, however many there are past the fetch distance and with

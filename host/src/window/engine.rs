@@ -1937,6 +1937,7 @@ mod tests {
     //! end-to-end suite checks the same rules through the binary against a reference model.
 
     use super::*;
+    use crate::field_name::FieldName;
     use crate::operator::native::NativeCountSum;
     use crate::state::MemoryBackend;
     use crate::value::Value;
@@ -2202,9 +2203,17 @@ mod tests {
                 }
             }
             let end = end && n + 1 == batches.len();
+            // Every other batch comes with crossings, as the router would take them.
+            let share = Share {
+                events: batch.to_vec(),
+                crossings: match n % 2 {
+                    0 => batch.iter().map(|s| crossing_of(&s.event)).collect(),
+                    _ => Vec::new(),
+                },
+            };
             let released = engine
                 .process_carrying(
-                    batch.to_vec().into(),
+                    share,
                     carry(n),
                     &timeline(&advances, end),
                     &mut cx,
@@ -2256,6 +2265,21 @@ mod tests {
         finishes: usize,
         add_windows: usize,
         finish_windows: usize,
+        /// Events given to `add_windows` with a crossing (each checked against its event).
+        crossed: usize,
+    }
+
+    /// The crossing the router would take of a test event: its time and its amount (an
+    /// event of a negative amount has none, as if its field were of another kind).
+    fn crossing_of(event: &Event) -> Option<crate::event::Crossing> {
+        let Value::Int(amount) = event.fields[0].1 else {
+            unreachable!("test events have an integer amount")
+        };
+        (amount >= 0).then(|| crate::event::Crossing {
+            timestamp: event.timestamp,
+            field: FieldName::new("amount").interned().unwrap(),
+            number: crate::event::CrossingNumber::Int(amount),
+        })
     }
 
     fn refused(events: &[&Event]) -> bool {
@@ -2286,6 +2310,18 @@ mod tests {
             }
             self.add_windows += 1;
             let mut done = Vec::new();
+            for window in windows.iter() {
+                let given = window.crossings;
+                assert!(given.is_empty() || given.len() == window.events.len());
+                // Every amount is different, so a crossing beside another event differs from
+                // this one's (a batch without crossings gives its events none).
+                for (crossing, event) in given.iter().zip(window.events) {
+                    if let Some(crossing) = crossing {
+                        assert_eq!(Some(**crossing), crossing_of(event), "beside another event");
+                        self.crossed += 1;
+                    }
+                }
+            }
             for (i, window) in windows.iter_mut().enumerate() {
                 let takes = i % 2 == 0 && !refused(window.events);
                 if takes {
@@ -2371,6 +2407,8 @@ mod tests {
         let carried = run_batches(&mut carrying, TUMBLING, &events, (64, true), |_| true);
         assert_eq!(emitted(&carried.out), emitted(&expected));
         assert_eq!(letters(&carried.out), letters(&expected));
+        // Each window's crossings came beside its own events, across carried batches.
+        assert!(carrying.crossed > 0 && many.crossed == 0);
         // Half the windows of each call are left to one call each, and the refused ones are
         // retried event by event; the rest went in few calls.
         for operator in [&many, &carrying] {

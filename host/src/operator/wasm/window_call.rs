@@ -583,6 +583,17 @@ mod tests {
                 only(42, &c, Value::Text("t".into())),
                 only(43, &c, Value::Int(3)),
             ],
+            // Numbers at their edges cross unchanged.
+            vec![
+                only(44, &c, Value::Int(i64::MIN)),
+                only(45, &c, Value::Int(i64::MAX)),
+            ],
+            vec![
+                only(46, &c, Value::Float(f64::MAX)),
+                only(47, &c, Value::Float(f64::NAN)),
+                only(48, &c, Value::Float(f64::NEG_INFINITY)),
+                only(49, &c, Value::Float(f64::MIN_POSITIVE)),
+            ],
         ];
         let projections = [
             Projection::All,
@@ -621,7 +632,14 @@ mod tests {
             assert_eq!(format!("{crossed:?}"), expected, "{projection:?}");
             let times = [7, 3, 11, -4, 5, 1, 2, 8, 9, 12, 13, 20, 21, 22, 23, 24, 25];
             assert!(call.timestamps.starts_with(&times));
-            assert_eq!(call.timestamps[times.len()..], (30..44).collect::<Vec<_>>());
+            assert_eq!(call.timestamps[times.len()..], (30..50).collect::<Vec<_>>());
+            // The windows of one field were read from their crossings where any could be.
+            let one_field = !matches!(projection, Projection::Only(names) if names.len() != 1);
+            assert_eq!(
+                crossed_shapes.crossed.is_some(),
+                one_field,
+                "{projection:?}"
+            );
         }
         let wide: Vec<Event> = (0..2)
             .map(|e| {

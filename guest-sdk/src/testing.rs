@@ -56,8 +56,8 @@ pub fn with_columns<R>(events: &Events, f: impl FnOnce(&Columns<'_>) -> R) -> R 
 /// host calls with at most 4,096 events, and never with none). Give it batches that reach
 /// each path of `add_columns`: all-integer and all-float fields (slices), and the rest (mixed
 /// kinds, nulls, text, a missing field, no events); call it once for each start state that
-/// matters (the count-sum example uses four). Values compare as [`Value`]'s `==` does: a NaN
-/// never matches itself, and `-0.0` matches `0.0`.
+/// matters (the count-sum example uses four). States compare bit for bit: a NaN matches a
+/// NaN, and `-0.0` does not match `0.0`.
 ///
 /// ```
 /// use weir_sdk::testing::{MemoryState, assert_add_columns_agrees};
@@ -137,8 +137,11 @@ fn add_both<A: Aggregate>(
         (*by_rows, *by_columns) = (before.clone(), before);
         return true;
     }
+    // Compared as written out: `Value`'s `==` holds a NaN unequal to itself and `-0.0` equal
+    // to `0.0`, and the host keeps (and outputs) them bit for bit.
     assert_eq!(
-        by_rows, by_columns,
+        format!("{by_rows:?}"),
+        format!("{by_columns:?}"),
         "add and add_columns left different states after {which}, {batch:?}, from {before:?}"
     );
     false
@@ -287,6 +290,47 @@ mod tests {
         fn finish(_state: &State, _window: Window) -> Result<Output, String> {
             Ok(Output::new())
         }
+    }
+
+    /// An operator that writes `x`, a float: in `add` `$value`, in `add_columns` the same or,
+    /// if `FLIP`, its negation (`Aggregate` has no `self`, so one type per value).
+    macro_rules! float_op {
+        ($name:ident, $value:expr) => {
+            struct $name<const FLIP: bool>;
+            impl<const FLIP: bool> Aggregate for $name<FLIP> {
+                fn add(state: &State, _batch: &Events) -> Result<(), String> {
+                    state.put("x", $value);
+                    Ok(())
+                }
+                fn add_columns(state: &State, _batch: &Columns) -> Result<(), String> {
+                    let value: f64 = $value;
+                    state.put("x", if FLIP { -value } else { value });
+                    Ok(())
+                }
+                fn merge(_target: &State, _source: &State) -> Result<(), String> {
+                    Ok(())
+                }
+                fn finish(_state: &State, _window: Window) -> Result<Output, String> {
+                    Ok(Output::new())
+                }
+            }
+        };
+    }
+    float_op!(Zero, 0.0);
+    float_op!(NotANumber, f64::NAN);
+
+    /// States compare bit for bit: the same NaN agrees, `0.0` against `-0.0` does not.
+    #[test]
+    fn floats_compare_bit_for_bit() {
+        let start = MemoryState::new("k");
+        let batch = [Events::new(["n"]).with_row(1, [1])];
+        let reached = assert_add_columns_agrees::<NotANumber<false>>(&start, &batch);
+        assert!(matches!(reached.get("x"), Some(Value::Float(x)) if x.is_nan()));
+        assert_add_columns_agrees::<Zero<false>>(&start, &batch);
+        let flipped = std::panic::catch_unwind(|| {
+            assert_add_columns_agrees::<Zero<true>>(&MemoryState::new("k"), &batch)
+        });
+        assert!(flipped.is_err(), "-0.0 against 0.0 passed");
     }
 
     /// Two integers (a slice), a null and an integer (refused, then added one at a time: the

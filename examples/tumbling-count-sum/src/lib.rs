@@ -130,17 +130,26 @@ mod tests {
         ];
         // Nine events in batches taken whole, and the `1` of the refused `[1, null]`, which is
         // added alone when the host retries that batch's events one at a time.
+        // The sums, worked out by hand: 5, then i64::MAX overflows into the float 2^63, which
+        // absorbs every later amount (from i64::MAX, 2^63 plus i64::MAX as a float is 2^64).
+        let two_63 = Value::Float(9_223_372_036_854_775_808.0);
         let starts = [
-            (None, 10),
-            (Some(Value::Int(i64::MAX)), 10),
-            (Some(Value::Float(0.5)), 10),
-            (Some(Value::from("x")), 0), // only the batch of no events is taken
+            (None, 10, two_63.clone()),
+            (
+                Some(Value::Int(i64::MAX)),
+                10,
+                Value::Float(18_446_744_073_709_551_616.0),
+            ),
+            (Some(Value::Float(0.5)), 10, two_63),
+            // Only the batch of no events is taken.
+            (Some(Value::from("x")), 0, Value::from("x")),
         ];
-        for (start, count) in starts {
+        for (start, count, sum) in starts {
             let memory = MemoryState::new("u1");
             start.iter().for_each(|sum| memory.put("sum", sum.clone()));
             let reached = assert_add_columns_agrees::<CountSum>(&memory, &batches);
             assert_eq!(reached.get("count"), Some(Value::Int(count)));
+            assert_eq!(reached.get("sum"), Some(sum));
         }
         // Integer and float batches reach `add_columns` as slices: the checks above compared
         // its slice paths, not only its fallback to `add`.

@@ -106,7 +106,7 @@ pub struct WindowEvents<'a> {
     /// Exactly one per event, beside it: the [`Crossing`] the router took of it (`None` if it
     /// took none); or empty, if the caller has none to give. An operator may read an event's
     /// only crossing field from here instead of from the event.
-    pub crossings: &'a [Option<&'a Crossing>],
+    pub crossings: &'a [&'a Option<Crossing>],
 }
 
 /// Code that makes aggregate instances, one per shard: a Wasm component or a native operator.

@@ -2317,7 +2317,7 @@ mod tests {
                 // this one's (a batch without crossings gives its events none).
                 for (crossing, event) in given.iter().zip(window.events) {
                     if let Some(crossing) = crossing {
-                        assert_eq!(Some(**crossing), crossing_of(event), "beside another event");
+                        assert_eq!(Some(*crossing), crossing_of(event), "beside another event");
                         self.crossed += 1;
                     }
                 }

@@ -71,9 +71,9 @@ impl<'a> WindowShapes<'a> {
 /// Asks the CPU to fetch a window's `events` ahead of [`push_window`]: only their `crossings`
 /// (which hold their times too), if the first came with one; else as
 /// [`convert::warm_window`] does.
-pub(super) fn warm(events: &[&Event], crossings: &[Option<&Crossing>], projection: &Projection) {
-    match crossings.first().is_some_and(Option::is_some) {
-        true => (crossings.iter().flatten()).for_each(|&crossing| crate::prefetch::line(crossing)),
+pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projection: &Projection) {
+    match crossings.first().is_some_and(|crossing| crossing.is_some()) {
+        true => (crossings.iter()).for_each(|&crossing| crate::prefetch::line(crossing)),
         false => convert::warm_window(events, projection.crosses_no_field()),
     }
 }
@@ -94,7 +94,7 @@ pub(super) fn warm(events: &[&Event], crossings: &[Option<&Crossing>], projectio
 pub(super) fn push_window<'a>(
     call: &mut WindowBatches,
     events: &[&'a Event],
-    crossings: &[Option<&Crossing>],
+    crossings: &[&Option<Crossing>],
     projection: &Projection,
     shapes: &mut WindowShapes<'a>,
 ) -> Result<Rc<[FieldName]>> {
@@ -136,11 +136,11 @@ pub(super) fn push_window<'a>(
 fn push_crossed(
     call: &mut WindowBatches,
     events: &[&Event],
-    crossings: &[Option<&Crossing>],
+    crossings: &[&Option<Crossing>],
     projection: &Projection,
     shapes: &mut WindowShapes<'_>,
 ) -> Option<Rc<[FieldName]>> {
-    let first = (*crossings.first()?)?;
+    let first = crossings.first()?.as_ref()?;
     if crossings.len() != events.len() || check_width(1, events.len()).is_err() {
         return None;
     }
@@ -153,7 +153,7 @@ fn push_crossed(
         }
     };
     for (&event, &crossing) in events.iter().zip(crossings) {
-        debug_assert!(crossing.is_none_or(|c| projection.sole_crossing(event) == Some(*c)));
+        debug_assert!(crossing.is_none_or(|c| projection.sole_crossing(event) == Some(c)));
         let Some(crossing) = crossing.filter(|c| c.field == first.field) else {
             marks.restore(call);
             return None;
@@ -368,14 +368,14 @@ mod tests {
         let projection = Projection::except(&["k"]);
         let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
         assert!(taken.iter().all(Option::is_some));
-        let taken: Vec<_> = taken.iter().map(Option::as_ref).collect();
+        let taken: Vec<_> = taken.iter().collect();
         let (mut call, mut shapes) = (empty_call(), WindowShapes::default());
         let names = push_window(&mut call, &events, &taken, &projection, &mut shapes).unwrap();
         assert_eq!(*names, [c]);
         assert!(shapes.first.is_none(), "an event's names were read");
         assert_eq!((&call.ints, &call.timestamps), (&vec![5, 6], &vec![1, 2]));
         let mut read = empty_call();
-        let (mut shapes, none) = (WindowShapes::default(), vec![None; 2]);
+        let (mut shapes, none) = (WindowShapes::default(), vec![&None; 2]);
         push_window(&mut read, &events, &none, &projection, &mut shapes).unwrap();
         assert!(shapes.first.is_some() && shapes.crossed.is_none());
         assert_eq!(format!("{read:?}"), format!("{call:?}"));
@@ -611,7 +611,7 @@ mod tests {
                 let names = push_window(&mut call, &events, &[], projection, &mut shapes).unwrap();
                 call.names.extend(names.iter().map(FieldName::to_string));
                 let taken: Vec<_> = events.iter().map(|e| projection.sole_crossing(e)).collect();
-                let taken: Vec<_> = taken.iter().map(Option::as_ref).collect();
+                let taken: Vec<_> = taken.iter().collect();
                 let names = push_window(
                     &mut crossed,
                     &events,
@@ -658,7 +658,7 @@ mod tests {
             .into_iter()
             .chain(wide[1..].iter().copied())
             .collect();
-        let crossings = vec![None; widening.len()];
+        let crossings = vec![&None; widening.len()];
         let all = &Projection::All;
         assert!(push_window(&mut call, &widening, &crossings, all, &mut shapes).is_err());
         assert_eq!(

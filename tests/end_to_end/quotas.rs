@@ -146,6 +146,52 @@ fn a_spinning_pipeline_is_held_to_its_cpu_quota_and_another_goes_on_beside_it() 
 }
 
 #[test]
+fn a_runaway_call_is_held_to_the_cpu_quota_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("spin", "1.0.0", &crate::support::guest("infinite-loop"));
+    // One event whose call loops until its time limit of 500 ms of running, under a fifth of
+    // a core with a fifth of a second saved up. Charged only when it returned, the call would
+    // run its 500 ms at a full core (and pay afterwards): a dead letter after about 0.5 s.
+    // Charged as it runs, it may run 0.2 + 0.2 T s in T s of wall clock, so it reaches its
+    // limit after at least 1.5 s, having waited for the quota mid-call.
+    create_and_start(
+        &server,
+        "runaway",
+        "spin",
+        json!({"cpu": 0.2, "call_timeout": "500ms"}),
+        1,
+    );
+    let started = Instant::now();
+    server.ingest("runaway", &[ev("spin-1", BASE_TS, 1)]);
+    let dead = server.wait_for("the runaway event's dead letter", PATIENCE, || {
+        let dead = server.output("runaway", "dead-letters.jsonl");
+        if dead.is_empty() {
+            Err("none yet".to_owned())
+        } else {
+            Ok(dead)
+        }
+    });
+    let took = started.elapsed();
+    let reason = dead[0]["reason"].as_str().unwrap();
+    // The limit counts the call's run time, not its waits for the quota.
+    assert!(
+        reason.contains("exceeded its time limit of 500 ms"),
+        "{reason}"
+    );
+    let (used, throttled) = cpu_used_ms(&server, "runaway");
+    eprintln!("runaway call: dead letter after {took:?}; used {used} ms, waited {throttled} ms");
+    assert!(
+        took >= Duration::from_millis(1_300),
+        "the call was not held to its quota as it ran: its dead letter came after {took:?}"
+    );
+    assert!(
+        (500..1_500).contains(&used) && throttled >= 700,
+        "used {used} ms, waited {throttled} ms"
+    );
+}
+
+#[test]
 fn cpu_and_memory_quotas_out_of_bounds_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());

@@ -3,8 +3,10 @@
 //!
 //! - [`CpuQuota`] (`[sandbox] cpu`): the share of a core. Each guest call's wall time is charged
 //!   to a token bucket that refills at the quota (at most one second's worth saved up); a call
-//!   that finds the bucket in debt waits until the debt is paid. The pipeline is slowed, never
-//!   killed: it falls behind, and its ingest pushes back (`429`) as for any slow pipeline.
+//!   that finds the bucket in debt waits until the debt is paid. A [`CallMeter`] charges a call
+//!   while it runs (at each epoch tick), so that a long call waits too, mid-call, instead of
+//!   running at a full core until it returns. The pipeline is slowed, never killed: it falls
+//!   behind, and its ingest pushes back (`429`) as for any slow pipeline.
 //! - [`MemoryPool`] (`[sandbox] total_memory`): the linear memory of all instances together.
 //!   Each instance reserves what it grows to; a growth past the pool traps the call (its events
 //!   become dead letters with the reason), and an instance that cannot get its initial memory is
@@ -113,6 +115,57 @@ impl CpuQuota {
         self.used.increment(ns / 1_000);
         let mut bucket = self.bucket.lock().expect("cpu quota lock");
         bucket.balance_ns -= ns as f64;
+    }
+}
+
+/// One call's account with a [`CpuQuota`], kept while the call runs: at each tick the time
+/// since the last is charged, and a quota in debt pauses the call until it is paid. Without it
+/// a call would be charged only when it returned, and a long one (a batch of slow events, or a
+/// runaway loop up to its time limit) would run at a full core per shard, however small the
+/// quota, taking the cores other pipelines need.
+#[derive(Debug)]
+pub struct CallMeter {
+    /// Where the time not yet charged began.
+    mark: Instant,
+    /// The call's run time so far, its waits for the quota left out.
+    ran: Duration,
+}
+
+impl CallMeter {
+    /// Waits until `quota` has room for a call, then starts the call's clock.
+    pub fn start(quota: &CpuQuota) -> CallMeter {
+        quota.wait_turn();
+        CallMeter {
+            mark: Instant::now(),
+            ran: Duration::ZERO,
+        }
+    }
+
+    /// At a tick inside the call: charges the time since the last tick and, unless the call
+    /// has now run for `limit` (false: it should be interrupted), waits while the quota is in
+    /// debt. The wait is not run time: it neither counts towards `limit` nor is charged.
+    pub fn tick(&mut self, quota: &CpuQuota, limit: Duration) -> bool {
+        self.charge(quota);
+        if self.ran >= limit {
+            return false;
+        }
+        quota.wait_turn();
+        self.mark = Instant::now();
+        true
+    }
+
+    /// Charges the rest of the call and returns its run time.
+    pub fn finish(mut self, quota: &CpuQuota) -> Duration {
+        self.charge(quota);
+        self.ran
+    }
+
+    fn charge(&mut self, quota: &CpuQuota) {
+        let now = Instant::now();
+        let took = now.duration_since(self.mark);
+        quota.charge(took);
+        self.ran += took;
+        self.mark = now;
     }
 }
 
@@ -316,6 +369,67 @@ mod tests {
         );
         assert!(quota.throttled() >= Duration::from_millis(350));
         assert_eq!(quota.used(), Duration::from_millis(700));
+    }
+
+    /// Busy for `time` without yielding (a call's run between ticks).
+    fn spin_for(time: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < time {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn a_long_call_is_held_to_the_quota_while_it_runs() {
+        let quota = CpuQuota::new(0.2, metrics::Counter::noop(), metrics::Counter::noop());
+        let started = Instant::now();
+        let mut meter = CallMeter::start(&quota);
+        // 0.4 s of running in 20 ms steps, at 0.2 cores with 0.2 s saved up: running for the
+        // whole wall time T may take 0.2 + 0.2 T, so T is at least 1 s, the call waiting about
+        // 0.6 s at its ticks, mid-call (before, it ran to the end at a full core).
+        for _ in 0..20 {
+            spin_for(Duration::from_millis(20));
+            assert!(meter.tick(&quota, Duration::from_secs(10)));
+        }
+        let ran = meter.finish(&quota);
+        let took = started.elapsed();
+        assert!(
+            ran >= Duration::from_millis(400) && ran < Duration::from_millis(600),
+            "{ran:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(850) && quota.throttled() >= Duration::from_millis(400),
+            "took {took:?}, waited {:?}",
+            quota.throttled()
+        );
+        // What was charged is the run time, the waits left out.
+        assert_eq!(quota.used(), ran);
+    }
+
+    #[test]
+    fn a_call_is_stopped_at_its_limit_of_run_time_not_of_waiting() {
+        let quota = CpuQuota::new(0.1, metrics::Counter::noop(), metrics::Counter::noop());
+        let started = Instant::now();
+        let mut meter = CallMeter::start(&quota);
+        let mut ticks = 0;
+        while meter.tick(&quota, Duration::from_millis(150)) {
+            spin_for(Duration::from_millis(10));
+            ticks += 1;
+            assert!(ticks < 100, "never stopped");
+        }
+        // Stopped after 150 ms of running (15 steps of 10 ms, fewer if the thread was
+        // descheduled in one), though the wall clock says more: the last wait began at 140 ms
+        // run, which 0.1 s saved up and 0.1 cores cover only after 0.4 s.
+        assert!(
+            ticks <= 15,
+            "{ticks} steps of 10 ms before the limit of 150 ms"
+        );
+        assert!(meter.finish(&quota) >= Duration::from_millis(150));
+        assert!(
+            started.elapsed() >= Duration::from_millis(380),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

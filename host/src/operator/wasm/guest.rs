@@ -3,15 +3,18 @@
 //! drops its writes, and replaces a trapped instance.
 
 use super::*;
-use crate::operator::quota::{MemoryPool, StateQuota};
+use crate::operator::quota::{CallMeter, CpuQuota, MemoryPool, StateQuota};
 use crate::operator::scope_slot::ScopeSlot;
 use crate::state::ScopeState;
+use wasmtime::UpdateDeadline;
 
 /// The data of each guest's store.
 pub struct HostData {
     pub(super) table: ResourceTable,
     pub(super) wasi: WasiCtx,
     pub(super) limits: GuestLimiter,
+    /// The running call's account with the CPU quota, for pipelines that have one.
+    meter: Option<CallMeter>,
 }
 
 /// The instance's memory limits: its own (`sandbox.memory`, wasmtime's [`StoreLimits`]), and
@@ -199,10 +202,20 @@ impl Guest {
                 reserved: 0,
                 last: 0,
             },
+            meter: None,
         };
         let mut store = Store::new(&operator.engine, data);
         store.limiter(|data| &mut data.limits);
-        store.epoch_deadline_trap();
+        match &limits.cpu {
+            Some(quota) => {
+                let quota = Arc::clone(quota);
+                let limit = limits.call_timeout;
+                store.epoch_deadline_callback(move |mut store| {
+                    Ok(metered_tick(store.data_mut(), &quota, limit))
+                });
+            }
+            None => store.epoch_deadline_trap(),
+        }
         store.set_epoch_deadline(deadline_ticks(limits));
         let bindings = match &operator.instantiator {
             Instantiator::Aggregate(pre) => Bindings::Aggregate(pre.instantiate(&mut store)?),
@@ -242,14 +255,21 @@ impl Guest {
             .iter()
             .map(|h| Resource::new_borrow(h.rep()))
             .collect();
-        if let Some(quota) = &self.limits.cpu {
-            quota.wait_turn();
+        match &self.limits.cpu {
+            // Metered: a tick at every epoch, each charging the quota (see `metered_tick`).
+            Some(quota) => {
+                self.store.data_mut().meter = Some(CallMeter::start(quota));
+                self.store.set_epoch_deadline(1);
+            }
+            None => self.store.set_epoch_deadline(deadline_ticks(&self.limits)),
         }
-        let started = self.limits.cpu.is_some().then(std::time::Instant::now);
-        self.store.set_epoch_deadline(deadline_ticks(&self.limits));
         let outcome = call(&mut self.store, &self.bindings, &borrows);
-        if let (Some(quota), Some(started)) = (&self.limits.cpu, started) {
-            quota.charge(started.elapsed());
+        if let Some(quota) = &self.limits.cpu {
+            if let Some(meter) = self.store.data_mut().meter.take() {
+                meter.finish(quota);
+            }
+            // Whatever runs outside a call (nothing today) keeps the plain time limit.
+            self.store.set_epoch_deadline(deadline_ticks(&self.limits));
         }
         let mut slots = Vec::with_capacity(handles.len());
         for handle in handles {
@@ -357,6 +377,22 @@ pub(super) fn admit_states(
         }
     }
     admitted.map_err(OperatorError::Rejected)
+}
+
+/// At an epoch tick inside a call of a pipeline with a CPU quota: charges the quota and waits
+/// while it is in debt (so a long call is held to it as it runs), then asks for the next tick;
+/// interrupts the call once it has run for `limit` (the waits not counted), or if no call is
+/// metered (code run outside a call, stopped at its plain time limit as without a quota).
+fn metered_tick(data: &mut HostData, quota: &CpuQuota, limit: Duration) -> UpdateDeadline {
+    let running = data
+        .meter
+        .as_mut()
+        .is_some_and(|meter| meter.tick(quota, limit));
+    if running {
+        UpdateDeadline::Continue(1)
+    } else {
+        UpdateDeadline::Interrupt
+    }
 }
 
 pub(super) fn deadline_ticks(limits: &Limits) -> u64 {

@@ -91,7 +91,8 @@ impl ComponentKind {
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Wall time one call may take before it is interrupted (protects the shard from a runaway
-    /// loop that would stall every key behind it). Default 1 s.
+    /// loop that would stall every key behind it). Default 1 s. With a CPU quota, the time a
+    /// call waits for the quota mid-call is not counted: only its run time.
     pub call_timeout: Duration,
     /// Linear memory one instance may grow to (protects the host's memory from one guest).
     /// Default 64 MiB.

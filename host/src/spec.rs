@@ -206,7 +206,8 @@ fn check_emit(raw: &RawEmit, windowed: bool, staged: bool, http: bool) -> Result
 /// "Bad input and misbehaving operators" for what each limit protects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxSpec {
-    /// Wall time one operator call may take before it is interrupted.
+    /// Wall time one operator call may take before it is interrupted (with a CPU quota, its
+    /// run time: the waits for the quota are not counted).
     pub call_timeout: Millis,
     /// Linear memory one operator instance may grow to, in bytes.
     pub memory: usize,

@@ -100,19 +100,28 @@ impl CpuQuota {
             if debt.is_zero() {
                 return;
             }
-            let wait = debt.min(MAX_WAIT);
-            std::thread::sleep(wait);
-            self.throttled_ns
-                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
-            self.throttled.increment(wait.as_millis() as u64);
+            let asleep = Instant::now();
+            std::thread::sleep(debt.min(MAX_WAIT));
+            self.count_wait(asleep.elapsed());
         }
     }
 
-    /// Charges a call that took `took`.
+    /// Counts a wait as long as it was (a sleep overshoots what it asked for, more so on a busy
+    /// machine), and the counter by whole milliseconds of the total, so that many short waits
+    /// are not each rounded down to nothing.
+    fn count_wait(&self, waited: Duration) {
+        let ns = waited.as_nanos() as u64;
+        let before = self.throttled_ns.fetch_add(ns, Ordering::Relaxed);
+        self.throttled
+            .increment((before + ns) / 1_000_000 - before / 1_000_000);
+    }
+
+    /// Charges a call (or a part of one) that took `took`; the counter goes by whole
+    /// microseconds of the total, as `count_wait`'s.
     pub fn charge(&self, took: Duration) {
         let ns = took.as_nanos() as u64;
-        self.used_ns.fetch_add(ns, Ordering::Relaxed);
-        self.used.increment(ns / 1_000);
+        let before = self.used_ns.fetch_add(ns, Ordering::Relaxed);
+        self.used.increment((before + ns) / 1_000 - before / 1_000);
         let mut bucket = self.bucket.lock().expect("cpu quota lock");
         bucket.balance_ns -= ns as f64;
     }

@@ -331,9 +331,11 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     cluster.close_windows();
     let took = cluster.wait_for_owners(&["w1", "w3"]);
     eprintln!("slices of the killed worker taken over after {took:?}");
+    // Measured 4.4-6.5 s (a 5 s lease, 1 s beats, the restore); 25 s leaves room for a loaded
+    // machine and still fails a takeover that waits on more than a few leases.
     assert!(
-        took < Duration::from_secs(15),
-        "taken over within 15 s (a 5 s lease): {took:?}"
+        took < Duration::from_secs(25),
+        "taken over within 25 s (a 5 s lease): {took:?}"
     );
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());
@@ -541,6 +543,25 @@ fn a_rollout_across_three_workers_under_continuous_input_loses_and_repeats_nothi
     std::thread::sleep(Duration::from_millis(800));
     rollout(&["2.0.0", "--percent", "100"]);
     publisher.join().unwrap();
+    // Each worker takes the routing up at its next beat (1 s), and its run applies it at the
+    // next barrier (a checkpoint is due at once for a request, every 200 ms): wait for all
+    // three, then a second more, before the windows close, so the last ones are version 2's.
+    // (Closing them as soon as the publisher ended lost that race on a slow worker.)
+    let deadline = Instant::now() + crate::serve::PATIENCE;
+    while cluster
+        .logs(&["w1", "w2", "w3"])
+        .matches("routes 100% of keys")
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the workers never took up the rollout: {}",
+            cluster.logs(&["w1", "w2", "w3"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     cluster.close_windows();
     let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
     let results = wait_for_results(&cluster.client, windows(&all).len());

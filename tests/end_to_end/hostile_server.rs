@@ -98,8 +98,17 @@ fn names_that_are_paths_are_refused_and_touch_nothing() {
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     create_and_start_spec(&server, &spec_named("keep"));
     server.ingest("keep", &clicks(5, 1));
-    server.wait_for_events_in("keep", 5);
-    thread::sleep(Duration::from_millis(200)); // a last checkpoint
+    // The checkpoint of all five written (and nothing after it: an idle pipeline takes none),
+    // so that the files listed do not change on their own.
+    server.wait_for("a checkpoint of the five events", PATIENCE, || {
+        let status = server.status("keep");
+        if status["last_checkpoint"]["events"] == json!(5) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    });
+    thread::sleep(Duration::from_millis(200));
     let before = tree(&data);
 
     // Created by name: every variant is a 400 that states the rule.
@@ -606,12 +615,15 @@ fn a_busy_pipeline_blocks_no_other_and_health_reports_it() {
     let started = Instant::now();
     let (status, body) = server.post("/v1/pipelines/busy/stop", Some(ADMIN), b"");
     assert_eq!(status, 202, "{body}{}", server.diag());
+    // (Against the spinner's 60 s: a stop that waited for it would take a minute.)
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(15),
         "{:?}",
         started.elapsed()
     );
-    // ... while every other call, about every pipeline, stays fast.
+    // ... while every other call, about every pipeline, stays fast: each round of four calls
+    // in well under the 60 s one of them would take if it waited on the spinning pipeline
+    // (10 s leaves room for a slow disk's syncs on a loaded machine).
     let events = clicks(200, 5);
     for chunk in events.chunks(20) {
         let started = Instant::now();
@@ -620,7 +632,7 @@ fn a_busy_pipeline_blocks_no_other_and_health_reports_it() {
         server.status("busy");
         server.expect("listing", server.get("/v1/pipelines", Some(ADMIN)), 200);
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(10),
             "calls took {:?} beside a busy pipeline",
             started.elapsed()
         );
@@ -679,7 +691,17 @@ fn a_second_sigterm_exits_at_once_and_a_clean_one_checkpoints() {
     server.ingest("busy", &[ev("spin-1", BASE_TS, 1)]);
     wait_until_routed(&server, "busy");
     server.signal("TERM");
-    thread::sleep(Duration::from_millis(500));
+    // The healthy pipeline stops with a final checkpoint (requests are still answered while
+    // the pipelines stop); the busy one holds the server until its 60 s timeout.
+    server.wait_for("the healthy pipeline's final checkpoint", PATIENCE, || {
+        let status = server.status(PIPELINE);
+        if status["last_checkpoint"]["events"] == json!(events.len()) {
+            Ok(())
+        } else {
+            Err(status.to_string())
+        }
+    });
+    thread::sleep(Duration::from_millis(200));
     assert!(
         server.wait_exit(Duration::from_millis(10)).is_none(),
         "exited before its timeout"
@@ -908,9 +930,17 @@ fn idle_pipelines_cost_no_cpu_and_list_fast() {
         let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
         ticks / 100.0
     };
-    let before = cpu();
-    thread::sleep(Duration::from_secs(3));
-    let used = cpu() - before;
+    // The least of up to three 3-second windows: the tail of a hundred starts can spill into
+    // the first on a loaded machine, while a server that burns CPU when idle fails all three.
+    let mut used = f64::MAX;
+    for _ in 0..3 {
+        let before = cpu();
+        thread::sleep(Duration::from_secs(3));
+        used = used.min(cpu() - before);
+        if used < 0.3 {
+            break;
+        }
+    }
     assert!(
         used < 0.3,
         "{n} idle pipelines used {used:.2} s of CPU in 3 s"
@@ -918,8 +948,9 @@ fn idle_pipelines_cost_no_cpu_and_list_fast() {
     let started = Instant::now();
     let listed = server.expect("listing", server.get("/v1/pipelines", Some(ADMIN)), 200);
     assert_eq!(listed.as_array().map(Vec::len), Some(n));
+    // A listing that waited on each pipeline in turn (50 ms each) would take 5 s.
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < Duration::from_secs(3),
         "listing took {:?}",
         started.elapsed()
     );

@@ -486,9 +486,10 @@ fn acknowledgements_lost_in_the_network_cost_one_timeout_not_one_per_result() {
         .max()
         .unwrap_or(0);
     assert!(lost >= 10, "{lost} results went into the cut: {stderr}");
-    // One acknowledgement timeout (5 s), then the unacknowledged records go out again.
+    // One acknowledgement timeout (5 s), then the unacknowledged records go out again: about
+    // 7-10 s. A timeout per result (the failure this guards against) would take minutes.
     assert!(
-        waited < Duration::from_secs(30),
+        waited < Duration::from_secs(90),
         "results came {waited:?} after the network was mended"
     );
 }

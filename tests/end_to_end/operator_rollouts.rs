@@ -7,8 +7,10 @@
 //! two-stage pipeline rolls out and back with results identical to a twin without a rollout.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -54,6 +56,73 @@ fn send(server: &crate::serve::Client, orders: &[Value]) {
         );
         assert_eq!(code, 202, "{answer}");
         thread::sleep(Duration::from_millis(15));
+    }
+}
+
+/// Sends chunks from a thread, stopping before each of its gates (chunk indices) until the
+/// test opens it: each step of a rollout then sees traffic before and after it, however fast
+/// or slow the machine. (Sleeps between the steps did not: the sender could finish before the
+/// last step, or the steps before the first chunks.)
+struct GatedSender {
+    gates: Vec<usize>,
+    sent: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl GatedSender {
+    fn start<T: Send + 'static>(
+        chunks: Vec<T>,
+        gates: &[usize],
+        send: impl Fn(&T) + Send + 'static,
+    ) -> GatedSender {
+        let (sent, opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let thread = {
+            let (sent, opened, gates) = (Arc::clone(&sent), Arc::clone(&opened), gates.to_vec());
+            thread::spawn(move || {
+                for (i, chunk) in chunks.iter().enumerate() {
+                    let needed = gates.iter().filter(|&&gate| gate <= i).count();
+                    let deadline = Instant::now() + PATIENCE;
+                    while opened.load(Ordering::SeqCst) < needed {
+                        assert!(Instant::now() < deadline, "gate {needed} never opened");
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    send(chunk);
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(15));
+                }
+            })
+        };
+        GatedSender {
+            gates: gates.to_vec(),
+            sent,
+            opened,
+            thread,
+        }
+    }
+
+    /// Waits until the sender stands at its gate `n` (counted from 0), every chunk before it
+    /// sent.
+    fn wait_at_gate(&self, server: &Server, n: usize) {
+        let gate = self.gates[n];
+        server.wait_for(
+            &format!("the sender at chunk {gate}"),
+            PATIENCE,
+            || match self.sent.load(Ordering::SeqCst) {
+                sent if sent >= gate => Ok(()),
+                sent => Err(format!("{sent} chunks sent")),
+            },
+        );
+    }
+
+    /// Lets the sender through its next gate.
+    fn open(&self) {
+        self.opened.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn join(self) {
+        self.opened.store(usize::MAX, Ordering::SeqCst);
+        self.thread.join().unwrap();
     }
 }
 
@@ -114,30 +183,40 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
     let dir = tempfile::tempdir().unwrap();
     let server = orders_pipeline(dir.path(), "enrich-customers-0-1");
     let all = orders(0, 4_000);
+    // 100 chunks of 40 orders; the sender stops before chunks 15, 35, 55 and 75 until the
+    // rollout is at 0, 50 and 100 % and rolled back.
     let sender = {
         let client = server.client();
-        let all = all.clone();
-        thread::spawn(move || send(&client, &all))
+        let chunks: Vec<Vec<Value>> = all.chunks(40).map(<[Value]>::to_vec).collect();
+        GatedSender::start(chunks, &[15, 35, 55, 75], move |chunk| send(&client, chunk))
     };
     let rollout =
         |percent: u8| json!({"operator": OPERATOR, "version": "2.0.0", "percent": percent});
-    for percent in [0u8, 50, 100] {
-        thread::sleep(Duration::from_millis(300));
+    for (gate, percent) in [0u8, 50, 100].into_iter().enumerate() {
+        sender.wait_at_gate(&server, gate);
         step(&server, rollout(percent), "rollout");
         applied(&server, &format!("{percent} % applied"), |r| {
             r["operator"] == OPERATOR && r["candidate"] == "2.0.0" && r["percent"] == percent
         });
+        sender.open();
     }
-    thread::sleep(Duration::from_millis(300));
-    let at_full = events_of(&server, "2.0.0");
+    sender.wait_at_gate(&server, 3);
+    // The orders sent at 50 and 100 % reach 2.0.0 (half of them, then all).
+    server.wait_for(
+        "2.0.0 to serve orders during the rollout",
+        PATIENCE,
+        || match events_of(&server, "2.0.0") {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        },
+    );
     step(&server, json!({"reason": "back to 1.0.0"}), "rollback");
     applied(&server, "the rollback applied", |r| {
         r["operator"] == OPERATOR && r["candidate"].is_null()
     });
     let v1_after_rollback = events_of(&server, "1.0.0");
-    thread::sleep(Duration::from_millis(300));
-    sender.join().unwrap();
-    assert!(at_full > 0, "2.0.0 served orders during the rollout");
+    sender.open();
+    sender.join();
 
     // Every order once, duplicates dropped across every switch.
     let unique: BTreeSet<String> = all
@@ -369,20 +448,19 @@ fn a_stage_operator_rolls_out_and_back_under_load_with_the_same_results_as_witho
     }
     let mut events = crate::serve::clicks(3_000, 30);
     events.push(crate::serve::far_future(&events));
+    // 61 chunks to both pipelines; the sender stops before chunks 15, 30 and 45 until the
+    // stage's rollout is at 0 and 100 % and rolled back.
     let sender = {
         let client = server.client();
-        let events = events.clone();
-        thread::spawn(move || {
-            for chunk in events.chunks(50) {
-                client.ingest("rolled", chunk);
-                client.ingest("steady", chunk);
-                thread::sleep(Duration::from_millis(10));
-            }
+        let chunks: Vec<Vec<_>> = events.chunks(50).map(<[_]>::to_vec).collect();
+        GatedSender::start(chunks, &[15, 30, 45], move |chunk| {
+            client.ingest("rolled", chunk);
+            client.ingest("steady", chunk);
         })
     };
     let path = "/v1/pipelines/rolled/rollout";
-    for percent in [0u8, 100] {
-        thread::sleep(Duration::from_millis(300));
+    for (gate, percent) in [0u8, 100].into_iter().enumerate() {
+        sender.wait_at_gate(&server, gate);
         let request = json!({"operator": "top-users", "version": "2.0.0", "percent": percent});
         server.expect(
             "a stage rollout",
@@ -397,28 +475,48 @@ fn a_stage_operator_rolls_out_and_back_under_load_with_the_same_results_as_witho
                 Err(r.to_string())
             }
         });
+        sender.open();
     }
-    thread::sleep(Duration::from_millis(300));
-    let served = version_entry(&server.status("rolled"), "top-users@2.0.0")["events"]
-        .as_u64()
-        .unwrap_or(0);
+    sender.wait_at_gate(&server, 2);
+    // The windows that chunks 30 to 44 close reach the stage, which 2.0.0 now serves.
+    server.wait_for(
+        "2.0.0 to serve the stage during the rollout",
+        PATIENCE,
+        || {
+            let entry = version_entry(&server.status("rolled"), "top-users@2.0.0");
+            match entry["events"].as_u64().unwrap_or(0) {
+                0 => Err(entry.to_string()),
+                _ => Ok(()),
+            }
+        },
+    );
     server.expect(
         "a rollback",
         server.post_json("/v1/pipelines/rolled/rollback", Some(ADMIN), &json!({})),
         200,
     );
-    sender.join().unwrap();
-    assert!(served > 0, "2.0.0 served the stage during the rollout");
+    sender.open();
+    sender.join();
+    // Both pipelines have read every event, and their results stopped growing (the same count
+    // on two polls a second apart): equal counts alone can be met midway, the two pipelines
+    // keeping pace with each other.
+    for name in ["rolled", "steady"] {
+        server.wait_for_events_in(name, events.len());
+    }
+    let mut last = (0, 0);
     let steady = server.wait_for("the steady pipeline's results", PATIENCE, || {
         let a = server.results("steady");
         let b = server.results("rolled");
-        if !a.is_empty() && a.len() == b.len() {
+        let now = (a.len(), b.len());
+        let settled = !a.is_empty() && a.len() == b.len() && now == last;
+        last = now;
+        if settled {
             Ok(a)
         } else {
+            thread::sleep(Duration::from_secs(1));
             Err(format!("{} and {}", a.len(), b.len()))
         }
     });
-    thread::sleep(Duration::from_millis(500));
     let rename = |records: Vec<Value>| -> Vec<Value> {
         records
             .into_iter()

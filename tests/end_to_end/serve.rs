@@ -1261,7 +1261,7 @@ fn shadow_results_are_kept_apart() {
     assert_eq!(status["rollout"]["shadow"], true, "{status}");
     assert_eq!(status["rollout"]["candidate"], "2.0.0", "{status}");
     // The shadow starts at the next checkpoint barrier (every 50 ms).
-    thread::sleep(Duration::from_millis(500));
+    wait_for_shadow_applied(&server);
 
     let events = clicks(300, 5);
     for chunk in events.chunks(60) {
@@ -1329,7 +1329,7 @@ fn a_shadow_starts_from_the_live_state_so_open_windows_compare_fairly() {
         server.post_json(&path, Some(ADMIN), &rollout),
         200,
     );
-    thread::sleep(Duration::from_millis(300));
+    wait_for_shadow_applied(&server);
     // ... and go on after it: it starts from a copy of their live state.
     server.ingest(PIPELINE, after);
     server.ingest(PIPELINE, &[far_future(&events)]);
@@ -1743,4 +1743,16 @@ fn malformed_specs_and_requests_are_refused_with_clear_errors() {
         404,
     );
     assert!(message.contains("no pipeline"), "{message}");
+}
+
+/// Waits until a shadow rollout of the pipeline is applied (at a checkpoint barrier).
+fn wait_for_shadow_applied(server: &Server) {
+    server.wait_for("the shadow applied", PATIENCE, || {
+        let applied = server.status(PIPELINE)["applied_routing"].clone();
+        if applied["shadow"] == true {
+            Ok(())
+        } else {
+            Err(applied.to_string())
+        }
+    });
 }

@@ -185,6 +185,23 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
         .collect();
     server.ingest("trapping", &booms);
     server.wait_for_events_in("trapping", booms.len());
+    // The same count-sum crossing two fields: its windows are carried, but come without the
+    // router's crossings (an event's one number), which only a single field has.
+    let mut wide = spec();
+    wide["name"] = json!("wide");
+    wide["operators"][0]["fields"] = json!(["amount", "user"]);
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &wide),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/wide/start", Some(ADMIN), b""),
+        200,
+    );
+    server.ingest("wide", &all);
+    server.wait_for_results("wide", &expected);
 
     let page = server.wait_for("the checkpoint and trap figures", PATIENCE, || {
         let (code, page) = server.get("/metrics", Some(ADMIN));
@@ -256,9 +273,20 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
         "{timed} of {calls} calls timed"
     );
     assert_eq!(get("weir_operator_traps_total", &v1), 0.0);
-    // The count-sum builds contract 0.3: its windows are carried many to a call.
+    // The count-sum builds contract 0.3: its windows are carried many to a call, and with one
+    // number per event (`amount`), they come with the router's crossings.
     let carried = get("weir_operator_windows_carried_total", &v1);
     assert!(carried > 0.0, "windows carried: {carried}");
+    let crossed = get("weir_operator_windows_crossed_total", &v1);
+    assert!(
+        crossed > 0.0 && crossed <= carried,
+        "windows crossed: {crossed} of {carried}"
+    );
+    let version = crate::serve::version_entry(&server.status("watched"), "1.0.0");
+    assert_eq!(version["crossed_windows"], crossed as u64, "{version}");
+    let wide = [("pipeline", "wide"), ("version", "1.0.0")];
+    assert!(get("weir_operator_windows_carried_total", &wide) > 0.0);
+    assert_eq!(get("weir_operator_windows_crossed_total", &wide), 0.0);
     let traps = get(
         "weir_operator_traps_total",
         &[("pipeline", "trapping"), ("version", "6.6.6")],

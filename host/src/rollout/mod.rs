@@ -79,6 +79,12 @@ pub struct VersionCounters {
     /// window took a call of its own. An operator whose windows stop being carried (it needed
     /// a window's scope, or trapped) has lost its fast path.
     pub carried_windows: AtomicU64,
+    /// Of the windows added in calls carrying many, those that came with the router's
+    /// crossings beside their events (a 0.3 aggregate of one number, fed straight from the
+    /// router: its calls are built without reading the events). A pipeline whose windows stop
+    /// coming with crossings has lost that path; nothing else shows it, the results being the
+    /// same.
+    pub crossed_windows: AtomicU64,
     /// Shadow mode: window results compared with the live version's.
     pub shadow_compared: AtomicU64,
     /// Shadow mode: comparisons that differed.
@@ -98,6 +104,7 @@ pub struct CallMetrics {
     traps: metrics::Counter,
     latency: metrics::Histogram,
     carried: metrics::Counter,
+    crossed: metrics::Counter,
 }
 
 impl std::fmt::Debug for CallMetrics {
@@ -117,12 +124,14 @@ impl CallMetrics {
             traps: metrics::counter!("weir_operator_traps_total", &labels),
             latency: metrics::histogram!("weir_operator_call_duration_seconds", &labels),
             carried: metrics::counter!("weir_operator_windows_carried_total", &labels),
+            crossed: metrics::counter!("weir_operator_windows_crossed_total", &labels),
         }
     }
 
-    /// Windows done in a call carrying many.
-    pub fn carried(&self, windows: u64) {
+    /// Windows done in a call carrying many, and those of them that came with crossings.
+    pub fn carried(&self, windows: u64, crossed: u64) {
         self.carried.increment(windows);
+        self.crossed.increment(crossed);
     }
 
     /// One call, trapped or not, and how long it took if it was timed.
@@ -148,6 +157,8 @@ pub struct CounterSnapshot {
     pub traps: u64,
     /// Windows done in calls carrying many windows.
     pub carried_windows: u64,
+    /// Windows added in such calls with the router's crossings.
+    pub crossed_windows: u64,
     /// Shadow comparisons.
     pub shadow_compared: u64,
     /// Shadow comparisons that differed.
@@ -167,6 +178,7 @@ impl VersionCounters {
             errors: self.errors.load(Ordering::Relaxed),
             traps: self.traps.load(Ordering::Relaxed),
             carried_windows: self.carried_windows.load(Ordering::Relaxed),
+            crossed_windows: self.crossed_windows.load(Ordering::Relaxed),
             shadow_compared: self.shadow_compared.load(Ordering::Relaxed),
             shadow_differed: self.shadow_differed.load(Ordering::Relaxed),
             timed_calls: self.timed_calls.load(Ordering::Relaxed),

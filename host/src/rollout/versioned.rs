@@ -95,12 +95,16 @@ impl Slot<dyn AggregateOperator> {
     }
 
     /// Counts `windows` windows done in a call carrying many (a window added in k calls and
-    /// finished in one counts k + 1).
-    fn count_carried(&self, windows: usize) {
-        let windows = windows as u64;
-        (self.counters.carried_windows).fetch_add(windows, std::sync::atomic::Ordering::Relaxed);
+    /// finished in one counts k + 1), `crossed` of them added with the router's crossings.
+    fn count_carried(&self, windows: usize, crossed: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (windows, crossed) = (windows as u64, crossed as u64);
+        self.counters.carried_windows.fetch_add(windows, Relaxed);
+        if crossed > 0 {
+            self.counters.crossed_windows.fetch_add(crossed, Relaxed);
+        }
         if let Some(metrics) = &self.counters.metrics {
-            metrics.carried(windows);
+            metrics.carried(windows, crossed);
         }
     }
 
@@ -417,15 +421,16 @@ impl AggregateOperator for VersionedAggregate {
         let Some(added) = carried(live, started, |op| op.add_windows(&mut ready))? else {
             return Ok(None);
         };
-        let (mut events, mut windows_done) = (0, 0);
+        let (mut events, mut windows_done, mut crossed) = (0, 0, 0);
         for (window, (i, added)) in ready.iter_mut().zip(at.into_iter().zip(added)) {
             if added {
                 live.mark(window.scope);
                 let batch = window.events.len();
                 (done[i], events, windows_done) = (true, events + batch, windows_done + 1);
+                crossed += usize::from(window.crossings.first().is_some_and(|c| c.is_some()));
             }
         }
-        live.count_carried(windows_done);
+        live.count_carried(windows_done, crossed);
         live.count(events, started, Ok(()))?;
         Ok(Some(done))
     }
@@ -452,7 +457,7 @@ impl AggregateOperator for VersionedAggregate {
         for (i, output) in at.into_iter().zip(finished) {
             outputs[i] = output;
         }
-        live.count_carried(outputs.iter().filter(|output| output.is_some()).count());
+        live.count_carried(outputs.iter().filter(|output| output.is_some()).count(), 0);
         live.count(0, started, Ok(()))?;
         Ok(Some(outputs))
     }

@@ -17,16 +17,22 @@ pub(super) struct Deadlines {
 }
 
 impl Deadlines {
-    /// Sets `key`'s deadline to `at`, replacing any earlier one.
+    /// Sets `key`'s deadline to `at`, replacing any other one. An unchanged deadline is left
+    /// where it is (the interval join sets one for every event it keeps, mostly the same).
     pub(super) fn set(&mut self, key: Arc<str>, at: Millis) {
-        if let Some(old) = self.by_key.insert(key.clone(), at) {
-            self.by_time.remove(&(old, key.clone()));
+        match self.by_key.insert(key.clone(), at) {
+            Some(old) if old == at => return,
+            Some(old) => {
+                self.by_time.remove(&(old, key.clone()));
+            }
+            None => {}
         }
         self.by_time.insert((at, key));
     }
 
     /// `key` shared: the copy kept with its deadline if it has one (so that it is not made
-    /// again for every event of a key already waiting), else a new one.
+    /// again for every event of a key already waiting), else a new one. (The window engine's
+    /// `own_key` does the same over its own map of keys.)
     pub(super) fn own_key(&self, key: &str) -> Arc<str> {
         match self.by_key.get_key_value(key) {
             Some((own, _)) => own.clone(),
@@ -79,5 +85,25 @@ mod tests {
             "a new copy once the deadline passed"
         );
         assert_eq!(made, key);
+    }
+
+    /// Setting a deadline again, unchanged or moved, leaves one deadline for the key, at the
+    /// time last set, in time order with the others.
+    #[test]
+    fn a_key_has_one_deadline_whatever_is_set_again() {
+        let mut deadlines = Deadlines::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        deadlines.set(a.clone(), 20);
+        deadlines.set(b.clone(), 15);
+        deadlines.set(a.clone(), 20);
+        deadlines.set(Arc::from("a"), 20);
+        assert_eq!(deadlines.by_time.len(), 2);
+        deadlines.set(a.clone(), 10);
+        deadlines.set_earliest(&b, 30);
+        assert_eq!(deadlines.pop_through(12).as_deref(), Some("a"));
+        assert_eq!(deadlines.pop_through(12), None);
+        deadlines.set(b.clone(), 15);
+        assert_eq!(deadlines.pop_through(15).as_deref(), Some("b"));
+        assert!(deadlines.is_empty() && deadlines.by_time.is_empty());
     }
 }

@@ -43,6 +43,18 @@ impl Value {
         }
     }
 
+    /// The value as a key, as an event's key field is read: non-empty text, or an integer as
+    /// its decimal text; `None` for anything else (a join's side, a stage's re-keying and the
+    /// Nexmark source key events by a field this way).
+    pub fn as_key(&self) -> Option<CompactString> {
+        use compact_str::ToCompactString;
+        match self {
+            Value::Text(text) if !text.is_empty() => Some(text.clone()),
+            Value::Int(i) => Some(i.to_compact_string()),
+            _ => None,
+        }
+    }
+
     /// About how many bytes the value takes as it crosses into an operator: its text or bytes,
     /// else 8.
     pub fn size(&self) -> usize {
@@ -101,6 +113,25 @@ fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_non_empty_text_and_integers_are_keys() {
+        assert_eq!(Value::Text("ann".into()).as_key().as_deref(), Some("ann"));
+        assert_eq!(Value::Int(-42).as_key().as_deref(), Some("-42"));
+        assert_eq!(
+            Value::Int(i64::MIN).as_key().as_deref(),
+            Some("-9223372036854775808")
+        );
+        for not_a_key in [
+            Value::Text("".into()),
+            Value::Null,
+            Value::Boolean(true),
+            Value::Float(1.0),
+            Value::Bytes(b"k".to_vec()),
+        ] {
+            assert_eq!(not_a_key.as_key(), None, "{not_a_key:?}");
+        }
+    }
 
     #[test]
     fn json_numbers_keep_their_type() {

@@ -3,8 +3,6 @@
 //! aggregate then sees both sides of a key and window together. An event on neither side, or
 //! without its side's key, is a dead letter with the reason.
 
-use compact_str::{CompactString, ToCompactString};
-
 use crate::event::{DeadCause, DeadLetter, Event};
 use crate::field_name::FieldName;
 use crate::spec::{JoinSpec, SIDE_FIELD};
@@ -59,15 +57,11 @@ impl Joiner {
                 ));
             }
         };
-        let key: CompactString = match field(key_field) {
-            Some(Value::Text(text)) if !text.is_empty() => text.clone(),
-            Some(Value::Int(i)) => i.to_compact_string(),
-            _ => {
-                return Err(self.dead(
-                    &event,
-                    format!("the {side} side's key field `{key_field}` is not text or an integer"),
-                ));
-            }
+        let Some(key) = field(key_field).and_then(Value::as_key) else {
+            return Err(self.dead(
+                &event,
+                format!("the {side} side's key field `{key_field}` is not text or an integer"),
+            ));
         };
         event.key = key;
         event.fields.retain(|(name, _)| **name != *SIDE_FIELD);

@@ -16,7 +16,7 @@
 //! key; their state is checkpointed with the shards' in the same transaction, under operator
 //! indices after the chain's.
 
-use compact_str::{CompactString, ToCompactString};
+use compact_str::CompactString;
 
 use super::ShardSnapshot;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Staged};
@@ -319,8 +319,7 @@ fn as_event(
         Keying::Global => GLOBAL_KEY.into(),
         Keying::Unbucket => super::router::unbucket(&emission.key).into(),
         Keying::Field(field) => match fields.iter().find(|(name, _)| &**name == *field) {
-            Some((_, Value::Text(text))) if !text.is_empty() => text.clone(),
-            Some((_, Value::Int(i))) => i.to_compact_string(),
+            Some((_, value)) if let Some(key) = value.as_key() => key,
             Some((_, Value::Text(_))) => {
                 return Err(format!("the result's field `{field}` to key by is empty"));
             }

@@ -11,7 +11,7 @@
 //!
 //! Depends on `spec`, `event`, `field_name` and `value`.
 
-use compact_str::{CompactString, ToCompactString, format_compact};
+use compact_str::{CompactString, format_compact};
 
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::event::Event;
@@ -137,11 +137,7 @@ impl Nexmark {
         let key = fields
             .iter()
             .find(|(name, _)| **name == *self.key_field)
-            .map(|(_, value)| match value {
-                Value::Text(text) => text.clone(),
-                Value::Int(i) => i.to_compact_string(),
-                other => other.to_json().to_string().into(),
-            })
+            .and_then(|(_, value)| value.as_key())
             .unwrap_or_default();
         Event {
             line: n + 1,

@@ -100,14 +100,7 @@ fn names_that_are_paths_are_refused_and_touch_nothing() {
     server.ingest("keep", &clicks(5, 1));
     // The checkpoint of all five written (and nothing after it: an idle pipeline takes none),
     // so that the files listed do not change on their own.
-    server.wait_for("a checkpoint of the five events", PATIENCE, || {
-        let status = server.status("keep");
-        if status["last_checkpoint"]["events"] == json!(5) {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    });
+    server.wait_for_checkpoint_of("keep", 5);
     thread::sleep(Duration::from_millis(200));
     let before = tree(&data);
 
@@ -693,14 +686,7 @@ fn a_second_sigterm_exits_at_once_and_a_clean_one_checkpoints() {
     server.signal("TERM");
     // The healthy pipeline stops with a final checkpoint (requests are still answered while
     // the pipelines stop); the busy one holds the server until its 60 s timeout.
-    server.wait_for("the healthy pipeline's final checkpoint", PATIENCE, || {
-        let status = server.status(PIPELINE);
-        if status["last_checkpoint"]["events"] == json!(events.len()) {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    });
+    server.wait_for_checkpoint_of(PIPELINE, events.len());
     thread::sleep(Duration::from_millis(200));
     assert!(
         server.wait_exit(Duration::from_millis(10)).is_none(),

@@ -289,6 +289,18 @@ impl Client {
         }
     }
 
+    /// Polls the pipeline's status until its last checkpoint covers `n` events.
+    pub fn wait_for_checkpoint_of(&self, pipeline: &str, n: usize) {
+        self.wait_for(&format!("a checkpoint of {n} events"), PATIENCE, || {
+            let status = self.status(pipeline);
+            if status["last_checkpoint"]["events"] == json!(n) {
+                Ok(())
+            } else {
+                Err(status.to_string())
+            }
+        });
+    }
+
     /// Polls the pipeline's status until `events_in` is `n`, and returns that status.
     pub fn wait_for_events_in(&self, pipeline: &str, n: usize) -> Value {
         self.wait_for(&format!("events_in = {n}"), PATIENCE, || {
@@ -1626,14 +1638,7 @@ fn a_restarted_server_resumes_its_pipelines_from_checkpoints() {
     for chunk in first.chunks(100) {
         server.ingest(PIPELINE, chunk);
     }
-    server.wait_for("a checkpoint of the first half", PATIENCE, || {
-        let status = server.status(PIPELINE);
-        if status["last_checkpoint"]["events"] == json!(first.len()) {
-            Ok(())
-        } else {
-            Err(status.to_string())
-        }
-    });
+    server.wait_for_checkpoint_of(PIPELINE, first.len());
     server.kill();
     drop(server);
 

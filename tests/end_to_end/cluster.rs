@@ -548,12 +548,8 @@ fn a_rollout_across_three_workers_under_continuous_input_loses_and_repeats_nothi
     // three, then a second more, before the windows close, so the last ones are version 2's.
     // (Closing them as soon as the publisher ended lost that race on a slow worker.)
     let deadline = Instant::now() + crate::serve::PATIENCE;
-    while cluster
-        .logs(&["w1", "w2", "w3"])
-        .matches("routes 100% of keys")
-        .count()
-        < 3
-    {
+    let taken_up = |id: &str| cluster.logs(&[id]).contains("routes 100% of keys");
+    while !["w1", "w2", "w3"].into_iter().all(taken_up) {
         assert!(
             Instant::now() < deadline,
             "the workers never took up the rollout: {}",

@@ -82,7 +82,8 @@ impl GatedSender {
             thread::spawn(move || {
                 for (i, chunk) in chunks.iter().enumerate() {
                     let needed = gates.iter().filter(|&&gate| gate <= i).count();
-                    let deadline = Instant::now() + PATIENCE;
+                    // The test may take several waits of its own before it opens a gate.
+                    let deadline = Instant::now() + 4 * PATIENCE;
                     while opened.load(Ordering::SeqCst) < needed {
                         assert!(Instant::now() < deadline, "gate {needed} never opened");
                         thread::sleep(Duration::from_millis(5));
@@ -110,6 +111,8 @@ impl GatedSender {
             PATIENCE,
             || match self.sent.load(Ordering::SeqCst) {
                 sent if sent >= gate => Ok(()),
+                // A sender that died (a refused chunk) says why when it is joined.
+                _ if self.thread.is_finished() => panic!("the sender stopped before chunk {gate}"),
                 sent => Err(format!("{sent} chunks sent")),
             },
         );

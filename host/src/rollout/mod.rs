@@ -81,9 +81,10 @@ pub struct VersionCounters {
     pub carried_windows: AtomicU64,
     /// Of the windows added in calls carrying many, those that came with the router's
     /// crossings beside their events (a 0.3 aggregate of one number, fed straight from the
-    /// router: its calls are built without reading the events). A pipeline whose windows stop
-    /// coming with crossings has lost that path; nothing else shows it, the results being the
-    /// same.
+    /// router), from which the call is built without reading the events, unless the window
+    /// mixes fields or kinds of number. A pipeline whose windows, carried as before, stop
+    /// coming with crossings has lost that path; nothing else shows it, the results being
+    /// the same.
     pub crossed_windows: AtomicU64,
     /// Shadow mode: window results compared with the live version's.
     pub shadow_compared: AtomicU64,
@@ -131,7 +132,9 @@ impl CallMetrics {
     /// Windows done in a call carrying many, and those of them that came with crossings.
     pub fn carried(&self, windows: u64, crossed: u64) {
         self.carried.increment(windows);
-        self.crossed.increment(crossed);
+        if crossed > 0 {
+            self.crossed.increment(crossed);
+        }
     }
 
     /// One call, trapped or not, and how long it took if it was timed.
@@ -157,7 +160,7 @@ pub struct CounterSnapshot {
     pub traps: u64,
     /// Windows done in calls carrying many windows.
     pub carried_windows: u64,
-    /// Windows added in such calls with the router's crossings.
+    /// Windows added in such calls that came with the router's crossings.
     pub crossed_windows: u64,
     /// Shadow comparisons.
     pub shadow_compared: u64,

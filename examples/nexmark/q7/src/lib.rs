@@ -160,21 +160,36 @@ mod tests {
     }
 
     /// `add_columns` leaves the same state and error as `add`: integer bids (read as slices),
-    /// a float price, a missing bidder, and no bids.
+    /// a float price, a missing bidder, a batch mixing a good bid with a float-priced one
+    /// (refused whole, then taken a bid at a time as the host does: the good one counts), and
+    /// no bids.
     #[test]
     fn add_columns_does_what_add_does() {
         let float_price = Events::new(["price", "auction", "bidder"])
             .with_row(1, [Value::Float(9.5), Value::Int(1), Value::Int(2)]);
         let no_bidder = Events::new(["price", "auction"]).with_row(1, [9, 1]);
+        let mixed = Events::new(["price", "auction", "bidder"])
+            .with_row(1, [Value::Int(50), Value::Int(1_004), Value::Int(8)])
+            .with_row(2, [Value::Float(60.5), Value::Int(1_005), Value::Int(8)]);
         let batches = [
             bids(&[[5, 1_002, 9], [7, 1_003, 9]]),
             float_price,
             bids(&[[7, 1_001, 9], [7, 1_001, 3]]),
             no_bidder,
+            mixed,
             bids(&[]),
         ];
         let reached = assert_add_columns_agrees::<HighestBid>(&MemoryState::new("bid"), &batches);
-        assert_eq!(reached.get("bidder"), Some(Value::Int(3)));
+        let highest =
+            |memory: &MemoryState| ["price", "auction", "bidder"].map(|field| memory.get(field));
+        assert_eq!(
+            highest(&reached),
+            [Value::Int(50), Value::Int(1_004), Value::Int(8)].map(Some),
+            "the good bid of the mixed batch is the highest, its float-priced neighbour refused"
+        );
+        let before_mixed =
+            assert_add_columns_agrees::<HighestBid>(&MemoryState::new("bid"), &batches[..4]);
+        assert_eq!(before_mixed.get("bidder"), Some(Value::Int(3)));
         // Integer bids reach `add_columns` as slices: the check above compared its slice path,
         // not only its fallback to `add`.
         with_columns(&batches[0], |columns| {

@@ -274,24 +274,27 @@ fn aggregate_projection(spec: &PipelineSpec, op: &OperatorSpec) -> Projection {
 }
 
 /// What the router takes of each event for the aggregate's calls ([`crate::event::Crossing`]):
-/// the aggregate's projection, if its events go from the router straight to a Wasm component's
-/// calls carrying many windows. Not with enrichers or an interval join (whose events are new
-/// ones, made on the shard), a global or pre-aggregated aggregate (whose calls go one window
-/// each), or a native one (which reads its events' fields itself); see [`crossings_for`].
+/// the aggregate's projection, if its events go from the router straight to an aggregate that
+/// reads crossings (a Wasm component's calls carrying many windows, or the native count-sum,
+/// its twin). Not with enrichers or an interval join (whose events are new ones, made on the
+/// shard), a global or pre-aggregated aggregate (whose calls go one window each), or another
+/// native one (which reads its events' fields itself); see [`crossings_for`].
 pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<Projection> {
-    let carrying = |code: &Code| matches!(code, Code::Wasm(wasm) if wasm.carries_windows());
-    crossings_for(spec, loaded.aggregate.as_ref().is_some_and(carrying))
+    let reads_crossings = |code: &Code| match code {
+        Code::Wasm(wasm) => wasm.carries_windows(),
+        Code::Native(name) => name == "count-sum",
+    };
+    crossings_for(spec, loaded.aggregate.as_ref().is_some_and(reads_crossings))
 }
 
-/// [`router_crossings`] for `spec`, whose aggregate is a Wasm component making calls carrying
-/// many windows (contract 0.3) if `wasm`. Only where
+/// [`router_crossings`] for `spec`, whose aggregate reads crossings if `reads`. Only where
 /// an event can have one crossing field: not if the aggregate names several fields (or none),
 /// nor for a window join unless it names one (a joined event has two fields or more besides
 /// the time: the join's field and `side`).
-fn crossings_for(spec: &PipelineSpec, wasm: bool) -> Option<Projection> {
+fn crossings_for(spec: &PipelineSpec, reads: bool) -> Option<Projection> {
     let interval_join = (spec.join.as_ref()).is_some_and(|join| join.interval.is_some());
     let made_on_shard = !spec.enrichers.is_empty() || interval_join;
-    if !wasm || made_on_shard || spec.global || spec.pre_aggregate {
+    if !reads || made_on_shard || spec.global || spec.pre_aggregate {
         return None;
     }
     let projection = aggregate_projection(spec, spec.aggregate.as_ref()?);

@@ -1,11 +1,16 @@
 //! [`NativeCountSum`]: count and sum of `amount`, compiled into the host; the exact twin of the
-//! `tumbling-count-sum` example component, so benchmarks compare like with like.
+//! `tumbling-count-sum` example component, so benchmarks compare like with like: like the
+//! component (contract 0.3), it takes windows many to a call and reads each window's amounts
+//! from the router's crossings where it has them.
 
-use crate::event::Event;
+use std::sync::OnceLock;
+
+use crate::event::{CrossingNumber, Event};
+use crate::field_name::{FieldName, InternedName};
 use crate::time::Window;
 use crate::value::{Fields, Value};
 
-use super::super::{AggregateOperator, OperatorError, Result, Scope};
+use super::super::{AggregateOperator, CarriedResult, OperatorError, Result, Scope, WindowEvents};
 
 /// The error of a batch with an event lacking a numeric `amount` (the component's words).
 const NOT_NUMERIC: &str = "event without a numeric `amount` field";
@@ -42,21 +47,86 @@ fn count(scope: &Scope) -> Option<i64> {
     }
 }
 
+/// The state's sum so far.
+fn sum(scope: &Scope) -> Value {
+    scope.state.get("sum").cloned().unwrap_or(Value::Int(0))
+}
+
+/// Stores the count and sum after `added` more events.
+fn put_count_and_sum(scope: &mut Scope, added: usize, sum: Value) {
+    let count = count(scope).unwrap_or(0).saturating_add(added as i64);
+    scope.state.put("count", Value::Int(count));
+    scope.state.put("sum", sum);
+}
+
+/// `amount`, interned (`None` if the table had no room for it: then no crossing is of it).
+fn amount_name() -> Option<InternedName> {
+    static AMOUNT: OnceLock<Option<InternedName>> = OnceLock::new();
+    *AMOUNT.get_or_init(|| FieldName::new("amount").interned())
+}
+
+/// `sum` plus each event's `amount`, from the router's crossings if every event came with its
+/// `amount` (the events unread), else from the events; `None` if an event has no numeric
+/// `amount`.
+fn sum_window(sum: Value, window: &WindowEvents<'_>) -> Option<Value> {
+    let amount = amount_name();
+    if amount.is_none() || window.crossings.is_empty() {
+        return sum_events(sum, window.events);
+    }
+    let mut total = sum.clone();
+    for (crossing, event) in window.crossings.iter().zip(window.events) {
+        let Some(crossing) = crossing.filter(|crossing| Some(crossing.field) == amount) else {
+            return sum_events(sum, window.events);
+        };
+        let number = match crossing.number {
+            CrossingNumber::Int(i) => Value::Int(i),
+            CrossingNumber::Float(f) => Value::Float(f),
+        };
+        // Written out, so that a NaN matches itself and -0.0 does not match 0.0.
+        debug_assert_eq!(
+            format!("{:?}", (event.timestamp, event_amount(event))),
+            format!("{:?}", (crossing.timestamp, Some(&number))),
+            "a crossing that is not its event's"
+        );
+        total = plus(&total, &number)?;
+    }
+    Some(total)
+}
+
+/// `sum` plus each of `events`' `amount`; `None` if one has no numeric `amount`.
+fn sum_events(sum: Value, events: &[&Event]) -> Option<Value> {
+    (events.iter()).try_fold(sum, |sum, event| plus(&sum, event_amount(event)?))
+}
+
+/// The event's `amount`, if it has one.
+fn event_amount(event: &Event) -> Option<&Value> {
+    let (_, amount) = event.fields.iter().find(|(name, _)| &**name == "amount")?;
+    Some(amount)
+}
+
 impl AggregateOperator for NativeCountSum {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let mut sum = scope.state.get("sum").cloned().unwrap_or(Value::Int(0));
-        for event in events {
-            let amount = event.fields.iter().find(|(name, _)| &**name == "amount");
-            sum = amount
-                .and_then(|(_, amount)| plus(&sum, amount))
-                .ok_or_else(|| OperatorError::Rejected(NOT_NUMERIC.into()))?;
-        }
-        let count = count(scope)
-            .unwrap_or(0)
-            .saturating_add(events.len() as i64);
-        scope.state.put("count", Value::Int(count));
-        scope.state.put("sum", sum);
+        let sum = sum_events(sum(scope), events)
+            .ok_or_else(|| OperatorError::Rejected(NOT_NUMERIC.into()))?;
+        put_count_and_sum(scope, events.len(), sum);
         Ok(())
+    }
+
+    fn carries_windows(&self) -> bool {
+        true
+    }
+
+    /// Each window as `add` would add it; a window with an event lacking a numeric `amount` is
+    /// left as it was, for `add` alone to refuse.
+    fn add_windows(&mut self, windows: &mut [WindowEvents<'_>]) -> CarriedResult<bool> {
+        let added = windows.iter_mut().map(|window| {
+            let Some(sum) = sum_window(sum(window.scope), window) else {
+                return false;
+            };
+            put_count_and_sum(window.scope, window.events.len(), sum);
+            true
+        });
+        Ok(Some(added.collect()))
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
@@ -80,5 +150,97 @@ impl AggregateOperator for NativeCountSum {
                 scope.state.get("sum").cloned().unwrap_or(Value::Int(0)),
             ),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Crossing;
+    use crate::operator::Projection;
+    use crate::state::ScopeState;
+
+    fn event(t: i64, fields: &[(&str, Value)]) -> Event {
+        Event {
+            line: 1,
+            key: "k".into(),
+            timestamp: t,
+            fields: fields
+                .iter()
+                .map(|(name, value)| (FieldName::new(name), value.clone()))
+                .collect(),
+        }
+    }
+
+    fn scope() -> Scope {
+        let mut state = ScopeState::default();
+        state.put("sum", Value::Int(10));
+        state.put("count", Value::Int(1));
+        Scope {
+            key: "k".into(),
+            state,
+        }
+    }
+
+    /// The state `add` leaves, written out (floats bit for bit), or its error.
+    fn by_add(events: &[&Event]) -> String {
+        let mut scope = scope();
+        match NativeCountSum.add(&mut scope, events) {
+            Ok(()) => format!("{:?}", scope.state),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    /// Windows carried to one call leave what `add` leaves, whether each event came with its
+    /// `amount` crossed (read from there), some did not (read from the events), or an event
+    /// has no numeric amount (the window left as it was, for `add` alone to refuse).
+    #[test]
+    fn windows_carried_to_one_call_leave_what_add_leaves() {
+        let amount = |v: Value| event(7, &[("amount", v)]);
+        let ints = [amount(Value::Int(i64::MAX)), amount(Value::Int(5))];
+        let floats = [amount(Value::Float(-0.0)), amount(Value::Float(2.5))];
+        let wide = [event(8, &[("amount", Value::Int(3)), ("x", Value::Int(1))])];
+        let other = [event(9, &[("price", Value::Int(4))])];
+        let text = [amount(Value::Int(1)), amount(Value::Text("2".into()))];
+        let projection = Projection::except(&["user", "ts"]);
+        let windows: [&[Event]; 5] = [&ints, &floats, &wide, &other, &text];
+        let events: Vec<Vec<&Event>> = windows.iter().map(|w| w.iter().collect()).collect();
+        let crossings: Vec<Vec<Option<Crossing>>> = (windows.iter())
+            .map(|w| w.iter().map(|e| projection.sole_crossing(e)).collect())
+            .collect();
+        assert!(
+            crossings[0]
+                .iter()
+                .chain(&crossings[1])
+                .all(Option::is_some)
+        );
+        assert!(crossings[2][0].is_none(), "two fields: no crossing");
+        assert!(crossings[3][0].is_some(), "a crossing of another field");
+        let crossing_refs: Vec<Vec<&Option<Crossing>>> =
+            crossings.iter().map(|c| c.iter().collect()).collect();
+        let mut scopes: Vec<Scope> = windows.iter().map(|_| scope()).collect();
+        let mut carried: Vec<WindowEvents<'_>> = (scopes.iter_mut())
+            .zip(&events)
+            .zip(&crossing_refs)
+            .map(|((scope, events), crossings)| WindowEvents {
+                scope,
+                events,
+                crossings,
+            })
+            .collect();
+        let done = NativeCountSum.add_windows(&mut carried).unwrap().unwrap();
+        assert_eq!(done, [true, true, true, false, false]);
+        for ((scope, events), done) in scopes.iter().zip(&events).zip(done) {
+            let expected = if done {
+                by_add(events)
+            } else {
+                format!("{:?}", self::scope().state)
+            };
+            assert_eq!(format!("{:?}", scope.state), expected, "{events:?}");
+        }
+        assert_eq!(
+            by_add(&events[3]),
+            format!("operator rejected the input: {NOT_NUMERIC}")
+        );
     }
 }

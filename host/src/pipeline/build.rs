@@ -280,11 +280,21 @@ fn aggregate_projection(spec: &PipelineSpec, op: &OperatorSpec) -> Projection {
 /// shard), a global or pre-aggregated aggregate (whose calls go one window each), or another
 /// native one (which reads its events' fields itself); see [`crossings_for`].
 pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<Projection> {
-    let reads_crossings = |code: &Code| match code {
+    crossings_for_code(spec, loaded.aggregate.as_ref())
+}
+
+/// [`router_crossings`] for an aggregate of `code`. The native count-sum reads only `amount`'s
+/// crossings: none are taken for it if its projection leaves it another field to cross.
+fn crossings_for_code(spec: &PipelineSpec, code: Option<&Code>) -> Option<Projection> {
+    let reads = match code? {
         Code::Wasm(wasm) => wasm.carries_windows(),
-        Code::Native(name) => name == "count-sum",
+        Code::Native(name) => name == crate::operator::native::COUNT_SUM,
     };
-    crossings_for(spec, loaded.aggregate.as_ref().is_some_and(reads_crossings))
+    let projection = crossings_for(spec, reads)?;
+    match code? {
+        Code::Native(_) if !projection.may_cross("amount") => None,
+        _ => Some(projection),
+    }
 }
 
 /// [`router_crossings`] for `spec`, whose aggregate reads crossings if `reads`. Only where
@@ -633,13 +643,14 @@ mod tests {
         assert_eq!(window_changes_kept(&redb, true), 2);
     }
 
-    /// The router takes crossings for a Wasm aggregate that gets its events straight from it,
-    /// with the aggregate's projection; not for a native one, nor where the events are made
+    /// The router takes crossings for an aggregate that reads them (a Wasm one carrying
+    /// windows, or the native count-sum) and gets its events straight from it, with the
+    /// aggregate's projection; not for another native one, nor where the events are made
     /// again on the shard (enrichers, an interval join), the calls go a window each (a global
     /// or pre-aggregated aggregate), or no event can have one field to cross (a window join,
     /// unless the aggregate names one; an aggregate that names several fields, or none).
     #[test]
-    fn the_router_takes_crossings_only_for_events_straight_to_a_wasm_aggregate() {
+    fn the_router_takes_crossings_only_for_events_straight_to_an_aggregate_reading_them() {
         let plain = spec("");
         let all_but_key_and_time = Some(Projection::except(&["user", "ts"]));
         assert_eq!(crossings_for(&plain, true), all_but_key_and_time);
@@ -650,6 +661,25 @@ mod tests {
             crossings_for(&named, true),
             Some(Projection::only(&["amount"]))
         );
+        // Native: the count-sum (`amount` only: not when it names another field), no other.
+        let native = |name: &str| Code::Native(name.into());
+        let count_sum = native(crate::operator::native::COUNT_SUM);
+        assert_eq!(
+            crossings_for_code(&plain, Some(&count_sum)),
+            all_but_key_and_time
+        );
+        assert_eq!(
+            crossings_for_code(&named, Some(&count_sum)),
+            Some(Projection::only(&["amount"]))
+        );
+        let mut price = plain.clone();
+        price.aggregate.as_mut().unwrap().fields = Some(vec!["price".into()]);
+        assert_eq!(crossings_for_code(&price, Some(&count_sum)), None);
+        let mut amount_skipped = plain.clone();
+        amount_skipped.timestamp_field = "amount".into();
+        assert_eq!(crossings_for_code(&amount_skipped, Some(&count_sum)), None);
+        assert_eq!(crossings_for_code(&plain, Some(&native("top-keys"))), None);
+        assert_eq!(crossings_for_code(&plain, None), None);
         let mut enriched = plain.clone();
         enriched.enrichers.push(plain.aggregate.clone().unwrap());
         let mut interval_join = plain.clone();

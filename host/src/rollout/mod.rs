@@ -75,13 +75,13 @@ pub struct VersionCounters {
     pub errors: AtomicU64,
     /// Calls that trapped.
     pub traps: AtomicU64,
-    /// Windows added to or finished in calls carrying many windows (contract 0.3); every other
-    /// window took a call of its own. An operator whose windows stop being carried (it needed
+    /// Windows added to or finished in calls carrying many windows (contract 0.3, or the native
+    /// count-sum); every other window took a call of its own. An operator whose windows stop being carried (it needed
     /// a window's scope, or trapped) has lost its fast path.
     pub carried_windows: AtomicU64,
     /// Of the windows added in calls carrying many, those that came with the router's
-    /// crossings beside their events (a 0.3 aggregate of one number, fed straight from the
-    /// router), from which the call is built without reading the events, unless the window
+    /// crossings beside their events (a 0.3 aggregate of one number, or the native count-sum,
+    /// fed straight from the router), from which the call is built without reading the events, unless the window
     /// mixes fields or kinds of number. A pipeline whose windows, carried as before, stop
     /// coming with crossings has lost that path; nothing else shows it, the results being
     /// the same.

@@ -9,7 +9,8 @@
 //! follow each other, until the window fires or the engine would hold more than
 //! [`MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go to the
 //! operator in calls carrying many windows where it makes them
-//! ([`AggregateOperator::add_windows`]: a 0.3 component), the rest in one call per window.
+//! ([`AggregateOperator::add_windows`]: a 0.3 component, or the native count-sum), the rest in
+//! one call per window.
 //!
 //! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
 //! upstream result they stand for ([`Origin`]): an upstream update replaces its result's
@@ -1964,14 +1965,23 @@ mod tests {
     }
 
     /// Runs `events` (key, timestamp, amount) through one engine in one batch, the watermark
-    /// following the highest timestamp (bound 0), and ends the input if `end`.
+    /// following the highest timestamp (bound 0), and ends the input if `end`: with the native
+    /// count-sum, whose calls carry many windows, and again one call per window (as 0.1 and 0.2
+    /// components, rollouts and the other native operators go), which must give the same.
     fn run(
         spec: WindowSpec,
         lateness: Millis,
         events: &[(&str, Millis, i64)],
         end: bool,
     ) -> EngineOutput {
-        run_with(&mut NativeCountSum, spec, lateness, events, end)
+        let carried = run_with(&mut NativeCountSum, spec, lateness, events, end);
+        let alone = run_with(&mut CountingAdds::default(), spec, lateness, events, end);
+        assert_eq!(
+            format!("{carried:?}"),
+            format!("{alone:?}"),
+            "windows carried many to a call and one to a call gave different outputs"
+        );
+        carried
     }
 
     /// `events` (key, timestamp, amount) in arrival order, numbered from 0.

@@ -1110,7 +1110,7 @@ function versionsTableHTML(s) {
       <thead><tr>
         <th scope="col">Version</th><th scope="col" class="num">Traffic</th><th scope="col" class="num">Events</th>
         <th scope="col" class="num">Calls</th>
-        <th scope="col" class="num" title="Windows added or finished in calls carrying many windows (contract 0.3): the fast path">Windows carried</th>
+        <th scope="col" class="num" title="Windows added or finished in calls carrying many windows (contract 0.3, or the native count-sum): the fast path">Windows carried</th>
         <th scope="col" class="num">Errors</th><th scope="col" class="num">Traps</th>
         <th scope="col" class="num">Error rate</th><th scope="col" class="num">Trap rate</th>
         <th scope="col" class="num">Shadow differs</th><th scope="col" class="num">Mean call</th>

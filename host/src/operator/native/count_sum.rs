@@ -70,7 +70,7 @@ fn amount_name() -> Option<InternedName> {
 /// `amount`.
 fn sum_window(sum: Value, window: &WindowEvents<'_>) -> Option<Value> {
     let amount = amount_name();
-    if amount.is_none() || window.crossings.is_empty() {
+    if amount.is_none() || window.crossings.len() != window.events.len() {
         return sum_events(sum, window.events);
     }
     let mut total = sum.clone();
@@ -142,15 +142,27 @@ impl AggregateOperator for NativeCountSum {
         Ok(())
     }
 
-    fn finish(&mut self, scope: &mut Scope, _window: Window) -> Result<Fields> {
-        Ok(vec![
-            ("count".into(), Value::Int(count(scope).unwrap_or(0))),
-            (
-                "sum".into(),
-                scope.state.get("sum").cloned().unwrap_or(Value::Int(0)),
-            ),
-        ])
+    /// Each window's output, as `finish` gives it (as the component's calls carry finishes
+    /// too).
+    fn finish_windows(&mut self, windows: &[(&Scope, Window)]) -> CarriedResult<Option<Fields>> {
+        Ok(Some(
+            (windows.iter())
+                .map(|(scope, _)| Some(output(scope)))
+                .collect(),
+        ))
     }
+
+    fn finish(&mut self, scope: &mut Scope, _window: Window) -> Result<Fields> {
+        Ok(output(scope))
+    }
+}
+
+/// A window's result: its count and sum.
+fn output(scope: &Scope) -> Fields {
+    vec![
+        ("count".into(), Value::Int(count(scope).unwrap_or(0))),
+        ("sum".into(), sum(scope)),
+    ]
 }
 
 #[cfg(test)]
@@ -172,9 +184,10 @@ mod tests {
         }
     }
 
-    fn scope() -> Scope {
+    /// A window's state so far: one event, summing to `sum`.
+    fn scope(sum: &Value) -> Scope {
         let mut state = ScopeState::default();
-        state.put("sum", Value::Int(10));
+        state.put("sum", sum.clone());
         state.put("count", Value::Int(1));
         Scope {
             key: "k".into(),
@@ -182,44 +195,30 @@ mod tests {
         }
     }
 
-    /// The state `add` leaves, written out (floats bit for bit), or its error.
-    fn by_add(events: &[&Event]) -> String {
-        let mut scope = scope();
+    /// The state `add` leaves from `sum`, written out (floats bit for bit), or its error.
+    fn by_add(sum: &Value, events: &[&Event]) -> String {
+        let mut scope = scope(sum);
         match NativeCountSum.add(&mut scope, events) {
             Ok(()) => format!("{:?}", scope.state),
             Err(error) => error.to_string(),
         }
     }
 
-    /// Windows carried to one call leave what `add` leaves, whether each event came with its
-    /// `amount` crossed (read from there), some did not (read from the events), or an event
-    /// has no numeric amount (the window left as it was, for `add` alone to refuse).
-    #[test]
-    fn windows_carried_to_one_call_leave_what_add_leaves() {
-        let amount = |v: Value| event(7, &[("amount", v)]);
-        let ints = [amount(Value::Int(i64::MAX)), amount(Value::Int(5))];
-        let floats = [amount(Value::Float(-0.0)), amount(Value::Float(2.5))];
-        let wide = [event(8, &[("amount", Value::Int(3)), ("x", Value::Int(1))])];
-        let other = [event(9, &[("price", Value::Int(4))])];
-        let text = [amount(Value::Int(1)), amount(Value::Text("2".into()))];
-        let projection = Projection::except(&["user", "ts"]);
-        let windows: [&[Event]; 5] = [&ints, &floats, &wide, &other, &text];
+    /// `windows` carried to one `add_windows` call from `sum`, each event with the crossing
+    /// `cross` gives it: which windows were added, and each one's state written out.
+    fn carried(
+        sum: &Value,
+        windows: &[&[Event]],
+        cross: impl Fn(&Event) -> Option<Crossing>,
+    ) -> (Vec<bool>, Vec<String>) {
         let events: Vec<Vec<&Event>> = windows.iter().map(|w| w.iter().collect()).collect();
         let crossings: Vec<Vec<Option<Crossing>>> = (windows.iter())
-            .map(|w| w.iter().map(|e| projection.sole_crossing(e)).collect())
+            .map(|w| w.iter().map(&cross).collect())
             .collect();
-        assert!(
-            crossings[0]
-                .iter()
-                .chain(&crossings[1])
-                .all(Option::is_some)
-        );
-        assert!(crossings[2][0].is_none(), "two fields: no crossing");
-        assert!(crossings[3][0].is_some(), "a crossing of another field");
         let crossing_refs: Vec<Vec<&Option<Crossing>>> =
             crossings.iter().map(|c| c.iter().collect()).collect();
-        let mut scopes: Vec<Scope> = windows.iter().map(|_| scope()).collect();
-        let mut carried: Vec<WindowEvents<'_>> = (scopes.iter_mut())
+        let mut scopes: Vec<Scope> = windows.iter().map(|_| scope(sum)).collect();
+        let mut calls: Vec<WindowEvents<'_>> = (scopes.iter_mut())
             .zip(&events)
             .zip(&crossing_refs)
             .map(|((scope, events), crossings)| WindowEvents {
@@ -228,19 +227,90 @@ mod tests {
                 crossings,
             })
             .collect();
-        let done = NativeCountSum.add_windows(&mut carried).unwrap().unwrap();
-        assert_eq!(done, [true, true, true, false, false]);
-        for ((scope, events), done) in scopes.iter().zip(&events).zip(done) {
-            let expected = if done {
-                by_add(events)
-            } else {
-                format!("{:?}", self::scope().state)
-            };
-            assert_eq!(format!("{:?}", scope.state), expected, "{events:?}");
+        let done = NativeCountSum.add_windows(&mut calls).unwrap().unwrap();
+        let states = scopes.iter().map(|s| format!("{:?}", s.state)).collect();
+        (done, states)
+    }
+
+    fn amount(t: i64, value: Value) -> Event {
+        event(t, &[("amount", value)])
+    }
+
+    /// What the router takes for the count-sum by default: the one field besides key and time.
+    fn router(event: &Event) -> Option<Crossing> {
+        Projection::except(&["user", "ts"]).sole_crossing(event)
+    }
+
+    /// Windows carried to one call leave what `add` leaves, whether each event came with its
+    /// `amount` crossed (read from there), some did not (read from the events, from the start:
+    /// a window crossed for its first event and not its second), or an event has no numeric
+    /// amount (the window left as it was, for `add` alone to refuse); from an integer sum and
+    /// from -0.0, with a NaN.
+    #[test]
+    fn windows_carried_to_one_call_leave_what_add_leaves() {
+        let ints = [amount(7, Value::Int(i64::MAX)), amount(7, Value::Int(5))];
+        let floats = [amount(7, Value::Float(-0.0)), amount(7, Value::Float(2.5))];
+        let nan = [
+            amount(7, Value::Float(-0.0)),
+            amount(7, Value::Float(f64::NAN)),
+        ];
+        let half = [
+            amount(7, Value::Int(1)),
+            event(8, &[("amount", Value::Int(2)), ("x", Value::Int(1))]),
+        ];
+        let wide = [event(8, &[("amount", Value::Int(3)), ("x", Value::Int(1))])];
+        let other = [event(9, &[("price", Value::Int(4))])];
+        let text = [amount(7, Value::Int(1)), amount(7, Value::Text("2".into()))];
+        assert!(router(&half[0]).is_some() && router(&half[1]).is_none());
+        assert!(router(&wide[0]).is_none(), "two fields: no crossing");
+        assert!(router(&other[0]).is_some(), "a crossing of another field");
+        let windows: [&[Event]; 7] = [&ints, &floats, &nan, &half, &wide, &other, &text];
+        for sum in [Value::Int(10), Value::Float(-0.0)] {
+            let (done, states) = carried(&sum, &windows, router);
+            assert_eq!(done, [true, true, true, true, true, false, false]);
+            for ((window, state), done) in windows.iter().zip(states).zip(done) {
+                let events: Vec<&Event> = window.iter().collect();
+                let expected = match done {
+                    true => by_add(&sum, &events),
+                    false => format!("{:?}", scope(&sum).state),
+                };
+                assert_eq!(state, expected, "{events:?} from {sum:?}");
+            }
         }
+        let other: Vec<&Event> = other.iter().collect();
+        let refused = by_add(&Value::Int(10), &other);
         assert_eq!(
-            by_add(&events[3]),
+            refused,
             format!("operator rejected the input: {NOT_NUMERIC}")
         );
+    }
+
+    /// The sum comes from the crossings when every event has one: given crossings that are not
+    /// the events' own, the debug check stops it (it is on the crossed path alone).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a crossing that is not its event's")]
+    fn the_crossings_are_what_is_read() {
+        let events = [amount(7, Value::Int(1)), amount(7, Value::Int(2))];
+        carried(&Value::Int(0), &[&events], |event| {
+            let mut crossing = router(event)?;
+            crossing.number = CrossingNumber::Int(100);
+            Some(crossing)
+        });
+    }
+
+    /// Finishes carried to one call give what `finish` gives.
+    #[test]
+    fn finishes_carried_to_one_call_give_what_finish_gives() {
+        let mut scopes = [scope(&Value::Int(3)), scope(&Value::Float(-0.0))];
+        let window = Window { start: 0, end: 10 };
+        let carried = {
+            let windows: Vec<(&Scope, Window)> = scopes.iter().map(|s| (s, window)).collect();
+            NativeCountSum.finish_windows(&windows).unwrap().unwrap()
+        };
+        for (scope, carried) in scopes.iter_mut().zip(carried) {
+            let alone = NativeCountSum.finish(scope, window).unwrap();
+            assert_eq!(format!("{carried:?}"), format!("{:?}", Some(alone)));
+        }
     }
 }

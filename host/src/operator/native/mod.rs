@@ -8,11 +8,14 @@ mod top_keys;
 
 pub use count_sum::{NativeCountSum, plus};
 
+/// The native count-sum's name, the one native aggregate that reads the router's crossings.
+pub const COUNT_SUM: &str = "count-sum";
+
 use super::{AggregateOperator, EnrichOperator};
 
 /// The native aggregates, by the name a spec gives.
 pub const AGGREGATES: [&str; 6] = [
-    "count-sum",
+    COUNT_SUM,
     "top-keys",
     "nexmark-q5",
     "nexmark-q7",
@@ -25,7 +28,7 @@ pub const ENRICHERS: [&str; 3] = ["nexmark-q0", "nexmark-q1", "nexmark-q2"];
 /// A new instance of the native aggregate `name`, if there is one.
 pub fn aggregate(name: &str) -> Option<Box<dyn AggregateOperator>> {
     Some(match name {
-        "count-sum" => Box::new(NativeCountSum),
+        COUNT_SUM => Box::new(NativeCountSum),
         "top-keys" => Box::new(top_keys::TopKeys),
         "nexmark-q5" => Box::new(nexmark::BidCount),
         "nexmark-q7" => Box::new(nexmark::HighestBid),

@@ -39,6 +39,17 @@ impl Projection {
         matches!(self, Projection::Only(names) if names.is_empty())
     }
 
+    /// Whether a crossing taken through it may be of the field `name`: `Only` names just it,
+    /// or `Except` and `All` do not leave it out (then an event whose one field is another has
+    /// a crossing of that one).
+    pub fn may_cross(&self, name: &str) -> bool {
+        match self {
+            Projection::Only(names) => names.len() == 1 && names[0] == *name,
+            Projection::Except(skip) => !skip.iter().any(|skipped| *skipped == *name),
+            Projection::All => true,
+        }
+    }
+
     /// `event`'s time and only crossing field, if it has exactly one, its name is interned and
     /// it holds a number: the one field named by `Only` (its first occurrence, as a call reads
     /// it), or the one field `Except` or `All` leaves (not two of one name). The router takes

@@ -76,15 +76,15 @@ pub struct VersionCounters {
     /// Calls that trapped.
     pub traps: AtomicU64,
     /// Windows added to or finished in calls carrying many windows (contract 0.3, or the native
-    /// count-sum); every other window took a call of its own. An operator whose windows stop being carried (it needed
-    /// a window's scope, or trapped) has lost its fast path.
+    /// count-sum); every other window took a call of its own. An operator whose windows stop
+    /// being carried (it needed a window's scope, or trapped) has lost its fast path.
     pub carried_windows: AtomicU64,
-    /// Of the windows added in calls carrying many, those that came with the router's
-    /// crossings beside their events (a 0.3 aggregate of one number, or the native count-sum,
-    /// fed straight from the router), from which the call is built without reading the events, unless the window
-    /// mixes fields or kinds of number. A pipeline whose windows, carried as before, stop
-    /// coming with crossings has lost that path; nothing else shows it, the results being
-    /// the same.
+    /// Of the windows added in calls carrying many, those whose first event came with a
+    /// crossing from the router (a 0.3 aggregate of one number, or the native count-sum, fed
+    /// straight from the router): the call is built from the crossings without reading the
+    /// events, unless a later event has none or another field or kind of number. A pipeline
+    /// whose windows, carried as before, stop coming with crossings has lost that path; nothing
+    /// else shows it, the results being the same.
     pub crossed_windows: AtomicU64,
     /// Shadow mode: window results compared with the live version's.
     pub shadow_compared: AtomicU64,

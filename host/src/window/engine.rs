@@ -2265,6 +2265,25 @@ mod tests {
         assert_eq!((carried.released, carried.holds), (events.len(), false));
     }
 
+    /// The native count-sum, its windows carried across batches, reads the crossings of the
+    /// batches that have them (every other one; none for a negative amount, so some windows
+    /// come with crossings for some events only, and are read from their events) and gives
+    /// what one call per window gives.
+    #[test]
+    fn the_native_count_sum_gives_the_same_with_crossings() {
+        let keys = ["a", "b", "c"];
+        let events: Vec<(&str, Millis, i64)> = (0..120)
+            .map(|i| {
+                let amount = if i % 7 == 0 { -(i as i64) } else { i as i64 };
+                (keys[i % 3], (i / 3) as Millis, amount)
+            })
+            .collect();
+        let alone = run_with(&mut CountingAdds::default(), TUMBLING, 0, &events, true);
+        let carried = run_batches(&mut NativeCountSum, TUMBLING, &events, (6, true), |_| true);
+        assert_eq!(emitted(&carried.out), emitted(&alone));
+        assert!(!emitted(&alone).is_empty());
+    }
+
     /// The native count-sum refusing negative amounts, which, if `carries`, takes many windows
     /// per call: it adds every other window of a call (none with a refused event) and gives
     /// every other output, leaving the rest to `add` and `finish`. Counts calls of each kind.

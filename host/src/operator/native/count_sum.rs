@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::event::{CrossingNumber, Event};
+use crate::event::{Crossing, CrossingNumber, Event};
 use crate::field_name::{FieldName, InternedName};
 use crate::time::Window;
 use crate::value::{Fields, Value};
@@ -69,28 +69,42 @@ fn amount_name() -> Option<InternedName> {
 /// `amount` (the events unread), else from the events; `None` if an event has no numeric
 /// `amount`.
 fn sum_window(sum: Value, window: &WindowEvents<'_>) -> Option<Value> {
-    let amount = amount_name();
-    if amount.is_none() || window.crossings.len() != window.events.len() {
-        return sum_events(sum, window.events);
+    if window.crossings.len() == window.events.len()
+        && let Some(total) = sum_crossings(&sum, window.crossings)
+    {
+        #[cfg(debug_assertions)]
+        for (crossing, event) in window.crossings.iter().zip(window.events) {
+            let number = crossing.map(|crossing| (crossing.timestamp, number(crossing.number)));
+            // Written out, so that a NaN matches itself and -0.0 does not match 0.0.
+            assert_eq!(
+                format!(
+                    "{:?}",
+                    Some((event.timestamp, event_amount(event).cloned()))
+                ),
+                format!("{:?}", number.map(|(t, n)| (t, Some(n)))),
+                "a crossing that is not its event's"
+            );
+        }
+        return Some(total);
     }
-    let mut total = sum.clone();
-    for (crossing, event) in window.crossings.iter().zip(window.events) {
-        let Some(crossing) = crossing.filter(|crossing| Some(crossing.field) == amount) else {
-            return sum_events(sum, window.events);
-        };
-        let number = match crossing.number {
-            CrossingNumber::Int(i) => Value::Int(i),
-            CrossingNumber::Float(f) => Value::Float(f),
-        };
-        // Written out, so that a NaN matches itself and -0.0 does not match 0.0.
-        debug_assert_eq!(
-            format!("{:?}", (event.timestamp, event_amount(event))),
-            format!("{:?}", (crossing.timestamp, Some(&number))),
-            "a crossing that is not its event's"
-        );
-        total = plus(&total, &number)?;
+    sum_events(sum, window.events)
+}
+
+/// `sum` plus the amounts in `crossings`; `None` unless every one is a crossing of `amount`.
+fn sum_crossings(sum: &Value, crossings: &[&Option<Crossing>]) -> Option<Value> {
+    let amount = amount_name()?;
+    crossings.iter().try_fold(sum.clone(), |total, crossing| {
+        let crossing = crossing.filter(|crossing| crossing.field == amount)?;
+        plus(&total, &number(crossing.number))
+    })
+}
+
+/// A crossed number as a value.
+fn number(number: CrossingNumber) -> Value {
+    match number {
+        CrossingNumber::Int(i) => Value::Int(i),
+        CrossingNumber::Float(f) => Value::Float(f),
     }
-    Some(total)
 }
 
 /// `sum` plus each of `events`' `amount`; `None` if one has no numeric `amount`.
@@ -168,7 +182,6 @@ fn output(scope: &Scope) -> Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Crossing;
     use crate::operator::Projection;
     use crate::state::ScopeState;
 
@@ -299,18 +312,49 @@ mod tests {
         });
     }
 
-    /// Finishes carried to one call give what `finish` gives.
+    /// A window's sum comes from its crossings, not its events: crossings of 100 beside events
+    /// of 1 and 2 sum to 200; one not of `amount`, or missing, sends the window to its events.
+    #[test]
+    fn the_crossings_are_summed() {
+        let events = [amount(7, Value::Int(1)), amount(7, Value::Int(2))];
+        let hundred = |event: &Event| {
+            let mut crossing = router(event)?;
+            crossing.number = CrossingNumber::Int(100);
+            Some(crossing)
+        };
+        let crossings: Vec<Option<Crossing>> = events.iter().map(hundred).collect();
+        let refs: Vec<&Option<Crossing>> = crossings.iter().collect();
+        assert_eq!(sum_crossings(&Value::Int(0), &refs), Some(Value::Int(200)));
+        let other = router(&event(7, &[("price", Value::Int(4))]));
+        assert_eq!(sum_crossings(&Value::Int(0), &[refs[0], &other]), None);
+        assert_eq!(sum_crossings(&Value::Int(0), &[refs[0], &None]), None);
+    }
+
+    /// Finishes carried to one call give each window's count and sum, as `finish` does, also
+    /// for a window whose state was never written.
     #[test]
     fn finishes_carried_to_one_call_give_what_finish_gives() {
-        let mut scopes = [scope(&Value::Int(3)), scope(&Value::Float(-0.0))];
+        let empty = Scope {
+            key: "k".into(),
+            state: ScopeState::default(),
+        };
+        let mut scopes = [scope(&Value::Int(3)), scope(&Value::Float(-0.0)), empty];
         let window = Window { start: 0, end: 10 };
         let carried = {
             let windows: Vec<(&Scope, Window)> = scopes.iter().map(|s| (s, window)).collect();
             NativeCountSum.finish_windows(&windows).unwrap().unwrap()
         };
-        for (scope, carried) in scopes.iter_mut().zip(carried) {
+        let expected = [
+            (1, Value::Int(3)),
+            (1, Value::Float(-0.0)),
+            (0, Value::Int(0)),
+        ];
+        assert_eq!(carried.len(), scopes.len());
+        for ((scope, carried), (count, sum)) in scopes.iter_mut().zip(carried).zip(expected) {
+            let fields: Fields = vec![("count".into(), Value::Int(count)), ("sum".into(), sum)];
+            assert_eq!(format!("{carried:?}"), format!("{:?}", Some(&fields)));
             let alone = NativeCountSum.finish(scope, window).unwrap();
-            assert_eq!(format!("{carried:?}"), format!("{:?}", Some(alone)));
+            assert_eq!(format!("{alone:?}"), format!("{fields:?}"));
         }
     }
 }

@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use crate::reference::Ev;
 use crate::serve::{
     ADMIN, BASE_TS, INGEST, PATIENCE, PIPELINE, Server, assert_same_emissions, assert_unique_ids,
-    clicks, count_sum_v1, count_sum_v2, create_and_start, ev, events_path, far_future, jsonl,
-    live_model, spec,
+    clicks, count_sum_v1, count_sum_v2, create_and_start, create_and_start_spec, ev, events_path,
+    far_future, jsonl, live_model, spec,
 };
 use crate::support::guest;
 
@@ -36,20 +36,6 @@ fn with_end(events: &[Ev]) -> Vec<Ev> {
 }
 
 /// Creates and starts pipeline `name` from `spec`, asserting 201 and 200.
-fn create_and_start_spec(server: &Server, spec: &Value) {
-    let name = spec["name"].as_str().expect("a name").to_owned();
-    server.expect(
-        &format!("creating {name}"),
-        server.post_json("/v1/pipelines", Some(ADMIN), spec),
-        201,
-    );
-    server.expect(
-        &format!("starting {name}"),
-        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
-        200,
-    );
-}
-
 /// Every file below `dir`, relative, sorted.
 fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::reference::run_model;
 use crate::serve::{
     ADMIN, MODEL, PATIENCE, Server, assert_same_emissions, assert_unique_ids, clicks, count_sum_v1,
-    live_model, spec,
+    create_and_start_spec, live_model, spec,
 };
 use crate::support::emissions;
 
@@ -22,16 +22,7 @@ fn create_and_start(server: &Server, name: &str, advance_when_idle: Option<&str>
     if let Some(idle) = advance_when_idle {
         spec["watermark"]["advance_when_idle"] = json!(idle);
     }
-    server.expect(
-        &format!("creating {name}"),
-        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
-        201,
-    );
-    server.expect(
-        &format!("starting {name}"),
-        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
-        200,
-    );
+    create_and_start_spec(server, &spec);
 }
 
 #[test]
@@ -170,16 +161,7 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
     let mut trapping = spec();
     trapping["name"] = json!("trapping");
     trapping["operators"][0]["version"] = json!("6.6.6");
-    server.expect(
-        "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &trapping),
-        201,
-    );
-    server.expect(
-        "starting",
-        server.post("/v1/pipelines/trapping/start", Some(ADMIN), b""),
-        200,
-    );
+    create_and_start_spec(&server, &trapping);
     let booms: Vec<_> = (0..4)
         .map(|i| crate::serve::ev("boom-1", crate::serve::BASE_TS + i, 1))
         .collect();
@@ -190,16 +172,7 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
     let mut wide = spec();
     wide["name"] = json!("wide");
     wide["operators"][0]["fields"] = json!(["amount", "user"]);
-    server.expect(
-        "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &wide),
-        201,
-    );
-    server.expect(
-        "starting",
-        server.post("/v1/pipelines/wide/start", Some(ADMIN), b""),
-        200,
-    );
+    create_and_start_spec(&server, &wide);
     server.ingest("wide", &all);
     server.wait_for_results("wide", &expected);
 

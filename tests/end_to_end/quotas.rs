@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::reference::Ev;
-use crate::serve::{ADMIN, BASE_TS, PATIENCE, Server, count_sum_v1, ev, spec};
+use crate::serve::{
+    ADMIN, BASE_TS, PATIENCE, Server, count_sum_v1, create_and_start_spec, ev, spec,
+};
 
 /// A pipeline running `operator` 1.0.0 with `sandbox` settings, started.
 fn create_and_start(server: &Server, name: &str, operator: &str, sandbox: Value, shards: usize) {
@@ -18,16 +20,7 @@ fn create_and_start(server: &Server, name: &str, operator: &str, sandbox: Value,
     spec["operators"][0]["name"] = json!(operator);
     spec["sandbox"] = sandbox;
     spec["shards"] = json!(shards);
-    server.expect(
-        &format!("creating {name}"),
-        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
-        201,
-    );
-    server.expect(
-        &format!("starting {name}"),
-        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
-        200,
-    );
+    create_and_start_spec(server, &spec);
 }
 
 /// Round `round` of the steady pipeline's events: 4,000 events of 20 keys, 10 ms apart (each

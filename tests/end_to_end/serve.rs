@@ -1761,3 +1761,18 @@ fn wait_for_shadow_applied(server: &Server) {
         }
     });
 }
+
+/// Creates the pipeline `spec` names, as the admin, and starts it.
+pub fn create_and_start_spec(server: &Server, spec: &Value) {
+    let name = spec["name"].as_str().expect("a name").to_owned();
+    server.expect(
+        &format!("creating {name}"),
+        server.post_json("/v1/pipelines", Some(ADMIN), spec),
+        201,
+    );
+    server.expect(
+        &format!("starting {name}"),
+        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
+        200,
+    );
+}

@@ -93,6 +93,15 @@ pub enum CrossingNumber {
     Float(f64),
 }
 
+impl From<CrossingNumber> for Value {
+    fn from(number: CrossingNumber) -> Value {
+        match number {
+            CrossingNumber::Int(i) => Value::Int(i),
+            CrossingNumber::Float(f) => Value::Float(f),
+        }
+    }
+}
+
 impl PartialEq for CrossingNumber {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::event::{Crossing, CrossingNumber, Event};
+use crate::event::{Crossing, Event};
 use crate::field_name::{FieldName, InternedName};
 use crate::time::Window;
 use crate::value::{Fields, Value};
@@ -74,14 +74,14 @@ fn sum_window(sum: Value, window: &WindowEvents<'_>) -> Option<Value> {
     {
         #[cfg(debug_assertions)]
         for (crossing, event) in window.crossings.iter().zip(window.events) {
-            let number = crossing.map(|crossing| (crossing.timestamp, number(crossing.number)));
+            let crossing = crossing.expect("every crossing was summed");
             // Written out, so that a NaN matches itself and -0.0 does not match 0.0.
             assert_eq!(
+                format!("{:?}", (event.timestamp, event_amount(event))),
                 format!(
                     "{:?}",
-                    Some((event.timestamp, event_amount(event).cloned()))
+                    (crossing.timestamp, Some(&Value::from(crossing.number)))
                 ),
-                format!("{:?}", number.map(|(t, n)| (t, Some(n)))),
                 "a crossing that is not its event's"
             );
         }
@@ -95,16 +95,8 @@ fn sum_crossings(sum: &Value, crossings: &[&Option<Crossing>]) -> Option<Value> 
     let amount = amount_name()?;
     crossings.iter().try_fold(sum.clone(), |total, crossing| {
         let crossing = crossing.filter(|crossing| crossing.field == amount)?;
-        plus(&total, &number(crossing.number))
+        plus(&total, &crossing.number.into())
     })
-}
-
-/// A crossed number as a value.
-fn number(number: CrossingNumber) -> Value {
-    match number {
-        CrossingNumber::Int(i) => Value::Int(i),
-        CrossingNumber::Float(f) => Value::Float(f),
-    }
 }
 
 /// `sum` plus each of `events`' `amount`; `None` if one has no numeric `amount`.
@@ -147,8 +139,7 @@ impl AggregateOperator for NativeCountSum {
         let (Some(count), Some(sum)) = (count(source), source.state.get("sum")) else {
             return Ok(()); // an empty source
         };
-        let before = target.state.get("sum").cloned().unwrap_or(Value::Int(0));
-        let total = plus(&before, sum)
+        let total = plus(&self::sum(target), sum)
             .ok_or_else(|| OperatorError::Rejected("state `sum` is not a number".into()))?;
         let count = self::count(target).unwrap_or(0).saturating_add(count);
         target.state.put("sum", total);
@@ -182,6 +173,7 @@ fn output(scope: &Scope) -> Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::CrossingNumber;
     use crate::operator::Projection;
     use crate::state::ScopeState;
 

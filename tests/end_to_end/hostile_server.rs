@@ -35,7 +35,6 @@ fn with_end(events: &[Ev]) -> Vec<Ev> {
     all
 }
 
-/// Creates and starts pipeline `name` from `spec`, asserting 201 and 200.
 /// Every file below `dir`, relative, sorted.
 fn tree(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();

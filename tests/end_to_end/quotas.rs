@@ -187,6 +187,44 @@ fn a_runaway_call_is_held_to_the_cpu_quota_while_it_runs() {
     );
 }
 
+/// A stop does not wait for a call held by the quota: a runaway loop under a twentieth of a
+/// core with a 2 s limit would take some 40 s to reach it; stopped, the quota is lifted and
+/// the call runs to its limit at once.
+#[test]
+fn a_stop_does_not_wait_for_a_call_held_by_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("spin", "1.0.0", &crate::support::guest("infinite-loop"));
+    create_and_start(
+        &server,
+        "held",
+        "spin",
+        json!({"cpu": 0.05, "call_timeout": "2s"}),
+        1,
+    );
+    server.ingest("held", &[ev("spin-1", BASE_TS, 1)]);
+    server.wait_for(
+        "the call to wait for the quota",
+        PATIENCE,
+        || match cpu_used_ms(&server, "held") {
+            (_, throttled) if throttled > 0 => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        },
+    );
+    let started = Instant::now();
+    let (code, body) = server.post("/v1/pipelines/held/stop", Some(ADMIN), b"");
+    assert!(code == 200 || code == 202, "{code} {body}");
+    server.wait_for("the pipeline to stop", PATIENCE, || {
+        match server.status("held")["state"].as_str() {
+            Some("stopped") => Ok(()),
+            state => Err(format!("{state:?}")),
+        }
+    });
+    let took = started.elapsed();
+    eprintln!("stopped {took:?} after the stop, the call held by the quota");
+    assert!(took < Duration::from_secs(10), "the stop took {took:?}");
+}
+
 #[test]
 fn cpu_and_memory_quotas_out_of_bounds_are_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -20,7 +20,7 @@
 //! Depends on nothing else of the crate; the Wasm guest charges them, the pipeline owns them.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The longest single wait: a waiting call looks at the bucket again at least this often (other
@@ -37,6 +37,8 @@ pub struct CpuQuota {
     used_ns: AtomicU64,
     /// Time calls waited for the budget, in ns.
     throttled_ns: AtomicU64,
+    /// Set when the pipeline stops: no call waits any more.
+    released: AtomicBool,
     used: metrics::Counter,
     throttled: metrics::Counter,
 }
@@ -60,6 +62,7 @@ impl CpuQuota {
             }),
             used_ns: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
+            released: AtomicBool::new(false),
             used,
             throttled,
         }
@@ -93,11 +96,17 @@ impl CpuQuota {
         Duration::from_nanos((-bucket.balance_ns / self.cores) as u64)
     }
 
-    /// Waits until the budget has room for a call.
+    /// Lifts the budget for good (the pipeline is stopping): a call waiting for it goes on
+    /// within [`MAX_WAIT`], and none waits after. Calls are still charged.
+    pub fn release(&self) {
+        self.released.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until the budget has room for a call, or it is released.
     pub fn wait_turn(&self) {
         loop {
             let debt = self.debt();
-            if debt.is_zero() {
+            if debt.is_zero() || self.released.load(Ordering::Relaxed) {
                 return;
             }
             let asleep = Instant::now();
@@ -113,7 +122,7 @@ impl CpuQuota {
         let ns = waited.as_nanos() as u64;
         let before = self.throttled_ns.fetch_add(ns, Ordering::Relaxed);
         self.throttled
-            .increment((before + ns) / 1_000_000 - before / 1_000_000);
+            .increment(units_passed(before, ns, 1_000_000));
     }
 
     /// Charges a call (or a part of one) that took `took`; the counter goes by whole
@@ -121,10 +130,16 @@ impl CpuQuota {
     pub fn charge(&self, took: Duration) {
         let ns = took.as_nanos() as u64;
         let before = self.used_ns.fetch_add(ns, Ordering::Relaxed);
-        self.used.increment((before + ns) / 1_000 - before / 1_000);
+        self.used.increment(units_passed(before, ns, 1_000));
         let mut bucket = self.bucket.lock().expect("cpu quota lock");
         bucket.balance_ns -= ns as f64;
     }
+}
+
+/// How many whole `unit`s a total passes when `added` goes onto `before`: a counter kept in
+/// whole units this way adds up to the total's, however small each addition.
+fn units_passed(before: u64, added: u64, unit: u64) -> u64 {
+    (before + added) / unit - before / unit
 }
 
 /// One call's account with a [`CpuQuota`], kept while the call runs: at each tick the time
@@ -413,6 +428,53 @@ mod tests {
         );
         // What was charged is the run time, the waits left out.
         assert_eq!(quota.used(), ran);
+    }
+
+    /// A thousand charges of 999 ns make 999 whole microseconds, not 0; one of 2.5 units
+    /// passes 2 or 3 boundaries depending on where it starts.
+    #[test]
+    fn counters_go_by_whole_units_of_the_total() {
+        let mut total = 0;
+        let mut counted = 0;
+        for _ in 0..1_000 {
+            counted += units_passed(total, 999, 1_000);
+            total += 999;
+        }
+        assert_eq!(counted, 999);
+        assert_eq!(units_passed(0, 2_500, 1_000), 2);
+        assert_eq!(units_passed(600, 2_500, 1_000), 3);
+        assert_eq!(units_passed(u64::MAX / 2, 0, 1_000), 0);
+    }
+
+    /// Released (the pipeline stops), a quota deep in debt lets a waiting call go on within
+    /// one wait's step, and no later call waits.
+    #[test]
+    fn a_released_quota_holds_no_call() {
+        let quota = std::sync::Arc::new(CpuQuota::new(
+            0.01,
+            metrics::Counter::noop(),
+            metrics::Counter::noop(),
+        ));
+        quota.charge(Duration::from_secs(10)); // 1,000 s of debt at 0.01 cores
+        let waiting = {
+            let quota = std::sync::Arc::clone(&quota);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                quota.wait_turn();
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(150));
+        quota.release();
+        let waited = waiting.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        let started = Instant::now();
+        let mut meter = CallMeter::start(&quota);
+        assert!(meter.tick(&quota, Duration::from_secs(10)));
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

@@ -261,6 +261,12 @@ impl PipelineControl {
         if let Some(gate) = &self.ingest_gate {
             gate.wake();
         }
+        // Calls waiting for the CPU quota go on at once: the stop waits for a call at most its
+        // time limit, as without a quota (held to a small quota, a runaway call could take
+        // `call_timeout / cpu`, hours at the bounds).
+        if let Some(cpu) = self.cpu.get() {
+            cpu.release();
+        }
     }
 
     /// Whether a stop was asked for.

@@ -7,14 +7,12 @@
 //! two-stage pipeline rolls out and back with results identical to a twin without a rollout.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::serve::{ADMIN, PATIENCE, Server, version_entry};
+use crate::serve::{ADMIN, GatedSender, PATIENCE, Server, version_entry};
 
 const PIPELINE: &str = "orders";
 const OPERATOR: &str = "enrich-customers";
@@ -59,76 +57,6 @@ fn send(server: &crate::serve::Client, orders: &[Value]) {
     }
 }
 
-/// Sends chunks from a thread, stopping before each of its gates (chunk indices) until the
-/// test opens it: each step of a rollout then sees traffic before and after it, however fast
-/// or slow the machine. (Sleeps between the steps did not: the sender could finish before the
-/// last step, or the steps before the first chunks.)
-struct GatedSender {
-    gates: Vec<usize>,
-    sent: Arc<AtomicUsize>,
-    opened: Arc<AtomicUsize>,
-    thread: thread::JoinHandle<()>,
-}
-
-impl GatedSender {
-    fn start<T: Send + 'static>(
-        chunks: Vec<T>,
-        gates: &[usize],
-        send: impl Fn(&T) + Send + 'static,
-    ) -> GatedSender {
-        let (sent, opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let thread = {
-            let (sent, opened, gates) = (Arc::clone(&sent), Arc::clone(&opened), gates.to_vec());
-            thread::spawn(move || {
-                for (i, chunk) in chunks.iter().enumerate() {
-                    let needed = gates.iter().filter(|&&gate| gate <= i).count();
-                    // The test may take several waits of its own before it opens a gate.
-                    let deadline = Instant::now() + 4 * PATIENCE;
-                    while opened.load(Ordering::SeqCst) < needed {
-                        assert!(Instant::now() < deadline, "gate {needed} never opened");
-                        thread::sleep(Duration::from_millis(5));
-                    }
-                    send(chunk);
-                    sent.fetch_add(1, Ordering::SeqCst);
-                    thread::sleep(Duration::from_millis(15));
-                }
-            })
-        };
-        GatedSender {
-            gates: gates.to_vec(),
-            sent,
-            opened,
-            thread,
-        }
-    }
-
-    /// Waits until the sender stands at its gate `n` (counted from 0), every chunk before it
-    /// sent.
-    fn wait_at_gate(&self, server: &Server, n: usize) {
-        let gate = self.gates[n];
-        server.wait_for(
-            &format!("the sender at chunk {gate}"),
-            PATIENCE,
-            || match self.sent.load(Ordering::SeqCst) {
-                sent if sent >= gate => Ok(()),
-                // A sender that died (a refused chunk) says why when it is joined.
-                _ if self.thread.is_finished() => panic!("the sender stopped before chunk {gate}"),
-                sent => Err(format!("{sent} chunks sent")),
-            },
-        );
-    }
-
-    /// Lets the sender through its next gate.
-    fn open(&self) {
-        self.opened.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn join(self) {
-        self.opened.store(usize::MAX, Ordering::SeqCst);
-        self.thread.join().unwrap();
-    }
-}
-
 fn step(server: &Server, request: Value, path: &str) {
     server.expect(
         &format!("{path} {request}"),
@@ -143,14 +71,7 @@ fn step(server: &Server, request: Value, path: &str) {
 
 /// Waits until the routing applied at a checkpoint matches `check`.
 fn applied(server: &Server, what: &str, check: impl Fn(&Value) -> bool) {
-    server.wait_for(what, PATIENCE, || {
-        let status = server.status(PIPELINE);
-        if check(&status["applied_routing"]) {
-            Ok(())
-        } else {
-            Err(status["applied_routing"].to_string())
-        }
-    });
+    server.wait_for_routing(PIPELINE, what, check);
 }
 
 /// A server in `data` with versions 1.0.0 and 2.0.0 of the enricher and the orders pipeline
@@ -470,13 +391,8 @@ fn a_stage_operator_rolls_out_and_back_under_load_with_the_same_results_as_witho
             server.post_json(path, Some(ADMIN), &request),
             200,
         );
-        server.wait_for("the stage routing applied", PATIENCE, || {
-            let r = server.status("rolled")["applied_routing"].clone();
-            if r["operator"] == "top-users" && r["percent"] == percent {
-                Ok(())
-            } else {
-                Err(r.to_string())
-            }
+        server.wait_for_routing("rolled", "the stage routing applied", |r| {
+            r["operator"] == "top-users" && r["percent"] == percent
         });
         sender.open();
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::serve::{
-    ADMIN, PATIENCE, Server, assert_same_emissions, assert_unique_ids, clicks, count_sum_v1,
-    count_sum_v2, far_future, live_model, spec,
+    ADMIN, GatedSender, PATIENCE, Server, assert_same_emissions, assert_unique_ids, clicks,
+    count_sum_v1, count_sum_v2, far_future, live_model, spec,
 };
 
 fn create(server: &Server, name: &str, segment_size: &str) {
@@ -67,25 +67,10 @@ fn a_savepoint_taken_under_load_forks_into_a_pipeline_that_continues_the_origina
     events.push(far_future(&events));
     // The sender stops after 4,000 events until the savepoint is taken, so that it is taken
     // mid-stream however slowly the call is answered.
-    let saved_yet = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sender = {
         let client = server.client();
-        let events = events.clone();
-        let saved_yet = std::sync::Arc::clone(&saved_yet);
-        thread::spawn(move || {
-            for (i, chunk) in events.chunks(100).enumerate() {
-                let deadline = std::time::Instant::now() + PATIENCE;
-                while i == 40 && !saved_yet.load(std::sync::atomic::Ordering::SeqCst) {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "no savepoint was taken"
-                    );
-                    thread::sleep(Duration::from_millis(5));
-                }
-                client.ingest("orig", chunk);
-                thread::sleep(Duration::from_millis(15));
-            }
-        })
+        let chunks: Vec<Vec<_>> = events.chunks(100).map(<[_]>::to_vec).collect();
+        GatedSender::start(chunks, &[40], move |chunk| client.ingest("orig", chunk))
     };
     server.wait_for("a third of the events read", PATIENCE, || {
         let read = server.status("orig")["events_in"].as_u64().unwrap_or(0);
@@ -104,8 +89,7 @@ fn a_savepoint_taken_under_load_forks_into_a_pipeline_that_continues_the_origina
         ),
         201,
     );
-    saved_yet.store(true, std::sync::atomic::Ordering::SeqCst);
-    sender.join().unwrap();
+    sender.join();
     let at = saved["events"].as_u64().unwrap();
     assert!(
         (2_000..=4_000).contains(&at),

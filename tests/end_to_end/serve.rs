@@ -289,6 +289,18 @@ impl Client {
         }
     }
 
+    /// Polls the pipeline's status until the routing applied at a checkpoint passes `check`.
+    pub fn wait_for_routing(&self, pipeline: &str, what: &str, check: impl Fn(&Value) -> bool) {
+        self.wait_for(what, PATIENCE, || {
+            let applied = self.status(pipeline)["applied_routing"].clone();
+            if check(&applied) {
+                Ok(())
+            } else {
+                Err(applied.to_string())
+            }
+        });
+    }
+
     /// Polls the pipeline's status until its last checkpoint covers `n` events.
     pub fn wait_for_checkpoint_of(&self, pipeline: &str, n: usize) {
         self.wait_for(&format!("a checkpoint of {n} events"), PATIENCE, || {
@@ -1752,14 +1764,7 @@ fn malformed_specs_and_requests_are_refused_with_clear_errors() {
 
 /// Waits until a shadow rollout of the pipeline is applied (at a checkpoint barrier).
 fn wait_for_shadow_applied(server: &Server) {
-    server.wait_for("the shadow applied", PATIENCE, || {
-        let applied = server.status(PIPELINE)["applied_routing"].clone();
-        if applied["shadow"] == true {
-            Ok(())
-        } else {
-            Err(applied.to_string())
-        }
-    });
+    server.wait_for_routing(PIPELINE, "the shadow applied", |r| r["shadow"] == true);
 }
 
 /// Creates the pipeline `spec` names, as the admin, and starts it.
@@ -1775,4 +1780,74 @@ pub fn create_and_start_spec(server: &Server, spec: &Value) {
         server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
         200,
     );
+}
+
+/// Sends chunks from a thread, stopping before each of its gates (chunk indices) until the
+/// test opens it: each step of a rollout then sees traffic before and after it, however fast
+/// or slow the machine. (Sleeps between the steps did not: the sender could finish before the
+/// last step, or the steps before the first chunks.)
+pub struct GatedSender {
+    gates: Vec<usize>,
+    sent: Arc<AtomicUsize>,
+    opened: Arc<AtomicUsize>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl GatedSender {
+    pub fn start<T: Send + 'static>(
+        chunks: Vec<T>,
+        gates: &[usize],
+        send: impl Fn(&T) + Send + 'static,
+    ) -> GatedSender {
+        let (sent, opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let thread = {
+            let (sent, opened, gates) = (Arc::clone(&sent), Arc::clone(&opened), gates.to_vec());
+            thread::spawn(move || {
+                for (i, chunk) in chunks.iter().enumerate() {
+                    let needed = gates.iter().filter(|&&gate| gate <= i).count();
+                    // The test may take several waits of its own before it opens a gate.
+                    let deadline = Instant::now() + 4 * PATIENCE;
+                    while opened.load(Ordering::SeqCst) < needed {
+                        assert!(Instant::now() < deadline, "gate {needed} never opened");
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    send(chunk);
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(15));
+                }
+            })
+        };
+        GatedSender {
+            gates: gates.to_vec(),
+            sent,
+            opened,
+            thread,
+        }
+    }
+
+    /// Waits until the sender stands at its gate `n` (counted from 0), every chunk before it
+    /// sent.
+    pub fn wait_at_gate(&self, server: &Server, n: usize) {
+        let gate = self.gates[n];
+        server.wait_for(
+            &format!("the sender at chunk {gate}"),
+            PATIENCE,
+            || match self.sent.load(Ordering::SeqCst) {
+                sent if sent >= gate => Ok(()),
+                // A sender that died (a refused chunk) says why when it is joined.
+                _ if self.thread.is_finished() => panic!("the sender stopped before chunk {gate}"),
+                sent => Err(format!("{sent} chunks sent")),
+            },
+        );
+    }
+
+    /// Lets the sender through its next gate.
+    pub fn open(&self) {
+        self.opened.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn join(self) {
+        self.opened.store(usize::MAX, Ordering::SeqCst);
+        self.thread.join().unwrap();
+    }
 }

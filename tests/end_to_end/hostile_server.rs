@@ -497,14 +497,7 @@ fn extreme_and_far_future_timestamps_are_dead_letters_not_crashes() {
             ),
             202,
         );
-        let dead = server.wait_for("the dead letters", PATIENCE, || {
-            let dead = server.output(name, "dead-letters.jsonl");
-            if dead.len() >= bad.len() {
-                Ok(dead)
-            } else {
-                Err(format!("{dead:?}"))
-            }
-        });
+        let dead = server.wait_for_dead_letters(name, bad.len());
         assert_eq!(dead.len(), bad.len(), "{dead:?}");
         assert!(
             dead.iter().all(|d| d["reason"]

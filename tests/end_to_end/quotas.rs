@@ -160,14 +160,7 @@ fn a_runaway_call_is_held_to_the_cpu_quota_while_it_runs() {
     );
     let started = Instant::now();
     server.ingest("runaway", &[ev("spin-1", BASE_TS, 1)]);
-    let dead = server.wait_for("the runaway event's dead letter", PATIENCE, || {
-        let dead = server.output("runaway", "dead-letters.jsonl");
-        if dead.is_empty() {
-            Err("none yet".to_owned())
-        } else {
-            Ok(dead)
-        }
-    });
+    let dead = server.wait_for_dead_letters("runaway", 1);
     let took = started.elapsed();
     let reason = dead[0]["reason"].as_str().unwrap();
     // The limit counts the call's run time, not its waits for the quota.
@@ -279,14 +272,7 @@ fn writes_past_the_state_quota_become_dead_letters_and_room_comes_back_as_window
     );
     // 30 keys in one window: the first 10 take the quota, the other 20 are refused.
     server.ingest("capped", &keys_in_window(0, 30, 0));
-    let dead = server.wait_for("20 dead letters", PATIENCE, || {
-        let dead = server.output("capped", "dead-letters.jsonl");
-        if dead.len() >= 20 {
-            Ok(dead)
-        } else {
-            Err(format!("{}", dead.len()))
-        }
-    });
+    let dead = server.wait_for_dead_letters("capped", 20);
     assert_eq!(dead.len(), 20);
     for letter in &dead {
         let reason = letter["reason"].as_str().unwrap();

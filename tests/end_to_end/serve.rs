@@ -607,6 +607,18 @@ impl Server {
             .collect()
     }
 
+    /// Waits until the pipeline's `dead-letters.jsonl` holds at least `n` dead letters, then
+    /// returns them all.
+    pub fn wait_for_dead_letters(&self, pipeline: &str, n: usize) -> Vec<Value> {
+        self.wait_for(&format!("{n} dead letters"), PATIENCE, || {
+            let dead = self.output(pipeline, "dead-letters.jsonl");
+            match dead.len() >= n {
+                true => Ok(dead),
+                false => Err(format!("{} so far: {dead:?}", dead.len())),
+            }
+        })
+    }
+
     /// The pipeline's `results.jsonl`.
     pub fn results(&self, pipeline: &str) -> Vec<Value> {
         self.output(pipeline, "results.jsonl")

@@ -480,3 +480,79 @@ fn events_of_every_shape_give_the_native_twins_results() {
         );
     }
 }
+
+/// A window join whose aggregate names one field takes the router's crossings (the join keys
+/// each side by its own field; the crossing is the event's `amount`): its sums equal those of
+/// the same join read from the events (the aggregate given two fields, so nothing crosses),
+/// of its native twin, and of sums worked out by hand, on one shard and on two in batches of
+/// three. In these debug builds every crossing read is also checked against its event.
+#[test]
+fn a_window_join_whose_aggregate_reads_one_field_sums_from_the_crossings() {
+    let lines = [
+        r#"{"kind":"order","user":"ann","ts":1000,"amount":5}"#,
+        r#"{"kind":"refund","customer":"ann","ts":2000,"amount":-2}"#,
+        r#"{"kind":"order","user":"bo","ts":2500,"amount":7}"#,
+        r#"{"kind":"order","user":"ann","ts":3000,"amount":10}"#,
+        // Neither side: a dead letter, whatever the aggregate reads.
+        r#"{"kind":"bid","user":"ann","ts":3500,"amount":100}"#,
+        r#"{"kind":"refund","customer":"bo","ts":4000,"amount":-1}"#,
+        // A float amount: ann's second window sums as a float, from its crossings too.
+        r#"{"kind":"order","user":"ann","ts":12000,"amount":0.5}"#,
+        r#"{"kind":"refund","customer":"ann","ts":13000,"amount":-0.25}"#,
+        r#"{"kind":"order","user":"cy","ts":25000,"amount":1}"#,
+    ];
+    let input = lines.join("\n") + "\n";
+    let body = |code: &str, fields: &str| {
+        format!(
+            "[event]\nkey = \"user\"\ntimestamp = \"ts\"\n\
+             [window]\ntype = \"tumbling\"\nsize = \"10s\"\n\
+             [join]\nfield = \"kind\"\nleft = {{ value = \"order\", key = \"user\" }}\n\
+             right = {{ value = \"refund\", key = \"customer\" }}\n\
+             [[operators]]\nname = \"count-sum\"\nversion = \"1.0.0\"\nkind = \"aggregate\"\n\
+             {code}\nfields = {fields}\n"
+        )
+    };
+    let module = format!(
+        "module = {:?}",
+        crate::support::component("tumbling-count-sum")
+            .display()
+            .to_string()
+    );
+    // Each run's results by window start, then key (two shards emit them in either order).
+    let sums = |run: &crate::support::Run| -> Vec<serde_json::Value> {
+        assert!(run.success, "{}", run.stderr);
+        let mut sums: Vec<serde_json::Value> = (run.results.iter())
+            .map(|r| serde_json::json!([r["key"], r["window_start"], r["value"]]))
+            .collect();
+        sums.sort_by_key(|r| (r[1].as_i64(), r[0].as_str().map(str::to_owned)));
+        sums
+    };
+    let expected = [
+        serde_json::json!(["ann", 0, {"count": 3, "sum": 13}]),
+        serde_json::json!(["bo", 0, {"count": 2, "sum": 6}]),
+        serde_json::json!(["ann", 10000, {"count": 2, "sum": 0.25}]),
+        serde_json::json!(["cy", 20000, {"count": 1, "sum": 1}]),
+    ];
+    for args in [&[][..], &["--shards", "2", "--batch-size", "3"][..]] {
+        let runs = [
+            (module.as_str(), "[\"amount\"]"),
+            (module.as_str(), "[\"amount\", \"kind\"]"),
+            ("native = \"count-sum\"", "[\"amount\"]"),
+        ]
+        .map(|(code, fields)| Pipeline::new(&body(code, fields), &input).run(args));
+        assert_eq!(sums(&runs[0]), expected, "{args:?}: {:?}", runs[0].results);
+        for other in &runs[1..] {
+            assert_eq!(sums(other), sums(&runs[0]), "{args:?}");
+        }
+        for run in &runs {
+            let reasons: Vec<&str> = (run.dead_letters.iter())
+                .map(|d| d["reason"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                reasons,
+                ["on neither side of the join: `kind` is neither \"order\" nor \"refund\""],
+                "{args:?}"
+            );
+        }
+    }
+}

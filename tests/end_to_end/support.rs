@@ -179,10 +179,22 @@ impl Pipeline {
     /// Runs `weir run pipeline.toml` with extra arguments, resuming from the data directory's
     /// last checkpoint if there is one.
     pub fn resume(&self, args: &[&str]) -> Run {
+        self.exec(args, "warn")
+    }
+
+    /// [`run`](Self::run) with the host's log at `info` in the run's `stderr`.
+    pub fn run_logged(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--fresh"];
+        all.extend_from_slice(args);
+        self.exec(&all, "info")
+    }
+
+    fn exec(&self, args: &[&str], log: &str) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_weir"))
             .arg("run")
             .arg(self.dir.path().join("pipeline.toml"))
             .args(args)
+            .env("RUST_LOG", log)
             .output()
             .expect("running weir");
         let out = self.dir.path().join("out");

@@ -127,7 +127,7 @@ pub(super) fn to_wit_events(events: &[&Event], projection: &Projection) -> Resul
 /// before anything is built, and the host retries its events one call each, as after any
 /// refused batch, so the results are the same. (A million values lower to 16 MiB of the guest's
 /// memory, which the guest copies again; 4,096 events of 256 fields fit.)
-const MAX_BATCH_VALUES: usize = 1 << 20;
+pub(super) const MAX_BATCH_VALUES: usize = 1 << 20;
 
 /// Refuses a batch of `events` events and `fields` crossing fields if it holds more than
 /// [`MAX_BATCH_VALUES`] values (a single event always crosses).

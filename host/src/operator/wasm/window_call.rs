@@ -6,7 +6,8 @@
 use std::rc::Rc;
 
 use super::convert::{
-    Projection, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns,
+    MAX_BATCH_VALUES, Projection, Shape, check_width, crossing_fields, same_names, to_wit,
+    to_wit_columns,
 };
 use super::*;
 use crate::event::{Crossing, CrossingNumber};
@@ -84,6 +85,10 @@ pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projectio
 /// it has every name of the call. Refused like [`to_wit_columns`], with nothing added, if the
 /// window is too wide. `shapes` is the call's, kept from window to window.
 ///
+/// A window is also refused, with nothing added, if it would take a call that already holds
+/// values past [`MAX_BATCH_VALUES`] in all ([`push_within`]): each window is within that bound
+/// alone, but a call of several wide windows was not, and ran its guest out of memory.
+///
 /// When every event came with a crossing of one field and kind (`crossings`, one per event, or
 /// none), the values are the crossings' ([`push_crossed`]), and no event's fields are read.
 /// Otherwise, when every event has the first one's field names (nearly always), the values are
@@ -92,6 +97,66 @@ pub(super) fn warm(events: &[&Event], crossings: &[&Option<Crossing>], projectio
 /// or all floats ([`push_numeric`]), else a field at a time; otherwise they go through
 /// [`to_wit_columns`]'s list of values. The call is the same.
 pub(super) fn push_window<'a>(
+    call: &mut WindowBatches,
+    events: &[&'a Event],
+    crossings: &[&Option<Crossing>],
+    projection: &Projection,
+    shapes: &mut WindowShapes<'a>,
+) -> Result<Rc<[FieldName]>> {
+    let window = Pushed {
+        events,
+        crossings,
+        projection,
+    };
+    push_within(MAX_BATCH_VALUES, call, window, shapes)
+}
+
+/// The window [`push_window`] is given: its events, their crossings, and the projection.
+struct Pushed<'w, 'a> {
+    events: &'w [&'a Event],
+    crossings: &'w [&'w Option<Crossing>],
+    projection: &'w Projection,
+}
+
+/// [`push_window`] with a `budget` of values for the whole call: a window that would take a
+/// call already holding values past it is taken out again and refused (a call's first window
+/// is bounded by [`check_width`] alone). A call of 4,096 events whose windows each had a few
+/// hundred fields (a new field name on every line) held 2.3 million values, and the guest
+/// trapped at its 64 MiB, which made the instance give up calls carrying many windows for
+/// good; a refused window goes through `add` alone instead.
+fn push_within<'a>(
+    budget: usize,
+    call: &mut WindowBatches,
+    window: Pushed<'_, 'a>,
+    shapes: &mut WindowShapes<'a>,
+) -> Result<Rc<[FieldName]>> {
+    let (marks, held) = (Marks::of(call), values_in(call));
+    let fields = push_any(
+        call,
+        window.events,
+        window.crossings,
+        window.projection,
+        shapes,
+    )?;
+    let total = values_in(call);
+    if held > 0 && total > budget {
+        marks.restore(call);
+        return Err(OperatorError::Rejected(format!(
+            "a window of {} events would take its call to {total} values (at most {budget}); \
+             it crosses in a call of its own",
+            window.events.len()
+        )));
+    }
+    Ok(fields)
+}
+
+/// The values a call's lists hold: integers, floats and values of any kind.
+fn values_in(call: &WindowBatches) -> usize {
+    call.ints.len() + call.floats.len() + call.columns.len()
+}
+
+/// [`push_window`] without the call's budget.
+fn push_any<'a>(
     call: &mut WindowBatches,
     events: &[&'a Event],
     crossings: &[&Option<Crossing>],
@@ -172,27 +237,33 @@ fn push_crossed(
     Some(shapes.crossed(first.field))
 }
 
-/// How long a call's lists of times, integers and floats were before a window was pushed
-/// into them, to take the window out again if it cannot be read the way it was begun.
+/// How long a call's lists were before a window was pushed into them, to take the window out
+/// again if it cannot be read the way it was begun, or does not fit the call.
 struct Marks {
     timestamps: usize,
+    kinds: usize,
     ints: usize,
     floats: usize,
+    columns: usize,
 }
 
 impl Marks {
     fn of(call: &WindowBatches) -> Marks {
         Marks {
             timestamps: call.timestamps.len(),
+            kinds: call.kinds.len(),
             ints: call.ints.len(),
             floats: call.floats.len(),
+            columns: call.columns.len(),
         }
     }
 
     fn restore(self, call: &mut WindowBatches) {
         call.timestamps.truncate(self.timestamps);
+        call.kinds.truncate(self.kinds);
         call.ints.truncate(self.ints);
         call.floats.truncate(self.floats);
+        call.columns.truncate(self.columns);
     }
 }
 
@@ -666,5 +737,63 @@ mod tests {
             format!("{:?}", empty_call()),
             "nothing added"
         );
+    }
+
+    /// A call's windows share one budget of values: a window that would take a call past it is
+    /// taken out again whole, whatever lists it was read into (integers, values of any kind,
+    /// crossings), and a later one that fits still goes in; a call's first window goes in
+    /// whatever its size (each window is bounded alone by `check_width`).
+    #[test]
+    fn a_window_that_would_take_its_call_past_its_budget_is_refused_whole() {
+        let (a, b) = (FieldName::new("a"), FieldName::new("b"));
+        let ints: Vec<Event> = (0..4).map(|t| only(t, &a, Value::Int(t))).collect();
+        let mixed: Vec<Event> = (0..3)
+            .map(|t| {
+                event(
+                    t,
+                    vec![
+                        (a.clone(), Value::Int(t)),
+                        (b.clone(), Value::Text("x".into())),
+                    ],
+                )
+            })
+            .collect();
+        let one = [only(9, &a, Value::Int(9))];
+        let [ints, mixed, one]: [Vec<&Event>; 3] =
+            [&ints[..], &mixed[..], &one[..]].map(|events| events.iter().collect());
+        let projection = Projection::All;
+        let crossings: Vec<_> = ints.iter().map(|e| projection.sole_crossing(e)).collect();
+        let crossings: Vec<_> = crossings.iter().collect();
+        // Each push with shapes of its own (a call's are kept from window to window).
+        fn push(
+            call: &mut WindowBatches,
+            events: &[&Event],
+            crossings: &[&Option<Crossing>],
+            budget: usize,
+        ) -> Result<Rc<[FieldName]>> {
+            let projection = &Projection::All;
+            let window = Pushed {
+                events,
+                crossings,
+                projection,
+            };
+            push_within(budget, call, window, &mut WindowShapes::default())
+        }
+        let mut call = empty_call();
+        // The first window goes in over the budget; the call then holds 4 values.
+        assert!(push(&mut call, &ints, &crossings, 3).is_ok());
+        let before = format!("{call:?}");
+        // 6 values more (3 integers and 3 texts) would make 10.
+        assert!(push(&mut call, &mixed, &[], 9).is_err());
+        assert_eq!(format!("{call:?}"), before, "nothing of it left");
+        // Read from its crossings, 4 more would make 8.
+        assert!(push(&mut call, &ints, &crossings, 7).is_err());
+        assert_eq!(format!("{call:?}"), before, "nothing of it left");
+        // One more value makes 5: within.
+        assert!(push(&mut call, &one, &[], 5).is_ok());
+        assert_eq!(call.ints, [0, 1, 2, 3, 9]);
+        assert_eq!(call.timestamps, [0, 1, 2, 3, 9]);
+        assert!(push(&mut call, &mixed, &[], 11).is_ok());
+        assert_eq!(values_in(&call), 11);
     }
 }

@@ -313,7 +313,9 @@ impl PipelineControl {
     }
 
     /// The run's CPU budget of `millicores` (the spec's `[sandbox] cpu`), shared by all its
-    /// operator instances; `None` without a budget.
+    /// operator instances; `None` without a budget. Made after a stop (while the run was still
+    /// being built), it is released at once, as [`Self::stop`] releases one made before: the
+    /// stop stores its flag before it looks for the quota, so one of the two sees the other.
     pub(crate) fn cpu_quota(&self, millicores: Option<u32>) -> Option<Arc<CpuQuota>> {
         let cores = f64::from(millicores?) / 1000.0;
         let make = || {
@@ -324,7 +326,11 @@ impl PipelineControl {
                 metrics.cpu_throttled.clone(),
             ))
         };
-        Some(self.cpu.get_or_init(make).clone())
+        let quota = self.cpu.get_or_init(make).clone();
+        if self.stopping() {
+            quota.release();
+        }
+        Some(quota)
     }
 
     /// The run's memory pool of `bytes` (the spec's `[sandbox] total_memory`), shared by all its
@@ -379,5 +385,48 @@ impl PipelineControl {
             tracing::info!(routing = ?routing, "rollout step applied at a checkpoint");
         }
         *applied = Some(routing);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn control() -> PipelineControl {
+        let resolve: Resolver = Box::new(|_, v| Err(ResolveError::Unknown(v.to_owned())));
+        PipelineControl::new("p", resolve, None)
+    }
+
+    /// Whether a call waiting for `quota`, put 1,000 s in debt, goes on within 2 s.
+    fn goes_on_at_once(quota: Arc<CpuQuota>) -> bool {
+        quota.charge(Duration::from_secs(10)); // at a hundredth of a core
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            quota.wait_turn();
+            let _ = done.send(());
+        });
+        finished.recv_timeout(Duration::from_secs(2)).is_ok()
+    }
+
+    /// A stop releases the CPU quota whether the quota was made before it or after (a stop
+    /// while the run was still being built); without a stop, the quota holds the call.
+    #[test]
+    fn a_stop_releases_the_cpu_quota_made_before_it_or_after() {
+        let before = control();
+        before.stop();
+        assert!(
+            goes_on_at_once(before.cpu_quota(Some(10)).unwrap()),
+            "made after the stop"
+        );
+        let after = control();
+        let quota = after.cpu_quota(Some(10)).unwrap();
+        after.stop();
+        assert!(goes_on_at_once(quota), "made before the stop");
+        assert!(
+            !goes_on_at_once(control().cpu_quota(Some(10)).unwrap()),
+            "no stop"
+        );
+        assert!(control().cpu_quota(None).is_none());
     }
 }

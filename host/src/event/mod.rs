@@ -93,6 +93,17 @@ pub enum CrossingNumber {
     Float(f64),
 }
 
+impl CrossingNumber {
+    /// `value` as a crossing's number, if it is an integer or a float.
+    pub fn of(value: &Value) -> Option<CrossingNumber> {
+        match *value {
+            Value::Int(i) => Some(CrossingNumber::Int(i)),
+            Value::Float(f) => Some(CrossingNumber::Float(f)),
+            _ => None,
+        }
+    }
+}
+
 impl From<CrossingNumber> for Value {
     fn from(number: CrossingNumber) -> Value {
         match number {

@@ -283,17 +283,16 @@ pub(super) fn router_crossings(spec: &PipelineSpec, loaded: &Loaded) -> Option<P
     crossings_for_code(spec, loaded.aggregate.as_ref())
 }
 
-/// [`router_crossings`] for an aggregate of `code`. The native count-sum reads only `amount`'s
-/// crossings: none are taken for it if its projection leaves it another field to cross.
+/// [`router_crossings`] for an aggregate of `code`. A native aggregate reads the crossings of
+/// one field only (the count-sum's `amount`): none are taken for it if its projection leaves
+/// it another field to cross.
 fn crossings_for_code(spec: &PipelineSpec, code: Option<&Code>) -> Option<Projection> {
-    let reads = match code? {
-        Code::Wasm(wasm) => wasm.carries_windows(),
-        Code::Native(name) => name == crate::operator::native::COUNT_SUM,
-    };
-    let projection = crossings_for(spec, reads)?;
     match code? {
-        Code::Native(_) if !projection.may_cross("amount") => None,
-        _ => Some(projection),
+        Code::Wasm(wasm) => crossings_for(spec, wasm.carries_windows()),
+        Code::Native(name) => {
+            let field = crate::operator::native::crossing_field(name)?;
+            crossings_for(spec, true).filter(|projection| projection.may_cross(field))
+        }
     }
 }
 

@@ -12,6 +12,9 @@ use crate::value::{Fields, Value};
 
 use super::super::{AggregateOperator, CarriedResult, OperatorError, Result, Scope, WindowEvents};
 
+/// The field summed, the only one whose crossings the count-sum reads.
+pub const AMOUNT: &str = "amount";
+
 /// The error of a batch with an event lacking a numeric `amount` (the component's words).
 const NOT_NUMERIC: &str = "event without a numeric `amount` field";
 
@@ -61,8 +64,8 @@ fn put_count_and_sum(scope: &mut Scope, added: usize, sum: Value) {
 
 /// `amount`, interned (`None` if the table had no room for it: then no crossing is of it).
 fn amount_name() -> Option<InternedName> {
-    static AMOUNT: OnceLock<Option<InternedName>> = OnceLock::new();
-    *AMOUNT.get_or_init(|| FieldName::new("amount").interned())
+    static AMOUNT_NAME: OnceLock<Option<InternedName>> = OnceLock::new();
+    *AMOUNT_NAME.get_or_init(|| FieldName::new(AMOUNT).interned())
 }
 
 /// `sum` plus each event's `amount`, from the router's crossings if every event came with its
@@ -75,13 +78,11 @@ fn sum_window(sum: Value, window: &WindowEvents<'_>) -> Option<Value> {
         #[cfg(debug_assertions)]
         for (crossing, event) in window.crossings.iter().zip(window.events) {
             let crossing = crossing.expect("every crossing was summed");
-            // Written out, so that a NaN matches itself and -0.0 does not match 0.0.
+            // Numbers compare bit for bit: a NaN matches itself, and -0.0 does not match 0.0.
+            let number = event_amount(event).and_then(crate::event::CrossingNumber::of);
             assert_eq!(
-                format!("{:?}", (event.timestamp, event_amount(event))),
-                format!(
-                    "{:?}",
-                    (crossing.timestamp, Some(&Value::from(crossing.number)))
-                ),
+                (event.timestamp, number),
+                (crossing.timestamp, Some(crossing.number)),
                 "a crossing that is not its event's"
             );
         }
@@ -106,7 +107,7 @@ fn sum_events(sum: Value, events: &[&Event]) -> Option<Value> {
 
 /// The event's `amount`, if it has one.
 fn event_amount(event: &Event) -> Option<&Value> {
-    let (_, amount) = event.fields.iter().find(|(name, _)| &**name == "amount")?;
+    let (_, amount) = event.fields.iter().find(|(name, _)| &**name == AMOUNT)?;
     Some(amount)
 }
 

@@ -11,6 +11,11 @@ pub use count_sum::{NativeCountSum, plus};
 /// The native count-sum's name, the one native aggregate that reads the router's crossings.
 pub const COUNT_SUM: &str = "count-sum";
 
+/// The field whose crossings the native aggregate `name` reads, if it reads any.
+pub fn crossing_field(name: &str) -> Option<&'static str> {
+    (name == COUNT_SUM).then_some(count_sum::AMOUNT)
+}
+
 use super::{AggregateOperator, EnrichOperator};
 
 /// The native aggregates, by the name a spec gives.

@@ -71,15 +71,10 @@ impl Projection {
             )?,
             Projection::All => only_one(event.fields.iter())?,
         };
-        let number = match *value {
-            Value::Int(i) => CrossingNumber::Int(i),
-            Value::Float(f) => CrossingNumber::Float(f),
-            _ => return None,
-        };
         Some(Crossing {
             timestamp: event.timestamp,
             field: field.interned()?,
-            number,
+            number: CrossingNumber::of(value)?,
         })
     }
 }

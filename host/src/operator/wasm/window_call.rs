@@ -103,19 +103,8 @@ pub(super) fn push_window<'a>(
     projection: &Projection,
     shapes: &mut WindowShapes<'a>,
 ) -> Result<Rc<[FieldName]>> {
-    let window = Pushed {
-        events,
-        crossings,
-        projection,
-    };
-    push_within(MAX_BATCH_VALUES, call, window, shapes)
-}
-
-/// The window [`push_window`] is given: its events, their crossings, and the projection.
-struct Pushed<'w, 'a> {
-    events: &'w [&'a Event],
-    crossings: &'w [&'w Option<Crossing>],
-    projection: &'w Projection,
+    let budget = MAX_BATCH_VALUES;
+    push_within(budget, call, events, crossings, projection, shapes)
 }
 
 /// [`push_window`] with a `budget` of values for the whole call: a window that would take a
@@ -127,24 +116,20 @@ struct Pushed<'w, 'a> {
 fn push_within<'a>(
     budget: usize,
     call: &mut WindowBatches,
-    window: Pushed<'_, 'a>,
+    events: &[&'a Event],
+    crossings: &[&Option<Crossing>],
+    projection: &Projection,
     shapes: &mut WindowShapes<'a>,
 ) -> Result<Rc<[FieldName]>> {
     let (marks, held) = (Marks::of(call), values_in(call));
-    let fields = push_any(
-        call,
-        window.events,
-        window.crossings,
-        window.projection,
-        shapes,
-    )?;
+    let fields = push_any(call, events, crossings, projection, shapes)?;
     let total = values_in(call);
     if held > 0 && total > budget {
         marks.restore(call);
         return Err(OperatorError::Rejected(format!(
             "a window of {} events would take its call to {total} values (at most {budget}); \
              it crosses in a call of its own",
-            window.events.len()
+            events.len()
         )));
     }
     Ok(fields)
@@ -771,13 +756,8 @@ mod tests {
             crossings: &[&Option<Crossing>],
             budget: usize,
         ) -> Result<Rc<[FieldName]>> {
-            let projection = &Projection::All;
-            let window = Pushed {
-                events,
-                crossings,
-                projection,
-            };
-            push_within(budget, call, window, &mut WindowShapes::default())
+            let (projection, shapes) = (&Projection::All, &mut WindowShapes::default());
+            push_within(budget, call, events, crossings, projection, shapes)
         }
         let mut call = empty_call();
         // The first window goes in over the budget; the call then holds 4 values.

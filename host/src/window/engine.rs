@@ -2282,6 +2282,22 @@ mod tests {
         let carried = run_batches(&mut NativeCountSum, TUMBLING, &events, (6, true), |_| true);
         assert_eq!(emitted(&carried.out), emitted(&alone));
         assert!(!emitted(&alone).is_empty());
+        // The sums too (`emitted` keeps the counts), against sums worked out from the events.
+        let mut expected = std::collections::BTreeMap::new();
+        for &(key, ts, amount) in &events {
+            *expected.entry((key.to_owned(), ts - ts % 10)).or_insert(0) += amount;
+        }
+        let sums: std::collections::BTreeMap<_, _> = (carried.out.emissions.iter())
+            .map(|e| {
+                let sum = e.value.iter().find(|(name, _)| name == "sum");
+                let sum = sum.map(|(_, sum)| sum.clone());
+                ((e.key.to_string(), e.window.start), sum)
+            })
+            .collect();
+        let expected: std::collections::BTreeMap<_, _> = (expected.into_iter())
+            .map(|(window, sum)| (window, Some(Value::Int(sum))))
+            .collect();
+        assert_eq!(sums, expected);
     }
 
     /// The native count-sum refusing negative amounts, which, if `carries`, takes many windows

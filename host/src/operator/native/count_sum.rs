@@ -305,6 +305,39 @@ mod tests {
         });
     }
 
+    /// `plus` against sums worked out by hand, as the component's SDK adds: an int while it
+    /// fits, a float past it; a float from a float on; -0.0 kept only from -0.0.
+    #[test]
+    fn plus_adds_as_the_component_does() {
+        let bits = |value: Option<Value>| match value {
+            Some(Value::Float(f)) => Some(f.to_bits()),
+            _ => None,
+        };
+        assert_eq!(plus(&Value::Int(2), &Value::Int(3)), Some(Value::Int(5)));
+        assert_eq!(
+            plus(&Value::Int(i64::MAX), &Value::Int(1)),
+            Some(Value::Float(9_223_372_036_854_775_808.0))
+        );
+        assert_eq!(
+            plus(&Value::Int(1), &Value::Float(0.5)),
+            Some(Value::Float(1.5))
+        );
+        let negative_zero = Value::Float(-0.0);
+        assert_eq!(
+            bits(plus(&Value::Int(0), &negative_zero)),
+            Some(0.0f64.to_bits())
+        );
+        assert_eq!(
+            bits(plus(&negative_zero, &negative_zero)),
+            Some((-0.0f64).to_bits())
+        );
+        assert!(
+            matches!(plus(&Value::Float(f64::NAN), &Value::Int(1)), Some(Value::Float(f)) if f.is_nan())
+        );
+        assert_eq!(plus(&Value::Int(1), &Value::Text("1".into())), None);
+        assert_eq!(plus(&Value::Null, &Value::Int(1)), None);
+    }
+
     /// A window's sum comes from its crossings, not its events: crossings of 100 beside events
     /// of 1 and 2 sum to 200; one not of `amount`, or missing, sends the window to its events.
     #[test]

@@ -1268,12 +1268,8 @@ fn a_promoted_candidate_becomes_live_and_the_old_version_can_go() {
     );
     assert_eq!(status["operator"]["version"], "2.0.0", "{status}");
     assert_eq!(status["rollout"], Value::Null, "{status}");
-    server.wait_for("the promotion to apply at a barrier", PATIENCE, || {
-        let status = server.status(PIPELINE);
-        match status["applied_routing"]["live"].as_str() {
-            Some("2.0.0") => Ok(()),
-            _ => Err(status.to_string()),
-        }
+    server.wait_for_routing(PIPELINE, "the promotion to apply at a barrier", |applied| {
+        applied["live"] == "2.0.0"
     });
     server.ingest(PIPELINE, c);
     server.ingest(PIPELINE, &[far_future(&events)]);

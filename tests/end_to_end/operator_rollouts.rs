@@ -359,16 +359,7 @@ fn a_stage_operator_rolls_out_and_back_under_load_with_the_same_results_as_witho
     server.upload_ok("top-users", "1.0.0", &top);
     server.upload_ok("top-users", "2.0.0", &top);
     for name in ["rolled", "steady"] {
-        server.expect(
-            name,
-            server.post_json("/v1/pipelines", Some(ADMIN), &two_stage_spec(name)),
-            201,
-        );
-        server.expect(
-            name,
-            server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
-            200,
-        );
+        crate::serve::create_and_start_spec(&server, &two_stage_spec(name));
     }
     let mut events = crate::serve::clicks(3_000, 30);
     events.push(crate::serve::far_future(&events));

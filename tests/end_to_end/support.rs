@@ -179,24 +179,27 @@ impl Pipeline {
     /// Runs `weir run pipeline.toml` with extra arguments, resuming from the data directory's
     /// last checkpoint if there is one.
     pub fn resume(&self, args: &[&str]) -> Run {
-        self.exec(args, "warn")
+        self.exec(args, None)
     }
 
     /// [`run`](Self::run) with the host's log at `info` in the run's `stderr`.
     pub fn run_logged(&self, args: &[&str]) -> Run {
         let mut all = vec!["--fresh"];
         all.extend_from_slice(args);
-        self.exec(&all, "info")
+        self.exec(&all, Some("info"))
     }
 
-    fn exec(&self, args: &[&str], log: &str) -> Run {
-        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+    /// Runs `weir run` with `args`, its log at `log` if given (else as the environment says).
+    fn exec(&self, args: &[&str], log: Option<&str>) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        command
             .arg("run")
             .arg(self.dir.path().join("pipeline.toml"))
-            .args(args)
-            .env("RUST_LOG", log)
-            .output()
-            .expect("running weir");
+            .args(args);
+        if let Some(log) = log {
+            command.env("RUST_LOG", log);
+        }
+        let output = command.output().expect("running weir");
         let out = self.dir.path().join("out");
         Run {
             success: output.status.success(),

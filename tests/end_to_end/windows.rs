@@ -485,7 +485,9 @@ fn events_of_every_shape_give_the_native_twins_results() {
 /// each side by its own field; the crossing is the event's `amount`): its sums equal those of
 /// the same join read from the events (the aggregate given two fields, so nothing crosses),
 /// of its native twin, and of sums worked out by hand, on one shard and on two in batches of
-/// three. In these debug builds every crossing read is also checked against its event.
+/// three. In these debug builds every crossing read is also checked against its event. This
+/// checks the sums, not that crossings are taken (`weir run` does not say; `live.rs` checks
+/// that for a plain pipeline): made wrong on purpose, the crossed integers failed it.
 #[test]
 fn a_window_join_whose_aggregate_reads_one_field_sums_from_the_crossings() {
     let lines = [

@@ -228,7 +228,7 @@ impl Router<'_> {
             // Checked before reading: a record read and then left behind would be counted in
             // the position the final checkpoint records, and so lost.
             if self.control.stopping() {
-                self.stop(&mut batch, &pacing, &reading, &*source);
+                self.close(&mut batch, &pacing, &reading, &*source, false);
                 info!(events = reading.seq - start.events, "stopped");
                 return Ok(reading.seq - start.events);
             }
@@ -317,11 +317,7 @@ impl Router<'_> {
             }
         }
         reading.watermark.finish();
-        if self.send(&mut batch, pacing.batch_id, true, false) && self.checkpoint_interval.is_some()
-        {
-            let position = self.position(&*source, reading.seq, &reading.watermark, true);
-            self.barrier(pacing.batch_id + 1, position);
-        }
+        self.close(&mut batch, &pacing, &reading, &*source, true);
         info!(events = reading.seq - start.events, "input finished");
         Ok(reading.seq - start.events)
     }
@@ -400,11 +396,20 @@ impl Router<'_> {
         })
     }
 
-    /// On a stop request, which is not the end of the input (no window closes): sends what
-    /// the batch holds, and a final checkpoint lets a restart continue exactly here.
-    fn stop(&mut self, batch: &mut Batch, pacing: &Pacing, reading: &Reading, source: &dyn Source) {
-        if self.send(batch, pacing.batch_id, false, false) && self.checkpoint_interval.is_some() {
-            let position = self.position(source, reading.seq, &reading.watermark, false);
+    /// At the end of the input (`finished`: every window closes) or on a stop request (none
+    /// does): sends what the batch holds, and a final checkpoint lets a restart continue
+    /// exactly here.
+    fn close(
+        &mut self,
+        batch: &mut Batch,
+        pacing: &Pacing,
+        reading: &Reading,
+        source: &dyn Source,
+        finished: bool,
+    ) {
+        if self.send(batch, pacing.batch_id, finished, false) && self.checkpoint_interval.is_some()
+        {
+            let position = self.position(source, reading.seq, &reading.watermark, finished);
             self.barrier(pacing.batch_id + 1, position);
         }
     }

@@ -73,6 +73,10 @@ pub use crate::spec::MAX_PARTITIONS;
 /// and in every checkpoint, and an event's field may hold any text.
 pub const MAX_PARTITION_NAME: usize = 256;
 
+/// How many idle timeouts a partition stays quiet before it is forgotten (with an idle
+/// timeout only: without one, a quiet partition holds the watermark back, as asked).
+pub const FORGET_AFTER_IDLE: i64 = 10;
+
 /// Why an event's partition was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -213,11 +217,32 @@ impl PartitionedWatermark {
         self.recompute()
     }
 
-    /// The ingest clock moved on (a batch accepted at `clock`): partitions may have gone idle.
-    /// Returns the new watermark if it advanced.
+    /// The ingest clock moved on (a batch accepted at `clock`): partitions may have gone idle,
+    /// and those quiet for [`FORGET_AFTER_IDLE`] idle timeouts are forgotten. Returns the new
+    /// watermark if it advanced.
     pub fn clock(&mut self, clock: i64) -> Option<Millis> {
         self.clock = Some(self.clock.map_or(clock, |c| c.max(clock)));
-        self.idle_timeout.and_then(|_| self.recompute())
+        let timeout = self.idle_timeout?;
+        self.forget_quiet(timeout);
+        self.recompute()
+    }
+
+    /// Forgets the partitions quiet (idle, or finished) for [`FORGET_AFTER_IDLE`] times
+    /// `timeout` of ingest clock, so that a stream of partition names that come and go cannot
+    /// fill the table for good. Idle or finished, they hold nothing back, so the watermark is
+    /// the same without them; one that sends again joins as new, and holds the watermark back
+    /// only once it is ahead of it (as an idle one does). Decided on the ingest clock alone,
+    /// so a replay or a restart forgets the same partitions at the same point.
+    fn forget_quiet(&mut self, timeout: Millis) {
+        self.settle();
+        let Some(clock) = self.clock else {
+            return;
+        };
+        let quiet_for = timeout.saturating_mul(FORGET_AFTER_IDLE).max(timeout);
+        self.partitions.retain(|_, mark| {
+            mark.last_seen
+                .is_none_or(|seen| clock.saturating_sub(seen) <= quiet_for)
+        });
     }
 
     /// Observes an event of `partition` at `timestamp`; returns the new watermark if it
@@ -321,6 +346,52 @@ mod tests {
         assert_eq!(wm.observe(8), None);
         assert_eq!(wm.observe(20), Some(15));
         assert_eq!(wm.finish(), PLUS_INFINITY);
+    }
+
+    #[test]
+    fn partitions_quiet_for_ten_idle_timeouts_are_forgotten_and_leave_room() {
+        let mut wm = PartitionedWatermark::new(0, Some(100));
+        wm.clock(0);
+        for n in 0..MAX_PARTITIONS {
+            wm.observe(&format!("p{n}"), 10).unwrap();
+        }
+        assert!(matches!(
+            wm.observe("one-more", 10),
+            Err(PartitionRefused::TooMany(_))
+        ));
+        wm.clock(1_000);
+        assert_eq!(
+            wm.marks().len(),
+            MAX_PARTITIONS,
+            "quiet for 10 timeouts: kept"
+        );
+        let before = wm.current();
+        wm.clock(1_001);
+        assert_eq!(
+            wm.current(),
+            before,
+            "forgetting quiet partitions moves nothing"
+        );
+        assert!(wm.marks().is_empty());
+        assert_eq!(wm.observe("steady", 50), Ok(Some(50)));
+        assert_eq!(
+            wm.observe("p1", 5),
+            Ok(None),
+            "a forgotten partition joins as new"
+        );
+        let names: Vec<String> = wm.marks().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["p1", "steady"]);
+    }
+
+    #[test]
+    fn without_an_idle_timeout_a_quiet_partition_is_kept() {
+        let mut wm = PartitionedWatermark::new(0, None);
+        wm.clock(0);
+        wm.observe("a", 10).unwrap();
+        wm.observe("b", 20).unwrap();
+        wm.clock(i64::MAX / 2);
+        assert_eq!(wm.marks().len(), 2);
+        assert_eq!(wm.current(), 10, "a holds the watermark back");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Small file-system helpers with one home each: an atomic, durable file write. Depends on
-//! nothing else in Weir.
+//! Small file-system helpers with one home each: an atomic, durable file write, a durable
+//! rename of a tree made beside its place, reading a file's last lines, and the crash points
+//! that tests use to stop a multi-step file operation halfway. Depends on nothing else in Weir.
 
 use std::io::Write;
 use std::path::Path;
@@ -31,6 +32,52 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = dir.sync_all();
     }
     Ok(())
+}
+
+/// A point between two steps of a multi-step file operation where a test may make the process
+/// die: in a debug build, with `WEIR_TEST_CRASH_AT=<point>`, it aborts there (no destructor
+/// runs, nothing is flushed: as under SIGKILL), so the test can check that a restart finds the
+/// operation done or absent, never half. Release builds have none.
+pub fn crash_point(point: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("WEIR_TEST_CRASH_AT").is_ok_and(|at| at == point) {
+        eprintln!("weir: dying at crash point {point} (WEIR_TEST_CRASH_AT)");
+        std::process::abort();
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
+}
+
+/// Whether an I/O error says the disk (or the quota) is full.
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// Syncs every file and directory under `dir` (and `dir` itself), so that a tree made with
+/// unsynced writes and copies survives a crash once it is renamed into place.
+pub fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            std::fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Renames `from` to `to` and syncs the directory that holds `to`, so the rename survives a
+/// crash.
+pub fn rename_durably(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::rename(from, to)?;
+    match to.parent() {
+        Some(parent) => std::fs::File::open(parent)?.sync_all(),
+        None => Ok(()),
+    }
 }
 
 /// The last `limit` lines of a JSON Lines file that parse as JSON, oldest first, read from

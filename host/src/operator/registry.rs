@@ -151,13 +151,46 @@ impl Registry {
                 }
             }
         }
-        Ok(Registry {
+        let registry = Registry {
             dir,
             runtime,
             versions: RwLock::new(versions),
             writing: std::sync::Mutex::new(()),
             damaged,
-        })
+        };
+        registry.remove_leftovers();
+        Ok(registry)
+    }
+
+    /// Removes what an upload or delete cut short by a crash left: half-written files
+    /// (`.partial`) and components no version names. Components are kept whole when any
+    /// metadata could not be read (it might name them): what cannot be read keeps everything.
+    fn remove_leftovers(&self) {
+        let named: std::collections::HashSet<PathBuf> = (self.versions.read())
+            .expect("registry lock")
+            .values()
+            .map(|info| self.blob_path(&info.digest))
+            .collect();
+        let keep_blobs = !self.damaged.is_empty();
+        let dirs = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        for dir in dirs.map(|entry| entry.path()).filter(|path| path.is_dir()) {
+            let is_blobs = dir == self.dir.join(BLOBS);
+            for file in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let file = file.path();
+                let partial = file.extension().is_some_and(|e| e == "partial");
+                let orphan = is_blobs && !keep_blobs && !partial && !named.contains(&file);
+                if partial || orphan {
+                    match std::fs::remove_file(&file) {
+                        Ok(()) => {
+                            tracing::info!(file = %file.display(), "registry: removed what an interrupted upload or delete left")
+                        }
+                        Err(e) => {
+                            warn!(file = %file.display(), error = %e, "registry: could not remove a leftover file")
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The metadata files that could not be read when the registry was opened, with the reason.
@@ -239,6 +272,7 @@ impl Registry {
         if !blob.exists() {
             crate::fsutil::write_atomic(&blob, bytes).map_err(io(&blob))?;
         }
+        crate::fsutil::crash_point("upload-component-written");
         let dir = info_path.parent().expect("a version file has a directory");
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let text = serde_json::to_vec_pretty(&info).expect("version info serialises");
@@ -274,21 +308,28 @@ impl Registry {
     pub fn delete(&self, name: &str, version: &str) -> Result<()> {
         let info_path = self.info_path(name, version)?;
         let _writing = self.writing.lock().expect("registry writer lock");
-        let (info, shared) = {
-            let mut versions = self.versions.write().expect("registry lock");
-            let Some(info) = versions.remove(&(name.to_owned(), version.to_owned())) else {
-                return Err(RegistryError::Unknown {
-                    name: name.into(),
-                    version: version.into(),
-                });
-            };
-            let shared = versions.values().any(|other| other.digest == info.digest);
-            (info, shared)
+        let key = (name.to_owned(), version.to_owned());
+        let Some(info) = self.get(name, version) else {
+            return Err(RegistryError::Unknown {
+                name: name.into(),
+                version: version.into(),
+            });
         };
+        // The metadata first: once it is gone the version is, even if a crash follows (the
+        // component left behind is removed at the next start).
         std::fs::remove_file(&info_path).map_err(io(&info_path))?;
-        if !shared {
+        let shared = {
+            let mut versions = self.versions.write().expect("registry lock");
+            versions.remove(&key);
+            versions.values().any(|other| other.digest == info.digest)
+        };
+        // A damaged metadata file might name the same component: keep it then.
+        if !shared && self.damaged.is_empty() {
             let blob = self.blob_path(&info.digest);
-            std::fs::remove_file(&blob).map_err(io(&blob))?;
+            if let Err(error) = std::fs::remove_file(&blob) {
+                // The version is gone already; the next start removes the component.
+                warn!(file = %blob.display(), %error, "could not remove a deleted version's component");
+            }
         }
         Ok(())
     }

@@ -331,9 +331,14 @@ struct ServeArgs {
     /// Largest request body (uploads, ingest), in bytes.
     #[arg(long, default_value_t = weir::api::DEFAULT_MAX_UPLOAD)]
     max_upload: usize,
-    /// The most request body bytes received at once over all requests; more get 503.
+    /// The most request body bytes received at once over all requests; more get 503. One token
+    /// may hold half of it, one pipeline's requests a quarter.
     #[arg(long, default_value_t = weir::api::DEFAULT_MAX_INFLIGHT)]
     max_inflight: usize,
+    /// The slowest a request body may arrive, in bytes per second, once --header-timeout has
+    /// passed; a slower one is cut off with 408.
+    #[arg(long, default_value_t = weir::api::DEFAULT_MIN_BODY_RATE)]
+    min_body_rate: u64,
     /// Serve /metrics without a token on this address too (keep it private). On the main
     /// address /metrics needs a metrics or admin token.
     #[arg(long)]
@@ -914,8 +919,12 @@ fn savepoint(args: SavepointArgs) -> anyhow::Result<()> {
             println!("saved {:?}: {}", saved.name, describe(&saved.manifest));
         }
         SavepointAction::List { target } => {
-            for saved in list_savepoints(&data_dir(&target)?)? {
+            let listing = list_savepoints(&data_dir(&target)?)?;
+            for saved in &listing.saved {
                 println!("{}\t{}", saved.name, describe(&saved.manifest));
+            }
+            for (name, reason) in &listing.damaged {
+                println!("{name}\tdamaged: {reason}");
             }
         }
         SavepointAction::Restore { target, name } => {
@@ -1008,6 +1017,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokens,
         max_upload,
         max_inflight,
+        min_body_rate,
         metrics_listen,
         max_connections,
         idle_timeout,
@@ -1026,18 +1036,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(max_connections > 0, "--max-connections must be at least 1");
     let max_connections =
         within_file_limit(max_connections, metrics_listen.is_some(), max_pipelines);
+    anyhow::ensure!(min_body_rate > 0, "--min-body-rate must be at least 1");
+    let header_timeout = duration("--header-timeout", &header_timeout)?;
     let options = weir::api::ServeOptions {
         data,
         listen,
         metrics_listen,
         tokens,
         max_upload,
-        max_inflight,
+        bodies: weir::api::BodyPolicy {
+            max_inflight,
+            min_rate: min_body_rate,
+            grace: header_timeout,
+        },
         connections: weir::api::ConnectionLimits {
             max_connections,
             idle_timeout: duration("--idle-timeout", &idle_timeout)?,
             pressure_timeout: duration("--pressure-timeout", &pressure_timeout)?,
-            header_timeout: duration("--header-timeout", &header_timeout)?,
+            header_timeout,
         },
         pipelines: weir::serve::PipelineLimits {
             stop_wait: duration("--stop-wait", &stop_wait)?,

@@ -829,12 +829,14 @@ fn request_bodies_in_flight_are_held_to_a_budget() {
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     create_and_start(&server);
     let address = server.url("").trim_start_matches("http://").to_owned();
-    // A slow sender announces a body as large as the whole budget and sends a little of it.
+    // A sender announces a body as large as the whole budget, sends almost the pipeline's
+    // quarter of it (16 KiB: bodies are charged what they deliver) and stops.
     let slow_sender = || {
         let mut stream = TcpStream::connect(&address).unwrap();
         write!(
             stream,
-            "POST /v1/pipelines/{PIPELINE}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{{\"user\":"
+            "POST /v1/pipelines/{PIPELINE}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{}",
+            " ".repeat((16 << 10) - 100)
         )
         .unwrap();
         stream
@@ -848,8 +850,8 @@ fn request_bodies_in_flight_are_held_to_a_budget() {
         !matches!(stream.read(&mut buf), Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
     };
     let mut stream = slow_sender();
-    // Once the server has read the slow request's headers the budget is spent: the next body
-    // is refused with 503, not queued.
+    // Once the server has read what the sender sent, the pipeline's share is spent: the next
+    // body is refused with 503, not queued.
     let body = server.wait_for("a 503 while the budget is spent", PATIENCE, || {
         match send(&server, PIPELINE, &clicks(5, 1)) {
             (503, body) => Ok(body),
@@ -926,12 +928,12 @@ fn idle_pipelines_cost_no_cpu_and_list_fast() {
 
 /// A small file system for the data directory: a tmpfs mounted here when the machine allows
 /// it (root), unmounted when dropped.
-struct SmallDisk {
+pub struct SmallDisk {
     dir: tempfile::TempDir,
 }
 
 impl SmallDisk {
-    fn mount(mib: u32) -> Option<SmallDisk> {
+    pub fn mount(mib: u32) -> Option<SmallDisk> {
         let dir = tempfile::tempdir().ok()?;
         let status = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
@@ -942,12 +944,12 @@ impl SmallDisk {
         status.success().then_some(SmallDisk { dir })
     }
 
-    fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Fills the disk; returns the filler file.
-    fn fill(&self) -> std::path::PathBuf {
+    pub fn fill(&self) -> std::path::PathBuf {
         let filler = self.path().join("filler");
         let mut file = std::fs::File::create(&filler).unwrap();
         let block = vec![0u8; 64 << 10];

@@ -4,6 +4,7 @@
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
 mod cluster;
+mod concurrency;
 mod console;
 mod emit;
 mod enrichment;

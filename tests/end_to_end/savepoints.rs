@@ -47,7 +47,7 @@ fn log_bytes(server: &Server, pipeline: &str) -> u64 {
 }
 
 /// The fork's spec: the original's under another name, with operator `version`.
-fn fork_spec(name: &str, version: &str) -> Value {
+pub(crate) fn fork_spec(name: &str, version: &str) -> Value {
     let mut spec = spec();
     spec["name"] = json!(name);
     spec["operators"][0]["version"] = json!(version);

@@ -2,10 +2,13 @@
 //! timeout on each, so that idle or half-sent requests cannot take every file descriptor and
 //! starve the callers that matter (`/healthz` among them).
 //!
-//! A connection on which nothing is read or written for the idle timeout is closed. Under
-//! pressure (more than three quarters of the cap in use) the timeout shrinks to the pressure
-//! timeout, for connections already idle too, so a flood of idle connections is shed within
-//! seconds instead of blocking new ones.
+//! A connection on which nothing is read or written for the idle timeout, and no request is
+//! being handled, is closed. Under pressure (more than three quarters of the cap in use) the
+//! timeout shrinks to the pressure timeout, for connections already idle too, so a flood of
+//! idle connections is shed within seconds instead of blocking new ones. A request being
+//! handled, its body in, keeps its connection however long it takes ([`InFlight`]): a body
+//! still arriving is held to the timeouts (and to a minimum rate, in `bodies`), and an answer,
+//! once begun, to the idle timeout again.
 //! At the cap, new connections wait in the kernel's backlog until one closes.
 
 use std::future::Future;
@@ -84,6 +87,7 @@ impl axum::serve::Listener for GuardedListener {
                         limits: self.limits,
                         last_activity: Instant::now(),
                         timer: Box::pin(tokio::time::sleep(self.limits.pressure_timeout)),
+                        in_flight: InFlight::default(),
                     };
                     return (io, address);
                 }
@@ -111,9 +115,135 @@ pub struct GuardedIo {
     limits: ConnectionLimits,
     last_activity: Instant,
     timer: Pin<Box<Sleep>>,
+    in_flight: InFlight,
+}
+
+/// How many requests of one connection are being handled (their body in, their answer not
+/// begun): while any is, the connection is not idle, however long the handler takes. A request
+/// whose body is still arriving is not counted: the idle and pressure timeouts still hold
+/// against a sender that sends nothing.
+#[derive(Debug, Clone, Default)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    /// Counts one request until the guard is dropped.
+    pub fn enter(&self) -> InFlightGuard {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        InFlightGuard(self.clone())
+    }
+
+    fn any(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+}
+
+/// One request being handled; see [`InFlight`].
+#[derive(Debug)]
+pub struct InFlightGuard(InFlight);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        (self.0).0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Where a request's [`InFlightGuard`] is kept from the end of its body to its answer.
+type GuardSlot = Arc<std::sync::Mutex<Option<InFlightGuard>>>;
+
+/// A hyper service that counts each request of a connection in [`InFlight`] from the end of
+/// its body until its answer is ready.
+#[derive(Debug, Clone)]
+pub struct CountInFlight<S> {
+    inner: S,
+    in_flight: InFlight,
+}
+
+impl<S> CountInFlight<S> {
+    /// Wraps the connection's service.
+    pub fn new(inner: S, in_flight: InFlight) -> Self {
+        CountInFlight { inner, in_flight }
+    }
+}
+
+impl<S, B> hyper::service::Service<axum::http::Request<B>> for CountInFlight<S>
+where
+    S: hyper::service::Service<axum::http::Request<BodyEnd<B>>>,
+    S::Future: Send + 'static,
+    B: http_body::Body,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn call(&self, request: axum::http::Request<B>) -> Self::Future {
+        let slot: GuardSlot = Arc::default();
+        let (parts, body) = request.into_parts();
+        if body.is_end_stream() {
+            *slot.lock().expect("guard slot") = Some(self.in_flight.enter());
+        }
+        let body = BodyEnd {
+            inner: body,
+            in_flight: self.in_flight.clone(),
+            slot: slot.clone(),
+        };
+        let answer = self
+            .inner
+            .call(axum::http::Request::from_parts(parts, body));
+        Box::pin(async move {
+            let answer = answer.await;
+            drop(slot.lock().expect("guard slot").take());
+            answer
+        })
+    }
+}
+
+/// A request body that counts its request in flight once it has all arrived.
+#[derive(Debug)]
+pub struct BodyEnd<B> {
+    inner: B,
+    in_flight: InFlight,
+    slot: GuardSlot,
+}
+
+impl<B> BodyEnd<B> {
+    fn ended(&self) {
+        let mut slot = self.slot.lock().expect("guard slot");
+        if slot.is_none() {
+            *slot = Some(self.in_flight.enter());
+        }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for BodyEnd<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if frame.is_none() || self.inner.is_end_stream() {
+            self.ended();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 impl GuardedIo {
+    /// The count of this connection's requests being handled, for its service.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.clone()
+    }
+
     /// The silence allowed now: shorter when the server is near its cap.
     fn allowance(&self) -> Duration {
         let free = self.permits.available_permits();
@@ -134,6 +264,9 @@ impl GuardedIo {
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
         loop {
             let now = Instant::now();
+            if self.in_flight.any() {
+                self.last_activity = now; // a request is being handled: not idle
+            }
             let allowed = self.allowance();
             if now.duration_since(self.last_activity) >= allowed {
                 return Err(std::io::Error::new(

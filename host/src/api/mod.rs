@@ -5,6 +5,7 @@
 //! by the matched route, so an unauthenticated or unauthorised request is refused with 401 or
 //! 403 whatever it carries, and changes nothing.
 
+mod bodies;
 mod console;
 mod error;
 mod listener;
@@ -28,6 +29,7 @@ use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
 use tracing::{info, warn};
 
+pub use bodies::{BodyPolicy, DEFAULT_MIN_BODY_RATE};
 pub use error::ApiError;
 pub use listener::{ConnectionLimits, GuardedListener};
 pub use openapi::build as openapi_document;
@@ -48,8 +50,8 @@ pub struct ServeOptions {
     pub tokens: Tokens,
     /// The largest request body (uploads, ingest), in bytes.
     pub max_upload: usize,
-    /// The most request body bytes received at once, over all requests.
-    pub max_inflight: usize,
+    /// How request bodies are received: how many bytes at once, how slowly.
+    pub bodies: BodyPolicy,
     /// Connection limits.
     pub connections: ConnectionLimits,
     /// How pipelines are treated.
@@ -64,28 +66,26 @@ pub const DEFAULT_MAX_UPLOAD: usize = 32 << 20;
 /// The default budget of request bodies being received at once, over all requests: 256 MiB.
 pub const DEFAULT_MAX_INFLIGHT: usize = 256 << 20;
 
-/// What the auth middleware needs: the server (its tokens) and the budget of request body bytes
-/// being received at once, in KiB, so that many large requests together cannot exhaust memory.
+/// What the auth middleware needs: the server (its tokens) and the budgets of request body
+/// bytes being received at once, so that many large or slow requests together cannot exhaust
+/// memory or starve other callers.
 #[derive(Clone)]
 struct Gate {
     server: Arc<Server>,
-    inflight: Arc<tokio::sync::Semaphore>,
-    inflight_kib: u32,
+    bodies: Arc<bodies::Bodies>,
 }
 
-/// The API's router over a server, with the default in-flight budget.
+/// The API's router over a server, with the default body policy.
 pub fn router(server: Arc<Server>) -> Router {
-    router_with(server, DEFAULT_MAX_INFLIGHT)
+    router_with(server, BodyPolicy::default())
 }
 
-/// The API's router over a server; at most `max_inflight` bytes of request bodies are received
-/// at once (more: `503` with `Retry-After`).
-pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
-    let inflight_kib = u32::try_from(max_inflight.div_ceil(1024).max(1)).unwrap_or(u32::MAX >> 3);
+/// The API's router over a server, receiving request bodies as `bodies` says (beyond its
+/// budgets: `503` with `Retry-After`; too slow: `408`).
+pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
     let gate = Gate {
         server: server.clone(),
-        inflight: Arc::new(tokio::sync::Semaphore::new(inflight_kib as usize)),
-        inflight_kib,
+        bodies: bodies::Bodies::new(bodies),
     };
     let routes = Router::new()
         .route("/healthz", get(health))
@@ -137,7 +137,7 @@ pub fn router_with(server: Arc<Server>, max_inflight: usize) -> Router {
         .route_layer(middleware::from_fn_with_state(gate, authorize));
     routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })
-        .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(server.clone(), json_errors))
         .layer(DefaultBodyLimit::max(server.max_upload))
         .layer(TraceLayer::new_for_http())
         .with_state(server)
@@ -177,6 +177,7 @@ async fn health(State(server): State<Arc<Server>>, request: Request) -> Response
         serde_json::json!({
             "status": health.status,
             "stalled": health.stalled.len(),
+            "failed": health.failed.len(),
             "damaged_pipelines": health.damaged_pipelines.len(),
             "damaged_operators": health.damaged_operators.len(),
         })
@@ -245,6 +246,94 @@ fn bearer(request: &Request) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
+/// The pipeline a route names (`/v1/pipelines/{name}/...`), as its handler will read it.
+async fn named_pipeline(request: Request) -> (Request, Option<String>) {
+    use axum::extract::FromRequestParts;
+    let (mut parts, body) = request.into_parts();
+    let params = axum::extract::Path::<Vec<(String, String)>>::from_request_parts(&mut parts, &())
+        .await
+        .ok()
+        .and_then(|axum::extract::Path(params)| {
+            params
+                .into_iter()
+                .find(|(key, _)| key == "name")
+                .map(|(_, name)| name)
+        });
+    let is_pipeline = (parts.extensions.get::<MatchedPath>())
+        .is_some_and(|path| path.as_str().starts_with("/v1/pipelines/{name}"));
+    (
+        Request::from_parts(parts, body),
+        params.filter(|_| is_pipeline),
+    )
+}
+
+/// Receives the request's body within the budgets and at the minimum rate (see `bodies`),
+/// then runs the handler; the body's charge is held until the answer is ready.
+async fn receive(gate: &Gate, request: Request, caller: Option<String>, next: Next) -> Response {
+    let server = &gate.server;
+    // Refuse an announced oversized body before reading any of it (and before a client that
+    // sent `Expect: 100-continue` is told to go on).
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if length.is_some_and(|length| length > server.max_upload) {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than the server's limit of {} bytes (--max-upload)",
+                server.max_upload
+            ),
+        )
+        .into_response();
+    }
+    let chunked = request.headers().contains_key(header::TRANSFER_ENCODING);
+    if length.unwrap_or(0) == 0 && !chunked {
+        return next.run(request).await;
+    }
+    let (request, pipeline) = named_pipeline(request).await;
+    let admission = match gate.bodies.admit(caller.as_deref(), pipeline.as_deref()) {
+        Ok(admission) => Arc::new(std::sync::Mutex::new(admission)),
+        Err(refusal) => return refused_body(refusal),
+    };
+    let refused = Arc::new(std::sync::Mutex::new(None));
+    let (parts, body) = request.into_parts();
+    let body = gate.bodies.paced(body, admission.clone(), refused.clone());
+    metrics::gauge!("weir_request_bodies_in_flight").increment(1.0);
+    let response = next.run(Request::from_parts(parts, body)).await;
+    metrics::gauge!("weir_request_bodies_in_flight").decrement(1.0);
+    drop(admission);
+    let refusal = *refused.lock().expect("refusal lock");
+    match refusal {
+        Some(refusal) => refused_body(refusal),
+        None => response,
+    }
+}
+
+/// The answer to a body cut off: `408` (too slow; the connection is closed) or `503` with
+/// `Retry-After` (a budget is spent).
+fn refused_body(refusal: bodies::Refusal) -> Response {
+    let labels = [("budget", refusal.label())];
+    metrics::counter!("weir_request_bodies_refused_total", &labels).increment(1);
+    let (status, header) = match refusal {
+        bodies::Refusal::TooSlow => (
+            StatusCode::REQUEST_TIMEOUT,
+            (
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            ),
+        ),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            (header::RETRY_AFTER, header::HeaderValue::from_static("1")),
+        ),
+    };
+    let mut response = ApiError::new(status, refusal.message()).into_response();
+    response.headers_mut().insert(header.0, header.1);
+    response
+}
+
 async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     let server = &gate.server;
     let template = request
@@ -268,6 +357,7 @@ async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -
         .into_response();
     };
     let (verdict, caller) = server.tokens.judge(token, scope);
+    let name = caller.as_ref().map(|caller| caller.name.clone());
     if let Some(caller) = caller {
         // Handlers that create something record it under the caller, within its quota.
         request.extensions_mut().insert(caller);
@@ -281,66 +371,51 @@ async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -
             "this token's scope does not allow this request",
         )
         .into_response(),
-        Verdict::Allowed => {
-            // Refuse an announced oversized body before reading any of it (and before a client
-            // that sent `Expect: 100-continue` is told to go on).
-            let length = request
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<usize>().ok());
-            if length.is_some_and(|length| length > server.max_upload) {
-                return ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the request body is larger than the server's limit of {} bytes (--max-upload)", server.max_upload),
-                )
-                .into_response();
-            }
-            // A body of unannounced length may grow to the upload limit.
-            let chunked = request.headers().contains_key(header::TRANSFER_ENCODING);
-            let body = length.unwrap_or(if chunked { server.max_upload } else { 0 });
-            let kib = u32::try_from(body.div_ceil(1024))
-                .unwrap_or(u32::MAX)
-                .min(gate.inflight_kib);
-            let Ok(_permit) = gate.inflight.clone().try_acquire_many_owned(kib) else {
-                let mut response = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the server is receiving as many request bodies as it allows (--max-inflight); retry shortly",
-                )
-                .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                return response;
-            };
-            next.run(request).await
-        }
+        Verdict::Allowed => receive(&gate, request, name, next).await,
     }
 }
 
-/// Turns axum's own plain-text rejections (body too large, bad JSON, ...) into JSON errors.
-async fn json_errors(request: Request, next: Next) -> Response {
+/// Turns axum's own plain-text rejections (body too large, bad JSON, ...) into JSON errors,
+/// and keeps the server's own directory out of every error message: a path inside the data
+/// directory is said relative to it (the caller learns which file, not where the server keeps
+/// its data).
+async fn json_errors(State(server): State<Arc<Server>>, request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
+    if status.is_success() || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if status.is_success() || is_json || !(status.is_client_error() || status.is_server_error()) {
-        return response;
-    }
-    let body = axum::body::to_bytes(response.into_body(), 64 << 10)
+    let (mut parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, 4 << 20)
         .await
         .unwrap_or_default();
-    let text = String::from_utf8_lossy(&body);
-    let message = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => {
+    let error = (serde_json::from_slice::<serde_json::Value>(&body).ok())
+        .and_then(|v| v["error"].as_str().map(str::to_owned));
+    let message = match (is_json, status) {
+        (true, _) => match error {
+            Some(message) => message,
+            // A JSON answer of another shape (`/healthz` when degraded) goes as it is.
+            None => return Response::from_parts(parts, axum::body::Body::from(body)),
+        },
+        (false, StatusCode::PAYLOAD_TOO_LARGE) => {
             "the request body is larger than the server's limit (--max-upload)".to_owned()
         }
-        _ if text.trim().is_empty() => status.canonical_reason().unwrap_or("error").to_owned(),
-        _ => text.trim().to_owned(),
+        _ => match String::from_utf8_lossy(&body).trim() {
+            "" => status.canonical_reason().unwrap_or("error").to_owned(),
+            text => text.to_owned(),
+        },
     };
-    ApiError::new(status, message).into_response()
+    let body = serde_json::json!({ "error": server.redact(&message) }).to_string();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 fn io_error(what: &str, e: std::io::Error) -> ServeError {
@@ -397,7 +472,10 @@ async fn serve_connections(
     loop {
         tokio::select! {
             (io, _address) = listener.accept() => {
-                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let service = listener::CountInFlight::new(
+                    hyper_util::service::TowerToHyperService::new(app.clone()),
+                    io.in_flight(),
+                );
                 let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
@@ -428,7 +506,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         })
     };
     let server = open.await.map_err(|e| io_error("server", e.into()))??;
-    let app = router_with(server.clone(), options.max_inflight);
+    let app = router_with(server.clone(), options.bodies);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| io_error(&options.listen.to_string(), e))?;

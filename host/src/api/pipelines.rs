@@ -221,40 +221,94 @@ pub(super) async fn ingest(
     ))
 }
 
-/// The most result streams reading back their backlog at once.
-static BACKLOG_READERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(64);
+/// About how many bytes of the results file a resumed stream reads at a time (it holds at most
+/// two such chunks while its client is slow to take them).
+const BACKLOG_CHUNK: u64 = 16 << 10;
 
-/// Sends the result records already in the results file after byte `after`, up to its last
-/// complete line, into `out`, recording in `seen` the offset where each one ends. Reads as the
-/// client takes them (the channel is small), so a stream far behind costs no memory.
-fn send_backlog(
-    path: &std::path::Path,
-    after: u64,
-    seen: &std::sync::atomic::AtomicU64,
-    out: &tokio::sync::mpsc::Sender<ResultLine>,
-) -> std::io::Result<()> {
+/// The result records of the results file after byte `after`, up to its last complete line,
+/// as many as about [`BACKLOG_CHUNK`] bytes hold (at least one): with the offset where each
+/// ends.
+fn read_backlog_chunk(path: &std::path::Path, after: u64) -> std::io::Result<Vec<ResultLine>> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     if after >= file.metadata()?.len() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     file.seek(std::io::SeekFrom::Start(after))?;
     let mut reader = std::io::BufReader::new(file);
-    let mut offset = after;
-    let mut line = String::new();
-    loop {
+    let (mut offset, mut lines, mut line) = (after, Vec::new(), String::new());
+    while offset - after < BACKLOG_CHUNK {
         line.clear();
         let n = reader.read_line(&mut line)?;
         if n == 0 || !line.ends_with('\n') {
-            return Ok(());
+            break;
         }
         offset += n as u64;
-        seen.store(offset, std::sync::atomic::Ordering::Release);
-        if out.blocking_send((offset, line.trim_end().into())).is_err() {
-            return Ok(()); // the client went away
+        lines.push((offset, line.trim_end().into()));
+    }
+    Ok(lines)
+}
+
+/// Whether `after` may resume a stream of the results file: the end of a record (or the start),
+/// or past the file's end (records a restart will write again, byte for byte). An offset inside
+/// a record would send a torn one.
+fn check_resume_point(path: &std::path::Path, after: u64) -> Result<(), RequestError> {
+    use std::io::Read;
+    if after == 0 {
+        return Ok(());
+    }
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(RequestError::from_io(e)),
+    };
+    if after > file.metadata().map_err(RequestError::from_io)?.len() {
+        return Ok(());
+    }
+    let mut last = [0u8; 1];
+    file.seek(std::io::SeekFrom::Start(after - 1))
+        .and_then(|_| file.read_exact(&mut last))
+        .map_err(RequestError::from_io)?;
+    if last[0] != b'\n' {
+        return Err(RequestError::Invalid(format!(
+            "Last-Event-ID {after} is not the end of a record: resume from an id this stream sent"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the backlog of a resumed stream into `out` a chunk at a time, as its client takes
+/// them, recording in `seen` the offset where the last record sent ends. Holds no thread while
+/// the client is slow (the reads are short blocking tasks); ends when the client goes away.
+async fn send_backlog(
+    path: std::path::PathBuf,
+    mut after: u64,
+    seen: Arc<std::sync::atomic::AtomicU64>,
+    out: tokio::sync::mpsc::Sender<ResultLine>,
+) {
+    loop {
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_backlog_chunk(&path, after)).await
+        };
+        let lines = match read {
+            Ok(Ok(lines)) if !lines.is_empty() => lines,
+            Ok(Ok(_)) => return,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "reading the results file for a resumed stream failed");
+                return;
+            }
+            Err(_) => return,
+        };
+        for line in lines {
+            after = line.0;
+            seen.store(after, std::sync::atomic::Ordering::Release);
+            if out.send(line).await.is_err() {
+                return; // the client went away
+            }
         }
     }
 }
@@ -283,27 +337,16 @@ pub(super) async fn results(
     // together they miss nothing; the overlap is skipped by offset.
     let receiver = slot.subscribe();
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(after.unwrap_or(0)));
-    let (backlog, earlier) = tokio::sync::mpsc::channel::<ResultLine>(256);
+    let (backlog, earlier) = tokio::sync::mpsc::channel::<ResultLine>(64);
     if let Some(after) = after {
         let path = slot.results_file()?.ok_or_else(|| {
             ApiError::from(RequestError::Conflict(
                 "the pipeline's results do not go to a file, so a stream cannot resume".into(),
             ))
         })?;
-        let seen = seen.clone();
-        // Each backlog is read by a blocking thread as its client takes it: bounded in number.
-        let reader = BACKLOG_READERS.try_acquire().map_err(|_| {
-            ApiError::from(RequestError::Busy(
-                "as many result streams are catching up as the server allows; retry shortly".into(),
-            ))
-        })?;
-        reader.forget(); // given back by the reading thread when it ends
-        tokio::task::spawn_blocking(move || {
-            if let Err(error) = send_backlog(&path, after, &seen, &backlog) {
-                tracing::warn!(%error, "reading the results file for a resumed stream failed");
-            }
-            BACKLOG_READERS.add_permits(1);
-        });
+        let checked = path.clone();
+        blocking(move || check_resume_point(&checked, after)).await?;
+        tokio::spawn(send_backlog(path, after, seen.clone(), backlog));
     }
     drop(slot);
     let live = BroadcastStream::new(receiver)

@@ -45,7 +45,11 @@ pub const AUTH_RESPONSES: &[(u16, &str)] = &[
     (400, "a name in the path breaks the name rule"),
     (
         503,
-        "the server receives as many request bodies as --max-inflight allows; retry after Retry-After",
+        "the server, this token (half of --max-inflight) or this pipeline (a quarter) receives as many request body bytes as allowed; retry after Retry-After",
+    ),
+    (
+        408,
+        "the request body arrived slower than --min-body-rate after --header-timeout; nothing of it was kept",
     ),
     (500, "the server failed; its log has the details"),
 ];
@@ -65,7 +69,7 @@ macro_rules! route {
 /// Every route of the API.
 pub const ROUTES: &[Route] = &[
     route!(GET "/healthz", Access::Public, "Liveness and pipeline health (counts; names and reasons with an admin token)",
-        [(200, "healthy"), (503, "one or more pipelines stopped responding")]),
+        [(200, "healthy"), (503, "a pipeline stopped responding, or failed while it should run")]),
     route!(GET "/openapi.json", Access::Public, "This document", [(200, "OpenAPI 3.1")]),
     route!(GET "/", Access::Public, "The web console (its data comes from this API, with the token signed in with)",
         [(200, "the console's page")]),
@@ -102,7 +106,7 @@ pub const ROUTES: &[Route] = &[
     route!(POST "/v1/pipelines/{name}/events", Access::Token(Scope::Ingest), "Send events: JSON Lines or a JSON array; durable before 202",
         [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large, or more than 100,000 events"), (429, "the pipeline handles 8 ingest requests already: retry after Retry-After"), (507, "the disk is full: nothing of the batch was kept")]),
     route!(GET "/v1/pipelines/{name}/results", READ, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
-        [(200, "text/event-stream"), (400, "Last-Event-ID is not a number"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
+        [(200, "text/event-stream"), (400, "Last-Event-ID is not a number, or not where a record ends"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
     route!(POST "/v1/pipelines/{name}/rollout", ADMIN, "Roll out a version: {version, percent | steps+every, shadow, policy}",
         [(200, "status"), (400, "invalid request"), (404, "unknown"), (409, "damaged")]),
     route!(POST "/v1/pipelines/{name}/rollback", ADMIN, "Roll back: every key to the live version",
@@ -110,15 +114,15 @@ pub const ROUTES: &[Route] = &[
     route!(POST "/v1/pipelines/{name}/promote", ADMIN, "Promote the candidate: it becomes the live version at the next barrier",
         [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
     route!(POST "/v1/pipelines/{name}/savepoints", ADMIN, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
-        [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full")]),
+        [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped or failed first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full: answered at once")]),
     route!(POST "/v1/pipelines/{name}/replay", ADMIN, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
-        [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, or the log before the start was truncated (replay from a savepoint)"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
+        [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, the log before the start was truncated (replay from a savepoint), the savepoint is damaged, or the pipeline was deleted during the replay"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
     route!(GET "/v1/pipelines/{name}/savepoints", READ, "List the pipeline's savepoints",
-        [(200, "savepoints"), (404, "unknown pipeline")]),
+        [(200, "savepoints, then those that cannot be read as {name, damaged}"), (404, "unknown pipeline")]),
     route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",
         [(204, "deleted"), (404, "unknown")]),
     route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", ADMIN, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped",
-        [(201, "the new pipeline's status"), (400, "invalid spec, or another key, window or chain than the savepoint's"), (404, "unknown pipeline or savepoint"), (409, "name taken"), (507, "the disk is full")]),
+        [(201, "the new pipeline's status"), (400, "invalid spec, or another key, window or chain than the savepoint's"), (404, "unknown pipeline or savepoint"), (409, "name taken, or the savepoint is damaged"), (507, "the disk is full")]),
 ];
 
 /// The route with this method and template.

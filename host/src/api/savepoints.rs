@@ -80,8 +80,12 @@ pub(super) async fn take(
 pub(super) async fn list(
     Pipeline(slot): Pipeline,
 ) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    let saved = blocking(move || slot.savepoints()).await?;
-    Ok(Json(saved.iter().map(describe).collect()))
+    let listing = blocking(move || slot.savepoints()).await?;
+    let damaged = (listing.damaged.iter())
+        .map(|(name, reason)| serde_json::json!({"name": name, "damaged": reason}));
+    Ok(Json(
+        listing.saved.iter().map(describe).chain(damaged).collect(),
+    ))
 }
 
 pub(super) async fn delete(path: SavepointPath) -> Result<StatusCode, ApiError> {

@@ -19,8 +19,8 @@ pub use inspect::{Inspection, inspect};
 pub use manifest::{CheckpointStats, Manifest, SinkPositions, fingerprint};
 pub use recovery::{CheckpointError, recover, write_marker};
 pub use savepoint::{
-    MAX_SAVEPOINTS, SavepointError, SavepointInfo, create_savepoint, delete_savepoint,
-    fork_savepoint, list_savepoints, restore_savepoint, save_from,
+    Listing, MAX_SAVEPOINTS, SavepointError, SavepointInfo, create_savepoint, delete_savepoint,
+    fork_savepoint, list_savepoints, remove_leftover_copies, restore_savepoint, save_from,
 };
 
 /// Name of the file beside `state.redb` that records the last committed checkpoint id. It is

@@ -5,6 +5,11 @@
 //! resumes from it, with its output truncated back to the savepoint's positions. A savepoint can
 //! also seed another pipeline's directory ([`fork_savepoint`]): renamed to it, with empty
 //! output. The operator version may differ from the one that wrote it.
+//!
+//! A savepoint file is written once (beside its final name, then renamed into place) and only
+//! read after that: listing, forking and restoring open it read-only, without a lock that would
+//! keep another reader out and without ever creating it, so any number of callers may look at
+//! once, and a look racing a delete finds the savepoint gone rather than bringing it back.
 
 use std::path::{Path, PathBuf};
 
@@ -40,19 +45,33 @@ pub enum SavepointError {
     #[error("savepoint {0:?} already exists")]
     Exists(String),
     /// The name is unknown.
-    #[error("there is no savepoint {name:?} in {dir}; `weir savepoint list` shows them")]
+    #[error("there is no savepoint {name:?}; listing the savepoints shows them")]
     Unknown {
         /// The name.
         name: String,
-        /// The savepoints directory.
-        dir: PathBuf,
     },
     /// A manifest could not be read.
     #[error("savepoint {0}: its manifest is unreadable")]
     Manifest(PathBuf),
+    /// The savepoint's file cannot be read.
+    #[error("savepoint {name:?} is damaged ({reason}): delete it and take another")]
+    Damaged {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The checkpoint the savepoint was to copy was not taken: the run failed or stopped first.
+    #[error("the savepoint was not taken: {reason}")]
+    NotTaken {
+        /// Why.
+        reason: String,
+        /// Whether the disk was full.
+        disk_full: bool,
+    },
     /// The directory holds as many savepoints as allowed.
-    #[error("{0} holds {MAX_SAVEPOINTS} savepoints already: delete one first")]
-    Full(PathBuf),
+    #[error("the pipeline holds {MAX_SAVEPOINTS} savepoints already: delete one first")]
+    Full,
 }
 
 /// What `list` shows of a savepoint.
@@ -64,6 +83,60 @@ pub struct SavepointInfo {
     pub manifest: Manifest,
     /// Its size on disk.
     pub bytes: u64,
+}
+
+/// What [`list_savepoints`] finds in a data directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    /// The savepoints that can be read, by name.
+    pub saved: Vec<SavepointInfo>,
+    /// Those whose files cannot be read, by name, with what is wrong.
+    pub damaged: Vec<(String, String)>,
+}
+
+impl Listing {
+    /// How many savepoints there are, damaged or not.
+    pub fn len(&self) -> usize {
+        self.saved.len() + self.damaged.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lowest input offset that a savepoint needs kept: `Some(0)` when a damaged one hides
+    /// its own (what cannot be read must keep everything), `None` when there is none.
+    pub fn lowest_offset(&self) -> Option<u64> {
+        if !self.damaged.is_empty() {
+            return Some(0);
+        }
+        self.saved.iter().map(|s| s.manifest.source.offset).min()
+    }
+
+    /// Savepoint `name`: unknown, damaged, or found.
+    pub fn find(&self, name: &str) -> Result<&SavepointInfo, SavepointError> {
+        if let Some((_, reason)) = self.damaged.iter().find(|(n, _)| n == name) {
+            return Err(SavepointError::Damaged {
+                name: name.into(),
+                reason: reason.clone(),
+            });
+        }
+        (self.saved.iter().find(|s| s.name == name))
+            .ok_or_else(|| SavepointError::Unknown { name: name.into() })
+    }
+}
+
+impl SavepointError {
+    /// Whether the disk (or quota) was full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            SavepointError::State(StateError::DiskFull(_)) => true,
+            SavepointError::Io { source, .. } => crate::fsutil::is_disk_full(source),
+            SavepointError::NotTaken { disk_full, .. } => *disk_full,
+            _ => false,
+        }
+    }
 }
 
 fn check_name(name: &str) -> Result<(), SavepointError> {
@@ -81,6 +154,30 @@ fn read_manifest(store: &RedbStore) -> Result<Option<Manifest>, SavepointError> 
             .map_err(|_| SavepointError::Manifest(store.path().to_owned())),
         None => Ok(None),
     }
+}
+
+/// The manifest of savepoint `name`, whose file is `path`, read without locking or creating the
+/// file: `Ok(None)` if it was deleted meanwhile.
+fn read_saved(path: &Path, name: &str) -> Result<Option<Manifest>, SavepointError> {
+    let damaged = |reason: String| SavepointError::Damaged {
+        name: name.into(),
+        reason,
+    };
+    let bytes = match RedbStore::read_manifest_of(path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(damaged("it holds no checkpoint".into())),
+        Err(StateError::Missing(_)) => return Ok(None),
+        Err(StateError::Corrupt { message, .. }) => return Err(damaged(message)),
+        // Could not be read now (file descriptors, permissions, I/O): not known to be damaged.
+        Err(e) => return Err(e.into()),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| damaged(format!("its manifest is unreadable: {e}")))
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// Saves the data directory's last committed checkpoint as `name`. The pipeline must not be
@@ -108,7 +205,7 @@ pub fn save_from(
     }
     let dir = path.parent().expect("savepoints have a directory");
     if list_savepoints(data_dir)?.len() >= MAX_SAVEPOINTS {
-        return Err(SavepointError::Full(dir.to_owned()));
+        return Err(SavepointError::Full);
     }
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -121,36 +218,56 @@ pub fn save_from(
     let copied = store
         .copy_to(&partial)
         .map_err(SavepointError::from)
-        .and_then(|()| std::fs::rename(&partial, &path).map_err(io(&path)));
+        .and_then(|()| {
+            crate::fsutil::crash_point("savepoint-copied");
+            std::fs::rename(&partial, &path).map_err(io(&path))
+        });
     if let Err(e) = copied {
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
-    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     Ok(SavepointInfo {
         name: name.into(),
         manifest,
-        bytes,
+        bytes: file_size(&path),
     })
 }
 
-/// Deletes savepoint `name`.
+/// Deletes savepoint `name` (damaged or not).
 pub fn delete_savepoint(data_dir: &Path, name: &str) -> Result<(), SavepointError> {
     check_name(name)?;
-    let path = existing(data_dir, name)?;
-    std::fs::remove_file(&path).map_err(|source| SavepointError::Io { path, source })
+    let path = savepoint_path(data_dir, name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(SavepointError::Unknown { name: name.into() })
+        }
+        Err(source) => Err(SavepointError::Io { path, source }),
+    }
 }
 
-/// The file of savepoint `name`, which must exist.
-fn existing(data_dir: &Path, name: &str) -> Result<PathBuf, SavepointError> {
+/// Savepoint `name`'s file and manifest, read without locking it (unknown if it is not there).
+fn existing(data_dir: &Path, name: &str) -> Result<(PathBuf, Manifest), SavepointError> {
     let path = savepoint_path(data_dir, name);
-    if !path.exists() {
-        return Err(SavepointError::Unknown {
-            name: name.into(),
-            dir: data_dir.join("savepoints"),
-        });
+    match read_saved(&path, name)? {
+        Some(manifest) => Ok((path, manifest)),
+        None => Err(SavepointError::Unknown { name: name.into() }),
     }
-    Ok(path)
+}
+
+/// Copies savepoint file `from` (of savepoint `name`) to `to`: a savepoint deleted meanwhile is
+/// unknown.
+fn copy_saved(from: &Path, to: &Path, name: &str) -> Result<(), SavepointError> {
+    match std::fs::copy(from, to) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from.exists() => {
+            Err(SavepointError::Unknown { name: name.into() })
+        }
+        Err(source) => Err(SavepointError::Io {
+            path: to.to_owned(),
+            source,
+        }),
+    }
 }
 
 /// Makes savepoint `name` of `data_dir` the state of another pipeline, `pipeline`, whose data
@@ -164,14 +281,13 @@ pub fn fork_savepoint(
     pipeline: &str,
 ) -> Result<SavepointInfo, SavepointError> {
     check_name(name)?;
-    let path = existing(data_dir, name)?;
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| SavepointError::Io { path, source }
-    };
-    std::fs::create_dir_all(target).map_err(io(target))?;
+    let (path, _) = existing(data_dir, name)?;
+    std::fs::create_dir_all(target).map_err(|source| SavepointError::Io {
+        path: target.to_owned(),
+        source,
+    })?;
     let state = target.join(STATE_FILE);
-    std::fs::copy(&path, &state).map_err(io(&state))?;
+    copy_saved(&path, &state, name)?;
     let store = RedbStore::open(target)?;
     let saved = read_manifest(&store)?.ok_or_else(|| SavepointError::Manifest(path.clone()))?;
     let forked = Manifest {
@@ -188,17 +304,21 @@ pub fn fork_savepoint(
     Ok(SavepointInfo {
         name: name.into(),
         manifest: saved,
-        bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
+        bytes: file_size(&path),
     })
 }
 
-/// The savepoints of a data directory, by name.
-pub fn list_savepoints(data_dir: &Path) -> Result<Vec<SavepointInfo>, SavepointError> {
+/// The savepoints of a data directory, by name, and those that cannot be read. Opens no file
+/// for writing and locks none against other readers; a savepoint deleted while it is listed is
+/// left out. Fails only when the directory itself cannot be read.
+pub fn list_savepoints(data_dir: &Path) -> Result<Listing, SavepointError> {
     let dir = data_dir.join("savepoints");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(Vec::new());
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Listing::default()),
+        Err(source) => return Err(SavepointError::Io { path: dir, source }),
     };
-    let mut out = Vec::new();
+    let mut listing = Listing::default();
     for entry in entries {
         let path = entry
             .map_err(|source| SavepointError::Io {
@@ -210,52 +330,193 @@ pub fn list_savepoints(data_dir: &Path) -> Result<Vec<SavepointInfo>, SavepointE
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_suffix(".redb"))
+            .filter(|n| crate::names::check("savepoint name", n).is_ok())
         else {
-            continue;
+            continue; // a copy being made (`.partial`), or not a savepoint (not a name)
         };
-        let store = RedbStore::open_file(&path)?;
-        let manifest =
-            read_manifest(&store)?.ok_or_else(|| SavepointError::Manifest(path.clone()))?;
-        out.push(SavepointInfo {
-            name: name.into(),
-            manifest,
-            bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
-        });
+        match read_saved(&path, name) {
+            Ok(Some(manifest)) => listing.saved.push(SavepointInfo {
+                name: name.into(),
+                manifest,
+                bytes: file_size(&path),
+            }),
+            Ok(None) => {} // deleted while listed
+            Err(SavepointError::Damaged { name, reason }) => listing.damaged.push((name, reason)),
+            Err(e) => return Err(e),
+        }
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    listing.saved.sort_by(|a, b| a.name.cmp(&b.name));
+    listing.damaged.sort();
+    Ok(listing)
+}
+
+/// Removes the copies that a savepoint being taken or restored left when the process died
+/// (`.partial`, `.restoring`): call only when nothing is being taken in `data_dir`.
+pub fn remove_leftover_copies(data_dir: &Path) {
+    let leftovers = [
+        data_dir.join(format!("{STATE_FILE}.restoring")),
+        data_dir.join(format!("{STATE_FILE}.creating")),
+    ];
+    let partials = std::fs::read_dir(data_dir.join("savepoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "partial"));
+    for path in leftovers.into_iter().chain(partials) {
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::info!(path = %path.display(), "removed a copy left by a crash"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove a leftover copy")
+            }
+        }
+    }
 }
 
 /// Makes savepoint `name` the data directory's current state. The next `weir run` resumes from
 /// it.
 pub fn restore_savepoint(data_dir: &Path, name: &str) -> Result<SavepointInfo, SavepointError> {
     check_name(name)?;
-    let path = existing(data_dir, name)?;
-    let manifest = {
-        let saved = RedbStore::open_file(&path)?;
-        read_manifest(&saved)?.ok_or_else(|| SavepointError::Manifest(path.clone()))?
-    };
+    let (path, manifest) = existing(data_dir, name)?;
     // Opening the current store takes its lock: refuses while a pipeline runs on it.
     drop(RedbStore::open(data_dir)?);
     let target = data_dir.join(STATE_FILE);
     let partial = data_dir.join(format!("{STATE_FILE}.restoring"));
-    std::fs::copy(&path, &partial).map_err(|source| SavepointError::Io {
-        path: partial.clone(),
-        source,
-    })?;
+    copy_saved(&path, &partial, name)?;
+    std::fs::File::open(&partial)
+        .and_then(|file| file.sync_all())
+        .map_err(|source| SavepointError::Io {
+            path: partial.clone(),
+            source,
+        })?;
     std::fs::rename(&partial, &target).map_err(|source| SavepointError::Io {
         path: target.clone(),
         source,
     })?;
-    let marker = data_dir.join(MARKER_FILE);
-    std::fs::write(&marker, manifest.id.to_string()).map_err(|source| SavepointError::Io {
-        path: marker,
-        source,
+    write_marker(data_dir, manifest.id).map_err(|e| SavepointError::Io {
+        path: data_dir.join(MARKER_FILE),
+        source: std::io::Error::other(e.to_string()),
     })?;
-    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     Ok(SavepointInfo {
         name: name.into(),
         manifest,
-        bytes,
+        bytes: file_size(&path),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StoredCheckpoint;
+
+    /// A data directory whose last checkpoint read the input to `offset`.
+    fn checkpointed(offset: u64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = Manifest {
+            format: super::super::manifest::MANIFEST_FORMAT,
+            id: 1,
+            pipeline: "p".into(),
+            fingerprint: "f".into(),
+            source: crate::source::SourcePosition {
+                offset,
+                ..Default::default()
+            },
+            events: 10,
+            watermark: i64::MIN,
+            partitions: Vec::new(),
+            finished: false,
+            sinks: SinkPositions::default(),
+            committed_at_ms: 0,
+            routing: None,
+        };
+        let store = RedbStore::open(dir.path()).unwrap();
+        store
+            .commit(&StoredCheckpoint {
+                id: 1,
+                manifest: serde_json::to_vec(&manifest).unwrap(),
+                ..Default::default()
+            })
+            .unwrap();
+        dir
+    }
+
+    #[test]
+    fn listings_racing_each_other_and_deletes_never_fail_nor_bring_a_savepoint_back() {
+        let dir = checkpointed(100);
+        let data = dir.path().to_owned();
+        for round in 0..20 {
+            let name = format!("sp{round}");
+            create_savepoint(&data, &name).unwrap();
+            let listers: Vec<_> = (0..3)
+                .map(|_| {
+                    let data = data.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..10 {
+                            let listing = list_savepoints(&data).expect("a listing never fails");
+                            assert!(listing.damaged.is_empty(), "{listing:?}");
+                        }
+                    })
+                })
+                .collect();
+            delete_savepoint(&data, &name).unwrap();
+            for lister in listers {
+                lister.join().unwrap();
+            }
+            assert!(!savepoint_path(&data, &name).exists(), "{name} came back");
+        }
+        assert!(list_savepoints(&data).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_damaged_savepoint_is_listed_apart_and_keeps_everything() {
+        let dir = checkpointed(100);
+        create_savepoint(dir.path(), "good").unwrap();
+        let listing = list_savepoints(dir.path()).unwrap();
+        assert_eq!(listing.lowest_offset(), Some(100));
+        std::fs::write(savepoint_path(dir.path(), "empty"), b"").unwrap();
+        std::fs::write(savepoint_path(dir.path(), "junk"), b"not a store").unwrap();
+        std::fs::write(savepoint_path(dir.path(), "_not-a-name"), b"x").unwrap();
+        let listing = list_savepoints(dir.path()).unwrap();
+        let damaged: Vec<&str> = listing.damaged.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(damaged, ["empty", "junk"], "{listing:?}");
+        assert_eq!(listing.saved.len(), 1);
+        assert_eq!(
+            listing.lowest_offset(),
+            Some(0),
+            "what cannot be read keeps all"
+        );
+        assert!(matches!(
+            listing.find("junk"),
+            Err(SavepointError::Damaged { .. })
+        ));
+        assert!(matches!(
+            listing.find("gone"),
+            Err(SavepointError::Unknown { .. })
+        ));
+        assert!(listing.find("good").is_ok());
+        delete_savepoint(dir.path(), "junk").unwrap();
+        delete_savepoint(dir.path(), "empty").unwrap();
+        assert_eq!(
+            list_savepoints(dir.path()).unwrap().lowest_offset(),
+            Some(100)
+        );
+        assert!(matches!(
+            delete_savepoint(dir.path(), "junk"),
+            Err(SavepointError::Unknown { .. })
+        ));
+    }
+
+    #[test]
+    fn a_copy_left_by_a_crash_is_never_listed_and_is_removed() {
+        let dir = checkpointed(7);
+        std::fs::create_dir_all(dir.path().join("savepoints")).unwrap();
+        let partial = dir.path().join("savepoints/half.redb.partial");
+        std::fs::write(&partial, b"half a copy").unwrap();
+        assert!(list_savepoints(dir.path()).unwrap().is_empty());
+        remove_leftover_copies(dir.path());
+        assert!(!partial.exists());
+        create_savepoint(dir.path(), "half").unwrap();
+        assert_eq!(list_savepoints(dir.path()).unwrap().saved[0].name, "half");
+    }
 }

@@ -15,7 +15,7 @@ use super::control::SavepointRequest;
 use super::messages::{Part, Position, RoutingChange};
 use super::stages::Stages;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
-use crate::checkpoint::{Changes, CheckpointStats, Committer, SinkPositions};
+use crate::checkpoint::{Changes, CheckpointStats, Committer, SavepointError, SinkPositions};
 use crate::emit::{
     OperatorLabel, ResultRecord, SinkWriter, dead_letter_record, event_record, late_record,
     result_records,
@@ -208,16 +208,42 @@ fn commit(
     checkpointer: &mut Checkpointer,
     batch: Vec<Part>,
     sinks: &mut Sinks,
+    stages: Option<&mut Stages>,
+    control: &PipelineControl,
+) -> Result<()> {
+    let mut gathered = gather(batch);
+    let savepoints = std::mem::take(&mut gathered.savepoints);
+    let committed = commit_gathered(checkpointer, gathered, sinks, stages, control);
+    match &committed {
+        Ok(()) => take_savepoints(&checkpointer.committer, savepoints),
+        Err(e) => {
+            // Answered now: the run ends with this error, and they wait for nothing else.
+            for request in savepoints {
+                let _ = request.reply.send(Err(SavepointError::NotTaken {
+                    reason: format!("its checkpoint failed: {e}"),
+                    disk_full: e.is_disk_full(),
+                }));
+            }
+        }
+    }
+    committed
+}
+
+/// Commits one checkpoint from what its barrier gathered (its savepoints are the caller's).
+fn commit_gathered(
+    checkpointer: &mut Checkpointer,
+    gathered: Gathered,
+    sinks: &mut Sinks,
     mut stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<()> {
     let Gathered {
         position,
         change,
-        savepoints,
+        savepoints: _,
         mut changes,
         mut quota_written,
-    } = gather(batch);
+    } = gathered;
     if let Some(stages) = stages.as_deref_mut() {
         let snapshot = stages
             .checkpoint()
@@ -269,7 +295,6 @@ fn commit(
     for ack in &checkpointer.acks {
         let _ = ack.send(());
     }
-    take_savepoints(&checkpointer.committer, savepoints);
     Ok(())
 }
 
@@ -285,7 +310,7 @@ fn take_savepoints(committer: &crate::checkpoint::Committer, requests: Vec<Savep
             }
             Err(e) => tracing::warn!(savepoint = %request.name, error = %e, "savepoint failed"),
         }
-        let _ = request.reply.send(outcome.map_err(|e| e.to_string()));
+        let _ = request.reply.send(outcome);
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::checkpoint::{CheckpointStats, SavepointInfo};
+use crate::checkpoint::{CheckpointStats, SavepointError, SavepointInfo};
 use crate::operator::VersionCode;
 use crate::operator::quota::{CpuQuota, MemoryPool, StateQuota};
 use crate::rollout::{CounterBook, Routing, ShadowLog};
@@ -107,7 +107,7 @@ pub struct PipelineControl {
     done: AtomicU64,
     /// Savepoints asked for: the router hands them to its next barrier, whose checkpoint
     /// serves them once it commits.
-    savepoints: Mutex<Vec<SavepointRequest>>,
+    savepoints: Mutex<SavepointQueue>,
     /// The CPU budget of the run's operator code (`[sandbox] cpu`), made as the run starts.
     cpu: std::sync::OnceLock<Arc<CpuQuota>>,
     /// The memory pool of the run's operator instances (`[sandbox] total_memory`).
@@ -122,6 +122,14 @@ pub struct PipelineControl {
 
 pub use crate::checkpoint::CommitListener;
 
+/// The savepoints asked for and not yet handed to a barrier; once the run has ended, why none
+/// will be taken (a request then is answered at once).
+#[derive(Debug, Default)]
+struct SavepointQueue {
+    waiting: Vec<SavepointRequest>,
+    ended: Option<(String, bool)>,
+}
+
 /// A savepoint to take from the first checkpoint whose barrier follows the request, and who
 /// waits for it.
 #[derive(Debug)]
@@ -129,7 +137,7 @@ pub struct SavepointRequest {
     /// Its name (checked).
     pub name: String,
     /// Where the outcome goes.
-    pub reply: std::sync::mpsc::SyncSender<Result<SavepointInfo, String>>,
+    pub reply: std::sync::mpsc::SyncSender<Result<SavepointInfo, SavepointError>>,
 }
 
 impl std::fmt::Debug for PipelineControl {
@@ -161,7 +169,7 @@ impl PipelineControl {
             progress: AtomicU64::new(crate::time::wall_clock_ms()),
             sent: AtomicU64::new(0),
             done: AtomicU64::new(0),
-            savepoints: Mutex::new(Vec::new()),
+            savepoints: Mutex::new(SavepointQueue::default()),
             cpu: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
             state: std::sync::OnceLock::new(),
@@ -290,12 +298,21 @@ impl PipelineControl {
     pub fn request_savepoint(
         &self,
         name: &str,
-    ) -> std::sync::mpsc::Receiver<Result<SavepointInfo, String>> {
+    ) -> std::sync::mpsc::Receiver<Result<SavepointInfo, SavepointError>> {
         let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-        (self.savepoints.lock().expect("savepoint lock")).push(SavepointRequest {
+        let mut queue = self.savepoints.lock().expect("savepoint lock");
+        if let Some((reason, disk_full)) = &queue.ended {
+            let _ = reply.send(Err(SavepointError::NotTaken {
+                reason: reason.clone(),
+                disk_full: *disk_full,
+            }));
+            return outcome;
+        }
+        queue.waiting.push(SavepointRequest {
             name: name.to_owned(),
             reply,
         });
+        drop(queue);
         if let Some(gate) = &self.ingest_gate {
             gate.wake(); // an idle reader ticks now, so the barrier comes soon
         }
@@ -304,12 +321,31 @@ impl PipelineControl {
 
     /// Whether a savepoint waits for the next checkpoint.
     pub(crate) fn wants_savepoint(&self) -> bool {
-        !self.savepoints.lock().expect("savepoint lock").is_empty()
+        !(self.savepoints.lock().expect("savepoint lock").waiting).is_empty()
     }
 
     /// Takes the savepoints asked for.
     pub(crate) fn take_savepoints(&self) -> Vec<SavepointRequest> {
-        std::mem::take(&mut *self.savepoints.lock().expect("savepoint lock"))
+        std::mem::take(&mut self.savepoints.lock().expect("savepoint lock").waiting)
+    }
+
+    /// Puts back savepoints taken for a barrier that could not be sent.
+    pub(crate) fn give_back_savepoints(&self, requests: Vec<SavepointRequest>) {
+        (self.savepoints.lock().expect("savepoint lock").waiting).extend(requests);
+    }
+
+    /// The run ended (`disk_full`: on a full disk): every savepoint still asked for, and every
+    /// one asked for from now on, is answered that it was not taken, with `reason`.
+    pub(crate) fn end_savepoints(&self, reason: String, disk_full: bool) {
+        let waiting = {
+            let mut queue = self.savepoints.lock().expect("savepoint lock");
+            queue.ended = Some((reason.clone(), disk_full));
+            std::mem::take(&mut queue.waiting)
+        };
+        for request in waiting {
+            let reason = reason.clone();
+            let _ = (request.reply).send(Err(SavepointError::NotTaken { reason, disk_full }));
+        }
     }
 
     /// The run's CPU budget of `millicores` (the spec's `[sandbox] cpu`), shared by all its

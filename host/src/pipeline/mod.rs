@@ -113,6 +113,28 @@ pub enum PipelineError {
     Config(String),
 }
 
+impl PipelineError {
+    /// Whether the run failed because the disk (or quota) was full: worth starting again once
+    /// there is room.
+    pub fn is_disk_full(&self) -> bool {
+        let state = |e: &StateError| matches!(e, StateError::DiskFull(_));
+        match self {
+            PipelineError::State(e) => state(e),
+            PipelineError::Checkpoint(CheckpointError::State(e)) => state(e),
+            PipelineError::Checkpoint(CheckpointError::Marker { source, .. }) => {
+                crate::fsutil::is_disk_full(source)
+            }
+            PipelineError::Sink(e) => std::error::Error::source(e)
+                .and_then(|e| e.downcast_ref::<std::io::Error>())
+                .is_some_and(crate::fsutil::is_disk_full),
+            PipelineError::Shard { error, .. } | PipelineError::Stage { error } => {
+                matches!(error, EngineError::State(e) if state(e))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// `Result` for running pipelines.
 pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
 
@@ -244,14 +266,33 @@ pub fn run_with(spec: &PipelineSpec, options: RunOptions) -> Result<Summary> {
 
 /// [`run_with`], controlled from outside (`weir serve`): stopped on request, with rollouts,
 /// live figures and a tap on results.
+/// Savepoints asked for that no checkpoint served are answered when the run ends, never left
+/// waiting.
 #[instrument(skip_all, fields(pipeline = %spec.name))]
 pub fn run_controlled(
     spec: &PipelineSpec,
     options: RunOptions,
     control: Option<Arc<PipelineControl>>,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let control = control.unwrap_or_else(|| standalone_control(&spec.name));
+    let outcome = run_with_control(spec, options, control.clone());
+    let (reason, disk_full) = match &outcome {
+        Ok(_) => (
+            "the pipeline stopped before its next checkpoint".to_owned(),
+            false,
+        ),
+        Err(e) => (format!("the pipeline failed: {e}"), e.is_disk_full()),
+    };
+    control.end_savepoints(reason, disk_full);
+    outcome
+}
+
+fn run_with_control(
+    spec: &PipelineSpec,
+    options: RunOptions,
+    control: Arc<PipelineControl>,
+) -> Result<Summary> {
+    let started = Instant::now();
     let shards = spec
         .shards
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -578,6 +619,11 @@ fn spawn_collector(
                 stages,
                 &control,
             );
+            if collected.is_err() {
+                // Nothing can be written any more: the router stops reading now rather than
+                // when its next send fails (an idle input might never send one).
+                control.stop();
+            }
             (
                 collected,
                 sinks.results.records(),

@@ -574,9 +574,19 @@ impl Router<'_> {
         // A savepoint covers every event read before it was asked for: those asked for by now
         // go with this barrier; later ones wait for the next.
         let savepoints = self.control.take_savepoints();
-        self.parts
+        match self
+            .parts
             .send((id, Part::Position(Box::new((position, change, savepoints)))))
-            .is_ok()
+        {
+            Ok(()) => true,
+            Err(std::sync::mpsc::SendError((_, part))) => {
+                // The collector is gone: the run's end answers the savepoints.
+                if let Part::Position(position) = part {
+                    self.control.give_back_savepoints(position.2);
+                }
+                false
+            }
+        }
     }
 }
 

@@ -65,11 +65,10 @@ pub enum RequestError {
 impl RequestError {
     /// An I/O failure: a full disk is the caller's to know about; anything else is internal.
     pub fn from_io(error: std::io::Error) -> Self {
-        match error.kind() {
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                RequestError::DiskFull(format!("the server's disk is full: {error}"))
-            }
-            _ => RequestError::Internal(error.to_string()),
+        if crate::fsutil::is_disk_full(&error) {
+            RequestError::DiskFull(format!("the server's disk is full: {error}"))
+        } else {
+            RequestError::Internal(error.to_string())
         }
     }
 }
@@ -106,12 +105,20 @@ impl From<crate::source::IngestError> for RequestError {
 impl From<crate::checkpoint::SavepointError> for RequestError {
     fn from(error: crate::checkpoint::SavepointError) -> Self {
         use crate::checkpoint::SavepointError as E;
+        if error.is_disk_full() {
+            return RequestError::DiskFull(format!(
+                "the server's disk is full: the savepoint was not taken; free some space and \
+                 take it again ({error})"
+            ));
+        }
         match error {
             E::BadName(_) => RequestError::Invalid(error.to_string()),
             E::Unknown { .. } => RequestError::NotFound(error.to_string()),
-            E::Exists(_) | E::Full(_) | E::NoCheckpoint(_) => {
-                RequestError::Conflict(error.to_string())
-            }
+            E::Exists(_)
+            | E::Full
+            | E::NoCheckpoint(_)
+            | E::Damaged { .. }
+            | E::NotTaken { .. } => RequestError::Conflict(error.to_string()),
             E::Io { source, .. } => RequestError::from_io(source),
             _ => RequestError::Internal(error.to_string()),
         }

@@ -172,6 +172,14 @@ impl Managed {
         })
     }
 
+    /// The data directory (state, checkpoints, savepoints), if the state is kept in redb.
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        match &self.spec.state {
+            crate::spec::StateSpec::Redb(dir) => Some(dir.clone()),
+            crate::spec::StateSpec::Memory => None,
+        }
+    }
+
     /// Writes the desired state.
     pub fn save(&self) -> Result<(), RequestError> {
         write_json(&self.dir.join(DESIRED_FILE), &self.desired)

@@ -27,7 +27,7 @@ use tracing::{info, warn};
 pub use error::{RequestError, ServeError};
 pub use managed::{Desired, Managed};
 pub use rollout::{RolloutPlan, RolloutRequest};
-pub use slot::{ReplayRequest, ResultLine, Slot, StopOutcome};
+pub use slot::{ReplayRequest, ResultLine, Slot, SlotHealth, StopOutcome};
 pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};
@@ -35,6 +35,10 @@ use crate::operator::{Registry, WasmRuntime};
 /// Where a deleted pipeline's directory goes before it is removed (not a valid name, so never
 /// taken for a pipeline).
 const TRASH_PREFIX: &str = ".deleted-";
+/// Where a new pipeline's directory is made before it is renamed into place whole (not a valid
+/// name either): a crash while it is made leaves this, which the next start removes, never a
+/// half-made pipeline.
+const CREATING_PREFIX: &str = ".creating-";
 
 /// How the server treats its pipelines.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +81,8 @@ pub struct Server {
     /// Held while a pipeline is created, so two creations by one token cannot both pass its
     /// quota.
     owning: Mutex<()>,
+    /// Says paths inside the data directory relative to it, in messages to callers.
+    redactor: Redactor,
     /// Held for the server's life: no second server uses the same data directory.
     _lock: File,
 }
@@ -100,6 +106,53 @@ pub fn metrics_handle() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// Says the paths inside a data directory relative to it, for messages to callers (who need
+/// to know which file, never where the server keeps its data).
+#[derive(Debug, Clone)]
+pub struct Redactor {
+    /// The data directory as absolute paths (as given, and with links resolved).
+    dirs: Vec<String>,
+}
+
+impl Redactor {
+    /// For data directory `data`.
+    pub fn new(data: &std::path::Path) -> Redactor {
+        let absolute = std::path::absolute(data).ok();
+        let canonical = std::fs::canonicalize(data).ok();
+        let mut dirs: Vec<String> = [absolute, canonical]
+            .into_iter()
+            .flatten()
+            .map(|dir| dir.display().to_string().trim_end_matches('/').to_owned())
+            .filter(|dir| !dir.is_empty())
+            .collect();
+        dirs.dedup();
+        Redactor { dirs }
+    }
+
+    /// `text` with `<data>/x` said `x`, and `<data>` itself `.` (a longer name that only
+    /// begins the same, `<data>-old`, is left as it is).
+    pub fn apply(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for dir in &self.dirs {
+            text = text.replace(&format!("{dir}/"), "");
+            let mut out = String::with_capacity(text.len());
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find(dir.as_str()) {
+                let after = &rest[at + dir.len()..];
+                let whole = !after.starts_with(|c: char| {
+                    c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
+                });
+                out.push_str(&rest[..at]);
+                out.push_str(if whole { "." } else { dir });
+                rest = after;
+            }
+            out.push_str(rest);
+            text = out;
+        }
+        text
+    }
 }
 
 /// Locks the data directory for this process, or says who holds it.
@@ -147,10 +200,13 @@ impl Drop for Reservation<'_> {
 /// What `/healthz` reports.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Health {
-    /// `ok`, or `degraded` when a pipeline stopped responding.
+    /// `ok`, or `degraded` when a pipeline stopped responding or failed while it should run.
     pub status: &'static str,
     /// Running pipelines that showed no sign of life for longer than allowed.
     pub stalled: Vec<String>,
+    /// Pipelines that should run but whose run failed (one that failed on a full disk is
+    /// started again once there is room).
+    pub failed: Vec<String>,
     /// Pipelines whose files are damaged (they are `failed`; the others run).
     pub damaged_pipelines: Vec<String>,
     /// Registry entries that could not be read.
@@ -170,6 +226,7 @@ impl Server {
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
         let server = Arc::new(Server {
+            redactor: Redactor::new(&data),
             data,
             registry,
             pipelines: RwLock::new(BTreeMap::new()),
@@ -191,9 +248,15 @@ impl Server {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if name.starts_with(TRASH_PREFIX) {
-                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                    warn!(path = %entry.path().display(), error = %e, "could not remove a deleted pipeline's files");
+            let leftover = [TRASH_PREFIX, CREATING_PREFIX, slot::SANDBOX_PREFIX];
+            if leftover.iter().any(|prefix| name.starts_with(prefix)) {
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => {
+                        info!(path = %entry.path().display(), "removed what a crash left of a pipeline being deleted or created, or of a replay")
+                    }
+                    Err(e) => {
+                        warn!(path = %entry.path().display(), error = %e, "could not remove what a crash left")
+                    }
                 }
                 continue;
             }
@@ -256,6 +319,11 @@ impl Server {
         }
     }
 
+    /// `text` with every path inside the data directory said relative to it (see [`Redactor`]).
+    pub fn redact(&self, text: &str) -> String {
+        self.redactor.apply(text)
+    }
+
     /// `<data dir>/pipelines`.
     pub fn pipelines_dir(&self) -> PathBuf {
         self.data.join("pipelines")
@@ -314,14 +382,7 @@ impl Server {
         crate::names::check("savepoint name", savepoint)?;
         let (name, dir) = self.named_dir(&json)?;
         let spec = Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
-        let saved = (from.savepoints()?.into_iter())
-            .find(|s| s.name == savepoint)
-            .ok_or_else(|| {
-                RequestError::NotFound(format!(
-                    "pipeline {:?} has no savepoint {savepoint:?}; GET its savepoints to list them",
-                    from.name
-                ))
-            })?;
+        let saved = from.find_savepoint(savepoint)?;
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
             return Err(RequestError::Invalid(format!(
@@ -331,13 +392,14 @@ impl Server {
                 saved.manifest.fingerprint
             )));
         }
-        let crate::spec::StateSpec::Redb(data) = &spec.state else {
+        if !matches!(spec.state, crate::spec::StateSpec::Redb(_)) {
             return Err(RequestError::Invalid(
                 "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),
             ));
-        };
-        let slot = self.install(&name, &dir, json, caller, |_| {
-            from.fork_into(savepoint, &name, data, &dir).map(drop)
+        }
+        let slot = self.install(&name, &dir, json, caller, |made| {
+            let data = made.data_dir().expect("checked above: redb state");
+            from.fork_into(savepoint, &name, &data, &made.dir).map(drop)
         })?;
         info!(pipeline = %name, from = %from.name, %savepoint, "pipeline created from a savepoint");
         Ok(slot)
@@ -354,9 +416,10 @@ impl Server {
         Ok((name, dir))
     }
 
-    /// Writes a new pipeline (a spec already checked) to `dir`, owned by `caller`, runs `seed`
-    /// on its files, and adds it: the name reserved and the caller's quota held meanwhile, the
-    /// directory removed if anything fails.
+    /// Writes a new pipeline (a spec already checked) owned by `caller`, runs `seed` on its
+    /// files, and adds it: the name reserved and the caller's quota held meanwhile. Everything
+    /// is made in a directory of its own, synced, and renamed to `dir` last, so a crash leaves
+    /// the whole pipeline or none of it; the directory is removed if anything fails.
     fn install(
         &self,
         name: &str,
@@ -371,12 +434,31 @@ impl Server {
             warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
             std::fs::remove_dir_all(dir).map_err(RequestError::from_io)?;
         }
+        let staging = self.pipelines_dir().join(format!(
+            "{CREATING_PREFIX}{name}-{}",
+            crate::time::wall_clock_ms()
+        ));
         let owner = caller.map(|c| c.name.clone());
-        let made = Managed::create(json, dir, &self.registry, owner)
-            .and_then(|managed| seed(&managed).map(|()| managed));
+        let made = Managed::create(json, &staging, &self.registry, owner)
+            .and_then(|managed| seed(&managed))
+            .and_then(|()| {
+                crate::fsutil::crash_point("pipeline-seeded");
+                crate::fsutil::sync_tree(&staging).map_err(RequestError::from_io)
+            })
+            .and_then(|()| {
+                crate::fsutil::rename_durably(&staging, dir).map_err(RequestError::from_io)
+            })
+            .and_then(|()| {
+                Managed::load(name, dir, &self.registry).map_err(|reason| {
+                    RequestError::Internal(format!(
+                        "the pipeline just made is unreadable: {reason}"
+                    ))
+                })
+            });
         let managed = match made {
             Ok(managed) => managed,
             Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -473,34 +555,40 @@ impl Server {
 
     /// Health: pipelines that stopped responding, and damaged files.
     pub fn health(&self) -> Health {
-        let mut stalled = Vec::new();
-        let mut damaged_pipelines = Vec::new();
+        let (mut stalled, mut failed, mut damaged_pipelines) = (Vec::new(), Vec::new(), Vec::new());
         // A slot busy with a file write is skipped: health never waits on a disk.
         for slot in self.slots() {
-            let Some((damaged, silent)) = slot.health() else {
+            let Some(health) = slot.health() else {
                 continue;
             };
-            if silent > Some(self.limits.stall_after) {
+            if health.silent > Some(self.limits.stall_after) {
                 stalled.push(slot.name.clone());
             }
-            if damaged {
+            if health.failed {
+                failed.push(slot.name.clone());
+            }
+            if health.damaged {
                 damaged_pipelines.push(slot.name.clone());
             }
         }
+        let healthy = stalled.is_empty() && failed.is_empty();
         Health {
-            status: if stalled.is_empty() { "ok" } else { "degraded" },
+            status: if healthy { "ok" } else { "degraded" },
             stalled,
+            failed,
             damaged_pipelines,
             damaged_operators: self.registry.damaged().to_vec(),
         }
     }
 
-    /// Idle advances, rollout schedules and automatic rollbacks, evaluated every tick.
+    /// Idle advances, log truncation, rollout schedules, automatic rollbacks and restarts after
+    /// a full disk, evaluated every tick.
     pub fn tick(&self) {
         for slot in self.slots() {
             slot.append_timers();
             slot.truncate_log();
             slot.tick();
+            slot.restart_if_due(&self.registry);
         }
     }
 
@@ -523,5 +611,34 @@ impl Server {
             info!("every pipeline stopped");
         }
         late
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Redactor;
+
+    #[test]
+    fn paths_inside_the_data_directory_are_said_relative_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = std::fs::canonicalize(dir.path()).unwrap();
+        let shown = data.display().to_string();
+        let redactor = Redactor::new(&data);
+        let said = |text: String| redactor.apply(&text);
+        assert_eq!(
+            said(format!(
+                "state store {shown}/pipelines/a/data/state.redb: full"
+            )),
+            "state store pipelines/a/data/state.redb: full"
+        );
+        assert_eq!(
+            said(format!("data directory {shown} is in use")),
+            "data directory . is in use"
+        );
+        assert_eq!(
+            said(format!("{shown}-old/x and {shown}")),
+            format!("{shown}-old/x and .")
+        );
+        assert_eq!(said("nothing to hide".into()), "nothing to hide");
     }
 }

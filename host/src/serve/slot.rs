@@ -51,7 +51,9 @@ struct Inner {
     thread: Option<Thread>,
     stopping: bool,
     deleting: bool,
-    failure: Option<String>,
+    failure: Option<Failure>,
+    /// When to start a run that failed on a full disk again (it is tried until it stays up).
+    restart: Option<Restart>,
     watch: RateWatch,
     requested: Option<Routing>,
 }
@@ -69,13 +71,18 @@ pub struct Slot {
     ingesting: Arc<tokio::sync::Semaphore>,
     /// Set when the pipeline is deleted: its files are gone and must not be opened again.
     closed: std::sync::atomic::AtomicBool,
+    /// Set when its deletion begins (long-running work about it, a replay, stops then).
+    deleting: std::sync::atomic::AtomicBool,
     /// The checkpointed input offset the ingest log was last truncated to.
     truncated: std::sync::atomic::AtomicU64,
     /// The ingest rate limit (`source.max_events_per_second`), made on first use.
     rate: Mutex<Option<super::rate::RateLimit>>,
-    /// The lowest input offset of the pipeline's savepoints (`u64::MAX`: none): the ingest log
-    /// is kept from there on, so a savepoint can always be replayed or forked.
-    pinned: std::sync::atomic::AtomicU64,
+    /// The lowest input offset of the pipeline's savepoints: the ingest log is kept from there
+    /// on, so a savepoint can always be replayed or forked.
+    pin: Mutex<savepoints::Pin>,
+    /// Held while a stopped pipeline's store is copied into a savepoint, and by a start, so a
+    /// start never finds its store taken (the order is this, then `inner`).
+    store_turn: Mutex<()>,
     /// Savepoints being taken or copied: while any is, the log is not truncated.
     holds: std::sync::atomic::AtomicUsize,
 }
@@ -83,7 +90,7 @@ pub struct Slot {
 mod replay;
 mod savepoints;
 
-pub use replay::ReplayRequest;
+pub use replay::{ReplayRequest, SANDBOX_PREFIX};
 
 /// The most ingest requests one pipeline handles at once; more get `429`. Appends to one log
 /// take turns anyway; the bound keeps one pipeline's flood from taking every blocking thread.
@@ -95,11 +102,59 @@ impl std::fmt::Debug for Slot {
     }
 }
 
-fn finished(thread: Thread) -> Option<String> {
+/// What `/healthz` needs of one pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotHealth {
+    /// Its files are damaged (it cannot run until deleted and made again).
+    pub damaged: bool,
+    /// How long its running pipeline has shown no sign of life.
+    pub silent: Option<Duration>,
+    /// It should run, but its last run failed (a full disk: it is started again by itself).
+    pub failed: bool,
+}
+
+/// Why the last run ended, if it failed.
+#[derive(Debug, Clone)]
+struct Failure {
+    message: String,
+    /// The disk (or quota) was full: the run is started again once there is room.
+    disk_full: bool,
+}
+
+/// The automatic restart of a run that failed on a full disk: tried at `at`, then again after
+/// twice the wait (at most [`MAX_RESTART_WAIT`]) while it fails the same way.
+#[derive(Debug, Clone, Copy)]
+struct Restart {
+    at: Instant,
+    /// Restarts tried since the run last stayed up (committed a checkpoint).
+    attempts: u32,
+}
+
+/// The longest wait between two automatic restarts.
+const MAX_RESTART_WAIT: Duration = Duration::from_secs(30);
+
+impl Restart {
+    /// The restart after `attempts` tries.
+    fn after(attempts: u32) -> Restart {
+        let wait = Duration::from_millis(500 << attempts.min(10)).min(MAX_RESTART_WAIT);
+        Restart {
+            at: Instant::now() + wait,
+            attempts,
+        }
+    }
+}
+
+fn finished(thread: Thread) -> Option<Failure> {
     match thread.join() {
         Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some("the pipeline thread panicked".into()),
+        Ok(Err(e)) => Some(Failure {
+            message: e.to_string(),
+            disk_full: e.is_disk_full(),
+        }),
+        Err(_) => Some(Failure {
+            message: "the pipeline thread panicked".into(),
+            disk_full: false,
+        }),
     }
 }
 
@@ -127,6 +182,9 @@ impl Slot {
     fn with(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
         let slot = Self::bare(name, dir, managed);
         replay::remove_leftover_sandboxes(dir);
+        if let Ok(data) = slot.data_dir() {
+            crate::checkpoint::remove_leftover_copies(&data);
+        }
         slot.refresh_pin();
         slot
     }
@@ -142,6 +200,7 @@ impl Slot {
                 stopping: false,
                 deleting: false,
                 failure: None,
+                restart: None,
                 watch: RateWatch::default(),
                 requested: None,
             }),
@@ -149,9 +208,11 @@ impl Slot {
             ingest: Mutex::new(None),
             ingesting: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INGESTS)),
             closed: std::sync::atomic::AtomicBool::new(false),
+            deleting: std::sync::atomic::AtomicBool::new(false),
             truncated: std::sync::atomic::AtomicU64::new(0),
             rate: Mutex::new(None),
-            pinned: std::sync::atomic::AtomicU64::new(u64::MAX),
+            pin: Mutex::new(savepoints::Pin::known(u64::MAX)),
+            store_turn: Mutex::new(()),
             holds: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -172,24 +233,41 @@ impl Slot {
         }
     }
 
-    /// For `/healthz`, without waiting on a slot busy with a file write: whether the pipeline
-    /// is damaged and how long it has been silent (`None` for a busy slot).
-    pub fn health(&self) -> Option<(bool, Option<Duration>)> {
-        let inner = self.inner.try_lock().ok()?;
+    /// For `/healthz`, without waiting on a slot busy with a file write (`None` then).
+    pub fn health(&self) -> Option<SlotHealth> {
+        let mut inner = self.inner.try_lock().ok()?;
+        Self::reap(&mut inner);
         let silent = (Self::is_running(&inner) && !inner.stopping)
             .then(|| inner.control.as_ref())
             .flatten()
             .map(|control| Duration::from_millis(control.silent_for_ms()));
-        Some((inner.managed.is_err(), silent))
+        let wanted = matches!(&inner.managed, Ok(m) if m.desired.running);
+        Some(SlotHealth {
+            damaged: inner.managed.is_err(),
+            silent,
+            // Failed, or started again after a full disk and not yet through a checkpoint.
+            failed: wanted
+                && ((!Self::is_running(&inner) && inner.failure.is_some())
+                    || inner.restart.is_some()),
+        })
     }
 
-    /// Collects the result of a thread that ended (by itself, or asked to stop).
+    /// Collects the result of a thread that ended (by itself, or asked to stop); a run that
+    /// failed on a full disk, and should be running, is started again later.
     fn reap(inner: &mut Inner) {
         if inner.thread.as_ref().is_some_and(|t| t.is_finished())
             && let Some(thread) = inner.thread.take()
         {
             inner.failure = finished(thread);
             inner.stopping = false;
+            let wanted = matches!(&inner.managed, Ok(m) if m.desired.running);
+            inner.restart = match &inner.failure {
+                Some(failure) if failure.disk_full && wanted && !inner.deleting => {
+                    let attempts = inner.restart.map_or(0, |r| r.attempts);
+                    Some(Restart::after(attempts))
+                }
+                _ => None,
+            };
         }
     }
 
@@ -240,6 +318,14 @@ impl Slot {
 
     /// Starts the pipeline (resuming from its last checkpoint) and records that it should run.
     pub fn start(&self, registry: &Arc<Registry>) -> Result<(), RequestError> {
+        let _store_turn = self.store_turn.lock().expect("store turn lock");
+        self.start_held(registry, false)
+    }
+
+    /// [`start`](Self::start), the store's turn held by the caller. `again`: an automatic
+    /// restart, which starts nothing unless it is still due (a stop or delete may have come
+    /// since it was decided on).
+    fn start_held(&self, registry: &Arc<Registry>, again: bool) -> Result<(), RequestError> {
         {
             let inner = self.lock();
             self.check_not_deleting(&inner)?;
@@ -257,10 +343,14 @@ impl Slot {
                 self.name
             )));
         }
+        let restart_due = inner.restart.is_some();
         let managed = match &mut inner.managed {
             Ok(managed) => managed,
             Err(reason) => return Err(damaged(reason)),
         };
+        if again && !(restart_due && managed.desired.running) {
+            return Ok(());
+        }
         if !managed.desired.running {
             managed.desired.running = true;
             managed.save()?;
@@ -298,6 +388,57 @@ impl Slot {
         inner.requested = requested;
         inner.failure = None;
         Ok(())
+    }
+
+    /// Starts the run again if it failed on a full disk and its time has come (see
+    /// [`Restart`]); a run that has stayed up since is no longer counted as restarting.
+    pub fn restart_if_due(&self, registry: &Arc<Registry>) {
+        let attempts = {
+            let Ok(mut inner) = self.inner.try_lock() else {
+                return; // busy: the next tick comes soon
+            };
+            Self::reap(&mut inner);
+            let stayed_up = (inner.control.as_ref()).is_some_and(|c| {
+                c.stats
+                    .last_checkpoint
+                    .lock()
+                    .expect("stats lock")
+                    .is_some()
+            });
+            // Up through a checkpoint, or long enough without failing: no longer restarting.
+            let long_enough =
+                (inner.restart).is_some_and(|r| r.at + MAX_RESTART_WAIT <= Instant::now());
+            if Self::is_running(&inner) && (stayed_up || long_enough) {
+                inner.restart = None;
+            }
+            let wanted = matches!(&inner.managed, Ok(m) if m.desired.running);
+            let idle = !Self::is_running(&inner) && !inner.stopping && !inner.deleting;
+            match inner.restart {
+                Some(restart) if restart.at <= Instant::now() && wanted && idle => {
+                    restart.attempts + 1
+                }
+                _ => return,
+            }
+        };
+        let Ok(_store_turn) = self.store_turn.try_lock() else {
+            return; // a savepoint of the stopped pipeline is being copied: the next tick
+        };
+        info!(pipeline = %self.name, attempts, "starting again after the disk was full");
+        metrics::counter!("weir_pipeline_restarts_total", "pipeline" => self.name.clone())
+            .increment(1);
+        let started = self.start_held(registry, true);
+        let mut inner = self.lock();
+        if inner.restart.is_none() {
+            return; // stopped or deleted meanwhile
+        }
+        match started {
+            // Kept until the run commits a checkpoint: it may fail the same way at once.
+            Ok(()) => inner.restart = Some(Restart::after(attempts)),
+            Err(e) => {
+                warn!(pipeline = %self.name, error = %e, "could not start the pipeline again");
+                inner.restart = Some(Restart::after(attempts));
+            }
+        }
     }
 
     /// The control of a new run: the version resolver, the shadow log, the ingest gate and the
@@ -354,6 +495,7 @@ impl Slot {
     /// thread stays in the slot until it has ended, so whoever waits next can collect it.
     fn begin_stop(&self, user: bool) -> Result<bool, RequestError> {
         let mut inner = self.lock();
+        inner.restart = None;
         if user {
             match &mut inner.managed {
                 Ok(managed) if managed.desired.running => {
@@ -412,9 +554,18 @@ impl Slot {
     }
 
     /// Marks the pipeline as being deleted: from now on it cannot be started, steered or sent
-    /// events, so a call racing the delete cannot bring it back to life.
+    /// events, so a call racing the delete cannot bring it back to life; a replay of it stops.
     pub fn mark_deleting(&self) {
-        self.lock().deleting = true;
+        let mut inner = self.lock();
+        inner.deleting = true;
+        inner.restart = None;
+        drop(inner);
+        self.deleting.store(true, Ordering::Release);
+    }
+
+    /// Whether the pipeline is being (or was) deleted, without waiting for its lock.
+    pub fn is_deleted(&self) -> bool {
+        self.deleting.load(Ordering::Acquire)
     }
 
     /// Closes the result stream (the pipeline is being deleted): subscribers' streams end.
@@ -669,7 +820,7 @@ impl Slot {
         if self.holds.load(Ordering::Acquire) > 0 {
             return; // a savepoint is being taken or copied
         }
-        let offset = offset.min(self.pinned.load(Ordering::Acquire));
+        let offset = offset.min(self.pinned());
         if offset <= self.truncated.load(Ordering::Relaxed) {
             return;
         }
@@ -742,6 +893,15 @@ impl Slot {
             })
     }
 
+    /// `text` with the server's data directory (two levels above the pipeline's) left out of
+    /// its paths, for a caller.
+    fn redact(&self, text: &str) -> String {
+        match self.dir.parent().and_then(Path::parent) {
+            Some(data) => super::Redactor::new(data).apply(text),
+            None => text.to_owned(),
+        }
+    }
+
     /// The status document of the API.
     pub fn status(&self) -> serde_json::Value {
         let mut inner = self.lock();
@@ -752,7 +912,7 @@ impl Slot {
                 return serde_json::json!({
                     "name": self.name,
                     "state": "failed",
-                    "error": format!("the pipeline's files are damaged: {reason}"),
+                    "error": self.redact(&format!("the pipeline's files are damaged: {reason}")),
                     "damaged": true,
                 });
             }
@@ -770,7 +930,13 @@ impl Slot {
         let mut status = serde_json::json!({
             "name": self.name,
             "state": state,
-            "error": inner.failure,
+            "error": inner.failure.as_ref().map(|f| self.redact(&f.message)),
+            // A run that failed on a full disk is started again by itself once there is room.
+            "disk_full": inner.failure.as_ref().is_some_and(|f| f.disk_full),
+            "restart": inner.restart.filter(|_| !Self::is_running(&inner)).map(|r| serde_json::json!({
+                "attempts": r.attempts,
+                "in_ms": r.at.saturating_duration_since(Instant::now()).as_millis() as u64,
+            })),
             "versions": control.map(versions).unwrap_or_default(),
             // The token that created it (counted against that token's max_pipelines).
             "owner": managed.desired.owner,

@@ -350,10 +350,7 @@ impl IngestLog {
     ) -> Result<(), IngestError> {
         let start = self.gate.committed();
         if let Err(source) = self.roll_if_full(&mut segment, start) {
-            return Err(IngestError::Io {
-                path: self.path.clone(),
-                source,
-            });
+            return Err(self.io_error(source));
         }
         let base = segment.base;
         match self.write_at(&mut segment.file, start - base, text) {
@@ -366,15 +363,19 @@ impl IngestLog {
                 // start where this one did.
                 let _ = segment.file.set_len(start - base);
                 let _ = segment.file.sync_data();
-                Err(match source.kind() {
-                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-                        IngestError::DiskFull
-                    }
-                    _ => IngestError::Io {
-                        path: self.path.clone(),
-                        source,
-                    },
-                })
+                Err(self.io_error(source))
+            }
+        }
+    }
+
+    /// A failed write of the log: a full disk told apart.
+    fn io_error(&self, source: std::io::Error) -> IngestError {
+        if crate::fsutil::is_disk_full(&source) {
+            IngestError::DiskFull
+        } else {
+            IngestError::Io {
+                path: self.path.clone(),
+                source,
             }
         }
     }

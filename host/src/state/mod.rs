@@ -39,6 +39,12 @@ pub enum StateError {
         /// The decoding error.
         message: String,
     },
+    /// The disk (or the quota) is full: nothing more could be written.
+    #[error("state store {0}: the disk is full")]
+    DiskFull(std::path::PathBuf),
+    /// The store file is not there (deleted, or never made).
+    #[error("state store {0}: no such file")]
+    Missing(std::path::PathBuf),
 }
 
 /// `Result` for state operations.

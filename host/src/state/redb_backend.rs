@@ -69,19 +69,46 @@ impl StateTotals {
 /// takes for a damaged store.
 fn create_whole(path: &Path) -> Result<()> {
     let creating = path.with_extension("redb.creating");
-    let fail = |message: String| StateError::Store {
-        path: path.to_owned(),
-        message,
-    };
     let _ = std::fs::remove_file(&creating);
-    drop(Database::create(&creating).map_err(|e| fail(e.to_string()))?);
-    std::fs::rename(&creating, path).map_err(|e| fail(e.to_string()))?;
+    let made = Database::create(&creating).map_err(|e| store_error(path, e))?;
+    made.close().map_err(|e| store_error(path, e))?;
+    std::fs::rename(&creating, path).map_err(|e| io_error(path, e))?;
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| fail(format!("cannot sync the directory: {e}")))?;
+            .map_err(|e| io_error(path, e))?;
     }
     Ok(())
+}
+
+/// Whether an I/O error says nothing about the file's contents (it may read later): out of
+/// file descriptors or memory, no permission, interrupted, a failing device. A file that is not
+/// a store at all ("magic number mismatch") is reported as invalid data instead.
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::PermissionDenied | K::Interrupted | K::WouldBlock | K::TimedOut | K::OutOfMemory
+    ) || matches!(e.raw_os_error(), Some(5 | 23 | 24)) // EIO, ENFILE, EMFILE
+}
+
+/// A file operation's failure on the store file at `path`, a full disk told apart.
+fn io_error(path: &Path, e: std::io::Error) -> StateError {
+    store_error(path, redb::Error::Io(e))
+}
+
+/// A redb failure on the store file at `path`: a full disk (or quota) told apart, so that the
+/// caller can say so and try again once there is room.
+fn store_error(path: &Path, e: impl Into<redb::Error>) -> StateError {
+    match e.into() {
+        redb::Error::Io(io) if crate::fsutil::is_disk_full(&io) => {
+            StateError::DiskFull(path.to_owned())
+        }
+        other => StateError::Store {
+            path: path.to_owned(),
+            message: other.to_string(),
+        },
+    }
 }
 
 /// The name of the state file inside a data directory.
@@ -123,10 +150,7 @@ impl RedbStore {
     /// is reported as corrupt, never treated as empty.
     pub fn open(dir: &Path) -> Result<RedbStore> {
         let path = dir.join(STATE_FILE);
-        std::fs::create_dir_all(dir).map_err(|e| StateError::Store {
-            path: path.clone(),
-            message: format!("cannot create the data directory: {e}"),
-        })?;
+        std::fs::create_dir_all(dir).map_err(|e| io_error(&path, e))?;
         Self::open_file(&path)
     }
 
@@ -148,6 +172,11 @@ impl RedbStore {
                 path: path.clone(),
                 message: "the data directory is in use by another weir process".into(),
             },
+            redb::DatabaseError::Storage(redb::StorageError::Io(io))
+                if crate::fsutil::is_disk_full(&io) =>
+            {
+                StateError::DiskFull(path.clone())
+            }
             e if existed => StateError::Corrupt {
                 path: path.clone(),
                 message: e.to_string(),
@@ -184,6 +213,43 @@ impl RedbStore {
         Ok(())
     }
 
+    /// Reads the last committed checkpoint's manifest of the store file at `path` without
+    /// creating, changing or locking it against other readers: for files that are only ever
+    /// read once written (savepoints), so that any number of readers may look at once.
+    /// `Ok(None)` when the file has no manifest; a missing file is `StateError::Missing`.
+    pub fn read_manifest_of(path: &Path) -> Result<Option<Vec<u8>>> {
+        let corrupt = |message: String| StateError::Corrupt {
+            path: path.to_owned(),
+            message,
+        };
+        let db = match redb::ReadOnlyDatabase::open(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))
+                if e.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Err(StateError::Missing(path.to_owned()));
+            }
+            // Out of file descriptors, no permission, a lock held, a failing device: the file
+            // may be fine; the caller is told it could not read it, not that it is damaged.
+            Err(redb::DatabaseError::Storage(redb::StorageError::Io(e))) if is_transient(&e) => {
+                return Err(io_error(path, e));
+            }
+            Err(e @ redb::DatabaseError::DatabaseAlreadyOpen) => return Err(store_error(path, e)),
+            Err(e) => return Err(corrupt(e.to_string())),
+        };
+        let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
+        let table = match txn.open_table(META) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(corrupt(e.to_string())),
+        };
+        let manifest = table
+            .get("manifest")
+            .map_err(|e| corrupt(e.to_string()))?
+            .map(|v| v.value().to_vec());
+        Ok(manifest)
+    }
+
     /// Deletes all state and checkpoints: a run from scratch.
     pub fn clear(&self) -> Result<()> {
         let txn = self.db.begin_write().map_err(|e| self.error(e))?;
@@ -199,11 +265,8 @@ impl RedbStore {
         &self.path
     }
 
-    fn error(&self, e: impl std::fmt::Display) -> StateError {
-        StateError::Store {
-            path: self.path.clone(),
-            message: e.to_string(),
-        }
+    fn error(&self, e: impl Into<redb::Error>) -> StateError {
+        store_error(&self.path, e)
     }
 
     fn corrupt(&self, e: impl std::fmt::Display) -> StateError {
@@ -375,49 +438,48 @@ impl RedbStore {
 
     /// Writes a consistent copy of the whole database (as of its last commit) to `path`.
     pub fn copy_to(&self, path: &Path) -> Result<()> {
-        let target = Database::create(path).map_err(|e| StateError::Store {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        let target_error = |e: &dyn std::fmt::Display| StateError::Store {
-            path: path.to_owned(),
-            message: e.to_string(),
-        };
+        let target = Database::create(path).map_err(|e| store_error(path, e))?;
+        let target_error = |e: redb::Error| store_error(path, e);
         let read = self.db.begin_read().map_err(|e| self.error(e))?;
-        let write = target.begin_write().map_err(|e| target_error(&e))?;
+        let write = target.begin_write().map_err(|e| target_error(e.into()))?;
         for definition in [STATE, WINDOWS] {
             let Ok(source) = read.open_table(definition) else {
                 continue;
             };
-            let mut table = write.open_table(definition).map_err(|e| target_error(&e))?;
+            let mut table = write
+                .open_table(definition)
+                .map_err(|e| target_error(e.into()))?;
             for row in source.iter().map_err(|e| self.corrupt(e))? {
                 let (key, value) = row.map_err(|e| self.corrupt(e))?;
                 table
                     .insert(key.value(), value.value())
-                    .map_err(|e| target_error(&e))?;
+                    .map_err(|e| target_error(e.into()))?;
             }
         }
         if let Ok(source) = read.open_table(META) {
-            let mut table = write.open_table(META).map_err(|e| target_error(&e))?;
+            let mut table = write.open_table(META).map_err(|e| target_error(e.into()))?;
             for row in source.iter().map_err(|e| self.corrupt(e))? {
                 let (key, value) = row.map_err(|e| self.corrupt(e))?;
                 table
                     .insert(key.value(), value.value())
-                    .map_err(|e| target_error(&e))?;
+                    .map_err(|e| target_error(e.into()))?;
             }
         }
         if let Ok(source) = read.open_table(CHECKPOINTS) {
             let mut table = write
                 .open_table(CHECKPOINTS)
-                .map_err(|e| target_error(&e))?;
+                .map_err(|e| target_error(e.into()))?;
             for row in source.iter().map_err(|e| self.corrupt(e))? {
                 let (key, value) = row.map_err(|e| self.corrupt(e))?;
                 table
                     .insert(key.value(), value.value())
-                    .map_err(|e| target_error(&e))?;
+                    .map_err(|e| target_error(e.into()))?;
             }
         }
-        write.commit().map_err(|e| target_error(&e))
+        write.commit().map_err(|e| target_error(e.into()))?;
+        // Closed here, not dropped: a close that cannot write (a full disk) must fail the copy,
+        // or a file that only a repair can open would be kept as a savepoint.
+        target.close().map_err(|e| target_error(e.into()))
     }
 }
 

@@ -108,8 +108,13 @@ impl Drop for Sandbox {
     }
 }
 
+/// The prefix of a replay's sandbox, which lives beside the pipelines' directories (not inside
+/// its pipeline's, which a delete removes while the replay may still write): not a valid
+/// pipeline name, so the server removes it when it starts.
+pub const SANDBOX_PREFIX: &str = ".replay-";
+
 /// Removes the sandboxes a replay left in pipeline directory `dir` when the server died during
-/// it.
+/// it (where an earlier Weir made them).
 pub(super) fn remove_leftover_sandboxes(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -181,7 +186,7 @@ impl Slot {
                 end - start
             )));
         }
-        let sandbox = Sandbox(self.dir.join(format!("replay-{}", sandbox_nonce())));
+        let sandbox = Sandbox(self.sandbox_dir()?);
         let mut outputs = Vec::with_capacity(2);
         for (index, version) in request.versions.iter().enumerate() {
             let dir = sandbox.0.join(index.to_string());
@@ -193,7 +198,7 @@ impl Slot {
                 };
                 crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &data, &spec.name)?;
             }
-            run_to(&spec, end)?;
+            run_to(&spec, end, || self.is_deleted())?;
             outputs.push(dir.join("results.jsonl"));
         }
         let keys = chosen_keys(request, &outputs)?;
@@ -203,17 +208,18 @@ impl Slot {
         Ok(compare(request, &keys, &outputs, start, end))
     }
 
+    /// A new sandbox directory for a replay of this pipeline, beside the pipelines.
+    fn sandbox_dir(&self) -> Result<PathBuf, RequestError> {
+        let pipelines = self
+            .dir
+            .parent()
+            .ok_or_else(|| RequestError::Internal("a pipeline's directory has no parent".into()))?;
+        Ok(pipelines.join(format!("{SANDBOX_PREFIX}{}-{}", self.name, sandbox_nonce())))
+    }
+
     /// The input offset of savepoint `name`.
     fn savepoint_offset(&self, name: &str) -> Result<u64, RequestError> {
-        (self.savepoints()?.into_iter())
-            .find(|s| s.name == name)
-            .map(|s| s.manifest.source.offset)
-            .ok_or_else(|| {
-                RequestError::NotFound(format!(
-                    "pipeline {:?} has no savepoint {name:?}",
-                    self.name
-                ))
-            })
+        Ok(self.find_savepoint(name)?.manifest.source.offset)
     }
 
     /// Offset 0, if the log still starts there.
@@ -284,8 +290,9 @@ fn sandboxed(
 }
 
 /// Runs `spec` (an ingest log source) until it has read the log to `end`, then stops it as a
-/// live pipeline stops: windows still open stay open.
-fn run_to(spec: &PipelineSpec, end: u64) -> Result<(), RequestError> {
+/// live pipeline stops: windows still open stay open. Stops early, refused, once `deleted`
+/// says the pipeline replayed is being deleted.
+fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(), RequestError> {
     let control =
         Arc::new(PipelineControl::sandboxed(&spec.name).with_ingest_gate(IngestGate::fixed(end)));
     let run = {
@@ -298,9 +305,11 @@ fn run_to(spec: &PipelineSpec, end: u64) -> Result<(), RequestError> {
             .map_err(RequestError::from_io)?
     };
     let began = Instant::now();
+    let mut cancelled = false;
     while !run.is_finished() {
         let read = control.stats.input_offset.load(Ordering::Relaxed);
-        if read >= end || began.elapsed() > RUN_LIMIT {
+        cancelled |= deleted();
+        if read >= end || began.elapsed() > RUN_LIMIT || cancelled {
             control.stop();
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -308,6 +317,13 @@ fn run_to(spec: &PipelineSpec, end: u64) -> Result<(), RequestError> {
     let outcome = run
         .join()
         .map_err(|_| RequestError::Internal("a replay run panicked".into()))?;
+    // A run that ended on its own because the log went with the pipeline was cancelled too.
+    cancelled |= deleted();
+    if cancelled {
+        return Err(RequestError::Conflict(
+            "the pipeline was deleted while it was replayed; the replay was stopped".into(),
+        ));
+    }
     if began.elapsed() > RUN_LIMIT {
         return Err(RequestError::Busy(format!(
             "a replay run took longer than {} s and was stopped; replay fewer events (a later \

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tracing::warn;
+
 use super::Slot;
 use crate::checkpoint::{self, SavepointInfo};
 use crate::serve::RequestError;
@@ -15,6 +17,24 @@ use crate::source::{segment_path, segments};
 
 /// How long a savepoint request waits for the running pipeline's next checkpoint.
 const SAVEPOINT_WAIT: Duration = Duration::from_secs(60);
+
+/// The lowest input offset the savepoints need kept, as last read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pin {
+    /// `u64::MAX`: none; 0 also when they could not be read.
+    pub(super) lowest: u64,
+    /// Whether the last reading failed (so the next truncation reads again first).
+    pub(super) stale: bool,
+}
+
+impl Pin {
+    pub(super) fn known(lowest: u64) -> Pin {
+        Pin {
+            lowest,
+            stale: false,
+        }
+    }
+}
 
 /// Holds the ingest log against truncation while it lives.
 pub(super) struct Hold<'a>(&'a Slot);
@@ -35,35 +55,62 @@ impl Drop for Hold<'_> {
 impl Slot {
     /// The pipeline's data directory (state, checkpoints, savepoints).
     pub fn data_dir(&self) -> Result<PathBuf, RequestError> {
-        self.with_managed(|managed| match &managed.spec.state {
-            crate::spec::StateSpec::Redb(dir) => Ok(dir.clone()),
-            crate::spec::StateSpec::Memory => Err(RequestError::Conflict(format!(
-                "pipeline {:?} keeps its state in memory: it has no checkpoints to save",
-                self.name
-            ))),
+        self.with_managed(|managed| {
+            managed.data_dir().ok_or_else(|| {
+                RequestError::Conflict(format!(
+                    "pipeline {:?} keeps its state in memory: it has no checkpoints to save",
+                    self.name
+                ))
+            })
         })
     }
 
-    /// Re-reads the lowest input offset of the savepoints (after one is added or deleted).
+    /// Re-reads the lowest input offset of the savepoints (after one is added or deleted). What
+    /// cannot be read keeps everything: a listing that fails, or a damaged savepoint, pins the
+    /// whole log (and a failed listing is tried again before the next truncation). Refreshes
+    /// take turns, so a slower one cannot store an older listing over a newer.
     pub(super) fn refresh_pin(&self) {
+        let mut pin = self.pin.lock().expect("pin lock");
+        // Memory state has no savepoints (and a damaged pipeline runs nothing to truncate).
         let Ok(dir) = self.data_dir() else {
+            *pin = Pin::known(u64::MAX);
             return;
         };
-        let lowest = checkpoint::list_savepoints(&dir)
-            .unwrap_or_default()
-            .iter()
-            .map(|saved| saved.manifest.source.offset)
-            .min()
-            .unwrap_or(u64::MAX);
-        self.pinned.store(lowest, Ordering::Release);
+        *pin = match checkpoint::list_savepoints(&dir) {
+            Ok(listing) => {
+                for (name, reason) in &listing.damaged {
+                    warn!(pipeline = %self.name, savepoint = %name, %reason, "savepoint damaged: the ingest log is kept whole until it is deleted");
+                }
+                Pin::known(listing.lowest_offset().unwrap_or(u64::MAX))
+            }
+            Err(e) => {
+                warn!(pipeline = %self.name, error = %e, "could not list the savepoints: the ingest log is kept whole");
+                Pin {
+                    lowest: 0,
+                    stale: true,
+                }
+            }
+        };
+    }
+
+    /// The lowest input offset a savepoint needs kept (`u64::MAX`: none), read again first if
+    /// the last reading failed.
+    pub(super) fn pinned(&self) -> u64 {
+        let stale = self.pin.lock().expect("pin lock").stale;
+        if stale {
+            self.refresh_pin();
+        }
+        self.pin.lock().expect("pin lock").lowest
     }
 
     /// Takes savepoint `name`: from the checkpoint that follows the request if the pipeline
-    /// runs, from its last checkpoint if it is stopped.
+    /// runs, from its last checkpoint if it is stopped (a start waits meanwhile: the copy holds
+    /// the stopped pipeline's store).
     pub fn savepoint(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         crate::names::check("savepoint name", name)?;
         let dir = self.data_dir()?;
         let _hold = Hold::new(self);
+        let store_turn = self.store_turn.lock().expect("store turn lock");
         let waiting = {
             let mut inner = self.lock();
             Self::reap(&mut inner);
@@ -83,46 +130,53 @@ impl Slot {
                             self.name
                         )));
                     }
-                    if checkpoint::list_savepoints(&dir)?
-                        .iter()
-                        .any(|s| s.name == name)
-                    {
-                        return Err(checkpoint::SavepointError::Exists(name.into()).into());
-                    }
                     Some(control.request_savepoint(name))
                 }
                 _ => None,
             }
         };
         let saved = match waiting {
-            Some(outcome) => match outcome.recv_timeout(SAVEPOINT_WAIT) {
-                Ok(Ok(saved)) => saved,
-                Ok(Err(message)) => return Err(RequestError::Conflict(message)),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(RequestError::Busy(format!(
-                        "pipeline {:?} took no checkpoint within {} s; the savepoint is taken \
-                         at its next one",
-                        self.name,
-                        SAVEPOINT_WAIT.as_secs()
-                    )));
-                }
-                Err(_) => {
-                    return Err(RequestError::Conflict(format!(
-                        "pipeline {:?} stopped before its next checkpoint: take the savepoint \
-                         again (a stopped pipeline saves its last checkpoint)",
-                        self.name
-                    )));
-                }
-            },
+            Some(outcome) => {
+                drop(store_turn);
+                self.saved_at_checkpoint(outcome)?
+            }
             None => checkpoint::create_savepoint(&dir, name)?,
         };
         self.refresh_pin();
         Ok(saved)
     }
 
-    /// The pipeline's savepoints, by name.
-    pub fn savepoints(&self) -> Result<Vec<SavepointInfo>, RequestError> {
+    /// Waits for the savepoint the running pipeline takes at its next checkpoint.
+    fn saved_at_checkpoint(
+        &self,
+        outcome: std::sync::mpsc::Receiver<Result<SavepointInfo, checkpoint::SavepointError>>,
+    ) -> Result<SavepointInfo, RequestError> {
+        match outcome.recv_timeout(SAVEPOINT_WAIT) {
+            Ok(saved) => Ok(saved?),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(RequestError::Busy(format!(
+                "pipeline {:?} took no checkpoint within {} s; the savepoint is taken at its \
+                 next one",
+                self.name,
+                SAVEPOINT_WAIT.as_secs()
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(RequestError::Conflict(format!(
+                    "pipeline {:?} stopped before its next checkpoint: take the savepoint again \
+                     (a stopped pipeline saves its last checkpoint)",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    /// The pipeline's savepoints, by name, and those that cannot be read.
+    pub fn savepoints(&self) -> Result<checkpoint::Listing, RequestError> {
         Ok(checkpoint::list_savepoints(&self.data_dir()?)?)
+    }
+
+    /// Savepoint `name`: unknown (404) or damaged (409) if it cannot be used.
+    pub fn find_savepoint(&self, name: &str) -> Result<SavepointInfo, RequestError> {
+        Ok(self.savepoints()?.find(name)?.clone())
     }
 
     /// Deletes savepoint `name`; the ingest log it pinned may be truncated from then on.

@@ -44,8 +44,49 @@ pub(super) struct Collected {
     pub checkpoints: Vec<CheckpointStats>,
 }
 
+/// Collects the run's parts until the router and the shards hang up. If writing fails, the run
+/// stops at once; the savepoints that barriers still on their way carried go back to the
+/// control, which answers them with the run's error when it ends (a full disk told apart).
 pub(super) fn collect(
     parts: Receiver<(u64, Part)>,
+    parts_per_batch: usize,
+    label: &OperatorLabel,
+    sinks: &mut Sinks,
+    checkpointer: Option<Checkpointer>,
+    stages: Option<Stages>,
+    control: &PipelineControl,
+) -> Result<Collected> {
+    let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
+    let collected = collect_parts(
+        &parts,
+        &mut pending,
+        parts_per_batch,
+        label,
+        sinks,
+        checkpointer,
+        stages,
+        control,
+    );
+    if collected.is_err() {
+        // Nothing can be written any more: the router stops reading now rather than when its
+        // next send fails (an idle input might never send one). The checkpointer, and with it
+        // the shards' acknowledgements, is gone, so no shard waits for one: they end, and the
+        // parts still coming are drained until they have.
+        control.stop();
+        let waiting = pending.into_values().flatten();
+        for part in waiting.chain(parts.iter().map(|(_, part)| part)) {
+            if let Part::Position(position) = part {
+                control.give_back_savepoints(position.2);
+            }
+        }
+    }
+    collected
+}
+
+#[allow(clippy::too_many_arguments)]
+fn collect_parts(
+    parts: &Receiver<(u64, Part)>,
+    pending: &mut BTreeMap<u64, Vec<Part>>,
     parts_per_batch: usize,
     label: &OperatorLabel,
     sinks: &mut Sinks,
@@ -53,7 +94,6 @@ pub(super) fn collect(
     mut stages: Option<Stages>,
     control: &PipelineControl,
 ) -> Result<Collected> {
-    let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
     let mut next = 0u64;
     let mut collected = Collected::default();
     while let Ok((id, part)) = parts.recv() {

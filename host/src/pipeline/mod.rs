@@ -619,11 +619,7 @@ fn spawn_collector(
                 stages,
                 &control,
             );
-            if collected.is_err() {
-                // Nothing can be written any more: the router stops reading now rather than
-                // when its next send fails (an idle input might never send one).
-                control.stop();
-            }
+
             (
                 collected,
                 sinks.results.records(),

@@ -32,7 +32,7 @@ pub mod field_name;
 pub mod fsutil;
 pub mod hashing;
 pub mod names;
-mod nats_client;
+pub mod nats_client;
 pub mod operator;
 pub mod pipeline;
 pub mod prefetch;

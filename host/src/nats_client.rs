@@ -3,12 +3,102 @@
 //! ([`ClientWatch`]) for its connections and for why its last attempt failed, and given
 //! [`FIRST_CONNECT`] to reach its server when it starts ([`first_connection`]). Used by the
 //! NATS source (and through it the cluster's shared feed), the NATS sink (`emit::nats`) and
-//! the cluster's connection: whatever in Weir talks to NATS may use it. Depends on
-//! `async-nats` and `tokio` only.
+//! the cluster's connection: whatever in Weir talks to NATS may use it. Every client presents
+//! the process's credentials and trusts its certificate authority ([`NatsAuth`], set once at
+//! start from the command line). Depends on `async-nats` and `tokio` only.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// How this process's NATS clients prove who they are, and which certificate authority they
+/// trust for `tls://` servers: given once at start (`--nats-creds`, `--nats-user` and
+/// `--nats-password`, `--nats-token`, `--nats-nkey`, `--nats-ca`), used by every connection.
+#[derive(Clone, Default)]
+pub struct NatsAuth {
+    /// The contents of a `.creds` file (a user JWT and its nkey seed).
+    pub creds: Option<String>,
+    /// A user and password.
+    pub user: Option<(String, String)>,
+    /// A token.
+    pub token: Option<String>,
+    /// An nkey seed (`SU...`).
+    pub nkey_seed: Option<String>,
+    /// A PEM file of the certificate authorities to trust, beside the system's.
+    pub ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for NatsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secrets themselves.
+        f.debug_struct("NatsAuth")
+            .field("creds", &self.creds.is_some())
+            .field("user", &self.user.as_ref().map(|(user, _)| user))
+            .field("token", &self.token.is_some())
+            .field("nkey", &self.nkey_seed.is_some())
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
+
+static AUTH: OnceLock<NatsAuth> = OnceLock::new();
+
+impl NatsAuth {
+    /// Checks the credentials (a creds file or seed that cannot be read is refused now, not at
+    /// the first connection) and makes them the process's; the first call wins.
+    pub fn install(self) -> Result<(), String> {
+        let given = [
+            self.creds.is_some(),
+            self.user.is_some(),
+            self.token.is_some(),
+            self.nkey_seed.is_some(),
+        ];
+        if given.iter().filter(|given| **given).count() > 1 {
+            return Err(
+                "give one way for NATS clients to authenticate: --nats-creds, --nats-user and \
+                 --nats-password, --nats-token or --nats-nkey"
+                    .into(),
+            );
+        }
+        let options = self.apply(async_nats::ConnectOptions::new())?;
+        drop(options);
+        if let Some(ca) = &self.ca
+            && !ca.is_file()
+        {
+            return Err(format!("--nats-ca {}: no such file", ca.display()));
+        }
+        let _ = AUTH.set(self);
+        Ok(())
+    }
+
+    /// `options` presenting these credentials.
+    fn apply(
+        &self,
+        mut options: async_nats::ConnectOptions,
+    ) -> Result<async_nats::ConnectOptions, String> {
+        if let Some(creds) = &self.creds {
+            options = options
+                .credentials(creds)
+                .map_err(|e| format!("--nats-creds: not a NATS credentials file: {e}"))?;
+        }
+        if let Some((user, password)) = &self.user {
+            options = options.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &self.token {
+            options = options.token(token.clone());
+        }
+        if let Some(seed) = &self.nkey_seed {
+            nkeys::KeyPair::from_seed(seed.trim())
+                .map_err(|e| format!("--nats-nkey: not an nkey seed: {e}"))?;
+            options = options.nkey(seed.trim().to_owned());
+        }
+        if let Some(ca) = &self.ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        Ok(options)
+    }
+}
 
 /// The longest wait between two attempts to reach a server that went away.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
@@ -67,7 +157,15 @@ impl ClientWatch {
 /// attempts through the options' event callback, so a caller must not set another.
 pub(crate) fn connect_options(watch: &ClientWatch) -> async_nats::ConnectOptions {
     let watch = watch.clone();
-    async_nats::ConnectOptions::new()
+    let options = async_nats::ConnectOptions::new();
+    let options = match AUTH.get() {
+        // Checked when installed: applying them again cannot fail.
+        Some(auth) => auth
+            .apply(options)
+            .unwrap_or_else(|_| async_nats::ConnectOptions::new()),
+        None => options,
+    };
+    options
         .retry_on_initial_connect()
         .reconnect_delay_callback(reconnect_delay)
         .event_callback(move |event| {
@@ -104,8 +202,9 @@ fn no_connection(reason: Option<String>) -> String {
     let refused = ["authorization", "TLS", "signing"];
     match reason {
         Some(reason) if refused.iter().any(|word| reason.contains(word)) => format!(
-            "the server refused the connection for {seconds} s ({reason}): Weir's NATS \
-             clients present no credentials (no user, token or client certificate)"
+            "the server refused the connection for {seconds} s ({reason}): check the \
+             credentials this process presents (--nats-creds, --nats-user and \
+             --nats-password, --nats-token or --nats-nkey) and, for tls://, --nats-ca"
         ),
         Some(reason) => format!(
             "no server answered within {seconds} s (the last attempt: {reason}): is \

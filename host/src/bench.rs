@@ -575,6 +575,7 @@ pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineErr
     let publish_rate = lines.len() as f64 / started.elapsed().as_secs_f64();
     let mut nats_spec = spec(options, OperatorCode::Component(options.module.clone()));
     nats_spec.source = SourceSpec::Nats(crate::spec::NatsSourceSpec {
+        until: None,
         url: url.into(),
         stream: events.clone(),
         subjects: Vec::new(),

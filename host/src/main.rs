@@ -15,6 +15,69 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    nats: NatsAuthArgs,
+}
+
+/// How every NATS client of this process authenticates (`weir run`, `serve`, `worker`,
+/// `cluster`): one of a creds file, a user and password, a token or an nkey seed; and the
+/// certificate authority of `tls://` servers.
+#[derive(Debug, clap::Args)]
+struct NatsAuthArgs {
+    /// A NATS credentials file (user JWT and nkey seed), as `nsc` writes it.
+    #[arg(long, global = true, value_name = "FILE")]
+    nats_creds: Option<PathBuf>,
+    /// A NATS user (with --nats-password or $WEIR_NATS_PASSWORD).
+    #[arg(long, global = true)]
+    nats_user: Option<String>,
+    /// The NATS user's password.
+    #[arg(
+        long,
+        global = true,
+        env = "WEIR_NATS_PASSWORD",
+        hide_env_values = true
+    )]
+    nats_password: Option<String>,
+    /// A NATS token.
+    #[arg(long, global = true, env = "WEIR_NATS_TOKEN", hide_env_values = true)]
+    nats_token: Option<String>,
+    /// A file holding an nkey seed (`SU...`).
+    #[arg(long, global = true, value_name = "FILE")]
+    nats_nkey: Option<PathBuf>,
+    /// A PEM file of certificate authorities to trust for tls:// NATS servers.
+    #[arg(long, global = true, value_name = "FILE")]
+    nats_ca: Option<PathBuf>,
+}
+
+impl NatsAuthArgs {
+    /// Makes these the credentials of every NATS client of the process.
+    fn install(self) -> anyhow::Result<()> {
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read_to_string(path).with_context(|| format!("{flag} {}", path.display()))
+        };
+        // A password alone (from the environment) names no user: unused.
+        let user = match (self.nats_user, self.nats_password) {
+            (Some(user), Some(password)) => Some((user, password)),
+            (Some(_), None) => {
+                anyhow::bail!("--nats-user needs --nats-password (or $WEIR_NATS_PASSWORD)")
+            }
+            (None, _) => None,
+        };
+        let auth = weir::nats_client::NatsAuth {
+            creds: self
+                .nats_creds
+                .map(|p| read("--nats-creds", &p))
+                .transpose()?,
+            user,
+            token: self.nats_token,
+            nkey_seed: self
+                .nats_nkey
+                .map(|p| read("--nats-nkey", &p))
+                .transpose()?,
+            ca: self.nats_ca,
+        };
+        auth.install().map_err(anyhow::Error::msg)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,6 +430,11 @@ struct ServeArgs {
     /// The most pipelines the server holds (each runs a few threads while started).
     #[arg(long, default_value_t = 1_000)]
     max_pipelines: usize,
+    /// A NATS server pipelines may read a stream of and publish to: `NAME=nats://host:port`
+    /// (or `tls://`), or a lone URL named `default`; repeat for more. A served spec names the
+    /// server, never an address.
+    #[arg(long = "nats", value_name = "[NAME=]URL")]
+    nats: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -587,6 +655,7 @@ fn report(error: &anyhow::Error) -> String {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.nats.install()?;
     match cli.command {
         Command::Run(args) => run_pipeline(args),
         Command::Savepoint(args) => savepoint(args),
@@ -1027,7 +1096,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stall_after,
         shutdown_timeout,
         max_pipelines,
+        nats,
     } = args;
+    let nats = weir::serve::NatsServers::parse(&nats).map_err(anyhow::Error::msg)?;
     let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
     anyhow::ensure!(
         !tokens.is_empty(),
@@ -1061,6 +1132,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_pipelines,
         },
         shutdown_timeout: duration("--shutdown-timeout", &shutdown_timeout)?,
+        nats,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -296,6 +296,9 @@ pub struct NatsSourceSpec {
     /// Only messages of these subjects (wildcards allowed); all of the stream's when empty.
     #[serde(default)]
     pub subjects: Vec<String>,
+    /// Read no message after this stream sequence (a replay's end); never from a spec.
+    #[serde(skip)]
+    pub until: Option<u64>,
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),
@@ -309,11 +312,12 @@ pub struct NatsSinkSpec {
     pub subject: String,
 }
 
-/// Checks a NATS server address and subjects: `nats://`, printable, bounded.
+/// Checks a NATS server address and subjects: `nats://` (or `tls://`), printable, bounded.
 fn check_nats(field: &str, url: &str, subjects: &[&str]) -> Result<()> {
-    if !url.starts_with("nats://") || url.len() > 1024 || url.chars().any(char::is_whitespace) {
+    let scheme = url.starts_with("nats://") || url.starts_with("tls://");
+    if !scheme || url.len() > 1024 || url.chars().any(char::is_whitespace) {
         return Err(invalid(format!(
-            "{field}: the server is a nats://host:port address, not {url:?}"
+            "{field}: the server is a nats://host:port (or tls://host:port) address, not {url:?}"
         )));
     }
     for subject in subjects {
@@ -1102,6 +1106,18 @@ impl PipelineSpec {
     /// refuse (the memory backend, more shards) still accepted, so an upgrade never turns a
     /// pipeline into a damaged one.
     pub fn parse_served(text: &str, dir: &Path, served: Served) -> Result<PipelineSpec> {
+        Self::parse_served_with(text, dir, served, &[])
+    }
+
+    /// [`parse_served`](Self::parse_served) for a server that connects to the NATS servers at
+    /// `nats` (the `--nats` it was started with): a spec may read a stream of, and publish to,
+    /// those and no other.
+    pub fn parse_served_with(
+        text: &str,
+        dir: &Path,
+        served: Served,
+        nats: &[String],
+    ) -> Result<PipelineSpec> {
         let raw: RawSpec = serde_json::from_str(text).map_err(|e| SpecError::Syntax {
             path: PathBuf::new(),
             message: e.to_string(),
@@ -1111,14 +1127,17 @@ impl PipelineSpec {
             Served::New => out.clone(),
             Served::Stored => dir.to_owned(),
         };
-        raw.check_served(&sink_base, served)?;
+        raw.check_served(&sink_base, served, nats)?;
+        let http = matches!(raw.source, RawSource::Http { .. });
         let given = [
             raw.sinks.results.is_some(),
             raw.sinks.late.is_some(),
             raw.sinks.dead_letters.is_some(),
         ];
         let mut spec = raw.check(dir, &sink_base)?;
-        spec.source = SourceSpec::Http(Some(dir.join("ingest.jsonl")));
+        if http {
+            spec.source = SourceSpec::Http(Some(dir.join("ingest.jsonl")));
+        }
         if spec.state != StateSpec::Memory {
             spec.state = StateSpec::Redb(dir.join("data"));
         }
@@ -1502,13 +1521,30 @@ fn size(field: &str, raw: &Option<RawSize>, default: usize) -> Result<usize> {
 
 impl RawSpec {
     /// What a served spec may not name (see [`PipelineSpec::parse_served`]); its sinks are
-    /// relative to `sink_base`.
-    fn check_served(&self, sink_base: &Path, served: Served) -> Result<()> {
-        if !matches!(self.source, RawSource::Http { .. }) {
-            return Err(invalid(
-                "source: a pipeline of weir serve reads the events sent to it over HTTP: use \
-                 {\"type\": \"http\"} (files, stdin and generators are for `weir run`)",
-            ));
+    /// relative to `sink_base`; it may name the NATS servers at `nats` and no other.
+    fn check_served(&self, sink_base: &Path, served: Served, nats: &[String]) -> Result<()> {
+        let known = |field: &str, url: &str| {
+            if nats.iter().any(|known| known == url) {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "{field}: a served pipeline connects only to the NATS servers weir serve was \
+                     started with (--nats), named in the spec by \"server\" (source) or \"nats\" \
+                     (sinks)"
+                )))
+            }
+        };
+        match &self.source {
+            RawSource::Http { .. } => {}
+            RawSource::Nats(source) => known("source", &source.url)?,
+            _ => {
+                return Err(invalid(
+                    "source: a pipeline of weir serve reads the events sent to it over HTTP \
+                     ({\"type\": \"http\"}) or a NATS stream of a server it was started with \
+                     ({\"type\": \"nats\", \"stream\": ...}); files, stdin and generators are \
+                     for `weir run`",
+                ));
+            }
         }
         if self
             .operators
@@ -1567,10 +1603,9 @@ impl RawSpec {
         for (field, sink) in sinks {
             let sink = match sink {
                 // A caller of the API must not make the server connect where it likes.
-                Some(RawSink::Nats(_)) => {
-                    return Err(invalid(format!(
-                        "{field}: a served pipeline writes its results to files; NATS sinks are for weir run"
-                    )));
+                Some(RawSink::Nats(sink)) => {
+                    known(field, &sink.nats)?;
+                    continue;
                 }
                 Some(RawSink::Named(name)) => Some(name.as_str()),
                 None => None,

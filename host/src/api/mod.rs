@@ -56,6 +56,8 @@ pub struct ServeOptions {
     pub connections: ConnectionLimits,
     /// How pipelines are treated.
     pub pipelines: PipelineLimits,
+    /// The NATS servers pipelines may read from and publish to, by name (`--nats`).
+    pub nats: crate::serve::NatsServers,
     /// How long a shutdown waits for the pipelines' final checkpoints.
     pub shutdown_timeout: Duration,
 }
@@ -502,6 +504,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 options.tokens,
                 options.max_upload,
                 options.pipelines,
+                options.nats,
             )
         })
     };

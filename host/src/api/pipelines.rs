@@ -407,7 +407,7 @@ pub(super) async fn promote(
     Pipeline(slot): Pipeline,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     blocking(move || {
-        slot.promote(&server.registry)?;
+        slot.promote(server.resolving())?;
         Ok(Json(slot.status()))
     })
     .await

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{RequestError, RolloutPlan};
+use super::{NatsServers, RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
 use crate::rollout::Routing;
 use crate::spec::{OperatorCode, PipelineSpec, Served, SourceSpec};
@@ -83,11 +83,11 @@ impl Managed {
     pub fn resolve(
         json: &serde_json::Value,
         dir: &Path,
-        registry: &Registry,
+        (registry, nats): (&Registry, &NatsServers),
         served: Served,
     ) -> Result<PipelineSpec, RequestError> {
-        let text = json.to_string();
-        let mut spec = PipelineSpec::parse_served(&text, dir, served)
+        let text = nats.resolve(json)?.to_string();
+        let mut spec = PipelineSpec::parse_served_with(&text, dir, served, &nats.urls())
             .map_err(|e| RequestError::Invalid(e.to_string()))?;
         let kinds = spec
             .enrichers
@@ -113,7 +113,12 @@ impl Managed {
                 op.code = registry.code(&op.name, &op.version)?;
             }
         }
-        debug_assert_eq!(spec.source, SourceSpec::Http(Some(dir.join(INGEST_FILE))));
+        debug_assert!(
+            matches!(
+                &spec.source,
+                SourceSpec::Http(Some(log)) if *log == dir.join(INGEST_FILE)
+            ) || matches!(spec.source, SourceSpec::Nats(_))
+        );
         Ok(spec)
     }
 
@@ -121,10 +126,10 @@ impl Managed {
     pub fn create(
         json: serde_json::Value,
         dir: &Path,
-        registry: &Registry,
+        resolving: (&Registry, &NatsServers),
         owner: Option<String>,
     ) -> Result<Managed, RequestError> {
-        let spec = Self::resolve(&json, dir, registry, Served::New)?;
+        let spec = Self::resolve(&json, dir, resolving, Served::New)?;
         let json = stored_form(json);
         std::fs::create_dir_all(dir).map_err(RequestError::from_io)?;
         write_json(&dir.join(SPEC_FILE), &json)?;
@@ -143,7 +148,11 @@ impl Managed {
     }
 
     /// A pipeline from its directory; `Err` says what is damaged.
-    pub fn load(name: &str, dir: &Path, registry: &Registry) -> Result<Managed, String> {
+    pub fn load(
+        name: &str,
+        dir: &Path,
+        resolving: (&Registry, &NatsServers),
+    ) -> Result<Managed, String> {
         let read = |file: &str| {
             std::fs::read_to_string(dir.join(file)).map_err(|e| format!("{file}: {e}"))
         };
@@ -155,7 +164,7 @@ impl Managed {
             Err(_) if !dir.join(DESIRED_FILE).exists() => Desired::default(),
             Err(e) => return Err(e),
         };
-        let spec = Self::resolve(&json, dir, registry, Served::Stored)
+        let spec = Self::resolve(&json, dir, resolving, Served::Stored)
             .map_err(|e| format!("{SPEC_FILE} is not usable: {e}"))?;
         if spec.name != name {
             return Err(format!(
@@ -299,7 +308,10 @@ impl Managed {
     /// Makes the candidate the live version: the spec is rewritten to name it, the rollout
     /// ends, and the routing asks for the candidate alone (applied at the next barrier and
     /// recorded in that checkpoint). Returns the promoted version.
-    pub fn promote(&mut self, registry: &Registry) -> Result<String, RequestError> {
+    pub fn promote(
+        &mut self,
+        resolving: (&Registry, &NatsServers),
+    ) -> Result<String, RequestError> {
         let plan = match (&self.desired.rollout, &self.desired.rolled_back) {
             (Some(plan), None) => plan.clone(),
             (Some(_), Some(reason)) => {
@@ -338,7 +350,7 @@ impl Managed {
                 }
             }
         }
-        let spec = Self::resolve(&json, &self.dir, registry, Served::Stored)?;
+        let spec = Self::resolve(&json, &self.dir, resolving, Served::Stored)?;
         write_json(&self.dir.join(SPEC_FILE), &json)?;
         self.spec_json = json;
         self.spec = spec;
@@ -391,7 +403,19 @@ impl Managed {
         let uses: Vec<String> = (self.operator_versions())
             .map(|(name, version)| format!("{name}@{version}"))
             .collect();
+        // Where the events come from: its ingest log, or the NATS stream (by the server's name,
+        // as the spec gives it: never the address).
+        let source = match &self.spec.source {
+            SourceSpec::Nats(nats) => serde_json::json!({
+                "type": "nats",
+                "server": self.spec_json["source"]["server"],
+                "stream": nats.stream,
+                "subjects": nats.subjects,
+            }),
+            _ => serde_json::json!({"type": "http"}),
+        };
         serde_json::json!({
+            "source": source,
             "operator": op.map(|o| serde_json::json!({"name": o.name, "version": o.version})),
             "uses": uses,
             "rollout": rollout,

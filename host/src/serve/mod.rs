@@ -10,6 +10,7 @@
 
 mod error;
 mod managed;
+mod nats;
 mod rate;
 mod rollout;
 mod slot;
@@ -26,6 +27,7 @@ use tracing::{info, warn};
 
 pub use error::{RequestError, ServeError};
 pub use managed::{Desired, Managed};
+pub use nats::{DEFAULT_SERVER, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{ReplayRequest, ResultLine, Slot, SlotHealth, StopOutcome};
 pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
@@ -67,6 +69,8 @@ pub struct Server {
     pub data: PathBuf,
     /// Uploaded operators.
     pub registry: Arc<Registry>,
+    /// The NATS servers pipelines may read from and publish to (`--nats`).
+    pub nats: NatsServers,
     pipelines: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Names whose directories are being created or removed, outside the table's lock.
     busy_names: Mutex<BTreeSet<String>>,
@@ -221,6 +225,7 @@ impl Server {
         tokens: Tokens,
         max_upload: usize,
         limits: PipelineLimits,
+        nats: NatsServers,
     ) -> Result<Arc<Server>, ServeError> {
         let lock = lock_data_dir(&data)?;
         let runtime = WasmRuntime::shared()?;
@@ -229,6 +234,7 @@ impl Server {
             redactor: Redactor::new(&data),
             data,
             registry,
+            nats,
             pipelines: RwLock::new(BTreeMap::new()),
             busy_names: Mutex::new(BTreeSet::new()),
             tokens,
@@ -264,7 +270,8 @@ impl Server {
                 warn!(path = %entry.path().display(), "not a pipeline directory; left alone");
                 continue;
             }
-            let slot = Arc::new(Slot::load(&name, &entry.path(), &server.registry));
+            let resolving = (&*server.registry, &server.nats);
+            let slot = Arc::new(Slot::load(&name, &entry.path(), resolving));
             if let Err(e) = slot.restart_if_desired(&server.registry) {
                 warn!(pipeline = %name, error = %e, "pipeline could not be restarted");
             }
@@ -324,6 +331,11 @@ impl Server {
         self.redactor.apply(text)
     }
 
+    /// What specs are resolved against: the registry and the NATS servers.
+    pub fn resolving(&self) -> (&Registry, &NatsServers) {
+        (&self.registry, &self.nats)
+    }
+
     /// `<data dir>/pipelines`.
     pub fn pipelines_dir(&self) -> PathBuf {
         self.data.join("pipelines")
@@ -364,7 +376,7 @@ impl Server {
         caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
         let (name, dir) = self.named_dir(&json)?;
-        Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
+        Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         self.install(&name, &dir, json, caller, |_| Ok(()))
     }
 
@@ -381,7 +393,7 @@ impl Server {
     ) -> Result<Arc<Slot>, RequestError> {
         crate::names::check("savepoint name", savepoint)?;
         let (name, dir) = self.named_dir(&json)?;
-        let spec = Managed::resolve(&json, &dir, &self.registry, crate::spec::Served::New)?;
+        let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         let saved = from.find_savepoint(savepoint)?;
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
@@ -390,6 +402,20 @@ impl Server {
                  window or operator chain ({}); this spec has {fingerprint}. Only operator \
                  versions may change",
                 saved.manifest.fingerprint
+            )));
+        }
+        let same_input = match (&spec.source, from.nats_source()) {
+            (crate::spec::SourceSpec::Nats(to), Some(from)) => {
+                (&to.url, &to.stream) == (&from.url, &from.stream)
+            }
+            (crate::spec::SourceSpec::Http(_), None) => true,
+            _ => false,
+        };
+        if !same_input {
+            return Err(RequestError::Invalid(format!(
+                "a pipeline made from a savepoint reads the input of pipeline {:?} (its ingest \
+                 log, or the same NATS server and stream) from where the savepoint was taken",
+                from.name
             )));
         }
         if !matches!(spec.state, crate::spec::StateSpec::Redb(_)) {
@@ -439,7 +465,7 @@ impl Server {
             crate::time::wall_clock_ms()
         ));
         let owner = caller.map(|c| c.name.clone());
-        let made = Managed::create(json, &staging, &self.registry, owner)
+        let made = Managed::create(json, &staging, self.resolving(), owner)
             .and_then(|managed| seed(&managed))
             .and_then(|()| {
                 crate::fsutil::crash_point("pipeline-seeded");
@@ -449,7 +475,7 @@ impl Server {
                 crate::fsutil::rename_durably(&staging, dir).map_err(RequestError::from_io)
             })
             .and_then(|()| {
-                Managed::load(name, dir, &self.registry).map_err(|reason| {
+                Managed::load(name, dir, self.resolving()).map_err(|reason| {
                     RequestError::Internal(format!(
                         "the pipeline just made is unreadable: {reason}"
                     ))

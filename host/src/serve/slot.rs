@@ -171,8 +171,8 @@ impl Slot {
     }
 
     /// A slot for a pipeline found in the data directory, damaged or not.
-    pub fn load(name: &str, dir: &Path, registry: &Registry) -> Slot {
-        let managed = Managed::load(name, dir, registry);
+    pub fn load(name: &str, dir: &Path, resolving: (&Registry, &super::NatsServers)) -> Slot {
+        let managed = Managed::load(name, dir, resolving);
         if let Err(reason) = &managed {
             warn!(pipeline = %name, %reason, "pipeline damaged: kept as failed");
         }
@@ -296,7 +296,43 @@ impl Slot {
         Ok(())
     }
 
+    /// The stream a pipeline that reads NATS reads (`None`: it reads its ingest log).
+    pub fn nats_source(&self) -> Option<crate::spec::NatsSourceSpec> {
+        match &self.lock().managed {
+            Ok(managed) => match &managed.spec.source {
+                crate::spec::SourceSpec::Nats(nats) => Some(nats.clone()),
+                _ => None,
+            },
+            Err(_) => None,
+        }
+    }
+
+    /// How far the pipeline has read its input (a NATS stream's sequence, an ingest log's
+    /// offset): the current or last run's, else its last checkpoint's; 0 before any.
+    pub fn input_read(&self) -> u64 {
+        let run = (self.lock().control.as_ref()).map_or(0, |control| {
+            control.stats.input_offset.load(Ordering::Relaxed)
+        });
+        let checkpoint = (self.data_dir().ok())
+            .map(|dir| dir.join(crate::state::STATE_FILE))
+            .and_then(|file| {
+                crate::state::RedbStore::read_manifest_of(&file)
+                    .ok()
+                    .flatten()
+            })
+            .and_then(|bytes| serde_json::from_slice::<crate::checkpoint::Manifest>(&bytes).ok())
+            .map_or(0, |manifest| manifest.source.offset);
+        run.max(checkpoint)
+    }
+
+    /// The pipeline's ingest log, opened on first use (refused for a pipeline that reads NATS).
     fn ingest_log(&self) -> Result<Arc<IngestLog>, RequestError> {
+        if let Some(nats) = self.nats_source() {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} reads NATS stream {:?}: publish its events there",
+                self.name, nats.stream
+            )));
+        }
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(RequestError::Conflict(format!(
                 "pipeline {:?} was deleted",
@@ -333,7 +369,10 @@ impl Slot {
                 return Err(damaged(reason));
             }
         }
-        let log = self.ingest_log()?;
+        let log = match self.nats_source() {
+            Some(_) => None,
+            None => Some(self.ingest_log()?),
+        };
         let mut inner = self.lock();
         Self::reap(&mut inner);
         self.check_not_deleting(&inner)?;
@@ -359,7 +398,7 @@ impl Slot {
             return Ok(());
         }
         let managed = inner.managed.as_ref().expect("checked above");
-        let control = Arc::new(self.control(managed, registry, &log)?);
+        let control = Arc::new(self.control(managed, registry, log.as_deref())?);
         let requested = managed.routing();
         if let Some(routing) = &requested {
             control.request(routing.clone());
@@ -447,7 +486,7 @@ impl Slot {
         &self,
         managed: &Managed,
         registry: &Arc<Registry>,
-        log: &IngestLog,
+        log: Option<&IngestLog>,
     ) -> Result<PipelineControl, RequestError> {
         let aggregate = managed.spec.aggregate.as_ref().map(|op| op.name.clone());
         let enrichers: Vec<String> = (managed.spec.enrichers.iter())
@@ -485,9 +524,12 @@ impl Slot {
             .map_err(RequestError::from_io)?;
         let shadow_log: ShadowLog =
             Arc::new(Mutex::new(Box::new(std::io::BufWriter::new(shadow_file))));
-        Ok(PipelineControl::new(&self.name, resolve, Some(shadow_log))
-            .with_results(self.results.clone())
-            .with_ingest_gate(log.gate()))
+        let control = PipelineControl::new(&self.name, resolve, Some(shadow_log))
+            .with_results(self.results.clone());
+        Ok(match log {
+            Some(log) => control.with_ingest_gate(log.gate()),
+            None => control,
+        })
     }
 
     /// Asks the run to stop, without waiting. `user` records that the pipeline should stay
@@ -755,9 +797,9 @@ impl Slot {
     }
 
     /// Makes the candidate the live version.
-    pub fn promote(&self, registry: &Registry) -> Result<(), RequestError> {
+    pub fn promote(&self, resolving: (&Registry, &super::NatsServers)) -> Result<(), RequestError> {
         self.steer(|managed| {
-            let version = managed.promote(registry)?;
+            let version = managed.promote(resolving)?;
             info!(pipeline = %managed.name, %version, "promoted");
             Ok(())
         })

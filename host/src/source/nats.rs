@@ -306,10 +306,18 @@ impl Source for NatsSource {
         if let Some(line) = self.framing.take_pending() {
             return Ok(Some(line));
         }
+        let until = self.spec.until.unwrap_or(u64::MAX);
+        if self.framing.sequence >= until {
+            return Ok(Some(Record::Tick)); // read to where it was asked to stop
+        }
         let Some(message) = self.next_message()? else {
             return Ok(Some(Record::Tick));
         };
         let (sequence, published) = sequence_and_time(&message).map_err(|e| fail(&self.spec, e))?;
+        if sequence > until {
+            self.framing.sequence = until; // past the end asked for: read no further
+            return Ok(Some(Record::Tick));
+        }
         let subject = message.subject.as_str();
         Ok(Some(self.framing.frame(
             sequence,

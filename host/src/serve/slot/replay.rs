@@ -24,7 +24,7 @@ use crate::operator::{ComponentKind, Registry};
 use crate::pipeline::{PipelineControl, RunOptions};
 use crate::serve::RequestError;
 use crate::source::IngestGate;
-use crate::spec::{PipelineSpec, Sink, StateSpec};
+use crate::spec::{PipelineSpec, Sink, SourceSpec, StateSpec};
 use crate::time::Millis;
 
 /// The most keys a replay names or samples.
@@ -33,6 +33,8 @@ pub const MAX_REPLAY_KEYS: usize = 1_000;
 pub const MAX_REPLAY_ROWS: usize = 10_000;
 /// The most bytes of ingest log one replay reads.
 pub const MAX_REPLAY_BYTES: u64 = 1 << 30;
+/// The most messages of a NATS stream one replay reads.
+pub const MAX_REPLAY_MESSAGES: u64 = 10_000_000;
 /// How long one version's run may take.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 
@@ -173,24 +175,12 @@ impl Slot {
             }
         }
         let _hold = Hold::new(self);
-        let log = self.ingest_log()?;
-        let end = log.gate().committed();
-        let start = match &request.savepoint {
-            Some(name) => self.savepoint_offset(name)?,
-            None => self.whole_log()?,
-        };
-        if end.saturating_sub(start) > MAX_REPLAY_BYTES {
-            return Err(RequestError::TooLarge(format!(
-                "the log from offset {start} holds {} bytes, more than a replay reads \
-                 ({MAX_REPLAY_BYTES}); replay from a later savepoint",
-                end - start
-            )));
-        }
+        let (start, end) = self.replayed_input(request)?;
         let sandbox = Sandbox(self.sandbox_dir()?);
         let mut outputs = Vec::with_capacity(2);
         for (index, version) in request.versions.iter().enumerate() {
             let dir = sandbox.0.join(index.to_string());
-            let spec = sandboxed(&spec, &dir, version, registry)?;
+            let spec = sandboxed(&spec, &dir, version, registry, end)?;
             if let Some(savepoint) = &request.savepoint {
                 let data = match &spec.state {
                     StateSpec::Redb(data) => data.clone(),
@@ -206,6 +196,41 @@ impl Slot {
             .map(|path| read_results(path, &keys))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(compare(request, &keys, &outputs, start, end))
+    }
+
+    /// Where the replay's input starts and ends: for an ingest log, byte offsets (to what is
+    /// committed now); for a NATS stream, stream sequences (to the last one the live pipeline
+    /// read). From the savepoint's position, or from the start.
+    fn replayed_input(&self, request: &ReplayRequest) -> Result<(u64, u64), RequestError> {
+        let start = match &request.savepoint {
+            Some(name) => Some(self.savepoint_offset(name)?),
+            None => None,
+        };
+        if self.nats_source().is_some() {
+            let end = self.input_read();
+            let start = start.unwrap_or(0);
+            if end.saturating_sub(start) > MAX_REPLAY_MESSAGES {
+                return Err(RequestError::TooLarge(format!(
+                    "the stream from sequence {start} holds {} messages, more than a replay \
+                     reads ({MAX_REPLAY_MESSAGES}); replay from a later savepoint",
+                    end - start
+                )));
+            }
+            return Ok((start, end));
+        }
+        let end = self.ingest_log()?.gate().committed();
+        let start = match start {
+            Some(start) => start,
+            None => self.whole_log()?,
+        };
+        if end.saturating_sub(start) > MAX_REPLAY_BYTES {
+            return Err(RequestError::TooLarge(format!(
+                "the log from offset {start} holds {} bytes, more than a replay reads \
+                 ({MAX_REPLAY_BYTES}); replay from a later savepoint",
+                end - start
+            )));
+        }
+        Ok((start, end))
     }
 
     /// A new sandbox directory for a replay of this pipeline, beside the pipelines.
@@ -268,14 +293,19 @@ fn sandbox_nonce() -> String {
 }
 
 /// The pipeline's spec for a sandbox in `dir` running `version`: state in `dir/data`, results
-/// in `dir/results.jsonl`, late events and dead letters discarded, one shard, no checkpoints.
+/// in `dir/results.jsonl`, late events and dead letters discarded, one shard, no checkpoints; a
+/// NATS stream read to sequence `end` and no further.
 fn sandboxed(
     spec: &PipelineSpec,
     dir: &Path,
     version: &str,
     registry: &Registry,
+    end: u64,
 ) -> Result<PipelineSpec, RequestError> {
     let mut spec = spec.clone();
+    if let SourceSpec::Nats(nats) = &mut spec.source {
+        nats.until = Some(end);
+    }
     let op = spec.aggregate.as_mut().expect("checked: replayable");
     op.code = registry.code(&op.name, version)?;
     op.version = version.to_owned();
@@ -289,12 +319,15 @@ fn sandboxed(
     Ok(spec)
 }
 
-/// Runs `spec` (an ingest log source) until it has read the log to `end`, then stops it as a
-/// live pipeline stops: windows still open stay open. Stops early, refused, once `deleted`
-/// says the pipeline replayed is being deleted.
+/// Runs `spec` (an ingest log or a NATS stream) until it has read its input to `end`, then
+/// stops it as a live pipeline stops: windows still open stay open. Stops early, refused, once
+/// `deleted` says the pipeline replayed is being deleted.
 fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(), RequestError> {
-    let control =
-        Arc::new(PipelineControl::sandboxed(&spec.name).with_ingest_gate(IngestGate::fixed(end)));
+    let control = PipelineControl::sandboxed(&spec.name);
+    let control = Arc::new(match spec.source {
+        SourceSpec::Nats(_) => control,
+        _ => control.with_ingest_gate(IngestGate::fixed(end)),
+    });
     let run = {
         let (spec, control) = (spec.clone(), control.clone());
         std::thread::Builder::new()

@@ -199,6 +199,9 @@ impl Slot {
     ) -> Result<SavepointInfo, RequestError> {
         let _hold = Hold::new(self);
         let saved = checkpoint::fork_savepoint(&self.data_dir()?, name, data, pipeline)?;
+        if self.nats_source().is_some() {
+            return Ok(saved); // the new pipeline reads the stream from the savepoint's sequence
+        }
         let log = self.ingest_log()?;
         let committed = log.gate().committed();
         let target = dir.join(super::INGEST_FILE);

@@ -1,0 +1,185 @@
+//! [`NatsServers`]: the NATS servers `weir serve` was started with (`--nats [NAME=]URL`), by
+//! name, and the one place where the names a served spec gives (a NATS source's `"server"`, a
+//! NATS sink's `"nats"`) become their URLs. A caller of the API names a server; it never gives
+//! an address, so it cannot make the server connect where it likes. Specs are stored with the
+//! names, so a restart with another URL for a name moves every pipeline that uses it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::RequestError;
+
+/// The name a lone `--nats URL` is known by.
+pub const DEFAULT_SERVER: &str = "default";
+
+/// The NATS servers a served pipeline may use, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsServers {
+    by_name: BTreeMap<String, String>,
+}
+
+impl NatsServers {
+    /// From the `--nats` arguments: `NAME=URL`, or a lone `URL` named [`DEFAULT_SERVER`].
+    pub fn parse(arguments: &[String]) -> Result<NatsServers, String> {
+        let mut by_name = BTreeMap::new();
+        for argument in arguments {
+            let (name, url) = match argument.split_once('=') {
+                Some((name, url)) if !name.contains("://") => (name, url),
+                _ => (DEFAULT_SERVER, argument.as_str()),
+            };
+            crate::names::check("NATS server name", name).map_err(|e| format!("--nats: {e}"))?;
+            let scheme = url.starts_with("nats://") || url.starts_with("tls://");
+            if !scheme || url.chars().any(char::is_whitespace) {
+                return Err(format!(
+                    "--nats {argument:?}: give [NAME=]nats://host:port (or tls://host:port)"
+                ));
+            }
+            if by_name.insert(name.to_owned(), url.to_owned()).is_some() {
+                return Err(format!("--nats: the name {name:?} is given twice"));
+            }
+        }
+        Ok(NatsServers { by_name })
+    }
+
+    /// The servers' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.by_name.values().cloned().collect()
+    }
+
+    /// The URL of server `name`.
+    fn url(&self, field: &str, name: &str) -> Result<&str, RequestError> {
+        if name.contains("://") {
+            return Err(RequestError::Invalid(format!(
+                "{field}: name one of the NATS servers weir serve was started with ({}), not an \
+                 address: a served pipeline never connects where its spec says",
+                self.names()
+            )));
+        }
+        self.by_name.get(name).map(String::as_str).ok_or_else(|| {
+            RequestError::Invalid(format!(
+                "{field}: weir serve was started with no NATS server named {name:?} (it has: {}; \
+                 start it with --nats {name}=nats://host:port)",
+                self.names()
+            ))
+        })
+    }
+
+    fn names(&self) -> String {
+        if self.by_name.is_empty() {
+            return "none".into();
+        }
+        self.by_name.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// `spec` with each NATS server name replaced by its URL: a NATS source's `"server"`
+    /// (default: the only server, or [`DEFAULT_SERVER`]) becomes its `"url"`, a NATS sink's
+    /// `"nats"` name its URL. A spec that gives a URL is refused.
+    pub fn resolve(&self, spec: &Value) -> Result<Value, RequestError> {
+        let mut spec = spec.clone();
+        if let Some(source) = spec.get_mut("source").and_then(Value::as_object_mut)
+            && source.get("type").and_then(Value::as_str) == Some("nats")
+        {
+            if source.contains_key("url") {
+                return Err(RequestError::Invalid(format!(
+                    "source.url: a served pipeline names its NATS server, \"server\": \"{}\" \
+                     (one of: {}), never an address",
+                    self.default_name(),
+                    self.names()
+                )));
+            }
+            let name = match source.remove("server") {
+                Some(Value::String(name)) => name,
+                None => self.default_name().to_owned(),
+                Some(other) => {
+                    return Err(RequestError::Invalid(format!(
+                        "source.server is the name of a NATS server, not {other}"
+                    )));
+                }
+            };
+            let url = self.url("source.server", &name)?;
+            source.insert("url".into(), url.into());
+        }
+        if let Some(sinks) = spec.get_mut("sinks").and_then(Value::as_object_mut) {
+            for (field, sink) in sinks.iter_mut() {
+                let Some(name) = sink.get("nats").and_then(Value::as_str) else {
+                    continue;
+                };
+                let url = self.url(&format!("sinks.{field}.nats"), name)?.to_owned();
+                sink["nats"] = url.into();
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The name a source without `"server"` uses: the only server, or [`DEFAULT_SERVER`].
+    fn default_name(&self) -> &str {
+        match self.by_name.keys().next() {
+            Some(only) if self.by_name.len() == 1 => only,
+            _ => DEFAULT_SERVER,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn servers() -> NatsServers {
+        NatsServers::parse(&[
+            "nats://127.0.0.1:4222".into(),
+            "eu=tls://nats.eu:4222".into(),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn names_become_urls_and_addresses_are_refused() {
+        let spec = json!({
+            "source": {"type": "nats", "stream": "clicks"},
+            "sinks": {"results": {"nats": "eu", "subject": "out"}, "late": "late.jsonl"},
+        });
+        let resolved = servers().resolve(&spec).unwrap();
+        assert_eq!(resolved["source"]["url"], "nats://127.0.0.1:4222");
+        assert_eq!(resolved["sinks"]["results"]["nats"], "tls://nats.eu:4222");
+        assert_eq!(resolved["sinks"]["late"], "late.jsonl");
+        let named = json!({"source": {"type": "nats", "server": "eu", "stream": "s"}});
+        assert_eq!(
+            servers().resolve(&named).unwrap()["source"]["url"],
+            "tls://nats.eu:4222"
+        );
+        for hostile in [
+            json!({"source": {"type": "nats", "url": "nats://10.0.0.1:4222", "stream": "s"}}),
+            json!({"source": {"type": "nats", "server": "nats://10.0.0.1:4222", "stream": "s"}}),
+            json!({"source": {"type": "nats", "server": "nowhere", "stream": "s"}}),
+            json!({"source": {"type": "nats", "server": 7, "stream": "s"}}),
+            json!({"sinks": {"results": {"nats": "nats://10.0.0.1:4222", "subject": "x"}}}),
+            json!({"sinks": {"results": {"nats": "nowhere", "subject": "x"}}}),
+        ] {
+            let refused = servers().resolve(&hostile);
+            assert!(
+                matches!(refused, Err(RequestError::Invalid(_))),
+                "{hostile}"
+            );
+        }
+        let none = NatsServers::default();
+        assert!(none.resolve(&spec).is_err(), "no --nats: no NATS pipeline");
+        let http = json!({"source": {"type": "http"}});
+        assert_eq!(none.resolve(&http).unwrap(), http);
+    }
+
+    #[test]
+    fn the_flags_are_checked() {
+        let one = NatsServers::parse(&["nats://h:1".into()]).unwrap();
+        assert_eq!(one.urls(), ["nats://h:1"]);
+        for bad in [
+            vec!["h:1".to_owned()],
+            vec!["x=http://h:1".into()],
+            vec!["nats://a:1".into(), "nats://b:1".into()],
+            vec!["../x=nats://h:1".into()],
+        ] {
+            assert!(NatsServers::parse(&bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -727,3 +727,60 @@ fn the_console_s_api_refuses_what_is_bad_and_lets_readers_change_nothing() {
     assert!(status == 404 && !body.contains("clicks"), "{status} {body}");
     assert_eq!(server.get("/console/secret.txt", None).0, 404);
 }
+
+#[test]
+fn a_nats_fed_pipeline_shows_and_rolls_out_in_the_console() {
+    use crate::nats::{Client, NatsServer};
+    let nats = NatsServer::start();
+    let client = Client::connect(&nats.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results.>"]);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(data.path(), &["--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    let spec = json!({"name": "from-nats", "source": {"type": "nats", "stream": "CLICKS"},
+        "event": {"key": "user", "timestamp": "ts"}, "watermark": {"bound": 0},
+        "window": {"type": "tumbling", "size": 1000},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
+        "sinks": {"results": {"nats": "default", "subject": "results.from-nats"}},
+        "checkpoint_interval": "200ms"});
+    crate::serve::create_and_start_spec(&server, &spec);
+    let published: Vec<Value> = (0..600)
+        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i * 20, "amount": i % 10}))
+        .collect();
+    client.publish("clicks.web", &published);
+    server.wait_for_events_in("from-nats", published.len());
+
+    let browser = Browser::chromium();
+    let url = server.url("/");
+    sign_in(&browser, &url, ADMIN);
+    browser.goto(&format!("{url}#/pipelines/from-nats"));
+    browser.wait_for("the stage graph naming the stream and the subject", || {
+        let graph = browser.text("#stage-graph");
+        (graph.contains("nats CLICKS") && graph.contains("nats results.from-nats")).then_some(())
+    });
+    browser.wait_for("the page's events in to match the API", || {
+        (browser.number("#events-in")? == published.len() as f64).then_some(())
+    });
+    // A rollout to 50 % from the page's buttons, as for a pipeline fed over HTTP.
+    browser.accept_confirmations();
+    browser.wait_for("version 2 to choose", || {
+        browser.try_find("#rollout-version option[value='2.0.0']")
+    });
+    browser.click("#rollout-version option[value='2.0.0']");
+    browser.type_into("#rollout-percent-input", "50");
+    browser.click("#rollout-step");
+    browser.wait_for("the rollout at 50 %", || {
+        (browser.number("#rollout-percent")? == 50.0).then_some(())
+    });
+    server.wait_for_routing("from-nats", "the rollout to apply", |r| r["percent"] == 50);
+    let more: Vec<Value> = (600..1_200)
+        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i * 20, "amount": i % 10}))
+        .collect();
+    client.publish("clicks.web", &more);
+    browser.wait_for("both versions in the versions table", || {
+        browser.try_find("#versions-table tr[data-version='2.0.0']")
+    });
+    browser.screenshot("nats-pipeline");
+}

@@ -25,6 +25,7 @@ mod reference;
 mod replay;
 mod savepoints;
 mod serve;
+mod served_nats;
 mod sources;
 mod stages;
 mod support;

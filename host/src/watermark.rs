@@ -116,6 +116,8 @@ pub struct PartitionedWatermark {
     last: Option<(std::sync::Arc<str>, Mark)>,
     clock: Option<i64>,
     current: Millis,
+    /// The partitions known before any event (the spec lists them): never forgotten.
+    known: crate::hashing::HashSet<std::sync::Arc<str>>,
 }
 
 impl PartitionedWatermark {
@@ -150,6 +152,32 @@ impl PartitionedWatermark {
             last: None,
             clock,
             current,
+            known: Default::default(),
+        }
+    }
+
+    /// Partitions known before any of their events (the files a spec lists, the NATS subjects
+    /// it names): each holds the watermark back from the start, not only from its first event,
+    /// until it sends, ends, or (with an idle timeout) goes quiet for that long after the
+    /// first clock. Those the checkpoint resumed from holds already are left as they are;
+    /// declared ones are never forgotten, so a restart declares none again. Beyond
+    /// [`MAX_PARTITIONS`], none is declared.
+    pub fn declare(&mut self, names: &[String]) {
+        self.settle();
+        if names.len() > MAX_PARTITIONS {
+            return;
+        }
+        for name in names {
+            let name: std::sync::Arc<str> = name.as_str().into();
+            if self.partitions.len() >= MAX_PARTITIONS {
+                break;
+            }
+            self.partitions.entry(name.clone()).or_insert(Mark {
+                max_timestamp: MINUS_INFINITY,
+                last_seen: self.clock,
+                finished: false,
+            });
+            self.known.insert(name);
         }
     }
 
@@ -239,9 +267,11 @@ impl PartitionedWatermark {
             return;
         };
         let quiet_for = timeout.saturating_mul(FORGET_AFTER_IDLE).max(timeout);
-        self.partitions.retain(|_, mark| {
-            mark.last_seen
-                .is_none_or(|seen| clock.saturating_sub(seen) <= quiet_for)
+        let known = &self.known;
+        self.partitions.retain(|name, mark| {
+            // A partition never seen is seen from the first clock on: it can go idle.
+            let seen = *mark.last_seen.get_or_insert(clock);
+            known.contains(name) || clock.saturating_sub(seen) <= quiet_for
         });
     }
 
@@ -381,6 +411,43 @@ mod tests {
         );
         let names: Vec<String> = wm.marks().into_iter().map(|m| m.name).collect();
         assert_eq!(names, ["p1", "steady"]);
+    }
+
+    #[test]
+    fn a_declared_partition_holds_the_watermark_back_from_the_start() {
+        let names = ["a".to_owned(), "b".to_owned()];
+        let mut undeclared = PartitionedWatermark::new(0, None);
+        assert_eq!(
+            undeclared.observe("a", 100),
+            Ok(Some(100)),
+            "b unknown: a alone"
+        );
+        let mut declared = PartitionedWatermark::new(0, None);
+        declared.declare(&names);
+        assert_eq!(declared.observe("a", 100), Ok(None), "b holds it back");
+        assert_eq!(declared.observe("b", 50), Ok(Some(50)));
+        // A restart resumes the marks; declaring again changes nothing.
+        let mut resumed = PartitionedWatermark::resume(0, None, 50, &declared.marks());
+        resumed.declare(&names);
+        assert_eq!(resumed.marks(), declared.marks());
+        assert_eq!(resumed.observe("b", 200), Ok(Some(100)));
+    }
+
+    #[test]
+    fn a_declared_partition_goes_idle_from_the_first_clock_and_is_never_forgotten() {
+        let mut wm = PartitionedWatermark::new(0, Some(100));
+        wm.declare(&["quiet".to_owned()]);
+        wm.clock(1_000);
+        assert_eq!(wm.observe("busy", 500), Ok(None), "quiet holds it back");
+        wm.clock(1_101);
+        assert_eq!(
+            wm.observe("busy", 600),
+            Ok(Some(600)),
+            "quiet idle 100 ms after the first clock"
+        );
+        wm.clock(1_000_000);
+        let names: Vec<String> = wm.marks().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["quiet"], "busy forgotten, the declared one kept");
     }
 
     #[test]

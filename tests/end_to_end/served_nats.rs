@@ -571,3 +571,34 @@ fn a_served_nats_pipeline_survives_a_sigkill_with_every_result_once() {
     let records: Vec<Value> = results.into_iter().map(|(_, record)| record).collect();
     assert_eq!(by_window(&records), expected);
 }
+
+#[test]
+fn subjects_a_spec_lists_hold_the_watermark_back_from_the_start() {
+    let nats = NatsServer::start();
+    let client = Client::connect(&nats.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    for (name, subjects) in [
+        ("listed", json!(["clicks.a", "clicks.b"])),
+        ("wildcard", json!(["clicks.>"])),
+    ] {
+        let mut spec = nats_spec(name);
+        spec["source"]["subjects"] = subjects;
+        create_and_start(&server, &spec);
+    }
+    // Subject a publishes its whole hour first, then b the same hour: b is not late where
+    // the spec listed it (as Flink's splits known at start), and is where only a wildcard
+    // named it (b was unknown until its first event, a alone moved the watermark).
+    let hour = clicks(0, 500);
+    client.publish("clicks.a", &hour);
+    client.publish("clicks.b", &hour);
+    for name in ["listed", "wildcard"] {
+        // Counted once written: after the checkpoint that covers every event.
+        server.wait_for_checkpoint_of(name, 1_000);
+    }
+    assert_eq!(server.status("listed")["late"], 0);
+    let late = server.status("wildcard")["late"].as_u64().unwrap();
+    assert!(late > 400, "{late} late events");
+}

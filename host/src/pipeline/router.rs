@@ -125,17 +125,19 @@ struct Reading {
 
 impl Reading {
     fn new(spec: &PipelineSpec, start: &Start, ingest_clock: Option<Millis>) -> Reading {
+        let mut watermark = PartitionedWatermark::resume(
+            spec.watermark_bound,
+            spec.idle_timeout,
+            start.watermark,
+            &start.partitions,
+        );
+        watermark.declare(&known_partitions(spec));
         Reading {
             decoder: match &spec.join {
                 Some(_) => Decoder::unkeyed(&spec.timestamp_field),
                 None => Decoder::new(&spec.key_field, &spec.timestamp_field),
             },
-            watermark: PartitionedWatermark::resume(
-                spec.watermark_bound,
-                spec.idle_timeout,
-                start.watermark,
-                &start.partitions,
-            ),
+            watermark,
             seq: start.events,
             named_partition: None,
             ingest_clock,
@@ -587,6 +589,25 @@ impl Router<'_> {
                 false
             }
         }
+    }
+}
+
+/// The watermark partitions a spec names before any event: the files it lists, and the NATS
+/// subjects it lists without wildcards (a subject a wildcard matches is known from its first
+/// message on). An event field naming partitions names none ahead.
+fn known_partitions(spec: &PipelineSpec) -> Vec<String> {
+    if spec.partition_field.is_some() {
+        return Vec::new();
+    }
+    match &spec.source {
+        crate::spec::SourceSpec::Files(files) => {
+            files.iter().map(|(_, name)| name.clone()).collect()
+        }
+        crate::spec::SourceSpec::Nats(nats) => (nats.subjects.iter())
+            .filter(|subject| !subject.contains(['*', '>']))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -552,7 +552,11 @@ pub struct NatsReport {
 /// The count-sum over `options.events` events read from a JSON Lines file, then from a
 /// JetStream stream of the NATS server at `url` with the results published back to it (one
 /// process). The streams it creates are deleted afterwards.
-pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineError> {
+pub fn nats(
+    options: &BenchOptions,
+    url: &str,
+    per_message: usize,
+) -> Result<NatsReport, PipelineError> {
     let fail = |e: String| PipelineError::Config(format!("NATS benchmark at {url}: {e}"));
     let dir = tempfile_dir().map_err(|e| fail(e.to_string()))?;
     let lines = event_lines(options.events, options.keys);
@@ -570,7 +574,12 @@ pub fn nats(options: &BenchOptions, url: &str) -> Result<NatsReport, PipelineErr
     let (runtime, jetstream) = jetstream_client(url).map_err(fail)?;
     let started = std::time::Instant::now();
     runtime
-        .block_on(publish_all(&jetstream, &events, &results, &nonce, &lines))
+        .block_on(publish_all(
+            &jetstream,
+            (&events, &results, &nonce),
+            &lines,
+            per_message,
+        ))
         .map_err(fail)?;
     let publish_rate = lines.len() as f64 / started.elapsed().as_secs_f64();
     let mut nats_spec = spec(options, OperatorCode::Component(options.module.clone()));
@@ -641,13 +650,13 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Creates the events and results streams and publishes `lines` into the first.
+/// Creates the events and results streams and publishes `lines` into the first,
+/// `per_message` to a message (JSON Lines).
 async fn publish_all(
     jetstream: &async_nats::jetstream::Context,
-    events: &str,
-    results: &str,
-    nonce: &str,
+    (events, results, nonce): (&str, &str, &str),
     lines: &[String],
+    per_message: usize,
 ) -> Result<(), String> {
     use async_nats::jetstream::stream::Config;
     for (name, subject) in [
@@ -665,14 +674,18 @@ async fn publish_all(
             .map_err(|e| e.to_string())?;
     }
     let subject = format!("bench.{nonce}");
+    let messages: Vec<String> = lines
+        .chunks(per_message.max(1))
+        .map(|m| m.join("\n"))
+        .collect();
     // The context lets 5,000 publishes wait for their acknowledgements at once.
-    for chunk in lines.chunks(2_000) {
+    for chunk in messages.chunks(2_000) {
         let mut acks = Vec::with_capacity(chunk.len());
-        for line in chunk {
+        for message in chunk {
             let ack = jetstream
                 .publish(
                     subject.clone(),
-                    bytes::Bytes::copy_from_slice(line.as_bytes()),
+                    bytes::Bytes::copy_from_slice(message.as_bytes()),
                 )
                 .await
                 .map_err(|e| e.to_string())?;

@@ -1207,6 +1207,10 @@ enum BenchSuite {
         /// runs, e.g. --workers 1 --workers 3) and time them.
         #[arg(long)]
         workers: Vec<usize>,
+        /// Events per NATS message (JSON Lines): a producer that batches pays a message's cost
+        /// once per batch.
+        #[arg(long, default_value_t = 1)]
+        per_message: usize,
     },
 }
 
@@ -1217,7 +1221,12 @@ fn bench_nats(
     keys: u64,
     module: PathBuf,
     workers: &[usize],
+    per_message: usize,
 ) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=10_000).contains(&per_message),
+        "--per-message from 1 to 10000"
+    );
     anyhow::ensure!(
         events > 0 && keys > 0,
         "--events and --keys must be at least 1"
@@ -1231,8 +1240,11 @@ fn bench_nats(
         batch_size: weir::spec::DEFAULT_BATCH_SIZE,
         jsonl: false,
     };
-    println!("tumbling count+sum (Rust Wasm), {events} events, {keys} keys, 1 shard, one process");
-    let report = weir::bench::nats(&options, url)?;
+    println!(
+        "tumbling count+sum (Rust Wasm), {events} events, {keys} keys, 1 shard, one process, \
+         {per_message} event(s) per NATS message"
+    );
+    let report = weir::bench::nats(&options, url, per_message)?;
     let rate = weir::bench::BenchReport::rate;
     let (file, nats) = (rate(&report.file), rate(&report.nats));
     println!("file source, results discarded    {file:>12.0} events/s");
@@ -1349,9 +1361,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         keys,
         module,
         workers,
+        per_message,
     }) = args.suite
     {
-        return bench_nats(&nats, events, keys, module, &workers);
+        return bench_nats(&nats, events, keys, module, &workers, per_message);
     }
     let BenchArgs {
         suite: _,

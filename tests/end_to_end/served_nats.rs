@@ -602,3 +602,67 @@ fn subjects_a_spec_lists_hold_the_watermark_back_from_the_start() {
     let late = server.status("wildcard")["late"].as_u64().unwrap();
     assert!(late > 400, "{late} late events");
 }
+
+#[test]
+fn messages_of_many_events_are_read_whole_across_a_sigkill() {
+    let nats = NatsServer::start();
+    let client = Client::connect(&nats.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results.>"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let mut spec = nats_spec("batched");
+    spec["sinks"] = json!({"results": {"nats": "default", "subject": "results.batched"}});
+    spec["batch_size"] = json!(7); // batches, and so checkpoints, end inside messages
+    create_and_start(&server, &spec);
+    let events = clicks(0, 6_000);
+    // 60 messages of 100 events each, as JSON Lines.
+    let publish = |events: &[Value]| {
+        let messages: Vec<String> = (events.chunks(100))
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect();
+        client.runtime.block_on(async {
+            for message in messages {
+                let ack = client
+                    .jetstream
+                    .publish("clicks.a", message.into())
+                    .await
+                    .unwrap();
+                ack.await.unwrap();
+            }
+        });
+    };
+    let (before, after) = events.split_at(3_050);
+    publish(before);
+    server.wait_for("a checkpoint", PATIENCE, || {
+        let status = server.status("batched");
+        match status["last_checkpoint"]["events"].as_u64() {
+            Some(n) if n > 1_000 => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
+    server.kill();
+    drop(server);
+    let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    publish(after);
+    server.wait_for_events_in("batched", events.len());
+    let expected = closed(&events);
+    let results = server.wait_for("every result once", PATIENCE, || {
+        let results = client.read_all("RESULTS");
+        if results.len() >= expected.len() {
+            Ok(results)
+        } else {
+            Err(format!("{} of {}", results.len(), expected.len()))
+        }
+    });
+    let records: Vec<Value> = results.into_iter().map(|(_, record)| record).collect();
+    assert_eq!(records.len(), expected.len(), "a result published twice");
+    assert_eq!(by_window(&records), expected);
+}

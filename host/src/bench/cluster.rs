@@ -59,7 +59,10 @@ pub fn cluster(
     let (runtime, jetstream) = super::jetstream_client(url).map_err(fail)?;
     runtime
         .block_on(super::publish_all(
-            &jetstream, &stream, &results, &nonce, &lines,
+            &jetstream,
+            (&stream, &results, &nonce),
+            &lines,
+            1,
         ))
         .map_err(fail)?;
 

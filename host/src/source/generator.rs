@@ -83,7 +83,7 @@ impl Source for Generator {
             offset: 0,
             rng: Some(self.rng),
             clock: None,
-            files: Vec::new(),
+            ..SourcePosition::default()
         }
     }
 

@@ -237,7 +237,7 @@ impl Source for LineReader {
             offset: self.offset - self.partial.len() as u64,
             rng: None,
             clock: self.clock,
-            files: Vec::new(),
+            ..SourcePosition::default()
         }
     }
 

@@ -41,6 +41,10 @@ pub struct SourcePosition {
     /// next).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<SourcePosition>,
+    /// A message of several events handed out in part (NATS): its sequence, and how many of
+    /// its lines were handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<(u64, u64)>,
 }
 
 /// What a source yields.

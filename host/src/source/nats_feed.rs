@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::nats::{Framing, NatsSource, sequence_and_time};
+use super::nats::{Framing, NatsSource, Taken};
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::spec::NatsSourceSpec;
 
@@ -112,8 +112,12 @@ fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBoo
             std::thread::sleep(TICK);
             continue;
         }
-        let message = match reader.next_message() {
-            Ok(Some(message)) => message,
+        let Taken {
+            message,
+            sequence,
+            published,
+        } = match reader.next_message() {
+            Ok(Some(taken)) => taken,
             Ok(None) => continue,
             Err(e) => {
                 // The stream cannot be read at all (no such stream): every run fails with it.
@@ -123,9 +127,6 @@ fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBoo
                 std::thread::sleep(TICK);
                 continue;
             }
-        };
-        let Ok((sequence, published)) = sequence_and_time(&message) else {
-            continue;
         };
         if sequence <= reader.framing_sequence() {
             continue;
@@ -185,7 +186,7 @@ impl Source for FeedSource {
                 message.sequence,
                 &message.subject,
                 message.published,
-                message.payload.to_vec(),
+                &message.payload,
             ))),
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),

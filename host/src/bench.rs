@@ -5,7 +5,7 @@
 //! build.
 
 mod cluster;
-pub use cluster::{ClusterReport, cluster};
+pub use cluster::{ClusterReport, ClusterShape, cluster};
 
 use std::path::PathBuf;
 
@@ -585,6 +585,8 @@ pub fn nats(
     let mut nats_spec = spec(options, OperatorCode::Component(options.module.clone()));
     nats_spec.source = SourceSpec::Nats(crate::spec::NatsSourceSpec {
         until: None,
+        partitions: None,
+        partition: None,
         url: url.into(),
         stream: events.clone(),
         subjects: Vec::new(),

@@ -1211,6 +1211,13 @@ enum BenchSuite {
         /// once per batch.
         #[arg(long, default_value_t = 1)]
         per_message: usize,
+        /// With --workers: cut the stream into this many partitions by key, each read by its
+        /// slice's worker alone (without: six slices, each reading the whole stream).
+        #[arg(long)]
+        partitions: Option<usize>,
+        /// With --workers: pin worker i to core i (taskset).
+        #[arg(long)]
+        pin: bool,
     },
 }
 
@@ -1221,7 +1228,7 @@ fn bench_nats(
     keys: u64,
     module: PathBuf,
     workers: &[usize],
-    per_message: usize,
+    (per_message, partitions, pin): (usize, Option<usize>, bool),
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=10_000).contains(&per_message),
@@ -1260,12 +1267,23 @@ fn bench_nats(
     );
     for &count in workers {
         anyhow::ensure!((1..=16).contains(&count), "--workers from 1 to 16");
-        let run = weir::bench::cluster(url, &module, events, keys, count)?;
+        let shape = weir::bench::ClusterShape {
+            workers: count,
+            partitions,
+            per_message,
+            pin,
+        };
+        let run = weir::bench::cluster(url, &module, (events, keys), shape)?;
+        let millions = events as f64 / 1e6;
         println!(
-            "shared by {count} worker process(es), 6 slices {:>8.0} events/s  ({} results, {:.2} s from the workers' start)",
+            "shared by {count} worker process(es), {}{} {:>8.0} events/s  ({} results, {:.2} s from the workers' start; CPU per million events: workers {:.2} s, nats-server {:.2} s)",
+            partitions.map_or("6 slices reading all".into(), |p| format!("{p} partitions")),
+            if pin { ", pinned" } else { "" },
             run.rate(),
             run.results,
-            run.elapsed.as_secs_f64()
+            run.elapsed.as_secs_f64(),
+            run.workers_cpu.as_secs_f64() / millions,
+            run.nats_cpu.as_secs_f64() / millions,
         );
     }
     Ok(())
@@ -1362,9 +1380,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         module,
         workers,
         per_message,
+        partitions,
+        pin,
     }) = args.suite
     {
-        return bench_nats(&nats, events, keys, module, &workers, per_message);
+        let shape = (per_message, partitions, pin);
+        return bench_nats(&nats, events, keys, module, &workers, shape);
     }
     let BenchArgs {
         suite: _,

@@ -299,6 +299,78 @@ pub struct NatsSourceSpec {
     /// Read no message after this stream sequence (a replay's end); never from a spec.
     #[serde(skip)]
     pub until: Option<u64>,
+    /// The stream cut into partitions by key (`partitions = { count = 6, subject =
+    /// "part.{partition}.*" }`): each a watermark partition, and a shared pipeline's slice.
+    #[serde(default)]
+    pub partitions: Option<NatsPartitions>,
+    /// Read only this partition (a shared pipeline's slice); never from a spec.
+    #[serde(skip)]
+    pub partition: Option<usize>,
+}
+
+/// A NATS stream cut into `count` partitions by its events' keys: partition `p`'s messages are
+/// on the subjects `subject` matches with its `{partition}` token made `p` (a server-side
+/// subject mapping, `{{partition(count, 1)}}` on the key's token, puts them there).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsPartitions {
+    /// How many partitions (2 to 64).
+    pub count: usize,
+    /// The subjects of a partition, one of whose tokens is `{partition}`.
+    pub subject: String,
+}
+
+/// The token of a partition's number in [`NatsPartitions::subject`].
+pub const PARTITION_TOKEN: &str = "{partition}";
+
+impl NatsPartitions {
+    /// Where `{partition}` is among the subject's tokens.
+    pub fn token(&self) -> usize {
+        (self.subject.split('.'))
+            .position(|token| token == PARTITION_TOKEN)
+            .unwrap_or(0)
+    }
+
+    /// The subjects of partition `p`.
+    pub fn subject_of(&self, p: usize) -> String {
+        self.subject.replace(PARTITION_TOKEN, &p.to_string())
+    }
+
+    /// The subjects of every partition (the token a wildcard).
+    pub fn all_subjects(&self) -> String {
+        self.subject.replace(PARTITION_TOKEN, "*")
+    }
+
+    /// The partition a message's subject names, if it names one of them.
+    pub fn of_subject<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let token = subject.split('.').nth(self.token())?;
+        token
+            .parse::<usize>()
+            .ok()
+            .filter(|p| *p < self.count && p.to_string() == token)
+            .map(|_| token)
+    }
+
+    fn check(&self) -> Result<()> {
+        if !(2..=64).contains(&self.count) {
+            return Err(invalid(
+                "source.partitions.count: from 2 to 64 (each is a shared pipeline's slice)",
+            ));
+        }
+        let tokens = self
+            .subject
+            .split('.')
+            .filter(|t| *t == PARTITION_TOKEN)
+            .count();
+        if tokens != 1 || self.subject.contains('>') {
+            return Err(invalid(format!(
+                "source.partitions.subject: one token is {PARTITION_TOKEN} (\"part.{PARTITION_TOKEN}.*\"), \
+                 and no >: not {:?}",
+                self.subject
+            )));
+        }
+        check_nats("source.partitions", "nats://x", &[&self.all_subjects()])
+    }
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),
@@ -1260,6 +1332,15 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
                 return Err(invalid(
                     "source.stream is a stream name without dots, with at most 64 subjects",
                 ));
+            }
+            if let Some(partitions) = &nats.partitions {
+                partitions.check()?;
+                if !nats.subjects.is_empty() {
+                    return Err(invalid(
+                        "source: a partitioned stream is read by its partitions' subjects; \
+                         leave out subjects",
+                    ));
+                }
             }
             SourceSpec::Nats(nats)
         }

@@ -118,6 +118,9 @@ pub struct PartitionedWatermark {
     current: Millis,
     /// The partitions known before any event (the spec lists them): never forgotten.
     known: crate::hashing::HashSet<std::sync::Arc<str>>,
+    /// The other processes' watermark, for a pipeline shared by several ([`PLUS_INFINITY`]:
+    /// none).
+    floor: Millis,
 }
 
 impl PartitionedWatermark {
@@ -153,6 +156,7 @@ impl PartitionedWatermark {
             clock,
             current,
             known: Default::default(),
+            floor: PLUS_INFINITY,
         }
     }
 
@@ -225,15 +229,39 @@ impl PartitionedWatermark {
 
     /// Moves to the minimum over active partitions if that is ahead; returns the new watermark.
     fn recompute(&mut self) -> Option<Millis> {
-        self.settle();
-        let candidate = (self.partitions.values())
-            .filter(|mark| self.active(mark))
-            .map(|mark| mark.max_timestamp.saturating_sub(self.bound))
-            .min()?;
+        let candidate = match (self.local(), self.floor) {
+            (Some(local), floor) => local.min(floor),
+            // Nothing here holds it back: the other processes' partitions decide.
+            (None, floor) if floor < PLUS_INFINITY => floor,
+            (None, _) => return None,
+        };
         (candidate > self.current).then(|| {
             self.current = candidate;
             candidate
         })
+    }
+
+    /// The watermark of this process's own partitions: the minimum over the active ones, or
+    /// `None` when every one is idle or ended (or there is none yet). What a process sharing a
+    /// pipeline publishes for the others.
+    pub fn local(&mut self) -> Option<Millis> {
+        self.settle();
+        (self.partitions.values())
+            .filter(|mark| self.active(mark))
+            .map(|mark| mark.max_timestamp.saturating_sub(self.bound))
+            .min()
+    }
+
+    /// The other processes sharing the pipeline hold the watermark at most at `floor` (the
+    /// minimum of their partitions' published watermarks; [`PLUS_INFINITY`]: alone): the
+    /// watermark is the lower of that and this process's own, as a downstream task's is the
+    /// minimum over its inputs. Returns the new watermark if it advanced.
+    pub fn set_floor(&mut self, floor: Millis) -> Option<Millis> {
+        if floor == self.floor {
+            return None;
+        }
+        self.floor = floor;
+        self.recompute()
     }
 
     /// Partition `partition` ended: it no longer holds the watermark back. Returns the new
@@ -291,7 +319,10 @@ impl PartitionedWatermark {
                 mark.last_seen = clock.or(mark.last_seen);
                 return Ok(None);
             }
-            if self.partitions.is_empty() && self.idle_timeout.is_none() {
+            if self.partitions.is_empty()
+                && self.idle_timeout.is_none()
+                && self.floor == PLUS_INFINITY
+            {
                 mark.max_timestamp = timestamp;
                 mark.last_seen = clock.or(mark.last_seen);
                 let candidate = timestamp.saturating_sub(self.bound);

@@ -17,6 +17,7 @@ mod nats;
 mod nexmark;
 mod old_contracts;
 mod operator_rollouts;
+mod partitioned;
 mod polyglot;
 mod properties;
 mod quotas;

@@ -211,8 +211,27 @@ impl Client {
         });
     }
 
+    /// Every message of `stream`: its subject and payload.
+    pub(crate) fn read_all_subjects(&self, stream: &str) -> Vec<(String, Value)> {
+        self.read_messages(stream, |message| message.subject.to_string())
+    }
+
     /// Every message of `stream`: its `Nats-Msg-Id` and payload.
     pub(crate) fn read_all(&self, stream: &str) -> Vec<(String, Value)> {
+        self.read_messages(stream, |message| {
+            (message.headers.as_ref())
+                .and_then(|h| h.get("Nats-Msg-Id"))
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Every message of `stream`: what `label` says of it, and its payload.
+    fn read_messages(
+        &self,
+        stream: &str,
+        label: impl Fn(&async_nats::jetstream::Message) -> String,
+    ) -> Vec<(String, Value)> {
         self.runtime.block_on(async {
             let mut stream = self.jetstream.get_stream(stream).await.unwrap();
             // Every message the stream holds now, however slowly a loaded machine delivers
@@ -231,13 +250,10 @@ impl Client {
             while let Ok(Some(Ok(message))) =
                 tokio::time::timeout(wait(&out), messages.next()).await
             {
-                let id = message
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get("Nats-Msg-Id"))
-                    .map(|v| v.to_string())
-                    .unwrap_or_default();
-                out.push((id, serde_json::from_slice(&message.payload).unwrap()));
+                out.push((
+                    label(&message),
+                    serde_json::from_slice(&message.payload).unwrap(),
+                ));
             }
             out
         })
@@ -312,10 +328,16 @@ fn run(spec: &std::path::Path) -> Child {
 }
 
 pub(crate) fn wait_for_results(client: &Client, n: usize) -> Vec<(String, Value)> {
+    wait_for_stream(client, "RESULTS", n)
+}
+
+/// Waits (up to two minutes) for `n` messages on `stream`: every message it then holds, by
+/// `Nats-Msg-Id`.
+pub(crate) fn wait_for_stream(client: &Client, stream: &str, n: usize) -> Vec<(String, Value)> {
     // Long enough for a loaded machine: a server's outage costs the cluster a lease or two.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let results = client.read_all("RESULTS");
+        let results = client.read_all(stream);
         if results.len() >= n || Instant::now() > deadline {
             return results;
         }

@@ -20,6 +20,51 @@ pub struct ClusterReport {
     pub elapsed: Duration,
     /// Results expected (and counted).
     pub results: usize,
+    /// CPU time the workers used, summed.
+    pub workers_cpu: Duration,
+    /// CPU time the machine's `nats-server` processes used meanwhile.
+    pub nats_cpu: Duration,
+}
+
+/// How a cluster run is set up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClusterShape {
+    /// Worker processes.
+    pub workers: usize,
+    /// Cut the stream into this many partitions (slices), each read by its slice's worker
+    /// alone; `None`: six slices, each reading the whole stream.
+    pub partitions: Option<usize>,
+    /// Events per message.
+    pub per_message: usize,
+    /// Pin worker `i` to core `i` (modulo the machine's cores).
+    pub pin: bool,
+}
+
+/// The CPU time (user and system) of process `pid` so far, from `/proc`.
+fn cpu_of(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    let after_name = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// The CPU time of every `nats-server` process of the machine so far.
+fn nats_server_cpu() -> Duration {
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    entries
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "nats-server")
+        })
+        .map(cpu_of)
+        .sum()
 }
 
 impl ClusterReport {
@@ -30,14 +75,13 @@ impl ClusterReport {
 }
 
 /// Publishes `events` events (`keys` keys, one per ms) to a fresh stream of the server at
-/// `url`, deploys a count-sum over them in six slices and times `workers` worker processes
-/// (this executable) until every 1-minute window's result is published.
+/// `url`, deploys a count-sum over them as `shape` says and times its worker processes (this
+/// executable) until every 1-minute window's result is published.
 pub fn cluster(
     url: &str,
     module: &Path,
-    events: u64,
-    keys: u64,
-    workers: usize,
+    (events, keys): (u64, u64),
+    shape: ClusterShape,
 ) -> Result<ClusterReport, PipelineError> {
     let fail = |e: String| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
     let base = super::EVENTS_FROM_MS;
@@ -45,11 +89,12 @@ pub fn cluster(
     let expected: BTreeSet<(u64, i64)> = (0..events)
         .map(|i| (i % keys, (base + i as i64) / 60_000))
         .collect();
-    // One event far ahead closes every window.
-    lines.push(format!(
-        "{{\"key\":\"end\",\"ts\":{},\"amount\":0}}",
-        base + 10_000_000_000
-    ));
+    // Events far ahead close every window: one on each partition.
+    let far = base + 10_000_000_000;
+    let closing = closing_keys(shape.partitions.unwrap_or(1));
+    for key in &closing {
+        lines.push(format!("{{\"key\":\"{key}\",\"ts\":{far},\"amount\":0}}"));
+    }
 
     let nonce = format!("c{}{}", std::process::id(), crate::time::wall_clock_ms());
     let (stream, results) = (
@@ -57,14 +102,21 @@ pub fn cluster(
         format!("WEIR_BENCH_OUT_{nonce}"),
     );
     let (runtime, jetstream) = super::jetstream_client(url).map_err(fail)?;
-    runtime
-        .block_on(super::publish_all(
+    match shape.partitions {
+        None => runtime.block_on(super::publish_all(
             &jetstream,
             (&stream, &results, &nonce),
             &lines,
-            1,
-        ))
-        .map_err(fail)?;
+            shape.per_message,
+        )),
+        Some(count) => runtime.block_on(publish_partitioned(
+            &jetstream,
+            (&stream, &results, &nonce),
+            &lines,
+            (count, shape.per_message),
+        )),
+    }
+    .map_err(fail)?;
 
     let dir = super::tempfile_dir().map_err(|e| fail(e.to_string()))?;
     let name = format!("bench-{nonce}");
@@ -76,6 +128,7 @@ checkpoint_interval = "1s"
 type = "nats"
 url = "{url}"
 stream = "{stream}"
+{partitioned}
 [event]
 key = "key"
 timestamp = "ts"
@@ -91,16 +144,31 @@ module = {module:?}
 results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
 "#,
         module = std::fs::canonicalize(module)
-            .map_err(|e| fail(format!("{}: {e}", module.display())))?
+            .map_err(|e| fail(format!("{}: {e}", module.display())))?,
+        partitioned = match shape.partitions {
+            Some(count) => format!(
+                "partitions = {{ count = {count}, subject = \"bench.{nonce}.{{partition}}.*\" }}"
+            ),
+            None => String::new(),
+        }
     );
     std::fs::write(&spec, text).map_err(|e| fail(e.to_string()))?;
     crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.to_string()))?;
 
     let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nats_before = nats_server_cpu();
     let started = Instant::now();
     let mut children = Workers(Vec::new());
-    for index in 0..workers {
-        let child = Command::new(&exe)
+    for index in 0..shape.workers {
+        let mut command = if shape.pin {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", &(index % cores).to_string()]).arg(&exe);
+            taskset
+        } else {
+            Command::new(&exe)
+        };
+        let child = command
             .args(["worker", "--nats", url, "--pipeline", &name, "--id"])
             .arg(format!("w{index}"))
             .arg("--dir")
@@ -135,6 +203,8 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
+    let workers_cpu = children.0.iter().map(|child| cpu_of(child.id())).sum();
+    let nats_cpu = nats_server_cpu().saturating_sub(nats_before);
     drop(children);
     runtime.block_on(async {
         let _ = jetstream.delete_stream(&stream).await;
@@ -143,11 +213,83 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
     let _ = std::fs::remove_dir_all(&dir);
     let elapsed = outcome.map_err(fail)?;
     Ok(ClusterReport {
-        workers,
+        workers: shape.workers,
         events,
         elapsed,
-        results: expected.len(),
+        results: expected.len() + closing.len(),
+        workers_cpu,
+        nats_cpu,
     })
+}
+
+/// A key on each of `count` partitions, for the events that close the windows.
+fn closing_keys(count: usize) -> Vec<String> {
+    let mut by_partition = std::collections::BTreeMap::new();
+    for n in 0.. {
+        let key = format!("end{n}");
+        by_partition
+            .entry(crate::source::partition_of_key(&key, count))
+            .or_insert(key);
+        if by_partition.len() == count {
+            break;
+        }
+    }
+    by_partition.into_values().collect()
+}
+
+/// Creates the events and results streams and publishes `lines` to their keys' partitions'
+/// subjects, `bench.<nonce>.<partition>.<key>`, `per_message` of one partition to a message,
+/// as a server's subject mapping would place them.
+async fn publish_partitioned(
+    jetstream: &async_nats::jetstream::Context,
+    (events, results, nonce): (&str, &str, &str),
+    lines: &[String],
+    (count, per_message): (usize, usize),
+) -> Result<(), String> {
+    use async_nats::jetstream::stream::Config;
+    for (name, subject) in [
+        (events, format!("bench.{nonce}.>")),
+        (results, format!("bench-results.{nonce}")),
+    ] {
+        let config = Config {
+            name: name.to_owned(),
+            subjects: vec![subject],
+            ..Default::default()
+        };
+        jetstream
+            .create_stream(config)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let key_of = |line: &str| -> String {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+        value["key"].as_str().unwrap_or_default().to_owned()
+    };
+    let mut by_partition: Vec<Vec<&String>> = vec![Vec::new(); count];
+    for line in lines {
+        by_partition[crate::source::partition_of_key(&key_of(line), count)].push(line);
+    }
+    let mut acks = Vec::new();
+    for (partition, lines) in by_partition.iter().enumerate() {
+        for message in lines.chunks(per_message.max(1)) {
+            let subject = format!("bench.{nonce}.{partition}.{}", key_of(message[0]));
+            let payload: Vec<&str> = message.iter().map(|line| line.as_str()).collect();
+            let ack = jetstream
+                .publish(subject, payload.join("\n").into())
+                .await
+                .map_err(|e| e.to_string())?;
+            acks.push(ack);
+            if acks.len() >= 2_000 {
+                for ack in acks.drain(..) {
+                    ack.await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The worker processes of a run, killed however the run ends (a failed spawn included).

@@ -52,6 +52,19 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
     let spec = PipelineSpec::load(path)?;
     check_name("pipeline name", &spec.name)?;
     check_shareable(&spec)?;
+    // A partitioned stream is cut into slices by its partitions, one each.
+    let partitions = match &spec.source {
+        crate::spec::SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+        _ => None,
+    };
+    if let (Some(partitions), Some(slices)) = (partitions, slices)
+        && partitions != slices
+    {
+        return Err(ClusterError::Unshareable(format!(
+            "--slices {slices}: a stream cut into {partitions} partitions is shared in {partitions} slices, one per partition"
+        )));
+    }
+    let slices = slices.or(partitions);
     let connection = Connection::open(url)?;
     let existing = match fetch_record(&connection, &spec.name) {
         Ok(existing) => Some(existing),
@@ -67,7 +80,9 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
         && existing.slices != slices
     {
         return Err(ClusterError::Unshareable(format!(
-            "pipeline {} is deployed in {} slices; its state is kept by slice, so it cannot be cut into {slices} (deploy it under another name)",
+            "pipeline {} is deployed in {} slices (its stream's partitions, if it is cut into \
+             partitions); its state is kept by slice, so it cannot be cut into {slices}: keep the \
+             partition count, or deploy it under another name",
             spec.name, existing.slices
         )));
     }
@@ -215,10 +230,13 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
             uploaded.insert(slice.to_string(), value);
         }
     }
+    // A partitioned stream's slices' watermarks (the pipeline's is the lowest of them).
+    let watermarks = super::watermarks::published(&connection, name, record.slices)?;
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
         "uploaded": uploaded,
+        "watermarks": watermarks,
         "slices": record.slices,
         "members": leases.members()?,
         "owners": owners,

@@ -23,6 +23,7 @@ mod leases;
 mod renewer;
 mod rollout;
 mod snapshots;
+mod watermarks;
 mod worker;
 
 use std::time::Duration;

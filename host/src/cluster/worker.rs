@@ -18,6 +18,7 @@ use super::leases::Leases;
 use super::renewer::Renewer;
 use super::rollout::{FetchedCode, read_routing, resolver};
 use super::snapshots::{Snapshots, Uploader};
+use super::watermarks::{Exchange, Runs};
 use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable};
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
 use crate::rollout::Routing;
@@ -58,8 +59,13 @@ pub struct Worker {
     running: BTreeMap<usize, SliceRun>,
     failed: BTreeMap<usize, Instant>,
     stop: Arc<AtomicBool>,
-    /// The one reader of the input stream, shared by this worker's slices.
-    feed: NatsFeed,
+    /// The one reader of the input stream, shared by this worker's slices (a partitioned
+    /// stream has none: each slice reads its own partition).
+    feed: Option<NatsFeed>,
+    /// A partitioned stream's slices' runs here, whose watermarks `exchange` shares with
+    /// the other workers'.
+    runs: Runs,
+    _exchange: Option<Exchange>,
     connection: Arc<Connection>,
     /// The components fetched, for the spec and for rollouts.
     code: FetchedCode,
@@ -90,10 +96,27 @@ impl Worker {
         let SourceSpec::Nats(input) = &spec.source else {
             unreachable!("check_shareable refuses other sources")
         };
-        let feed =
-            NatsFeed::start(input.clone()).map_err(|e| ClusterError::Unshareable(e.to_string()))?;
+        let runs = Runs::default();
+        let (feed, exchange) = match &input.partitions {
+            Some(_) => {
+                let exchange = Exchange::start(
+                    connection.clone(),
+                    &record.name,
+                    record.slices,
+                    runs.clone(),
+                )?;
+                (None, Some(exchange))
+            }
+            None => {
+                let feed = NatsFeed::start(input.clone())
+                    .map_err(|e| ClusterError::Unshareable(e.to_string()))?;
+                (Some(feed), None)
+            }
+        };
         Ok(Worker {
             feed,
+            runs,
+            _exchange: exchange,
             connection,
             code,
             routing: None,
@@ -240,6 +263,14 @@ impl Worker {
         let mut spec = self.spec.clone();
         spec.state = StateSpec::Redb(data);
         spec.shards = Some(spec.shards.unwrap_or(1));
+        // A partitioned stream's slice reads its partition alone, every key of it.
+        let partitioned = match &mut spec.source {
+            SourceSpec::Nats(nats) if nats.partitions.is_some() => {
+                nats.partition = Some(slice);
+                true
+            }
+            _ => false,
+        };
         let uploader = Uploader::start(
             self.snapshots.clone(),
             &self.record.name,
@@ -252,17 +283,23 @@ impl Worker {
             source,
         })?;
         let label = format!("{}/slice-{slice}", self.record.name);
-        let control = Arc::new(
-            PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
-                .with_commit_listener(uploader.listener())
-                .with_source(Box::new(self.feed.source())),
-        );
+        let control = PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
+            .with_commit_listener(uploader.listener());
+        let control = Arc::new(match &self.feed {
+            Some(feed) => control.with_source(Box::new(feed.source())),
+            None => control,
+        });
+        if partitioned {
+            // Held back until the other slices' watermarks are known.
+            control.shared_watermark.enable(crate::time::MINUS_INFINITY);
+            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
+        }
         if let Some((_, routing)) = &self.routing {
             control.request(routing.clone());
         }
         let options = RunOptions {
             fresh: false,
-            key_groups: Some(KeyGroups::slice(slice, self.record.slices)),
+            key_groups: (!partitioned).then(|| KeyGroups::slice(slice, self.record.slices)),
         };
         let thread = std::thread::Builder::new()
             .name(format!("weir-slice-{slice}"))
@@ -304,6 +341,7 @@ impl Worker {
         let Some(run) = self.running.remove(&slice) else {
             return;
         };
+        self.runs.lock().expect("runs lock").remove(&slice);
         run.control.stop();
         let outcome = run.thread.join();
         let uploaded = run.uploader.finish();
@@ -324,6 +362,7 @@ impl Worker {
         let Some(run) = self.running.remove(&slice) else {
             return;
         };
+        self.runs.lock().expect("runs lock").remove(&slice);
         run.uploader.fence();
         run.control.stop();
         if let Ok(Err(e)) = run.thread.join() {

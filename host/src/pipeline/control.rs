@@ -13,7 +13,7 @@ use crate::source::IngestGate;
 use crate::spec::StateQuotaSpec;
 
 use super::telemetry::PipelineMetrics;
-use crate::time::MINUS_INFINITY;
+use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 
 /// One result record as sent to subscribers: the byte offset where it ends in the results file
 /// (its id: the same record has the same offset in every replay), and its JSON line.
@@ -75,6 +75,67 @@ impl Default for LiveStats {
     }
 }
 
+/// The watermark of a run that shares its pipeline with runs elsewhere (a slice of a
+/// partitioned stream): what its own partitions say, for the others, and the lowest of what
+/// theirs say, which holds its own back. Unused by a run alone.
+#[derive(Debug)]
+pub struct SharedWatermark {
+    enabled: AtomicBool,
+    /// The others' watermark ([`PLUS_INFINITY`]: none holds this one back).
+    floor: AtomicI64,
+    /// This run's own partitions' watermark, [`MINUS_INFINITY`] before any.
+    local: AtomicI64,
+    /// Whether every one of its partitions is idle (it holds nothing back).
+    idle: AtomicBool,
+}
+
+impl Default for SharedWatermark {
+    fn default() -> Self {
+        SharedWatermark {
+            enabled: AtomicBool::new(false),
+            floor: AtomicI64::new(PLUS_INFINITY),
+            local: AtomicI64::new(MINUS_INFINITY),
+            idle: AtomicBool::new(false),
+        }
+    }
+}
+
+impl SharedWatermark {
+    /// Whether the run shares its watermark (set before it starts).
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Makes the run share its watermark, held at first by `floor`.
+    pub fn enable(&self, floor: Millis) {
+        self.floor.store(floor, Ordering::Relaxed);
+        self.enabled.store(true, Ordering::Relaxed);
+    }
+
+    /// The others' watermark.
+    pub fn floor(&self) -> Millis {
+        self.floor.load(Ordering::Relaxed)
+    }
+
+    /// Sets the others' watermark.
+    pub fn set_floor(&self, floor: Millis) {
+        self.floor.store(floor, Ordering::Relaxed);
+    }
+
+    /// What the run's own partitions say: their watermark, or `None` when all are idle.
+    pub fn local(&self) -> Option<Millis> {
+        (!self.idle.load(Ordering::Relaxed)).then(|| self.local.load(Ordering::Relaxed))
+    }
+
+    /// Records the run's own partitions' watermark (`None`: all idle).
+    pub(crate) fn set_local(&self, local: Option<Millis>) {
+        self.idle.store(local.is_none(), Ordering::Relaxed);
+        if let Some(local) = local {
+            self.local.store(local, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Shared between a running pipeline and its controller.
 pub struct PipelineControl {
     stop: AtomicBool,
@@ -86,6 +147,8 @@ pub struct PipelineControl {
     pub metrics: PipelineMetrics,
     /// Live figures.
     pub stats: LiveStats,
+    /// The watermark, when the pipeline is shared with runs elsewhere.
+    pub shared_watermark: SharedWatermark,
     /// Every result record, as a JSON line, once it is written and flushed.
     pub results: tokio::sync::broadcast::Sender<ResultLine>,
     /// Whether every batch's results are flushed and sent (resumable streams), or only while
@@ -160,6 +223,7 @@ impl PipelineControl {
             counters: CounterBook::labelled(pipeline),
             metrics: PipelineMetrics::new(pipeline),
             stats: LiveStats::default(),
+            shared_watermark: SharedWatermark::default(),
             results: tokio::sync::broadcast::channel(1024).0,
             resolve,
             shadow_log,

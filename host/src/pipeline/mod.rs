@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, instrument};
 
-pub use control::{CommitListener, LiveStats, PipelineControl, ResolveError, Resolver, ResultLine};
+pub use control::{
+    CommitListener, LiveStats, PipelineControl, ResolveError, Resolver, ResultLine, SharedWatermark,
+};
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
@@ -364,6 +366,10 @@ fn run_with_control(
         key_groups: options.key_groups,
         spent: &spent,
         crossing_projection: build::router_crossings(spec, &loaded),
+        partition_count: match &spec.source {
+            SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+            _ => None,
+        },
     };
     let start = router::Start {
         events: manifest.as_ref().map_or(0, |m| m.events),

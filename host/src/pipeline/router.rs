@@ -60,6 +60,8 @@ pub(super) struct Router<'a> {
     /// [`Crossing`](crate::event::Crossing) for its calls (see
     /// [`super::build::router_crossings`]).
     pub crossing_projection: Option<Projection>,
+    /// A partitioned NATS stream's partition count: each event must come on its key's.
+    pub partition_count: Option<usize>,
 }
 
 struct Batch {
@@ -179,6 +181,15 @@ impl Reading {
             batch.advances.push((self.seq.saturating_sub(1), w));
         }
     }
+
+    /// For a run sharing its pipeline with runs elsewhere: publishes its own partitions'
+    /// watermark, and takes the others' as a floor, which may move the watermark.
+    fn share(&mut self, shared: &crate::pipeline::control::SharedWatermark, batch: &mut Batch) {
+        shared.set_local(self.watermark.local());
+        if let Some(w) = self.watermark.set_floor(shared.floor()) {
+            batch.advances.push((self.seq.saturating_sub(1), w));
+        }
+    }
 }
 
 /// What a checkpoint covers: events, the watermark, and the source's position.
@@ -217,6 +228,7 @@ impl Router<'_> {
         let mut reading = Reading::new(spec, &start, source.position().clock);
         let mut batch = Batch::new(self.shards.len());
         let mut pacing = Pacing::new(start.events, start.watermark, source.position());
+        let sharing = self.control.shared_watermark.enabled();
         // A share's lists are sized once: grown by doubling, a large batch was copied a dozen
         // times, into freshly zeroed pages (10 % of the router's time).
         let share_size =
@@ -250,6 +262,9 @@ impl Router<'_> {
                 );
             }
             reading.mark(&record, &mut batch);
+            if sharing && (tick || batch.records.is_multiple_of(64)) {
+                reading.share(&self.control.shared_watermark, &mut batch);
+            }
             // The record's event, if any, taken through each step in place: decoded, placed
             // by the join, observed by the watermark, its key bucketed, staged. A chain of
             // `Option<Event>`s copied the event at each step (a fifth of the routing loop's
@@ -273,6 +288,12 @@ impl Router<'_> {
                             break 'event;
                         }
                     }
+                }
+                if let Some(count) = self.partition_count
+                    && let Some(dead) = outside_partition(&event, count, &reading.named_partition)
+                {
+                    batch.dead.push(dead);
+                    break 'event;
                 }
                 let field = spec.partition_field.as_deref();
                 let partition = partition_of(&event, field, &reading.named_partition);
@@ -592,9 +613,10 @@ impl Router<'_> {
     }
 }
 
-/// The watermark partitions a spec names before any event: the files it lists, and the NATS
+/// The watermark partitions a spec names before any event: the files it lists, the NATS
 /// subjects it lists without wildcards (a subject a wildcard matches is known from its first
-/// message on). An event field naming partitions names none ahead.
+/// message on), and a partitioned stream's partitions it reads (all, or a slice's one). An
+/// event field naming partitions names none ahead.
 fn known_partitions(spec: &PipelineSpec) -> Vec<String> {
     if spec.partition_field.is_some() {
         return Vec::new();
@@ -603,12 +625,45 @@ fn known_partitions(spec: &PipelineSpec) -> Vec<String> {
         crate::spec::SourceSpec::Files(files) => {
             files.iter().map(|(_, name)| name.clone()).collect()
         }
-        crate::spec::SourceSpec::Nats(nats) => (nats.subjects.iter())
-            .filter(|subject| !subject.contains(['*', '>']))
-            .cloned()
-            .collect(),
+        crate::spec::SourceSpec::Nats(nats) => match (&nats.partitions, nats.partition) {
+            (Some(_), Some(p)) => vec![p.to_string()],
+            (Some(partitions), None) => (0..partitions.count).map(|p| p.to_string()).collect(),
+            (None, _) => (nats.subjects.iter())
+                .filter(|subject| !subject.contains(['*', '>']))
+                .cloned()
+                .collect(),
+        },
         _ => Vec::new(),
     }
+}
+
+/// The dead letter of an event of a partitioned stream that came on another partition than its
+/// key's (a producer publishing outside the partition scheme, or a message whose subject names
+/// no partition): read here, its key's state would be split between two owners.
+fn outside_partition(
+    event: &Event,
+    count: usize,
+    named: &Option<std::sync::Arc<str>>,
+) -> Option<DeadLetter> {
+    let expected = crate::source::partition_of_key(&event.key, count);
+    if named
+        .as_deref()
+        .is_some_and(|named| named == expected.to_string())
+    {
+        return None;
+    }
+    Some(DeadLetter {
+        line: event.line,
+        raw: event.to_json().to_string(),
+        reason: format!(
+            "key {:?} belongs to partition {expected} of {count}, but came on {}: publish each \
+             event to its key's partition (the subject mapping's {{{{partition({count}, ...)}}}} \
+             of the key's token)",
+            &*event.key,
+            named.as_deref().unwrap_or("no partition")
+        ),
+        cause: crate::event::DeadCause::Input,
+    })
 }
 
 /// The event a record carries, if any: a line is decoded (a bad one, or one too far ahead of

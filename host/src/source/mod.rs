@@ -14,7 +14,7 @@ pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
 pub use lines::LineReader;
-pub use nats::NatsSource;
+pub use nats::{NatsSource, partition_of_key};
 pub use nats_feed::{FeedSource, NatsFeed};
 pub use nexmark::Nexmark;
 

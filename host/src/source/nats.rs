@@ -79,6 +79,21 @@ pub(super) struct Framing {
     /// After a resume: the message handed out in part before (its sequence) and how many of
     /// its lines were.
     skip: Option<(u64, u64)>,
+    /// A partitioned stream's partitions: a message's watermark partition is its partition's
+    /// number, not its whole subject (which names its key too).
+    partitions: Option<crate::spec::NatsPartitions>,
+}
+
+/// The partition of a stream cut into `count` partitions that `key` belongs to: what a NATS
+/// server's subject mapping `{{partition(count, 1)}}` computes from the key's token (FNV-1a,
+/// 32 bits, of its bytes, modulo `count`).
+pub fn partition_of_key(key: &str, count: usize) -> usize {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in key.as_bytes() {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    (hash % count.max(1) as u32) as usize
 }
 
 /// A message being handed out a line at a time: its sequence, its lines not handed out yet,
@@ -138,6 +153,9 @@ impl Framing {
             lines,
             taken,
         });
+        let subject = (self.partitions.as_ref())
+            .and_then(|partitions| partitions.of_subject(subject))
+            .unwrap_or(subject);
         let same_subject = self.subject.as_deref() == Some(subject);
         let clock_moved = published >= self.clock.unwrap_or(i64::MIN).saturating_add(CLOCK_STEP);
         if same_subject && !clock_moved {
@@ -172,8 +190,17 @@ impl Framing {
             line: position.line,
             clock: position.clock,
             skip: position.part,
+            partitions: self.partitions.take(),
             ..Framing::default()
         };
+    }
+
+    /// Framing for a stream cut into `partitions`, if it is.
+    pub(super) fn partitioned(partitions: Option<crate::spec::NatsPartitions>) -> Framing {
+        Framing {
+            partitions,
+            ..Framing::default()
+        }
     }
 }
 
@@ -197,6 +224,7 @@ impl NatsSource {
     /// A source over `spec`; it connects on the first read (after a resume, if any).
     pub fn new(spec: NatsSourceSpec) -> Result<NatsSource, SourceError> {
         let runtime = client_runtime().map_err(|e| fail(&spec, e))?;
+        let framing = Framing::partitioned(spec.partitions.clone());
         Ok(NatsSource {
             spec,
             runtime,
@@ -205,7 +233,7 @@ impl NatsSource {
             ready: Default::default(),
             opened: false,
             watch: ClientWatch::default(),
-            framing: Framing::default(),
+            framing,
             delivered: 0,
         })
     }
@@ -232,7 +260,13 @@ impl NatsSource {
             let (client, watch) = (jetstream.client(), self.watch.clone());
             (self.runtime).block_on(async move { first_connection(&client, &watch).await })?;
         }
-        let (stream, subjects) = (self.spec.stream.clone(), self.spec.subjects.clone());
+        let stream = self.spec.stream.clone();
+        // A partitioned stream is read by its partitions' subjects: one (a slice's), or all.
+        let subjects = match (&self.spec.partitions, self.spec.partition) {
+            (Some(partitions), Some(p)) => vec![partitions.subject_of(p)],
+            (Some(partitions), None) => vec![partitions.all_subjects()],
+            (None, _) => self.spec.subjects.clone(),
+        };
         let start = self.framing.sequence + 1;
         let opened: Result<Messages, String> = self.runtime.block_on(async move {
             let stream = jetstream.get_stream(&stream).await.map_err(|e| {

@@ -1,0 +1,256 @@
+//! One watermark for a partitioned pipeline shared by workers ([`Exchange`]). Each slice reads
+//! one partition of the stream, so its own watermark is that partition's; the pipeline's is the
+//! minimum over every partition's, as a downstream task's is the minimum over its input
+//! channels. Every [`EXCHANGE_EVERY`], a worker publishes the watermark of each slice it runs to
+//! the key-value bucket `weir-watermarks` (`<pipeline>.<slice>`: `{"watermark": ms}`, or
+//! `{"idle": true}` when its partition is idle) and reads every slice's, and each of its runs
+//! takes the lowest of the *other* slices' as a floor under its own: a slice never heard of
+//! holds everything back, an idle one nothing. The values outlive their writers, so a slice
+//! between owners still holds the others at its last published watermark, and a new owner
+//! resumes from its checkpoint, at or below it.
+//!
+//! Depends on `pipeline` (a run's shared watermark) and the cluster's connection.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::kv::Store;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::{Connection, Result};
+use crate::pipeline::PipelineControl;
+use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
+
+/// The key-value bucket of the slices' watermarks.
+const WATERMARKS_BUCKET: &str = "weir-watermarks";
+/// How often a worker publishes its slices' watermarks and reads the others'.
+pub const EXCHANGE_EVERY: Duration = Duration::from_millis(100);
+
+/// What a slice says of its partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Published {
+    /// Its partition's watermark.
+    Watermark {
+        /// Event time, ms.
+        watermark: Millis,
+    },
+    /// Its partition is idle: it holds nothing back.
+    Idle {
+        /// Always true.
+        idle: bool,
+    },
+}
+
+impl Published {
+    fn of(local: Option<Millis>) -> Published {
+        match local {
+            Some(watermark) => Published::Watermark { watermark },
+            None => Published::Idle { idle: true },
+        }
+    }
+}
+
+/// The slice runs of one worker whose watermarks it exchanges, by slice.
+pub(super) type Runs = Arc<Mutex<BTreeMap<usize, Arc<PipelineControl>>>>;
+
+/// A worker's exchange of its slices' watermarks with the other workers'.
+pub(super) struct Exchange {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exchange {
+    /// Starts exchanging the watermarks of `runs`, slices of `pipeline` cut into `slices`.
+    pub(super) fn start(
+        connection: Arc<Connection>,
+        pipeline: &str,
+        slices: usize,
+        runs: Runs,
+    ) -> Result<Exchange> {
+        let bucket = connection.bucket(WATERMARKS_BUCKET, Duration::ZERO)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut exchanging = Exchanging {
+            connection,
+            bucket,
+            pipeline: pipeline.to_owned(),
+            slices,
+            runs,
+            written: BTreeMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("weir-watermarks".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        exchanging.round();
+                        std::thread::sleep(EXCHANGE_EVERY);
+                    }
+                }
+            })
+            .map_err(|source| super::ClusterError::Io {
+                path: std::path::PathBuf::from("watermark exchange"),
+                source,
+            })?;
+        Ok(Exchange {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Exchanging {
+    connection: Arc<Connection>,
+    bucket: Store,
+    pipeline: String,
+    slices: usize,
+    runs: Runs,
+    /// What was last published for each slice run here.
+    written: BTreeMap<usize, Published>,
+}
+
+impl Exchanging {
+    fn key(&self, slice: usize) -> String {
+        format!("{}.{slice}", self.pipeline)
+    }
+
+    /// Publishes what changed, reads every slice's, and sets each run's floor.
+    fn round(&mut self) {
+        if !self.connection.connected() {
+            return; // the runs keep their floors: they can only have been too low
+        }
+        let runs: Vec<(usize, Arc<PipelineControl>)> = (self.runs.lock().expect("runs lock"))
+            .iter()
+            .map(|(slice, control)| (*slice, control.clone()))
+            .collect();
+        self.written
+            .retain(|slice, _| runs.iter().any(|(s, _)| s == slice));
+        for (slice, control) in &runs {
+            let published = Published::of(control.shared_watermark.local());
+            if self.written.get(slice) == Some(&published) {
+                continue;
+            }
+            let value = serde_json::to_vec(&published).expect("serialises");
+            let put = self.bucket.put(self.key(*slice), value.into());
+            match self.connection.block_on(timed(put)) {
+                Ok(Ok(_)) => {
+                    self.written.insert(*slice, published);
+                }
+                _ => {
+                    warn!(pipeline = %self.pipeline, slice, "could not publish a slice's watermark")
+                }
+            }
+        }
+        let Some(all) = self.read_all() else {
+            return;
+        };
+        for (slice, control) in &runs {
+            control.shared_watermark.set_floor(floor(&all, *slice));
+        }
+    }
+
+    /// Every slice's published watermark (`None` for a slice never heard of), or `None` if
+    /// the bucket could not be read.
+    fn read_all(&self) -> Option<Vec<Option<Published>>> {
+        let mut all = Vec::with_capacity(self.slices);
+        for slice in 0..self.slices {
+            let got = self.bucket.get(self.key(slice));
+            match self.connection.block_on(timed(got)) {
+                Ok(Ok(value)) => {
+                    all.push(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()));
+                }
+                _ => return None,
+            }
+        }
+        Some(all)
+    }
+}
+
+/// The floor under slice `own`: the lowest watermark the other slices published (one never
+/// heard of: minus infinity; an idle one: none).
+fn floor(all: &[Option<Published>], own: usize) -> Millis {
+    (all.iter().enumerate())
+        .filter(|(slice, _)| *slice != own)
+        .filter_map(|(_, published)| match published {
+            None => Some(MINUS_INFINITY),
+            Some(Published::Watermark { watermark }) => Some(*watermark),
+            Some(Published::Idle { .. }) => None,
+        })
+        .min()
+        .unwrap_or(PLUS_INFINITY)
+}
+
+/// What each slice of `pipeline` last published, for `weir cluster status`: by slice, its
+/// partition's watermark (ms) or `"idle"`; a slice never heard of is left out.
+pub(super) fn published(
+    connection: &Connection,
+    pipeline: &str,
+    slices: usize,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let bucket = connection.bucket(WATERMARKS_BUCKET, Duration::ZERO)?;
+    let mut out = serde_json::Map::new();
+    for slice in 0..slices {
+        let got = connection.block_on(timed(bucket.get(format!("{pipeline}.{slice}"))));
+        let Ok(Ok(Some(bytes))) = got else {
+            continue;
+        };
+        let value = match serde_json::from_slice::<Published>(&bytes) {
+            Ok(Published::Watermark { watermark }) => watermark.into(),
+            Ok(Published::Idle { .. }) => "idle".into(),
+            Err(_) => continue,
+        };
+        out.insert(slice.to_string(), value);
+    }
+    Ok(out)
+}
+
+async fn timed<F: std::future::Future>(
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    tokio::time::timeout(Duration::from_secs(3), future).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_is_the_lowest_other_slice_an_unheard_one_holds_all_an_idle_one_none() {
+        let mark = |watermark| Some(Published::Watermark { watermark });
+        let idle = Some(Published::Idle { idle: true });
+        assert_eq!(floor(&[mark(5), mark(9), mark(7)], 0), 7);
+        assert_eq!(floor(&[mark(5), mark(9), mark(7)], 2), 5);
+        assert_eq!(floor(&[mark(5), None, mark(7)], 0), MINUS_INFINITY);
+        assert_eq!(floor(&[mark(5), idle, mark(7)], 0), 7);
+        assert_eq!(floor(&[mark(5), idle, idle], 0), PLUS_INFINITY);
+        assert_eq!(
+            floor(&[mark(5)], 0),
+            PLUS_INFINITY,
+            "alone: nothing under it"
+        );
+        let text = serde_json::to_string(&Published::of(None)).unwrap();
+        assert_eq!(text, r#"{"idle":true}"#);
+        assert_eq!(
+            serde_json::from_str::<Published>(&text).unwrap(),
+            Published::of(None)
+        );
+        let text = serde_json::to_string(&Published::of(Some(42))).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Published>(&text).unwrap(),
+            Published::of(Some(42))
+        );
+    }
+}

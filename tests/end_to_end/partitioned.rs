@@ -1,0 +1,372 @@
+//! Scale-out that scales (issue 40): a NATS stream cut into partitions by key (the server's
+//! subject mapping `{{partition(6, 1)}}` on the key's token), shared by `weir worker`s that
+//! each read only the partitions of their slices, so every event is read and decoded once
+//! however many workers there are, with one watermark for the pipeline (each slice publishes
+//! its partition's, and each takes the lowest of the others' as a floor). One worker and three
+//! give the same results, ids and values, as an independent model; a SIGKILLed worker's
+//! slices are taken over with nothing lost or repeated; an event on another partition than
+//! its key's is a dead letter, and a changed partition count is refused.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::nats::{BASE, Client, NatsServer, assert_exactly_once, windows};
+
+const PIPELINE: &str = "partitioned-clicks";
+const PARTITIONS: usize = 6;
+
+/// A NATS server mapping `clicks.<key>` to `part.<partition>.<key>`, with the `CLICKS`
+/// (`part.>`), `RESULTS` and `DEAD` streams, and the pipeline deployed.
+struct Partitioned {
+    server: NatsServer,
+    client: Client,
+    dir: tempfile::TempDir,
+}
+
+fn weir(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+    command.args(args);
+    command
+}
+
+fn spec_text(url: &str, count: usize) -> String {
+    let module = crate::serve::count_sum_v1();
+    format!(
+        r#"name = "{PIPELINE}"
+checkpoint_interval = "200ms"
+[source]
+type = "nats"
+url = "{url}"
+stream = "CLICKS"
+partitions = {{ count = {count}, subject = "part.{{partition}}.*" }}
+[event]
+key = "user"
+timestamp = "ts"
+[window]
+type = "tumbling"
+size = "1s"
+[[operators]]
+name = "count-sum"
+version = "1.0.0"
+kind = "aggregate"
+module = {module:?}
+[sinks]
+results = {{ nats = "{url}", subject = "results" }}
+dead_letters = {{ nats = "{url}", subject = "dead" }}
+"#
+    )
+}
+
+impl Partitioned {
+    fn start() -> Partitioned {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("nats.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "mappings = {{ \"clicks.*\": \"part.{{{{partition({PARTITIONS},1)}}}}.{{{{wildcard(1)}}}}\" }}\n"
+            ),
+        )
+        .unwrap();
+        let server = NatsServer::start_with(&["-c", &config.display().to_string()]);
+        let client = Client::connect(&server.url);
+        client.stream("CLICKS", &["part.>"]);
+        client.stream("RESULTS", &["results"]);
+        client.stream("DEAD", &["dead"]);
+        let cluster = Partitioned {
+            server,
+            client,
+            dir,
+        };
+        let deployed = cluster.deploy(PARTITIONS);
+        assert!(deployed.status.success(), "{deployed:?}");
+        cluster
+    }
+
+    fn deploy(&self, count: usize) -> std::process::Output {
+        let spec = self.dir.path().join("pipeline.toml");
+        std::fs::write(&spec, spec_text(&self.server.url, count)).unwrap();
+        weir(&["cluster", "deploy", "--nats", &self.server.url])
+            .arg(&spec)
+            .output()
+            .unwrap()
+    }
+
+    fn worker(&self, id: &str, metrics: bool) -> Child {
+        let dir = self.dir.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut command = weir(&[
+            "worker",
+            "--nats",
+            &self.server.url,
+            "--pipeline",
+            PIPELINE,
+            "--id",
+            id,
+        ]);
+        command.arg("--dir").arg(&dir);
+        if metrics {
+            command.args(["--metrics-listen", "127.0.0.1:0"]);
+            command.stderr(Stdio::piped());
+        } else {
+            command.stderr(std::fs::File::create(self.log(id)).unwrap());
+        }
+        command.stdout(Stdio::null()).spawn().unwrap()
+    }
+
+    fn log(&self, id: &str) -> PathBuf {
+        self.dir.path().join(format!("{id}.log"))
+    }
+
+    fn logs(&self, ids: &[&str]) -> String {
+        (ids.iter())
+            .map(|id| {
+                let text = std::fs::read_to_string(self.log(id)).unwrap_or_default();
+                format!("--- {id}\n{text}")
+            })
+            .collect()
+    }
+
+    /// Who runs each slice, once every slice is run by one of `ids`, evenly.
+    fn wait_for_owners(&self, ids: &[&str]) {
+        let started = Instant::now();
+        loop {
+            let output = weir(&["cluster", "status", "--nats", &self.server.url, PIPELINE])
+                .output()
+                .unwrap();
+            let status: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+            let owners: BTreeMap<String, String> =
+                serde_json::from_value(status["owners"].clone()).unwrap_or_default();
+            let even = (ids.iter())
+                .all(|id| owners.values().filter(|o| o == id).count() == PARTITIONS / ids.len());
+            if owners.len() == PARTITIONS && even {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "slices never settled on {ids:?}: {status}\n{}",
+                self.logs(ids)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Publishes each event to `clicks.<its user>`, as a producer would.
+    fn publish(&self, events: &[Value]) {
+        self.client.runtime.block_on(async {
+            for event in events {
+                let subject = format!("clicks.{}", event["user"].as_str().unwrap());
+                let ack = (self.client.jetstream)
+                    .publish(subject, event.to_string().into())
+                    .await
+                    .unwrap();
+                ack.await.unwrap();
+            }
+        });
+    }
+}
+
+/// In-order clicks of 40 users, `n` of them from index `from`, 7 ms apart.
+fn clicks(from: usize, n: usize) -> Vec<Value> {
+    (from..from + n)
+        .map(|i| json!({"user": format!("u{}", i % 40), "ts": BASE + i as i64 * 7, "amount": i % 10}))
+        .collect()
+}
+
+/// Events far ahead, one on every partition, which close every earlier window.
+fn closing() -> Vec<Value> {
+    let mut by_partition = BTreeMap::new();
+    for n in 0.. {
+        let user = format!("zz{n}");
+        by_partition
+            .entry(weir::source::partition_of_key(&user, PARTITIONS))
+            .or_insert(user);
+        if by_partition.len() == PARTITIONS {
+            break;
+        }
+    }
+    (by_partition.into_values())
+        .map(|user| json!({"user": user, "ts": BASE + 100_000_000, "amount": 0}))
+        .collect()
+}
+
+/// Waits for `n` results on the results stream and returns them.
+fn results(client: &Client, n: usize) -> Vec<(String, Value)> {
+    crate::nats::wait_for_results(client, n)
+}
+
+/// The `weir_events_in_total` of every slice, summed, from a worker's metrics at `address`.
+fn events_read(address: &str) -> u64 {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).unwrap();
+    (text.lines())
+        .filter(|line| {
+            line.starts_with(&format!(
+                "weir_events_in_total{{pipeline=\"{PIPELINE}/slice-"
+            ))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs the input through `workers` workers: the results by id.
+fn run_with_workers(workers: &[&str]) -> BTreeMap<String, Value> {
+    let cluster = Partitioned::start();
+    let events = clicks(0, 3_000);
+    let children: Vec<Child> = workers.iter().map(|id| cluster.worker(id, false)).collect();
+    cluster.wait_for_owners(workers);
+    cluster.publish(&events);
+    cluster.publish(&closing());
+    let results = results(&cluster.client, windows(&events).len());
+    children.into_iter().for_each(kill);
+    let results: Vec<(String, Value)> = (results.into_iter())
+        .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
+        .collect();
+    assert_exactly_once(&results, &events, &cluster.logs(workers));
+    results.into_iter().collect()
+}
+
+#[test]
+fn one_worker_and_three_on_a_partitioned_stream_give_the_same_results_as_the_model() {
+    let one = run_with_workers(&["w1"]);
+    let three = run_with_workers(&["w1", "w2", "w3"]);
+    assert_eq!(one, three, "the same results, ids and values");
+}
+
+#[test]
+fn each_event_of_a_partitioned_stream_is_read_once_on_its_keys_partition() {
+    let cluster = Partitioned::start();
+    let mut worker = cluster.worker("w1", true);
+    let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    let address = (line.trim())
+        .strip_prefix("weir: metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    cluster.wait_for_owners(&["w1"]);
+    let events = clicks(0, 1_200);
+    cluster.publish(&events);
+    // The server's mapping put each key on the partition Weir computes for it.
+    let stored = cluster.client.read_all_subjects("CLICKS");
+    assert_eq!(stored.len(), events.len());
+    for (subject, event) in &stored {
+        let user = event["user"].as_str().unwrap();
+        let p = weir::source::partition_of_key(user, PARTITIONS);
+        assert_eq!(subject, &format!("part.{p}.{user}"));
+    }
+    // Six slices, each reading its partition: 1,200 events read in all, not 7,200.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while events_read(&address) < events.len() as u64 {
+        assert!(Instant::now() < deadline, "{}", events_read(&address));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(events_read(&address), events.len() as u64);
+
+    // An event on another partition than its key's (published past the mapping) is a dead
+    // letter, and the rest go on.
+    let user = "u1";
+    let wrong = (weir::source::partition_of_key(user, PARTITIONS) + 1) % PARTITIONS;
+    let stray = json!({"user": user, "ts": BASE + 9_000, "amount": 5});
+    cluster.client.runtime.block_on(async {
+        let ack = (cluster.client.jetstream)
+            .publish(format!("part.{wrong}.{user}"), stray.to_string().into())
+            .await
+            .unwrap();
+        ack.await.unwrap();
+    });
+    let dead = crate::nats::wait_for_stream(&cluster.client, "DEAD", 1);
+    assert!(
+        dead[0].1["reason"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to partition"),
+        "{:?}",
+        dead[0]
+    );
+    kill(worker);
+
+    // A partition count changed at a redeploy is refused, saying why.
+    let redeployed = cluster.deploy(8);
+    let stderr = String::from_utf8_lossy(&redeployed.stderr);
+    assert!(
+        !redeployed.status.success() && stderr.contains("partition"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_sigkilled_worker_of_a_partitioned_stream_is_taken_over_with_nothing_lost_or_repeated() {
+    let cluster = Partitioned::start();
+    let mut workers: BTreeMap<&str, Child> = ["w1", "w2", "w3"]
+        .map(|id| (id, cluster.worker(id, false)))
+        .into();
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    let events = clicks(0, 3_000);
+    cluster.publish(&events[..1_500]);
+    assert!(!results(&cluster.client, 1).is_empty());
+    kill(workers.remove("w2").unwrap());
+    cluster.publish(&events[1_500..]);
+    cluster.wait_for_owners(&["w1", "w3"]);
+    cluster.publish(&closing());
+    let results: Vec<(String, Value)> = (results(&cluster.client, windows(&events).len())
+        .into_iter())
+    .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
+    .collect();
+    workers.into_values().for_each(kill);
+    assert_exactly_once(&results, &events, &cluster.logs(&["w1", "w2", "w3"]));
+}
+
+#[test]
+fn one_watermark_for_the_pipeline_holds_a_partition_that_ran_ahead_back() {
+    let cluster = Partitioned::start();
+    let workers = ["w1", "w2", "w3"].map(|id| cluster.worker(id, false));
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    // Every partition at 1 s, then one key's partition runs on to 10 s.
+    let at = |user: &str, ms: i64| json!({"user": user, "ts": BASE + ms, "amount": 1});
+    let early: Vec<Value> = (closing().into_iter())
+        .map(|e| at(e["user"].as_str().unwrap(), 1_000))
+        .collect();
+    cluster.publish(&early);
+    let ahead: Vec<Value> = (0..10).map(|s| at("fast", 1_000 + s * 1_000)).collect();
+    cluster.publish(&ahead);
+    // Its own partition is at 10 s, the pipeline's watermark at 1 s: an event of 2.5 s is on
+    // time, as in one process reading every partition.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let behind = at("fast", 2_500);
+    cluster.publish(std::slice::from_ref(&behind));
+    cluster.publish(&closing());
+    let mut all = early.clone();
+    all.extend(ahead);
+    all.push(behind);
+    let results = results(&cluster.client, windows(&all).len());
+    workers.into_iter().for_each(kill);
+    let results: Vec<(String, Value)> = (results.into_iter())
+        .filter(|(_, r)| {
+            !r["key"].as_str().unwrap().starts_with("zz") || r["window_start"] == BASE + 1_000
+        })
+        .collect();
+    let window = (results.iter())
+        .find(|(_, r)| r["key"] == "fast" && r["window_start"] == BASE + 2_000)
+        .map(|(_, r)| r["value"]["count"].clone());
+    assert_eq!(
+        window,
+        Some(json!(2)),
+        "{results:?}\n{}",
+        cluster.logs(&["w1", "w2", "w3"])
+    );
+}

@@ -482,6 +482,32 @@ mod tests {
     }
 
     #[test]
+    fn the_other_processes_floor_holds_the_watermark_back_and_lets_an_idle_one_follow() {
+        let mut wm = PartitionedWatermark::new(0, Some(100));
+        wm.declare(&["3".to_owned()]);
+        assert_eq!(wm.set_floor(MINUS_INFINITY), None, "the others unheard of");
+        wm.clock(0);
+        assert_eq!(
+            wm.observe("3", 500),
+            Ok(None),
+            "held at the others' minus infinity"
+        );
+        assert_eq!(wm.local(), Some(500));
+        assert_eq!(wm.set_floor(200), Some(200));
+        assert_eq!(
+            wm.set_floor(900),
+            Some(500),
+            "its own partition holds it at 500"
+        );
+        // Its partition idle: it follows the others.
+        wm.clock(200);
+        assert_eq!(wm.local(), None);
+        assert_eq!(wm.set_floor(1_500), Some(1_500));
+        assert_eq!(wm.set_floor(1_000), None, "never back");
+        assert_eq!(wm.current(), 1_500);
+    }
+
+    #[test]
     fn without_an_idle_timeout_a_quiet_partition_is_kept() {
         let mut wm = PartitionedWatermark::new(0, None);
         wm.clock(0);

@@ -1615,9 +1615,35 @@ impl RawSpec {
                 )))
             }
         };
+        // Nor reach the server's own streams and subjects: JetStream's API (`$JS.API...`, a
+        // publish to which is a request), key-value buckets and object stores (where the
+        // cluster keeps its leases, watermarks, specs and components).
+        let internal = |field: &str, subject: &str| {
+            if subject.starts_with('$') {
+                Err(invalid(format!(
+                    "{field}: {subject:?} is a NATS system subject; a served pipeline reads and \
+                     publishes only application subjects"
+                )))
+            } else {
+                Ok(())
+            }
+        };
         match &self.source {
             RawSource::Http { .. } => {}
-            RawSource::Nats(source) => known("source", &source.url)?,
+            RawSource::Nats(source) => {
+                known("source", &source.url)?;
+                if source.stream.starts_with("KV_") || source.stream.starts_with("OBJ_") {
+                    return Err(invalid(
+                        "source.stream: a key-value bucket's or object store's stream is the \
+                         server's, not a pipeline's input",
+                    ));
+                }
+                for subject in
+                    (source.subjects.iter()).chain(source.partitions.as_ref().map(|p| &p.subject))
+                {
+                    internal("source.subjects", subject)?;
+                }
+            }
             _ => {
                 return Err(invalid(
                     "source: a pipeline of weir serve reads the events sent to it over HTTP \
@@ -1686,6 +1712,7 @@ impl RawSpec {
                 // A caller of the API must not make the server connect where it likes.
                 Some(RawSink::Nats(sink)) => {
                     known(field, &sink.nats)?;
+                    internal(field, &sink.subject)?;
                     continue;
                 }
                 Some(RawSink::Named(name)) => Some(name.as_str()),

@@ -241,6 +241,11 @@ impl PartitionedWatermark {
         })
     }
 
+    /// The latest ingest clock seen, if any.
+    pub fn clock_now(&self) -> Option<i64> {
+        self.clock
+    }
+
     /// The watermark of this process's own partitions: the minimum over the active ones, or
     /// `None` when every one is idle or ended (or there is none yet). What a process sharing a
     /// pipeline publishes for the others.

@@ -33,7 +33,8 @@ fn weir(args: &[&str]) -> Command {
     command
 }
 
-fn spec_text(url: &str, count: usize) -> String {
+/// The spec, with `more` at its end (a `[watermark]` table, say).
+fn spec_text_with(url: &str, count: usize, more: &str) -> String {
     let module = crate::serve::count_sum_v1();
     format!(
         r#"name = "{PIPELINE}"
@@ -57,12 +58,18 @@ module = {module:?}
 [sinks]
 results = {{ nats = "{url}", subject = "results" }}
 dead_letters = {{ nats = "{url}", subject = "dead" }}
+{more}
 "#
     )
 }
 
 impl Partitioned {
     fn start() -> Partitioned {
+        Self::start_with("")
+    }
+
+    /// The cluster, its pipeline's spec ending with `more`.
+    fn start_with(more: &str) -> Partitioned {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("nats.conf");
         std::fs::write(
@@ -82,14 +89,18 @@ impl Partitioned {
             client,
             dir,
         };
-        let deployed = cluster.deploy(PARTITIONS);
+        let deployed = cluster.deploy_with(PARTITIONS, more);
         assert!(deployed.status.success(), "{deployed:?}");
         cluster
     }
 
     fn deploy(&self, count: usize) -> std::process::Output {
+        self.deploy_with(count, "")
+    }
+
+    fn deploy_with(&self, count: usize, more: &str) -> std::process::Output {
         let spec = self.dir.path().join("pipeline.toml");
-        std::fs::write(&spec, spec_text(&self.server.url, count)).unwrap();
+        std::fs::write(&spec, spec_text_with(&self.server.url, count, more)).unwrap();
         weir(&["cluster", "deploy", "--nats", &self.server.url])
             .arg(&spec)
             .output()
@@ -155,6 +166,23 @@ impl Partitioned {
         }
     }
 
+    /// Worker `w1`, serving its metrics, once it runs every slice: it and the address of its
+    /// metrics.
+    fn measured_worker(&self) -> (Child, String) {
+        let mut worker = self.worker("w1", true);
+        let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        let address = (line.trim())
+            .strip_prefix("weir: metrics on http://")
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_owned();
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        self.wait_for_owners(&["w1"]);
+        (worker, address)
+    }
+
     /// Publishes each event to `clicks.<its user>`, as a producer would.
     fn publish(&self, events: &[Value]) {
         self.client.runtime.block_on(async {
@@ -215,6 +243,19 @@ fn events_read(address: &str) -> u64 {
         .sum()
 }
 
+/// Waits until the slices of the worker with metrics at `address` have read `n` events in all.
+fn wait_for_read(address: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while events_read(address) < n as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} read",
+            events_read(address)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn kill(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -247,17 +288,7 @@ fn one_worker_and_three_on_a_partitioned_stream_give_the_same_results_as_the_mod
 #[test]
 fn each_event_of_a_partitioned_stream_is_read_once_on_its_keys_partition() {
     let cluster = Partitioned::start();
-    let mut worker = cluster.worker("w1", true);
-    let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
-    let address = (line.trim())
-        .strip_prefix("weir: metrics on http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    cluster.wait_for_owners(&["w1"]);
+    let (worker, address) = cluster.measured_worker();
     let events = clicks(0, 1_200);
     cluster.publish(&events);
     // The server's mapping put each key on the partition Weir computes for it.
@@ -269,11 +300,7 @@ fn each_event_of_a_partitioned_stream_is_read_once_on_its_keys_partition() {
         assert_eq!(subject, &format!("part.{p}.{user}"));
     }
     // Six slices, each reading its partition: 1,200 events read in all, not 7,200.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while events_read(&address) < events.len() as u64 {
-        assert!(Instant::now() < deadline, "{}", events_read(&address));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_read(&address, events.len());
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(events_read(&address), events.len() as u64);
 
@@ -334,8 +361,9 @@ fn a_sigkilled_worker_of_a_partitioned_stream_is_taken_over_with_nothing_lost_or
 #[test]
 fn one_watermark_for_the_pipeline_holds_a_partition_that_ran_ahead_back() {
     let cluster = Partitioned::start();
-    let workers = ["w1", "w2", "w3"].map(|id| cluster.worker(id, false));
-    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    // One worker runs every slice: each reads its partition alone all the same, and the
+    // worker's metrics say when every event has been read.
+    let (worker, address) = cluster.measured_worker();
     // Every partition at 1 s, then one key's partition runs on to 10 s.
     let at = |user: &str, ms: i64| json!({"user": user, "ts": BASE + ms, "amount": 1});
     let early: Vec<Value> = (closing().into_iter())
@@ -346,27 +374,44 @@ fn one_watermark_for_the_pipeline_holds_a_partition_that_ran_ahead_back() {
     cluster.publish(&ahead);
     // Its own partition is at 10 s, the pipeline's watermark at 1 s: an event of 2.5 s is on
     // time, as in one process reading every partition.
-    std::thread::sleep(Duration::from_millis(1_000));
     let behind = at("fast", 2_500);
     cluster.publish(std::slice::from_ref(&behind));
+    wait_for_read(&address, early.len() + ahead.len() + 1);
     cluster.publish(&closing());
     let mut all = early.clone();
     all.extend(ahead);
     all.push(behind);
     let results = results(&cluster.client, windows(&all).len());
-    workers.into_iter().for_each(kill);
-    let results: Vec<(String, Value)> = (results.into_iter())
-        .filter(|(_, r)| {
-            !r["key"].as_str().unwrap().starts_with("zz") || r["window_start"] == BASE + 1_000
-        })
-        .collect();
+    kill(worker);
     let window = (results.iter())
         .find(|(_, r)| r["key"] == "fast" && r["window_start"] == BASE + 2_000)
         .map(|(_, r)| r["value"]["count"].clone());
-    assert_eq!(
-        window,
-        Some(json!(2)),
-        "{results:?}\n{}",
-        cluster.logs(&["w1", "w2", "w3"])
-    );
+    assert_eq!(window, Some(json!(2)), "{results:?}");
+}
+
+#[test]
+fn a_partition_that_never_sends_goes_idle_by_the_others_clock() {
+    let cluster = Partitioned::start_with("[watermark]\nidle_timeout = \"300ms\"");
+    let workers = ["w1", "w2"].map(|id| cluster.worker(id, false));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    // No key of the input, and no closing event, is on the last partition: it reads nothing,
+    // so no clock of its own, and goes idle by the clock the others publish.
+    let silent = PARTITIONS - 1;
+    let on_others = |events: Vec<Value>| -> Vec<Value> {
+        (events.into_iter())
+            .filter(|e| {
+                weir::source::partition_of_key(e["user"].as_str().unwrap(), PARTITIONS) != silent
+            })
+            .collect()
+    };
+    let events = on_others(clicks(0, 2_000));
+    cluster.publish(&events);
+    std::thread::sleep(Duration::from_millis(600)); // a clock past the idle timeout
+    cluster.publish(&on_others(closing()));
+    let results: Vec<(String, Value)> = (results(&cluster.client, windows(&events).len())
+        .into_iter())
+    .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
+    .collect();
+    workers.into_iter().for_each(kill);
+    assert_exactly_once(&results, &events, &cluster.logs(&["w1", "w2"]));
 }

@@ -2,10 +2,12 @@
 //! one partition of the stream, so its own watermark is that partition's; the pipeline's is the
 //! minimum over every partition's, as a downstream task's is the minimum over its input
 //! channels. Every [`EXCHANGE_EVERY`], a worker publishes the watermark of each slice it runs to
-//! the key-value bucket `weir-watermarks` (`<pipeline>.<slice>`: `{"watermark": ms}`, or
-//! `{"idle": true}` when its partition is idle) and reads every slice's, and each of its runs
-//! takes the lowest of the *other* slices' as a floor under its own: a slice never heard of
-//! holds everything back, an idle one nothing. The values outlive their writers, so a slice
+//! the key-value bucket `weir-watermarks` (`<pipeline>.<slice>`: `{"watermark": ms, "clock":
+//! ms}`, the watermark `null` when its partition is idle) and reads every slice's, and each of
+//! its runs takes the lowest of the *other* slices' as a floor under its own: a slice never
+//! heard of holds everything back, an idle one nothing. The latest of their ingest clocks is
+//! every run's too: a slice whose partition is quiet reads no clock of its own, and goes idle
+//! by the others'. The values outlive their writers, so a slice
 //! between owners still holds the others at its last published watermark, and a new owner
 //! resumes from its checkpoint, at or below it.
 //!
@@ -29,27 +31,22 @@ const WATERMARKS_BUCKET: &str = "weir-watermarks";
 /// How often a worker publishes its slices' watermarks and reads the others'.
 pub const EXCHANGE_EVERY: Duration = Duration::from_millis(100);
 
-/// What a slice says of its partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-enum Published {
-    /// Its partition's watermark.
-    Watermark {
-        /// Event time, ms.
-        watermark: Millis,
-    },
-    /// Its partition is idle: it holds nothing back.
-    Idle {
-        /// Always true.
-        idle: bool,
-    },
+/// What a slice says of its partition: its watermark (`None`: idle, it holds nothing back)
+/// and the latest ingest clock it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+struct Published {
+    /// Event time, ms; `null` when its partition is idle.
+    watermark: Option<Millis>,
+    /// Publication time of the last message it read, ms.
+    #[serde(default)]
+    clock: Option<i64>,
 }
 
 impl Published {
-    fn of(local: Option<Millis>) -> Published {
-        match local {
-            Some(watermark) => Published::Watermark { watermark },
-            None => Published::Idle { idle: true },
+    fn of(local: Option<Millis>, clock: Option<i64>) -> Published {
+        Published {
+            watermark: local,
+            clock,
         }
     }
 }
@@ -80,6 +77,7 @@ impl Exchange {
             slices,
             runs,
             written: BTreeMap::new(),
+            rounds: 0,
         };
         let thread = std::thread::Builder::new()
             .name("weir-watermarks".into())
@@ -120,7 +118,13 @@ struct Exchanging {
     runs: Runs,
     /// What was last published for each slice run here.
     written: BTreeMap<usize, Published>,
+    /// Exchanges so far.
+    rounds: u64,
 }
+
+/// Every this many exchanges (a second), a slice's watermark is written whether it changed or
+/// not.
+const REWRITE_EVERY: u64 = 10;
 
 impl Exchanging {
     fn key(&self, slice: usize) -> String {
@@ -139,8 +143,12 @@ impl Exchanging {
         self.written
             .retain(|slice, _| runs.iter().any(|(s, _)| s == slice));
         for (slice, control) in &runs {
-            let published = Published::of(control.shared_watermark.local());
-            if self.written.get(slice) == Some(&published) {
+            let shared = &control.shared_watermark;
+            let published = Published::of(shared.local(), shared.clock());
+            // Written again now and then, whatever the cache says: a former owner's late write
+            // cannot stand for long.
+            let fresh = !self.rounds.is_multiple_of(REWRITE_EVERY);
+            if fresh && self.written.get(slice) == Some(&published) {
                 continue;
             }
             let value = serde_json::to_vec(&published).expect("serialises");
@@ -154,11 +162,20 @@ impl Exchanging {
                 }
             }
         }
+        self.rounds += 1;
         let Some(all) = self.read_all() else {
             return;
         };
+        let clock = all
+            .iter()
+            .flatten()
+            .filter_map(|published| published.clock)
+            .max();
         for (slice, control) in &runs {
             control.shared_watermark.set_floor(floor(&all, *slice));
+            if let Some(clock) = clock {
+                control.shared_watermark.set_shared_clock(clock);
+            }
         }
     }
 
@@ -186,8 +203,7 @@ fn floor(all: &[Option<Published>], own: usize) -> Millis {
         .filter(|(slice, _)| *slice != own)
         .filter_map(|(_, published)| match published {
             None => Some(MINUS_INFINITY),
-            Some(Published::Watermark { watermark }) => Some(*watermark),
-            Some(Published::Idle { .. }) => None,
+            Some(published) => published.watermark,
         })
         .min()
         .unwrap_or(PLUS_INFINITY)
@@ -208,8 +224,11 @@ pub(super) fn published(
             continue;
         };
         let value = match serde_json::from_slice::<Published>(&bytes) {
-            Ok(Published::Watermark { watermark }) => watermark.into(),
-            Ok(Published::Idle { .. }) => "idle".into(),
+            Ok(Published {
+                watermark: Some(watermark),
+                ..
+            }) => watermark.into(),
+            Ok(_) => "idle".into(),
             Err(_) => continue,
         };
         out.insert(slice.to_string(), value);
@@ -229,8 +248,8 @@ mod tests {
 
     #[test]
     fn the_floor_is_the_lowest_other_slice_an_unheard_one_holds_all_an_idle_one_none() {
-        let mark = |watermark| Some(Published::Watermark { watermark });
-        let idle = Some(Published::Idle { idle: true });
+        let mark = |watermark| Some(Published::of(Some(watermark), None));
+        let idle = Some(Published::of(None, Some(5)));
         assert_eq!(floor(&[mark(5), mark(9), mark(7)], 0), 7);
         assert_eq!(floor(&[mark(5), mark(9), mark(7)], 2), 5);
         assert_eq!(floor(&[mark(5), None, mark(7)], 0), MINUS_INFINITY);
@@ -241,16 +260,9 @@ mod tests {
             PLUS_INFINITY,
             "alone: nothing under it"
         );
-        let text = serde_json::to_string(&Published::of(None)).unwrap();
-        assert_eq!(text, r#"{"idle":true}"#);
-        assert_eq!(
-            serde_json::from_str::<Published>(&text).unwrap(),
-            Published::of(None)
-        );
-        let text = serde_json::to_string(&Published::of(Some(42))).unwrap();
-        assert_eq!(
-            serde_json::from_str::<Published>(&text).unwrap(),
-            Published::of(Some(42))
-        );
+        for published in [Published::of(None, Some(7)), Published::of(Some(42), None)] {
+            let text = serde_json::to_string(&published).unwrap();
+            assert_eq!(serde_json::from_str::<Published>(&text).unwrap(), published);
+        }
     }
 }

@@ -292,7 +292,6 @@ impl Worker {
         if partitioned {
             // Held back until the other slices' watermarks are known.
             control.shared_watermark.enable(crate::time::MINUS_INFINITY);
-            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
         }
         if let Some((_, routing)) = &self.routing {
             control.request(routing.clone());
@@ -311,6 +310,9 @@ impl Worker {
                 path: slice_dir,
                 source,
             })?;
+        if partitioned {
+            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
+        }
         info!(worker = %self.id, slice, resumed_from = ?restored, "slice taken");
         eprintln!(
             "weir: worker {} runs slice {slice} (from checkpoint {})",
@@ -318,9 +320,11 @@ impl Worker {
             restored.map_or("none".into(), |id| id.to_string())
         );
         let on_loss = {
-            let (fence, control) = (uploader.fencer(), control.clone());
+            let (fence, control, runs) = (uploader.fencer(), control.clone(), self.runs.clone());
             Box::new(move || {
                 fence();
+                // No longer this worker's to publish a watermark for.
+                runs.lock().expect("runs lock").remove(&slice);
                 control.stop();
             })
         };

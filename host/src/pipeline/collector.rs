@@ -171,7 +171,9 @@ fn write_batch(
     }
     events.sort_by_key(|staged| staged.seq);
     late.sort_by_key(|l| l.seq);
-    dead.sort_by_key(|d| d.line);
+    // Several events of one line (a NATS message of many) are ordered by what they say:
+    // the shards' parts come in any order.
+    dead.sort_by(|a, b| (a.line, &a.raw, &a.reason).cmp(&(b.line, &b.raw, &b.reason)));
     // Records for subscribers, each with the byte offset where it ends in the results file (its
     // id for resuming), sent once they are flushed: a subscriber that then reads the file finds
     // every record it was not sent.

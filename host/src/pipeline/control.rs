@@ -87,6 +87,11 @@ pub struct SharedWatermark {
     local: AtomicI64,
     /// Whether every one of its partitions is idle (it holds nothing back).
     idle: AtomicBool,
+    /// The latest ingest clock this run has read (publication time, ms; `i64::MIN`: none).
+    clock: AtomicI64,
+    /// The latest ingest clock of any run sharing the pipeline: a run whose partition is
+    /// quiet judges its idleness by it (its own clock moves only with its messages).
+    shared_clock: AtomicI64,
 }
 
 impl Default for SharedWatermark {
@@ -96,6 +101,8 @@ impl Default for SharedWatermark {
             floor: AtomicI64::new(PLUS_INFINITY),
             local: AtomicI64::new(MINUS_INFINITY),
             idle: AtomicBool::new(false),
+            clock: AtomicI64::new(i64::MIN),
+            shared_clock: AtomicI64::new(i64::MIN),
         }
     }
 }
@@ -127,12 +134,31 @@ impl SharedWatermark {
         (!self.idle.load(Ordering::Relaxed)).then(|| self.local.load(Ordering::Relaxed))
     }
 
-    /// Records the run's own partitions' watermark (`None`: all idle).
-    pub(crate) fn set_local(&self, local: Option<Millis>) {
+    /// Records the run's own partitions' watermark (`None`: all idle) and its latest ingest
+    /// clock.
+    pub(crate) fn set_local(&self, local: Option<Millis>, clock: Option<i64>) {
         self.idle.store(local.is_none(), Ordering::Relaxed);
         if let Some(local) = local {
             self.local.store(local, Ordering::Relaxed);
         }
+        if let Some(clock) = clock {
+            self.clock.store(clock, Ordering::Relaxed);
+        }
+    }
+
+    /// The run's latest ingest clock, if it has read one.
+    pub fn clock(&self) -> Option<i64> {
+        Some(self.clock.load(Ordering::Relaxed)).filter(|c| *c != i64::MIN)
+    }
+
+    /// The latest ingest clock of any run sharing the pipeline, if known.
+    pub fn shared_clock(&self) -> Option<i64> {
+        Some(self.shared_clock.load(Ordering::Relaxed)).filter(|c| *c != i64::MIN)
+    }
+
+    /// Sets the latest ingest clock of the runs sharing the pipeline.
+    pub fn set_shared_clock(&self, clock: i64) {
+        self.shared_clock.fetch_max(clock, Ordering::Relaxed);
     }
 }
 

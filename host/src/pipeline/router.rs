@@ -182,11 +182,19 @@ impl Reading {
         }
     }
 
-    /// For a run sharing its pipeline with runs elsewhere: publishes its own partitions'
-    /// watermark, and takes the others' as a floor, which may move the watermark.
+    /// For a run sharing its pipeline with runs elsewhere: takes the latest ingest clock of
+    /// any of them (its own partition, quiet, goes idle by it), publishes its own partitions'
+    /// watermark and clock, and takes the others' watermark as a floor, which may move its own.
     fn share(&mut self, shared: &crate::pipeline::control::SharedWatermark, batch: &mut Batch) {
-        shared.set_local(self.watermark.local());
-        if let Some(w) = self.watermark.set_floor(shared.floor()) {
+        let mut moved = None;
+        if let Some(clock) = shared.shared_clock()
+            && self.watermark.clock_now().is_none_or(|own| clock > own)
+        {
+            moved = self.watermark.clock(clock);
+        }
+        shared.set_local(self.watermark.local(), self.watermark.clock_now());
+        moved = self.watermark.set_floor(shared.floor()).or(moved);
+        if let Some(w) = moved {
             batch.advances.push((self.seq.saturating_sub(1), w));
         }
     }
@@ -229,6 +237,13 @@ impl Router<'_> {
         let mut batch = Batch::new(self.shards.len());
         let mut pacing = Pacing::new(start.events, start.watermark, source.position());
         let sharing = self.control.shared_watermark.enabled();
+        if sharing {
+            // Held by the others from the first record on (a first clock would otherwise move
+            // the watermark to this run's own partition's alone).
+            reading
+                .watermark
+                .set_floor(self.control.shared_watermark.floor());
+        }
         // A share's lists are sized once: grown by doubling, a large batch was copied a dozen
         // times, into freshly zeroed pages (10 % of the router's time).
         let share_size =

@@ -38,6 +38,8 @@ type Messages = async_nats::jetstream::consumer::pull::Stream;
 /// round trip is hidden behind the other half. (An ordered consumer asks for 500 at a time,
 /// and its round trips held a loopback read to about 220 k messages a second.)
 const PULL_BATCH: usize = 32_768;
+/// The most bytes asked for in one pull: large messages are held to it, not to the count.
+const PULL_BYTES: usize = 16 << 20;
 
 /// A JetStream stream read in order from a stream sequence on.
 pub struct NatsSource {
@@ -96,24 +98,44 @@ pub fn partition_of_key(key: &str, count: usize) -> usize {
     (hash % count.max(1) as u32) as usize
 }
 
-/// A message being handed out a line at a time: its sequence, its lines not handed out yet,
-/// and how many it handed out.
+/// A message being handed out a line at a time: its sequence, its payload (shared, not
+/// copied: a line is copied out as it is handed out), where its next line begins, and how many
+/// lines it handed out.
 #[derive(Debug)]
 struct Current {
     sequence: u64,
-    lines: std::collections::VecDeque<Vec<u8>>,
+    payload: bytes::Bytes,
+    next: usize,
     taken: u64,
+}
+
+/// The next line of `payload` from byte `from` that is not blank: where it begins and ends
+/// (without its `\r\n`), and where the line after it begins.
+fn next_line(payload: &[u8], mut from: usize) -> Option<(usize, usize, usize)> {
+    while from < payload.len() {
+        let end = (payload[from..].iter().position(|b| *b == b'\n'))
+            .map_or(payload.len(), |at| from + at);
+        let line = &payload[from..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            return Some((from, from + line.len(), end + 1));
+        }
+        from = end + 1;
+    }
+    None
 }
 
 impl Framing {
     /// The next line of the message being handed out, if any.
     pub(super) fn take_pending(&mut self) -> Option<Record> {
         let current = self.current.as_mut()?;
-        let line = current.lines.pop_front()?;
+        let (start, end, after) = next_line(&current.payload, current.next)?;
+        let line = current.payload[start..end].to_vec();
+        current.next = after;
         current.taken += 1;
         self.line += 1;
         let sequence = current.sequence;
-        if current.lines.is_empty() {
+        if next_line(&current.payload, after).is_none() {
             self.sequence = sequence;
             self.current = None;
         }
@@ -127,30 +149,30 @@ impl Framing {
         sequence: u64,
         subject: &str,
         published: i64,
-        payload: &[u8],
+        payload: bytes::Bytes,
     ) -> Record {
         if sequence <= self.sequence {
             return Record::Tick; // delivered again after a reconnect: already read
         }
-        let mut lines: std::collections::VecDeque<Vec<u8>> = (payload.split(|b| *b == b'\n'))
-            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-            .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
-            .map(<[u8]>::to_vec)
-            .collect();
-        let taken = match self.skip.take() {
-            Some((partial, taken)) if partial == sequence => {
-                lines.drain(..(taken as usize).min(lines.len()));
-                taken
+        // Lines handed out before a restart, of a message read in part, are skipped.
+        let (mut next, mut taken) = (0, 0);
+        if let Some((partial, skip)) = self.skip.take()
+            && partial == sequence
+        {
+            while taken < skip
+                && let Some((_, _, after)) = next_line(&payload, next)
+            {
+                (next, taken) = (after, taken + 1);
             }
-            _ => 0,
-        };
-        if lines.is_empty() {
+        }
+        if next_line(&payload, next).is_none() {
             self.sequence = sequence;
             return Record::Tick;
         }
         self.current = Some(Current {
             sequence,
-            lines,
+            payload,
+            next,
             taken,
         });
         let subject = (self.partitions.as_ref())
@@ -294,6 +316,7 @@ impl NatsSource {
             consumer
                 .stream()
                 .max_messages_per_batch(PULL_BATCH)
+                .max_bytes_per_batch(PULL_BYTES)
                 .heartbeat(Duration::from_secs(5))
                 .expires(Duration::from_secs(30))
                 .messages()
@@ -315,7 +338,7 @@ impl NatsSource {
         let info = message.info().map_err(|e| fail(&self.spec, e))?;
         let (sequence, delivered) = (info.stream_sequence, info.consumer_sequence);
         let published = (info.published.unix_timestamp_nanos() / 1_000_000) as i64;
-        if self.delivered != 0 && delivered != self.delivered + 1 {
+        if delivered != self.delivered + 1 {
             // A message lost on the way (the client dropped it, or the consumer was
             // recreated by the server): another consumer from the next sequence.
             tracing::warn!(stream = %self.spec.stream, sequence = self.framing.sequence, "NATS delivery out of turn: opening another consumer");
@@ -444,12 +467,12 @@ impl Source for NatsSource {
             self.framing.sequence = until; // past the end asked for: read no further
             return Ok(Some(Record::Tick));
         }
-        let subject = message.subject.as_str();
+        let subject = message.subject.clone();
         Ok(Some(self.framing.frame(
             sequence,
-            subject,
+            subject.as_str(),
             published,
-            &message.payload,
+            message.payload.clone(),
         )))
     }
 
@@ -473,7 +496,8 @@ mod tests {
     fn records(framing: &mut Framing, messages: &[(u64, &str, &str)]) -> Vec<String> {
         let mut out = Vec::new();
         for (sequence, subject, payload) in messages {
-            let mut record = Some(framing.frame(*sequence, subject, 1_000, payload.as_bytes()));
+            let payload = bytes::Bytes::copy_from_slice(payload.as_bytes());
+            let mut record = Some(framing.frame(*sequence, subject, 1_000, payload));
             while let Some(next) = record {
                 out.push(match next {
                     Record::Line(sequence, line) => {
@@ -504,7 +528,7 @@ mod tests {
     #[test]
     fn a_resume_in_the_middle_of_a_message_goes_on_after_what_was_handed_out() {
         let mut framing = Framing::default();
-        let first = framing.frame(5, "a", 1_000, b"x\ny\nz");
+        let first = framing.frame(5, "a", 1_000, bytes::Bytes::from_static(b"x\ny\nz"));
         assert!(matches!(first, Record::Clock(..)));
         assert!(matches!(framing.take_pending(), Some(Record::Line(5, _))));
         let position = framing.position();

@@ -186,7 +186,7 @@ impl Source for FeedSource {
                 message.sequence,
                 &message.subject,
                 message.published,
-                &message.payload,
+                message.payload.clone(),
             ))),
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),

@@ -652,20 +652,13 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Creates the events and results streams and publishes `lines` into the first,
-/// `per_message` to a message (JSON Lines).
-async fn publish_all(
+/// Creates each `(stream, subject)` stream of a NATS bench.
+pub(crate) async fn create_streams(
     jetstream: &async_nats::jetstream::Context,
-    (events, results, nonce): (&str, &str, &str),
-    lines: &[String],
-    per_message: usize,
+    streams: [(&str, String); 2],
 ) -> Result<(), String> {
-    use async_nats::jetstream::stream::Config;
-    for (name, subject) in [
-        (events, format!("bench.{nonce}")),
-        (results, format!("bench-results.{nonce}")),
-    ] {
-        let config = Config {
+    for (name, subject) in streams {
+        let config = async_nats::jetstream::stream::Config {
             name: name.to_owned(),
             subjects: vec![subject],
             ..Default::default()
@@ -675,7 +668,26 @@ async fn publish_all(
             .await
             .map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+/// Creates the events and results streams and publishes `lines` into the first,
+/// `per_message` to a message (JSON Lines).
+async fn publish_all(
+    jetstream: &async_nats::jetstream::Context,
+    (events, results, nonce): (&str, &str, &str),
+    lines: &[String],
+    per_message: usize,
+) -> Result<(), String> {
     let subject = format!("bench.{nonce}");
+    create_streams(
+        jetstream,
+        [
+            (events, subject.clone()),
+            (results, format!("bench-results.{nonce}")),
+        ],
+    )
+    .await?;
     let messages: Vec<String> = lines
         .chunks(per_message.max(1))
         .map(|m| m.join("\n"))

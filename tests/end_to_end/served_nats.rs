@@ -77,14 +77,39 @@ fn closed(events: &[Value]) -> std::collections::BTreeMap<(String, i64), (i64, i
         .collect()
 }
 
+/// A `weir serve --nats` beside a real `nats-server` holding a CLICKS and a RESULTS stream.
+struct Served {
+    nats: NatsServer,
+    client: Client,
+    dir: tempfile::TempDir,
+    server: Server,
+}
+
+impl Served {
+    fn start() -> Self {
+        let nats = NatsServer::start();
+        let client = Client::connect(&nats.url);
+        client.stream("CLICKS", &["clicks.>"]);
+        client.stream("RESULTS", &["results.>"]);
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+        Served {
+            nats,
+            client,
+            dir,
+            server,
+        }
+    }
+}
+
 #[test]
 fn a_served_pipeline_reads_a_nats_stream_with_rollout_replay_savepoint_fork_and_promote() {
-    let nats = NatsServer::start();
-    let client = Client::connect(&nats.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results.>"]);
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    let Served {
+        nats: _nats,
+        client,
+        dir: _dir,
+        server,
+    } = Served::start();
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     server.upload_ok(
         "count-sum",
@@ -546,12 +571,12 @@ fn unusable_nats_credentials_stop_the_server_at_start() {
 
 #[test]
 fn a_served_nats_pipeline_survives_a_sigkill_with_every_result_once() {
-    let nats = NatsServer::start();
-    let client = Client::connect(&nats.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results.>"]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    let Served {
+        nats,
+        client,
+        dir,
+        mut server,
+    } = Served::start();
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     let mut spec = nats_spec("durable");
     spec["sinks"] = json!({"results": {"nats": "default", "subject": "results.durable"}});
@@ -591,11 +616,12 @@ fn a_served_nats_pipeline_survives_a_sigkill_with_every_result_once() {
 
 #[test]
 fn subjects_a_spec_lists_hold_the_watermark_back_from_the_start() {
-    let nats = NatsServer::start();
-    let client = Client::connect(&nats.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    let Served {
+        nats: _nats,
+        client,
+        dir: _dir,
+        server,
+    } = Served::start();
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     for (name, subjects) in [
         ("listed", json!(["clicks.a", "clicks.b"])),
@@ -622,12 +648,12 @@ fn subjects_a_spec_lists_hold_the_watermark_back_from_the_start() {
 
 #[test]
 fn messages_of_many_events_are_read_whole_across_a_sigkill() {
-    let nats = NatsServer::start();
-    let client = Client::connect(&nats.url);
-    client.stream("CLICKS", &["clicks.>"]);
-    client.stream("RESULTS", &["results.>"]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start_with(dir.path(), &["--nats", &nats.url]);
+    let Served {
+        nats,
+        client,
+        dir,
+        mut server,
+    } = Served::start();
     // A count-sum that spends a third of a millisecond per event: checkpoints come while a
     // message is being read.
     server.upload_ok(

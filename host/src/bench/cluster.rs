@@ -246,21 +246,11 @@ async fn publish_partitioned(
     lines: &[String],
     (count, per_message): (usize, usize),
 ) -> Result<(), String> {
-    use async_nats::jetstream::stream::Config;
-    for (name, subject) in [
+    let streams = [
         (events, format!("bench.{nonce}.>")),
         (results, format!("bench-results.{nonce}")),
-    ] {
-        let config = Config {
-            name: name.to_owned(),
-            subjects: vec![subject],
-            ..Default::default()
-        };
-        jetstream
-            .create_stream(config)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
+    ];
+    super::create_streams(jetstream, streams).await?;
     let key_of = |line: &str| -> String {
         let value: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
         value["key"].as_str().unwrap_or_default().to_owned()

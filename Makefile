@@ -12,16 +12,18 @@ TOOLCHAINS := $(CURDIR)/target/toolchains
 export WEIR_TOOLCHAINS := $(TOOLCHAINS)
 COMPONENTIZE_PY := 0.25.1
 
+# Installs Debian packages $(2) (for $(3)) unless the check $(1) passes; as root or with sudo.
+SUDO = $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+define apt_install
+	@{ $(1); } || { echo "installing $(2) ($(3))"; \
+		$(SUDO) apt-get install -y $(2) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y $(2); }; }
+endef
+
 setup:
 	rustup target add wasm32-wasip2
-	@command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || { echo "installing nats-server (the NATS tests run a real one)"; \
-		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server \
-		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
-		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y nats-server; }; }
-	@{ [ -x /usr/bin/chromedriver ] && [ -x /usr/bin/chromium ] && [ -x /usr/bin/firefox-esr ]; } || { echo "installing chromium, chromedriver and firefox-esr (the console tests drive real browsers)"; \
-		$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver firefox-esr \
-		|| { $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update && \
-		     $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y chromium chromium-driver firefox-esr; }; }
+	$(call apt_install,command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ],nats-server,the NATS tests run a real one)
+	$(call apt_install,[ -x /usr/bin/chromedriver ] && [ -x /usr/bin/chromium ] && [ -x /usr/bin/firefox-esr ],chromium chromium-driver firefox-esr,the console tests drive real browsers)
+	$(call apt_install,command -v faketime >/dev/null,faketime,a cluster test runs workers on skewed clocks)
 
 components: setup
 	cargo build --release --target wasm32-wasip2 $(addprefix -p weir-example-,$(EXAMPLES))

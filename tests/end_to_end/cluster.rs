@@ -215,7 +215,7 @@ fn kill(mut child: Child) {
 }
 
 /// Sends SIGTERM and waits for a clean exit.
-fn terminate(mut child: Child) {
+pub(crate) fn terminate(mut child: Child) {
     let pid = child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

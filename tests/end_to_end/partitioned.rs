@@ -4,8 +4,10 @@
 //! however many workers there are, with one watermark for the pipeline (each slice publishes
 //! its partition's, and each takes the lowest of the others' as a floor). One worker and three
 //! give the same results, ids and values, as an independent model; a SIGKILLed worker's
-//! slices are taken over with nothing lost or repeated; an event on another partition than
-//! its key's is a dead letter, and a changed partition count is refused.
+//! slices are taken over with nothing lost or repeated, as they are through a 2 -> 3 -> 2
+//! rescale under input and a NATS server away 3 s; garbage and an event on another partition
+//! than its key's are dead letters; workers on skewed clocks change nothing; a changed
+//! partition count is refused.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -129,6 +131,24 @@ impl Partitioned {
         command.stdout(Stdio::null()).spawn().unwrap()
     }
 
+    /// Worker `id` whose wall clock is `skew` (`+1h`, `-1h`) off (libfaketime; its monotonic
+    /// clock is left alone).
+    fn skewed_worker(&self, id: &str, skew: &str) -> Child {
+        let dir = self.dir.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        Command::new("faketime")
+            .args(["-f", skew, env!("CARGO_BIN_EXE_weir"), "worker", "--nats"])
+            .args([&self.server.url, "--pipeline", PIPELINE, "--id", id])
+            .arg("--dir")
+            .arg(&dir)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(self.log(id)).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("faketime is installed (make setup installs it)")
+    }
+
     fn log(&self, id: &str) -> PathBuf {
         self.dir.path().join(format!("{id}.log"))
     }
@@ -185,17 +205,75 @@ impl Partitioned {
 
     /// Publishes each event to `clicks.<its user>`, as a producer would.
     fn publish(&self, events: &[Value]) {
-        self.client.runtime.block_on(async {
-            for event in events {
-                let subject = format!("clicks.{}", event["user"].as_str().unwrap());
-                let ack = (self.client.jetstream)
-                    .publish(subject, event.to_string().into())
-                    .await
-                    .unwrap();
-                ack.await.unwrap();
-            }
-        });
+        publish_to(&self.client, events);
     }
+
+    /// Closes every window and waits for the results of `events`' windows: them, without the
+    /// closing events' own.
+    fn results_of(&self, events: &[Value]) -> Vec<(String, Value)> {
+        self.publish(&closing());
+        (results(&self.client, windows(events).len()).into_iter())
+            .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
+            .collect()
+    }
+}
+
+/// A producer publishing in-order clicks from another thread, a hundred every 50 ms, until
+/// told to stop.
+struct Producer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Value>>,
+}
+
+impl Producer {
+    fn start(url: &str) -> Producer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let url = url.to_owned();
+        let thread = std::thread::spawn(move || {
+            let client = Client::connect(&url);
+            let mut sent = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let batch = clicks(sent.len(), 100);
+                publish_to(&client, &batch);
+                sent.extend(batch);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            sent
+        });
+        Producer { stop, thread }
+    }
+
+    /// Stops it: every event it published.
+    fn stop(self) -> Vec<Value> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Publishes each event to `clicks.<its user>`, as a producer would.
+fn publish_to(client: &Client, events: &[Value]) {
+    let payloads: Vec<(String, String)> = (events.iter())
+        .map(|e| (e["user"].as_str().unwrap().to_owned(), e.to_string()))
+        .collect();
+    publish_raw(client, &payloads);
+}
+
+/// Publishes each payload as it is to `clicks.<user>`, waiting for every acknowledgement.
+fn publish_raw(client: &Client, payloads: &[(String, String)]) {
+    client.runtime.block_on(async {
+        let mut acks = Vec::with_capacity(payloads.len());
+        for (user, payload) in payloads {
+            let ack = (client.jetstream)
+                .publish(format!("clicks.{user}"), payload.clone().into())
+                .await
+                .unwrap();
+            acks.push(ack);
+        }
+        for ack in acks {
+            ack.await.unwrap();
+        }
+    });
 }
 
 /// In-order clicks of 40 users, `n` of them from index `from`, 7 ms apart.
@@ -268,12 +346,8 @@ fn run_with_workers(workers: &[&str]) -> BTreeMap<String, Value> {
     let children: Vec<Child> = workers.iter().map(|id| cluster.worker(id, false)).collect();
     cluster.wait_for_owners(workers);
     cluster.publish(&events);
-    cluster.publish(&closing());
-    let results = results(&cluster.client, windows(&events).len());
+    let results = cluster.results_of(&events);
     children.into_iter().for_each(kill);
-    let results: Vec<(String, Value)> = (results.into_iter())
-        .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
-        .collect();
     assert_exactly_once(&results, &events, &cluster.logs(workers));
     results.into_iter().collect()
 }
@@ -349,11 +423,7 @@ fn a_sigkilled_worker_of_a_partitioned_stream_is_taken_over_with_nothing_lost_or
     kill(workers.remove("w2").unwrap());
     cluster.publish(&events[1_500..]);
     cluster.wait_for_owners(&["w1", "w3"]);
-    cluster.publish(&closing());
-    let results: Vec<(String, Value)> = (results(&cluster.client, windows(&events).len())
-        .into_iter())
-    .filter(|(_, r)| !r["key"].as_str().unwrap().starts_with("zz"))
-    .collect();
+    let results = cluster.results_of(&events);
     workers.into_values().for_each(kill);
     assert_exactly_once(&results, &events, &cluster.logs(&["w1", "w2", "w3"]));
 }
@@ -414,4 +484,124 @@ fn a_partition_that_never_sends_goes_idle_by_the_others_clock() {
     .collect();
     workers.into_iter().for_each(kill);
     assert_exactly_once(&results, &events, &cluster.logs(&["w1", "w2"]));
+}
+
+#[test]
+fn a_partitioned_stream_rescaled_two_three_two_under_input_loses_and_repeats_nothing() {
+    let cluster = Partitioned::start();
+    let w1 = cluster.worker("w1", false);
+    let w2 = cluster.worker("w2", false);
+    cluster.wait_for_owners(&["w1", "w2"]);
+    let producer = Producer::start(&cluster.server.url);
+    // 2 -> 3 while events arrive: the newcomer takes two partitions with their state.
+    let w3 = cluster.worker("w3", false);
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    // 3 -> 2: one leaves cleanly; its partitions go on elsewhere from its final checkpoint.
+    crate::cluster::terminate(w2);
+    cluster.wait_for_owners(&["w1", "w3"]);
+    let events = producer.stop();
+    let results = cluster.results_of(&events);
+    kill(w1);
+    kill(w3);
+    let logs = cluster.logs(&["w1", "w2", "w3"]);
+    assert!(logs.contains("gave slice"), "{logs}");
+    assert!(events.len() >= 1_000, "input all along: {}", events.len());
+    assert_exactly_once(&results, &events, &logs);
+}
+
+#[test]
+fn partitioned_workers_wait_for_a_nats_server_away_three_seconds_and_lose_nothing() {
+    let mut cluster = Partitioned::start();
+    let workers = ["w1", "w2", "w3"].map(|id| cluster.worker(id, false));
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    let events = clicks(0, 3_000);
+    cluster.publish(&events[..1_500]);
+    cluster.server.restart(Duration::from_secs(3));
+    cluster.client = Client::connect(&cluster.server.url);
+    cluster.publish(&events[1_500..]);
+    let results = cluster.results_of(&events);
+    workers.into_iter().for_each(kill);
+    assert_exactly_once(&results, &events, &cluster.logs(&["w1", "w2", "w3"]));
+}
+
+/// Garbage on a partition's subject (not JSON, no timestamp, a bad line inside a message of
+/// several events) is a dead letter with its reason; every good event around it counts.
+#[test]
+fn garbage_on_a_partition_is_a_dead_letter_and_the_rest_counts() {
+    let cluster = Partitioned::start();
+    let workers = ["w1", "w2"].map(|id| cluster.worker(id, false));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    let events = clicks(0, 400);
+    let (before, after) = events.split_at(200);
+    cluster.publish(before);
+    let (last, next) = (&before[199], &after[0]);
+    let user = |e: &Value| e["user"].as_str().unwrap().to_owned();
+    // A second event of the first key at the same time, which a batching producer sent with it.
+    let twin = json!({"user": user(next), "ts": next["ts"], "amount": 3});
+    let garbage = [
+        (user(last), "{not json".to_owned()),
+        (
+            user(last),
+            json!({"user": user(last), "amount": 1}).to_string(),
+        ),
+        (user(last), "\u{0}\u{1}binary".to_owned()),
+        // One message of three lines: an event, garbage, an event.
+        (user(next), format!("{next}\nnot an event\n{twin}")),
+    ];
+    publish_raw(&cluster.client, &garbage);
+    cluster.publish(&after[1..]);
+    let mut events = events.clone();
+    events.push(twin);
+    let dead = crate::nats::wait_for_stream(&cluster.client, "DEAD", 4);
+    let results = cluster.results_of(&events);
+    workers.into_iter().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2"]);
+    assert_exactly_once(&results, &events, &logs);
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    for (_, letter) in &dead {
+        assert!(
+            letter["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{letter}"
+        );
+    }
+}
+
+/// Workers judge time by the server's clock (publication times, leases that expire on the
+/// server), never their own: two workers whose clocks are an hour ahead and an hour behind
+/// give the model's results, ids unique.
+#[test]
+fn workers_with_skewed_clocks_give_the_model_s_results() {
+    let cluster = Partitioned::start_with("[watermark]\nidle_timeout = \"2s\"");
+    let workers = [("w1", "+1h"), ("w2", "-1h")].map(|(id, skew)| cluster.skewed_worker(id, skew));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    let events = clicks(0, 2_000);
+    cluster.publish(&events);
+    let results = cluster.results_of(&events);
+    workers.into_iter().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2"]);
+    // The skew took: each worker's log is stamped with its own clock, an hour off.
+    for id in ["w1", "w2"] {
+        let log = std::fs::read_to_string(cluster.log(id)).unwrap();
+        let stamped = (log.lines())
+            .filter(|line| line.starts_with("20"))
+            .find_map(minute_of_day);
+        let now = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .unwrap()
+            .as_secs()
+            / 60
+            % 1_440;
+        let off = stamped.map(|m| (m + 1_440 - now) % 1_440);
+        assert!(
+            off.is_some_and(|off| (30..=1_410).contains(&off)),
+            "{id} runs on a skewed clock ({off:?} minutes off):\n{log}"
+        );
+    }
+    assert_exactly_once(&results, &events, &logs);
+}
+
+/// The minute of the day of a log line stamped `YYYY-MM-DDTHH:MM:...` (UTC).
+fn minute_of_day(line: &str) -> Option<u64> {
+    let hour: u64 = line.get(11..13)?.parse().ok()?;
+    let minute: u64 = line.get(14..16)?.parse().ok()?;
+    Some(hour * 60 + minute)
 }

@@ -303,7 +303,10 @@ fn a_worker_serves_its_slices_metrics() {
         });
         // Every slice reads every event: all 300, on the slices' own series.
         let read = text.contains("weir_events_in_total{pipeline=\"shared-clicks/slice-5\"} 300");
-        if uploaded && read {
+        // And is none behind the stream's last message, once the server has said which it is.
+        let caught_up =
+            text.contains("weir_input_lag_sequences{pipeline=\"shared-clicks/slice-5\"} 0");
+        if uploaded && read && caught_up {
             break text;
         }
         assert!(Instant::now() < deadline, "{text}");

@@ -10,7 +10,7 @@
 //! partition count is refused.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,8 @@ struct Partitioned {
     server: NatsServer,
     client: Client,
     dir: tempfile::TempDir,
+    /// The aggregate's component.
+    module: PathBuf,
 }
 
 fn weir(args: &[&str]) -> Command {
@@ -36,8 +38,7 @@ fn weir(args: &[&str]) -> Command {
 }
 
 /// The spec, with `more` at its end (a `[watermark]` table, say).
-fn spec_text_with(url: &str, count: usize, more: &str) -> String {
-    let module = crate::serve::count_sum_v1();
+fn spec_text_with(url: &str, count: usize, more: &str, module: &Path) -> String {
     format!(
         r#"name = "{PIPELINE}"
 checkpoint_interval = "200ms"
@@ -72,6 +73,11 @@ impl Partitioned {
 
     /// The cluster, its pipeline's spec ending with `more`.
     fn start_with(more: &str) -> Partitioned {
+        Self::start_with_module(more, crate::serve::count_sum_v1())
+    }
+
+    /// The cluster, its pipeline's spec ending with `more` and aggregating with `module`.
+    fn start_with_module(more: &str, module: PathBuf) -> Partitioned {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("nats.conf");
         std::fs::write(
@@ -90,6 +96,7 @@ impl Partitioned {
             server,
             client,
             dir,
+            module,
         };
         let deployed = cluster.deploy_with(PARTITIONS, more);
         assert!(deployed.status.success(), "{deployed:?}");
@@ -102,7 +109,8 @@ impl Partitioned {
 
     fn deploy_with(&self, count: usize, more: &str) -> std::process::Output {
         let spec = self.dir.path().join("pipeline.toml");
-        std::fs::write(&spec, spec_text_with(&self.server.url, count, more)).unwrap();
+        let text = spec_text_with(&self.server.url, count, more, &self.module);
+        std::fs::write(&spec, text).unwrap();
         weir(&["cluster", "deploy", "--nats", &self.server.url])
             .arg(&spec)
             .output()
@@ -131,22 +139,29 @@ impl Partitioned {
         command.stdout(Stdio::null()).spawn().unwrap()
     }
 
-    /// Worker `id` whose wall clock is `skew` (`+1h`, `-1h`) off (libfaketime; its monotonic
-    /// clock is left alone).
+    /// Worker `id` whose wall clock is `skew` (`+1h`, `-1h`) off: libfaketime preloaded into
+    /// the worker itself (its `faketime` wrapper would stand between the test and the worker's
+    /// pid), its monotonic clock left alone.
     fn skewed_worker(&self, id: &str, skew: &str) -> Child {
+        let library = ["/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"]
+            .into_iter()
+            .chain(["/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1"])
+            .find(|path| Path::new(path).exists())
+            .expect("libfaketime is installed (make setup installs faketime)");
         let dir = self.dir.path().join(id);
         std::fs::create_dir_all(&dir).unwrap();
-        Command::new("faketime")
-            .args(["-f", skew, env!("CARGO_BIN_EXE_weir"), "worker", "--nats"])
-            .args([&self.server.url, "--pipeline", PIPELINE, "--id", id])
+        weir(&["worker", "--nats", &self.server.url])
+            .args(["--pipeline", PIPELINE, "--id", id])
             .arg("--dir")
             .arg(&dir)
+            .env("LD_PRELOAD", library)
+            .env("FAKETIME", skew)
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .env("RUST_LOG", "info")
             .stderr(std::fs::File::create(self.log(id)).unwrap())
             .stdout(Stdio::null())
             .spawn()
-            .expect("faketime is installed (make setup installs it)")
+            .unwrap()
     }
 
     fn log(&self, id: &str) -> PathBuf {
@@ -162,14 +177,32 @@ impl Partitioned {
             .collect()
     }
 
-    /// Who runs each slice, once every slice is run by one of `ids`, evenly.
+    /// `weir cluster status` of the pipeline (null if it failed).
+    fn status(&self) -> Value {
+        let output = weir(&["cluster", "status", "--nats", &self.server.url, PIPELINE])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).unwrap_or_default()
+    }
+
+    /// Waits (at most 60 s) until the status is `what`: that status.
+    fn wait_for_status(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "never {what}: {status}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until every slice is run by one of `ids`, evenly.
     fn wait_for_owners(&self, ids: &[&str]) {
         let started = Instant::now();
         loop {
-            let output = weir(&["cluster", "status", "--nats", &self.server.url, PIPELINE])
-                .output()
-                .unwrap();
-            let status: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+            let status = self.status();
             let owners: BTreeMap<String, String> =
                 serde_json::from_value(status["owners"].clone()).unwrap_or_default();
             let even = (ids.iter())
@@ -259,19 +292,22 @@ fn publish_to(client: &Client, events: &[Value]) {
     publish_raw(client, &payloads);
 }
 
-/// Publishes each payload as it is to `clicks.<user>`, waiting for every acknowledgement.
+/// Publishes each payload as it is to `clicks.<user>`, waiting for every acknowledgement (a
+/// thousand at a time: the client lets at most 5,000 wait).
 fn publish_raw(client: &Client, payloads: &[(String, String)]) {
     client.runtime.block_on(async {
-        let mut acks = Vec::with_capacity(payloads.len());
-        for (user, payload) in payloads {
-            let ack = (client.jetstream)
-                .publish(format!("clicks.{user}"), payload.clone().into())
-                .await
-                .unwrap();
-            acks.push(ack);
-        }
-        for ack in acks {
-            ack.await.unwrap();
+        for chunk in payloads.chunks(1_000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for (user, payload) in chunk {
+                let ack = (client.jetstream)
+                    .publish(format!("clicks.{user}"), payload.clone().into())
+                    .await
+                    .unwrap();
+                acks.push(ack);
+            }
+            for ack in acks {
+                ack.await.unwrap();
+            }
         }
     });
 }
@@ -604,4 +640,70 @@ fn minute_of_day(line: &str) -> Option<u64> {
     let hour: u64 = line.get(11..13)?.parse().ok()?;
     let minute: u64 = line.get(14..16)?.parse().ok()?;
     Some(hour * 60 + minute)
+}
+
+/// `weir cluster status` says, per slice, who runs it, how far it has read, how many stream
+/// sequences it is behind the last message of its partition and its events per second, and
+/// per worker its slices and rate: a hung worker's slices fall behind while the other's keep
+/// up, and catch up once it goes on.
+#[test]
+fn cluster_status_shows_each_slice_s_lag_and_each_worker_s_rate() {
+    let cluster = Partitioned::start();
+    let [w1, w2] = ["w1", "w2"].map(|id| cluster.worker(id, false));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    // While a producer publishes, each worker reads some events every second.
+    let producer = Producer::start(&cluster.server.url);
+    let busy = cluster.wait_for_status("both workers reading", |status| {
+        ["w1", "w2"].iter().all(|w| {
+            status["workers"][w]["events_per_second"]
+                .as_f64()
+                .is_some_and(|rate| rate > 0.0)
+        })
+    });
+    let mut events = producer.stop();
+    let owned = |status: &Value, worker: &str| -> Vec<String> {
+        (status["workers"][worker]["slices"]
+            .as_array()
+            .unwrap()
+            .iter())
+        .map(|slice| slice.to_string())
+        .collect()
+    };
+    assert_eq!(owned(&busy, "w1").len(), PARTITIONS / 2, "{busy}");
+    // w1 hangs (SIGSTOP): its slices fall behind, w2's do not.
+    signal(&w1, "-STOP");
+    let more = clicks(events.len(), 600);
+    cluster.publish(&more);
+    events.extend(more);
+    let lag = |status: &Value, slice: &str| status["progress"][slice]["lag"].as_u64();
+    let behind = cluster.wait_for_status("w1's slices behind, w2's not", |status| {
+        owned(status, "w1").iter().all(|s| lag(status, s) > Some(0))
+            && owned(status, "w2")
+                .iter()
+                .all(|s| lag(status, s) == Some(0))
+    });
+    // It goes on: every slice catches up, having read every event once.
+    signal(&w1, "-CONT");
+    let done = cluster.wait_for_status("every slice caught up", |status| {
+        let progress = status["progress"].as_object().unwrap();
+        let read: u64 = progress
+            .values()
+            .map(|p| p["events"].as_u64().unwrap())
+            .sum();
+        progress.len() == PARTITIONS
+            && progress.values().all(|p| p["lag"] == 0)
+            && read == events.len() as u64
+    });
+    [w1, w2].into_iter().for_each(kill);
+    for (slice, p) in done["progress"].as_object().unwrap() {
+        assert_eq!(p["worker"], done["owners"][slice], "{done}");
+        assert!(p["read"].as_u64().unwrap() > 0, "{done}");
+    }
+    assert!(behind["progress"].as_object().unwrap().len() == PARTITIONS);
+}
+
+fn signal(child: &Child, signal: &str) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(sent.success());
 }

@@ -599,6 +599,14 @@ fn a_served_nats_pipeline_survives_a_sigkill_with_every_result_once() {
     let server = Server::start_with(dir.path(), &["--nats", &nats.url]);
     client.publish("clicks.a", after);
     server.wait_for_events_in("durable", events.len());
+    // Status says how far behind the stream's last message the pipeline is: none now.
+    server.wait_for("no lag", PATIENCE, || {
+        let status = server.status("durable");
+        match status["input_lag_sequences"].as_u64() {
+            Some(0) => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
     let expected = closed(&events);
     let results = server.wait_for("every result once", PATIENCE, || {
         let results = client.read_all("RESULTS");

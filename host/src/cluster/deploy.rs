@@ -14,7 +14,7 @@ use super::{
     CODE_BUCKET, ClusterError, Connection, DEFAULT_SLICES, MAX_COMPONENT_BYTES, MAX_SLICES,
     PIPELINES_BUCKET, Result, check_name, check_shareable,
 };
-use crate::spec::{OperatorCode, PipelineSpec};
+use crate::spec::{OperatorCode, PipelineSpec, SourceSpec};
 
 /// A shared pipeline as the bucket holds it (`pipelines.<name>`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -232,13 +232,66 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
     }
     // A partitioned stream's slices' watermarks (the pipeline's is the lowest of them).
     let watermarks = super::watermarks::published(&connection, name, record.slices)?;
+    let progress = super::progress::reported(&connection, name, record.slices)?;
+    let workers = per_worker(&progress);
+    let progress = with_lags(&connection, &record, &progress)?;
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
         "uploaded": uploaded,
         "watermarks": watermarks,
+        "progress": progress,
+        "workers": workers,
         "slices": record.slices,
         "members": leases.members()?,
         "owners": owners,
     }))
+}
+
+/// Each worker's slices and its events per second, summed over them.
+fn per_worker(
+    progress: &BTreeMap<usize, super::progress::Progress>,
+) -> BTreeMap<&str, serde_json::Value> {
+    let mut workers: BTreeMap<&str, (Vec<usize>, f64)> = BTreeMap::new();
+    for (slice, p) in progress {
+        let entry = workers.entry(&p.worker).or_default();
+        entry.0.push(*slice);
+        entry.1 += p.events_per_second;
+    }
+    (workers.into_iter())
+        .map(|(worker, (slices, rate))| {
+            (
+                worker,
+                serde_json::json!({"slices": slices, "events_per_second": rate}),
+            )
+        })
+        .collect()
+}
+
+/// Each slice's progress, by slice, with its `lag`: the stream sequences between what it read
+/// and the last message on its subjects (its partition's, or the stream's), now.
+fn with_lags(
+    connection: &Connection,
+    record: &PipelineRecord,
+    progress: &BTreeMap<usize, super::progress::Progress>,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let spec = PipelineSpec::parse(&record.spec, record.json, Path::new("."))?;
+    let SourceSpec::Nats(source) = &spec.source else {
+        return Err(ClusterError::Damaged(format!(
+            "pipeline record {}: its source is not a NATS stream",
+            record.name
+        )));
+    };
+    let mut out = serde_json::Map::new();
+    for (slice, p) in progress {
+        let subjects = match &source.partitions {
+            Some(partitions) => vec![partitions.subject_of(*slice)],
+            None => source.subjects.clone(),
+        };
+        let last = super::progress::last_sequence(connection, &source.stream, &subjects);
+        let mut value = serde_json::to_value(p).expect("serialises");
+        value["lag"] = last.map(|last| last.saturating_sub(p.read)).into();
+        out.insert(slice.to_string(), value);
+    }
+    Ok(out)
 }

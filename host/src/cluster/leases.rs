@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{Operation, Store};
 use tokio_stream::StreamExt;
 
-use super::{Connection, LEASE, LEASES_BUCKET, Result};
+use super::{Connection, LEASE, LEASES_BUCKET, Result, timed};
 
 /// What renewing a lease found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,11 +193,4 @@ impl Leases {
             self.bucket.delete_expect_revision(key, Some(revision)),
         ));
     }
-}
-
-/// A request that gives up after a few seconds (the server may be away).
-async fn timed<F: std::future::Future>(
-    future: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    tokio::time::timeout(Duration::from_secs(3), future).await
 }

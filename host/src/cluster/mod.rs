@@ -20,6 +20,8 @@
 mod delta;
 mod deploy;
 mod leases;
+mod periodic;
+mod progress;
 mod renewer;
 mod rollout;
 mod snapshots;
@@ -159,7 +161,7 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
 pub(crate) struct Connection {
     url: String,
     pub(super) runtime: tokio::runtime::Runtime,
-    jetstream: async_nats::jetstream::Context,
+    pub(super) jetstream: async_nats::jetstream::Context,
 }
 
 impl Connection {
@@ -276,4 +278,11 @@ impl Drop for Connection {
     fn drop(&mut self) {
         let _inside = self.runtime.enter();
     }
+}
+
+/// `future`, given at most 3 s (a request to a server that went away).
+pub(super) async fn timed<F: std::future::Future>(
+    future: F,
+) -> std::result::Result<F::Output, tokio::time::error::Elapsed> {
+    tokio::time::timeout(Duration::from_secs(3), future).await
 }

@@ -14,7 +14,6 @@
 //! Depends on `pipeline` (a run's shared watermark) and the cluster's connection.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use async_nats::jetstream::kv::Store;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
+use super::periodic::Periodic;
 use super::{Connection, Result};
 use crate::pipeline::PipelineControl;
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
@@ -56,8 +56,7 @@ pub(super) type Runs = Arc<Mutex<BTreeMap<usize, Arc<PipelineControl>>>>;
 
 /// A worker's exchange of its slices' watermarks with the other workers'.
 pub(super) struct Exchange {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: Periodic,
 }
 
 impl Exchange {
@@ -69,7 +68,6 @@ impl Exchange {
         runs: Runs,
     ) -> Result<Exchange> {
         let bucket = connection.bucket(WATERMARKS_BUCKET, Duration::ZERO)?;
-        let stop = Arc::new(AtomicBool::new(false));
         let mut exchanging = Exchanging {
             connection,
             bucket,
@@ -79,34 +77,14 @@ impl Exchange {
             written: BTreeMap::new(),
             rounds: 0,
         };
-        let thread = std::thread::Builder::new()
-            .name("weir-watermarks".into())
-            .spawn({
-                let stop = stop.clone();
-                move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        exchanging.round();
-                        std::thread::sleep(EXCHANGE_EVERY);
-                    }
-                }
-            })
-            .map_err(|source| super::ClusterError::Io {
-                path: std::path::PathBuf::from("watermark exchange"),
-                source,
-            })?;
-        Ok(Exchange {
-            stop,
-            thread: Some(thread),
+        let thread = Periodic::start("weir-watermarks", EXCHANGE_EVERY, move || {
+            exchanging.round()
         })
-    }
-}
-
-impl Drop for Exchange {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        .map_err(|source| super::ClusterError::Io {
+            path: std::path::PathBuf::from("watermark exchange"),
+            source,
+        })?;
+        Ok(Exchange { _thread: thread })
     }
 }
 
@@ -153,7 +131,7 @@ impl Exchanging {
             }
             let value = serde_json::to_vec(&published).expect("serialises");
             let put = self.bucket.put(self.key(*slice), value.into());
-            match self.connection.block_on(timed(put)) {
+            match self.connection.block_on(super::timed(put)) {
                 Ok(Ok(_)) => {
                     self.written.insert(*slice, published);
                 }
@@ -185,7 +163,7 @@ impl Exchanging {
         let mut all = Vec::with_capacity(self.slices);
         for slice in 0..self.slices {
             let got = self.bucket.get(self.key(slice));
-            match self.connection.block_on(timed(got)) {
+            match self.connection.block_on(super::timed(got)) {
                 Ok(Ok(value)) => {
                     all.push(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()));
                 }
@@ -219,7 +197,7 @@ pub(super) fn published(
     let bucket = connection.bucket(WATERMARKS_BUCKET, Duration::ZERO)?;
     let mut out = serde_json::Map::new();
     for slice in 0..slices {
-        let got = connection.block_on(timed(bucket.get(format!("{pipeline}.{slice}"))));
+        let got = connection.block_on(super::timed(bucket.get(format!("{pipeline}.{slice}"))));
         let Ok(Ok(Some(bytes))) = got else {
             continue;
         };
@@ -234,12 +212,6 @@ pub(super) fn published(
         out.insert(slice.to_string(), value);
     }
     Ok(out)
-}
-
-async fn timed<F: std::future::Future>(
-    future: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    tokio::time::timeout(Duration::from_secs(3), future).await
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use super::deploy::{PipelineRecord, fetch_component, fetch_record};
 use super::leases::Leases;
+use super::progress::Reporter;
 use super::renewer::Renewer;
 use super::rollout::{FetchedCode, read_routing, resolver};
 use super::snapshots::{Snapshots, Uploader};
@@ -66,6 +67,8 @@ pub struct Worker {
     /// the other workers'.
     runs: Runs,
     _exchange: Option<Exchange>,
+    /// Reports each slice's progress for `weir cluster status`.
+    _reporter: Reporter,
     connection: Arc<Connection>,
     /// The components fetched, for the spec and for rollouts.
     code: FetchedCode,
@@ -113,10 +116,12 @@ impl Worker {
                 (Some(feed), None)
             }
         };
+        let reporter = Reporter::start(connection.clone(), &record.name, &id, runs.clone())?;
         Ok(Worker {
             feed,
             runs,
             _exchange: exchange,
+            _reporter: reporter,
             connection,
             code,
             routing: None,

@@ -37,6 +37,9 @@ pub enum ResolveError {
 }
 
 /// Live figures of a running pipeline.
+/// [`LiveStats::input_backlog`] of a source that does not know its backlog.
+pub const NO_BACKLOG: u64 = u64::MAX;
+
 #[derive(Debug)]
 pub struct LiveStats {
     /// Events routed over the pipeline's life (restored from its checkpoint on restart).
@@ -53,10 +56,20 @@ pub struct LiveStats {
     pub input_offset: AtomicU64,
     /// The input offset (bytes) of the last committed checkpoint: a replay starts there.
     pub checkpointed_offset: AtomicU64,
+    /// How far the source is behind the end of its input (NATS: stream sequences behind the
+    /// last one on its subjects; [`NO_BACKLOG`] if it does not know).
+    pub input_backlog: AtomicU64,
     /// Scopes held in memory, over all shards, at the last checkpoint.
     pub state_keys: AtomicU64,
     /// The last committed checkpoint.
     pub last_checkpoint: Mutex<Option<CheckpointStats>>,
+}
+
+impl LiveStats {
+    /// How far the source is behind the end of its input, if it knows (see `input_backlog`).
+    pub fn backlog(&self) -> Option<u64> {
+        Some(self.input_backlog.load(Ordering::Relaxed)).filter(|n| *n != NO_BACKLOG)
+    }
 }
 
 impl Default for LiveStats {
@@ -69,6 +82,7 @@ impl Default for LiveStats {
             watermark: AtomicI64::new(MINUS_INFINITY),
             input_offset: AtomicU64::new(0),
             checkpointed_offset: AtomicU64::new(0),
+            input_backlog: AtomicU64::new(NO_BACKLOG),
             state_keys: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
         }

@@ -14,6 +14,7 @@ use tracing::info;
 
 use std::sync::atomic::Ordering;
 
+use super::control::NO_BACKLOG;
 use super::join::Joiner;
 use super::messages::{Part, Position, RouterPart, RoutingChange, ShardMsg};
 use super::{PipelineControl, Result, shard_of};
@@ -248,7 +249,7 @@ impl Router<'_> {
         // times, into freshly zeroed pages (10 % of the router's time).
         let share_size =
             (spec.batch_size.div_ceil(self.shards.len())).min(MAX_CARRIED_BATCH_RECORDS);
-        self.publish(reading.seq, start.watermark, source.position().offset);
+        self.publish(reading.seq, start.watermark, &*source);
         if start.finished {
             info!("input already finished at the last checkpoint");
             return Ok(0);
@@ -270,11 +271,7 @@ impl Router<'_> {
             }
             if tick {
                 // Keeps the lags current while the input pauses.
-                self.publish(
-                    reading.seq,
-                    reading.watermark.current(),
-                    source.position().offset,
-                );
+                self.publish(reading.seq, reading.watermark.current(), &*source);
             }
             reading.mark(&record, &mut batch);
             if sharing && (tick || batch.records.is_multiple_of(64)) {
@@ -396,11 +393,7 @@ impl Router<'_> {
             pacing.carrying = carry;
             pacing.batch_id += 1;
             pacing.batch_opened = Instant::now();
-            self.publish(
-                reading.seq,
-                reading.watermark.current(),
-                source.position().offset,
-            );
+            self.publish(reading.seq, reading.watermark.current(), source);
         }
         if due {
             let position = self.position(source, reading.seq, &reading.watermark, false);
@@ -463,17 +456,22 @@ impl Router<'_> {
         (self.key_groups.is_none_or(|owned| owned.contains(group))).then(|| shard_of(group, n))
     }
 
-    /// Publishes how far the router has read (events, the watermark and the source's byte
-    /// offset, which ingest's backpressure compares with the log's length) and a sign of life:
-    /// per batch and idle tick, not per event.
-    fn publish(&self, events: u64, watermark: Millis, offset: u64) {
+    /// Publishes how far the router has read (events, the watermark, the source's byte
+    /// offset, which ingest's backpressure compares with the log's length, and the messages
+    /// it knows are still to read) and a sign of life: per batch and idle tick, not per event.
+    fn publish(&self, events: u64, watermark: Millis, source: &dyn Source) {
         self.control.beat();
         let stats = &self.control.stats;
+        let offset = source.position().offset;
+        let backlog = source.backlog();
         stats.events_in.store(events, Ordering::Relaxed);
         stats.input_offset.store(offset, Ordering::Relaxed);
+        (stats.input_backlog).store(backlog.unwrap_or(NO_BACKLOG), Ordering::Relaxed);
         let input_lag =
             (self.control.ingest_gate.as_ref()).map(|gate| gate.committed().saturating_sub(offset));
-        self.control.metrics.read(events, watermark, input_lag);
+        self.control
+            .metrics
+            .read(events, watermark, input_lag, backlog);
         stats.watermark.store(watermark, Ordering::Relaxed);
     }
 

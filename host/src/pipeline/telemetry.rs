@@ -23,6 +23,7 @@ pub struct PipelineMetrics {
     watermark: Gauge,
     watermark_lag: Gauge,
     input_lag: Gauge,
+    input_lag_sequences: Gauge,
     state_keys: Gauge,
     state_bytes: Gauge,
     checkpoints: Counter,
@@ -56,6 +57,7 @@ impl PipelineMetrics {
             watermark: metrics::gauge!("weir_watermark_ms", &[p()]),
             watermark_lag: metrics::gauge!("weir_watermark_lag_ms", &[p()]),
             input_lag: metrics::gauge!("weir_input_lag_bytes", &[p()]),
+            input_lag_sequences: metrics::gauge!("weir_input_lag_sequences", &[p()]),
             state_keys: metrics::gauge!("weir_state_keys", &[p()]),
             state_bytes: metrics::gauge!("weir_state_bytes", &[p()]),
             checkpoints: metrics::counter!("weir_checkpoints_total", &[p()]),
@@ -79,6 +81,7 @@ impl PipelineMetrics {
             watermark: Gauge::noop(),
             watermark_lag: Gauge::noop(),
             input_lag: Gauge::noop(),
+            input_lag_sequences: Gauge::noop(),
             state_keys: Gauge::noop(),
             state_bytes: Gauge::noop(),
             checkpoints: Counter::noop(),
@@ -91,9 +94,16 @@ impl PipelineMetrics {
         }
     }
 
-    /// How far the router has read: events over the pipeline's life, its watermark, and (HTTP
-    /// ingest) the bytes of accepted events still to read.
-    pub fn read(&self, events_in: u64, watermark: Millis, input_lag: Option<u64>) {
+    /// How far the router has read: events over the pipeline's life, its watermark, (HTTP
+    /// ingest) the bytes of accepted events still to read and (NATS) the stream sequences
+    /// behind the last one on its subjects.
+    pub fn read(
+        &self,
+        events_in: u64,
+        watermark: Millis,
+        input_lag: Option<u64>,
+        backlog: Option<u64>,
+    ) {
         self.events_in.absolute(events_in);
         if watermark != MINUS_INFINITY && watermark != PLUS_INFINITY {
             self.watermark.set(watermark as f64);
@@ -102,6 +112,9 @@ impl PipelineMetrics {
         }
         if let Some(lag) = input_lag {
             self.input_lag.set(lag as f64);
+        }
+        if let Some(sequences) = backlog {
+            self.input_lag_sequences.set(sequences as f64);
         }
     }
 

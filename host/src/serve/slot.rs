@@ -1023,6 +1023,9 @@ fn figures(control: &PipelineControl) -> serde_json::Value {
         "dead_letters": stats.dead_letters.load(Ordering::Relaxed),
         "watermark": (watermark != i64::MIN).then_some(watermark),
         "lag_ms": (watermark != i64::MIN).then(|| (crate::time::wall_clock_ms() as i64).saturating_sub(watermark)),
+        // How many stream sequences a NATS source is behind the last on its subjects (null
+        // for other sources).
+        "input_lag_sequences": stats.backlog(),
         "state_keys": stats.state_keys.load(Ordering::Relaxed),
         "last_checkpoint": last,
         // Operator time charged to the CPU quota, and time calls waited for it.

@@ -105,4 +105,9 @@ pub trait Source: Send {
     fn position(&self) -> SourcePosition;
     /// Continues from a position an earlier run of the same source reported.
     fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError>;
+    /// How far the source knows it is behind the end of its input (a NATS source: stream
+    /// sequences behind the last one on its subjects), if it knows.
+    fn backlog(&self) -> Option<u64> {
+        None
+    }
 }

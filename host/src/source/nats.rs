@@ -15,6 +15,7 @@
 //! answered.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_stream::StreamExt;
@@ -59,6 +60,9 @@ pub struct NatsSource {
     /// The consumer's delivery count of the last message taken (a message counted out of
     /// turn means one was lost on the way: another consumer is opened).
     delivered: u64,
+    /// The last stream sequence on the subjects read (0: not known yet), kept current by a
+    /// task of the client's runtime (see [`StreamEnd`]).
+    end: StreamEnd,
 }
 
 /// Messages, in stream order, as the pipeline's records: each line of a message (a message
@@ -257,6 +261,7 @@ impl NatsSource {
             watch: ClientWatch::default(),
             framing,
             delivered: 0,
+            end: StreamEnd::default(),
         })
     }
 
@@ -289,6 +294,8 @@ impl NatsSource {
             (Some(partitions), None) => vec![partitions.all_subjects()],
             (None, _) => self.spec.subjects.clone(),
         };
+        self.end
+            .watch(&self.runtime, &jetstream, &self.spec.stream, &subjects);
         let start = self.framing.sequence + 1;
         let opened: Result<Messages, String> = self.runtime.block_on(async move {
             let stream = jetstream.get_stream(&stream).await.map_err(|e| {
@@ -423,6 +430,11 @@ impl NatsSource {
         self.framing.sequence = sequence;
     }
 
+    /// The last stream sequence on the subjects read, for the runs of a shared feed.
+    pub(super) fn end(&self) -> StreamEnd {
+        self.end.clone()
+    }
+
     /// Drops the consumer (inside the client's runtime: its subscription unsubscribes there).
     fn close(&mut self) {
         let _inside = self.runtime.enter();
@@ -435,6 +447,74 @@ impl NatsSource {
 impl Drop for NatsSource {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// How often the last sequence on a source's subjects is asked for.
+const END_EVERY: Duration = Duration::from_secs(1);
+
+/// The last stream sequence on the subjects a source reads, asked of the server every
+/// [`END_EVERY`] (the last message by subject, wildcards and all, one request per subject) by
+/// a task of the client's runtime, so that reading never waits for it. A source's backlog is
+/// how many stream sequences it is behind it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StreamEnd {
+    last: Arc<AtomicU64>,
+    task: Arc<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
+}
+
+impl StreamEnd {
+    /// Starts asking, once (later calls do nothing while the task runs).
+    fn watch(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        jetstream: &async_nats::jetstream::Context,
+        stream: &str,
+        subjects: &[String],
+    ) {
+        let mut task = self.task.lock().expect("end lock");
+        if task.is_some() {
+            return;
+        }
+        let (jetstream, stream, last) = (jetstream.clone(), stream.to_owned(), self.last.clone());
+        let subjects = if subjects.is_empty() {
+            vec![">".to_owned()]
+        } else {
+            subjects.to_vec()
+        };
+        let asking = runtime.spawn(async move {
+            loop {
+                if let Ok(Ok(stream)) =
+                    tokio::time::timeout(END_EVERY, jetstream.get_stream(&stream)).await
+                {
+                    for subject in &subjects {
+                        let asked = stream.get_last_raw_message_by_subject(subject);
+                        if let Ok(Ok(message)) = tokio::time::timeout(END_EVERY, asked).await {
+                            last.fetch_max(message.sequence, Ordering::Relaxed);
+                        }
+                    }
+                }
+                tokio::time::sleep(END_EVERY).await;
+            }
+        });
+        *task = Some(asking.abort_handle());
+    }
+
+    /// How many stream sequences `read` is behind the last one on the subjects, once known.
+    pub(super) fn behind(&self, read: u64) -> Option<u64> {
+        let last = self.last.load(Ordering::Relaxed);
+        (last > 0).then(|| last.saturating_sub(read))
+    }
+}
+
+impl Drop for StreamEnd {
+    fn drop(&mut self) {
+        // The last clone stops the task.
+        if Arc::strong_count(&self.task) == 1
+            && let Some(task) = self.task.lock().expect("end lock").take()
+        {
+            task.abort();
+        }
     }
 }
 
@@ -484,6 +564,10 @@ impl Source for NatsSource {
         self.framing.resume(position);
         self.close();
         Ok(())
+    }
+
+    fn backlog(&self) -> Option<u64> {
+        self.end.behind(self.framing.sequence)
     }
 }
 

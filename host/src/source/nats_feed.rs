@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::nats::{Framing, NatsSource, Taken};
+use super::nats::{Framing, NatsSource, StreamEnd, Taken};
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::spec::NatsSourceSpec;
 
@@ -41,6 +41,7 @@ pub struct NatsFeed {
     inbox: Arc<Mutex<Vec<Subscriber>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    end: StreamEnd,
 }
 
 impl std::fmt::Debug for NatsFeed {
@@ -56,6 +57,7 @@ impl NatsFeed {
     pub fn start(spec: NatsSourceSpec) -> Result<NatsFeed, SourceError> {
         let stream = spec.stream.clone();
         let reader = NatsSource::new(spec)?;
+        let end = reader.end();
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = std::thread::Builder::new()
@@ -70,6 +72,7 @@ impl NatsFeed {
             inbox,
             stop,
             thread: Some(thread),
+            end,
         })
     }
 
@@ -80,6 +83,7 @@ impl NatsFeed {
             inbox: self.inbox.clone(),
             queue: None,
             framing: Framing::default(),
+            end: self.end.clone(),
         }
     }
 }
@@ -156,6 +160,8 @@ pub struct FeedSource {
     inbox: Arc<Mutex<Vec<Subscriber>>>,
     queue: Option<Receiver<Delivery>>,
     framing: Framing,
+    /// The last sequence on the stream's subjects, as the feed's reader keeps it.
+    end: StreamEnd,
 }
 
 impl FeedSource {
@@ -202,5 +208,9 @@ impl Source for FeedSource {
         self.framing.resume(position);
         self.queue = None;
         Ok(())
+    }
+
+    fn backlog(&self) -> Option<u64> {
+        self.end.behind(self.framing.position().offset)
     }
 }

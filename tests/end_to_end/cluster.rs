@@ -50,6 +50,8 @@ struct Cluster {
     server: NatsServer,
     client: Client,
     dir: tempfile::TempDir,
+    /// Every worker started, killed when the test ends however it ends.
+    started: crate::support::Reaper,
 }
 
 impl Cluster {
@@ -70,6 +72,7 @@ impl Cluster {
             server,
             client,
             dir,
+            started: Default::default(),
         }
     }
 
@@ -88,7 +91,7 @@ impl Cluster {
         let dir = self.dir.path().join(id);
         std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(self.log(id)).unwrap();
-        weir(&[
+        let worker = weir(&[
             "worker",
             "--nats",
             &self.server.url,
@@ -102,7 +105,8 @@ impl Cluster {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .unwrap()
+        .unwrap();
+        self.started.track(worker)
     }
 
     fn log(&self, id: &str) -> PathBuf {
@@ -266,7 +270,7 @@ fn one_worker_and_three_give_the_same_results_as_the_model() {
 fn a_worker_serves_its_slices_metrics() {
     let cluster = Cluster::start();
     let dir = cluster.dir.path().join("w1");
-    let mut worker = weir(&[
+    let worker = weir(&[
         "worker",
         "--nats",
         &cluster.server.url,
@@ -279,6 +283,7 @@ fn a_worker_serves_its_slices_metrics() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    let mut worker = cluster.started.track(worker);
     let mut stderr = std::io::BufReader::new(worker.stderr.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();

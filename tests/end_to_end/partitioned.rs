@@ -29,6 +29,8 @@ struct Partitioned {
     dir: tempfile::TempDir,
     /// The aggregate's component.
     module: PathBuf,
+    /// Every worker started, killed when the test ends however it ends.
+    started: crate::support::Reaper,
 }
 
 fn weir(args: &[&str]) -> Command {
@@ -97,6 +99,7 @@ impl Partitioned {
             client,
             dir,
             module,
+            started: Default::default(),
         };
         let deployed = cluster.deploy_with(PARTITIONS, more);
         assert!(deployed.status.success(), "{deployed:?}");
@@ -136,7 +139,8 @@ impl Partitioned {
         } else {
             command.stderr(std::fs::File::create(self.log(id)).unwrap());
         }
-        command.stdout(Stdio::null()).spawn().unwrap()
+        self.started
+            .track(command.stdout(Stdio::null()).spawn().unwrap())
     }
 
     /// Worker `id` whose wall clock is `skew` (`+1h`, `-1h`) off: libfaketime preloaded into
@@ -150,7 +154,7 @@ impl Partitioned {
             .expect("libfaketime is installed (make setup installs faketime)");
         let dir = self.dir.path().join(id);
         std::fs::create_dir_all(&dir).unwrap();
-        weir(&["worker", "--nats", &self.server.url])
+        let worker = weir(&["worker", "--nats", &self.server.url])
             .args(["--pipeline", PIPELINE, "--id", id])
             .arg("--dir")
             .arg(&dir)
@@ -161,7 +165,8 @@ impl Partitioned {
             .stderr(std::fs::File::create(self.log(id)).unwrap())
             .stdout(Stdio::null())
             .spawn()
-            .unwrap()
+            .unwrap();
+        self.started.track(worker)
     }
 
     fn log(&self, id: &str) -> PathBuf {

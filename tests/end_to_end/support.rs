@@ -291,3 +291,26 @@ pub fn now_ms() -> i64 {
         .expect("a clock after 1970")
         .as_millis() as i64
 }
+
+/// The processes a test started (workers, say), killed when the test ends however it ends: a
+/// failed assertion unwinds past the test's own kills, and would leave them running.
+#[derive(Default)]
+pub struct Reaper(std::sync::Mutex<Vec<u32>>);
+
+impl Reaper {
+    /// Remembers `child`, and hands it back.
+    pub fn track(&self, child: std::process::Child) -> std::process::Child {
+        self.0.lock().unwrap().push(child.id());
+        child
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in self.0.lock().unwrap().drain(..) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}

@@ -78,6 +78,12 @@ fn parse_link(prefix: &str, name: &str) -> Option<Link> {
     })
 }
 
+/// How long an upload of `bytes` bytes may take before it is given up and tried again: a
+/// minute, and a second more per 8 MiB.
+fn upload_limit(bytes: u64) -> Duration {
+    Duration::from_secs(60 + bytes / (8 << 20))
+}
+
 /// The object store of slice checkpoints.
 pub(super) struct Snapshots {
     connection: Arc<Connection>,
@@ -90,11 +96,26 @@ impl Snapshots {
         Ok(Snapshots { connection, store })
     }
 
-    fn put(&self, name: &str, reader: &mut (impl tokio::io::AsyncRead + Unpin)) -> Result<()> {
-        self.connection
-            .block_on(self.store.put(name, reader))
-            .map(drop)
-            .map_err(|e| self.connection.error(&format!("uploading {name}"), e))
+    /// Uploads `bytes` bytes from `reader` as object `name`, giving up after
+    /// [`upload_limit`] (the upload is then tried again: a put that waits for ever would hold
+    /// the slice's every later upload, and its hand-over, with it).
+    fn put(
+        &self,
+        name: &str,
+        reader: &mut (impl tokio::io::AsyncRead + Unpin),
+        bytes: u64,
+    ) -> Result<()> {
+        let limit = upload_limit(bytes);
+        let put = tokio::time::timeout(limit, self.store.put(name, reader));
+        match self.connection.block_on(put) {
+            Ok(put) => put
+                .map(drop)
+                .map_err(|e| self.connection.error(&format!("uploading {name}"), e)),
+            Err(_) => Err(self.connection.error(
+                &format!("uploading {name}"),
+                format!("no answer within {} s", limit.as_secs()),
+            )),
+        }
     }
 
     /// The links of a slice's chain in the store, sorted.
@@ -104,7 +125,9 @@ impl Snapshots {
         // meanwhile (the entry it expects is gone): each item waits at most a few seconds,
         // and the listing is made again.
         let list_once = || async {
-            let mut list = self.store.list().await.map_err(|e| e.to_string())?;
+            let mut list = (super::timed(self.store.list()).await)
+                .map_err(|_| "the listing did not start".to_owned())?
+                .map_err(|e| e.to_string())?;
             let mut links = Vec::new();
             loop {
                 let next = tokio::time::timeout(Duration::from_secs(1), list.next())
@@ -144,9 +167,8 @@ impl Snapshots {
             .connection
             .bucket(super::PIPELINES_BUCKET, Duration::ZERO)
         {
-            let _ = self
-                .connection
-                .block_on(bucket.put(key, value.to_string().into()));
+            let _ =
+                (self.connection).block_on(super::timed(bucket.put(key, value.to_string().into())));
         }
     }
 
@@ -156,15 +178,17 @@ impl Snapshots {
             .connection
             .bucket(super::PIPELINES_BUCKET, Duration::ZERO)
             .ok()?;
-        let bytes = self
-            .connection
-            .block_on(bucket.get(uploaded_key(pipeline, slice)))
+        let bytes = (self.connection)
+            .block_on(super::timed(bucket.get(uploaded_key(pipeline, slice))))
+            .ok()?
             .ok()??;
         serde_json::from_slice(&bytes).ok()
     }
 
     fn delete(&self, name: &str) {
-        let _ = self.connection.block_on(self.store.delete(name));
+        let _ = self
+            .connection
+            .block_on(super::timed(self.store.delete(name)));
     }
 
     /// Replaces `data_dir` with slice `slice`'s last uploaded checkpoint (the newest epoch's
@@ -561,7 +585,9 @@ fn upload_base(
         .connection
         .block_on(tokio::fs::File::open(&file))
         .map_err(|e| e.to_string())
-        .and_then(|mut reader| snapshots.put(&name, &mut reader).map_err(|e| e.to_string()));
+        .and_then(|mut reader| {
+            (snapshots.put(&name, &mut reader, bytes)).map_err(|e| e.to_string())
+        });
     let _ = std::fs::remove_dir_all(&chain.scratch);
     uploaded?;
     (chain.based, chain.head, chain.base_bytes) = (true, id, bytes);
@@ -595,7 +621,7 @@ fn upload_delta(
     let bytes = delta::join(chain.head, &records);
     let name = link_name(&chain.pipeline, chain.slice, false, chain.epoch, last);
     snapshots
-        .put(&name, &mut bytes.as_slice())
+        .put(&name, &mut bytes.as_slice(), bytes.len() as u64)
         .map_err(|e| e.to_string())?;
     chain.head = last;
     chain.head_sequence = sequence;

@@ -33,6 +33,17 @@ pub enum Language {
     Js,
 }
 
+impl Language {
+    /// The language's name as people write it (`Rust`, `Python`, `JavaScript`).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Language::Rust => "Rust",
+            Language::Python => "Python",
+            Language::Js => "JavaScript",
+        }
+    }
+}
+
 impl std::fmt::Display for Language {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -40,14 +40,14 @@ fn sources(name: &str, language: Language) -> Result<Vec<(String, String)>, Proj
     let mut files = Vec::new();
     match language {
         Language::Python => {
-            files.push(("app.py".into(), sdk::templates::PYTHON_APP.into()));
+            files.push(("app.py".into(), python_source()));
             files.push(("test_app.py".into(), sdk::templates::PYTHON_TEST.into()));
             for (path, contents) in sdk::PYTHON_SDK {
                 files.push((format!("weir_sdk/{path}"), (*contents).into()));
             }
         }
         Language::Js => {
-            files.push(("app.js".into(), sdk::templates::JS_APP.into()));
+            files.push(("app.js".into(), js_source()));
             // In the repository the example's test registers a resolver for `weir-sdk`; a
             // project has the package in node_modules instead.
             let test = sdk::templates::JS_TEST
@@ -121,11 +121,12 @@ fn readme(name: &str, language: Language) -> String {
         Language::Rust => "cargo test",
     };
     format!(
-        "# {name}\n\nA Weir aggregate in {language}: a count and a sum of `amount` per key and window.\n\n\
-         ```sh\n{test}                      # the operator's unit tests, no Wasm needed\n\
+        "# {name}\n\nA Weir aggregate in {}: a count and a sum of `amount` per key and window.\n\n\
+         ```sh\n{test:<31} # the operator's unit tests, no Wasm needed\n\
          weir build                      # -> build/{name}.wasm\n\
          weir run --fresh pipeline.toml  # -> build/out/results.jsonl\n\
-         weir deploy --server http://127.0.0.1:8080 --token $WEIR_TOKEN {name} 0.1.0\n```\n"
+         weir deploy --server http://127.0.0.1:8080 {name} 0.1.0   # the token from $WEIR_ADMIN_TOKEN\n```\n",
+        language.display_name()
     )
 }
 
@@ -192,8 +193,57 @@ fn rust_source() -> String {
     )
 }
 
+/// What the project's operator says of itself, in place of the example's opening (which says
+/// where the example lives in the Weir repository and how the workspace builds it).
+const ABOUT: [&str; 5] = [
+    "Counts events and sums their `amount` per key and window. `weir build` turns this project",
+    "into build/<name>.wasm, and the test beside it runs without Wasm.",
+    "",
+    "Each window's output has `count` and `sum` (an int while every `amount` was an int, a",
+    "float once any was); an event without a numeric `amount` becomes a dead letter.",
+];
+
+/// The Python example, its opening docstring replaced by [`ABOUT`].
+fn python_source() -> String {
+    let example = sdk::templates::PYTHON_APP;
+    let body = (example.strip_prefix("\"\"\""))
+        .and_then(|rest| rest.split_once("\"\"\"\n"))
+        .map_or(example, |(_, body)| body);
+    format!("\"\"\"{}\n\"\"\"\n{body}", ABOUT.join("\n"))
+}
+
+/// The JavaScript example, its opening comment replaced by [`ABOUT`].
+fn js_source() -> String {
+    let body: String = (sdk::templates::JS_APP.lines())
+        .skip_while(|line| line.starts_with("//"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let about: String = ABOUT
+        .iter()
+        .map(|line| format!("// {line}\n").replace("// \n", "//\n"))
+        .collect();
+    format!("{about}{body}")
+}
+
 #[cfg(test)]
 mod tests {
+    /// A project's operator speaks of the project, not of the Weir repository it came from.
+    #[test]
+    fn a_project_s_operator_says_nothing_of_the_repository() {
+        for source in [
+            super::python_source(),
+            super::js_source(),
+            super::rust_source(),
+        ] {
+            assert!(!source.contains("examples/"), "{source}");
+            assert!(!source.contains("workspace"), "{source}");
+            assert!(source.contains("weir build"), "{source}");
+        }
+        assert!(super::python_source().starts_with("\"\"\"Counts events"));
+        assert!(super::python_source().contains("class CountSum"));
+        assert!(super::js_source().starts_with("// Counts events"));
+    }
+
     /// A Rust project is its own workspace, and its release build links the SDK and the
     /// operator as one unit (what makes the SDK's per-event code inline into the operator).
     #[test]

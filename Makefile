@@ -4,7 +4,7 @@
 EXAMPLES := tumbling-count-sum count-sum-v2 sliding-average session-summary distinct-count enrich-customers \
 	top-keys nexmark-q0 nexmark-q1 nexmark-q2 nexmark-q5 nexmark-q7 nexmark-q8 nexmark-q11
 
-.PHONY: demo test setup components host bench ci fuzz-smoke toolchains sdk-tests polyglot
+.PHONY: demo test setup components host bench ci fuzz-smoke toolchains sdk-tests polyglot book
 
 # The Python and JavaScript toolchains, pinned, installed under target/ by `make toolchains`;
 # `weir build` finds them through WEIR_TOOLCHAINS.
@@ -44,7 +44,17 @@ demo: components host
 test: components host toolchains
 	$(MAKE) fuzz-smoke
 	$(MAKE) sdk-tests
+	$(MAKE) book
 	cargo test --workspace
+
+# The user guide (docs/, see book.toml) with mdbook, installed once under target/tools.
+MDBOOK_VERSION := 0.5.4
+MDBOOK := $(CURDIR)/target/tools/bin/mdbook
+$(MDBOOK):
+	cargo install mdbook --version $(MDBOOK_VERSION) --locked --no-default-features --features search --root $(CURDIR)/target/tools
+
+book: $(MDBOOK)
+	$(MDBOOK) build
 
 toolchains: $(TOOLCHAINS)/python/.installed-$(COMPONENTIZE_PY) $(TOOLCHAINS)/js/.installed
 

@@ -6,6 +6,7 @@
 mod cluster;
 mod concurrency;
 mod console;
+mod docs;
 mod emit;
 mod enrichment;
 mod errors;

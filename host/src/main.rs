@@ -619,7 +619,7 @@ fn bench_checkpoints(
 }
 
 /// mimalloc instead of glibc's malloc: allocation and free were 17 % of a Wasm count-sum run
-/// (perf); `docs/performance.md` ("mimalloc") has the before and after.
+/// (perf); `docs/performance-log.md` ("mimalloc") has the before and after.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,0 +1,27 @@
+//! The `weir` binary's commands: one module per command (its arguments and what it does);
+//! `main.rs` parses the command line and dispatches to them. Depends on the `weir` library
+//! only; nothing in the library depends on it.
+
+mod bench;
+mod bench_figures;
+mod cluster;
+mod nats_auth;
+mod project;
+mod replay;
+mod run;
+mod savepoint;
+mod serve;
+mod signals;
+mod state;
+
+pub(crate) use bench::*;
+pub(crate) use bench_figures::*;
+pub(crate) use cluster::*;
+pub(crate) use nats_auth::*;
+pub(crate) use project::*;
+pub(crate) use replay::*;
+pub(crate) use run::*;
+pub(crate) use savepoint::*;
+pub(crate) use serve::*;
+pub(crate) use signals::*;
+pub(crate) use state::*;

@@ -182,7 +182,8 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < deadline,
-                "uploads never reached sequence {last}: {status}"
+                "uploads never reached sequence {last}: {status}\n{}",
+                self.logs(&["w1", "w2", "w3"])
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -546,6 +546,12 @@ fn a_partitioned_stream_rescaled_two_three_two_under_input_loses_and_repeats_not
     kill(w3);
     let logs = cluster.logs(&["w1", "w2", "w3"]);
     assert!(logs.contains("gave slice"), "{logs}");
+    // w2's partitions went on from its uploaded final checkpoint, not from the stream's start.
+    let resumed = logs.lines().any(|line| {
+        line.split_once("(from checkpoint ")
+            .is_some_and(|(_, rest)| rest.starts_with(|c: char| c.is_ascii_digit()))
+    });
+    assert!(resumed, "a handed-over slice resumed from a checkpoint: {logs}");
     assert!(events.len() >= 1_000, "input all along: {}", events.len());
     assert_exactly_once(&results, &events, &logs);
 }

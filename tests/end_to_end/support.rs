@@ -310,6 +310,7 @@ impl Drop for Reaper {
         for pid in self.0.lock().unwrap().drain(..) {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null()) // most have ended already
                 .status();
         }
     }

@@ -106,7 +106,8 @@ impl Snapshots {
         bytes: u64,
     ) -> Result<()> {
         let limit = upload_limit(bytes);
-        let put = tokio::time::timeout(limit, self.store.put(name, reader));
+        // The timer is made inside the runtime: made outside, it panics (no reactor).
+        let put = async { tokio::time::timeout(limit, self.store.put(name, reader)).await };
         match self.connection.block_on(put) {
             Ok(put) => put
                 .map(drop)
@@ -463,6 +464,14 @@ impl Uploader {
     /// The lease is lost: nothing more is uploaded.
     pub(super) fn fence(&self) {
         self.fencer()();
+    }
+
+    /// Whether the upload thread ended without being asked to (it panicked): the slice's
+    /// checkpoints would no longer leave this worker, so its run must stop and start again.
+    pub(super) fn died(&self) -> bool {
+        self.thread
+            .as_ref()
+            .is_some_and(|thread| thread.is_finished())
     }
 
     /// Uploads what is queued (unless fenced) and stops: the last uploaded checkpoint.

@@ -382,11 +382,18 @@ impl Worker {
         warn!(worker = %self.id, slice, "slice lease lost (taken or expired); stopped");
     }
 
-    /// Slices whose run ended by itself (a failure: a NATS input does not end): their last
-    /// checkpoint is uploaded, the lease released, and the slice left alone for a while.
+    /// Slices whose run ended by itself (a failure: a NATS input does not end) or whose
+    /// uploader died: their last checkpoint is uploaded, the lease released, and the slice
+    /// left alone for a while.
     fn reap_finished(&mut self) {
         let finished: Vec<usize> = (self.running.iter())
-            .filter(|(_, run)| run.thread.is_finished())
+            .filter(|(slice, run)| {
+                let died = run.uploader.died();
+                if died {
+                    warn!(worker = %self.id, slice, "checkpoint uploader died; restarting the slice");
+                }
+                died || run.thread.is_finished()
+            })
             .map(|(slice, _)| *slice)
             .collect();
         // A run stopped for a lease lost since `step` looked is the next step's to lose. Read

@@ -2,8 +2,8 @@
 //! with a message, never a panic.
 #![no_main]
 
-#[path = "../../host/src/spec.rs"]
-#[allow(dead_code)]
+#[path = "../../host/src/spec/mod.rs"]
+#[allow(dead_code, unused_imports)] // the re-exports the target does not use
 mod spec;
 #[path = "../../host/src/time.rs"]
 #[allow(dead_code)]

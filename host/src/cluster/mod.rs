@@ -43,7 +43,7 @@ const PIPELINES_BUCKET: &str = "weir-pipelines";
 const LEASES_BUCKET: &str = "weir-leases";
 /// The object store of operator components, by digest.
 const CODE_BUCKET: &str = "weir-operators";
-/// The object store of slice checkpoints (`<pipeline>/slice-<i>`).
+/// The object stores of slice checkpoints: this, `-<pipeline>-<slice>` (`snapshots.rs`).
 const CHECKPOINTS_BUCKET: &str = "weir-checkpoints";
 
 /// How long a lease (a membership, a slice) lives without being renewed.

@@ -1,5 +1,6 @@
-//! Slice checkpoints in the `weir-checkpoints` object store, incremental like the local ones:
-//! under `<pipeline>/slice-<i>/`, a **base** (`base-<epoch>-<id>`: a copy of the slice's
+//! Slice checkpoints in object stores, one per slice (`weir-checkpoints-<pipeline>-<i>`: a
+//! listing then reads only its own slice's objects, which no other slice's uploads can keep
+//! going), incremental like the local ones: under `<pipeline>/slice-<i>/`, a **base** (`base-<epoch>-<id>`: a copy of the slice's
 //! state file as of checkpoint `id`) and the **deltas** after it (`delta-<epoch>-<id>`: the
 //! changes of the checkpoints up to `id`, each naming the one it follows, `delta.rs`). The
 //! epoch is the revision of the lease under which they were written: a new owner starts its
@@ -9,7 +10,7 @@
 //! checkpoints in the background; [`Snapshots::restore`] rebuilds the last one into a data
 //! directory for the slice's next run.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,6 +23,9 @@ use tracing::{info, warn};
 
 use super::delta;
 use super::{CHECKPOINTS_BUCKET, ClusterError, Connection, Result};
+
+/// How long one listing of a slice's objects may take in all.
+const LISTING_TIMEOUT: Duration = Duration::from_secs(20);
 use crate::pipeline::CommitListener;
 use crate::state::{RedbStore, STATE_FILE, StoredCheckpoint};
 
@@ -51,6 +55,11 @@ struct Link {
 /// The pipelines bucket's key saying how far a slice's uploaded checkpoints reach.
 pub(super) fn uploaded_key(pipeline: &str, slice: usize) -> String {
     format!("uploaded.{pipeline}.{slice}")
+}
+
+/// The object store of slice `slice` of `pipeline` (names have no dots: `check_name`).
+fn bucket(pipeline: &str, slice: usize) -> String {
+    format!("{CHECKPOINTS_BUCKET}-{pipeline}-{slice}")
 }
 
 fn prefix(pipeline: &str, slice: usize) -> String {
@@ -84,16 +93,30 @@ fn upload_limit(bytes: u64) -> Duration {
     Duration::from_secs(60 + bytes / (8 << 20))
 }
 
-/// The object store of slice checkpoints.
+/// The object stores of slice checkpoints.
 pub(super) struct Snapshots {
     connection: Arc<Connection>,
-    store: ObjectStore,
+    /// Each slice's store, once opened (or created).
+    stores: Mutex<HashMap<(String, usize), ObjectStore>>,
 }
 
 impl Snapshots {
     pub(super) fn open(connection: Arc<Connection>) -> Result<Snapshots> {
-        let store = connection.objects(CHECKPOINTS_BUCKET)?;
-        Ok(Snapshots { connection, store })
+        Ok(Snapshots {
+            connection,
+            stores: Mutex::default(),
+        })
+    }
+
+    /// Slice `slice`'s object store, created if missing.
+    fn store(&self, pipeline: &str, slice: usize) -> Result<ObjectStore> {
+        let key = (pipeline.to_owned(), slice);
+        if let Some(store) = self.stores.lock().expect("stores lock").get(&key) {
+            return Ok(store.clone());
+        }
+        let store = self.connection.objects(&bucket(pipeline, slice))?;
+        (self.stores.lock().expect("stores lock")).insert(key, store.clone());
+        Ok(store)
     }
 
     /// Uploads `bytes` bytes from `reader` as object `name`, giving up after
@@ -101,13 +124,14 @@ impl Snapshots {
     /// the slice's every later upload, and its hand-over, with it).
     fn put(
         &self,
+        store: &ObjectStore,
         name: &str,
         reader: &mut (impl tokio::io::AsyncRead + Unpin),
         bytes: u64,
     ) -> Result<()> {
         let limit = upload_limit(bytes);
         // The timer is made inside the runtime: made outside, it panics (no reactor).
-        let put = async { tokio::time::timeout(limit, self.store.put(name, reader)).await };
+        let put = async { tokio::time::timeout(limit, store.put(name, reader)).await };
         match self.connection.block_on(put) {
             Ok(put) => put
                 .map(drop)
@@ -122,11 +146,12 @@ impl Snapshots {
     /// The links of a slice's chain in the store, sorted.
     fn links(&self, pipeline: &str, slice: usize) -> Result<Vec<Link>> {
         let prefix = prefix(pipeline, slice);
+        let store = self.store(pipeline, slice)?;
         // A listing can wait forever for its last entry when other slices replace theirs
         // meanwhile (the entry it expects is gone): each item waits at most a few seconds,
         // and the listing is made again.
         let list_once = || async {
-            let mut list = (super::timed(self.store.list()).await)
+            let mut list = (super::timed(store.list()).await)
                 .map_err(|_| "the listing did not start".to_owned())?
                 .map_err(|e| e.to_string())?;
             let mut links = Vec::new();
@@ -143,7 +168,10 @@ impl Snapshots {
         };
         let mut last_error = String::new();
         for _ in 0..5 {
-            match self.connection.block_on(list_once()) {
+            let listing = async { tokio::time::timeout(LISTING_TIMEOUT, list_once()).await };
+            let outcome = (self.connection.block_on(listing))
+                .unwrap_or_else(|_| Err("the listing did not end".to_owned()));
+            match outcome {
                 Ok(mut links) => {
                     links.sort();
                     return Ok(links);
@@ -186,10 +214,8 @@ impl Snapshots {
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn delete(&self, name: &str) {
-        let _ = self
-            .connection
-            .block_on(super::timed(self.store.delete(name)));
+    fn delete(&self, store: &ObjectStore, name: &str) {
+        let _ = self.connection.block_on(super::timed(store.delete(name)));
     }
 
     /// Replaces `data_dir` with slice `slice`'s last uploaded checkpoint (the newest epoch's
@@ -220,7 +246,8 @@ impl Snapshots {
             // hold).
             if let Some(uploaded) = self.uploaded(pipeline, slice) {
                 return Err(ClusterError::Damaged(format!(
-                    "slice {slice} of {pipeline} has no checkpoint in the object store, though {uploaded} was uploaded; restore the bucket {CHECKPOINTS_BUCKET}, or delete the key {} in {} to start the slice empty",
+                    "slice {slice} of {pipeline} has no checkpoint in the object store, though {uploaded} was uploaded; restore the bucket {}, or delete the key {} in {} to start the slice empty",
+                    bucket(pipeline, slice),
                     uploaded_key(pipeline, slice),
                     super::PIPELINES_BUCKET
                 )));
@@ -231,7 +258,8 @@ impl Snapshots {
             ClusterError::Damaged(format!("checkpoint {}: {e}", base.name))
         };
         let partial = data_dir.join("download.partial");
-        self.download(&base.name, &partial)?;
+        let objects = self.store(pipeline, slice)?;
+        self.download(&objects, &base.name, &partial)?;
         let state = data_dir.join(STATE_FILE);
         std::fs::rename(&partial, &state).map_err(io(&state))?;
         let store = RedbStore::open(data_dir).map_err(|e| damaged(&e))?;
@@ -241,7 +269,7 @@ impl Snapshots {
             .iter()
             .filter(|link| !link.base && link.epoch == base.epoch && link.id > first);
         for link in deltas {
-            let Some(bytes) = self.read(&link.name)? else {
+            let Some(bytes) = self.read(&objects, &link.name)? else {
                 warn!(pipeline, slice, link = %link.name, "checkpoint chain broken (a delta is gone): restoring up to its break");
                 break;
             };
@@ -267,8 +295,8 @@ impl Snapshots {
         Ok(Some(head))
     }
 
-    fn download(&self, name: &str, to: &Path) -> Result<()> {
-        let (store, owned, to) = (self.store.clone(), name.to_owned(), to.to_owned());
+    fn download(&self, store: &ObjectStore, name: &str, to: &Path) -> Result<()> {
+        let (store, owned, to) = (store.clone(), name.to_owned(), to.to_owned());
         self.bounded(name, async move {
             let mut object = store.get(&owned).await.map_err(|e| e.to_string())?;
             let mut file = tokio::fs::File::create(&to)
@@ -298,8 +326,8 @@ impl Snapshots {
     }
 
     /// A delta's bytes (`None`: it is gone, which breaks the chain there).
-    fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let (store, owned) = (self.store.clone(), name.to_owned());
+    fn read(&self, store: &ObjectStore, name: &str) -> Result<Option<Vec<u8>>> {
+        let (store, owned) = (store.clone(), name.to_owned());
         self.bounded(name, async move {
             let object = match store.get(&owned).await {
                 Ok(object) => object,
@@ -589,13 +617,14 @@ fn upload_base(
     }
     let bytes = std::fs::metadata(&file).map_err(|e| e.to_string())?.len();
     let name = link_name(&chain.pipeline, chain.slice, true, chain.epoch, id);
+    let objects = (snapshots.store(&chain.pipeline, chain.slice)).map_err(|e| e.to_string())?;
     // Streamed from the file: the state may be larger than memory.
     let uploaded = snapshots
         .connection
         .block_on(tokio::fs::File::open(&file))
         .map_err(|e| e.to_string())
         .and_then(|mut reader| {
-            (snapshots.put(&name, &mut reader, bytes)).map_err(|e| e.to_string())
+            (snapshots.put(&objects, &name, &mut reader, bytes)).map_err(|e| e.to_string())
         });
     let _ = std::fs::remove_dir_all(&chain.scratch);
     uploaded?;
@@ -607,7 +636,7 @@ fn upload_base(
             .iter()
             .filter(|link| link.epoch < chain.epoch || (link.epoch == chain.epoch && link.id < id));
         for link in replaced {
-            snapshots.delete(&link.name);
+            snapshots.delete(&objects, &link.name);
         }
     }
     Ok(())
@@ -629,8 +658,9 @@ fn upload_delta(
     let (last, sequence) = (last.id, last.sequence);
     let bytes = delta::join(chain.head, &records);
     let name = link_name(&chain.pipeline, chain.slice, false, chain.epoch, last);
+    let objects = (snapshots.store(&chain.pipeline, chain.slice)).map_err(|e| e.to_string())?;
     snapshots
-        .put(&name, &mut bytes.as_slice(), bytes.len() as u64)
+        .put(&objects, &name, &mut bytes.as_slice(), bytes.len() as u64)
         .map_err(|e| e.to_string())?;
     chain.head = last;
     chain.head_sequence = sequence;

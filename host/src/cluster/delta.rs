@@ -63,11 +63,34 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Why a delta object cannot be read (it is damaged, or not one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeltaError {
+    /// The object does not begin as a delta does.
+    #[error("not a Weir checkpoint delta")]
+    NotADelta,
+    /// The object ends in the middle of a field.
+    #[error("a delta cut short")]
+    CutShort,
+    /// A length does not fit in memory.
+    #[error("a length too large")]
+    LengthTooLarge,
+    /// A change count larger than the bytes left could hold.
+    #[error("a change count larger than the delta")]
+    CountTooLarge,
+    /// A change is marked neither a removal (0) nor a write (1).
+    #[error("a change marked {0}")]
+    BadMark(u8),
+    /// Bytes follow the last checkpoint.
+    #[error("bytes after the last checkpoint")]
+    TrailingBytes,
+}
+
 /// Reads a delta object.
-pub(super) fn decode(bytes: &[u8]) -> Result<Delta, String> {
+pub(super) fn decode(bytes: &[u8]) -> Result<Delta, DeltaError> {
     let mut reader = Reader { bytes, at: 0 };
     if reader.take(8)? != MAGIC {
-        return Err("not a Weir checkpoint delta".into());
+        return Err(DeltaError::NotADelta);
     }
     let after = reader.u64()?;
     let count = reader.u64()?;
@@ -87,7 +110,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Delta, String> {
         });
     }
     if reader.at != bytes.len() {
-        return Err("bytes after the last checkpoint".into());
+        return Err(DeltaError::TrailingBytes);
     }
     Ok(Delta { after, checkpoints })
 }
@@ -98,33 +121,33 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DeltaError> {
         let end = self
             .at
             .checked_add(n)
             .filter(|end| *end <= self.bytes.len())
-            .ok_or("a delta cut short")?;
+            .ok_or(DeltaError::CutShort)?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, DeltaError> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
-        let n = usize::try_from(self.u64()?).map_err(|_| "a length too large")?;
+    fn bytes(&mut self) -> Result<&'a [u8], DeltaError> {
+        let n = usize::try_from(self.u64()?).map_err(|_| DeltaError::LengthTooLarge)?;
         self.take(n)
     }
 
-    fn changes(&mut self) -> Result<Vec<Change>, String> {
+    fn changes(&mut self) -> Result<Vec<Change>, DeltaError> {
         let count = self.u64()?;
         // Each change takes at least 9 bytes: a count beyond that is a lie.
         if count > (self.bytes.len() - self.at) as u64 / 9 {
-            return Err("a change count larger than the delta".into());
+            return Err(DeltaError::CountTooLarge);
         }
         let mut changes = Vec::with_capacity((count as usize).min(4_096));
         for _ in 0..count {
@@ -132,7 +155,7 @@ impl<'a> Reader<'a> {
             let value = match self.take(1)?[0] {
                 0 => None,
                 1 => Some(self.bytes()?.to_vec()),
-                other => return Err(format!("a change marked {other}")),
+                other => return Err(DeltaError::BadMark(other)),
             };
             changes.push(Change { key, value });
         }

@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use super::leases::Leases;
 use super::{
     CODE_BUCKET, ClusterError, Connection, DEFAULT_SLICES, MAX_COMPONENT_BYTES, MAX_SLICES,
-    PIPELINES_BUCKET, Result, check_name, check_shareable,
+    NatsFailure, PIPELINES_BUCKET, Result, check_name, check_shareable,
 };
 use crate::spec::{OperatorCode, PipelineSpec, SourceSpec};
 
@@ -108,7 +108,7 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
     let bytes = serde_json::to_vec(&record).expect("a record serialises");
     connection
         .block_on(bucket.put(record_key(&record.name), bytes.into()))
-        .map_err(|e| connection.error("storing the pipeline", e))?;
+        .map_err(|e| connection.error("storing the pipeline", NatsFailure::client(e)))?;
     Ok(record)
 }
 
@@ -138,7 +138,7 @@ pub(super) fn upload_component(connection: &Connection, file: &Path) -> Result<S
                 .await
                 .map(drop)
         })
-        .map_err(|e| connection.error("uploading a component", e))?;
+        .map_err(|e| connection.error("uploading a component", NatsFailure::client(e)))?;
     Ok(format!("sha256:{hex}"))
 }
 
@@ -155,7 +155,7 @@ pub(super) fn fetch_record(connection: &Connection, name: &str) -> Result<Pipeli
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let bytes = connection
         .block_on(bucket.get(record_key(name)))
-        .map_err(|e| connection.error("reading the pipeline", e))?
+        .map_err(|e| connection.error("reading the pipeline", NatsFailure::client(e)))?
         .ok_or_else(|| ClusterError::Unknown(name.to_owned()))?;
     let record: PipelineRecord = serde_json::from_slice(&bytes)
         .map_err(|e| ClusterError::Damaged(format!("pipeline record {name}: {e}")))?;
@@ -186,14 +186,13 @@ pub(super) fn fetch_component(
     let store = connection.objects(CODE_BUCKET)?;
     let bytes = connection
         .block_on(async {
-            let object = store.get(hex).await.map_err(|e| e.to_string())?;
+            let object = store.get(hex).await.map_err(NatsFailure::client)?;
             let mut bytes = Vec::new();
             object
                 .take(MAX_COMPONENT_BYTES + 1)
                 .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(bytes)
+                .await?;
+            Ok::<_, NatsFailure>(bytes)
         })
         .map_err(|e| connection.error(&format!("component {digest}"), e))?;
     if hex_digest(&bytes) != hex {

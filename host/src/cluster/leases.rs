@@ -13,7 +13,10 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{Operation, Store};
 use tokio_stream::StreamExt;
 
-use super::{Connection, LEASE, LEASES_BUCKET, Result, timed};
+use super::{Connection, LEASE, LEASES_BUCKET, NatsFailure, Result, timed};
+
+/// How long a listing of keys may wait for its next key.
+const KEY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What renewing a lease found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,14 +75,16 @@ impl Leases {
     /// Says this worker is alive.
     pub(super) fn beat(&self) -> Result<()> {
         if !self.connection.connected() {
-            return Err(self.connection.error("membership", "not connected"));
+            return Err(self
+                .connection
+                .error("membership", NatsFailure::NotConnected));
         }
         let key = format!("members.{}.{}", self.pipeline, self.me());
         let value = self.me().as_bytes().to_vec().into();
         match self.connection.block_on(timed(self.bucket.put(key, value))) {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(self.connection.error("membership", e)),
-            Err(_) => Err(self.connection.error("membership", "no answer")),
+            Ok(Err(e)) => Err(self.connection.error("membership", NatsFailure::client(e))),
+            Err(elapsed) => Err(self.connection.error("membership", elapsed)),
         }
     }
 
@@ -123,15 +128,15 @@ impl Leases {
     fn keys(&self) -> Result<Vec<String>> {
         self.connection
             .block_on(async {
-                let mut keys = self.bucket.keys().await.map_err(|e| e.to_string())?;
+                let mut keys = self.bucket.keys().await.map_err(NatsFailure::client)?;
                 let mut out = Vec::new();
-                while let Some(key) = tokio::time::timeout(Duration::from_secs(5), keys.next())
+                while let Some(key) = tokio::time::timeout(KEY_TIMEOUT, keys.next())
                     .await
-                    .map_err(|_| "no answer".to_owned())?
+                    .map_err(|_| NatsFailure::TimedOut(KEY_TIMEOUT))?
                 {
-                    out.push(key.map_err(|e| e.to_string())?);
+                    out.push(key.map_err(NatsFailure::client)?);
                 }
-                Ok::<_, String>(out)
+                Ok::<_, NatsFailure>(out)
             })
             .map_err(|e| self.connection.error("listing leases", e))
     }

@@ -61,12 +61,14 @@ const MAX_COMPONENT_BYTES: u64 = 256 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The NATS server could not be reached or refused a request.
-    #[error("NATS at {url}: {message}")]
+    #[error("NATS at {url}: {what}: {source}")]
     Nats {
         /// The server.
         url: String,
-        /// What failed.
-        message: String,
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: NatsFailure,
     },
     /// The spec cannot be shared by several workers.
     #[error("this pipeline cannot be shared by workers: {0}")]
@@ -92,6 +94,52 @@ pub enum ClusterError {
     #[error("damaged shared data: {0}")]
     Damaged(String),
 }
+
+/// Why a request to the NATS server failed (the source of [`ClusterError::Nats`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsFailure {
+    /// The client's own error (connecting, a stream, bucket or object request).
+    #[error(transparent)]
+    Client(Box<dyn std::error::Error + Send + Sync>),
+    /// The address is not one the cluster connects to.
+    #[error("the server is a nats://host:port address")]
+    NotNatsUrl,
+    /// The client is not connected now (it reconnects by itself).
+    #[error("not connected")]
+    NotConnected,
+    /// No answer within the time allowed.
+    #[error("no answer within {} s", .0.as_secs())]
+    TimedOut(Duration),
+    /// A listing stopped sending before its end, or did not end in time.
+    #[error("the listing stalled or did not end")]
+    ListingStalled,
+    /// An object larger than it can be.
+    #[error("{0} bytes, more than a delta can be")]
+    TooLarge(u64),
+    /// A local file (a checkpoint copy, a download) could not be read or written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A background transfer failed or panicked.
+    #[error("the transfer failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl NatsFailure {
+    /// The client's error `e`.
+    pub(crate) fn client(e: impl std::error::Error + Send + Sync + 'static) -> NatsFailure {
+        NatsFailure::Client(Box::new(e))
+    }
+}
+
+impl From<tokio::time::error::Elapsed> for NatsFailure {
+    fn from(_: tokio::time::error::Elapsed) -> NatsFailure {
+        NatsFailure::TimedOut(REQUEST_TIMEOUT)
+    }
+}
+
+/// How long one request to the server may wait for its answer ([`timed`]).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// `Result` for the cluster.
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
@@ -168,23 +216,24 @@ impl Connection {
     /// Connects, failing if within 10 s (`nats_client::FIRST_CONNECT`) no server answers
     /// or the server refuses the client.
     pub(crate) fn open(url: &str) -> Result<Connection> {
-        let fail = |message: String| ClusterError::Nats {
+        let fail = |source: NatsFailure| ClusterError::Nats {
             url: url.to_owned(),
-            message,
+            what: "connecting".to_owned(),
+            source,
         };
         if !url.starts_with("nats://") || url.len() > 1024 || url.contains(char::is_whitespace) {
-            return Err(fail("the server is a nats://host:port address".into()));
+            return Err(fail(NatsFailure::NotNatsUrl));
         }
-        let runtime = crate::nats_client::client_runtime().map_err(|e| fail(e.to_string()))?;
+        let runtime = crate::nats_client::client_runtime().map_err(|e| fail(e.into()))?;
         let watch = crate::nats_client::ClientWatch::default();
         let client = runtime.block_on(async {
             let client = (crate::nats_client::connect_options(&watch)
                 .connect(url)
                 .await)
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(NatsFailure::client(e)))?;
             crate::nats_client::first_connection(&client, &watch)
                 .await
-                .map_err(fail)?;
+                .map_err(|e| fail(NatsFailure::Client(e.into())))?;
             Ok::<_, ClusterError>(client)
         })?;
         let jetstream = {
@@ -198,10 +247,12 @@ impl Connection {
         })
     }
 
-    fn error(&self, what: &str, e: impl std::fmt::Display) -> ClusterError {
+    /// `what` failed for `source`.
+    fn error(&self, what: &str, source: impl Into<NatsFailure>) -> ClusterError {
         ClusterError::Nats {
             url: self.url.clone(),
-            message: format!("{what}: {e}"),
+            what: what.to_owned(),
+            source: source.into(),
         }
     }
 
@@ -218,7 +269,7 @@ impl Connection {
     fn bucket(&self, name: &str, max_age: Duration) -> Result<async_nats::jetstream::kv::Store> {
         self.block_on(async {
             if let Ok(store) = self.jetstream.get_key_value(name).await {
-                return Ok::<_, String>(store);
+                return Ok::<_, NatsFailure>(store);
             }
             // The stream a key-value bucket is, made directly: the client's own bucket
             // creation first asks for account details that Debian's nats-server 2.9 answers
@@ -239,11 +290,11 @@ impl Connection {
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(NatsFailure::client)?;
             self.jetstream
                 .get_key_value(name)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(NatsFailure::client)
         })
         .map_err(|e| self.error(&format!("bucket {name}"), e))
     }
@@ -265,9 +316,8 @@ impl Connection {
                 Ok(store) => Ok(store),
                 // Another worker starting at the same time created it first (the server then
                 // refuses a second creation: "subjects overlap with an existing stream").
-                Err(error) => {
-                    (self.jetstream.get_object_store(name).await).map_err(|_| error.to_string())
-                }
+                Err(error) => (self.jetstream.get_object_store(name).await)
+                    .map_err(|_| NatsFailure::client(error)),
             }
         })
         .map_err(|e| self.error(&format!("object store {name}"), e))
@@ -284,5 +334,5 @@ impl Drop for Connection {
 pub(super) async fn timed<F: std::future::Future>(
     future: F,
 ) -> std::result::Result<F::Output, tokio::time::error::Elapsed> {
-    tokio::time::timeout(Duration::from_secs(3), future).await
+    tokio::time::timeout(REQUEST_TIMEOUT, future).await
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::deploy::{fetch_record, record_key, upload_component};
-use super::{ClusterError, Connection, PIPELINES_BUCKET, Result};
+use super::{ClusterError, Connection, NatsFailure, PIPELINES_BUCKET, Result};
 use crate::operator::{ComponentKind, VersionCode, WasmRuntime};
 use crate::pipeline::{ResolveError, Resolver};
 use crate::rollout::Routing;
@@ -55,7 +55,7 @@ pub fn rollout(
         let bytes = serde_json::to_vec(&record).expect("a record serialises");
         connection
             .block_on(bucket.put(record_key(pipeline), bytes.into()))
-            .map_err(|e| connection.error("storing the pipeline", e))?;
+            .map_err(|e| connection.error("storing the pipeline", NatsFailure::client(e)))?;
     } else if !record.code.contains_key(&label) {
         return Err(ClusterError::Unknown(format!(
             "{label} (give its component with --module)"
@@ -91,7 +91,7 @@ fn store_routing(connection: &Connection, pipeline: &str, routing: &Routing) -> 
     connection
         .block_on(bucket.put(routing_key(pipeline), bytes.into()))
         .map(drop)
-        .map_err(|e| connection.error("storing the routing", e))
+        .map_err(|e| connection.error("storing the routing", NatsFailure::client(e)))
 }
 
 /// The operator's name and live version in the spec: the aggregate, or the enricher named.
@@ -120,7 +120,7 @@ pub(super) fn read_routing(
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let entry = connection
         .block_on(bucket.entry(routing_key(pipeline)))
-        .map_err(|e| connection.error("reading the routing", e))?;
+        .map_err(|e| connection.error("reading the routing", NatsFailure::client(e)))?;
     let Some(entry) = entry else {
         return Ok(None);
     };

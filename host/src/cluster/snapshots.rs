@@ -22,7 +22,7 @@ use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use super::delta;
-use super::{CHECKPOINTS_BUCKET, ClusterError, Connection, Result};
+use super::{CHECKPOINTS_BUCKET, ClusterError, Connection, NatsFailure, Result};
 
 /// How long one listing of a slice's objects may take in all.
 const LISTING_TIMEOUT: Duration = Duration::from_secs(20);
@@ -42,6 +42,35 @@ const MAX_CHAIN: usize = 256;
 /// Checkpoints queued for upload at most (bytes); beyond, the queue is dropped and the next
 /// upload is a base.
 const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+/// Why a slice's state has no readable checkpoint manifest.
+#[derive(Debug, thiserror::Error)]
+enum ManifestError {
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("no manifest")]
+    Missing,
+    #[error("the manifest is damaged: {0}")]
+    Damaged(#[from] serde_json::Error),
+}
+
+/// Why an upload failed (it is tried again).
+#[derive(Debug, thiserror::Error)]
+enum UploadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("copying the state: {0}")]
+    State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("the lease was lost")]
+    LeaseLost,
+    #[error(transparent)]
+    Store(#[from] ClusterError),
+}
 
 /// One object of a slice's chain.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,45 +161,41 @@ impl Snapshots {
         let limit = upload_limit(bytes);
         // The timer is made inside the runtime: made outside, it panics (no reactor).
         let put = async { tokio::time::timeout(limit, store.put(name, reader)).await };
-        match self.connection.block_on(put) {
-            Ok(put) => put
-                .map(drop)
-                .map_err(|e| self.connection.error(&format!("uploading {name}"), e)),
-            Err(_) => Err(self.connection.error(
-                &format!("uploading {name}"),
-                format!("no answer within {} s", limit.as_secs()),
-            )),
-        }
+        let failure = match self.connection.block_on(put) {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => NatsFailure::client(e),
+            Err(_) => NatsFailure::TimedOut(limit),
+        };
+        Err(self.connection.error(&format!("uploading {name}"), failure))
     }
 
     /// The links of a slice's chain in the store, sorted.
     fn links(&self, pipeline: &str, slice: usize) -> Result<Vec<Link>> {
         let prefix = prefix(pipeline, slice);
         let store = self.store(pipeline, slice)?;
-        // A listing can wait forever for its last entry when other slices replace theirs
-        // meanwhile (the entry it expects is gone): each item waits at most a few seconds,
-        // and the listing is made again.
+        // A listing can wait for ever for an entry that was replaced meanwhile: each entry
+        // waits at most a second, the whole listing 20 s, and the listing is made again.
         let list_once = || async {
-            let mut list = (super::timed(store.list()).await)
-                .map_err(|_| "the listing did not start".to_owned())?
-                .map_err(|e| e.to_string())?;
+            let mut list = super::timed(store.list())
+                .await?
+                .map_err(NatsFailure::client)?;
             let mut links = Vec::new();
             loop {
                 let next = tokio::time::timeout(Duration::from_secs(1), list.next())
                     .await
-                    .map_err(|_| "the listing stalled".to_owned())?;
+                    .map_err(|_| NatsFailure::ListingStalled)?;
                 let Some(info) = next else {
-                    return Ok::<_, String>(links);
+                    return Ok::<_, NatsFailure>(links);
                 };
-                let info = info.map_err(|e| e.to_string())?;
+                let info = info.map_err(NatsFailure::client)?;
                 links.extend(parse_link(&prefix, &info.name).filter(|_| !info.deleted));
             }
         };
-        let mut last_error = String::new();
+        let mut last_error = NatsFailure::ListingStalled;
         for _ in 0..5 {
             let listing = async { tokio::time::timeout(LISTING_TIMEOUT, list_once()).await };
-            let outcome = (self.connection.block_on(listing))
-                .unwrap_or_else(|_| Err("the listing did not end".to_owned()));
+            let outcome =
+                (self.connection.block_on(listing)).unwrap_or(Err(NatsFailure::ListingStalled));
             match outcome {
                 Ok(mut links) => {
                     links.sort();
@@ -298,14 +323,10 @@ impl Snapshots {
     fn download(&self, store: &ObjectStore, name: &str, to: &Path) -> Result<()> {
         let (store, owned, to) = (store.clone(), name.to_owned(), to.to_owned());
         self.bounded(name, async move {
-            let mut object = store.get(&owned).await.map_err(|e| e.to_string())?;
-            let mut file = tokio::fs::File::create(&to)
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::io::copy(&mut object, &mut file)
-                .await
-                .map_err(|e| e.to_string())?;
-            file.sync_all().await.map_err(|e| e.to_string())
+            let mut object = store.get(&owned).await.map_err(NatsFailure::client)?;
+            let mut file = tokio::fs::File::create(&to).await?;
+            tokio::io::copy(&mut object, &mut file).await?;
+            Ok(file.sync_all().await?)
         })
     }
 
@@ -314,13 +335,13 @@ impl Snapshots {
     fn bounded<T: Send + 'static>(
         &self,
         name: &str,
-        work: impl std::future::Future<Output = std::result::Result<T, String>> + Send + 'static,
+        work: impl std::future::Future<Output = std::result::Result<T, NatsFailure>> + Send + 'static,
     ) -> Result<T> {
         let task = self.connection.runtime.spawn(work);
         self.connection
             .block_on(async { tokio::time::timeout(DOWNLOAD_TIMEOUT, task).await })
-            .map_err(|_| format!("no end after {} s", DOWNLOAD_TIMEOUT.as_secs()))
-            .and_then(|joined| joined.map_err(|e| format!("the download failed: {e}")))
+            .map_err(|_| NatsFailure::TimedOut(DOWNLOAD_TIMEOUT))
+            .and_then(|joined| joined.map_err(NatsFailure::from))
             .and_then(|result| result)
             .map_err(|e| self.connection.error(&format!("downloading {name}"), e))
     }
@@ -332,34 +353,23 @@ impl Snapshots {
             let object = match store.get(&owned).await {
                 Ok(object) => object,
                 Err(e) if e.kind() == GetErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(NatsFailure::client(e)),
             };
             if object.info.size as u64 > MAX_DELTA_BYTES {
-                return Err(format!(
-                    "{} bytes, more than a delta can be",
-                    object.info.size
-                ));
+                return Err(NatsFailure::TooLarge(object.info.size as u64));
             }
             let mut bytes = Vec::new();
-            object
-                .take(MAX_DELTA_BYTES)
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| e.to_string())?;
+            object.take(MAX_DELTA_BYTES).read_to_end(&mut bytes).await?;
             Ok(Some(bytes))
         })
     }
 }
 
 /// The id of the store's last checkpoint and the input sequence it reached.
-fn manifest_id(store: &RedbStore) -> std::result::Result<(u64, u64), String> {
-    let manifest = store
-        .manifest()
-        .map_err(|e| e.to_string())?
-        .ok_or("no manifest")?;
-    serde_json::from_slice::<crate::checkpoint::Manifest>(&manifest)
-        .map(|m| (m.id, m.source.offset))
-        .map_err(|e| e.to_string())
+fn manifest_id(store: &RedbStore) -> std::result::Result<(u64, u64), ManifestError> {
+    let manifest = store.manifest()?.ok_or(ManifestError::Missing)?;
+    let manifest = serde_json::from_slice::<crate::checkpoint::Manifest>(&manifest)?;
+    Ok((manifest.id, manifest.source.offset))
 }
 
 /// What the uploader has to do.
@@ -603,29 +613,28 @@ fn upload_base(
     chain: &mut Chain,
     store: &RedbStore,
     fenced: &AtomicBool,
-) -> std::result::Result<(), String> {
-    let _ = std::fs::remove_dir_all(&chain.scratch);
-    std::fs::create_dir_all(&chain.scratch).map_err(|e| e.to_string())?;
-    let file = chain.scratch.join(STATE_FILE);
-    store.copy_to(&file).map_err(|e| e.to_string())?;
-    let (id, sequence) = {
-        let copy = RedbStore::open(&chain.scratch).map_err(|e| e.to_string())?;
-        manifest_id(&copy)?
+) -> std::result::Result<(), UploadError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| UploadError::Io { path, source }
     };
+    let _ = std::fs::remove_dir_all(&chain.scratch);
+    std::fs::create_dir_all(&chain.scratch).map_err(io(&chain.scratch))?;
+    let file = chain.scratch.join(STATE_FILE);
+    store.copy_to(&file)?;
+    let (id, sequence) = manifest_id(&RedbStore::open(&chain.scratch)?)?;
     if fenced.load(Ordering::SeqCst) {
-        return Err("the lease was lost".into());
+        return Err(UploadError::LeaseLost);
     }
-    let bytes = std::fs::metadata(&file).map_err(|e| e.to_string())?.len();
+    let bytes = std::fs::metadata(&file).map_err(io(&file))?.len();
     let name = link_name(&chain.pipeline, chain.slice, true, chain.epoch, id);
-    let objects = (snapshots.store(&chain.pipeline, chain.slice)).map_err(|e| e.to_string())?;
+    let objects = snapshots.store(&chain.pipeline, chain.slice)?;
     // Streamed from the file: the state may be larger than memory.
     let uploaded = snapshots
         .connection
         .block_on(tokio::fs::File::open(&file))
-        .map_err(|e| e.to_string())
-        .and_then(|mut reader| {
-            (snapshots.put(&objects, &name, &mut reader, bytes)).map_err(|e| e.to_string())
-        });
+        .map_err(io(&file))
+        .and_then(|mut reader| Ok(snapshots.put(&objects, &name, &mut reader, bytes)?));
     let _ = std::fs::remove_dir_all(&chain.scratch);
     uploaded?;
     (chain.based, chain.head, chain.base_bytes) = (true, id, bytes);
@@ -647,7 +656,7 @@ fn upload_delta(
     snapshots: &Snapshots,
     chain: &mut Chain,
     queued: &[Queued],
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), UploadError> {
     let records: Vec<Vec<u8>> = (queued.iter())
         .filter(|q| q.id > chain.head)
         .map(|q| q.record.clone())
@@ -658,10 +667,8 @@ fn upload_delta(
     let (last, sequence) = (last.id, last.sequence);
     let bytes = delta::join(chain.head, &records);
     let name = link_name(&chain.pipeline, chain.slice, false, chain.epoch, last);
-    let objects = (snapshots.store(&chain.pipeline, chain.slice)).map_err(|e| e.to_string())?;
-    snapshots
-        .put(&objects, &name, &mut bytes.as_slice(), bytes.len() as u64)
-        .map_err(|e| e.to_string())?;
+    let objects = snapshots.store(&chain.pipeline, chain.slice)?;
+    snapshots.put(&objects, &name, &mut bytes.as_slice(), bytes.len() as u64)?;
     chain.head = last;
     chain.head_sequence = sequence;
     chain.chain_bytes += bytes.len() as u64;

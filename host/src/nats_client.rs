@@ -44,10 +44,57 @@ impl std::fmt::Debug for NatsAuth {
 
 static AUTH: OnceLock<NatsAuth> = OnceLock::new();
 
+/// Why credentials were refused, or a client did not connect.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsClientError {
+    /// More than one way to authenticate was given.
+    #[error(
+        "give one way for NATS clients to authenticate: --nats-creds, --nats-user and \
+         --nats-password, --nats-token or --nats-nkey"
+    )]
+    SeveralCredentials,
+    /// The creds file's contents are not a NATS credentials file.
+    #[error("--nats-creds: not a NATS credentials file: {0}")]
+    Creds(#[source] std::io::Error),
+    /// The nkey file's contents are not an nkey seed.
+    #[error("--nats-nkey: not an nkey seed: {0}")]
+    NkeySeed(#[source] nkeys::error::Error),
+    /// The certificate authorities' file is not there.
+    #[error("--nats-ca {}: no such file", .0.display())]
+    NoCaFile(PathBuf),
+    /// A server answered, and refused the client, until the first connection's time ran out.
+    #[error(
+        "the server refused the connection for {seconds} s ({reason}): check the \
+         credentials this process presents (--nats-creds, --nats-user and \
+         --nats-password, --nats-token or --nats-nkey) and, for tls://, --nats-ca"
+    )]
+    Refused {
+        /// The wait, in seconds.
+        seconds: u64,
+        /// The client's reason.
+        reason: String,
+    },
+    /// No server answered within the first connection's time.
+    #[error(
+        "no server answered within {seconds} s{}: is nats-server running at that address?",
+        .last.as_deref().map(|reason| format!(" (the last attempt: {reason})")).unwrap_or_default()
+    )]
+    NoAnswer {
+        /// The wait, in seconds.
+        seconds: u64,
+        /// Why the last attempt failed, if one ended.
+        last: Option<String>,
+    },
+    /// The client's runtime could not start.
+    #[error("cannot start the NATS client's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
 impl NatsAuth {
     /// Checks the credentials (a creds file or seed that cannot be read is refused now, not at
     /// the first connection) and makes them the process's; the first call wins.
-    pub fn install(self) -> Result<(), String> {
+    pub fn install(self) -> Result<(), NatsClientError> {
         let given = [
             self.creds.is_some(),
             self.user.is_some(),
@@ -55,18 +102,14 @@ impl NatsAuth {
             self.nkey_seed.is_some(),
         ];
         if given.iter().filter(|given| **given).count() > 1 {
-            return Err(
-                "give one way for NATS clients to authenticate: --nats-creds, --nats-user and \
-                 --nats-password, --nats-token or --nats-nkey"
-                    .into(),
-            );
+            return Err(NatsClientError::SeveralCredentials);
         }
         let options = self.apply(async_nats::ConnectOptions::new())?;
         drop(options);
         if let Some(ca) = &self.ca
             && !ca.is_file()
         {
-            return Err(format!("--nats-ca {}: no such file", ca.display()));
+            return Err(NatsClientError::NoCaFile(ca.clone()));
         }
         let _ = AUTH.set(self);
         Ok(())
@@ -76,11 +119,9 @@ impl NatsAuth {
     fn apply(
         &self,
         mut options: async_nats::ConnectOptions,
-    ) -> Result<async_nats::ConnectOptions, String> {
+    ) -> Result<async_nats::ConnectOptions, NatsClientError> {
         if let Some(creds) = &self.creds {
-            options = options
-                .credentials(creds)
-                .map_err(|e| format!("--nats-creds: not a NATS credentials file: {e}"))?;
+            options = options.credentials(creds).map_err(NatsClientError::Creds)?;
         }
         if let Some((user, password)) = &self.user {
             options = options.user_and_password(user.clone(), password.clone());
@@ -89,8 +130,7 @@ impl NatsAuth {
             options = options.token(token.clone());
         }
         if let Some(seed) = &self.nkey_seed {
-            nkeys::KeyPair::from_seed(seed.trim())
-                .map_err(|e| format!("--nats-nkey: not an nkey seed: {e}"))?;
+            nkeys::KeyPair::from_seed(seed.trim()).map_err(NatsClientError::NkeySeed)?;
             options = options.nkey(seed.trim().to_owned());
         }
         if let Some(ca) = &self.ca {
@@ -184,7 +224,7 @@ pub(crate) fn is_connected(client: &async_nats::Client) -> bool {
 pub(crate) async fn first_connection(
     client: &async_nats::Client,
     watch: &ClientWatch,
-) -> Result<(), String> {
+) -> Result<(), NatsClientError> {
     let deadline = tokio::time::Instant::now() + FIRST_CONNECT;
     while !is_connected(client) {
         if tokio::time::Instant::now() >= deadline {
@@ -197,22 +237,14 @@ pub(crate) async fn first_connection(
 
 /// Why a client did not connect within [`FIRST_CONNECT`], its last attempt having failed
 /// for `reason` (none if no attempt ended).
-fn no_connection(reason: Option<String>) -> String {
+fn no_connection(reason: Option<String>) -> NatsClientError {
     let seconds = FIRST_CONNECT.as_secs();
     let refused = ["authorization", "TLS", "signing"];
     match reason {
-        Some(reason) if refused.iter().any(|word| reason.contains(word)) => format!(
-            "the server refused the connection for {seconds} s ({reason}): check the \
-             credentials this process presents (--nats-creds, --nats-user and \
-             --nats-password, --nats-token or --nats-nkey) and, for tls://, --nats-ca"
-        ),
-        Some(reason) => format!(
-            "no server answered within {seconds} s (the last attempt: {reason}): is \
-             nats-server running at that address?"
-        ),
-        None => format!(
-            "no server answered within {seconds} s: is nats-server running at that address?"
-        ),
+        Some(reason) if refused.iter().any(|word| reason.contains(word)) => {
+            NatsClientError::Refused { seconds, reason }
+        }
+        last => NatsClientError::NoAnswer { seconds, last },
     }
 }
 
@@ -223,12 +255,13 @@ fn reconnect_delay(attempts: usize) -> Duration {
 }
 
 /// A small runtime for a NATS client: one worker keeps the connection alive between calls.
-pub(crate) fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+pub(crate) fn client_runtime() -> Result<tokio::runtime::Runtime, NatsClientError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("weir-nats")
         .enable_all()
         .build()
+        .map_err(NatsClientError::Runtime)
 }
 
 #[cfg(test)]
@@ -268,10 +301,14 @@ mod tests {
     /// A refusal is told apart from no answer, and the client's reason is given either way.
     #[test]
     fn a_refusal_is_told_apart_from_no_answer() {
-        let refused = no_connection(Some("authorization violation".into()));
+        let refused = no_connection(Some("authorization violation".into())).to_string();
         assert!(refused.contains("refused") && refused.contains("authorization violation"));
-        let silent = no_connection(Some("IO error".into()));
+        let silent = no_connection(Some("IO error".into())).to_string();
         assert!(silent.contains("no server answered") && silent.contains("IO error"));
-        assert!(no_connection(None).contains("no server answered within 10 s"));
+        let none = no_connection(None).to_string();
+        assert!(
+            none.contains("no server answered within 10 s: is"),
+            "{none}"
+        );
     }
 }

@@ -224,7 +224,8 @@ impl Connection {
         if !url.starts_with("nats://") || url.len() > 1024 || url.contains(char::is_whitespace) {
             return Err(fail(NatsFailure::NotNatsUrl));
         }
-        let runtime = crate::nats_client::client_runtime().map_err(|e| fail(e.into()))?;
+        let runtime =
+            crate::nats_client::client_runtime().map_err(|e| fail(NatsFailure::client(e)))?;
         let watch = crate::nats_client::ClientWatch::default();
         let client = runtime.block_on(async {
             let client = (crate::nats_client::connect_options(&watch)
@@ -233,7 +234,7 @@ impl Connection {
                 .map_err(|e| fail(NatsFailure::client(e)))?;
             crate::nats_client::first_connection(&client, &watch)
                 .await
-                .map_err(|e| fail(NatsFailure::Client(e.into())))?;
+                .map_err(|e| fail(NatsFailure::client(e)))?;
             Ok::<_, ClusterError>(client)
         })?;
         let jetstream = {

@@ -63,6 +63,6 @@ impl NatsAuthArgs {
                 .transpose()?,
             ca: self.nats_ca,
         };
-        auth.install().map_err(anyhow::Error::msg)
+        Ok(auth.install()?)
     }
 }

@@ -46,16 +46,40 @@ impl Drop for NatsPublisher {
     }
 }
 
+/// Why results could not be published.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The client could not start.
+    #[error(transparent)]
+    Client(#[from] crate::nats_client::NatsClientError),
+    /// The server's address was refused by the client.
+    #[error("cannot connect: {0}")]
+    Connect(#[source] async_nats::ConnectError),
+    /// Records still unacknowledged when the time to publish them ran out.
+    #[error(
+        "{records} records were not acknowledged within {} s{}",
+        GIVE_UP.as_secs(),
+        .last_failure.as_deref().map(|reason| format!(" (the client's last attempt to connect: {reason})")).unwrap_or_default()
+    )]
+    Unacknowledged {
+        /// How many.
+        records: usize,
+        /// Why the client's last attempt to connect failed, if one did.
+        last_failure: Option<String>,
+    },
+}
+
 impl NatsPublisher {
     /// Connects to the server of `spec` (waiting for it if it is not up yet).
-    pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, String> {
-        let runtime = crate::nats_client::client_runtime().map_err(|e| e.to_string())?;
+    pub fn connect(spec: &NatsSinkSpec) -> Result<NatsPublisher, PublishError> {
+        let runtime = crate::nats_client::client_runtime()?;
         let url = spec.nats.clone();
         let watch = crate::nats_client::ClientWatch::default();
         let options = crate::nats_client::connect_options(&watch);
         let client = runtime
             .block_on(async move { options.connect(&url).await })
-            .map_err(|e| format!("cannot connect: {e}"))?;
+            .map_err(PublishError::Connect)?;
         let jetstream = {
             let _inside = runtime.enter();
             async_nats::jetstream::new(client)
@@ -71,7 +95,7 @@ impl NatsPublisher {
     }
 
     /// Publishes one record (its JSON line), de-duplicated by `id` when it has one.
-    pub fn publish(&mut self, id: Option<&str>, line: &[u8]) -> Result<(), String> {
+    pub fn publish(&mut self, id: Option<&str>, line: &[u8]) -> Result<(), PublishError> {
         if self.in_flight.len() >= MAX_IN_FLIGHT {
             self.flush()?;
         }
@@ -117,7 +141,7 @@ impl NatsPublisher {
     }
 
     /// Waits until the server has acknowledged every record published so far.
-    pub fn flush(&mut self) -> Result<(), String> {
+    pub fn flush(&mut self) -> Result<(), PublishError> {
         let started = Instant::now();
         let mut pending = std::mem::take(&mut self.in_flight);
         while !pending.is_empty() {
@@ -126,14 +150,10 @@ impl NatsPublisher {
                 break;
             }
             if started.elapsed() > GIVE_UP {
-                let why = (self.watch.last_failure())
-                    .map(|reason| format!(" (the client's last attempt to connect: {reason})"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "{} records were not acknowledged within {} s{why}",
-                    failed.len(),
-                    GIVE_UP.as_secs()
-                ));
+                return Err(PublishError::Unacknowledged {
+                    records: failed.len(),
+                    last_failure: self.watch.last_failure(),
+                });
             }
             std::thread::sleep(Duration::from_millis(200));
             if self.connected() {
@@ -160,7 +180,7 @@ impl NatsPublisher {
             let mut waits = tokio::task::JoinSet::new();
             for (at, record) in pending.iter_mut().enumerate() {
                 if let Some(ack) = record.ack.take() {
-                    waits.spawn(async move { (at, ack.await.map_err(|e| e.to_string())) });
+                    waits.spawn(async move { (at, ack.await) });
                 }
             }
             let mut acked = vec![false; pending.len()];

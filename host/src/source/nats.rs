@@ -239,11 +239,29 @@ impl std::fmt::Debug for NatsSource {
     }
 }
 
-fn fail(spec: &NatsSourceSpec, message: impl std::fmt::Display) -> SourceError {
+fn fail(
+    spec: &NatsSourceSpec,
+    error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> SourceError {
     SourceError::new(
         &format!("nats stream {} at {}", spec.stream, spec.url),
-        std::io::Error::other(message.to_string()),
+        std::io::Error::other(error),
     )
+}
+
+/// Why a consumer could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum OpenError {
+    #[error("cannot connect: {0}")]
+    Connect(#[source] async_nats::ConnectError),
+    #[error(transparent)]
+    FirstConnection(#[from] crate::nats_client::NatsClientError),
+    #[error("cannot open the stream (create it first, with the subjects it holds): {0}")]
+    Stream(#[source] async_nats::jetstream::context::GetStreamError),
+    #[error("cannot create a consumer: {0}")]
+    Consumer(#[source] async_nats::jetstream::stream::ConsumerError),
+    #[error("cannot read messages: {0}")]
+    Messages(#[source] async_nats::jetstream::consumer::StreamError),
 }
 
 impl NatsSource {
@@ -268,7 +286,7 @@ impl NatsSource {
     /// Connects (once) and opens a consumer at the sequence after the last one read: ephemeral,
     /// in memory, unacknowledged, as an ordered consumer is, but pulling [`PULL_BATCH`]
     /// messages at a time; a gap in its delivery opens another (see `next_message`).
-    fn open(&mut self) -> Result<(), String> {
+    fn open(&mut self) -> Result<(), OpenError> {
         use async_nats::jetstream::consumer::{DeliverPolicy, pull};
         if self.jetstream.is_none() {
             let url = self.spec.url.clone();
@@ -276,7 +294,7 @@ impl NatsSource {
             let client = (self
                 .runtime
                 .block_on(async move { options.connect(&url).await }))
-            .map_err(|e| format!("cannot connect: {e}"))?;
+            .map_err(OpenError::Connect)?;
             let _inside = self.runtime.enter();
             // Kept from here on, connected or not: a client goes on trying after it is
             // dropped, so one per failed open would pile up where opens are retried.
@@ -297,10 +315,8 @@ impl NatsSource {
         self.end
             .watch(&self.runtime, &jetstream, &self.spec.stream, &subjects);
         let start = self.framing.sequence + 1;
-        let opened: Result<Messages, String> = self.runtime.block_on(async move {
-            let stream = jetstream.get_stream(&stream).await.map_err(|e| {
-                format!("cannot open the stream (create it first, with the subjects it holds): {e}")
-            })?;
+        let opened: Result<Messages, OpenError> = self.runtime.block_on(async move {
+            let stream = (jetstream.get_stream(&stream).await).map_err(OpenError::Stream)?;
             // One subject as `filter_subject` (the only form a 2.9 server knows), several as
             // `filter_subjects` (2.10 and later).
             let (filter_subject, filter_subjects) = match subjects.as_slice() {
@@ -319,7 +335,7 @@ impl NatsSource {
             let consumer = stream
                 .create_consumer(config)
                 .await
-                .map_err(|e| format!("cannot create a consumer: {e}"))?;
+                .map_err(OpenError::Consumer)?;
             consumer
                 .stream()
                 .max_messages_per_batch(PULL_BATCH)
@@ -328,7 +344,7 @@ impl NatsSource {
                 .expires(Duration::from_secs(30))
                 .messages()
                 .await
-                .map_err(|e| format!("cannot read messages: {e}"))
+                .map_err(OpenError::Messages)
         });
         self.messages = Some(opened?);
         self.delivered = 0;

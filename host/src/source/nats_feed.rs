@@ -27,7 +27,8 @@ struct FeedMessage {
     payload: bytes::Bytes,
 }
 
-type Delivery = Result<Arc<FeedMessage>, String>;
+/// A message, or the error that stops every run reading the feed (shared among them).
+type Delivery = Result<Arc<FeedMessage>, Arc<SourceError>>;
 
 /// A run reading the feed: the last sequence it has had, and its queue.
 struct Subscriber {
@@ -125,8 +126,9 @@ fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBoo
             Ok(None) => continue,
             Err(e) => {
                 // The stream cannot be read at all (no such stream): every run fails with it.
+                let e = Arc::new(e);
                 for subscriber in subscribers.drain(..) {
-                    let _ = subscriber.queue.try_send(Err(e.to_string()));
+                    let _ = subscriber.queue.try_send(Err(e.clone()));
                 }
                 std::thread::sleep(TICK);
                 continue;
@@ -165,10 +167,10 @@ pub struct FeedSource {
 }
 
 impl FeedSource {
-    fn fail(&self, message: impl std::fmt::Display) -> SourceError {
+    fn fail(&self, error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> SourceError {
         SourceError::new(
             &format!("nats stream {}", self.stream),
-            std::io::Error::other(message.to_string()),
+            std::io::Error::other(error),
         )
     }
 }

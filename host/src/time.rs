@@ -46,57 +46,85 @@ pub fn wall_clock_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Why a timestamp or a duration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimeError {
+    /// A JSON number that is not a whole number of milliseconds.
+    #[error("timestamp {0} is not an integer number of milliseconds")]
+    NotWholeMillis(serde_json::Number),
+    /// JSON that is neither a number nor text (shown as it was).
+    #[error("timestamp {0} is neither milliseconds nor RFC 3339 text")]
+    NeitherMillisNorText(String),
+    /// Text that is not RFC 3339.
+    #[error("timestamp {text:?} is not RFC 3339 ({source})")]
+    NotRfc3339 {
+        /// The text.
+        text: String,
+        /// What the parser found.
+        source: chrono::ParseError,
+    },
+    /// A timestamp beyond `±MAX_TIMESTAMP`.
+    #[error("timestamp {0} is out of range (|ms| <= {MAX_TIMESTAMP})")]
+    OutOfRange(Millis),
+    /// A duration that does not start with a whole number.
+    #[error("duration {0:?} must start with a whole number")]
+    DurationNotANumber(String),
+    /// A duration with a unit that is not one of ms, s, m, h, d.
+    #[error("duration {text:?} has unknown unit {unit:?} (use ms, s, m, h or d)")]
+    DurationUnit {
+        /// The duration as given.
+        text: String,
+        /// The unit.
+        unit: String,
+    },
+    /// A duration longer than `MAX_TIMESTAMP` milliseconds.
+    #[error("duration {0:?} is too large")]
+    DurationTooLarge(String),
+}
+
 /// Parses an event timestamp: integer milliseconds since the epoch, or RFC 3339 text.
-pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, String> {
+pub fn parse_timestamp(json: &serde_json::Value) -> Result<Millis, TimeError> {
     let ms = match json {
         serde_json::Value::Number(n) => match n.as_i64() {
             Some(ms) => ms,
-            None => {
-                return Err(format!(
-                    "timestamp {n} is not an integer number of milliseconds"
-                ));
-            }
+            None => return Err(TimeError::NotWholeMillis(n.clone())),
         },
         serde_json::Value::String(s) => return parse_timestamp_text(s),
-        other => {
-            return Err(format!(
-                "timestamp {other} is neither milliseconds nor RFC 3339 text"
-            ));
-        }
+        other => return Err(TimeError::NeitherMillisNorText(other.to_string())),
     };
     check_timestamp(ms)
 }
 
 /// Parses a timestamp given as text: RFC 3339, within `±MAX_TIMESTAMP`.
-pub fn parse_timestamp_text(text: &str) -> Result<Millis, String> {
+pub fn parse_timestamp_text(text: &str) -> Result<Millis, TimeError> {
     let ms = chrono::DateTime::parse_from_rfc3339(text)
-        .map_err(|e| format!("timestamp {text:?} is not RFC 3339 ({e})"))?
+        .map_err(|source| TimeError::NotRfc3339 {
+            text: text.to_owned(),
+            source,
+        })?
         .timestamp_millis();
     check_timestamp(ms)
 }
 
 /// Checks that a timestamp is within `±MAX_TIMESTAMP`, the one range check every event time
 /// passes (decoded or produced by an operator).
-pub fn check_timestamp(ms: Millis) -> Result<Millis, String> {
+pub fn check_timestamp(ms: Millis) -> Result<Millis, TimeError> {
     if ms.unsigned_abs() > MAX_TIMESTAMP.unsigned_abs() {
-        return Err(format!(
-            "timestamp {ms} is out of range (|ms| <= {MAX_TIMESTAMP})"
-        ));
+        return Err(TimeError::OutOfRange(ms));
     }
     Ok(ms)
 }
 
 /// Parses a duration: an integer number of milliseconds, or a number with a unit
 /// (`ms`, `s`, `m`, `h`, `d`), such as `"250ms"`, `"5s"` or `"1h"`.
-pub fn parse_duration(text: &str) -> Result<Millis, String> {
+pub fn parse_duration(text: &str) -> Result<Millis, TimeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: i64 = digits
-        .parse()
-        .map_err(|_| format!("duration {text:?} must start with a whole number"))?;
+    let n: i64 = (digits.parse()).map_err(|_| TimeError::DurationNotANumber(text.to_owned()))?;
     let scale = match unit.trim() {
         "" | "ms" => 1,
         "s" => 1_000,
@@ -104,14 +132,15 @@ pub fn parse_duration(text: &str) -> Result<Millis, String> {
         "h" => 3_600_000,
         "d" => 86_400_000,
         other => {
-            return Err(format!(
-                "duration {text:?} has unknown unit {other:?} (use ms, s, m, h or d)"
-            ));
+            return Err(TimeError::DurationUnit {
+                text: text.to_owned(),
+                unit: other.to_owned(),
+            });
         }
     };
     n.checked_mul(scale)
         .filter(|ms| *ms <= MAX_TIMESTAMP)
-        .ok_or_else(|| format!("duration {text:?} is too large"))
+        .ok_or_else(|| TimeError::DurationTooLarge(text.to_owned()))
 }
 
 #[cfg(test)]

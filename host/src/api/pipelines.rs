@@ -372,7 +372,8 @@ pub(super) async fn rollout(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let request: RolloutRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a rollout request: {e}")))?;
-    let plan = RolloutPlan::from_request(request).map_err(ApiError::bad_request)?;
+    let plan =
+        RolloutPlan::from_request(request).map_err(|e| ApiError::bad_request(e.to_string()))?;
     blocking(move || {
         slot.rollout(plan, &server.registry)?;
         Ok(Json(slot.status()))

@@ -137,7 +137,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         auth,
     } = args;
     auth.install()?;
-    let nats = weir::serve::NatsServers::parse(&nats).map_err(anyhow::Error::msg)?;
+    let nats = weir::serve::NatsServers::parse(&nats)?;
     let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
     anyhow::ensure!(
         !tokens.is_empty(),

@@ -223,6 +223,49 @@ impl DeadCause {
     }
 }
 
+/// Why a line is not an event: the reason its dead letter carries.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The line is longer than the decoder's cap.
+    #[error("line is {bytes} bytes, more than the limit of {limit} bytes")]
+    TooLong {
+        /// The line's length.
+        bytes: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// The line is not UTF-8.
+    #[error("line is not valid UTF-8 ({0})")]
+    NotUtf8(#[from] std::str::Utf8Error),
+    /// The line is not JSON.
+    #[error("line is not valid JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    /// The line is JSON, but not an object.
+    #[error("line is not a JSON object")]
+    NotAnObject,
+    /// The key field is missing.
+    #[error("missing key field `{0}`")]
+    MissingKey(String),
+    /// The key field is empty text.
+    #[error("key field `{0}` is empty")]
+    EmptyKey(String),
+    /// The key field is neither text nor an integer (shown as it was).
+    #[error("key field `{field}` must be text or an integer, not {value}")]
+    BadKey {
+        /// The key field.
+        field: String,
+        /// Its value.
+        value: String,
+    },
+    /// The timestamp field is missing.
+    #[error("missing timestamp field `{0}`")]
+    MissingTimestamp(String),
+    /// The timestamp is not one.
+    #[error(transparent)]
+    Timestamp(#[from] crate::time::TimeError),
+}
+
 /// Turns JSON Lines into events, given which fields hold the key and the timestamp.
 #[derive(Debug)]
 pub struct Decoder {
@@ -256,39 +299,36 @@ impl Decoder {
 
     /// Decodes one line. Errors are dead letters carrying the line and the reason.
     pub fn decode(&mut self, line_no: u64, bytes: &[u8]) -> Result<Event, DeadLetter> {
-        let dead = |reason: String| DeadLetter {
-            line: line_no,
-            raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
-            reason,
-            cause: DeadCause::Input,
-        };
+        self.decode_fields(line_no, bytes)
+            .map_err(|reason| DeadLetter {
+                line: line_no,
+                raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
+                reason: reason.to_string(),
+                cause: DeadCause::Input,
+            })
+    }
+
+    fn decode_fields(&mut self, line_no: u64, bytes: &[u8]) -> Result<Event, DecodeError> {
         if bytes.len() > self.max_line_bytes {
-            return Err(dead(format!(
-                "line is {} bytes, more than the limit of {} bytes",
-                bytes.len(),
-                self.max_line_bytes
-            )));
+            return Err(DecodeError::TooLong {
+                bytes: bytes.len(),
+                limit: self.max_line_bytes,
+            });
         }
-        let text = std::str::from_utf8(bytes)
-            .map_err(|e| dead(format!("line is not valid UTF-8 ({e})")))?;
+        let text = std::str::from_utf8(bytes)?;
         let object = object::read(
             text,
             &mut self.names,
             &self.key_field,
             &self.timestamp_field,
-        )
-        .map_err(dead)?;
-        let key = self.key(&object).map_err(dead)?;
+        )?;
+        let key = self.key(&object)?;
         let timestamp = match &object.timestamp {
-            None => Err(format!(
-                "missing timestamp field `{}`",
-                self.timestamp_field
-            )),
+            None => return Err(DecodeError::MissingTimestamp(self.timestamp_field.clone())),
             Some(Special::Int(ms)) => check_timestamp(*ms),
             Some(Special::Text(at)) => parse_timestamp_text(object.text(*at).unwrap_or_default()),
             Some(Special::Json(json)) => parse_timestamp(json),
-        }
-        .map_err(dead)?;
+        }?;
         let fields = object.fields;
         Ok(Event {
             line: line_no,
@@ -300,15 +340,15 @@ impl Decoder {
 
     /// The event's key: its key field's text, or integer as text (empty if the decoder is
     /// unkeyed: a join keys each side by its own field, after decoding).
-    fn key(&self, object: &object::Object) -> Result<CompactString, String> {
+    fn key(&self, object: &object::Object) -> Result<CompactString, DecodeError> {
         let field = &self.key_field;
         let text = |text: &str| match text {
-            "" => Err(format!("key field `{field}` is empty")),
+            "" => Err(DecodeError::EmptyKey(field.clone())),
             text => Ok(text.into()),
         };
         match &object.key {
             _ if field.is_empty() => Ok(CompactString::default()),
-            None => Err(format!("missing key field `{field}`")),
+            None => Err(DecodeError::MissingKey(field.clone())),
             Some(Special::Text(at)) => text(object.text(*at).unwrap_or_default()),
             Some(Special::Int(i)) => Ok(i.to_compact_string()),
             // Also text or an integer when a nested raw-value marker object held it (serde_json's
@@ -318,9 +358,10 @@ impl Decoder {
                 serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => {
                     Ok(n.to_compact_string())
                 }
-                other => Err(format!(
-                    "key field `{field}` must be text or an integer, not {other}"
-                )),
+                other => Err(DecodeError::BadKey {
+                    field: field.clone(),
+                    value: other.to_string(),
+                }),
             },
         }
     }
@@ -363,7 +404,7 @@ mod tests {
         };
         let timestamp = match object.get("ts") {
             None => return Err("missing timestamp field `ts`".into()),
-            Some(ts) => parse_timestamp(ts)?,
+            Some(ts) => parse_timestamp(ts).map_err(|e| e.to_string())?,
         };
         let fields = (object.iter())
             .map(|(name, value)| (name.clone(), Value::from_json(value)))

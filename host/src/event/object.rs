@@ -18,6 +18,7 @@
 //! field name, that one included; nested values are read by `serde_json::Value` as before (so
 //! a key field holding such an object holds the JSON of its string).
 
+use super::DecodeError;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -92,11 +93,11 @@ pub(super) fn read(
     names: &mut Names,
     key_field: &str,
     timestamp_field: &str,
-) -> Result<Object, String> {
+) -> Result<Object, DecodeError> {
     if !text.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<serde_json::Value>(text) {
-            Err(e) => format!("line is not valid JSON ({e})"),
-            Ok(_) => "line is not a JSON object".into(),
+            Err(e) => DecodeError::NotJson(e),
+            Ok(_) => DecodeError::NotAnObject,
         });
     }
     let mut deserializer = serde_json::Deserializer::from_str(text);
@@ -108,7 +109,7 @@ pub(super) fn read(
     deserializer
         .deserialize_map(reader)
         .and_then(|object| deserializer.end().map(|()| object))
-        .map_err(|e| format!("line is not valid JSON ({e})"))
+        .map_err(DecodeError::NotJson)
 }
 
 struct ObjectReader<'a> {
@@ -415,7 +416,7 @@ mod tests {
             ("{\"a\":1", "line is not valid JSON (EOF while parsing"),
             ("nope", "line is not valid JSON (expected ident"),
         ] {
-            let error = read(line, &mut names, "k", "t").unwrap_err();
+            let error = read(line, &mut names, "k", "t").unwrap_err().to_string();
             assert!(error.starts_with(reason), "{line}: {error}");
         }
     }

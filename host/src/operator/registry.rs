@@ -370,45 +370,60 @@ fn blob_path(dir: &Path, digest: &str) -> PathBuf {
     dir.join(BLOBS).join(format!("{hex}.wasm"))
 }
 
+/// Why a version's metadata was skipped when the registry was opened.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Name(#[from] names::NameError),
+    #[error("digest {0:?} is not sha256:<64 hex digits>")]
+    Digest(String),
+    #[error("it describes {name}@{version}, which belongs in {}", .place.display())]
+    Misplaced {
+        name: String,
+        version: String,
+        place: PathBuf,
+    },
+    #[error("{} does not match the recorded digest", .0.display())]
+    Mismatch(PathBuf),
+    #[error("its component {} is missing", .0.display())]
+    Missing(PathBuf),
+}
+
 /// Reads one version's metadata and checks that it is what its place says it is and that its
 /// component is there. A version stored by an earlier Weir beside its metadata
 /// (`<version>.wasm`) is moved into the digest store once its bytes are checked.
-fn read_info(dir: &Path, file: &Path) -> std::result::Result<VersionInfo, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let info: VersionInfo = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    names::check("operator name", &info.name).map_err(|e| e.to_string())?;
-    names::check("operator version", &info.version).map_err(|e| e.to_string())?;
+fn read_info(dir: &Path, file: &Path) -> std::result::Result<VersionInfo, EntryError> {
+    let info: VersionInfo = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+    names::check("operator name", &info.name)?;
+    names::check("operator version", &info.version)?;
     let hex = info.digest.strip_prefix("sha256:").unwrap_or_default();
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!(
-            "digest {:?} is not sha256:<64 hex digits>",
-            info.digest
-        ));
+        return Err(EntryError::Digest(info.digest));
     }
     let expected = dir.join(&info.name).join(format!("{}.json", info.version));
     if expected != file {
-        return Err(format!(
-            "it describes {}@{}, which belongs in {}",
-            info.name,
-            info.version,
-            expected.display()
-        ));
+        return Err(EntryError::Misplaced {
+            name: info.name,
+            version: info.version,
+            place: expected,
+        });
     }
     let blob = blob_path(dir, &info.digest);
     let legacy = file.with_extension("wasm");
     if !blob.exists() && legacy.exists() {
-        let bytes = std::fs::read(&legacy).map_err(|e| e.to_string())?;
+        let bytes = std::fs::read(&legacy)?;
         if digest_of(&bytes) != info.digest {
-            return Err(format!(
-                "{} does not match the recorded digest",
-                legacy.display()
-            ));
+            return Err(EntryError::Mismatch(legacy));
         }
-        crate::fsutil::write_atomic(&blob, &bytes).map_err(|e| e.to_string())?;
+        crate::fsutil::write_atomic(&blob, &bytes)?;
         let _ = std::fs::remove_file(&legacy);
     }
     if !blob.exists() {
-        return Err(format!("its component {} is missing", blob.display()));
+        return Err(EntryError::Missing(blob));
     }
     Ok(info)
 }

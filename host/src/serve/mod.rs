@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 pub use error::{RequestError, ServeError};
 pub use managed::{Desired, Managed};
-pub use nats::{DEFAULT_SERVER, NatsServers};
+pub use nats::{DEFAULT_SERVER, NatsArgumentError, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{ReplayRequest, ResultLine, Slot, SlotHealth, StopOutcome};
 pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};

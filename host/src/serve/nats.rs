@@ -19,24 +19,37 @@ pub struct NatsServers {
     by_name: BTreeMap<String, String>,
 }
 
+/// Why a `--nats` argument was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsArgumentError {
+    /// The server's name is not a name.
+    #[error("--nats: {0}")]
+    Name(#[from] crate::names::NameError),
+    /// Not `[NAME=]nats://host:port` or `tls://`.
+    #[error("--nats {0:?}: give [NAME=]nats://host:port (or tls://host:port)")]
+    NotAUrl(String),
+    /// The same name twice.
+    #[error("--nats: the name {0:?} is given twice")]
+    NameTwice(String),
+}
+
 impl NatsServers {
     /// From the `--nats` arguments: `NAME=URL`, or a lone `URL` named [`DEFAULT_SERVER`].
-    pub fn parse(arguments: &[String]) -> Result<NatsServers, String> {
+    pub fn parse(arguments: &[String]) -> Result<NatsServers, NatsArgumentError> {
         let mut by_name = BTreeMap::new();
         for argument in arguments {
             let (name, url) = match argument.split_once('=') {
                 Some((name, url)) if !name.contains("://") => (name, url),
                 _ => (DEFAULT_SERVER, argument.as_str()),
             };
-            crate::names::check("NATS server name", name).map_err(|e| format!("--nats: {e}"))?;
+            crate::names::check("NATS server name", name)?;
             let scheme = url.starts_with("nats://") || url.starts_with("tls://");
             if !scheme || url.chars().any(char::is_whitespace) {
-                return Err(format!(
-                    "--nats {argument:?}: give [NAME=]nats://host:port (or tls://host:port)"
-                ));
+                return Err(NatsArgumentError::NotAUrl(argument.clone()));
             }
             if by_name.insert(name.to_owned(), url.to_owned()).is_some() {
-                return Err(format!("--nats: the name {name:?} is given twice"));
+                return Err(NatsArgumentError::NameTwice(name.to_owned()));
             }
         }
         Ok(NatsServers { by_name })

@@ -62,36 +62,80 @@ pub struct RolloutPlan {
 /// The most steps a schedule may have.
 const MAX_STEPS: usize = 100;
 
-fn duration_ms(value: &serde_json::Value, field: &str) -> Result<u64, String> {
+/// Why a rollout request was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The operator's name or version is not a name.
+    #[error(transparent)]
+    Name(#[from] crate::names::NameError),
+    /// A percentage over 100.
+    #[error("percentages must be between 0 and 100")]
+    Percent,
+    /// More than [`MAX_STEPS`] steps.
+    #[error("`steps` may have at most {MAX_STEPS} entries")]
+    TooManySteps,
+    /// Steps without the time between them.
+    #[error("`steps` needs `every`, the time between steps")]
+    StepsWithoutEvery,
+    /// Steps that go back.
+    #[error("`steps` must not decrease: keys only move forward during a rollout")]
+    StepsDecrease,
+    /// A duration that is not whole milliseconds.
+    #[error("{0} must be a whole number of ms")]
+    NotWholeMillis(&'static str),
+    /// A duration given as text that is not one.
+    #[error("{field}: {source}")]
+    Duration {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        source: crate::time::TimeError,
+    },
+    /// A duration that is neither a number nor text.
+    #[error("{0} must be milliseconds or text like \"5m\"")]
+    NotADuration(&'static str),
+    /// A duration of 0, or longer than a timestamp can reach.
+    #[error("{0} must be between 1 ms and 100 years")]
+    DurationRange(&'static str),
+    /// A rate outside [0, 1].
+    #[error("policy.{field} = {rate} must be between 0 and 1")]
+    Rate {
+        /// The field.
+        field: &'static str,
+        /// The rate given.
+        rate: f64,
+    },
+}
+
+fn duration_ms(value: &serde_json::Value, field: &'static str) -> Result<u64, PlanError> {
     let ms = match value {
-        serde_json::Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| format!("{field} must be a whole number of ms"))?,
+        serde_json::Value::Number(n) => n.as_u64().ok_or(PlanError::NotWholeMillis(field))?,
         serde_json::Value::String(s) => crate::time::parse_duration(s)
             .map(|ms| ms as u64)
-            .map_err(|e| format!("{field}: {e}"))?,
-        _ => return Err(format!("{field} must be milliseconds or text like \"5m\"")),
+            .map_err(|source| PlanError::Duration { field, source })?,
+        _ => return Err(PlanError::NotADuration(field)),
     };
     if ms == 0 || ms > crate::time::MAX_TIMESTAMP as u64 {
-        return Err(format!("{field} must be between 1 ms and 100 years"));
+        return Err(PlanError::DurationRange(field));
     }
     Ok(ms)
 }
 
-fn rate(value: Option<f64>, default: f64, field: &str) -> Result<f64, String> {
+fn rate(value: Option<f64>, default: f64, field: &'static str) -> Result<f64, PlanError> {
     match value {
         None => Ok(default),
         Some(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
-        Some(rate) => Err(format!("policy.{field} = {rate} must be between 0 and 1")),
+        Some(rate) => Err(PlanError::Rate { field, rate }),
     }
 }
 
 impl RolloutPlan {
     /// Checks a request.
-    pub fn from_request(request: RolloutRequest) -> Result<RolloutPlan, String> {
-        crate::names::check("operator version", &request.version).map_err(|e| e.to_string())?;
+    pub fn from_request(request: RolloutRequest) -> Result<RolloutPlan, PlanError> {
+        crate::names::check("operator version", &request.version)?;
         if let Some(operator) = &request.operator {
-            crate::names::check("operator name", operator).map_err(|e| e.to_string())?;
+            crate::names::check("operator name", operator)?;
         }
         if request
             .steps
@@ -99,18 +143,16 @@ impl RolloutPlan {
             .chain(request.percent.iter())
             .any(|p| *p > 100)
         {
-            return Err("percentages must be between 0 and 100".into());
+            return Err(PlanError::Percent);
         }
         if request.steps.len() > MAX_STEPS {
-            return Err(format!("`steps` may have at most {MAX_STEPS} entries"));
+            return Err(PlanError::TooManySteps);
         }
         if !request.steps.is_empty() && request.every.is_none() {
-            return Err("`steps` needs `every`, the time between steps".into());
+            return Err(PlanError::StepsWithoutEvery);
         }
         if request.steps.windows(2).any(|w| w[0] > w[1]) {
-            return Err(
-                "`steps` must not decrease: keys only move forward during a rollout".into(),
-            );
+            return Err(PlanError::StepsDecrease);
         }
         let every_ms = request
             .every

@@ -55,7 +55,7 @@ pub use source::{
     NatsPartitions, NatsSourceSpec, NexmarkKind, NexmarkSpec, PARTITION_TOKEN, SourceSpec,
 };
 pub use state::{DEFAULT_MEMORY_BUDGET, MAX_MEMORY_BUDGET, StateQuotaSpec, StateSpec};
-pub use values::parse_size;
+pub use values::{SizeError, parse_size};
 pub use watermark::DEFAULT_MAX_AHEAD;
 pub use window::{EmitSpec, MAX_WINDOWS_PER_EVENT, WindowSpec};
 

@@ -77,27 +77,46 @@ pub(super) fn size(field: &str, raw: &Option<RawSize>, default: usize) -> Result
     }
 }
 
+/// Why a size was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SizeError {
+    /// It does not start with a whole number.
+    #[error("size {0:?} must start with a whole number")]
+    NotANumber(String),
+    /// Its unit is not one of B, KiB, MiB, GiB.
+    #[error("size {text:?} has unknown unit {unit:?} (use B, KiB, MiB or GiB)")]
+    Unit {
+        /// The size as given.
+        text: String,
+        /// The unit.
+        unit: String,
+    },
+    /// It does not fit in memory's addresses.
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
+}
+
 /// Parses a size: a whole number of bytes, optionally with a unit (`B`, `KiB`, `MiB`, `GiB`).
-pub fn parse_size(text: &str) -> Result<usize, String> {
+pub fn parse_size(text: &str) -> Result<usize, SizeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("size {text:?} must start with a whole number"))?;
+    let n: usize = (digits.parse()).map_err(|_| SizeError::NotANumber(text.to_owned()))?;
     let scale: usize = match unit.trim() {
         "" | "B" => 1,
         "KiB" | "K" => 1 << 10,
         "MiB" | "M" => 1 << 20,
         "GiB" | "G" => 1 << 30,
         other => {
-            return Err(format!(
-                "size {text:?} has unknown unit {other:?} (use B, KiB, MiB or GiB)"
-            ));
+            return Err(SizeError::Unit {
+                text: text.to_owned(),
+                unit: other.to_owned(),
+            });
         }
     };
     n.checked_mul(scale)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+        .ok_or_else(|| SizeError::TooLarge(text.to_owned()))
 }

@@ -557,11 +557,11 @@ pub fn nats(
     url: &str,
     per_message: usize,
 ) -> Result<NatsReport, PipelineError> {
-    let fail = |e: String| PipelineError::Config(format!("NATS benchmark at {url}: {e}"));
-    let dir = tempfile_dir().map_err(|e| fail(e.to_string()))?;
+    let fail = |e: SetupError| PipelineError::Config(format!("NATS benchmark at {url}: {e}"));
+    let dir = tempfile_dir().map_err(|e| fail(e.into()))?;
     let lines = event_lines(options.events, options.keys);
     let file = dir.join("events.jsonl");
-    std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| fail(e.to_string()))?;
+    std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| fail(e.into()))?;
     let mut file_spec = spec(options, OperatorCode::Component(options.module.clone()));
     file_spec.source = SourceSpec::File(file);
     let file_run = pipeline::run(&file_spec)?;
@@ -626,14 +626,41 @@ fn event_lines(events: u64, keys: u64) -> Vec<String> {
         .collect()
 }
 
+/// What a NATS or cluster benchmark's setup failed on.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetupError {
+    #[error(transparent)]
+    Client(#[from] crate::nats_client::NatsClientError),
+    #[error(transparent)]
+    Nats(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("{}: {source}", .path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    #[error("{got} of {want} results after 15 minutes")]
+    Incomplete { got: u64, want: usize },
+}
+
+impl SetupError {
+    /// The NATS client's error `e`.
+    pub(crate) fn nats(e: impl std::error::Error + Send + Sync + 'static) -> SetupError {
+        SetupError::Nats(Box::new(e))
+    }
+}
+
 /// A JetStream client of the server at `url`, on a small runtime of its own.
 fn jetstream_client(
     url: &str,
-) -> Result<(tokio::runtime::Runtime, async_nats::jetstream::Context), String> {
-    let runtime = crate::nats_client::client_runtime().map_err(|e| e.to_string())?;
+) -> Result<(tokio::runtime::Runtime, async_nats::jetstream::Context), SetupError> {
+    let runtime = crate::nats_client::client_runtime()?;
     let client = runtime
         .block_on(async_nats::connect(url))
-        .map_err(|e| e.to_string())?;
+        .map_err(SetupError::nats)?;
     let jetstream = {
         let _inside = runtime.enter();
         async_nats::jetstream::new(client)
@@ -656,7 +683,7 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
 pub(crate) async fn create_streams(
     jetstream: &async_nats::jetstream::Context,
     streams: [(&str, String); 2],
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     for (name, subject) in streams {
         let config = async_nats::jetstream::stream::Config {
             name: name.to_owned(),
@@ -666,7 +693,7 @@ pub(crate) async fn create_streams(
         jetstream
             .create_stream(config)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SetupError::nats)?;
     }
     Ok(())
 }
@@ -678,7 +705,7 @@ async fn publish_all(
     (events, results, nonce): (&str, &str, &str),
     lines: &[String],
     per_message: usize,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let subject = format!("bench.{nonce}");
     create_streams(
         jetstream,
@@ -702,11 +729,11 @@ async fn publish_all(
                     bytes::Bytes::copy_from_slice(message.as_bytes()),
                 )
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(SetupError::nats)?;
             acks.push(ack);
         }
         for ack in acks {
-            ack.await.map_err(|e| e.to_string())?;
+            ack.await.map_err(SetupError::nats)?;
         }
     }
     Ok(())

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::SetupError;
 use crate::pipeline::PipelineError;
 
 /// What one cluster run measured.
@@ -83,7 +84,7 @@ pub fn cluster(
     (events, keys): (u64, u64),
     shape: ClusterShape,
 ) -> Result<ClusterReport, PipelineError> {
-    let fail = |e: String| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
+    let fail = |e: SetupError| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
     let base = super::EVENTS_FROM_MS;
     let mut lines = super::event_lines(events, keys);
     let expected: BTreeSet<(u64, i64)> = (0..events)
@@ -118,7 +119,7 @@ pub fn cluster(
     }
     .map_err(fail)?;
 
-    let dir = super::tempfile_dir().map_err(|e| fail(e.to_string()))?;
+    let dir = super::tempfile_dir().map_err(|e| fail(e.into()))?;
     let name = format!("bench-{nonce}");
     let spec = dir.join("pipeline.toml");
     let text = format!(
@@ -143,8 +144,10 @@ module = {module:?}
 [sinks]
 results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
 "#,
-        module = std::fs::canonicalize(module)
-            .map_err(|e| fail(format!("{}: {e}", module.display())))?,
+        module = std::fs::canonicalize(module).map_err(|source| fail(SetupError::File {
+            path: module.to_owned(),
+            source,
+        }))?,
         partitioned = match shape.partitions {
             Some(count) => format!(
                 "partitions = {{ count = {count}, subject = \"bench.{nonce}.{{partition}}.*\" }}"
@@ -152,10 +155,10 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
             None => String::new(),
         }
     );
-    std::fs::write(&spec, text).map_err(|e| fail(e.to_string()))?;
-    crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(&spec, text).map_err(|e| fail(e.into()))?;
+    crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.into()))?;
 
-    let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+    let exe = std::env::current_exe().map_err(|e| fail(e.into()))?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let nats_before = nats_server_cpu();
     let started = Instant::now();
@@ -176,29 +179,29 @@ results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(e.into()))?;
         children.0.push(child);
     }
     let outcome = runtime.block_on(async {
         let mut stream = jetstream
             .get_stream(&results)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SetupError::nats)?;
         loop {
             let count = stream
                 .info()
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(SetupError::nats)?
                 .state
                 .messages;
             if count as usize >= expected.len() {
                 return Ok(started.elapsed());
             }
             if started.elapsed() > Duration::from_secs(900) {
-                return Err(format!(
-                    "{count} of {} results after 15 minutes",
-                    expected.len()
-                ));
+                return Err(SetupError::Incomplete {
+                    got: count,
+                    want: expected.len(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -245,7 +248,7 @@ async fn publish_partitioned(
     (events, results, nonce): (&str, &str, &str),
     lines: &[String],
     (count, per_message): (usize, usize),
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     let streams = [
         (events, format!("bench.{nonce}.>")),
         (results, format!("bench-results.{nonce}")),
@@ -267,17 +270,17 @@ async fn publish_partitioned(
             let ack = jetstream
                 .publish(subject, payload.join("\n").into())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(SetupError::nats)?;
             acks.push(ack);
             if acks.len() >= 2_000 {
                 for ack in acks.drain(..) {
-                    ack.await.map_err(|e| e.to_string())?;
+                    ack.await.map_err(SetupError::nats)?;
                 }
             }
         }
     }
     for ack in acks {
-        ack.await.map_err(|e| e.to_string())?;
+        ack.await.map_err(SetupError::nats)?;
     }
     Ok(())
 }

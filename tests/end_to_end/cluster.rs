@@ -62,7 +62,11 @@ impl Cluster {
         client.stream("RESULTS", &["results"]);
         let dir = tempfile::tempdir().unwrap();
         let spec = dir.path().join("pipeline.toml");
-        std::fs::write(&spec, spec_text(&server.url, &crate::serve::count_sum_v1())).unwrap();
+        std::fs::write(
+            &spec,
+            spec_text(&server.url, &crate::server::count_sum_v1()),
+        )
+        .unwrap();
         let output = weir(&["cluster", "deploy", "--nats", &server.url])
             .arg(&spec)
             .output()
@@ -429,7 +433,7 @@ fn outage(away: Duration) -> String {
 fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     let cluster = Cluster::start();
     let url = cluster.server.url.clone();
-    let good = spec_text(&url, &crate::serve::count_sum_v1());
+    let good = spec_text(&url, &crate::server::count_sum_v1());
     let spec = cluster.dir.path().join("bad.toml");
     let refused = |text: &str, args: &[&str], why: &str| {
         std::fs::write(&spec, text).unwrap();
@@ -547,7 +551,7 @@ fn a_rollout_across_three_workers_under_continuous_input_loses_and_repeats_nothi
         assert!(output.status.success(), "{output:?}");
     };
     std::thread::sleep(Duration::from_millis(600));
-    let v2 = crate::serve::count_sum_v2();
+    let v2 = crate::server::count_sum_v2();
     rollout(&["2.0.0", "--percent", "50", "--module", v2.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(800));
     rollout(&["2.0.0", "--percent", "100"]);
@@ -556,7 +560,7 @@ fn a_rollout_across_three_workers_under_continuous_input_loses_and_repeats_nothi
     // next barrier (a checkpoint is due at once for a request, every 200 ms): wait for all
     // three, then a second more, before the windows close, so the last ones are version 2's.
     // (Closing them as soon as the publisher ended lost that race on a slow worker.)
-    let deadline = Instant::now() + crate::serve::PATIENCE;
+    let deadline = Instant::now() + crate::server::PATIENCE;
     let taken_up = |id: &str| cluster.logs(&[id]).contains("routes 100% of keys");
     while !["w1", "w2", "w3"].into_iter().all(taken_up) {
         assert!(

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::reference::{Emission, ModelSpec, WindowKind, run_model};
-use crate::serve::{
+use crate::server::{
     ADMIN, INGEST, PATIENCE, Server, assert_same_emissions, clicks, count_sum_v1,
     create_and_start_spec, ev, far_future, spec,
 };
@@ -655,7 +655,7 @@ fn a_crash_halfway_through_a_fork_an_upload_or_a_savepoint_leaves_it_done_or_abs
         fork.as_bytes(),
         "application/json",
     );
-    let v2 = std::fs::read(crate::serve::count_sum_v2()).unwrap();
+    let v2 = std::fs::read(crate::server::count_sum_v2()).unwrap();
     let leftovers = files_in(&data.join("pipelines"));
     assert!(
         leftovers.iter().any(|n| n.starts_with(".creating-")),
@@ -704,7 +704,7 @@ fn a_crash_halfway_through_a_fork_an_upload_or_a_savepoint_leaves_it_done_or_abs
         ),
         201,
     );
-    server.upload_ok("count-sum", "2.0.0", &crate::serve::count_sum_v2());
+    server.upload_ok("count-sum", "2.0.0", &crate::server::count_sum_v2());
     server.expect(
         "the savepoint again",
         savepoint(&server, "orig", "half"),
@@ -866,17 +866,17 @@ fn watermark_partitions_quiet_for_ten_idle_timeouts_are_forgotten_and_new_ones_t
     create_and_start_spec(&server, &spec);
     // The table's 1,024 partitions, each named once.
     for n in 0..1_024 {
-        let event = [ev("user-1", crate::serve::BASE_TS + n, 1)];
+        let event = [ev("user-1", crate::server::BASE_TS + n, 1)];
         let (status, body, _) = server.send_partition("clicks", &event, Some(&format!("p{n}")));
         assert_eq!(status, 202, "{body}");
     }
     server.wait_for_events_in("clicks", 1_024);
     // More than ten idle timeouts later, on the ingest clock: those names are forgotten.
     thread::sleep(Duration::from_millis(1_500));
-    let steady = [ev("user-2", crate::serve::BASE_TS + 2_000, 1)];
+    let steady = [ev("user-2", crate::server::BASE_TS + 2_000, 1)];
     let (status, body, _) = server.send_partition("clicks", &steady, Some("steady"));
     assert_eq!(status, 202, "{body}");
-    let newcomer = [ev("user-3", crate::serve::BASE_TS + 2_001, 1)];
+    let newcomer = [ev("user-3", crate::server::BASE_TS + 2_001, 1)];
     let (status, body, _) = server.send_partition("clicks", &newcomer, Some("newcomer"));
     assert_eq!(status, 202, "{body}");
     let status = server.wait_for_events_in("clicks", 1_026);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::serve::{ADMIN, INGEST, Server, count_sum_v1, count_sum_v2};
+use crate::server::{ADMIN, INGEST, Server, count_sum_v1, count_sum_v2};
 
 /// How the test talks to a browser: chromedriver's WebDriver over HTTP (Chromium), or
 /// Firefox's own Marionette protocol over TCP (Debian has no geckodriver; Marionette is what
@@ -408,7 +408,7 @@ fn sign_in(browser: &Browser, url: &str, token: &str) {
 fn events(from: usize, n: usize) -> String {
     (from..from + n)
         .map(|i| {
-            json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i as i64 * 20, "amount": i % 10})
+            json!({"user": format!("u{}", i % 7), "ts": crate::server::BASE_TS + i as i64 * 20, "amount": i % 10})
                 .to_string()
                 + "\n"
         })
@@ -647,10 +647,10 @@ fn the_console_s_api_refuses_what_is_bad_and_lets_readers_change_nothing() {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start_env(data.path(), &[], &[("WEIR_READ_TOKEN", "read-secret-1")]);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    crate::serve::create_and_start(&server);
+    crate::server::create_and_start(&server);
     let letters = "/v1/pipelines/clicks/dead-letters";
     send(&server, "not json\n{\"user\": \"a\"}\n");
-    let recent = server.wait_for("both dead letters", crate::serve::PATIENCE, || {
+    let recent = server.wait_for("both dead letters", crate::server::PATIENCE, || {
         let (status, body) = server.get(letters, Some(ADMIN));
         let rows: Value =
             serde_json::from_str(&body).map_err(|e| format!("{status} {body}: {e}"))?;
@@ -690,7 +690,7 @@ fn the_console_s_api_refuses_what_is_bad_and_lets_readers_change_nothing() {
     let (_, spec) = server.get("/v1/pipelines/clicks/spec", Some("read-secret-1"));
     assert_eq!(
         serde_json::from_str::<Value>(&spec).unwrap(),
-        crate::serve::spec()
+        crate::server::spec()
     );
     // Who signed in, and what a reader may not do.
     for (token, scope) in [
@@ -745,9 +745,9 @@ fn a_nats_fed_pipeline_shows_and_rolls_out_in_the_console() {
         "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
         "sinks": {"results": {"nats": "default", "subject": "results.from-nats"}},
         "checkpoint_interval": "200ms"});
-    crate::serve::create_and_start_spec(&server, &spec);
+    crate::server::create_and_start_spec(&server, &spec);
     let published: Vec<Value> = (0..600)
-        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i * 20, "amount": i % 10}))
+        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::server::BASE_TS + i * 20, "amount": i % 10}))
         .collect();
     client.publish("clicks.web", &published);
     server.wait_for_events_in("from-nats", published.len());
@@ -776,7 +776,7 @@ fn a_nats_fed_pipeline_shows_and_rolls_out_in_the_console() {
     });
     server.wait_for_routing("from-nats", "the rollout to apply", |r| r["percent"] == 50);
     let more: Vec<Value> = (600..1_200)
-        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::serve::BASE_TS + i * 20, "amount": i % 10}))
+        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::server::BASE_TS + i * 20, "amount": i % 10}))
         .collect();
     client.publish("clicks.web", &more);
     browser.wait_for("both versions in the versions table", || {

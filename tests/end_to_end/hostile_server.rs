@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::reference::Ev;
-use crate::serve::{
+use crate::server::{
     ADMIN, BASE_TS, INGEST, PATIENCE, PIPELINE, Server, assert_same_emissions, assert_unique_ids,
     clicks, count_sum_v1, count_sum_v2, create_and_start, create_and_start_spec, ev, events_path,
     far_future, jsonl, live_model, spec,

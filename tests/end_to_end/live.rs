@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::reference::run_model;
-use crate::serve::{
+use crate::server::{
     ADMIN, MODEL, PATIENCE, Server, assert_same_emissions, assert_unique_ids, clicks, count_sum_v1,
     create_and_start_spec, live_model, spec,
 };
@@ -127,15 +127,15 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    server.upload_ok("count-sum", "6.6.6", &crate::serve::trap_on_key());
+    server.upload_ok("count-sum", "6.6.6", &crate::server::trap_on_key());
     create_and_start(&server, "watched", None);
     // 300 clicks (some late), three lines that are not events, one event far ahead of the
     // wall clock, and a last one that closes every window.
     let mut events = clicks(300, 5);
     // Two events for windows closed long ago: late.
     let first = events[0].ts;
-    events.push(crate::serve::ev("user-1", first, 1));
-    events.push(crate::serve::ev("user-2", first + 1, 1));
+    events.push(crate::server::ev("user-1", first, 1));
+    events.push(crate::server::ev("user-2", first + 1, 1));
     server.ingest("watched", &events);
     let ahead = crate::support::now_ms() + 10 * 86_400_000;
     let bad = format!(
@@ -143,13 +143,13 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
     );
     let (status, body) = server.post_as(
         "/v1/pipelines/watched/events",
-        Some(crate::serve::INGEST),
+        Some(crate::server::INGEST),
         Some("application/x-ndjson"),
         bad.as_bytes(),
         false,
     );
     assert_eq!(status, 202, "{body}");
-    let end = crate::serve::far_future(&events);
+    let end = crate::server::far_future(&events);
     server.ingest("watched", std::slice::from_ref(&end));
     let mut all = events.clone();
     all.push(end.clone());
@@ -163,7 +163,7 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
     trapping["operators"][0]["version"] = json!("6.6.6");
     create_and_start_spec(&server, &trapping);
     let booms: Vec<_> = (0..4)
-        .map(|i| crate::serve::ev("boom-1", crate::serve::BASE_TS + i, 1))
+        .map(|i| crate::server::ev("boom-1", crate::server::BASE_TS + i, 1))
         .collect();
     server.ingest("trapping", &booms);
     server.wait_for_events_in("trapping", booms.len());
@@ -255,7 +255,7 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
         crossed > 0.0 && crossed <= carried,
         "windows crossed: {crossed} of {carried}"
     );
-    let version = crate::serve::version_entry(&server.status("watched"), "1.0.0");
+    let version = crate::server::version_entry(&server.status("watched"), "1.0.0");
     assert_eq!(version["crossed_windows"], crossed as u64, "{version}");
     let wide = [("pipeline", "wide"), ("version", "1.0.0")];
     assert!(get("weir_operator_windows_carried_total", &wide) > 0.0);
@@ -342,7 +342,7 @@ fn weir_run_serves_its_metrics_while_it_runs() {
 
 #[test]
 fn an_idle_partition_stops_holding_the_watermark_back() {
-    use crate::serve::{BASE_TS, ev};
+    use crate::server::{BASE_TS, ev};
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
@@ -472,7 +472,7 @@ fn the_ingest_log_stays_bounded_under_steady_load_and_survives_a_restart() {
     // repeating nothing.
     server.kill();
     let server = Server::start(dir.path());
-    let end = crate::serve::far_future(&events);
+    let end = crate::server::far_future(&events);
     server.ingest("steady", std::slice::from_ref(&end));
     let mut all = events.clone();
     all.push(end);
@@ -513,7 +513,7 @@ fn a_live_changelog_and_early_results_follow_the_model() {
     // Late events within the allowed lateness: updates of windows already emitted.
     let last = events.iter().map(|e| e.ts).max().unwrap();
     for i in 0..6 {
-        events.push(crate::serve::ev(
+        events.push(crate::server::ev(
             &format!("user-{}", i % 3),
             last - 1_500 - i * 100,
             1,
@@ -575,7 +575,7 @@ fn a_live_changelog_and_early_results_follow_the_model() {
 
 #[test]
 fn early_results_by_wall_clock_show_each_window_as_its_events_arrive() {
-    use crate::serve::{BASE_TS, ev, far_future};
+    use crate::server::{BASE_TS, ev, far_future};
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
@@ -688,7 +688,7 @@ fn a_replay_from_the_log_makes_the_same_idle_advances() {
     assert_same_emissions(&server, &results, &expected);
     // An event for a window the advance closed: late, because of where the advance is.
     let last = events.iter().map(|e| e.ts).max().unwrap();
-    server.ingest("replayed", &[crate::serve::ev("user-1", last - 300, 1)]);
+    server.ingest("replayed", &[crate::server::ev("user-1", last - 300, 1)]);
     let late_one = |server: &Server| {
         let status = server.status("replayed");
         if status["late"] == json!(1) && status["events_in"] == json!(events.len() + 1) {

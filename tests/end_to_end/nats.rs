@@ -284,7 +284,7 @@ pub(crate) fn windows(events: &[Value]) -> BTreeMap<(String, i64), (i64, i64)> {
 }
 
 fn spec(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
-    let module = crate::serve::count_sum_v1();
+    let module = crate::server::count_sum_v1();
     let text = format!(
         r#"name = "from-nats"
 checkpoint_interval = "100ms"
@@ -725,13 +725,13 @@ fn bad_nats_specs_are_refused_before_anything_connects() {
     }
     // A caller of the API may not make the server connect where it likes.
     let data = tempfile::tempdir().unwrap();
-    let server = crate::serve::Server::start(data.path());
-    let mut spec = crate::serve::spec();
+    let server = crate::server::Server::start(data.path());
+    let mut spec = crate::server::spec();
     spec["sinks"] =
         serde_json::json!({"results": {"nats": "nats://10.0.0.1:4222", "subject": "x"}});
     let error = server.expect_error(
         "a served pipeline with a NATS sink",
-        server.post_json("/v1/pipelines", Some(crate::serve::ADMIN), &spec),
+        server.post_json("/v1/pipelines", Some(crate::server::ADMIN), &spec),
         400,
     );
     assert!(error.contains("not an address"), "{error}");

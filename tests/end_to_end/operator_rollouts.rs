@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::serve::{ADMIN, GatedSender, PATIENCE, Server, version_entry};
+use crate::server::{ADMIN, GatedSender, PATIENCE, Server, version_entry};
 
 const PIPELINE: &str = "orders";
 const OPERATOR: &str = "enrich-customers";
@@ -44,12 +44,12 @@ fn orders(from: usize, n: usize) -> Vec<Value> {
         .collect()
 }
 
-fn send(server: &crate::serve::Client, orders: &[Value]) {
+fn send(server: &crate::server::Client, orders: &[Value]) {
     for chunk in orders.chunks(40) {
         let body: String = chunk.iter().map(|o| format!("{o}\n")).collect();
         let (code, answer) = server.post(
             &format!("/v1/pipelines/{PIPELINE}/events"),
-            Some(crate::serve::INGEST),
+            Some(crate::server::INGEST),
             body.as_bytes(),
         );
         assert_eq!(code, 202, "{answer}");
@@ -354,15 +354,15 @@ fn two_stage_spec(name: &str) -> Value {
 fn a_stage_operator_rolls_out_and_back_under_load_with_the_same_results_as_without() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    server.upload_ok("count-sum", "1.0.0", &crate::serve::count_sum_v1());
+    server.upload_ok("count-sum", "1.0.0", &crate::server::count_sum_v1());
     let top = crate::support::component("top-keys");
     server.upload_ok("top-users", "1.0.0", &top);
     server.upload_ok("top-users", "2.0.0", &top);
     for name in ["rolled", "steady"] {
-        crate::serve::create_and_start_spec(&server, &two_stage_spec(name));
+        crate::server::create_and_start_spec(&server, &two_stage_spec(name));
     }
-    let mut events = crate::serve::clicks(3_000, 30);
-    events.push(crate::serve::far_future(&events));
+    let mut events = crate::server::clicks(3_000, 30);
+    events.push(crate::server::far_future(&events));
     // 61 chunks to both pipelines; the sender stops before chunks 15, 30 and 45 until the
     // stage's rollout is at 0 and 100 % and rolled back.
     let sender = {

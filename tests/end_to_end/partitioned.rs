@@ -75,7 +75,7 @@ impl Partitioned {
 
     /// The cluster, its pipeline's spec ending with `more`.
     fn start_with(more: &str) -> Partitioned {
-        Self::start_with_module(more, crate::serve::count_sum_v1())
+        Self::start_with_module(more, crate::server::count_sum_v1())
     }
 
     /// The cluster, its pipeline's spec ending with `more` and aggregating with `module`.
@@ -551,7 +551,10 @@ fn a_partitioned_stream_rescaled_two_three_two_under_input_loses_and_repeats_not
         line.split_once("(from checkpoint ")
             .is_some_and(|(_, rest)| rest.starts_with(|c: char| c.is_ascii_digit()))
     });
-    assert!(resumed, "a handed-over slice resumed from a checkpoint: {logs}");
+    assert!(
+        resumed,
+        "a handed-over slice resumed from a checkpoint: {logs}"
+    );
     assert!(events.len() >= 1_000, "input all along: {}", events.len());
     assert_exactly_once(&results, &events, &logs);
 }

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use crate::serve::{
+use crate::server::{
     ADMIN, BASE_TS, PATIENCE, PIPELINE, Server, assert_unique_ids, create_and_start, ev,
     far_future, live_model,
 };

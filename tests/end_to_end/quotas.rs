@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::reference::Ev;
-use crate::serve::{
+use crate::server::{
     ADMIN, BASE_TS, PATIENCE, Server, count_sum_v1, create_and_start_spec, ev, spec,
 };
 

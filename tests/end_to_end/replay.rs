@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::serve::{ADMIN, PATIENCE, Server, clicks, count_sum_v1, far_future, live_model, spec};
+use crate::server::{ADMIN, PATIENCE, Server, clicks, count_sum_v1, far_future, live_model, spec};
 
 /// A window as both sides show it: key, start, end, version a's value, version b's value (as
 /// JSON text).
@@ -335,7 +335,7 @@ fn hostile_replay_requests_are_refused_clearly() {
         "an ingest token",
         server.post_json(
             "/v1/pipelines/small/replay",
-            Some(crate::serve::INGEST),
+            Some(crate::server::INGEST),
             &json!({"versions": v("1.0.0", "1.0.0"), "keys": ["a"]}),
         ),
         403,

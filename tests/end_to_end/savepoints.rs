@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::serve::{
+use crate::server::{
     ADMIN, GatedSender, PATIENCE, Server, assert_same_emissions, assert_unique_ids, clicks,
     count_sum_v1, count_sum_v2, far_future, live_model, spec,
 };
@@ -197,7 +197,7 @@ fn a_savepoint_taken_under_load_forks_into_a_pipeline_that_continues_the_origina
         server.delete("/v1/pipelines/orig/savepoints/mid", Some(ADMIN)),
         204,
     );
-    server.ingest("orig", &[crate::serve::ev("late-comer", 0, 1)]);
+    server.ingest("orig", &[crate::server::ev("late-comer", 0, 1)]);
     server.wait_for("the log to shrink", PATIENCE, || {
         let now = log_bytes(&server, "orig");
         if now < pinned / 2 {
@@ -270,7 +270,7 @@ fn savepoint_requests_with_hostile_names_specs_and_counts_are_refused() {
         "an ingest token",
         server.post_json(
             "/v1/pipelines/orig/savepoints",
-            Some(crate::serve::INGEST),
+            Some(crate::server::INGEST),
             &json!({"name": "two"}),
         ),
         403,

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::nats::{BASE, Client, NatsServer, windows};
-use crate::serve::{ADMIN, INGEST, PATIENCE, Server, count_sum_v1};
+use crate::server::{ADMIN, INGEST, PATIENCE, Server, count_sum_v1};
 
 /// In-order clicks of 20 users, `n` of them from index `from`, 7 ms apart, with amounts up to 90
 /// (so that a window's sum passes 100 now and then).
@@ -194,7 +194,7 @@ fn a_served_pipeline_reads_a_nats_stream_with_rollout_replay_savepoint_fork_and_
     server.wait_for_events_in("from-nats", 3_000);
     let compared = server.wait_for("the shadow's comparisons", PATIENCE, || {
         let status = server.status("from-nats");
-        let candidate = crate::serve::version_entry(&status, "1.1.0");
+        let candidate = crate::server::version_entry(&status, "1.1.0");
         match candidate["shadow_compared"].as_u64() {
             Some(n) if n > 0 => Ok(candidate),
             _ => Err(status.to_string()),
@@ -362,7 +362,7 @@ fn a_served_spec_names_a_nats_server_and_never_an_address() {
         ),
         201,
     );
-    let mut http = crate::serve::spec();
+    let mut http = crate::server::spec();
     http["name"] = json!("over-http");
     let refused = server.expect_error(
         "forking a NATS pipeline's savepoint into an HTTP one",

@@ -6,11 +6,10 @@ mod assign;
 mod engine;
 mod inputs;
 mod key_map;
+mod output;
 mod slab;
 
 pub use crate::time::Window;
 pub use assign::assign;
-pub use engine::{
-    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, MAX_EVENTS_PER_CALL,
-    MAX_HELD_BATCHES, Timeline, WindowEngine, WindowRecord,
-};
+pub use engine::{MAX_EVENTS_PER_CALL, MAX_HELD_BATCHES, WindowEngine, WindowRecord};
+pub use output::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline};

@@ -4,8 +4,9 @@
 
 use super::*;
 use crate::field_name::FieldName;
+use crate::operator::AggregateOperator;
 use crate::operator::native::NativeCountSum;
-use crate::state::MemoryBackend;
+use crate::state::{MemoryBackend, StateBackend};
 use crate::value::Value;
 
 proptest::proptest! {

@@ -147,6 +147,9 @@ fn write_batch(
                 run = (router.advances, router.end_of_input);
             }
             Part::Shard(output) => {
+                late.extend(output.rejected.late);
+                dead.extend(output.rejected.dead_letters);
+                traps += output.rejected.traps;
                 emissions.extend(output.engine.emissions);
                 events.extend(output.events);
                 late.extend(output.engine.late);

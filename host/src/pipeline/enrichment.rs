@@ -11,6 +11,7 @@ use crate::hashing::HashMap;
 use std::sync::Arc;
 
 use super::deadlines::Deadlines;
+use super::outcome::{Rejects, ShardError};
 use crate::event::Staged;
 use crate::event::{DeadCause, DeadLetter};
 use crate::operator::{
@@ -19,7 +20,6 @@ use crate::operator::{
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedEnrich};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
-use crate::window::{EngineError, EngineOutput};
 
 /// The state map an enrichment operator's reference data is loaded into; it never expires.
 pub const REFERENCE_MAP: &str = "reference";
@@ -134,8 +134,8 @@ impl Enrichment {
         events: Vec<Staged>,
         state: &mut dyn StateBackend,
         watermark_at: &dyn Fn(u64) -> Millis,
-        out: &mut EngineOutput,
-    ) -> Result<Vec<Staged>, EngineError> {
+        out: &mut Rejects,
+    ) -> Result<Vec<Staged>, ShardError> {
         let mut groups: HashMap<&str, Vec<usize>> = HashMap::default();
         let mut order = Vec::new();
         for (i, staged) in events.iter().enumerate() {
@@ -218,8 +218,8 @@ impl Enrichment {
         members: &[usize],
         events: &[Staged],
         outputs: &mut Vec<(usize, crate::operator::Enriched)>,
-        out: &mut EngineOutput,
-    ) -> Result<(), EngineError> {
+        out: &mut Rejects,
+    ) -> Result<(), ShardError> {
         for chunk in members.chunks(crate::window::MAX_EVENTS_PER_CALL) {
             self.call_once(scope, chunk, events, outputs, out)?;
         }
@@ -234,22 +234,22 @@ impl Enrichment {
         members: &[usize],
         events: &[Staged],
         outputs: &mut Vec<(usize, crate::operator::Enriched)>,
-        out: &mut EngineOutput,
-    ) -> Result<(), EngineError> {
+        out: &mut Rejects,
+    ) -> Result<(), ShardError> {
         if members.is_empty() {
             return Ok(());
         }
         let batch: Vec<_> = members.iter().map(|&i| &events[i].event).collect();
         match self.operator.process(scope, &batch) {
             Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (members[e.origin], e))),
-            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
+            Err(OperatorError::Host(message)) => return Err(ShardError::Host(message)),
             Err(error) if members.len() == 1 => self.failed(error, &events[members[0]], out),
             Err(_) => {
                 for &member in members {
                     match self.operator.process(scope, &[&events[member].event]) {
                         Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (member, e))),
                         Err(OperatorError::Host(message)) => {
-                            return Err(EngineError::Host(message));
+                            return Err(ShardError::Host(message));
                         }
                         Err(error) => self.failed(error, &events[member], out),
                     }
@@ -259,7 +259,7 @@ impl Enrichment {
         Ok(())
     }
 
-    fn failed(&self, error: OperatorError, staged: &Staged, out: &mut EngineOutput) {
+    fn failed(&self, error: OperatorError, staged: &Staged, out: &mut Rejects) {
         let trapped = matches!(error, OperatorError::Trapped(_));
         out.traps += u64::from(trapped);
         out.dead_letters.push(DeadLetter {
@@ -275,7 +275,7 @@ impl Enrichment {
         &mut self,
         state: &mut dyn StateBackend,
         watermark: Millis,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), ShardError> {
         while let Some(key) = self.expiry.pop_through(watermark) {
             let state_key = self.state_key(&key);
             let mut scope = state.take(&state_key)?;

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::deadlines::Deadlines;
+use super::outcome::{Rejects, ShardError};
 use crate::event::{DeadCause, DeadLetter, Event, Staged};
 use crate::field_name::FieldName;
 use crate::hashing::HashMap;
@@ -26,7 +27,7 @@ use crate::spec::{IntervalBounds, SIDE_FIELD};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
 use crate::value::Value;
-use crate::window::{EngineError, EngineOutput, LateEvent};
+use crate::window::LateEvent;
 
 /// The operator index an interval join's state is kept under (apart from the chain's).
 pub const INTERVAL_JOIN_OPERATOR: u16 = u16::MAX - 1;
@@ -139,8 +140,8 @@ impl IntervalJoin {
         events: Vec<Staged>,
         state: &mut dyn StateBackend,
         watermark_at: &dyn Fn(u64) -> Millis,
-        out: &mut EngineOutput,
-    ) -> Result<Vec<Staged>, EngineError> {
+        out: &mut Rejects,
+    ) -> Result<Vec<Staged>, ShardError> {
         let mut pairs = Vec::new();
         for staged in events {
             let watermark = watermark_at(staged.seq);
@@ -194,7 +195,7 @@ impl IntervalJoin {
         side: &str,
         scope: &ScopeState,
         pairs: &mut Vec<Staged>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), ShardError> {
         let event = &staged.event;
         let t = event.timestamp;
         let (other, from, to) = match side {
@@ -215,7 +216,7 @@ impl IntervalJoin {
         let range = entry_key(from, 0)..=entry_key(to, u64::MAX);
         for (entry, value) in kept.range::<String, _>(range) {
             let (Some(time), Some(fields)) = (entry_time(entry), decode_fields(value)) else {
-                return Err(EngineError::Host(format!(
+                return Err(ShardError::Host(format!(
                     "an interval join's kept event of key {:?} is unreadable",
                     &*event.key
                 )));
@@ -256,7 +257,7 @@ impl IntervalJoin {
         &mut self,
         state: &mut dyn StateBackend,
         watermark: Millis,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), ShardError> {
         while let Some(key) = self.expiry.pop_through(watermark.saturating_sub(1)) {
             let state_key = Self::state_key(&key);
             let mut scope = state.take(&state_key)?;
@@ -354,7 +355,7 @@ mod tests {
             upper: 5,
         });
         let mut state = MemoryBackend::default();
-        let mut out = EngineOutput::default();
+        let mut out = Rejects::default();
         let events = vec![
             event(0, "right", "a", 8, 100),  // before its left: kept
             event(1, "left", "a", 10, 1),    // pairs with 8 (10 - 2 <= 8)
@@ -383,7 +384,7 @@ mod tests {
         let bounds = IntervalBounds { lower: 0, upper: 5 };
         let mut join = IntervalJoin::new(bounds);
         let mut state = MemoryBackend::default();
-        let mut out = EngineOutput::default();
+        let mut out = Rejects::default();
         let first = vec![event(0, "left", "a", 10, 1)];
         join.run(first, &mut state, &|_| 0, &mut out).unwrap();
         join.sweep(&mut state, 15).unwrap();

@@ -28,6 +28,7 @@ mod enrichment;
 mod interval_join;
 mod join;
 mod messages;
+mod outcome;
 mod router;
 mod shard;
 mod stages;
@@ -43,6 +44,7 @@ pub use control::{
     CommitListener, LiveStats, PipelineControl, ResolveError, Resolver, ResultLine, SharedWatermark,
 };
 pub use enrichment::{Enrichment, REFERENCE_MAP};
+pub use outcome::{Rejects, ShardError};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
 
 use crate::checkpoint::{
@@ -105,7 +107,7 @@ pub enum PipelineError {
         /// Which shard.
         shard: usize,
         /// The failure.
-        error: EngineError,
+        error: ShardError,
     },
     /// A checkpoint could not be recovered or committed.
     #[error(transparent)]
@@ -129,9 +131,13 @@ impl PipelineError {
             PipelineError::Sink(e) => std::error::Error::source(e)
                 .and_then(|e| e.downcast_ref::<std::io::Error>())
                 .is_some_and(crate::fsutil::is_disk_full),
-            PipelineError::Shard { error, .. } | PipelineError::Stage { error } => {
-                matches!(error, EngineError::State(e) if state(e))
-            }
+            PipelineError::Shard {
+                error: ShardError::State(e),
+                ..
+            } => state(e),
+            PipelineError::Stage {
+                error: EngineError::State(e),
+            } => state(e),
             _ => false,
         }
     }
@@ -532,8 +538,7 @@ fn resume_routing(
 }
 
 /// A shard thread: its outcome and the CPU time it used.
-type ShardHandle =
-    std::thread::JoinHandle<(std::result::Result<(), EngineError>, Option<Duration>)>;
+type ShardHandle = std::thread::JoinHandle<(std::result::Result<(), ShardError>, Option<Duration>)>;
 
 /// The shards' threads as the router and the end of a run see them.
 struct ShardThreads {

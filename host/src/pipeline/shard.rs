@@ -8,18 +8,21 @@ use super::PipelineControl;
 use super::enrichment::Enrichment;
 use super::interval_join::IntervalJoin;
 use super::messages::{Part, ShardMsg};
+use super::outcome::{Rejects, ShardError};
 use crate::event::{Share, Staged};
 use crate::operator::{Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
 use crate::state::{Change, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
-use crate::window::{Context, EngineError, EngineOutput, Timeline, WindowEngine};
+use crate::window::{Context, EngineOutput, Timeline, WindowEngine};
 
 /// What a shard produced for one batch.
 #[derive(Debug, Default)]
 pub struct ShardOutput {
-    /// Window results, late events and operator dead letters.
+    /// The window engine's results, late events and operator dead letters.
     pub engine: EngineOutput,
+    /// The interval join's and the enrichment chain's late events, dead letters and traps.
+    pub rejected: Rejects,
     /// Enriched events (pipelines without an aggregate).
     pub events: Vec<Staged>,
     /// Batches the window engine is done with (this one, or earlier ones it carried), to be
@@ -88,11 +91,11 @@ impl Shard {
     /// Everything changed since the last checkpoint: state scopes and window metadata.
     /// Refused if the window engine still holds events it has not added (the batch before a
     /// barrier never carries).
-    pub fn checkpoint(&mut self) -> Result<ShardSnapshot, EngineError> {
+    pub fn checkpoint(&mut self) -> Result<ShardSnapshot, ShardError> {
         if let Some((engine, _, _)) = &self.aggregate
             && engine.holds_events()
         {
-            return Err(EngineError::Host(
+            return Err(ShardError::Host(
                 "a checkpoint came while the window engine held events not yet added to state \
                  (the batch before a barrier must not carry): a bug, please report it"
                     .into(),
@@ -187,7 +190,7 @@ impl Shard {
         share: Share,
         timeline: &Timeline<'_>,
         carry: bool,
-    ) -> Result<ShardOutput, EngineError> {
+    ) -> Result<ShardOutput, ShardError> {
         let Share {
             mut events,
             mut crossings,
@@ -209,10 +212,20 @@ impl Shard {
             crossings = Vec::new();
         }
         if let Some(join) = &mut self.join {
-            events = join.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;
+            events = join.run(
+                events,
+                self.state.as_mut(),
+                &watermark_at,
+                &mut out.rejected,
+            )?;
         }
         for enrichment in &mut self.enrichers {
-            events = enrichment.run(events, self.state.as_mut(), &watermark_at, &mut out.engine)?;
+            events = enrichment.run(
+                events,
+                self.state.as_mut(),
+                &watermark_at,
+                &mut out.rejected,
+            )?;
         }
         if let Some(&(_, last)) = advances.last() {
             self.watermark = self.watermark.max(last);
@@ -260,7 +273,7 @@ pub(super) fn run_thread(
     spent: &SyncSender<Share>,
     ack: &Receiver<()>,
     control: &PipelineControl,
-) -> Result<(), EngineError> {
+) -> Result<(), ShardError> {
     let mut in_flight = false;
     while let Ok(message) = messages.recv() {
         if in_flight && ack.try_recv().is_ok() {
@@ -312,7 +325,7 @@ pub(super) fn run_thread(
                             &control.counters,
                             control.shadow_log.clone(),
                         )
-                        .map_err(|e| EngineError::Host(e.to_string()))?;
+                        .map_err(|e| ShardError::Host(e.to_string()))?;
                 }
             }
         }
@@ -398,7 +411,7 @@ mod tests {
         parts: Receiver<(u64, Part)>,
         ack: SyncSender<()>,
         spent: Receiver<Share>,
-        thread: std::thread::JoinHandle<Result<(), EngineError>>,
+        thread: std::thread::JoinHandle<Result<(), ShardError>>,
     }
 
     /// Runs a shard on `state` in a thread, with room for `spent_room` lists of events on

@@ -29,73 +29,19 @@ use std::sync::Arc;
 
 use super::arrived::{Arrived, Carried};
 use super::assign::assign;
+use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
 use super::inputs::{Input, Inputs, StoredInput};
 use super::key_map::KeyMap;
-use super::output::{
-    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Result, Timeline,
-};
+use super::output::{Context, Emission, EmissionKind, EngineOutput, LateEvent, Result, Timeline};
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
-use crate::operator::{CarriedResult, OperatorError, Scope, WindowEvents};
+use crate::operator::{OperatorError, Scope};
 use crate::spec::WindowSpec;
-use crate::state::{Change, Namespace, ScopeState, StateKey, TableRow, key_group};
+use crate::state::{Change, Namespace, ScopeState, StateKey, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
 use crate::value::Fields;
 
 use serde::{Deserialize, Serialize};
-
-/// The most events one operator call takes: batches may be larger (fewer calls per key), but
-/// a call's input and output stay within what a guest's memory and output limit allow.
-pub const MAX_EVENTS_PER_CALL: usize = 4_096;
-
-/// The most windows one call carrying many windows takes
-/// ([`crate::operator::AggregateOperator::add_windows`],
-/// [`crate::operator::AggregateOperator::finish_windows`]); its events stay within [`MAX_EVENTS_PER_CALL`].
-pub const MAX_WINDOWS_PER_CALL: usize = 1_024;
-
-/// The most bytes of named values one call carrying many windows takes (they cross with it):
-/// what the calls ask of a guest's memory stays near what one window's call asks.
-pub const MAX_NAMED_BYTES_PER_CALL: usize = 1 << 20;
-
-/// A window whose state is out of the store for calls carrying many windows, with the pending
-/// events it adds (moved out of the window, so it is not taken twice).
-struct Taken {
-    id: WindowId,
-    state_key: StateKey,
-    scope: Scope,
-    pending: Vec<usize>,
-}
-
-impl Taken {
-    /// The events and bytes of named values it adds with, if it goes in a call carrying many
-    /// windows: not if it adds nothing, rebuilds its state, or is over one such call's limits
-    /// on its own (then it goes alone).
-    fn carried(&self) -> Option<(usize, usize)> {
-        let (events, named) = (self.pending.len(), self.scope.state.named_values_size());
-        (events > 0 && events <= MAX_EVENTS_PER_CALL && named <= MAX_NAMED_BYTES_PER_CALL)
-            .then_some((events, named))
-    }
-}
-
-/// Splits `sizes` (each item's (events, bytes), or `None` if it goes alone) into runs of
-/// consecutive items whose carried ones fit one call: at most [`MAX_WINDOWS_PER_CALL`],
-/// [`MAX_EVENTS_PER_CALL`] events and [`MAX_NAMED_BYTES_PER_CALL`] bytes. Returns where each
-/// run but the last ends.
-fn runs(sizes: impl Iterator<Item = Option<(usize, usize)>>) -> Vec<usize> {
-    let (mut ends, mut windows, mut events, mut bytes) = (Vec::new(), 0, 0, 0);
-    for (i, size) in sizes.enumerate() {
-        let Some((n, b)) = size else { continue };
-        if windows == MAX_WINDOWS_PER_CALL
-            || events + n > MAX_EVENTS_PER_CALL
-            || bytes + b > MAX_NAMED_BYTES_PER_CALL
-        {
-            ends.push(i);
-            (windows, events, bytes) = (0, 0, 0);
-        }
-        (windows, events, bytes) = (windows + 1, events + n, bytes + b);
-    }
-    ends
-}
 
 /// How many events ahead of the one it accepts the engine asks the CPU to fetch a key (see
 /// [`Event::prefetch_key`]).
@@ -250,8 +196,8 @@ impl KeyOrder {
 pub struct WindowEngine {
     spec: WindowSpec,
     lateness: Millis,
-    operator_index: u16,
-    operator_label: String,
+    /// How the operator is called (its place in the chain, its label).
+    calls: Calls,
     keeps_inputs: bool,
     /// Early results every this many events of a window.
     early_every: Option<u64>,
@@ -336,8 +282,7 @@ impl WindowEngine {
         WindowEngine {
             spec,
             lateness,
-            operator_index,
-            operator_label,
+            calls: Calls::new(operator_index, operator_label),
             keeps_inputs: false,
             early_every: None,
             early: Vec::new(),
@@ -379,7 +324,7 @@ impl WindowEngine {
 
     /// The index of the operator whose state this engine keeps (its place in the chain).
     pub fn operator_index(&self) -> u16 {
-        self.operator_index
+        self.calls.operator_index()
     }
 
     /// The watermark this engine has seen.
@@ -395,7 +340,7 @@ impl WindowEngine {
         let mut changes = Vec::with_capacity(log.touched.len() + log.closed.len());
         for (key, window) in log.closed {
             changes.push(Change {
-                key: self.state_key(&key, window).encode(),
+                key: self.calls.state_key(&key, window).encode(),
                 value: None,
             });
         }
@@ -413,7 +358,7 @@ impl WindowEngine {
             };
             let value = serde_json::to_vec(&record).expect("window records are serialisable");
             changes.push(Change {
-                key: self.state_key(&live.key, live.window).encode(),
+                key: self.calls.state_key(&live.key, live.window).encode(),
                 value: Some(value),
             });
             let live = self.windows.get_mut(id).expect("a live window");
@@ -690,25 +635,10 @@ impl WindowEngine {
         Ok(())
     }
 
-    fn state_key(&self, key: &Arc<str>, window: Window) -> StateKey {
-        StateKey {
-            group: key_group(key),
-            operator: self.operator_index,
-            namespace: Namespace::Window {
-                start: window.start,
-                end: window.end,
-            },
-            key: key.clone(),
-        }
-    }
-
     /// Window `id`'s state, taken from the store, under the key to put it back with.
     fn take_scope(&self, id: WindowId, cx: &mut Context<'_>) -> Result<(StateKey, Scope)> {
         let live = &self.windows[id];
-        let state_key = self.state_key(&live.key, live.window);
-        let state = take_state(cx, &state_key, live.stored)?;
-        let key = live.key.clone();
-        Ok((state_key, Scope { key, state }))
+        self.calls.take(cx, &live.key, live.window, live.stored)
     }
 
     fn is_late(&self, window: &Window) -> bool {
@@ -834,15 +764,18 @@ impl WindowEngine {
         // The engine's own copy of the key (the sessions', see `own_key`), kept across `absorb`,
         // which closes them and so forgets it.
         let key = self.windows[touching[0]].key.clone();
-        let target = match self.merge_states(&key, &touching, cx)? {
+        let windows = &self.windows;
+        let extent = |id: WindowId| (windows[id].window, windows[id].stored);
+        let target = match self.calls.merge(&key, &touching, extent, cx)? {
             Ok(target) => target,
             // The sessions stay as they were; the event that would have merged them is rejected.
-            Err(error) => return self.operator_failed(error, &[&staged.event], out),
+            Err(error) => return self.calls.failed(error, &[&staged.event], out),
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open_owned(key.clone(), merged, version);
         self.windows.get_mut(id).expect("just opened").inputs = inputs;
-        cx.state.put(self.state_key(&key, merged), target.state)?;
+        cx.state
+            .put(self.calls.state_key(&key, merged), target.state)?;
         if changed || version > 0 {
             self.mark_changed(id);
         }
@@ -896,54 +829,14 @@ impl WindowEngine {
         }
         // `take` alone does not delete a stored row (redb): the old extent's state is removed,
         // as closing the window did, or its row would stay on disk and in the state's totals.
-        let old_key = self.state_key(&key, old);
-        let state = take_state(cx, &old_key, stored)?;
-        remove_state(cx, &old_key, stored)?;
-        cx.state.put(self.state_key(&key, merged), state)?;
+        let old_key = self.calls.state_key(&key, old);
+        let state = calls::take_state(cx, &old_key, stored)?;
+        calls::remove_state(cx, &old_key, stored)?;
+        cx.state.put(self.calls.state_key(&key, merged), state)?;
         if changed || version > 0 {
             self.mark_changed(id);
         }
         Ok(())
-    }
-
-    /// Merges the states of the sessions `touching` (sorted by start) into the first one's
-    /// with the operator's `merge`. If the operator fails, every state is put back as it was
-    /// and its error returned.
-    fn merge_states(
-        &self,
-        key: &Arc<str>,
-        touching: &[WindowId],
-        cx: &mut Context<'_>,
-    ) -> Result<std::result::Result<Scope, OperatorError>> {
-        let first = self.state_key(key, self.windows[touching[0]].window);
-        let mut target = Scope {
-            key: key.clone(),
-            state: take_state(cx, &first, self.windows[touching[0]].stored)?,
-        };
-        let mut sources = Vec::new();
-        let mut failure = None;
-        for &id in &touching[1..] {
-            let live = &self.windows[id];
-            let mut source = Scope {
-                key: key.clone(),
-                state: take_state(cx, &self.state_key(key, live.window), live.stored)?,
-            };
-            if failure.is_none()
-                && let Err(e) = cx.operator.merge(&mut target, &mut source)
-            {
-                failure = Some(e);
-            }
-            sources.push((id, source));
-        }
-        let Some(error) = failure else {
-            return Ok(Ok(target));
-        };
-        cx.state.put(first, target.state)?;
-        for (id, source) in sources {
-            cx.state
-                .put(self.state_key(key, self.windows[id].window), source.state)?;
-        }
-        Ok(Err(error))
     }
 
     /// Closes the sessions `touching`, which a merged one absorbs, retracting those already
@@ -963,7 +856,7 @@ impl WindowEngine {
         for &id in touching {
             let mut old = self.close(id);
             inputs.append(&mut old.inputs);
-            remove_state(cx, &self.state_key(key, old.window), old.stored)?;
+            calls::remove_state(cx, &self.calls.state_key(key, old.window), old.stored)?;
             version = version.max(old.version);
             if old.version > 0
                 && let Some(value) = old.last_output
@@ -1182,7 +1075,7 @@ impl WindowEngine {
         if rebuild {
             scope.state = ScopeState::default();
         }
-        let failed = self.add(scope, &batch, cx, out)?;
+        let failed = self.calls.add(scope, &batch, cx, out)?;
         let live = self.windows.get_mut(id).expect("a live window");
         if self.keeps_inputs && !failed.is_empty() {
             // An input the operator could not take is a dead letter, not an input.
@@ -1218,62 +1111,6 @@ impl WindowEngine {
         }
     }
 
-    /// Adds `batch` to `scope`'s state, in calls of at most [`MAX_EVENTS_PER_CALL`] events.
-    /// A failed call changed nothing: its events are retried one by one, so that only the
-    /// events the operator cannot take become dead letters, whatever the batch boundaries were.
-    /// Returns the indexes of those events.
-    fn add(
-        &self,
-        scope: &mut Scope,
-        batch: &[&Event],
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<Vec<usize>> {
-        let mut failed = Vec::new();
-        for (c, chunk) in batch.chunks(MAX_EVENTS_PER_CALL).enumerate() {
-            let first = c * MAX_EVENTS_PER_CALL;
-            match cx.operator.add(scope, chunk) {
-                Ok(()) => {}
-                Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
-                Err(error) if chunk.len() == 1 => {
-                    self.operator_failed(error, chunk, out)?;
-                    failed.push(first);
-                }
-                Err(_) => {
-                    for (i, event) in chunk.iter().enumerate() {
-                        if let Err(error) = cx.operator.add(scope, &[event]) {
-                            self.operator_failed(error, &[event], out)?;
-                            failed.push(first + i);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(failed)
-    }
-
-    fn operator_failed(
-        &self,
-        error: OperatorError,
-        events: &[&Event],
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        if let OperatorError::Host(message) = error {
-            return Err(EngineError::Host(message));
-        }
-        let trapped = matches!(error, OperatorError::Trapped(_));
-        out.traps += u64::from(trapped);
-        let reason = format!("{} {error}", self.operator_label);
-        out.dead_letters
-            .extend(events.iter().map(|event| DeadLetter {
-                line: event.line,
-                raw: event.to_json().to_string(),
-                reason: reason.clone(),
-                cause: DeadCause::of_operator(trapped),
-            }));
-        Ok(())
-    }
-
     fn advance(
         &mut self,
         seq: u64,
@@ -1289,7 +1126,11 @@ impl WindowEngine {
                 break;
             }
             let live = self.close(id);
-            remove_state(cx, &self.state_key(&live.key, live.window), live.stored)?;
+            calls::remove_state(
+                cx,
+                &self.calls.state_key(&live.key, live.window),
+                live.stored,
+            )?;
         }
         Ok(())
     }
@@ -1474,6 +1315,7 @@ impl WindowEngine {
         };
         Ok(Taken {
             id,
+            window: live.window,
             state_key,
             scope,
             pending,
@@ -1510,49 +1352,9 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let carried: Vec<bool> = run.iter().map(|w| w.carried().is_some()).collect();
-        // Every carried window's events in one list, and their crossings (if any batch held
-        // has them) in another (a list per window cost an allocation each), each window's a
-        // slice of them.
-        let carried_windows = || run.iter().zip(&carried).filter(|(_, c)| **c);
-        let events_in_all = carried_windows().map(|(w, _)| w.pending.len()).sum();
-        let mut all = Vec::with_capacity(events_in_all);
-        let crossed = events.has_crossings();
-        let mut crossings = Vec::with_capacity(if crossed { events_in_all } else { 0 });
-        for (window, _) in carried_windows() {
-            match crossed {
-                true => events.each_staged(&window.pending, |staged, crossing| {
-                    all.push(&staged.event);
-                    crossings.push(crossing);
-                }),
-                false => events.extend_events(&window.pending, &mut all),
-            }
-        }
-        let (mut rest, mut rest_crossings) = (&all[..], &crossings[..]);
-        let mut calls: Vec<WindowEvents<'_>> = Vec::with_capacity(run.len());
-        calls.extend(
-            (run.iter_mut().zip(&carried))
-                .filter(|(_, c)| **c)
-                .map(|(w, _)| {
-                    let (batch, after) = rest.split_at(w.pending.len());
-                    let (batch_crossings, after_crossings) =
-                        rest_crossings.split_at(rest_crossings.len().min(w.pending.len()));
-                    (rest, rest_crossings) = (after, after_crossings);
-                    WindowEvents {
-                        scope: &mut w.scope,
-                        events: batch,
-                        crossings: batch_crossings,
-                    }
-                }),
-        );
-        let done = match calls.is_empty() {
-            true => Vec::new(),
-            false => outcomes(cx.operator.add_windows(&mut calls))?,
-        };
-        drop(calls);
-        let mut done = done.into_iter();
-        for (window, carried) in run.iter_mut().zip(carried) {
-            if carried && done.next() == Some(true) {
+        let done = self.calls.add_windows(run, events, cx)?;
+        for (window, done) in run.iter_mut().zip(done) {
+            if done {
                 self.added(window.id, std::mem::take(&mut window.pending));
                 continue;
             }
@@ -1581,46 +1383,11 @@ impl WindowEngine {
         &mut self,
         taken: &mut [Taken],
         cx: &mut Context<'_>,
-    ) -> Result<Vec<Option<std::result::Result<Fields, OperatorError>>>> {
+    ) -> Result<Vec<Option<Finished>>> {
         let firing: Vec<usize> = (0..taken.len())
             .filter(|&i| self.fires(taken[i].id))
             .collect();
-        // Each firing window's named values cross; one over a call's limit goes alone.
-        let sizes: Vec<Option<(usize, usize)>> = (firing.iter())
-            .map(|&i| taken[i].scope.state.named_values_size())
-            .map(|bytes| (bytes <= MAX_NAMED_BYTES_PER_CALL).then_some((0, bytes)))
-            .collect();
-        let mut outputs: Vec<Option<Fields>> = vec![None; taken.len()];
-        let mut start = 0;
-        for end in runs(sizes.iter().copied())
-            .into_iter()
-            .chain([firing.len()])
-        {
-            let chunk: Vec<usize> = (start..end)
-                .filter(|&f| sizes[f].is_some())
-                .map(|f| firing[f])
-                .collect();
-            start = end;
-            if chunk.is_empty() {
-                continue;
-            }
-            let calls: Vec<(&Scope, Window)> = (chunk.iter())
-                .map(|&i| (&taken[i].scope, self.windows[taken[i].id].window))
-                .collect();
-            let finished = outcomes(cx.operator.finish_windows(&calls))?;
-            for (&i, output) in chunk.iter().zip(finished) {
-                outputs[i] = output;
-            }
-        }
-        let mut outcomes: Vec<_> = (0..taken.len()).map(|_| None).collect();
-        for i in firing {
-            let window = self.windows[taken[i].id].window;
-            outcomes[i] = Some(match outputs[i].take() {
-                Some(fields) => Ok(fields),
-                None => cx.operator.finish(&mut taken[i].scope, window),
-            });
-        }
-        Ok(outcomes)
+        self.calls.finish(taken, firing, cx)
     }
 
     /// Emits the current result of every window that reached its count of events for an
@@ -1686,18 +1453,7 @@ impl WindowEngine {
         let (key, window) = (live.key.clone(), live.window);
         let value = match outcome {
             Ok(value) => value,
-            Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
-            Err(error) => {
-                let trapped = matches!(error, OperatorError::Trapped(_));
-                out.traps += u64::from(trapped);
-                out.dead_letters.push(DeadLetter {
-                    line: 0,
-                    raw: serde_json::json!({"key": &*key, "window_start": window.start, "window_end": window.end}).to_string(),
-                    reason: format!("{} could not finish the window: {error}", self.operator_label),
-                    cause: DeadCause::of_operator(trapped),
-                });
-                return Ok(());
-            }
+            Err(error) => return self.calls.finish_failed(&key, window, error, out),
         };
         let operator_version = cx.operator.version_for(&key);
         let live = self.windows.get_mut(id).expect("a live window");
@@ -1753,34 +1509,6 @@ impl WindowEngine {
         });
         Ok(())
     }
-}
-
-/// The windows' outcomes of a call carrying many windows: none if no call was made or it
-/// trapped (each window then goes alone); a host failure stops the batch as any does.
-fn outcomes<T>(carried: CarriedResult<T>) -> Result<Vec<T>> {
-    match carried {
-        Ok(made) => Ok(made.unwrap_or_default()),
-        Err(OperatorError::Host(message)) => Err(EngineError::Host(message)),
-        Err(_) => Ok(Vec::new()),
-    }
-}
-
-/// Takes a window's state under `key`; `stored` false (see [`LiveWindow::stored`]): the store
-/// is not looked in.
-fn take_state(cx: &mut Context<'_>, key: &StateKey, stored: bool) -> Result<ScopeState> {
-    Ok(match stored {
-        true => cx.state.take(key)?,
-        false => cx.state.take_unstored(key)?,
-    })
-}
-
-/// Deletes a window's state under `key`; `stored` false: no change for the next checkpoint.
-fn remove_state(cx: &mut Context<'_>, key: &StateKey, stored: bool) -> Result<()> {
-    match stored {
-        true => cx.state.remove(key)?,
-        false => cx.state.remove_unstored(key)?,
-    }
-    Ok(())
 }
 
 /// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:

@@ -3,6 +3,7 @@
 
 mod arrived;
 mod assign;
+mod calls;
 mod engine;
 mod inputs;
 mod key_map;
@@ -11,5 +12,6 @@ mod slab;
 
 pub use crate::time::Window;
 pub use assign::assign;
-pub use engine::{MAX_EVENTS_PER_CALL, MAX_HELD_BATCHES, WindowEngine, WindowRecord};
+pub use calls::MAX_EVENTS_PER_CALL;
+pub use engine::{MAX_HELD_BATCHES, WindowEngine, WindowRecord};
 pub use output::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline};

@@ -4,10 +4,11 @@
 
 use super::*;
 use crate::field_name::FieldName;
-use crate::operator::AggregateOperator;
 use crate::operator::native::NativeCountSum;
+use crate::operator::{AggregateOperator, CarriedResult, WindowEvents};
 use crate::state::{MemoryBackend, StateBackend};
 use crate::value::Value;
+use crate::window::calls::MAX_EVENTS_PER_CALL;
 
 proptest::proptest! {
     /// Due windows of one extent fire in the keys' byte order, as when the set held the
@@ -458,21 +459,6 @@ impl AggregateOperator for Grouping {
             .collect::<crate::operator::Result<_>>()
             .map(Some)
     }
-}
-
-#[test]
-fn runs_of_windows_keep_each_call_within_its_limits() {
-    let half = Some((MAX_EVENTS_PER_CALL / 2, 0));
-    // Two halves fill a call; a third starts the next. Windows going alone do not count.
-    assert_eq!(runs([half, None, half, half].into_iter()), [3]);
-    let bytes = Some((1, MAX_NAMED_BYTES_PER_CALL / 2 + 1));
-    assert_eq!(runs([bytes, bytes, bytes].into_iter()), [1, 2]);
-    let small = std::iter::repeat_n(Some((1, 1)), MAX_WINDOWS_PER_CALL * 2 + 1);
-    assert_eq!(
-        runs(small),
-        [MAX_WINDOWS_PER_CALL, MAX_WINDOWS_PER_CALL * 2]
-    );
-    assert!(runs(std::iter::empty()).is_empty());
 }
 
 #[test]

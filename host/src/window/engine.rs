@@ -30,6 +30,7 @@ use std::sync::Arc;
 use super::arrived::{Arrived, Carried};
 use super::assign::assign;
 use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
+use super::due::{DueQueue, Queued};
 use super::inputs::{Input, Inputs, StoredInput};
 use super::key_map::KeyMap;
 use super::output::{Context, Emission, EmissionKind, EngineOutput, LateEvent, Result, Timeline};
@@ -75,7 +76,7 @@ struct LiveWindow {
     /// Whether the state changed since the last emission.
     changed: bool,
     /// Whether the window waits in `due`.
-    queued: bool,
+    queued: Queued,
     /// Early results emitted (they come first: the window's result is version `early + 1`).
     early: u64,
     /// Events added since the last emission (for early results).
@@ -147,51 +148,6 @@ impl Firing {
     }
 }
 
-/// A window waiting in the due set: windows fire by end, start and key (the order in which
-/// dead letters of failed `finish` calls are written, which a restored run must repeat).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Due {
-    end: Millis,
-    start: Millis,
-    key: KeyOrder,
-    id: WindowId,
-}
-
-impl Due {
-    /// The entry of window `id` of `key` over `window`.
-    fn new(key: &Arc<str>, window: Window, id: WindowId) -> Due {
-        Due {
-            end: window.end,
-            start: window.start,
-            key: KeyOrder::of(key),
-            id,
-        }
-    }
-}
-
-/// A key in its byte order, compared by its first eight bytes before the rest: most keys
-/// differ there, so most comparisons of a large due set touch no string.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct KeyOrder {
-    /// The first eight bytes, big-endian, zero-padded: ordered as the bytes are, and equal
-    /// only if the bytes are equal or one is a prefix of the other padded with zeros.
-    prefix: u64,
-    key: Arc<str>,
-}
-
-impl KeyOrder {
-    fn of(key: &Arc<str>) -> KeyOrder {
-        let mut head = [0u8; 8];
-        let bytes = key.as_bytes();
-        let n = bytes.len().min(8);
-        head[..n].copy_from_slice(&bytes[..n]);
-        KeyOrder {
-            prefix: u64::from_be_bytes(head),
-            key: key.clone(),
-        }
-    }
-}
-
 /// One shard's windows for one aggregate operator.
 pub struct WindowEngine {
     spec: WindowSpec,
@@ -210,13 +166,7 @@ pub struct WindowEngine {
     /// Each key's open windows, with their extents (found without looking each one up).
     by_key: KeyMap<Vec<(Window, WindowId)>>,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
-    due: BTreeSet<Due>,
-    /// Whether `due` may hold a window at or before the watermark: set when one is queued
-    /// there (or the watermark is restored), and by `fire` to whether it left one. Only then
-    /// can an event's `fire` find one due (a window whose end the watermark has not reached
-    /// fires in the advance that reaches it); most events queue none, and their look at the
-    /// first due window is skipped. True at first.
-    due_now: bool,
+    due: DueQueue,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
     /// Windows with pending events (and some whose events were added since: see `listed`).
@@ -290,8 +240,7 @@ impl WindowEngine {
             opened: 0,
             windows: Slab::default(),
             by_key: KeyMap::default(),
-            due: BTreeSet::new(),
-            due_now: true,
+            due: DueQueue::new(),
             expiry: BTreeSet::new(),
             dirty: Vec::new(),
             carried: Carried::new(),
@@ -371,7 +320,7 @@ impl WindowEngine {
     /// table, already limited to this shard's key groups and this operator).
     pub fn restore(&mut self, watermark: Millis, rows: &[TableRow]) -> Result<(), String> {
         self.watermark = watermark;
-        self.due_now = true;
+        self.due.may_be_due();
         for row in rows {
             let key = StateKey::decode(&row.key).ok_or("a window key is malformed")?;
             let Namespace::Window { start, end } = key.namespace else {
@@ -512,7 +461,7 @@ impl WindowEngine {
             // A stage's events of one arrival index (an upstream update's withdrawal and
             // insertion, or every result of one upstream advance) change its windows at once.
             let next = current.get(index + 1);
-            if self.due_now
+            if self.due.due_now()
                 && (staged.origin.is_none()
                     || next.is_none_or(|next| next.seq != staged.seq || next.origin.is_none()))
             {
@@ -809,10 +758,8 @@ impl WindowEngine {
         let open = self.by_key.get_mut(&key).expect("a live window's key");
         let entry = open.iter_mut().find(|(_, other)| *other == id);
         entry.expect("a live window of its key").0 = merged;
-        if std::mem::take(&mut live.queued) {
-            // Queued again under its new end by the `contribute` that follows.
-            self.due.remove(&Due::new(&key, old, id));
-        }
+        // Queued again under its new end by the `contribute` that follows.
+        self.due.unqueue(&mut live.queued, &key, old, id);
         self.expiry
             .remove(&(old.end.saturating_add(self.lateness), id));
         self.expiry
@@ -887,7 +834,7 @@ impl WindowEngine {
             pending: Vec::new(),
             listed: false,
             changed: false,
-            queued: false,
+            queued: Queued::default(),
             early: 0,
             since_emit: 0,
             inputs: Inputs::default(),
@@ -918,7 +865,7 @@ impl WindowEngine {
     }
 
     fn close(&mut self, id: WindowId) -> LiveWindow {
-        let live = self.windows.remove(id).expect("closing a live window");
+        let mut live = self.windows.remove(id).expect("closing a live window");
         if let Some(open) = self.by_key.get_mut(&live.key) {
             open.retain(|&(_, other)| other != id);
             if open.is_empty() {
@@ -927,9 +874,8 @@ impl WindowEngine {
         }
         self.expiry
             .remove(&(live.window.end.saturating_add(self.lateness), id));
-        if live.queued {
-            self.due.remove(&Due::new(&live.key, live.window, id));
-        }
+        self.due
+            .unqueue(&mut live.queued, &live.key, live.window, id);
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
         // skip ids that are gone (an id names its slot's generation, see `Slab`).
         if let Some(log) = &mut self.log
@@ -999,7 +945,7 @@ impl WindowEngine {
         {
             self.early.push(id);
         }
-        if !live.queued {
+        if !live.queued.is_set() {
             self.queue(id);
         }
     }
@@ -1013,11 +959,7 @@ impl WindowEngine {
 
     fn queue(&mut self, id: WindowId) {
         let live = self.windows.get_mut(id).expect("a live window");
-        if !live.queued {
-            live.queued = true;
-            self.due_now |= live.window.end <= self.watermark;
-            self.due.insert(Due::new(&live.key, live.window, id));
-        }
+        (self.due).queue(&mut live.queued, &live.key, live.window, id, self.watermark);
     }
 
     /// Adds window `id`'s pending events to its state in one operator call, or, for a stage's
@@ -1146,13 +1088,9 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let mut group = Vec::new();
-        while let Some(&Due { end, id, .. }) = self.due.first() {
-            if end > self.watermark {
-                break;
-            }
-            self.due.pop_first();
+        while let Some(id) = self.due.pop(self.watermark) {
             let live = self.windows.get_mut(id).expect("a due window is live");
-            live.queued = false;
+            live.queued.popped();
             let window = live.window;
             if self.keeps_inputs {
                 // A stage's window may have no inputs left, and then no state to finish.
@@ -1173,7 +1111,7 @@ impl WindowEngine {
         if !group.is_empty() {
             self.flush_and_emit_all(group, trigger, events, cx, out)?;
         }
-        self.due_now = (self.due.first()).is_some_and(|due| due.end <= self.watermark);
+        self.due.settle(self.watermark);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 mod arrived;
 mod assign;
 mod calls;
+mod due;
 mod engine;
 mod inputs;
 mod key_map;

@@ -10,19 +10,6 @@ use crate::state::{MemoryBackend, StateBackend};
 use crate::value::Value;
 use crate::window::calls::MAX_EVENTS_PER_CALL;
 
-proptest::proptest! {
-    /// Due windows of one extent fire in the keys' byte order, as when the set held the
-    /// keys themselves: prefixes of each other, NUL bytes and multi-byte characters too.
-    #[test]
-    fn keys_in_the_due_set_keep_their_byte_order(
-        a in "[a\\x00\u{e9}\u{1f600}]{0,10}",
-        b in "[a\\x00\u{e9}\u{1f600}]{0,10}",
-    ) {
-        let (a, b): (Arc<str>, Arc<str>) = (a.into(), b.into());
-        proptest::prop_assert_eq!(KeyOrder::of(&a).cmp(&KeyOrder::of(&b)), a.cmp(&b));
-    }
-}
-
 fn timeline(advances: &[(u64, Millis)], end_of_input: bool) -> Timeline<'_> {
     Timeline {
         advances,

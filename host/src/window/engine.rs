@@ -30,19 +30,18 @@ use std::sync::Arc;
 use super::arrived::{Arrived, Carried};
 use super::assign::assign;
 use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
+use super::change_log::{self, ChangeLog, Stored, WindowRecord};
 use super::due::{DueQueue, Queued};
-use super::inputs::{Input, Inputs, StoredInput};
+use super::inputs::{Input, Inputs};
 use super::key_map::KeyMap;
 use super::output::{Context, Emission, EmissionKind, EngineOutput, LateEvent, Result, Timeline};
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{OperatorError, Scope};
 use crate::spec::WindowSpec;
-use crate::state::{Change, Namespace, ScopeState, StateKey, TableRow};
+use crate::state::{Change, ScopeState, StateKey, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
 use crate::value::Fields;
-
-use serde::{Deserialize, Serialize};
 
 /// How many events ahead of the one it accepts the engine asks the CPU to fetch a key (see
 /// [`Event::prefetch_key`]).
@@ -85,28 +84,11 @@ struct LiveWindow {
     inputs: Inputs,
     /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
     rebuild: bool,
-    /// Whether its metadata changed since the last checkpoint (it is in the change log).
-    touched: bool,
-    /// Whether its metadata or state may be in the store: true for a window restored from a
-    /// checkpoint or handed over to one; false for one opened (or moved to new bounds) since
-    /// the last checkpoint, whose state is then neither looked for in the store nor deleted
-    /// from it, and whose closing writes no change. In a run of short windows (a replay, or
-    /// windows shorter than the checkpoint interval) that is most of them; in a run without
-    /// checkpoints, all but the restored ones.
-    stored: bool,
+    /// Whether it is in the change log, and whether it may be in the store.
+    stored: Stored,
 }
 
 impl LiveWindow {
-    /// Records in `log` that the window's metadata changed since the last checkpoint.
-    fn touch(&mut self, log: &mut Option<ChangeLog>) {
-        if let Some(log) = log
-            && !self.touched
-        {
-            self.touched = true;
-            log.touched.push(self.id);
-        }
-    }
-
     /// Lists the window in `dirty`, unless it is already.
     fn list(&mut self, dirty: &mut Vec<WindowId>) {
         if !self.listed {
@@ -114,15 +96,6 @@ impl LiveWindow {
             dirty.push(self.id);
         }
     }
-}
-
-/// What changed since the last checkpoint, for the next one.
-#[derive(Debug, Default)]
-struct ChangeLog {
-    /// Windows whose metadata changed (each once; closed ones are skipped).
-    touched: Vec<WindowId>,
-    /// Windows closed.
-    closed: Vec<(Arc<str>, Window)>,
 }
 
 /// Which result of a window an emission is.
@@ -175,39 +148,13 @@ pub struct WindowEngine {
     carried: Carried,
     /// Events numbered so far (the next batch's first number).
     received: usize,
-    /// What changed since the last checkpoint; none in a pipeline that never checkpoints (it
-    /// would grow with every window ever closed).
-    log: Option<ChangeLog>,
+    /// What changed since the last checkpoint.
+    log: ChangeLog,
     scratch: Vec<Window>,
     /// An event's windows and, for those already open, their ids.
     found: Vec<(Window, Option<WindowId>)>,
     /// Emptied lists of pending events, for windows that get events next.
     spare: Vec<Vec<usize>>,
-}
-
-/// A window's metadata as a checkpoint stores it (its state is stored apart, by the backend).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WindowRecord {
-    /// Emissions so far.
-    pub version: u64,
-    /// Whether the state changed since the last emission.
-    pub changed: bool,
-    /// The last emitted output, for retraction.
-    pub last_output: Option<Fields>,
-    /// Early results emitted.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub early: u64,
-    /// Events added since the last emission.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub since_emit: u64,
-    /// A stage's window: its inputs, so that updates and withdrawals upstream can still be
-    /// applied after a restart.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub inputs: Vec<StoredInput>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -245,7 +192,7 @@ impl WindowEngine {
             dirty: Vec::new(),
             carried: Carried::new(),
             received: 0,
-            log: Some(ChangeLog::default()),
+            log: ChangeLog::new(),
             scratch: Vec::new(),
             found: Vec::new(),
             spare: Vec::new(),
@@ -255,7 +202,7 @@ impl WindowEngine {
     /// An engine whose pipeline never checkpoints (memory state, or redb without an interval):
     /// it keeps no change log.
     pub fn without_checkpoints(&mut self) {
-        self.log = None;
+        self.log.disable();
     }
 
     /// The engine of a stage: it keeps each window's inputs by origin, so that an upstream
@@ -283,15 +230,12 @@ impl WindowEngine {
 
     /// Window metadata changed since the last call, for a checkpoint.
     pub fn changes(&mut self) -> Vec<Change> {
-        let Some(log) = self.log.as_mut().map(std::mem::take) else {
+        let Some(log) = self.log.take() else {
             return Vec::new();
         };
         let mut changes = Vec::with_capacity(log.touched.len() + log.closed.len());
         for (key, window) in log.closed {
-            changes.push(Change {
-                key: self.calls.state_key(&key, window).encode(),
-                value: None,
-            });
+            changes.push(change_log::closed_row(self.calls.state_key(&key, window)));
         }
         for id in log.touched {
             let Some(live) = self.windows.get(id) else {
@@ -305,13 +249,10 @@ impl WindowEngine {
                 since_emit: live.since_emit,
                 inputs: live.inputs.iter().map(Input::stored).collect(),
             };
-            let value = serde_json::to_vec(&record).expect("window records are serialisable");
-            changes.push(Change {
-                key: self.calls.state_key(&live.key, live.window).encode(),
-                value: Some(value),
-            });
+            let state_key = self.calls.state_key(&live.key, live.window);
+            changes.push(change_log::row(state_key, &record));
             let live = self.windows.get_mut(id).expect("a live window");
-            (live.touched, live.stored) = (false, true);
+            live.stored.checkpointed();
         }
         changes
     }
@@ -322,20 +263,15 @@ impl WindowEngine {
         self.watermark = watermark;
         self.due.may_be_due();
         for row in rows {
-            let key = StateKey::decode(&row.key).ok_or("a window key is malformed")?;
-            let Namespace::Window { start, end } = key.namespace else {
-                return Err("a window row has no window".into());
-            };
-            let record: WindowRecord = serde_json::from_slice(&row.value)
-                .map_err(|e| format!("a window record is unreadable: {e}"))?;
-            let id = self.open(&key.key, Window { start, end }, record.version);
+            let (key, window, record) = change_log::decode_row(row)?;
+            let id = self.open(&key, window, record.version);
             let live = self.windows.get_mut(id).expect("just opened");
-            live.stored = true;
+            live.stored.restored();
             live.last_output = record.last_output;
             live.early = record.early;
             live.since_emit = record.since_emit;
             live.inputs = (record.inputs.into_iter())
-                .map(|stored| Input::restored(stored, &key.key))
+                .map(|stored| Input::restored(stored, &key))
                 .collect();
             live.changed = record.changed;
             // A window with early results only still waits for its result on time.
@@ -344,11 +280,9 @@ impl WindowEngine {
             }
         }
         // Restored windows are as the checkpoint has them.
-        if let Some(log) = &mut self.log {
-            log.touched.clear();
-        }
+        self.log.forget_touched();
         for live in self.windows.values_mut() {
-            live.touched = false;
+            live.stored.untouch();
         }
         Ok(())
     }
@@ -587,7 +521,7 @@ impl WindowEngine {
     /// Window `id`'s state, taken from the store, under the key to put it back with.
     fn take_scope(&self, id: WindowId, cx: &mut Context<'_>) -> Result<(StateKey, Scope)> {
         let live = &self.windows[id];
-        self.calls.take(cx, &live.key, live.window, live.stored)
+        (self.calls).take(cx, &live.key, live.window, live.stored.in_store())
     }
 
     fn is_late(&self, window: &Window) -> bool {
@@ -714,7 +648,7 @@ impl WindowEngine {
         // which closes them and so forgets it.
         let key = self.windows[touching[0]].key.clone();
         let windows = &self.windows;
-        let extent = |id: WindowId| (windows[id].window, windows[id].stored);
+        let extent = |id: WindowId| (windows[id].window, windows[id].stored.in_store());
         let target = match self.calls.merge(&key, &touching, extent, cx)? {
             Ok(target) => target,
             // The sessions stay as they were; the event that would have merged them is rejected.
@@ -751,9 +685,8 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         let (key, old) = (live.key.clone(), live.window);
         let retracted = live.last_output.take().filter(|_| live.version > 0);
-        let (version, changed, stored) = (live.version, live.changed, live.stored);
+        let (version, changed) = (live.version, live.changed);
         live.window = merged;
-        live.stored = false; // nothing is stored under the new bounds yet
         (live.early, live.since_emit) = (0, 0);
         let open = self.by_key.get_mut(&key).expect("a live window's key");
         let entry = open.iter_mut().find(|(_, other)| *other == id);
@@ -764,12 +697,8 @@ impl WindowEngine {
             .remove(&(old.end.saturating_add(self.lateness), id));
         self.expiry
             .insert((merged.end.saturating_add(self.lateness), id));
-        live.touch(&mut self.log);
-        if let Some(log) = &mut self.log
-            && stored
-        {
-            log.closed.push((key.clone(), old));
-        }
+        // Nothing is stored under the new bounds yet.
+        let stored = self.log.moved(&mut live.stored, id, &key, old);
         if let Some(value) = retracted {
             let retraction = retraction(&key, old, version, value, staged.seq, cx);
             out.emissions.push(retraction);
@@ -803,7 +732,11 @@ impl WindowEngine {
         for &id in touching {
             let mut old = self.close(id);
             inputs.append(&mut old.inputs);
-            calls::remove_state(cx, &self.calls.state_key(key, old.window), old.stored)?;
+            calls::remove_state(
+                cx,
+                &self.calls.state_key(key, old.window),
+                old.stored.in_store(),
+            )?;
             version = version.max(old.version);
             if old.version > 0
                 && let Some(value) = old.last_output
@@ -839,14 +772,13 @@ impl WindowEngine {
             since_emit: 0,
             inputs: Inputs::default(),
             rebuild: false,
-            touched: false,
-            stored: false,
+            stored: Stored::default(),
         });
         self.by_key.get_or_default(key).push((window, id));
         self.expiry
             .insert((window.end.saturating_add(self.lateness), id));
         let live = self.windows.get_mut(id).expect("just opened");
-        live.touch(&mut self.log);
+        self.log.touch(&mut live.stored, id);
         id
     }
 
@@ -878,11 +810,7 @@ impl WindowEngine {
             .unqueue(&mut live.queued, &live.key, live.window, id);
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
         // skip ids that are gone (an id names its slot's generation, see `Slab`).
-        if let Some(log) = &mut self.log
-            && live.stored
-        {
-            log.closed.push((live.key.clone(), live.window));
-        }
+        self.log.closed(&live.stored, &live.key, live.window);
         live
     }
 
@@ -896,7 +824,7 @@ impl WindowEngine {
                 origin: (**origin).clone(),
                 event: staged.event.clone(),
             });
-            live.touch(&mut self.log);
+            self.log.touch(&mut live.stored, id);
         }
         self.add_pending(id, number);
     }
@@ -953,7 +881,7 @@ impl WindowEngine {
     fn mark_changed(&mut self, id: WindowId) {
         let live = self.windows.get_mut(id).expect("a live window");
         live.changed = true;
-        live.touch(&mut self.log);
+        self.log.touch(&mut live.stored, id);
         self.queue(id);
     }
 
@@ -1037,7 +965,7 @@ impl WindowEngine {
         }
         if rebuild || failed.len() < batch.len() {
             live.changed = true;
-            live.touch(&mut self.log);
+            self.log.touch(&mut live.stored, id);
         }
         drop(batch);
         self.recycle(pending);
@@ -1071,7 +999,7 @@ impl WindowEngine {
             calls::remove_state(
                 cx,
                 &self.calls.state_key(&live.key, live.window),
-                live.stored,
+                live.stored.in_store(),
             )?;
         }
         Ok(())
@@ -1311,7 +1239,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         live.since_emit += pending.len() as u64;
         live.changed = true;
-        live.touch(&mut self.log);
+        self.log.touch(&mut live.stored, id);
         self.recycle(pending);
     }
 
@@ -1397,7 +1325,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         live.changed = false;
         live.since_emit = 0;
-        live.touch(&mut self.log);
+        self.log.touch(&mut live.stored, id);
         // Unchanged since it was last emitted: not emitted again, unless it is the window's
         // result on time after early ones (which says the window closed).
         let early = firing == Firing::Early;

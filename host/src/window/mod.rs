@@ -4,6 +4,7 @@
 mod arrived;
 mod assign;
 mod calls;
+mod change_log;
 mod due;
 mod engine;
 mod inputs;
@@ -14,5 +15,6 @@ mod slab;
 pub use crate::time::Window;
 pub use assign::assign;
 pub use calls::MAX_EVENTS_PER_CALL;
-pub use engine::{MAX_HELD_BATCHES, WindowEngine, WindowRecord};
+pub use change_log::WindowRecord;
+pub use engine::{MAX_HELD_BATCHES, WindowEngine};
 pub use output::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline};

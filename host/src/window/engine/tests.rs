@@ -6,7 +6,7 @@ use super::*;
 use crate::field_name::FieldName;
 use crate::operator::native::NativeCountSum;
 use crate::operator::{AggregateOperator, CarriedResult, WindowEvents};
-use crate::state::{MemoryBackend, StateBackend};
+use crate::state::{MemoryBackend, Namespace, StateBackend, StateKey};
 use crate::value::Value;
 use crate::window::calls::MAX_EVENTS_PER_CALL;
 

@@ -30,11 +30,12 @@ use std::sync::Arc;
 use super::arrived::{Arrived, Carried};
 use super::assign::assign;
 use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
-use super::change_log::{self, ChangeLog, Stored, WindowRecord};
+use super::change_log::{self, ChangeLog, Stored};
 use super::due::{DueQueue, Queued};
+use super::emission::{Early, EmitState, Firing, retraction};
 use super::inputs::{Input, Inputs};
 use super::key_map::KeyMap;
-use super::output::{Context, Emission, EmissionKind, EngineOutput, LateEvent, Result, Timeline};
+use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{OperatorError, Scope};
@@ -64,22 +65,14 @@ struct LiveWindow {
     opened: u64,
     key: Arc<str>,
     window: Window,
-    /// Emissions so far (0: never fired).
-    version: u64,
-    /// The last emitted output, for retraction.
-    last_output: Option<Fields>,
     /// Numbers (see [`Arrived`]) of events waiting to be added, in arrival order.
     pending: Vec<usize>,
     /// Whether the window is listed in the engine's `dirty` (at most once).
     listed: bool,
-    /// Whether the state changed since the last emission.
-    changed: bool,
     /// Whether the window waits in `due`.
     queued: Queued,
-    /// Early results emitted (they come first: the window's result is version `early + 1`).
-    early: u64,
-    /// Events added since the last emission (for early results).
-    since_emit: u64,
+    /// What it emitted so far.
+    emit: EmitState,
     /// A stage's window: its inputs, by origin, in the order their current versions arrived.
     inputs: Inputs,
     /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
@@ -98,29 +91,6 @@ impl LiveWindow {
     }
 }
 
-/// Which result of a window an emission is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Firing {
-    /// Before the watermark reached the window's end (`[emit]`).
-    Early,
-    /// On time, or an update after it: its output is kept, for a later update to replace
-    /// (the window may stay open for late events).
-    OnTime,
-    /// On time, and the window closes right after (its lateness has passed): its output is
-    /// not kept for a later update to replace, as none can come.
-    Closing,
-}
-
-impl Firing {
-    /// On time: [`Firing::Closing`] if the window closes right after.
-    fn on_time(closing: bool) -> Firing {
-        match closing {
-            true => Firing::Closing,
-            false => Firing::OnTime,
-        }
-    }
-}
-
 /// One shard's windows for one aggregate operator.
 pub struct WindowEngine {
     spec: WindowSpec,
@@ -128,10 +98,8 @@ pub struct WindowEngine {
     /// How the operator is called (its place in the chain, its label).
     calls: Calls,
     keeps_inputs: bool,
-    /// Early results every this many events of a window.
-    early_every: Option<u64>,
-    /// Windows that reached their count for an early result in this event.
-    early: Vec<WindowId>,
+    /// Early results by count of events.
+    early: Early,
     watermark: Millis,
     /// Windows opened so far.
     opened: u64,
@@ -181,8 +149,7 @@ impl WindowEngine {
             lateness,
             calls: Calls::new(operator_index, operator_label),
             keeps_inputs: false,
-            early_every: None,
-            early: Vec::new(),
+            early: Early::default(),
             watermark: MINUS_INFINITY,
             opened: 0,
             windows: Slab::default(),
@@ -214,7 +181,7 @@ impl WindowEngine {
 
     /// Emits a window's current result every `every` of its events before it closes.
     pub fn with_early_results(mut self, every: Option<u64>) -> Self {
-        self.early_every = every;
+        self.early = Early::new(every);
         self
     }
 
@@ -241,14 +208,7 @@ impl WindowEngine {
             let Some(live) = self.windows.get(id) else {
                 continue; // closed since
             };
-            let record = WindowRecord {
-                version: live.version,
-                changed: live.changed,
-                last_output: live.last_output.clone(),
-                early: live.early,
-                since_emit: live.since_emit,
-                inputs: live.inputs.iter().map(Input::stored).collect(),
-            };
+            let record = (live.emit).record(live.inputs.iter().map(Input::stored).collect());
             let state_key = self.calls.state_key(&live.key, live.window);
             changes.push(change_log::row(state_key, &record));
             let live = self.windows.get_mut(id).expect("a live window");
@@ -267,15 +227,13 @@ impl WindowEngine {
             let id = self.open(&key, window, record.version);
             let live = self.windows.get_mut(id).expect("just opened");
             live.stored.restored();
-            live.last_output = record.last_output;
-            live.early = record.early;
-            live.since_emit = record.since_emit;
-            live.inputs = (record.inputs.into_iter())
+            let (emit, inputs) = EmitState::restore(record);
+            live.emit = emit;
+            live.inputs = (inputs.into_iter())
                 .map(|stored| Input::restored(stored, &key))
                 .collect();
-            live.changed = record.changed;
             // A window with early results only still waits for its result on time.
-            if record.changed || (record.early > 0 && record.version == record.early) {
+            if live.emit.fires() {
                 self.queue(id);
             }
         }
@@ -389,7 +347,7 @@ impl WindowEngine {
             }
             self.catch_up(Some(staged.seq), timeline, &mut next, events, cx, out)?;
             self.accept(first + index, staged, events, cx, out)?;
-            if !self.early.is_empty() {
+            if self.early.any() {
                 self.fire_early(staged.seq, events, cx, out)?;
             }
             // A stage's events of one arrival index (an upstream update's withdrawal and
@@ -505,13 +463,15 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let mut ids: Vec<(u64, WindowId)> = (self.windows.iter())
-            .filter(|(_, w)| w.window.end > self.watermark && (w.changed || !w.pending.is_empty()))
+            .filter(|(_, w)| {
+                w.window.end > self.watermark && (w.emit.changed() || !w.pending.is_empty())
+            })
             .map(|(id, w)| (w.opened, id))
             .collect();
         ids.sort_unstable();
         for (_, id) in ids {
             self.flush_pending(id, events, cx, out)?;
-            if self.windows[id].changed {
+            if self.windows[id].emit.changed() {
                 self.emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
@@ -631,7 +591,7 @@ impl WindowEngine {
             return Ok(());
         }
         if let [only] = touching[..]
-            && self.early_every.is_none()
+            && !self.early.is_on()
             && !self.keeps_inputs
         {
             self.extend_session(only, merged, staged, cx, out)?;
@@ -684,10 +644,9 @@ impl WindowEngine {
     ) -> Result<()> {
         let live = self.windows.get_mut(id).expect("a live window");
         let (key, old) = (live.key.clone(), live.window);
-        let retracted = live.last_output.take().filter(|_| live.version > 0);
-        let (version, changed) = (live.version, live.changed);
+        let (version, had_results) = (live.emit.version(), live.emit.has_results());
+        let retracted = live.emit.moved();
         live.window = merged;
-        (live.early, live.since_emit) = (0, 0);
         let open = self.by_key.get_mut(&key).expect("a live window's key");
         let entry = open.iter_mut().find(|(_, other)| *other == id);
         entry.expect("a live window of its key").0 = merged;
@@ -700,7 +659,8 @@ impl WindowEngine {
         // Nothing is stored under the new bounds yet.
         let stored = self.log.moved(&mut live.stored, id, &key, old);
         if let Some(value) = retracted {
-            let retraction = retraction(&key, old, version, value, staged.seq, cx);
+            let operator_version = cx.operator.version_for(&key);
+            let retraction = retraction(&key, old, version, value, staged.seq, operator_version);
             out.emissions.push(retraction);
         }
         // `take` alone does not delete a stored row (redb): the old extent's state is removed,
@@ -709,7 +669,7 @@ impl WindowEngine {
         let state = calls::take_state(cx, &old_key, stored)?;
         calls::remove_state(cx, &old_key, stored)?;
         cx.state.put(self.calls.state_key(&key, merged), state)?;
-        if changed || version > 0 {
+        if had_results {
             self.mark_changed(id);
         }
         Ok(())
@@ -726,7 +686,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<(u64, bool, Inputs)> {
-        let changed = touching.iter().any(|&id| self.windows[id].changed);
+        let changed = touching.iter().any(|&id| self.windows[id].emit.changed());
         let mut version = 0;
         let mut inputs = Inputs::default();
         for &id in touching {
@@ -737,11 +697,17 @@ impl WindowEngine {
                 &self.calls.state_key(key, old.window),
                 old.stored.in_store(),
             )?;
-            version = version.max(old.version);
-            if old.version > 0
-                && let Some(value) = old.last_output
-            {
-                let retraction = retraction(key, old.window, old.version, value, trigger, cx);
+            version = version.max(old.emit.version());
+            if let Some((old_version, value)) = old.emit.into_retraction() {
+                let operator_version = cx.operator.version_for(key);
+                let retraction = retraction(
+                    key,
+                    old.window,
+                    old_version,
+                    value,
+                    trigger,
+                    operator_version,
+                );
                 out.emissions.push(retraction);
             }
         }
@@ -762,14 +728,10 @@ impl WindowEngine {
             opened,
             key: key.clone(),
             window,
-            version,
-            last_output: None,
+            emit: EmitState::opened(version),
             pending: Vec::new(),
             listed: false,
-            changed: false,
             queued: Queued::default(),
-            early: 0,
-            since_emit: 0,
             inputs: Inputs::default(),
             rebuild: false,
             stored: Stored::default(),
@@ -868,11 +830,7 @@ impl WindowEngine {
             live.pending = self.spare.pop().unwrap_or_default();
         }
         live.pending.push(number);
-        if let Some(every) = self.early_every
-            && live.since_emit + live.pending.len() as u64 >= every
-        {
-            self.early.push(id);
-        }
+        self.early.count(&live.emit, live.pending.len(), id);
         if !live.queued.is_set() {
             self.queue(id);
         }
@@ -880,7 +838,7 @@ impl WindowEngine {
 
     fn mark_changed(&mut self, id: WindowId) {
         let live = self.windows.get_mut(id).expect("a live window");
-        live.changed = true;
+        live.emit.set_changed();
         self.log.touch(&mut live.stored, id);
         self.queue(id);
     }
@@ -960,11 +918,7 @@ impl WindowEngine {
                 live.inputs.remove(origin);
             }
         }
-        if !rebuild {
-            live.since_emit += (batch.len() - failed.len()) as u64;
-        }
-        if rebuild || failed.len() < batch.len() {
-            live.changed = true;
+        if live.emit.took(batch.len() - failed.len(), rebuild) {
             self.log.touch(&mut live.stored, id);
         }
         drop(batch);
@@ -1046,8 +1000,7 @@ impl WindowEngine {
     /// Whether window `id` has a result to emit on time: it changed since its last emission,
     /// or it has early results only.
     fn fires(&self, id: WindowId) -> bool {
-        let live = &self.windows[id];
-        live.changed || (live.early > 0 && live.version == live.early)
+        self.windows[id].emit.fires()
     }
 
     /// Adds due window `id`'s pending events and emits its result on time, with one `take` of
@@ -1237,8 +1190,7 @@ impl WindowEngine {
     /// many windows), as [`Self::add_pending_to`] does.
     fn added(&mut self, id: WindowId, pending: Vec<usize>) {
         let live = self.windows.get_mut(id).expect("a live window");
-        live.since_emit += pending.len() as u64;
-        live.changed = true;
+        live.emit.took_all(pending.len());
         self.log.touch(&mut live.stored, id);
         self.recycle(pending);
     }
@@ -1265,7 +1217,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        for id in std::mem::take(&mut self.early) {
+        for id in self.early.take() {
             let Some(live) = self.windows.get(id) else {
                 continue;
             };
@@ -1273,7 +1225,7 @@ impl WindowEngine {
                 continue; // due: it fires on time instead
             }
             self.flush_pending(id, events, cx, out)?;
-            if self.windows[id].changed {
+            if self.windows[id].emit.changed() {
                 self.emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
@@ -1323,79 +1275,12 @@ impl WindowEngine {
         };
         let operator_version = cx.operator.version_for(&key);
         let live = self.windows.get_mut(id).expect("a live window");
-        live.changed = false;
-        live.since_emit = 0;
         self.log.touch(&mut live.stored, id);
-        // Unchanged since it was last emitted: not emitted again, unless it is the window's
-        // result on time after early ones (which says the window closed).
-        let early = firing == Firing::Early;
-        let first_on_time = !early && live.early > 0 && live.version == live.early;
-        if live.last_output.as_ref() == Some(&value) && !first_on_time {
-            return Ok(());
+        if let Some(emitted) = live.emit.publish(value, firing) {
+            out.emissions
+                .push(emitted.into_emission(trigger, key, window, operator_version));
         }
-        let (kind, replaces) = if value.is_empty() {
-            // An empty output is no result (a join window with one side only, a stage's window
-            // whose inputs were all withdrawn): a result emitted before is withdrawn.
-            let Some(withdrawn) = live.last_output.take() else {
-                return Ok(());
-            };
-            (EmissionKind::Retract, Some(withdrawn))
-        } else {
-            // Versions continue across early results, a session merge and a withdrawal: the
-            // first emission on time is the window's result, every later one an update.
-            let kind = if early {
-                live.early += 1;
-                EmissionKind::Early
-            } else if live.version == live.early {
-                EmissionKind::Result
-            } else {
-                EmissionKind::Update
-            };
-            live.version += 1;
-            let replaces = match firing {
-                // Closed right after: no later result replaces this one.
-                Firing::Closing => live.last_output.take(),
-                _ => live.last_output.replace(value.clone()),
-            };
-            (kind, replaces)
-        };
-        let (value, replaces) = match kind {
-            EmissionKind::Retract => (replaces.expect("a withdrawn output"), None),
-            _ => (value, replaces),
-        };
-        out.emissions.push(Emission {
-            operator_version,
-            trigger,
-            key,
-            window,
-            kind,
-            version: live.version,
-            value,
-            replaces,
-        });
         Ok(())
-    }
-}
-
-/// The withdrawal of `window`'s emitted result `value` (its `version`), as caused by `trigger`:
-/// a session that an event widened or merged into another no longer stands.
-fn retraction(
-    key: &Arc<str>,
-    window: Window,
-    version: u64,
-    value: Fields,
-    trigger: u64,
-    cx: &Context<'_>,
-) -> Emission {
-    Emission {
-        trigger,
-        key: key.clone(),
-        window,
-        kind: EmissionKind::Retract,
-        version,
-        value,
-        replaces: None,
-        operator_version: cx.operator.version_for(key),
     }
 }
 

@@ -6,6 +6,7 @@ mod assign;
 mod calls;
 mod change_log;
 mod due;
+mod emission;
 mod engine;
 mod inputs;
 mod key_map;

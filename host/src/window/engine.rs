@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
-use super::arrived::{Arrived, Carried};
+use super::arrived::Arrived;
 use super::assign::assign;
 use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
 use super::change_log::{self, ChangeLog, Stored};
@@ -36,6 +36,7 @@ use super::emission::{Early, EmitState, Firing, retraction};
 use super::inputs::{Input, Inputs};
 use super::key_map::KeyMap;
 use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
+use super::pending::{self, Pending, Waiting};
 use super::slab::{Slab, WindowId};
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{OperatorError, Scope};
@@ -48,47 +49,22 @@ use crate::value::Fields;
 /// [`Event::prefetch_key`]).
 const KEY_PREFETCH_AHEAD: usize = 8;
 
-/// The most batches an engine holds, after a batch, for windows that wait to add their events
-/// (that batch included; while the next one is processed, it holds one more): the memory
-/// carrying costs is at most this many batches' events, about what a shard's queue holds.
-pub const MAX_HELD_BATCHES: usize = 4;
-
-/// The most emptied lists of pending events kept for reuse, and the largest kept (larger ones
-/// are freed: a list is reused by any window, most get a few events).
-const MAX_SPARE: usize = 4_096;
-const MAX_SPARE_CAPACITY: usize = 64;
-
 #[derive(Debug)]
 struct LiveWindow {
-    id: WindowId,
     /// Windows opened before it (ids are not in that order).
     opened: u64,
     key: Arc<str>,
     window: Window,
-    /// Numbers (see [`Arrived`]) of events waiting to be added, in arrival order.
-    pending: Vec<usize>,
-    /// Whether the window is listed in the engine's `dirty` (at most once).
-    listed: bool,
+    /// What it waits to add to its state.
+    waiting: Waiting,
     /// Whether the window waits in `due`.
     queued: Queued,
     /// What it emitted so far.
     emit: EmitState,
     /// A stage's window: its inputs, by origin, in the order their current versions arrived.
     inputs: Inputs,
-    /// Whether an input was replaced or withdrawn, so the state must be rebuilt from `inputs`.
-    rebuild: bool,
     /// Whether it is in the change log, and whether it may be in the store.
     stored: Stored,
-}
-
-impl LiveWindow {
-    /// Lists the window in `dirty`, unless it is already.
-    fn list(&mut self, dirty: &mut Vec<WindowId>) {
-        if !self.listed {
-            self.listed = true;
-            dirty.push(self.id);
-        }
-    }
 }
 
 /// One shard's windows for one aggregate operator.
@@ -110,19 +86,13 @@ pub struct WindowEngine {
     due: DueQueue,
     /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
     expiry: BTreeSet<(Millis, WindowId)>,
-    /// Windows with pending events (and some whose events were added since: see `listed`).
-    dirty: Vec<WindowId>,
-    /// Batches carried over because windows still wait to add their events.
-    carried: Carried,
-    /// Events numbered so far (the next batch's first number).
-    received: usize,
+    /// Events not yet added to their windows' state, and the batches they are in.
+    pending: Pending,
     /// What changed since the last checkpoint.
     log: ChangeLog,
     scratch: Vec<Window>,
     /// An event's windows and, for those already open, their ids.
     found: Vec<(Window, Option<WindowId>)>,
-    /// Emptied lists of pending events, for windows that get events next.
-    spare: Vec<Vec<usize>>,
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -156,13 +126,10 @@ impl WindowEngine {
             by_key: KeyMap::default(),
             due: DueQueue::new(),
             expiry: BTreeSet::new(),
-            dirty: Vec::new(),
-            carried: Carried::new(),
-            received: 0,
+            pending: Pending::default(),
             log: ChangeLog::new(),
             scratch: Vec::new(),
             found: Vec::new(),
-            spare: Vec::new(),
         }
     }
 
@@ -260,9 +227,9 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let carried = std::mem::take(&mut self.carried);
-        let arrived = Arrived::new(&carried, events, &[], self.received);
-        self.received += events.len();
+        // Everything is flushed: the batches held so far are dropped after.
+        let (carried, first) = self.pending.begin(events.len());
+        let arrived = Arrived::new(&carried, events, &[], first);
         self.run(&arrived, timeline, cx, out)?;
         self.flush_all(&arrived, cx, out)
     }
@@ -289,46 +256,28 @@ impl WindowEngine {
             share.crossings.is_empty() || share.crossings.len() == share.events.len(),
             "crossings beside a share not one per event"
         );
-        let mut carried = std::mem::take(&mut self.carried);
-        let first = self.received;
-        self.received += share.events.len();
+        let (carried, first) = self.pending.begin(share.events.len());
         let arrived = Arrived::new(&carried, &share.events, &share.crossings, first);
         let ran = self.run(&arrived, timeline, cx, out).and_then(|()| {
             if !carry || self.keeps_inputs {
                 return self.flush_all(&arrived, cx, out);
             }
-            // The batches past the limit, oldest first (with this one, `carried.len() + 1`).
-            let over = (carried.len() + 1).saturating_sub(MAX_HELD_BATCHES);
-            if over == 0 {
-                return Ok(());
+            match pending::keep_from(&carried, first) {
+                Some(keep_from) => self.flush_older(keep_from, &arrived, cx, out),
+                None => Ok(()),
             }
-            let keep_from = carried.get(over).map_or(first, |(number, _)| *number);
-            self.flush_older(keep_from, &arrived, cx, out)
         });
-        // An empty share of a batch (all of it another shard's keys) is nothing to hold.
-        let mut released = Vec::new();
-        match share.events.is_empty() {
-            true => released.push(share),
-            false => carried.push_back((first, share)),
-        }
-        if let Err(error) = ran {
-            // Pending numbers still point into these batches: they stay (the shard stops).
-            self.carried = carried;
-            return Err(error);
-        }
+        // On an error too: pending numbers still point into these batches (the shard stops).
+        let mut released = self.pending.hold(carried, share, first);
+        ran?;
         let oldest = self.settle_dirty();
-        while let Some((number, batch)) = carried.front()
-            && oldest.is_none_or(|oldest| number + batch.events.len() <= oldest)
-        {
-            released.extend(carried.pop_front().map(|(_, batch)| batch));
-        }
-        self.carried = carried;
+        self.pending.release(oldest, &mut released);
         Ok(released)
     }
 
     /// Whether the engine holds events that are not yet added to their windows' state.
     pub fn holds_events(&self) -> bool {
-        !self.carried.is_empty()
+        self.pending.holds_batches()
     }
 
     /// The current batch's events and timeline, without the final flush.
@@ -374,10 +323,10 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = self.pending.take_dirty();
         for &id in &dirty {
             if let Some(live) = self.windows.get_mut(id) {
-                live.listed = false;
+                live.waiting.unlist();
             }
         }
         self.flush_pending_all(dirty, events, cx, out)
@@ -392,10 +341,10 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let waiting: Vec<WindowId> = (self.dirty.iter().copied())
+        let waiting: Vec<WindowId> = (self.pending.dirty().iter().copied())
             .filter(|&id| {
                 (self.windows.get(id))
-                    .is_some_and(|live| live.pending.first().is_some_and(|&n| n < keep_from))
+                    .is_some_and(|live| live.waiting.first().is_some_and(|n| n < keep_from))
             })
             .collect();
         self.flush_pending_all(waiting, events, cx, out)
@@ -404,19 +353,10 @@ impl WindowEngine {
     /// Drops from `dirty` the windows with nothing left to add (and closed ones). Returns the
     /// number of the oldest event still pending.
     fn settle_dirty(&mut self) -> Option<usize> {
-        let mut oldest: Option<usize> = None;
         let windows = &mut self.windows;
-        self.dirty.retain(|&id| {
-            let Some(live) = windows.get_mut(id) else {
-                return false;
-            };
-            if let Some(&number) = live.pending.first() {
-                oldest = Some(oldest.map_or(number, |oldest| oldest.min(number)));
-            }
-            live.listed = !live.pending.is_empty() || live.rebuild;
-            live.listed
-        });
-        oldest
+        self.pending.retain_dirty(|id, oldest| {
+            (windows.get_mut(id)).is_some_and(|live| live.waiting.settle(oldest))
+        })
     }
 
     /// Applies the timeline's advances and early firings before arrival index `before` (all
@@ -464,7 +404,7 @@ impl WindowEngine {
     ) -> Result<()> {
         let mut ids: Vec<(u64, WindowId)> = (self.windows.iter())
             .filter(|(_, w)| {
-                w.window.end > self.watermark && (w.emit.changed() || !w.pending.is_empty())
+                w.window.end > self.watermark && (w.emit.changed() || w.waiting.has_events())
             })
             .map(|(id, w)| (w.opened, id))
             .collect();
@@ -723,17 +663,14 @@ impl WindowEngine {
     fn open_owned(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
         let opened = self.opened;
         self.opened += 1;
-        let id = self.windows.insert_with(|id| LiveWindow {
-            id,
+        let id = self.windows.insert_with(|_| LiveWindow {
             opened,
             key: key.clone(),
             window,
             emit: EmitState::opened(version),
-            pending: Vec::new(),
-            listed: false,
+            waiting: Waiting::default(),
             queued: Queued::default(),
             inputs: Inputs::default(),
-            rebuild: false,
             stored: Stored::default(),
         });
         self.by_key.get_or_default(key).push((window, id));
@@ -780,15 +717,21 @@ impl WindowEngine {
     /// the window's inputs, replacing an earlier one of the same origin (the window's state is
     /// then rebuilt).
     fn contribute(&mut self, id: WindowId, number: usize, staged: &Staged) {
+        // The window is found once: this runs for every event.
+        let live = self.windows.get_mut(id).expect("a live window");
         if let Some(origin) = &staged.origin {
-            let live = self.windows.get_mut(id).expect("a live window");
-            live.rebuild |= live.inputs.put(Input {
+            let replaced = live.inputs.put(Input {
                 origin: (**origin).clone(),
                 event: staged.event.clone(),
             });
+            live.waiting.rebuild_if(replaced);
             self.log.touch(&mut live.stored, id);
         }
-        self.add_pending(id, number);
+        let waiting = self.pending.add(&mut live.waiting, id, number);
+        self.early.count(&live.emit, waiting, id);
+        if !live.queued.is_set() {
+            (self.due).queue(&mut live.queued, &live.key, live.window, id, self.watermark);
+        }
     }
 
     /// Removes a withdrawn upstream result from every window of its key that holds it; each
@@ -805,34 +748,13 @@ impl WindowEngine {
         for &(_, id) in open {
             let live = self.windows.get_mut(id).expect("a live window");
             if live.inputs.remove(origin) {
-                live.rebuild = true;
+                live.waiting.must_rebuild();
+                self.pending.list(&mut live.waiting, id);
                 hit.push(id);
             }
         }
         for id in hit {
-            self.list_dirty(id);
             self.mark_changed(id);
-        }
-    }
-
-    /// Lists window `id` in `dirty`, unless it is already.
-    fn list_dirty(&mut self, id: WindowId) {
-        let live = self.windows.get_mut(id).expect("a live window");
-        live.list(&mut self.dirty);
-    }
-
-    /// Adds event `number` to window `id`'s pending events (the window found once, unless it
-    /// must be queued: this runs for every event).
-    fn add_pending(&mut self, id: WindowId, number: usize) {
-        let live = self.windows.get_mut(id).expect("a live window");
-        live.list(&mut self.dirty);
-        if live.pending.capacity() == 0 {
-            live.pending = self.spare.pop().unwrap_or_default();
-        }
-        live.pending.push(number);
-        self.early.count(&live.emit, live.pending.len(), id);
-        if !live.queued.is_set() {
-            self.queue(id);
         }
     }
 
@@ -860,7 +782,7 @@ impl WindowEngine {
         let Some(live) = self.windows.get(id) else {
             return Ok(());
         };
-        if live.pending.is_empty() && !live.rebuild {
+        if live.waiting.is_idle() {
             return Ok(());
         }
         let (state_key, mut scope) = self.take_scope(id, cx)?;
@@ -879,11 +801,10 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let live = self.windows.get_mut(id).expect("a live window");
-        if live.pending.is_empty() && !live.rebuild {
+        if live.waiting.is_idle() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut live.pending);
-        let rebuild = std::mem::take(&mut live.rebuild);
+        let (pending, rebuild) = live.waiting.take();
         let inputs: Vec<Event> = match rebuild {
             true => live
                 .inputs
@@ -922,17 +843,8 @@ impl WindowEngine {
             self.log.touch(&mut live.stored, id);
         }
         drop(batch);
-        self.recycle(pending);
+        self.pending.recycle(pending);
         Ok(())
-    }
-
-    /// Keeps an emptied list of pending events: its allocation serves the next window that
-    /// gets events.
-    fn recycle(&mut self, mut pending: Vec<usize>) {
-        pending.clear();
-        if self.spare.len() < MAX_SPARE && pending.capacity() <= MAX_SPARE_CAPACITY {
-            self.spare.push(pending);
-        }
     }
 
     fn advance(
@@ -1015,7 +927,7 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let live = &self.windows[id];
-        if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
+        if live.waiting.is_idle() && !live.emit.fires() {
             return Ok(());
         }
         let window = live.window;
@@ -1049,7 +961,7 @@ impl WindowEngine {
         let mut closing = Vec::with_capacity(group.len());
         for (id, closes) in group {
             let live = &self.windows[id];
-            if live.pending.is_empty() && !live.rebuild && !self.fires(id) {
+            if live.waiting.is_idle() && !live.emit.fires() {
                 continue;
             }
             taken.push(self.take_window(id, cx)?);
@@ -1096,9 +1008,9 @@ impl WindowEngine {
             let Some(live) = self.windows.get(id) else {
                 continue;
             };
-            if live.rebuild {
+            if live.waiting.rebuilds() {
                 self.flush_pending(id, events, cx, out)?;
-            } else if !live.pending.is_empty() {
+            } else if live.waiting.has_events() {
                 taken.push(self.take_window(id, cx)?);
             }
             if taken.len() == MAX_WINDOWS_PER_CALL {
@@ -1128,10 +1040,7 @@ impl WindowEngine {
     fn take_window(&mut self, id: WindowId, cx: &mut Context<'_>) -> Result<Taken> {
         let (state_key, scope) = self.take_scope(id, cx)?;
         let live = self.windows.get_mut(id).expect("a live window");
-        let pending = match live.rebuild {
-            true => Vec::new(),
-            false => std::mem::take(&mut live.pending),
-        };
+        let pending = live.waiting.take_unless_rebuild();
         Ok(Taken {
             id,
             window: live.window,
@@ -1179,7 +1088,7 @@ impl WindowEngine {
             }
             if !window.pending.is_empty() {
                 let live = self.windows.get_mut(window.id).expect("a live window");
-                live.pending = std::mem::take(&mut window.pending);
+                live.waiting.put_back(std::mem::take(&mut window.pending));
             }
             self.add_pending_to(window.id, &mut window.scope, events, cx, out)?;
         }
@@ -1192,7 +1101,7 @@ impl WindowEngine {
         let live = self.windows.get_mut(id).expect("a live window");
         live.emit.took_all(pending.len());
         self.log.touch(&mut live.stored, id);
-        self.recycle(pending);
+        self.pending.recycle(pending);
     }
 
     /// The outputs of the taken windows that fire now (`None` for the others): those the

@@ -11,11 +11,13 @@ mod engine;
 mod inputs;
 mod key_map;
 mod output;
+mod pending;
 mod slab;
 
 pub use crate::time::Window;
 pub use assign::assign;
 pub use calls::MAX_EVENTS_PER_CALL;
 pub use change_log::WindowRecord;
-pub use engine::{MAX_HELD_BATCHES, WindowEngine};
+pub use engine::WindowEngine;
 pub use output::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline};
+pub use pending::MAX_HELD_BATCHES;

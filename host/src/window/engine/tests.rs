@@ -9,6 +9,7 @@ use crate::operator::{AggregateOperator, CarriedResult, WindowEvents};
 use crate::state::{MemoryBackend, Namespace, StateBackend, StateKey};
 use crate::value::Value;
 use crate::window::calls::MAX_EVENTS_PER_CALL;
+use crate::window::pending::MAX_HELD_BATCHES;
 
 fn timeline(advances: &[(u64, Millis)], end_of_input: bool) -> Timeline<'_> {
     Timeline {
@@ -288,7 +289,7 @@ fn run_batches(
             .iter()
             .map(|share| share.events.len())
             .sum::<usize>();
-        seen.most_held = seen.most_held.max(engine.carried.len());
+        seen.most_held = seen.most_held.max(engine.pending.held());
     }
     seen.holds = engine.holds_events();
     seen
@@ -548,7 +549,7 @@ fn an_empty_share_of_a_batch_is_given_back_and_does_not_count_toward_the_limit()
             .expect("the engine runs");
         assert_eq!(released.len(), 1, "the empty list comes back");
     }
-    assert_eq!(engine.carried.len(), 1);
+    assert_eq!(engine.pending.held(), 1);
     assert_eq!(operator.adds, 0, "nothing forced the window to add");
 }
 

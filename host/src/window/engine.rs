@@ -23,21 +23,19 @@
 //! a stage window's inputs live in [`super::inputs`], the open windows by key in
 //! [`super::key_map`].
 
-use std::collections::BTreeSet;
-
 use std::sync::Arc;
 
 use super::arrived::Arrived;
 use super::assign::assign;
 use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
-use super::change_log::{self, ChangeLog, Stored};
-use super::due::{DueQueue, Queued};
+use super::change_log::{self, ChangeLog};
+use super::due::DueQueue;
 use super::emission::{Early, EmitState, Firing, retraction};
 use super::inputs::{Input, Inputs};
-use super::key_map::KeyMap;
+use super::live::{LiveWindow, LiveWindows};
 use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
-use super::pending::{self, Pending, Waiting};
-use super::slab::{Slab, WindowId};
+use super::pending::{self, Pending};
+use super::slab::WindowId;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{OperatorError, Scope};
 use crate::spec::WindowSpec;
@@ -49,43 +47,19 @@ use crate::value::Fields;
 /// [`Event::prefetch_key`]).
 const KEY_PREFETCH_AHEAD: usize = 8;
 
-#[derive(Debug)]
-struct LiveWindow {
-    /// Windows opened before it (ids are not in that order).
-    opened: u64,
-    key: Arc<str>,
-    window: Window,
-    /// What it waits to add to its state.
-    waiting: Waiting,
-    /// Whether the window waits in `due`.
-    queued: Queued,
-    /// What it emitted so far.
-    emit: EmitState,
-    /// A stage's window: its inputs, by origin, in the order their current versions arrived.
-    inputs: Inputs,
-    /// Whether it is in the change log, and whether it may be in the store.
-    stored: Stored,
-}
-
 /// One shard's windows for one aggregate operator.
 pub struct WindowEngine {
     spec: WindowSpec,
-    lateness: Millis,
     /// How the operator is called (its place in the chain, its label).
     calls: Calls,
     keeps_inputs: bool,
     /// Early results by count of events.
     early: Early,
     watermark: Millis,
-    /// Windows opened so far.
-    opened: u64,
-    windows: Slab<LiveWindow>,
-    /// Each key's open windows, with their extents (found without looking each one up).
-    by_key: KeyMap<Vec<(Window, WindowId)>>,
+    /// The open windows.
+    windows: LiveWindows,
     /// Windows with unemitted changes, by end: they fire once the watermark reaches the end.
     due: DueQueue,
-    /// Windows by `end + lateness`: their state is dropped once the watermark reaches it.
-    expiry: BTreeSet<(Millis, WindowId)>,
     /// Events not yet added to their windows' state, and the batches they are in.
     pending: Pending,
     /// What changed since the last checkpoint.
@@ -116,16 +90,12 @@ impl WindowEngine {
     ) -> Self {
         WindowEngine {
             spec,
-            lateness,
             calls: Calls::new(operator_index, operator_label),
             keeps_inputs: false,
             early: Early::default(),
             watermark: MINUS_INFINITY,
-            opened: 0,
-            windows: Slab::default(),
-            by_key: KeyMap::default(),
+            windows: LiveWindows::new(lateness),
             due: DueQueue::new(),
-            expiry: BTreeSet::new(),
             pending: Pending::default(),
             log: ChangeLog::new(),
             scratch: Vec::new(),
@@ -425,7 +395,7 @@ impl WindowEngine {
     }
 
     fn is_late(&self, window: &Window) -> bool {
-        self.watermark >= window.end.saturating_add(self.lateness)
+        self.windows.is_late(window, self.watermark)
     }
 
     fn late(&self, staged: &Staged, out: &mut EngineOutput) {
@@ -435,7 +405,8 @@ impl WindowEngine {
             watermark: self.watermark,
             reason: format!(
                 "late: the watermark ({}) had passed the end of every window of the event plus the allowed lateness of {} ms",
-                self.watermark, self.lateness
+                self.watermark,
+                self.windows.lateness()
             ),
         });
     }
@@ -475,7 +446,7 @@ impl WindowEngine {
         }
         // The key's windows are looked up once for all of the event's windows.
         let mut found = std::mem::take(&mut self.found);
-        let open = self.by_key.get(&event.key).map_or(&[][..], Vec::as_slice);
+        let open = self.windows.of_key(&event.key);
         for window in windows.iter().filter(|window| !self.is_late(window)) {
             let id = open.iter().find(|(w, _)| w == window).map(|&(_, id)| id);
             found.push((*window, id));
@@ -502,16 +473,10 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         let event = &staged.event;
-        let mut touching: Vec<WindowId> = self
-            .by_key
-            .get(&event.key)
-            .map(|open| {
-                (open.iter())
-                    .filter(|(window, _)| window.overlaps_or_touches(&own))
-                    .map(|&(_, id)| id)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut touching: Vec<WindowId> = (self.windows.of_key(&event.key).iter())
+            .filter(|(window, _)| window.overlaps_or_touches(&own))
+            .map(|&(_, id)| id)
+            .collect();
         if touching.is_empty() {
             if self.is_late(&own) {
                 self.late(staged, out);
@@ -582,20 +547,13 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
+        let old = self.windows.move_to(id, merged);
         let live = self.windows.get_mut(id).expect("a live window");
-        let (key, old) = (live.key.clone(), live.window);
+        let key = live.key.clone();
         let (version, had_results) = (live.emit.version(), live.emit.has_results());
         let retracted = live.emit.moved();
-        live.window = merged;
-        let open = self.by_key.get_mut(&key).expect("a live window's key");
-        let entry = open.iter_mut().find(|(_, other)| *other == id);
-        entry.expect("a live window of its key").0 = merged;
         // Queued again under its new end by the `contribute` that follows.
         self.due.unqueue(&mut live.queued, &key, old, id);
-        self.expiry
-            .remove(&(old.end.saturating_add(self.lateness), id));
-        self.expiry
-            .insert((merged.end.saturating_add(self.lateness), id));
         // Nothing is stored under the new bounds yet.
         let stored = self.log.moved(&mut live.stored, id, &key, old);
         if let Some(value) = retracted {
@@ -655,56 +613,20 @@ impl WindowEngine {
     }
 
     fn open(&mut self, key: &str, window: Window, version: u64) -> WindowId {
-        let key = self.own_key(key);
+        let key = self.windows.own_key(key);
         self.open_owned(key, window, version)
     }
 
-    /// [`Self::open`] with the engine's own copy of the key (see [`Self::own_key`]).
+    /// [`Self::open`] with the engine's own copy of the key (see [`LiveWindows::own_key`]).
     fn open_owned(&mut self, key: Arc<str>, window: Window, version: u64) -> WindowId {
-        let opened = self.opened;
-        self.opened += 1;
-        let id = self.windows.insert_with(|_| LiveWindow {
-            opened,
-            key: key.clone(),
-            window,
-            emit: EmitState::opened(version),
-            waiting: Waiting::default(),
-            queued: Queued::default(),
-            inputs: Inputs::default(),
-            stored: Stored::default(),
-        });
-        self.by_key.get_or_default(key).push((window, id));
-        self.expiry
-            .insert((window.end.saturating_add(self.lateness), id));
+        let id = self.windows.open(key, window, version);
         let live = self.windows.get_mut(id).expect("just opened");
         self.log.touch(&mut live.stored, id);
         id
     }
 
-    /// The engine's own copy of `key`: the one its open windows share, or a new one made on
-    /// this thread (the shard's; for windows restored from a checkpoint, the thread that
-    /// builds the shards). When every key was on the heap, an event's key was made on the
-    /// router's thread, in a cache line beside keys the router went on making and freeing;
-    /// kept as the windows' key and looked up for every event of that key, it moved between
-    /// the cores each time (`memcmp` in `accept` waited on it: 8 % of the count-sum's shard
-    /// thread). A key longer than 24 bytes is still made on the router's thread, on the heap.
-    fn own_key(&self, key: &str) -> Arc<str> {
-        match self.by_key.get_key_value(key) {
-            Some((own, _)) => own.clone(),
-            None => Arc::from(key),
-        }
-    }
-
     fn close(&mut self, id: WindowId) -> LiveWindow {
-        let mut live = self.windows.remove(id).expect("closing a live window");
-        if let Some(open) = self.by_key.get_mut(&live.key) {
-            open.retain(|&(_, other)| other != id);
-            if open.is_empty() {
-                self.by_key.remove(&live.key);
-            }
-        }
-        self.expiry
-            .remove(&(live.window.end.saturating_add(self.lateness), id));
+        let mut live = self.windows.close(id);
         self.due
             .unqueue(&mut live.queued, &live.key, live.window, id);
         // A closed window's id may stay in `dirty` and in the change log's `touched`: both
@@ -741,18 +663,15 @@ impl WindowEngine {
             .origin
             .as_deref()
             .expect("a withdrawal has an origin");
-        let Some(open) = self.by_key.get(&staged.event.key) else {
-            return;
-        };
         let mut hit = Vec::new();
-        for &(_, id) in open {
-            let live = self.windows.get_mut(id).expect("a live window");
+        let pending = &mut self.pending;
+        self.windows.for_key_mut(&staged.event.key, |id, live| {
             if live.inputs.remove(origin) {
                 live.waiting.must_rebuild();
-                self.pending.list(&mut live.waiting, id);
+                pending.list(&mut live.waiting, id);
                 hit.push(id);
             }
-        }
+        });
         for id in hit {
             self.mark_changed(id);
         }
@@ -857,10 +776,7 @@ impl WindowEngine {
     ) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
         self.fire(seq, true, events, cx, out)?;
-        while let Some(&(expires, id)) = self.expiry.first() {
-            if expires > self.watermark {
-                break;
-            }
+        while let Some(id) = self.windows.first_expired(self.watermark) {
             let live = self.close(id);
             calls::remove_state(
                 cx,

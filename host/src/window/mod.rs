@@ -10,6 +10,7 @@ mod emission;
 mod engine;
 mod inputs;
 mod key_map;
+mod live;
 mod output;
 mod pending;
 mod slab;

@@ -35,6 +35,7 @@ use super::inputs::{Input, Inputs};
 use super::live::{LiveWindow, LiveWindows};
 use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
 use super::pending::{self, Pending};
+use super::sessions::{self, Merge, Plan};
 use super::slab::WindowId;
 use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
 use crate::operator::{OperatorError, Scope};
@@ -472,40 +473,43 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let event = &staged.event;
-        let mut touching: Vec<WindowId> = (self.windows.of_key(&event.key).iter())
-            .filter(|(window, _)| window.overlaps_or_touches(&own))
-            .map(|&(_, id)| id)
-            .collect();
-        if touching.is_empty() {
-            if self.is_late(&own) {
-                self.late(staged, out);
-            } else {
-                let id = self.open(&event.key, own, 0);
+        let key = &staged.event.key;
+        let extend_in_place = !self.early.is_on() && !self.keeps_inputs;
+        match sessions::plan(self.windows.of_key(key), own, extend_in_place) {
+            Plan::Alone if self.is_late(&own) => self.late(staged, out),
+            Plan::Alone => {
+                let id = self.open(key, own, 0);
                 self.contribute(id, number, staged);
             }
-            return Ok(());
+            Plan::Join(id) => self.contribute(id, number, staged),
+            Plan::Extend(id, merged) => {
+                self.extend_session(id, merged, staged, cx, out)?;
+                self.contribute(id, number, staged);
+            }
+            // The event bridges sessions (or extends one with early results, or a stage's):
+            // combine their states into the merged window.
+            Plan::Merge(merge) => {
+                return self.merge_sessions(number, staged, merge, events, cx, out);
+            }
         }
-        let merged = touching
-            .iter()
-            .fold(own, |acc, id| acc.cover(&self.windows[*id].window));
-        if let [only] = touching[..]
-            && self.windows[only].window == merged
-        {
-            self.contribute(only, number, staged);
-            return Ok(());
-        }
-        if let [only] = touching[..]
-            && !self.early.is_on()
-            && !self.keeps_inputs
-        {
-            self.extend_session(only, merged, staged, cx, out)?;
-            self.contribute(only, number, staged);
-            return Ok(());
-        }
-        // The event bridges sessions (or extends one with early results, or a stage's):
-        // combine their states into the merged window.
-        touching.sort_by_key(|&id| self.windows[id].window.start);
+        Ok(())
+    }
+
+    /// Merges the sessions `merge.touching` into one over `merge.merged`, as the event
+    /// `staged` (numbered `number`) bridges them: their pending events are added, their states
+    /// merged with the operator's `merge`, those emitted retracted, and the event added to the
+    /// merged session. If the operator cannot merge them, they stay as they were and the event
+    /// is a dead letter.
+    fn merge_sessions(
+        &mut self,
+        number: usize,
+        staged: &Staged,
+        merge: Merge,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let Merge { touching, merged } = merge;
         for &id in &touching {
             self.flush_pending(id, events, cx, out)?;
         }

@@ -13,6 +13,7 @@ mod key_map;
 mod live;
 mod output;
 mod pending;
+mod sessions;
 mod slab;
 
 pub use crate::time::Window;

@@ -7,45 +7,56 @@
 //! every window whose end the watermark has passed and that has unemitted changes fires. Adds
 //! are buffered per window until the window fires or the batch ends, or, while full batches
 //! follow each other, until the window fires or the engine would hold more than
-//! [`MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go to the
+//! [`super::MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go to the
 //! operator in calls carrying many windows where it makes them
-//! ([`crate::operator::AggregateOperator::add_windows`]: a 0.3 component, or the native count-sum), the rest in
-//! one call per window.
+//! ([`crate::operator::AggregateOperator::add_windows`]: a 0.3 component, or the native
+//! count-sum), the rest in one call per window.
 //!
 //! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
-//! upstream result they stand for ([`Origin`]): an upstream update replaces its result's
+//! upstream result they stand for ([`crate::event::Origin`]): an upstream update replaces its result's
 //! contribution and a withdrawal removes it, and the window's state is rebuilt from the inputs
 //! that remain (the operator's own `add` over them, as Flink does for aggregates without a
 //! retract function), so a downstream result never counts an upstream one twice. A window left
 //! without inputs withdraws its result. A withdrawal does not shrink or split a session.
 //!
-//! Depends on `state`, `operator` (its traits and `WindowEvents`), `event`, `spec` and `time`;
-//! a stage window's inputs live in [`super::inputs`], the open windows by key in
-//! [`super::key_map`].
+//! The engine only orchestrates; each part owns its state (a live window carries one sub-state
+//! per part, changed only by that part's module):
+//!
+//! - [`super::live`]: the open windows, by id, by key and by expiry;
+//! - [`super::pending`]: the events accepted but not yet added, and the batches they are in;
+//! - [`super::due`]: the windows waiting to fire, by end;
+//! - [`super::emission`]: what each window emitted, the emission rule, early-result counts;
+//! - [`super::change_log`]: what the next checkpoint writes of the windows;
+//! - [`super::calls`]: how the operator is called (state in and out, adds, merges, finishes);
+//! - [`super::sessions`]: the session merge rule;
+//! - [`super::flush`]: adding pending events and finishing windows, over the parts it is lent.
+//!
+//! The engine depends on those parts, on [`mod@super::assign`], [`super::arrived`] and
+//! [`super::output`], and on `state`, `operator` (its traits), `event`, `spec` and `time`;
+//! nothing in `window` depends on the engine.
 
 use std::sync::Arc;
 
 use super::arrived::Arrived;
 use super::assign::assign;
-use super::calls::{self, Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};
+use super::calls::{self, Calls, MAX_WINDOWS_PER_CALL};
 use super::change_log::{self, ChangeLog};
 use super::due::DueQueue;
 use super::emission::{Early, EmitState, Firing, retraction};
+use super::flush::Flush;
 use super::inputs::{Input, Inputs};
 use super::live::{LiveWindow, LiveWindows};
 use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
 use super::pending::{self, Pending};
 use super::sessions::{self, Merge, Plan};
 use super::slab::WindowId;
-use crate::event::{DeadCause, DeadLetter, Event, Origin, Share, Staged};
-use crate::operator::{OperatorError, Scope};
+use crate::event::{DeadCause, DeadLetter, Share, Staged};
 use crate::spec::WindowSpec;
-use crate::state::{Change, ScopeState, StateKey, TableRow};
+use crate::state::{Change, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
-use crate::value::Fields;
 
 /// How many events ahead of the one it accepts the engine asks the CPU to fetch a key (see
-/// [`Event::prefetch_key`]).
+/// [`crate::event::Event::prefetch_key`]).
 const KEY_PREFETCH_AHEAD: usize = 8;
 
 /// One shard's windows for one aggregate operator.
@@ -209,7 +220,7 @@ impl WindowEngine {
     /// keep their events pending into the next ones, so that each window's events cross into
     /// the operator in fewer, larger calls (results are the same: adds split anywhere give the
     /// same state). The engine then holds the batches those events are in, at most
-    /// [`MAX_HELD_BATCHES`] (the oldest one's windows add their events when one more would be
+    /// [`super::MAX_HELD_BATCHES`] (the oldest one's windows add their events when one more would be
     /// held). Without `carry` (before a checkpoint, whose state must hold every event before
     /// it, or when the input slows down) everything pending is added, as `process` does; a
     /// stage's engine never carries. Returns the batches the engine no longer holds.
@@ -300,7 +311,7 @@ impl WindowEngine {
                 live.waiting.unlist();
             }
         }
-        self.flush_pending_all(dirty, events, cx, out)
+        self.flush().flush_pending_all(dirty, events, cx, out)
     }
 
     /// Adds the pending events of every window that waits with an event numbered before
@@ -318,7 +329,7 @@ impl WindowEngine {
                     .is_some_and(|live| live.waiting.first().is_some_and(|n| n < keep_from))
             })
             .collect();
-        self.flush_pending_all(waiting, events, cx, out)
+        self.flush().flush_pending_all(waiting, events, cx, out)
     }
 
     /// Drops from `dirty` the windows with nothing left to add (and closed ones). Returns the
@@ -381,18 +392,12 @@ impl WindowEngine {
             .collect();
         ids.sort_unstable();
         for (_, id) in ids {
-            self.flush_pending(id, events, cx, out)?;
+            self.flush().flush_pending(id, events, cx, out)?;
             if self.windows[id].emit.changed() {
-                self.emit(id, trigger, Firing::Early, cx, out)?;
+                self.flush().emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
         Ok(())
-    }
-
-    /// Window `id`'s state, taken from the store, under the key to put it back with.
-    fn take_scope(&self, id: WindowId, cx: &mut Context<'_>) -> Result<(StateKey, Scope)> {
-        let live = &self.windows[id];
-        (self.calls).take(cx, &live.key, live.window, live.stored.in_store())
     }
 
     fn is_late(&self, window: &Window) -> bool {
@@ -511,7 +516,7 @@ impl WindowEngine {
     ) -> Result<()> {
         let Merge { touching, merged } = merge;
         for &id in &touching {
-            self.flush_pending(id, events, cx, out)?;
+            self.flush().flush_pending(id, events, cx, out)?;
         }
         // The engine's own copy of the key (the sessions', see `own_key`), kept across `absorb`,
         // which closes them and so forgets it.
@@ -693,83 +698,6 @@ impl WindowEngine {
         (self.due).queue(&mut live.queued, &live.key, live.window, id, self.watermark);
     }
 
-    /// Adds window `id`'s pending events to its state in one operator call, or, for a stage's
-    /// window with a replaced or withdrawn input, rebuilds its state from all of its inputs.
-    fn flush_pending(
-        &mut self,
-        id: WindowId,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let Some(live) = self.windows.get(id) else {
-            return Ok(());
-        };
-        if live.waiting.is_idle() {
-            return Ok(());
-        }
-        let (state_key, mut scope) = self.take_scope(id, cx)?;
-        self.add_pending_to(id, &mut scope, events, cx, out)?;
-        cx.state.put(state_key, scope.state)?;
-        Ok(())
-    }
-
-    /// [`Self::flush_pending`] on `scope`, window `id`'s state, already taken from the store.
-    fn add_pending_to(
-        &mut self,
-        id: WindowId,
-        scope: &mut Scope,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let live = self.windows.get_mut(id).expect("a live window");
-        if live.waiting.is_idle() {
-            return Ok(());
-        }
-        let (pending, rebuild) = live.waiting.take();
-        let inputs: Vec<Event> = match rebuild {
-            true => live
-                .inputs
-                .iter()
-                .map(|input| input.event.clone())
-                .collect(),
-            false => Vec::new(),
-        };
-        let batch: Vec<&Event> = match rebuild {
-            true => inputs.iter().collect(),
-            false => {
-                let mut batch = Vec::with_capacity(pending.len());
-                events.extend_events(&pending, &mut batch);
-                batch
-            }
-        };
-        if rebuild {
-            scope.state = ScopeState::default();
-        }
-        let failed = self.calls.add(scope, &batch, cx, out)?;
-        let live = self.windows.get_mut(id).expect("a live window");
-        if self.keeps_inputs && !failed.is_empty() {
-            // An input the operator could not take is a dead letter, not an input.
-            let origins: Vec<&Origin> = match rebuild {
-                true => failed.iter().map(|&i| &live.inputs.get(i).origin).collect(),
-                false => (failed.iter())
-                    .filter_map(|&i| events[pending[i]].origin.as_deref())
-                    .collect(),
-            };
-            let origins: Vec<Origin> = origins.into_iter().cloned().collect();
-            for origin in &origins {
-                live.inputs.remove(origin);
-            }
-        }
-        if live.emit.took(batch.len() - failed.len(), rebuild) {
-            self.log.touch(&mut live.stored, id);
-        }
-        drop(batch);
-        self.pending.recycle(pending);
-        Ok(())
-    }
-
     fn advance(
         &mut self,
         seq: u64,
@@ -808,233 +736,33 @@ impl WindowEngine {
             let window = live.window;
             if self.keeps_inputs {
                 // A stage's window may have no inputs left, and then no state to finish.
-                self.flush_pending(id, events, cx, out)?;
-                if self.fires(id) {
-                    self.emit(id, trigger, Firing::OnTime, cx, out)?;
+                self.flush().flush_pending(id, events, cx, out)?;
+                if self.windows[id].emit.fires() {
+                    self.flush().emit(id, trigger, Firing::OnTime, cx, out)?;
                 }
             } else if !cx.operator.carries_windows() {
                 let closing = advance && self.is_late(&window);
-                self.flush_and_emit(id, trigger, closing, events, cx, out)?;
+                self.flush()
+                    .flush_and_emit(id, trigger, closing, events, cx, out)?;
             } else {
                 group.push((id, advance && self.is_late(&window)));
                 if group.len() == MAX_WINDOWS_PER_CALL {
-                    self.flush_and_emit_all(std::mem::take(&mut group), trigger, events, cx, out)?;
+                    self.flush().flush_and_emit_all(
+                        std::mem::take(&mut group),
+                        trigger,
+                        events,
+                        cx,
+                        out,
+                    )?;
                 }
             }
         }
         if !group.is_empty() {
-            self.flush_and_emit_all(group, trigger, events, cx, out)?;
+            self.flush()
+                .flush_and_emit_all(group, trigger, events, cx, out)?;
         }
         self.due.settle(self.watermark);
         Ok(())
-    }
-
-    /// Whether window `id` has a result to emit on time: it changed since its last emission,
-    /// or it has early results only.
-    fn fires(&self, id: WindowId) -> bool {
-        self.windows[id].emit.fires()
-    }
-
-    /// Adds due window `id`'s pending events and emits its result on time, with one `take` of
-    /// its state and one `put` (none if it is `closing`: its state is removed next).
-    fn flush_and_emit(
-        &mut self,
-        id: WindowId,
-        trigger: u64,
-        closing: bool,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let live = &self.windows[id];
-        if live.waiting.is_idle() && !live.emit.fires() {
-            return Ok(());
-        }
-        let window = live.window;
-        let (state_key, mut scope) = self.take_scope(id, cx)?;
-        self.add_pending_to(id, &mut scope, events, cx, out)?;
-        let outcome = self
-            .fires(id)
-            .then(|| cx.operator.finish(&mut scope, window));
-        if !closing {
-            cx.state.put(state_key, scope.state)?;
-        }
-        let firing = Firing::on_time(closing);
-        match outcome {
-            Some(outcome) => self.publish(id, outcome, trigger, firing, cx, out),
-            None => Ok(()),
-        }
-    }
-
-    /// [`Self::flush_and_emit`] for due windows, in order, for an operator that makes calls
-    /// carrying many windows: each window's state taken once and put back once (not if it is
-    /// `closing`), the adds and then the outputs in as few calls as the operator makes.
-    fn flush_and_emit_all(
-        &mut self,
-        group: Vec<(WindowId, bool)>,
-        trigger: u64,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let mut taken = Vec::with_capacity(group.len());
-        let mut closing = Vec::with_capacity(group.len());
-        for (id, closes) in group {
-            let live = &self.windows[id];
-            if live.waiting.is_idle() && !live.emit.fires() {
-                continue;
-            }
-            taken.push(self.take_window(id, cx)?);
-            closing.push(closes);
-        }
-        self.add_taken(&mut taken, events, cx, out)?;
-        let outcomes = self.finish_taken(&mut taken, cx)?;
-        for ((window, closes), outcome) in taken.into_iter().zip(closing).zip(outcomes) {
-            if !closes {
-                cx.state.put(window.state_key, window.scope.state)?;
-            }
-            if let Some(outcome) = outcome {
-                self.publish(
-                    window.id,
-                    outcome,
-                    trigger,
-                    Firing::on_time(closes),
-                    cx,
-                    out,
-                )?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Adds the pending events of windows `ids`, in order, with calls carrying many windows
-    /// where the operator can make them.
-    fn flush_pending_all(
-        &mut self,
-        ids: Vec<WindowId>,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        if !cx.operator.carries_windows() {
-            for id in ids {
-                self.flush_pending(id, events, cx, out)?;
-            }
-            return Ok(());
-        }
-        // Sized once: a window taken is large, and growing the list copied it over and over.
-        let mut taken = Vec::with_capacity(ids.len().min(MAX_WINDOWS_PER_CALL));
-        for id in ids {
-            let Some(live) = self.windows.get(id) else {
-                continue;
-            };
-            if live.waiting.rebuilds() {
-                self.flush_pending(id, events, cx, out)?;
-            } else if live.waiting.has_events() {
-                taken.push(self.take_window(id, cx)?);
-            }
-            if taken.len() == MAX_WINDOWS_PER_CALL {
-                self.add_and_put(&mut taken, events, cx, out)?;
-            }
-        }
-        self.add_and_put(&mut taken, events, cx, out)
-    }
-
-    /// Adds the taken windows' events and puts their states back.
-    fn add_and_put(
-        &mut self,
-        taken: &mut Vec<Taken>,
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        self.add_taken(taken, events, cx, out)?;
-        for window in taken.drain(..) {
-            cx.state.put(window.state_key, window.scope.state)?;
-        }
-        Ok(())
-    }
-
-    /// Window `id`'s state taken from the store, with its pending events (none if it rebuilds:
-    /// [`Self::add_pending_to`] does that alone).
-    fn take_window(&mut self, id: WindowId, cx: &mut Context<'_>) -> Result<Taken> {
-        let (state_key, scope) = self.take_scope(id, cx)?;
-        let live = self.windows.get_mut(id).expect("a live window");
-        let pending = live.waiting.take_unless_rebuild();
-        Ok(Taken {
-            id,
-            window: live.window,
-            state_key,
-            scope,
-            pending,
-        })
-    }
-
-    /// Adds each taken window's pending events: in runs of windows within one call's limits,
-    /// each run in one [`crate::operator::AggregateOperator::add_windows`]; the windows it leaves (and those
-    /// that go alone) with [`Self::add_pending_to`], which retries and reports as ever.
-    fn add_taken(
-        &mut self,
-        taken: &mut [Taken],
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        if taken.is_empty() {
-            return Ok(());
-        }
-        let mut start = 0;
-        let ends = runs(taken.iter().map(Taken::carried));
-        for end in ends.into_iter().chain([taken.len()]) {
-            self.add_run(&mut taken[start..end], events, cx, out)?;
-            start = end;
-        }
-        Ok(())
-    }
-
-    /// [`Self::add_taken`] for one run: its carried windows in one call.
-    fn add_run(
-        &mut self,
-        run: &mut [Taken],
-        events: &Arrived<'_>,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let done = self.calls.add_windows(run, events, cx)?;
-        for (window, done) in run.iter_mut().zip(done) {
-            if done {
-                self.added(window.id, std::mem::take(&mut window.pending));
-                continue;
-            }
-            if !window.pending.is_empty() {
-                let live = self.windows.get_mut(window.id).expect("a live window");
-                live.waiting.put_back(std::mem::take(&mut window.pending));
-            }
-            self.add_pending_to(window.id, &mut window.scope, events, cx, out)?;
-        }
-        Ok(())
-    }
-
-    /// Records that window `id` took its `pending` events (all of them, in a call carrying
-    /// many windows), as [`Self::add_pending_to`] does.
-    fn added(&mut self, id: WindowId, pending: Vec<usize>) {
-        let live = self.windows.get_mut(id).expect("a live window");
-        live.emit.took_all(pending.len());
-        self.log.touch(&mut live.stored, id);
-        self.pending.recycle(pending);
-    }
-
-    /// The outputs of the taken windows that fire now (`None` for the others): those the
-    /// operator gives in calls carrying many windows, the rest from `finish` alone.
-    fn finish_taken(
-        &mut self,
-        taken: &mut [Taken],
-        cx: &mut Context<'_>,
-    ) -> Result<Vec<Option<Finished>>> {
-        let firing: Vec<usize> = (0..taken.len())
-            .filter(|&i| self.fires(taken[i].id))
-            .collect();
-        self.calls.finish(taken, firing, cx)
     }
 
     /// Emits the current result of every window that reached its count of events for an
@@ -1053,63 +781,24 @@ impl WindowEngine {
             if live.window.end <= self.watermark {
                 continue; // due: it fires on time instead
             }
-            self.flush_pending(id, events, cx, out)?;
+            self.flush().flush_pending(id, events, cx, out)?;
             if self.windows[id].emit.changed() {
-                self.emit(id, trigger, Firing::Early, cx, out)?;
+                self.flush().emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
         Ok(())
     }
 
-    /// Emits window `id`'s current result (see [`Firing`]), as caused by `trigger`. A result
-    /// equal to the last one emitted is not emitted again; an empty one withdraws it.
-    fn emit(
-        &mut self,
-        id: WindowId,
-        trigger: u64,
-        firing: Firing,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let live = &self.windows[id];
-        let window = live.window;
-        let outcome = if self.keeps_inputs && live.inputs.is_empty() {
-            // Every input of a stage's window was withdrawn: so is its result.
-            Ok(Fields::new())
-        } else {
-            let (state_key, mut scope) = self.take_scope(id, cx)?;
-            let outcome = cx.operator.finish(&mut scope, window);
-            cx.state.put(state_key, scope.state)?;
-            outcome
-        };
-        self.publish(id, outcome, trigger, firing, cx, out)
-    }
-
-    /// Emits `outcome`, window `id`'s output from `finish` (see [`Firing`]), as caused by
-    /// `trigger`; a failed `finish` is a dead letter.
-    fn publish(
-        &mut self,
-        id: WindowId,
-        outcome: std::result::Result<Fields, OperatorError>,
-        trigger: u64,
-        firing: Firing,
-        cx: &mut Context<'_>,
-        out: &mut EngineOutput,
-    ) -> Result<()> {
-        let live = &self.windows[id];
-        let (key, window) = (live.key.clone(), live.window);
-        let value = match outcome {
-            Ok(value) => value,
-            Err(error) => return self.calls.finish_failed(&key, window, error, out),
-        };
-        let operator_version = cx.operator.version_for(&key);
-        let live = self.windows.get_mut(id).expect("a live window");
-        self.log.touch(&mut live.stored, id);
-        if let Some(emitted) = live.emit.publish(value, firing) {
-            out.emissions
-                .push(emitted.into_emission(trigger, key, window, operator_version));
+    /// The parts that adding and finishing windows work with, lent to them.
+    #[inline]
+    fn flush(&mut self) -> Flush<'_> {
+        Flush {
+            windows: &mut self.windows,
+            pending: &mut self.pending,
+            log: &mut self.log,
+            calls: &self.calls,
+            keeps_inputs: self.keeps_inputs,
         }
-        Ok(())
     }
 }
 

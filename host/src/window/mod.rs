@@ -8,6 +8,7 @@ mod change_log;
 mod due;
 mod emission;
 mod engine;
+mod flush;
 mod inputs;
 mod key_map;
 mod live;

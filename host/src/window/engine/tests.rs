@@ -3,10 +3,12 @@
 //! end-to-end suite checks the same rules through the binary against a reference model.
 
 use super::*;
+use crate::event::{Event, Origin};
 use crate::field_name::FieldName;
 use crate::operator::native::NativeCountSum;
-use crate::operator::{AggregateOperator, CarriedResult, WindowEvents};
+use crate::operator::{AggregateOperator, CarriedResult, OperatorError, Scope, WindowEvents};
 use crate::state::{MemoryBackend, Namespace, StateBackend, StateKey};
+use crate::value::Fields;
 use crate::value::Value;
 use crate::window::calls::MAX_EVENTS_PER_CALL;
 use crate::window::pending::MAX_HELD_BATCHES;

@@ -3,6 +3,8 @@
 //! operator, and their ratio; the same through a NATS JetStream source and sink against a file
 //! (`weir bench nats`). A measurement, not a test: run it on a quiet machine, in a release
 //! build.
+//!
+//! Depends on `cluster`, `nats_client`, `pipeline`, `source`, `spec`, `state`, `time` and `value`.
 
 mod cluster;
 pub use cluster::{ClusterReport, ClusterShape, cluster};

@@ -16,9 +16,24 @@
 //! ```
 //!
 //! The modules follow the pipeline: [`source`] and [`event`] (decoding, dead letters),
-//! [`watermark`], [`window`] (assignment and the per-shard engine), [`operator`] (the wasmtime
-//! engine and native baselines), [`state`] (backends), [`emit`] (records and sinks), and
-//! [`pipeline`], which wires a [`spec`] into all of them.
+//! [`watermark`], [`window`] (assignment and the per-shard engine), [`operator`] (the operator
+//! traits, the wasmtime engine, the registry, quotas and native baselines), [`rollout`] (two
+//! versions of an operator at once), [`state`] (backends), [`checkpoint`] (manifest, commit,
+//! recovery, savepoints), [`emit`] (records and sinks), and [`pipeline`], which wires a
+//! [`spec`] into all of them.
+//!
+//! Around a pipeline: [`serve`] (`weir serve`'s registry and pipelines) and [`api`] (its HTTP
+//! layer), [`cluster`] (scale-out over NATS JetStream), [`project`] (operator projects: `weir
+//! new`, `build`, `deploy`), [`client`] (the CLI's client of a server) and
+//! [`bench`](mod@bench) (`weir bench`).
+//!
+//! Beneath everything, depending on nothing else of the crate: [`time`], [`value`],
+//! [`field_name`], [`hashing`], [`prefetch`], [`names`], [`fsutil`], [`cpu_time`] and
+//! [`nats_client`].
+//!
+//! The lower layers, [`time`], [`value`], [`state`] and [`window`], know nothing of Wasm, HTTP
+//! or NATS: they never use `operator`'s Wasm items, [`serve`], [`api`], [`cluster`],
+//! [`nats_client`], wasmtime, axum or async-nats.
 
 pub mod api;
 pub mod bench;

@@ -1,4 +1,5 @@
-//! The `weir` command line: the binary's edge, where errors become messages and exit codes.
+//! The `weir` command line: the binary's edge, where errors become messages and exit codes. Depends
+//! on `commands` only (the library through them).
 
 use std::process::ExitCode;
 

@@ -5,7 +5,7 @@
 //! NATS source (and through it the cluster's shared feed), the NATS sink (`emit::nats`) and
 //! the cluster's connection: whatever in Weir talks to NATS may use it. Every client presents
 //! the process's credentials and trusts its certificate authority ([`NatsAuth`], set once at
-//! start from the command line). Depends on `async-nats` and `tokio` only.
+//! start from the command line). Depends on `async-nats`, `tokio`, `nkeys` and `thiserror` only.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

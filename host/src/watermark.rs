@@ -3,7 +3,8 @@
 //! For each event, in arrival order: lateness is judged against the current watermark `W`, the
 //! event is added, then `W = max(W, ts - bound)`. `W` starts at minus infinity and becomes plus
 //! infinity at the end of a bounded input. With partitions, `W` is the minimum over the active
-//! ones ([`PartitionedWatermark`]). Depends on `time` and `hashing` (and `spec` for the partition cap).
+//! ones ([`PartitionedWatermark`]). Depends on `time` and `hashing` (and `spec` for the
+//! partition cap).
 
 use serde::{Deserialize, Serialize};
 

@@ -12,6 +12,8 @@
 //! connection open while sending little holds almost nothing: a body must also keep up with
 //! [`BodyPolicy::min_rate`] after a grace period (the header timeout), or it is cut off and
 //! answered `408`.
+//!
+//! Depends on nothing outside `api`.
 
 use std::collections::HashMap;
 use std::pin::Pin;

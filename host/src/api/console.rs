@@ -3,6 +3,8 @@
 //! from the API with the token the person signs in with). A strict content security policy
 //! allows only these files and requests to this server: no inline script, nothing from
 //! elsewhere.
+//!
+//! Depends on nothing outside `api`.
 
 use axum::extract::Path;
 use axum::http::header;

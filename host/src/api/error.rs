@@ -1,5 +1,5 @@
 //! [`ApiError`]: what a client is told when a request fails. Internal details are logged once,
-//! never sent.
+//! never sent. Depends on `serve`.
 
 use axum::Json;
 use axum::http::StatusCode;

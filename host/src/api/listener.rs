@@ -10,6 +10,8 @@
 //! still arriving is held to the timeouts (and to a minimum rate, in `bodies`), and an answer,
 //! once begun, to the idle timeout again.
 //! At the cap, new connections wait in the kernel's backlog until one closes.
+//!
+//! Depends on nothing else of the crate.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -4,6 +4,9 @@
 //! Auth runs as middleware before any body is read, deciding from the route table (`routes`)
 //! by the matched route, so an unauthenticated or unauthorised request is refused with 401 or
 //! 403 whatever it carries, and changes nothing.
+//!
+//! Depends on `serve` (the domain), and on `operator`, `checkpoint` and `names` for request and
+//! response shapes.
 
 mod bodies;
 mod console;

@@ -1,6 +1,6 @@
 //! `GET /openapi.json`: the API described for tools (OpenAPI 3.1), generated from the route
 //! table (`routes`), so every route and every status it can answer is in it. `docs/api.md` is
-//! the prose version.
+//! the prose version. Depends on `serve`.
 
 use axum::Json;
 use serde_json::{Map, Value, json};

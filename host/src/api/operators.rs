@@ -1,4 +1,4 @@
-//! `/v1/operators`: the registry.
+//! `/v1/operators`: the registry. Depends on `names`, `operator` and `serve`.
 
 use std::sync::Arc;
 

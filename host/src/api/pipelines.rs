@@ -1,5 +1,6 @@
 //! `/v1/pipelines`: create, start, stop, delete, status, ingest, results, rollout, rollback,
-//! promote. Request and response shapes live here; what they do is `serve`'s.
+//! promote. Request and response shapes live here; what they do is `serve`'s. Depends on `names`
+//! and `serve`.
 
 use std::convert::Infallible;
 use std::io::{BufRead, Seek};

@@ -2,6 +2,8 @@
 //! status it can answer. Authorisation decides from this table by the matched route (method and
 //! route template), never from the path's text, and `/openapi.json` is generated from it, so
 //! the document, the checks and the router cannot drift apart.
+//!
+//! Depends on `serve`.
 
 use axum::http::Method;
 

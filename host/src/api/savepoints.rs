@@ -1,6 +1,7 @@
 //! `/v1/pipelines/{name}/savepoints` and `/replay`: take, list and delete a pipeline's
 //! savepoints, create a new pipeline from one, and replay its recorded input through two
-//! versions. Request and response shapes live here; what they do is `serve`'s.
+//! versions. Request and response shapes live here; what they do is `serve`'s. Depends on
+//! `checkpoint`, `names` and `serve`.
 
 use std::sync::Arc;
 

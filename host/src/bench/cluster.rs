@@ -1,6 +1,7 @@
 //! `weir bench nats --workers W`: the count-sum shared by `W` `weir worker` processes through
 //! the NATS server (see `cluster`), from the moment the workers start until every window's
-//! result is in the results stream. A measurement, not a test.
+//! result is in the results stream. A measurement, not a test. Depends on `cluster`, `pipeline`,
+//! `source` and `time`.
 
 use std::collections::BTreeSet;
 use std::path::Path;

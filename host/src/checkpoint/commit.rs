@@ -2,6 +2,8 @@
 //! written in one redb transaction with the manifest and the checkpoint's figures, then the
 //! marker. The pipeline's collector gathers what this needs (after writing every earlier batch
 //! and syncing the sinks) and tells the shards once it returns (they went on meanwhile).
+//!
+//! Depends on `rollout`, `source`, `state`, `time` and `watermark`.
 
 use std::path::PathBuf;
 use std::time::Instant;

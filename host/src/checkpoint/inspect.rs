@@ -1,5 +1,5 @@
 //! `weir state`: reading a data directory offline: the last checkpoint's manifest, window
-//! metadata and state scopes, as JSON, optionally for one key.
+//! metadata and state scopes, as JSON, optionally for one key. Depends on `state`.
 
 use std::path::Path;
 

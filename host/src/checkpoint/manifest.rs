@@ -1,4 +1,5 @@
-//! The checkpoint manifest and figures.
+//! The checkpoint manifest and figures. Depends on `rollout`, `source`, `spec`, `time` and
+//! `watermark`.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,11 +1,14 @@
 //! Checkpoints: the manifest that ties state to input position and output position, its
 //! figures, the commit (one transaction, then the marker), recovery (which checkpoint a run
-//! resumes from, and what is refused), and savepoints (named copies of a checkpoint).
+//! resumes from, and what is refused), savepoints (named copies of a checkpoint), and reading a
+//! data directory offline for `weir state` (`inspect.rs`).
 //!
 //! The barrier's travel runs in `pipeline` (the router sends barriers, the shards hand over
 //! their changes and go on, the collector gathers them and, after the commit, tells the
 //! shards); what a checkpoint is, and how it is committed and recovered, is here. See
 //! `docs/design.md` for the on-disk layout.
+//!
+//! Depends on `fsutil`, `names`, `rollout`, `source`, `spec`, `state`, `time` and `watermark`.
 
 mod commit;
 mod inspect;

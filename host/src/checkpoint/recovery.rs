@@ -2,6 +2,8 @@
 //! file that is replaced, emptied or rolled back (its manifest older than the marker), or that
 //! holds another pipeline or another key, window or operator chain, is refused with what to do,
 //! never taken for a fresh start. Also the commit's last step, the marker.
+//!
+//! Depends on `fsutil`, `spec` and `state`.
 
 use std::path::{Path, PathBuf};
 

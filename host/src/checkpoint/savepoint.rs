@@ -10,6 +10,8 @@
 //! read after that: listing, forking and restoring open it read-only, without a lock that would
 //! keep another reader out and without ever creating it, so any number of callers may look at
 //! once, and a look racing a delete finds the savepoint gone rather than bringing it back.
+//!
+//! Depends on `fsutil`, `names` and `state`.
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,8 @@
 //! figures), and the checkpoint they follow, so a restore can check that a chain of them is
 //! unbroken. Little-endian lengths; every length is checked against what is left, since the
 //! bytes come from the server.
+//!
+//! Depends on `state`.
 
 use crate::state::{Change, StoredCheckpoint};
 

@@ -2,6 +2,8 @@
 //! `weir-pipelines` bucket and its components into the `weir-operators` object store by digest,
 //! so every worker runs the same code; and what the buckets say about a shared pipeline
 //! (`weir cluster status`).
+//!
+//! Depends on `fsutil`, `spec` and the cluster's connection.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -5,6 +5,8 @@
 //! succeeds) and kept by updates that expect its last revision; a renewal that finds the lease
 //! gone or anyone else's is `Lost`, never taken again in passing, so a worker that was presumed
 //! dead stops the slice, and a restarted worker waits for its former leases to expire.
+//!
+//! Depends on nothing outside `cluster` (its connection).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -14,8 +14,9 @@
 //! The pipeline's spec and operator components are shared through the same server
 //! (`deploy.rs`: `weir cluster deploy`); `worker.rs` is the worker's loop.
 //!
-//! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names`, `nats_client` and
-//! `source` (its NATS feed); nothing depends on it but the binary.
+//! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names`, `nats_client`, `source` (its
+//! NATS feed), `operator` (checking a rollout's component), `rollout` (its routing), `time` and
+//! `fsutil`; nothing depends on it but the binary and `bench` (`weir bench nats --workers`).
 
 mod delta;
 mod deploy;

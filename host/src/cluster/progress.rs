@@ -6,7 +6,8 @@
 //! the stream sequences between what it read and the last message on its subjects now: a
 //! worker that hangs shows a lag that grows, not the last one it reported.
 //!
-//! Depends on `pipeline` (a run's live figures) and the cluster's connection.
+//! Depends on `pipeline` (a run's live figures, through the runs `watermarks.rs` keeps),
+//! `periodic.rs` and the cluster's connection.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

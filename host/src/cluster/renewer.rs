@@ -2,6 +2,8 @@
 //! the worker's loop is busy with (a final upload, a sink waiting for an absent server). A slice
 //! whose lease is lost, or went unrenewed for a whole lease (the server unreachable from here),
 //! is fenced and told to stop from this thread at once; the worker's loop then reaps it.
+//!
+//! Depends on nothing outside `cluster` (`leases.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

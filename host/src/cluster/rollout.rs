@@ -4,6 +4,8 @@
 //! its slice runs, which switch at their next checkpoint barrier. A key lives in exactly one
 //! slice, so it moves to the new version (or back) once, at a barrier of its slice: no result
 //! is counted twice or lost, though slices switch at slightly different points of the input.
+//!
+//! Depends on `names`, `operator`, `pipeline`, `rollout`, `spec` and the cluster's connection.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

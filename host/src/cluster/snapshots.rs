@@ -1,14 +1,16 @@
-//! Slice checkpoints in object stores, one per slice (`weir-checkpoints-<pipeline>-<i>`: a
-//! listing then reads only its own slice's objects, which no other slice's uploads can keep
-//! going), incremental like the local ones: under `<pipeline>/slice-<i>/`, a **base** (`base-<epoch>-<id>`: a copy of the slice's
-//! state file as of checkpoint `id`) and the **deltas** after it (`delta-<epoch>-<id>`: the
-//! changes of the checkpoints up to `id`, each naming the one it follows, `delta.rs`). The
-//! epoch is the revision of the lease under which they were written: a new owner starts its
-//! own epoch with a base, so whatever a worker that lost its lease still writes (a lower
-//! epoch) is never mixed into the chain. A new base is written when the deltas since the last
-//! one outgrow it; older objects are deleted then. [`Uploader`] uploads a running slice's
-//! checkpoints in the background; [`Snapshots::restore`] rebuilds the last one into a data
+//! Slice checkpoints in object stores, one per slice (`weir-checkpoints-<pipeline>-<i>`: a listing
+//! then reads only its own slice's objects, which no other slice's uploads can keep going),
+//! incremental like the local ones: under `<pipeline>/slice-<i>/`, a **base** (`base-<epoch>-<id>`:
+//! a copy of the slice's state file as of checkpoint `id`) and the **deltas** after it
+//! (`delta-<epoch>-<id>`: the changes of the checkpoints up to `id`, each naming the one it
+//! follows, `delta.rs`). The epoch is the revision of the lease under which they were written: a
+//! new owner starts its own epoch with a base, so whatever a worker that lost its lease still
+//! writes (a lower epoch) is never mixed into the chain. A new base is written when the deltas
+//! since the last one outgrow it; older objects are deleted then. [`Uploader`] uploads a running
+//! slice's checkpoints in the background; [`Snapshots::restore`] rebuilds the last one into a data
 //! directory for the slice's next run.
+//!
+//! Depends on `checkpoint`, `pipeline`, `state`, `time` and the cluster's connection.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};

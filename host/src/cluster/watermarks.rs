@@ -11,7 +11,8 @@
 //! between owners still holds the others at its last published watermark, and a new owner
 //! resumes from its checkpoint, at or below it.
 //!
-//! Depends on `pipeline` (a run's shared watermark) and the cluster's connection.
+//! Depends on `pipeline` (a run's shared watermark), `time`, `periodic.rs` and the cluster's
+//! connection.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

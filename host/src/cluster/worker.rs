@@ -4,6 +4,8 @@
 //! the `i mod n`-th of the `n` live members, sorted), gives up the slices that are no longer
 //! its own (a final checkpoint, uploaded, then the lease released) and takes those that are
 //! free (the last uploaded checkpoint restored, then a run started from it).
+//!
+//! Depends on `pipeline`, `rollout`, `source`, `spec`, `time` and the rest of `cluster`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! `weir bench`: its options, and each mode (the count-sum, checkpoints, recovery, Nexmark,
-//! NATS) run and reported.
+//! NATS) run and reported. Uses the library's `bench` and `spec`.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,6 @@
 //! How `weir bench` prints what it measured: one line per operator with events per second,
-//! CPU per event and the ratios to native, and the medians and ranges of several runs.
+//! CPU per event and the ratios to native, and the medians and ranges of several runs. Uses the
+//! library's `bench` and `pipeline`.
 
 /// One operator's figures in one run of the count-sum benchmark.
 pub(crate) struct Measured {

@@ -1,4 +1,5 @@
-//! `weir cluster` (deploy, status, rollout, rollback of a shared pipeline) and `weir worker`.
+//! `weir cluster` (deploy, status, rollout, rollback of a shared pipeline) and `weir worker`. Uses
+//! the library's `api` and `cluster`.
 
 use std::path::PathBuf;
 

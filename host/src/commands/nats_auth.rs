@@ -1,6 +1,6 @@
 //! `--nats-creds`, `--nats-user` and the other flags that say how the NATS clients of a
 //! command authenticate, for the commands that connect to NATS (`run`, `serve`, `worker`,
-//! `cluster`, `bench nats`).
+//! `cluster`, `bench nats`). Uses the library's `nats_client`.
 
 use std::path::PathBuf;
 

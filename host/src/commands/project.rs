@@ -1,5 +1,5 @@
 //! `weir new`, `weir build` and `weir deploy`: an operator project from creation to the
-//! registry.
+//! registry. Uses the library's `project`.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! `weir replay`: a served pipeline's recorded input through two operator versions.
+//! `weir replay`: a served pipeline's recorded input through two operator versions. Uses the
+//! library's `client` and `names`.
 
 /// The options of `weir replay`.
 #[derive(Debug, clap::Args)]

@@ -1,4 +1,5 @@
-//! `weir run`: a pipeline spec over its input, with a progress line on a terminal.
+//! `weir run`: a pipeline spec over its input, with a progress line on a terminal. Uses the
+//! library's `api`, `pipeline`, `spec` and `time`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! `weir savepoint`: named copies of a pipeline's last checkpoint, in a data directory or on
-//! a server.
+//! a server. Uses the library's `checkpoint`, `client`, `names` and `spec`.
 
 use std::path::PathBuf;
 

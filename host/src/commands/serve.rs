@@ -1,5 +1,5 @@
 //! `weir serve`: its options, turned into the server's limits, and the server run until a
-//! signal.
+//! signal. Uses the library's `api`, `serve` and `time`.
 
 use std::path::PathBuf;
 

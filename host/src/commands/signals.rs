@@ -1,4 +1,5 @@
-//! SIGINT and SIGTERM: the first stops the command cleanly, a second exits at once.
+//! SIGINT and SIGTERM: the first stops the command cleanly, a second exits at once. Uses the
+//! library's `pipeline`.
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! `weir state`: the state in a data directory, offline and read-only.
+//! `weir state`: the state in a data directory, offline and read-only. Uses the library's
+//! `checkpoint`.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,6 @@
 //! Output: the JSON Lines records Weir writes (results, enriched events, late events, dead
-//! letters) and the sinks that receive them.
+//! letters) and the sinks that receive them. Depends on `event`, `field_name`, `hashing`,
+//! `nats_client`, `spec`, `time`, `value` and `window`.
 
 mod nats;
 mod record;

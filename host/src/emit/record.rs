@@ -1,4 +1,5 @@
-//! The output record formats. One JSON object per line; see the README's "Output" section.
+//! The output record formats. One JSON object per line; see the README's "Output" section. Depends
+//! on `event`, `field_name`, `hashing`, `time`, `value` and `window`.
 
 use serde::Serialize;
 

@@ -10,6 +10,8 @@
 //! publishes each record with its `id` as `Nats-Msg-Id` and waits for every acknowledgement
 //! before a checkpoint records its position: the records a restart publishes again are the
 //! same, with the same ids, and the stream's de-duplication window drops them.
+//!
+//! Depends on `spec`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};

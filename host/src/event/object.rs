@@ -17,6 +17,8 @@
 //! `$serde_json::private::RawValue` as raw JSON held in a string. Here every top-level key is a
 //! field name, that one included; nested values are read by `serde_json::Value` as before (so
 //! a key field holding such an object holds the JSON of its string).
+//!
+//! Depends on `field_name`, `hashing` and `value`.
 
 use super::DecodeError;
 use std::fmt;

@@ -4,7 +4,7 @@
 //! the collector, where each "event" is such a partial, folded in with the operator's `merge`,
 //! and finishes the window as usual.
 //!
-//! Depends on the operator traits and the state codec.
+//! Depends on the operator traits, the state codec, `event`, `time` and `value`.
 
 use std::sync::Arc;
 

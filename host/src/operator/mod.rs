@@ -3,8 +3,8 @@
 //!
 //! Three outcomes are kept apart (see [`OperatorError`]): the operator rejects its input (a dead
 //! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
-//! Depends on `state`, `value`, `event`, `field_name` and `window` (for the [`Window`] type
-//! only).
+//! Depends on `state`, `value`, `event`, `field_name`, `time` (for the [`Window`] type), `spec`
+//! (stored operator code and the sandbox's limits), `names`, `fsutil`, `hashing` and `prefetch`.
 
 pub mod combine;
 pub mod native;

@@ -5,6 +5,8 @@
 //! (size, a real component, one of Weir's worlds, imports Weir provides) before anything is
 //! written; versions are immutable. A damaged metadata file is reported and skipped: the rest of
 //! the registry stays usable.
+//!
+//! Depends on `fsutil`, `names`, `spec` and `time`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

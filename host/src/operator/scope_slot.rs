@@ -2,6 +2,8 @@
 //! that is applied only when the call succeeds, so a call that traps or returns an error leaves
 //! the state exactly as it was, at a cost proportional to what the call wrote (not to the
 //! state's size).
+//!
+//! Depends on `state` and `value`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -3,6 +3,8 @@
 //! `build.mjs`), Rust through `cargo build --target wasm32-wasip2`. The WIT contract and the
 //! Python and JavaScript SDKs travel inside the `weir` binary and are written next to the build,
 //! so a project needs nothing of this repository.
+//!
+//! Depends on nothing outside `project`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

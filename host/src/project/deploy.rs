@@ -1,5 +1,6 @@
 //! `weir deploy`: uploads a built component to a running `weir serve` as one version of a
-//! registry operator (`POST /v1/operators/{name}/{version}`), with an admin token.
+//! registry operator (`POST /v1/operators/{name}/{version}`), with an admin token. Depends on
+//! `client` and `names`.
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,8 @@
 //! [`build`] turns one into a component with the language's toolchain (`weir build`), and
 //! [`deploy`] uploads the component to a running `weir serve` (`weir deploy`).
 //!
-//! A leaf of the crate: it depends on `names` only, and nothing in the runtime depends on it.
+//! A leaf of the crate: it depends on `names` and `client` (`weir deploy`'s upload) only, and
+//! nothing in the runtime depends on it.
 
 use std::path::{Path, PathBuf};
 

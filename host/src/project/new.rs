@@ -2,6 +2,8 @@
 //! tumbling count-sum example of that language (tested with the examples), the pipeline spec
 //! runs it over the example's sample events, and the SDK is copied in so that the language's own
 //! test runner works without setup.
+//!
+//! Depends on `names`.
 
 use std::path::{Path, PathBuf};
 

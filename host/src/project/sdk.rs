@@ -2,6 +2,8 @@
 //! SDKs, and the tumbling count-sum example of each language as `weir new`'s template. All are
 //! the repository's own files, embedded at compile time, so a project needs nothing else of
 //! the repository (a test checks that every SDK file is embedded).
+//!
+//! Depends on nothing outside `project`.
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,8 @@
 //! of every key's events, with its own copy of the state, and its results are compared with the
 //! live version's. Per-version counters feed the status API, the metrics and the automatic
 //! rollback [`Policy`].
+//!
+//! Depends on `event`, `operator`, `state`, `time` and `value`.
 
 mod policy;
 mod versioned;

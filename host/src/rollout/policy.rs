@@ -1,5 +1,6 @@
 //! Automatic rollback: a [`Policy`] of maximum trap and error rates over a sliding window, and
-//! [`RateWatch`], which keeps the candidate's counter history to evaluate it.
+//! [`RateWatch`], which keeps the candidate's counter history to evaluate it. Depends on nothing
+//! outside `rollout`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

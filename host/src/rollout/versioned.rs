@@ -1,6 +1,6 @@
 //! [`VersionedAggregate`]: a shard's live aggregate and, during a rollout, its candidate,
 //! dispatching each call by the key's bucket, counting calls per version, and running the
-//! candidate in shadow when asked.
+//! candidate in shadow when asked. Depends on `event`, `operator`, `state`, `time` and `value`.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

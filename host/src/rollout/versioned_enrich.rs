@@ -4,6 +4,8 @@
 //! what the other wrote. In shadow mode the candidate serves nothing: each call runs it too, on
 //! a copy of the key's state as it was before the call (its writes are dropped), and its output
 //! is compared with the live version's; the comparison goes to the shadow log.
+//!
+//! Depends on `event`, `operator` and `value`.
 
 use std::io::Write;
 

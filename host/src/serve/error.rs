@@ -1,5 +1,6 @@
 //! The errors of the server's domain: [`ServeError`] when it starts, [`RequestError`] when a
-//! request fails. The HTTP layer maps each `RequestError` kind to one status.
+//! request fails. The HTTP layer maps each `RequestError` kind to one status. Depends on
+//! `checkpoint`, `fsutil`, `names`, `operator` and `source`.
 
 use std::path::PathBuf;
 

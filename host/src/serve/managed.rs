@@ -6,6 +6,8 @@
 //! not, the rollout and any rollback reason), `ingest.jsonl` and its later segments
 //! `ingest.jsonl.<offset>` (the durable ingest log an HTTP source reads), `data/` (state and
 //! checkpoints), `out/` (results, late events, dead letters, shadow results).
+//!
+//! Depends on `fsutil`, `operator`, `rollout` and `spec`.
 
 use std::path::{Path, PathBuf};
 

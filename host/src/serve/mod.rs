@@ -7,6 +7,9 @@
 //! Each pipeline has its own lock ([`Slot`]); the table of pipelines is locked only to look a
 //! name up, and no lock is held while waiting for a pipeline thread, so one busy pipeline never
 //! blocks another's calls.
+//!
+//! Depends on `checkpoint`, `fsutil`, `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
+//! `state` and `time`; `api` depends on it, never the reverse.
 
 mod error;
 mod managed;

@@ -3,6 +3,8 @@
 //! NATS sink's `"nats"`) become their URLs. A caller of the API names a server; it never gives
 //! an address, so it cannot make the server connect where it likes. Specs are stored with the
 //! names, so a restart with another URL for a name moves every pipeline that uses it.
+//!
+//! Depends on `names`.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! Rollout requests as the API receives them, and the checked [`RolloutPlan`] a pipeline keeps
-//! in its desired state.
+//! in its desired state. Depends on `names`, `rollout` and `time`.
 
 use serde::{Deserialize, Serialize};
 

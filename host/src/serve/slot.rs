@@ -5,6 +5,9 @@
 //! The slot's lock is held only for short bookkeeping; waiting for the pipeline thread (a stop,
 //! a final checkpoint) and writing the ingest log happen outside it, so a busy pipeline cannot
 //! block calls about itself for long, nor any call about another pipeline.
+//!
+//! Depends on `checkpoint`, `fsutil`, `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
+//! `state` and `time`.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! a presented token is compared with every configured one in constant time. A token's quotas
 //! (how many pipelines and operator versions it may own) travel with the request as its
 //! [`Caller`].
+//!
+//! Depends on `names`.
 
 use std::path::Path;
 

@@ -3,6 +3,8 @@
 //! Event `i` has key `k{n}` (n pseudo-random below `keys`), timestamp
 //! `i * interval_ms - delay` (delay pseudo-random up to `max_delay_ms`, giving disorder), and an
 //! integer `amount` from 0 to 99. The same spec always gives the same events.
+//!
+//! Depends on `event`, `field_name`, `spec` and `value`.
 
 use compact_str::CompactString;
 

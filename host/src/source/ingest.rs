@@ -22,6 +22,8 @@
 //! quiet: a clock line and `#weir advance_ms=<ms>`, the wall-clock time since the previous
 //! batch of any kind. The reader moves the watermark on by that much, so the advance is part of
 //! the input and a replay makes the same one at the same place.
+//!
+//! Depends on `fsutil` and `time`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

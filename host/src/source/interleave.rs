@@ -4,6 +4,8 @@
 //! file's line comes [`Record::Partition`] naming it, and when a file ends,
 //! [`Record::PartitionEnd`], so it no longer holds the watermark back. Lines are numbered over
 //! the whole input; the position records each file's own.
+//!
+//! Depends on nothing outside `source`.
 
 use std::sync::Arc;
 

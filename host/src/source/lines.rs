@@ -3,6 +3,8 @@
 //! line becomes a dead letter when decoded). A file resumes by seeking to a byte offset; other
 //! streams (standard input) resume by skipping the lines already processed, so piping the same
 //! input again continues where the last checkpoint left off.
+//!
+//! Depends on nothing outside `source`.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};

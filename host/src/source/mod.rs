@@ -1,6 +1,11 @@
-//! Sources: where events come from. A JSON Lines file, standard input, a deterministic
-//! generator, the Nexmark benchmark's events, or the ingest log `weir serve` writes. Each yields records in arrival order,
-//! numbered by line from 1, and says where it is ([`SourcePosition`]) for checkpoints.
+//! Sources: where events come from. A JSON Lines file, several files read as partitions
+//! (`interleave.rs`, `[source] type = "files"`), standard input, a deterministic generator, the
+//! Nexmark benchmark's events, the ingest log `weir serve` writes, or a NATS JetStream stream
+//! (`nats.rs`; `nats_feed.rs` shares one consumer among a process's runs). Each yields records
+//! in arrival order, numbered by line from 1, and says where it is ([`SourcePosition`]) for
+//! checkpoints.
+//!
+//! Depends on `event`, `field_name`, `fsutil`, `nats_client`, `spec`, `time` and `value`.
 
 mod generator;
 mod ingest;

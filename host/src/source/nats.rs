@@ -13,6 +13,8 @@
 //! server not reached when the source first opens is a mistake in the spec: the first open
 //! fails after `nats_client::FIRST_CONNECT`, saying whether a server refused or none
 //! answered.
+//!
+//! Depends on `nats_client` and `spec`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,6 +4,8 @@
 //! the stream once, from the lowest position subscribed (going back when a run that is behind
 //! subscribes), and hands each message to every run that has not had it, waiting for the
 //! slowest (backpressure). Without it, every slice read the stream over the network again.
+//!
+//! Depends on `spec`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};

@@ -9,7 +9,7 @@
 //! by the spec's seed and `n` alone, so any event can be generated without the ones before it:
 //! the same spec gives the same events, and a resumed run continues exactly.
 //!
-//! Depends on `spec`, `event`, `field_name` and `value`.
+//! Depends on `spec`, `event`, `field_name`, `time` and `value`.
 
 use compact_str::{CompactString, format_compact};
 

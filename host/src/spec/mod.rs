@@ -20,7 +20,8 @@
 //! This file holds [`SpecError`], [`PipelineSpec`] and how a spec is loaded, and re-exports
 //! every public item: the rest of Weir names them `crate::spec::X`, never a section. Each
 //! section depends on `values` and at most one other (`watermark` and `sinks` on `source`,
-//! `operators` on `window`); only `raw` and `served` see every section.
+//! `operators` on `window`); only `raw` sees every section (`served` judges the raw forms of
+//! `source`, `operators`, `state` and `sinks`).
 //!
 //! Depends on `time` and `names` only (the fuzz target compiles it with just those), so any
 //! module may depend on it.

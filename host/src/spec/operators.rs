@@ -2,7 +2,7 @@
 //! sinks (enrichers, one windowed aggregate, further stages aggregating its results, a join of
 //! two kinds of event, a global or pre-aggregated aggregate), with their raw forms and checks.
 //!
-//! Depends on `values`, `window` (a stage has its own windows) and `names`.
+//! Depends on `values`, `window` (a stage has its own windows), `names` and `time`.
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! its check, which hands each section to its module's check in turn and gathers the results
 //! into a [`PipelineSpec`].
 //!
-//! Depends on every section.
+//! Depends on every section, and on `names` (the pipeline's name).
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! `idle_timeout`, `partition_field`), with their raw forms, defaults and checks. What the
 //! watermark may do depends on the source, so the checks take the checked [`SourceSpec`].
 //!
-//! Depends on `values` and `source`.
+//! Depends on `values`, `source` and `time`.
 
 use serde::Deserialize;
 

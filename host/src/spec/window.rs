@@ -2,7 +2,7 @@
 //! allowed lateness, and how window results are written (on close, as a changelog, or early),
 //! with their raw forms, limits and checks. A stage's `[stages.window]` is checked here too.
 //!
-//! Depends on `values` only.
+//! Depends on `values` and `time` only.
 
 use serde::Deserialize;
 

@@ -2,6 +2,8 @@
 //!
 //! Keys hash into a fixed space of [`KEY_GROUPS`] groups. The number and the hash are fixed
 //! forever, so that state can later move between shards and machines group by group.
+//!
+//! Depends on `time`.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! [`MemoryBackend`]: state in a hash map, gone when the process ends.
+//! [`MemoryBackend`]: state in a hash map, gone when the process ends. Depends on `hashing`.
 
 use crate::hashing::HashMap;
 

@@ -1,7 +1,8 @@
 //! Operator state: what one scope (a key, or a key and window) holds, how it is addressed, and
 //! the [`StateBackend`] trait with its in-memory and redb implementations.
 //!
-//! Knows nothing of Wasm, windows' semantics or HTTP.
+//! Knows nothing of Wasm, windows' semantics or HTTP. Depends on `time`, `value`, `hashing` and
+//! `fsutil` only.
 
 mod codec;
 mod key;

@@ -9,6 +9,8 @@
 //!   scopes in `state` and the bytes of their values (two little-endian u64), kept by each
 //!   commit from what its inserts and removals replace;
 //! - `checkpoints`: checkpoint id → that checkpoint's figures (JSON), the last 100.
+//!
+//! Depends on `fsutil` and `hashing`.
 
 use crate::hashing::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! [`ScopeState`]: the named values and named maps of one scope.
+//! [`ScopeState`]: the named values and named maps of one scope. Depends on `value`.
 
 use std::collections::BTreeMap;
 

@@ -2,6 +2,8 @@
 //! `tumbling-count-sum` example component, so benchmarks compare like with like: like the
 //! component (contract 0.3), it takes windows many to a call and reads each window's amounts
 //! from the router's crossings where it has them.
+//!
+//! Depends on `event`, `field_name`, `time` and `value`.
 
 use std::sync::OnceLock;
 

@@ -1,6 +1,7 @@
 //! Native operators, compiled into the host: the twins of example components that benchmarks
 //! compare Wasm against, each with exactly its component's results. A spec names one with
-//! `native = "<name>"`; [`AGGREGATES`] and [`ENRICHERS`] list them.
+//! `native = "<name>"`; [`AGGREGATES`] and [`ENRICHERS`] list them. Depends on `event`,
+//! `field_name`, `time` and `value`.
 
 mod count_sum;
 mod nexmark;

@@ -9,6 +9,8 @@
 //! - Q7 [`HighestBid`]: per window, the highest bid (ties: the lower auction, then bidder).
 //! - Q8 [`NewUsers`]: per person and window, the name and auctions opened, if both (a join).
 //! - Q11 [`SessionBids`]: per bidder session, the number of bids.
+//!
+//! Depends on `event`, `field_name`, `time` and `value`.
 
 use std::cmp::Reverse;
 

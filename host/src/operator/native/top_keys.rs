@@ -1,5 +1,6 @@
 //! [`TopKeys`]: the native twin of the `top-keys` example component: per window, the three keys
-//! with the highest `count` (ties to the lower key), as `key_1`, `count_1`, ... .
+//! with the highest `count` (ties to the lower key), as `key_1`, `count_1`, ... . Depends on
+//! `event`, `time` and `value`.
 
 use crate::event::Event;
 use crate::time::Window;

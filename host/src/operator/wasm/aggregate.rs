@@ -1,5 +1,6 @@
 //! [`WasmAggregate`]: the `aggregate` interface of a component (any version of the contract),
-//! and a 0.3 component's `windows`, as an [`AggregateOperator`].
+//! and a 0.3 component's `windows`, as an [`AggregateOperator`]. Depends on `event`, `field_name`,
+//! `state`, `time` and `value`.
 
 use super::*;
 use crate::field_name::FieldName;

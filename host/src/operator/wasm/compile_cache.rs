@@ -1,6 +1,7 @@
 //! The compiled-component cache on disk: wasmtime's compiled form of each component, so that a
 //! restart of `weir run` or `weir serve` loads a 15 MB Python or JavaScript operator in
-//! milliseconds instead of compiling it again for seconds. Depends on wasmtime and `fsutil` only.
+//! milliseconds instead of compiling it again for seconds. Depends on wasmtime, `sha2`,
+//! `tracing` and `fsutil` only.
 //!
 //! An entry is named by what determines its bytes: the SHA-256 of the component and a
 //! fingerprint of the engine (wasmtime's version and every setting that changes compiled code,

@@ -4,6 +4,8 @@
 //! [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
 //! `add-windows` calls from these), by the state imports ([`super::scope_host`]), and by the
 //! router, which takes each event's [`Projection::sole_crossing`].
+//!
+//! Depends on `event`, `field_name`, `hashing`, `prefetch` and `value`.
 
 use super::*;
 use crate::event::{Crossing, CrossingNumber};

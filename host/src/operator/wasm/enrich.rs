@@ -1,5 +1,5 @@
 //! [`WasmEnrich`]: the `enrich` interface of a component (either version of the contract), as
-//! an [`EnrichOperator`].
+//! an [`EnrichOperator`]. Depends on `event`, `field_name` and `value`.
 
 use super::*;
 use crate::field_name::{FieldName, NameCache};

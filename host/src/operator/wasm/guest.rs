@@ -1,6 +1,6 @@
 //! One guest instance in its store: instantiation under time and memory limits, WASI with
 //! nothing behind it, frozen clocks, and the call that lends scopes to the guest, keeps or
-//! drops its writes, and replaces a trapped instance.
+//! drops its writes, and replaces a trapped instance. Depends on `state`.
 
 use super::*;
 use crate::operator::quota::{CallMeter, CpuQuota, MemoryPool, StateQuota};

@@ -1,16 +1,21 @@
 //! WebAssembly operators: the wasmtime engine, loading and checking components, the linker with
 //! the state imports, and per-shard instances with time and memory limits. Split the way
 //! wasmtime splits `runtime/component/`: `runtime` (engine, linker, loading, the cache),
-//! `guest` (instantiation, limits, the call), `scope_host` (the state imports), `convert`
-//! (values across the boundary), `aggregate` and `enrich` (the two bindings, each for both
-//! versions of the contract: `weir:operator@0.1.0`, rows and a call per state value, and
-//! `@0.2.0`, columns and the named values passed with the call).
+//! `compile_cache` (compiled components on disk), `guest` (instantiation, limits, the call),
+//! `scope_host` (the state imports), `convert` (values across the boundary), `aggregate` and
+//! `enrich` (the two bindings, each for both versions of the contract: `weir:operator@0.1.0`,
+//! rows and a call per state value, and `@0.2.0`, columns and the named values passed with the
+//! call; `aggregate` also for `@0.3.0`'s `windows`, many windows to a call), and `window_call`
+//! (one window's part of such a call).
 //!
 //! Every guest call runs under an epoch deadline (a ticker thread advances the engine's epoch)
 //! and a memory cap. A guest that traps is replaced by a fresh instance from its pre-instantiated
 //! component; its state lives in the host, so nothing is lost. Guests get WASI with an empty
 //! context: no files, no network, no environment, and clocks frozen at the epoch, since event
 //! time, not wall time, is what an operator may depend on.
+//!
+//! Depends on `event`, `field_name`, `fsutil`, `hashing`, `prefetch`, `spec`, `state`, `time`
+//! and `value`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -1,5 +1,5 @@
 //! The engine, the linker with Weir's imports, loading and checking components (world,
-//! imports, digest), and the compiled-component cache of this process.
+//! imports, digest), and the compiled-component cache of this process. Depends on `spec`.
 
 use super::compile_cache::CompileCache;
 use super::*;

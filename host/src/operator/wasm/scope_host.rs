@@ -1,4 +1,5 @@
-//! The host side of the `scope` resource: the state imports a guest calls during a call.
+//! The host side of the `scope` resource: the state imports a guest calls during a call. Depends on
+//! nothing outside `operator`.
 
 use super::*;
 

@@ -1,7 +1,7 @@
 //! One window's part of a 0.3 `add-windows` call: its events' times, and each crossing field's
 //! values, field after field, in the list they fit (integers, floats, or values of any kind).
 //! Used by [`super::aggregate`]; depends on [`super::convert`], `event` (the router's
-//! [`Crossing`]s), `field_name` and `prefetch`.
+//! [`Crossing`]s), `field_name`, `prefetch`, `value` and the operator's errors.
 
 use std::rc::Rc;
 

@@ -9,6 +9,8 @@
 //! where it closed live; the answer shows only the keys asked for (or a deterministic sample),
 //! and the windows within the time range. Like the live pipeline, a replay ends where its input
 //! ends without closing the windows still open there.
+//!
+//! Depends on `checkpoint`, `names`, `operator`, `pipeline`, `source`, `spec`, `state` and `time`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! while it is stopped, listed, deleted, and copied with the ingest log that follows them into
 //! a new pipeline's directory. A savepoint pins the ingest log from its input offset on, so the
 //! events after it stay available to a fork (and a replay) until it is deleted.
+//!
+//! Depends on `checkpoint`, `names` and `source`.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -26,6 +26,16 @@ pub enum CheckpointError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// A row of the checkpoint cannot be restored.
+    #[error("data directory {dir}: {what}{source}")]
+    Row {
+        /// The data directory.
+        dir: PathBuf,
+        /// Where the row is (empty, or the part of the pipeline followed by ": ").
+        what: &'static str,
+        /// What is wrong with it.
+        source: crate::state::RowError,
+    },
     /// The checkpoint marker could not be written.
     #[error("cannot write {path}: {source}")]
     Marker {

@@ -430,10 +430,11 @@ fn restore_shard(
     };
     shard
         .restore(watermark, &windows, &state)
-        .map_err(|message| {
-            PipelineError::from(CheckpointError::Damaged {
+        .map_err(|source| {
+            PipelineError::from(CheckpointError::Row {
                 dir: dir.to_owned(),
-                message,
+                what: "",
+                source,
             })
         })
 }
@@ -537,10 +538,11 @@ pub(super) fn build_stages(
         let windows = store.scan(true, &[], &[0xff; 3])?;
         stages
             .restore(resume.watermark, &windows)
-            .map_err(|message| {
-                PipelineError::from(CheckpointError::Damaged {
+            .map_err(|source| {
+                PipelineError::from(CheckpointError::Row {
                     dir: dir.to_owned(),
-                    message: format!("the stages' windows: {message}"),
+                    what: "the stages' windows: ",
+                    source,
                 })
             })?;
     }

@@ -108,17 +108,21 @@ impl Enrichment {
     }
 
     /// Re-arms the expiry of restored keys (`rows`: this shard's part of the state table).
-    pub fn restore(&mut self, rows: &[TableRow]) -> Result<(), String> {
+    pub fn restore(&mut self, rows: &[TableRow]) -> Result<(), crate::state::RowError> {
+        use crate::state::RowError;
         let Some(ttl) = self.ttl else { return Ok(()) };
         for row in rows {
             let Some(key) = StateKey::decode(&row.key) else {
-                return Err("a state key is malformed".into());
+                return Err(RowError::MalformedKey("state"));
             };
             if key.operator != self.index || key.namespace != Namespace::Global {
                 continue;
             }
-            let state: ScopeState = crate::state::decode_scope(&row.value)
-                .map_err(|e| format!("a state scope is unreadable: {e}"))?;
+            let state: ScopeState =
+                crate::state::decode_scope(&row.value).map_err(|source| RowError::Scope {
+                    what: "a state scope",
+                    source,
+                })?;
             if let Some(last) = state.last_event {
                 self.expiry.set(key.key, last.saturating_add(ttl));
             }

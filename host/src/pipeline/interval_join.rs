@@ -108,14 +108,18 @@ impl IntervalJoin {
 
     /// Re-arms the expiry of restored kept events (`rows`: this shard's part of the state
     /// table).
-    pub fn restore(&mut self, rows: &[TableRow]) -> Result<(), String> {
+    pub fn restore(&mut self, rows: &[TableRow]) -> Result<(), crate::state::RowError> {
+        use crate::state::RowError;
         for row in rows {
-            let key = StateKey::decode(&row.key).ok_or("a state key is malformed")?;
+            let key = StateKey::decode(&row.key).ok_or(RowError::MalformedKey("state"))?;
             if key.operator != INTERVAL_JOIN_OPERATOR {
                 continue;
             }
-            let state = crate::state::decode_scope(&row.value)
-                .map_err(|e| format!("an interval join's state is unreadable: {e}"))?;
+            let state =
+                crate::state::decode_scope(&row.value).map_err(|source| RowError::Scope {
+                    what: "an interval join's state",
+                    source,
+                })?;
             if let Some(at) = self.first_expiry(&state) {
                 self.expiry.set(key.key, at);
             }

@@ -12,7 +12,7 @@ use super::outcome::{Rejects, ShardError};
 use crate::event::{Share, Staged};
 use crate::operator::{Limits, LoadError, Projection, VersionCode};
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedAggregate};
-use crate::state::{Change, StateBackend, TableRow};
+use crate::state::{Change, RowError, StateBackend, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY};
 use crate::window::{Context, EngineOutput, Timeline, WindowEngine};
 
@@ -128,7 +128,7 @@ impl Shard {
         watermark: Millis,
         windows: &[TableRow],
         state: &[TableRow],
-    ) -> Result<(), String> {
+    ) -> Result<(), RowError> {
         self.watermark = watermark;
         if let Some(join) = &mut self.join {
             join.restore(state)?;

@@ -267,7 +267,11 @@ impl Stages {
 
     /// Restores the stages' open windows from a checkpoint's window rows (of every operator:
     /// each stage takes its own) at `watermark`.
-    pub fn restore(&mut self, watermark: Millis, windows: &[TableRow]) -> Result<(), String> {
+    pub fn restore(
+        &mut self,
+        watermark: Millis,
+        windows: &[TableRow],
+    ) -> Result<(), crate::state::RowError> {
         for stage in &mut self.stages {
             let index = stage.engine.operator_index();
             let own: Vec<TableRow> = windows

@@ -18,6 +18,30 @@ pub use redb_backend::{
 };
 pub use scope::ScopeState;
 
+/// Why a checkpoint's stored row (of the state or the windows table) cannot be restored: the
+/// checkpoint is damaged or from an incompatible version.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RowError {
+    /// The row's key does not decode.
+    #[error("a {0} key is malformed")]
+    MalformedKey(&'static str),
+    /// A window row whose key names no window.
+    #[error("a window row has no window")]
+    NoWindow,
+    /// A window's record does not decode.
+    #[error("a window record is unreadable: {0}")]
+    WindowRecord(#[source] serde_json::Error),
+    /// A scope's state does not decode.
+    #[error("{what} is unreadable: {source}")]
+    Scope {
+        /// Whose state.
+        what: &'static str,
+        /// Why.
+        source: CodecError,
+    },
+}
+
 /// Errors of the state backends.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -164,18 +164,14 @@ impl Calls {
     }
 
     /// Reports `events`, which the operator refused or trapped on, as dead letters; a host
-    /// failure stops the batch instead.
+    /// failure stops the batch instead (see [`counted`]).
     pub(super) fn failed(
         &self,
         error: OperatorError,
         events: &[&Event],
         out: &mut EngineOutput,
     ) -> Result<()> {
-        if let OperatorError::Host(message) = error {
-            return Err(EngineError::Host(message));
-        }
-        let trapped = matches!(error, OperatorError::Trapped(_));
-        out.traps += u64::from(trapped);
+        let (error, trapped) = counted(error, out)?;
         let reason = format!("{} {error}", self.operator_label);
         out.dead_letters
             .extend(events.iter().map(|event| DeadLetter {
@@ -196,11 +192,7 @@ impl Calls {
         error: OperatorError,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        if let OperatorError::Host(message) = error {
-            return Err(EngineError::Host(message));
-        }
-        let trapped = matches!(error, OperatorError::Trapped(_));
-        out.traps += u64::from(trapped);
+        let (error, trapped) = counted(error, out)?;
         out.dead_letters.push(DeadLetter {
             line: 0,
             raw: serde_json::json!({"key": &**key, "window_start": window.start, "window_end": window.end}).to_string(),
@@ -385,6 +377,17 @@ pub(super) fn remove_state(cx: &mut Context<'_>, key: &StateKey, stored: bool) -
         false => cx.state.remove_unstored(key)?,
     }
     Ok(())
+}
+
+/// An operator's failure as the engine takes it: a host failure stops the batch (`Err`);
+/// anything else is counted (a trap in `out.traps`) and handed back with whether it trapped.
+fn counted(error: OperatorError, out: &mut EngineOutput) -> Result<(OperatorError, bool)> {
+    if let OperatorError::Host(message) = error {
+        return Err(EngineError::Host(message));
+    }
+    let trapped = matches!(error, OperatorError::Trapped(_));
+    out.traps += u64::from(trapped);
+    Ok((error, trapped))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::inputs::StoredInput;
 use super::slab::WindowId;
-use crate::state::{Change, Namespace, StateKey, TableRow};
+use crate::state::{Change, Namespace, RowError, StateKey, TableRow};
 use crate::time::Window;
 use crate::value::Fields;
 
@@ -153,13 +153,13 @@ pub(super) fn closed_row(key: StateKey) -> Change {
 }
 
 /// A window's key, extent and metadata, read from its row.
-pub(super) fn decode_row(row: &TableRow) -> Result<(Arc<str>, Window, WindowRecord), String> {
-    let key = StateKey::decode(&row.key).ok_or("a window key is malformed")?;
+pub(super) fn decode_row(row: &TableRow) -> Result<(Arc<str>, Window, WindowRecord), RowError> {
+    let key = StateKey::decode(&row.key).ok_or(RowError::MalformedKey("window"))?;
     let Namespace::Window { start, end } = key.namespace else {
-        return Err("a window row has no window".into());
+        return Err(RowError::NoWindow);
     };
-    let record: WindowRecord = serde_json::from_slice(&row.value)
-        .map_err(|e| format!("a window record is unreadable: {e}"))?;
+    let record: WindowRecord =
+        serde_json::from_slice(&row.value).map_err(RowError::WindowRecord)?;
     Ok((key.key, Window { start, end }, record))
 }
 

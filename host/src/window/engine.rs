@@ -52,7 +52,7 @@ use super::sessions::{self, Merge, Plan};
 use super::slab::WindowId;
 use crate::event::{DeadCause, DeadLetter, Share, Staged};
 use crate::spec::WindowSpec;
-use crate::state::{Change, TableRow};
+use crate::state::{Change, RowError, TableRow};
 use crate::time::{MINUS_INFINITY, Millis, PLUS_INFINITY, Window};
 
 /// How many events ahead of the one it accepts the engine asks the CPU to fetch a key (see
@@ -168,7 +168,7 @@ impl WindowEngine {
 
     /// Restores the watermark and the open windows of a checkpoint (`rows` from the `windows`
     /// table, already limited to this shard's key groups and this operator).
-    pub fn restore(&mut self, watermark: Millis, rows: &[TableRow]) -> Result<(), String> {
+    pub fn restore(&mut self, watermark: Millis, rows: &[TableRow]) -> Result<(), RowError> {
         self.watermark = watermark;
         self.due.may_be_due();
         for row in rows {

@@ -41,7 +41,22 @@ fn call(
     token: Option<&str>,
     body: &str,
 ) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(path);
+    let (status, _, body) = call_with_headers(router, method, path, token, body);
+    (status, body)
+}
+
+/// [`call`], with the response's headers.
+fn call_with_headers(
+    router: &Router,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-length", body.len());
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
@@ -55,14 +70,12 @@ fn call(
         .unwrap();
     runtime.block_on(async {
         let response = router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
+        let (status, headers) = (response.status(), response.headers().clone());
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
             .await
             .unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, headers, body)
     })
 }
 
@@ -89,6 +102,32 @@ fn health_needs_no_token_and_the_api_needs_one_of_the_right_scope() {
     // A reader may list, not create.
     let (status, body) = call(&router, Method::POST, "/v1/pipelines", Some(READ), "{}");
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
+
+#[test]
+fn a_body_refused_unread_closes_its_connection() {
+    // The client must not send its next request down a connection the server closes after
+    // refusing a body it did not read (a pooled client would lose that request).
+    let (router, _dir) = router();
+    for token in [None, Some("no-such-token"), Some(READ)] {
+        let (status, headers, _) = call_with_headers(
+            &router,
+            Method::POST,
+            "/v1/pipelines",
+            token,
+            "{\"name\":1}",
+        );
+        assert!(status.is_client_error(), "{status}");
+        assert_eq!(
+            headers.get("connection").unwrap(),
+            "close",
+            "{token:?}: {status}"
+        );
+    }
+    // Without a body there is nothing unread: the connection stays.
+    let (status, headers, _) = call_with_headers(&router, Method::GET, "/v1/pipelines", None, "");
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers.get("connection").is_none());
 }
 
 #[test]

@@ -284,14 +284,12 @@ async fn receive(gate: &Gate, request: Request, caller: Option<String>, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if length.is_some_and(|length| length > server.max_upload) {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the request body is larger than the server's limit of {} bytes (--max-upload)",
-                server.max_upload
-            ),
-        )
-        .into_response();
+        let message = format!(
+            "the request body is larger than the server's limit of {} bytes (--max-upload)",
+            server.max_upload
+        );
+        let response = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+        return unread_body(&request, response);
     }
     let chunked = request.headers().contains_key(header::TRANSFER_ENCODING);
     if length.unwrap_or(0) == 0 && !chunked {
@@ -300,7 +298,7 @@ async fn receive(gate: &Gate, request: Request, caller: Option<String>, next: Ne
     let (request, pipeline) = named_pipeline(request).await;
     let admission = match gate.bodies.admit(caller.as_deref(), pipeline.as_deref()) {
         Ok(admission) => Arc::new(std::sync::Mutex::new(admission)),
-        Err(refusal) => return refused_body(refusal),
+        Err(refusal) => return unread_body(&request, refused_body(refusal)),
     };
     let refused = Arc::new(std::sync::Mutex::new(None));
     let (parts, body) = request.into_parts();
@@ -339,7 +337,28 @@ fn refused_body(refusal: bodies::Refusal) -> Response {
     response
 }
 
-async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+/// `response` to a request answered without reading its body: with `Connection: close` if the
+/// request has one, so that the client does not send its next request down a connection the
+/// server will close (HTTP/1.1 section 9.6: a server that does not read a body closes).
+fn unread_body(request: &Request, mut response: Response) -> Response {
+    let headers = request.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0");
+    if has_body {
+        (response.headers_mut()).insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let refused = |request: &Request, status, message: &'static str| {
+        unread_body(request, ApiError::new(status, message).into_response())
+    };
     let server = &gate.server;
     let template = request
         .extensions()
@@ -347,35 +366,37 @@ async fn authorize(State(gate): State<Gate>, mut request: Request, next: Next) -
         .map(|path| path.as_str().to_owned());
     // Deny by default: a route missing from the table is refused, never let through.
     let Some(route) = template.and_then(|path| routes::find(request.method(), &path)) else {
-        return ApiError::new(StatusCode::FORBIDDEN, "this route has no access rule")
-            .into_response();
+        return refused(
+            &request,
+            StatusCode::FORBIDDEN,
+            "this route has no access rule",
+        );
     };
     let scope = match route.access {
         Access::Public => return next.run(request).await,
         Access::Token(scope) => scope,
     };
     let Some(token) = bearer(&request) else {
-        return ApiError::new(
+        return refused(
+            &request,
             StatusCode::UNAUTHORIZED,
             "missing or malformed `Authorization: Bearer <token>`",
-        )
-        .into_response();
+        );
     };
     let (verdict, caller) = server.tokens.judge(token, scope);
+    let mut request = request;
     let name = caller.as_ref().map(|caller| caller.name.clone());
     if let Some(caller) = caller {
         // Handlers that create something record it under the caller, within its quota.
         request.extensions_mut().insert(caller);
     }
     match verdict {
-        Verdict::Unknown => {
-            ApiError::new(StatusCode::UNAUTHORIZED, "unknown token").into_response()
-        }
-        Verdict::Forbidden => ApiError::new(
+        Verdict::Unknown => refused(&request, StatusCode::UNAUTHORIZED, "unknown token"),
+        Verdict::Forbidden => refused(
+            &request,
             StatusCode::FORBIDDEN,
             "this token's scope does not allow this request",
-        )
-        .into_response(),
+        ),
         Verdict::Allowed => receive(&gate, request, name, next).await,
     }
 }

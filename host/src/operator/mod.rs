@@ -120,16 +120,6 @@ pub trait AggregateCode: Send + Sync + std::fmt::Debug {
     ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError>;
 }
 
-impl AggregateCode for WasmOperator {
-    fn instantiate(
-        &self,
-        limits: Limits,
-        projection: Projection,
-    ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError> {
-        Ok(Box::new(self.aggregate(limits, projection)?))
-    }
-}
-
 /// A native aggregate (one of [`native::AGGREGATES`]) as code rollouts can instantiate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NativeAggregate(String);
@@ -156,14 +146,49 @@ impl AggregateCode for NativeAggregate {
 /// Aggregate code shared by every shard (and the router, which hands it to them).
 pub type SharedAggregateCode = Arc<dyn AggregateCode>;
 
+/// Code that makes enrichment instances, one per shard: a Wasm component or a native operator.
+/// Rollouts move keys between versions of it, whatever it is.
+pub trait EnrichCode: Send + Sync + std::fmt::Debug {
+    /// A new instance, passed the fields `projection` selects.
+    fn instantiate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<Box<dyn EnrichOperator>, LoadError>;
+}
+
+/// A native enrichment operator (one of [`native::ENRICHERS`]) as code rollouts can
+/// instantiate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeEnrich(String);
+
+impl NativeEnrich {
+    /// The native enrichment operator `name`, if there is one.
+    pub fn named(name: &str) -> Option<NativeEnrich> {
+        native::ENRICHERS
+            .contains(&name)
+            .then(|| NativeEnrich(name.to_owned()))
+    }
+}
+
+impl EnrichCode for NativeEnrich {
+    fn instantiate(
+        &self,
+        _limits: Limits,
+        _projection: Projection,
+    ) -> std::result::Result<Box<dyn EnrichOperator>, LoadError> {
+        Ok(native::enrich(&self.0).expect("a NativeEnrich names a native enrichment operator"))
+    }
+}
+
 /// The code of an operator version a rollout brings in, shared by every shard: an aggregate's,
-/// or an enrichment operator's (a Wasm component from the registry).
+/// or an enrichment operator's, each a Wasm component or a native operator.
 #[derive(Clone)]
 pub enum VersionCode {
     /// An aggregate's.
     Aggregate(SharedAggregateCode),
     /// An enrichment operator's.
-    Enrich(Arc<WasmOperator>),
+    Enrich(Arc<dyn EnrichCode>),
 }
 
 impl std::fmt::Debug for VersionCode {

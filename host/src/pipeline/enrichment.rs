@@ -15,7 +15,7 @@ use super::outcome::{Rejects, ShardError};
 use crate::event::Staged;
 use crate::event::{DeadCause, DeadLetter};
 use crate::operator::{
-    EnrichOperator, Limits, LoadError, OperatorError, Projection, Scope, WasmOperator,
+    EnrichCode, EnrichOperator, Limits, LoadError, OperatorError, Projection, Scope,
 };
 use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedEnrich};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
@@ -86,14 +86,13 @@ impl Enrichment {
     pub fn route(
         &mut self,
         routing: Routing,
-        code: Option<&WasmOperator>,
+        code: Option<&dyn EnrichCode>,
         counters: &CounterBook,
         shadow_log: Option<ShadowLog>,
     ) -> Result<(), LoadError> {
         let instance = code
-            .map(|code| code.enrich(self.limits.clone(), self.projection.clone()))
-            .transpose()?
-            .map(|instance| Box::new(instance) as Box<dyn EnrichOperator>);
+            .map(|code| code.instantiate(self.limits.clone(), self.projection.clone()))
+            .transpose()?;
         self.operator.route(routing, instance, counters, shadow_log);
         Ok(())
     }

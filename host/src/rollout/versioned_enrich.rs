@@ -184,3 +184,49 @@ impl EnrichOperator for VersionedEnrich {
         Ok::<_, OperatorError>(live)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::{EnrichCode, Limits, NativeEnrich, Projection};
+    use crate::value::Value;
+
+    /// A native enrichment operator is rolled out as code, as a component is: the candidate
+    /// made from its `EnrichCode` serves the keys the routing gives it.
+    #[test]
+    fn a_native_enricher_rolls_out_as_code_like_a_component() {
+        let counters = CounterBook::default();
+        let code = |name: &str| {
+            let code = NativeEnrich::named(name).expect("a native enricher");
+            code.instantiate(Limits::default(), Projection::All)
+                .unwrap()
+        };
+        let mut bids = VersionedEnrich::new("bids", "q0", code("nexmark-q0"), &counters);
+        let line = br#"{"auction":1,"bidder":7,"price":1000,"date_time":5}"#;
+        let event = (crate::event::Decoder::new("bidder", "date_time"))
+            .decode(1, line)
+            .unwrap();
+        let mut scope = Scope {
+            key: "7".into(),
+            state: Default::default(),
+        };
+        let price = |out: Vec<Enriched>| {
+            (out[0].fields.iter())
+                .find(|(name, _)| name.as_ref() == "price")
+                .map(|(_, value)| value.clone())
+        };
+        let before = bids.process(&mut scope, &[&event]).unwrap();
+        assert_eq!(price(before), Some(Value::Int(1000)), "q0 passes the price");
+        let routing = Routing {
+            live: "q0".into(),
+            candidate: Some("q1".into()),
+            percent: 100,
+            shadow: false,
+            operator: Some("bids".into()),
+        };
+        bids.route(routing, Some(code("nexmark-q1")), &counters, None);
+        let after = bids.process(&mut scope, &[&event]).unwrap();
+        assert_eq!(price(after), Some(Value::Int(908)), "q1 gives euros");
+        assert!(NativeEnrich::named("no-such-enricher").is_none());
+    }
+}

@@ -125,3 +125,23 @@ pub use guest::HostData;
 use guest::{Bindings, Guest, Writes, admit_states, check_output, output_within};
 pub use runtime::{ComponentKind, Limits, LoadError, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};
+
+impl super::AggregateCode for WasmOperator {
+    fn instantiate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<Box<dyn AggregateOperator>, LoadError> {
+        Ok(Box::new(self.aggregate(limits, projection)?))
+    }
+}
+
+impl super::EnrichCode for WasmOperator {
+    fn instantiate(
+        &self,
+        limits: Limits,
+        projection: Projection,
+    ) -> std::result::Result<Box<dyn EnrichOperator>, LoadError> {
+        Ok(Box::new(self.enrich(limits, projection)?))
+    }
+}

@@ -1,25 +1,33 @@
 //! Operators: the host-side traits every operator implements, the WebAssembly components that
 //! implement them for users, and native operators used as a benchmark baseline.
 //!
+//! The trait layer (this file, [`Projection`], [`Limits`], [`LoadError`]) names no Wasm type:
+//! aggregate and enrichment code ([`AggregateCode`], [`EnrichCode`]) is a component
+//! ([`WasmOperator`], whose implementations live in `wasm/`) or a native operator
+//! ([`NativeAggregate`], [`NativeEnrich`]), and rollouts swap either.
+//!
 //! Three outcomes are kept apart (see [`OperatorError`]): the operator rejects its input (a dead
 //! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
 //! Depends on `state`, `value`, `event`, `field_name`, `time` (for the [`Window`] type), `spec`
 //! (stored operator code and the sandbox's limits), `names`, `fsutil`, `hashing` and `prefetch`.
 
 pub mod combine;
+mod load_error;
 pub mod native;
+mod projection;
 pub mod quota;
 pub mod registry;
+mod sandbox;
 pub mod scope_slot;
 mod wasm;
 
 use std::sync::Arc;
 
+pub use load_error::LoadError;
+pub use projection::Projection;
 pub use registry::{Registry, RegistryError, VersionInfo};
-pub use wasm::{
-    ComponentKind, Limits, LoadError, Projection, WasmAggregate, WasmEnrich, WasmOperator,
-    WasmRuntime, digest_of,
-};
+pub use sandbox::Limits;
+pub use wasm::{ComponentKind, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime, digest_of};
 
 use crate::event::{Crossing, Event};
 use crate::field_name::FieldName;

@@ -1,91 +1,14 @@
 //! Values and events across the boundary: Weir's typed values to the WIT types and back,
-//! which event fields cross ([`Projection`]) and where each sits in an event ([`Shape`]), and
-//! fetching events ahead of reading them ([`warm`]). Used by the calls of
-//! [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
-//! `add-windows` calls from these), by the state imports ([`super::scope_host`]), and by the
-//! router, which takes each event's [`Projection::sole_crossing`].
+//! which of an event's fields cross (as its [`Projection`] says) and where each sits in an
+//! event ([`Shape`]), and fetching events ahead of reading them ([`warm`]). Used by the calls
+//! of [`super::aggregate`], [`super::enrich`] and [`super::window_call`] (which builds
+//! `add-windows` calls from these) and by the state imports ([`super::scope_host`]).
 //!
 //! Depends on `event`, `field_name`, `hashing`, `prefetch` and `value`.
 
 use super::*;
-use crate::event::{Crossing, CrossingNumber};
 use crate::field_name::FieldName;
 use crate::hashing::{HashMap, HashSet};
-
-/// Which event fields cross the boundary. Every field costs a conversion per event (and a guest
-/// allocation for text), so aggregates by default skip the key and timestamp fields, which the
-/// guest has as `scope.key()` and `event.timestamp`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Projection {
-    /// Every field of the events.
-    All,
-    /// Every field but these.
-    Except(Vec<FieldName>),
-    /// Only these fields, in this order (`null` where an event lacks one).
-    Only(Vec<FieldName>),
-}
-
-impl Projection {
-    /// Only the fields `names`, in this order.
-    pub fn only<S: AsRef<str>>(names: &[S]) -> Projection {
-        Projection::Only(names.iter().map(|n| FieldName::new(n.as_ref())).collect())
-    }
-
-    /// Every field but `names`.
-    pub fn except<S: AsRef<str>>(names: &[S]) -> Projection {
-        Projection::Except(names.iter().map(|n| FieldName::new(n.as_ref())).collect())
-    }
-
-    /// Whether no field crosses (`fields = []`): only the events' times do.
-    pub(super) fn crosses_no_field(&self) -> bool {
-        matches!(self, Projection::Only(names) if names.is_empty())
-    }
-
-    /// Whether a crossing taken through it may be of the field `name`: `Only` names just it,
-    /// or `Except` and `All` do not leave it out (then an event whose one field is another has
-    /// a crossing of that one).
-    pub fn may_cross(&self, name: &str) -> bool {
-        match self {
-            Projection::Only(names) => names.len() == 1 && names[0] == *name,
-            Projection::Except(skip) => !skip.iter().any(|skipped| *skipped == *name),
-            Projection::All => true,
-        }
-    }
-
-    /// `event`'s time and only crossing field, if it has exactly one, its name is interned and
-    /// it holds a number: the one field named by `Only` (its first occurrence, as a call reads
-    /// it), or the one field `Except` or `All` leaves (not two of one name). The router takes
-    /// this while the event is in its cache; see [`Crossing`].
-    #[inline]
-    pub fn sole_crossing(&self, event: &Event) -> Option<Crossing> {
-        let (field, value) = match self {
-            Projection::Only(names) => {
-                let [name] = names.as_slice() else {
-                    return None;
-                };
-                event.fields.iter().find(|(field, _)| field == name)?
-            }
-            Projection::Except(skip) => only_one(
-                event
-                    .fields
-                    .iter()
-                    .filter(|(field, _)| !skip.contains(field)),
-            )?,
-            Projection::All => only_one(event.fields.iter())?,
-        };
-        Some(Crossing {
-            timestamp: event.timestamp,
-            field: field.interned()?,
-            number: CrossingNumber::of(value)?,
-        })
-    }
-}
-
-/// The only item of `items`, if it has exactly one.
-fn only_one<T>(mut items: impl Iterator<Item = T>) -> Option<T> {
-    let first = items.next()?;
-    items.next().is_none().then_some(first)
-}
 
 /// Converts a batch to the WIT shape: field names once, then one row of values per event.
 ///
@@ -309,6 +232,7 @@ pub(super) fn from_wit(value: wit::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::CrossingNumber;
 
     /// Text crosses into a guest and back the same, whether it was inline or on the heap.
     #[test]

@@ -4,70 +4,6 @@
 use super::compile_cache::CompileCache;
 use super::*;
 
-/// Why a component could not be loaded.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read operator module {path}: {source}")]
-    Read {
-        /// The module's path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The bytes are not a WebAssembly component (a core module, or not Wasm at all).
-    #[error(
-        "operator module {path} is not a WebAssembly component: {message}. Build it for the wasm32-wasip2 target (cargo build --release --target wasm32-wasip2)"
-    )]
-    NotAComponent {
-        /// The module's path.
-        path: PathBuf,
-        /// What wasmtime reported.
-        message: String,
-    },
-    /// The component does not export the interface of the world the spec asks for.
-    #[error(
-        "operator module {path} does not implement the `{expected}` world of weir:operator (0.3.0, 0.2.0 or 0.1.0; it exports: {exports}); {hint}"
-    )]
-    WrongWorld {
-        /// The module's path.
-        path: PathBuf,
-        /// The world the spec needs.
-        expected: &'static str,
-        /// What the component exports instead.
-        exports: String,
-        /// How to fix it.
-        hint: &'static str,
-    },
-    /// A stored component's bytes are not the ones that were uploaded.
-    #[error(
-        "operator module {path} does not match its recorded digest {expected} (it is now \
-         {actual}): the file was changed after upload; upload the operator again as a new version"
-    )]
-    DigestMismatch {
-        /// The module's path.
-        path: PathBuf,
-        /// The digest recorded at upload.
-        expected: String,
-        /// The digest of the file now.
-        actual: String,
-    },
-    /// The component imports something Weir does not provide.
-    #[error(
-        "operator module {path} cannot be linked: {message}. Operators may import only weir:operator/state and WASI"
-    )]
-    Link {
-        /// The module's path.
-        path: PathBuf,
-        /// What wasmtime reported.
-        message: String,
-    },
-    /// The engine could not be set up.
-    #[error("cannot set up the WebAssembly engine: {0}")]
-    Engine(String),
-}
-
 /// Which world a component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ComponentKind {
@@ -84,55 +20,6 @@ impl ComponentKind {
             ComponentKind::Aggregate => "aggregator",
             ComponentKind::Enrich => "enricher",
         }
-    }
-}
-
-/// Limits on each guest call and instance. What each protects is in its field's doc.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Wall time one call may take before it is interrupted (protects the shard from a runaway
-    /// loop that would stall every key behind it). Default 1 s. With a CPU quota, the time a
-    /// call waits for the quota mid-call is not counted: only its run time.
-    pub call_timeout: Duration,
-    /// Linear memory one instance may grow to (protects the host's memory from one guest).
-    /// Default 64 MiB.
-    pub memory_bytes: usize,
-    /// Largest output of one call, in bytes (protects sinks and downstream consumers from one
-    /// call's flood). Default 1 MiB.
-    pub max_output_bytes: usize,
-    /// Real clocks instead of clocks frozen at the epoch.
-    pub clock: bool,
-    /// Real entropy instead of a fixed pseudo-random sequence.
-    pub random: bool,
-    /// The pipeline's CPU budget for operator code, shared by all its instances (protects the
-    /// other pipelines' share of the cores).
-    pub cpu: Option<std::sync::Arc<crate::operator::quota::CpuQuota>>,
-    /// The pipeline's memory pool, shared by all its instances (protects the host's memory from
-    /// one pipeline's many instances).
-    pub memory_pool: Option<std::sync::Arc<crate::operator::quota::MemoryPool>>,
-    /// The pipeline's state quota, shared by all its instances (protects the disk and the
-    /// memory state takes).
-    pub state_quota: Option<std::sync::Arc<crate::operator::quota::StateQuota>>,
-}
-
-impl From<&crate::spec::SandboxSpec> for Limits {
-    fn from(sandbox: &crate::spec::SandboxSpec) -> Self {
-        Limits {
-            call_timeout: Duration::from_millis(sandbox.call_timeout as u64),
-            memory_bytes: sandbox.memory,
-            max_output_bytes: sandbox.max_output_bytes,
-            clock: sandbox.clock,
-            random: sandbox.random,
-            cpu: None,
-            memory_pool: None,
-            state_quota: None,
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits::from(&crate::spec::SandboxSpec::default())
     }
 }
 

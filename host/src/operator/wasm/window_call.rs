@@ -6,8 +6,7 @@
 use std::rc::Rc;
 
 use super::convert::{
-    MAX_BATCH_VALUES, Projection, Shape, check_width, crossing_fields, same_names, to_wit,
-    to_wit_columns,
+    MAX_BATCH_VALUES, Shape, check_width, crossing_fields, same_names, to_wit, to_wit_columns,
 };
 use super::*;
 use crate::event::{Crossing, CrossingNumber};

@@ -86,17 +86,7 @@ pub fn cluster(
     shape: ClusterShape,
 ) -> Result<ClusterReport, PipelineError> {
     let fail = |e: SetupError| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
-    let base = super::EVENTS_FROM_MS;
-    let mut lines = super::event_lines(events, keys);
-    let expected: BTreeSet<(u64, i64)> = (0..events)
-        .map(|i| (i % keys, (base + i as i64) / 60_000))
-        .collect();
-    // Events far ahead close every window: one on each partition.
-    let far = base + 10_000_000_000;
-    let closing = closing_keys(shape.partitions.unwrap_or(1));
-    for key in &closing {
-        lines.push(format!("{{\"key\":\"{key}\",\"ts\":{far},\"amount\":0}}"));
-    }
+    let (lines, expected, closing) = bench_input((events, keys), shape.partitions);
 
     let nonce = format!("c{}{}", std::process::id(), crate::time::wall_clock_ms());
     let (stream, results) = (
@@ -104,16 +94,17 @@ pub fn cluster(
         format!("WEIR_BENCH_OUT_{nonce}"),
     );
     let (runtime, jetstream) = super::jetstream_client(url).map_err(fail)?;
+    let names = (stream.as_str(), results.as_str(), nonce.as_str());
     match shape.partitions {
         None => runtime.block_on(super::publish_all(
             &jetstream,
-            (&stream, &results, &nonce),
+            names,
             &lines,
             shape.per_message,
         )),
         Some(count) => runtime.block_on(publish_partitioned(
             &jetstream,
-            (&stream, &results, &nonce),
+            names,
             &lines,
             (count, shape.per_message),
         )),
@@ -123,7 +114,67 @@ pub fn cluster(
     let dir = super::tempfile_dir().map_err(|e| fail(e.into()))?;
     let name = format!("bench-{nonce}");
     let spec = dir.join("pipeline.toml");
-    let text = format!(
+    let text =
+        pipeline_text(&name, url, (&stream, &nonce), module, shape.partitions).map_err(fail)?;
+    std::fs::write(&spec, text).map_err(|e| fail(e.into()))?;
+    crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.into()))?;
+
+    let exe = std::env::current_exe().map_err(|e| fail(e.into()))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nats_before = nats_server_cpu();
+    let started = Instant::now();
+    let children = spawn_workers((&exe, cores), url, (&name, &dir), shape).map_err(fail)?;
+    let outcome = runtime.block_on(await_results(&jetstream, &results, expected.len(), started));
+    let workers_cpu = children.0.iter().map(|child| cpu_of(child.id())).sum();
+    let nats_cpu = nats_server_cpu().saturating_sub(nats_before);
+    drop(children);
+    runtime.block_on(async {
+        let _ = jetstream.delete_stream(&stream).await;
+        let _ = jetstream.delete_stream(&results).await;
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let elapsed = outcome.map_err(fail)?;
+    Ok(ClusterReport {
+        workers: shape.workers,
+        events,
+        elapsed,
+        results: expected.len() + closing.len(),
+        workers_cpu,
+        nats_cpu,
+    })
+}
+
+/// The run's input: `events` event lines over `keys` keys, then an event far ahead on each of
+/// the `partitions` (one when unpartitioned) that closes every window; with the windows whose
+/// results are expected (key, minute) and the closing events' keys.
+fn bench_input(
+    (events, keys): (u64, u64),
+    partitions: Option<usize>,
+) -> (Vec<String>, BTreeSet<(u64, i64)>, Vec<String>) {
+    let base = super::EVENTS_FROM_MS;
+    let mut lines = super::event_lines(events, keys);
+    let expected: BTreeSet<(u64, i64)> = (0..events)
+        .map(|i| (i % keys, (base + i as i64) / 60_000))
+        .collect();
+    // Events far ahead close every window: one on each partition.
+    let far = base + 10_000_000_000;
+    let closing = closing_keys(partitions.unwrap_or(1));
+    for key in &closing {
+        lines.push(format!("{{\"key\":\"{key}\",\"ts\":{far},\"amount\":0}}"));
+    }
+    (lines, expected, closing)
+}
+
+/// The spec of the run's pipeline `name`: the count-sum of `module` over `stream` of the server
+/// at `url` (in `partitions` when given), its results published to `bench-results.<nonce>`.
+fn pipeline_text(
+    name: &str,
+    url: &str,
+    (stream, nonce): (&str, &str),
+    module: &Path,
+    partitions: Option<usize>,
+) -> Result<String, SetupError> {
+    Ok(format!(
         r#"name = "{name}"
 checkpoint_interval = "1s"
 [source]
@@ -145,85 +196,80 @@ module = {module:?}
 [sinks]
 results = {{ nats = "{url}", subject = "bench-results.{nonce}" }}
 "#,
-        module = std::fs::canonicalize(module).map_err(|source| fail(SetupError::File {
+        module = std::fs::canonicalize(module).map_err(|source| SetupError::File {
             path: module.to_owned(),
             source,
-        }))?,
-        partitioned = match shape.partitions {
+        })?,
+        partitioned = match partitions {
             Some(count) => format!(
                 "partitions = {{ count = {count}, subject = \"bench.{nonce}.{{partition}}.*\" }}"
             ),
             None => String::new(),
         }
-    );
-    std::fs::write(&spec, text).map_err(|e| fail(e.into()))?;
-    crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.into()))?;
+    ))
+}
 
-    let exe = std::env::current_exe().map_err(|e| fail(e.into()))?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let nats_before = nats_server_cpu();
-    let started = Instant::now();
+/// Starts `shape.workers` worker processes (`exe`, this executable) of pipeline `name` on the
+/// server at `url`, each with a directory of its own under `dir`, pinned to one of the `cores`
+/// if `shape` says so. The ones started are killed if a later one cannot be.
+fn spawn_workers(
+    (exe, cores): (&Path, usize),
+    url: &str,
+    (name, dir): (&str, &Path),
+    shape: ClusterShape,
+) -> Result<Workers, SetupError> {
     let mut children = Workers(Vec::new());
     for index in 0..shape.workers {
         let mut command = if shape.pin {
             let mut taskset = Command::new("taskset");
-            taskset.args(["-c", &(index % cores).to_string()]).arg(&exe);
+            taskset.args(["-c", &(index % cores).to_string()]).arg(exe);
             taskset
         } else {
-            Command::new(&exe)
+            Command::new(exe)
         };
         let child = command
-            .args(["worker", "--nats", url, "--pipeline", &name, "--id"])
+            .args(["worker", "--nats", url, "--pipeline", name, "--id"])
             .arg(format!("w{index}"))
             .arg("--dir")
             .arg(dir.join(format!("w{index}")))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| fail(e.into()))?;
+            .spawn()?;
         children.0.push(child);
     }
-    let outcome = runtime.block_on(async {
-        let mut stream = jetstream
-            .get_stream(&results)
+    Ok(children)
+}
+
+/// Waits until the `results` stream holds `expected` messages: the time since `started`, or
+/// `Incomplete` after 15 minutes.
+async fn await_results(
+    jetstream: &async_nats::jetstream::Context,
+    results: &str,
+    expected: usize,
+    started: Instant,
+) -> Result<Duration, SetupError> {
+    let mut stream = jetstream
+        .get_stream(results)
+        .await
+        .map_err(SetupError::nats)?;
+    loop {
+        let count = stream
+            .info()
             .await
-            .map_err(SetupError::nats)?;
-        loop {
-            let count = stream
-                .info()
-                .await
-                .map_err(SetupError::nats)?
-                .state
-                .messages;
-            if count as usize >= expected.len() {
-                return Ok(started.elapsed());
-            }
-            if started.elapsed() > Duration::from_secs(900) {
-                return Err(SetupError::Incomplete {
-                    got: count,
-                    want: expected.len(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            .map_err(SetupError::nats)?
+            .state
+            .messages;
+        if count as usize >= expected {
+            return Ok(started.elapsed());
         }
-    });
-    let workers_cpu = children.0.iter().map(|child| cpu_of(child.id())).sum();
-    let nats_cpu = nats_server_cpu().saturating_sub(nats_before);
-    drop(children);
-    runtime.block_on(async {
-        let _ = jetstream.delete_stream(&stream).await;
-        let _ = jetstream.delete_stream(&results).await;
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    let elapsed = outcome.map_err(fail)?;
-    Ok(ClusterReport {
-        workers: shape.workers,
-        events,
-        elapsed,
-        results: expected.len() + closing.len(),
-        workers_cpu,
-        nats_cpu,
-    })
+        if started.elapsed() > Duration::from_secs(900) {
+            return Err(SetupError::Incomplete {
+                got: count,
+                want: expected,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A key on each of `count` partitions, for the events that close the windows.

@@ -364,6 +364,12 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         let shape = (per_message, partitions, pin);
         return bench_nats(&nats, events, keys, module, &workers, shape);
     }
+    bench_count_sum(args)
+}
+
+/// `weir bench` without a suite: the count-sum (in the Wasm component and the other languages'
+/// builds that are there), or with `--checkpoints` or `--recovery` those measurements of it.
+fn bench_count_sum(args: BenchArgs) -> anyhow::Result<()> {
     let BenchArgs {
         suite: _,
         events,
@@ -407,18 +413,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         return bench_checkpoints(&options, large, runs);
     }
     if recovery {
-        println!(
-            "recovery: count-sum over {keys} keys, one-day windows, redb, stopped after {events} events"
-        );
-        let report = weir::bench::recovery(&options, events)?;
-        let mb = report.data_bytes as f64 / 1e6;
-        println!(
-            "data directory {mb:.0} MB after {} events; restart to running {:.2} s ({:.2} s per 100 MB)",
-            report.events,
-            report.restart.as_secs_f64(),
-            report.restart.as_secs_f64() / mb.max(f64::EPSILON) * 100.0
-        );
-        return Ok(());
+        return bench_recovery(&options);
     }
     let from = if jsonl {
         "JSON Lines file"
@@ -438,6 +433,23 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if runs > 1 {
         print_medians(&measured);
     }
+    Ok(())
+}
+
+/// `weir bench --recovery`: the restart of a count-sum stopped after `options.events` events.
+fn bench_recovery(options: &weir::bench::BenchOptions) -> anyhow::Result<()> {
+    let (keys, events) = (options.keys, options.events);
+    println!(
+        "recovery: count-sum over {keys} keys, one-day windows, redb, stopped after {events} events"
+    );
+    let report = weir::bench::recovery(options, events)?;
+    let mb = report.data_bytes as f64 / 1e6;
+    println!(
+        "data directory {mb:.0} MB after {} events; restart to running {:.2} s ({:.2} s per 100 MB)",
+        report.events,
+        report.restart.as_secs_f64(),
+        report.restart.as_secs_f64() / mb.max(f64::EPSILON) * 100.0
+    );
     Ok(())
 }
 

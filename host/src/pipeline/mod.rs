@@ -34,6 +34,7 @@ mod shard;
 mod stages;
 mod telemetry;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
@@ -56,8 +57,8 @@ use crate::operator::{LoadError, VersionCode};
 use crate::rollout::Routing;
 use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
-use crate::state::{KEY_GROUPS, StateError};
-use crate::time::MINUS_INFINITY;
+use crate::state::{KEY_GROUPS, RedbStore, StateError};
+use crate::time::{MINUS_INFINITY, Millis};
 use crate::window::EngineError;
 use messages::{Part, ShardMsg};
 
@@ -308,17 +309,7 @@ fn run_with_control(
 
     // Everything that can be refused is checked before any input is read.
     let loaded = build::Loaded::load(spec)?;
-    let (store, manifest) = match &spec.state {
-        StateSpec::Memory => (None, None),
-        StateSpec::Redb(dir) => {
-            let (store, manifest) = recover(dir, spec, options.fresh)?;
-            (Some((store, dir.clone())), manifest)
-        }
-    };
-    if let (Some((store, _)), Some(quota)) = (&store, control.state_quota(spec.state_quota)) {
-        let totals = store.totals()?;
-        quota.checkpointed(totals.scopes, totals.bytes, Default::default());
-    }
+    let (store, manifest) = open_state(spec, options.fresh, &control)?;
     let sinks = open_sinks(spec, manifest.as_ref())?;
     let mut source = open_source(spec, &control, manifest.as_ref())?;
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
@@ -343,19 +334,7 @@ fn run_with_control(
         handles,
         spent,
     } = spawn_shards(workers, &part_tx, &control);
-    let checkpointer = store.as_ref().map(|(store, dir)| collector::Checkpointer {
-        committer: Committer {
-            store: store.clone(),
-            data_dir: dir.clone(),
-            pipeline: spec.name.clone(),
-            fingerprint: fingerprint(spec),
-            next_id: manifest.as_ref().map_or(1, |m| m.id + 1),
-            totals: Default::default(),
-            on_commit: control.on_commit.clone(),
-        },
-        acks,
-        stats: Vec::new(),
-    });
+    let checkpointer = checkpointer(spec, store.as_ref(), manifest.as_ref(), acks, &control);
     let collector = spawn_collector(spec, part_rx, shards, sinks, checkpointer, stages, &control);
 
     let mut router = router::Router {
@@ -377,14 +356,7 @@ fn run_with_control(
             _ => None,
         },
     };
-    let start = router::Start {
-        events: manifest.as_ref().map_or(0, |m| m.events),
-        watermark,
-        partitions: manifest
-            .as_ref()
-            .map_or(Vec::new(), |m| m.partitions.clone()),
-        finished: manifest.as_ref().is_some_and(|m| m.finished),
-    };
+    let start = router_start(manifest.as_ref(), watermark);
     let (routed, router_cpu) = crate::cpu_time::of(|| router.route(source.as_mut(), start));
     drop(source); // a shared reader stops feeding this run now, not after its last checkpoint
     drop((shard_txs, part_tx)); // hang up: the shards and then the collector finish
@@ -398,6 +370,66 @@ fn run_with_control(
     )?;
     log_finished(&summary);
     Ok(summary)
+}
+
+/// A run's state store, and the directory it is in.
+type Store = (RedbStore, PathBuf);
+
+/// The run's state store and directory, and the checkpoint it resumes from (neither for
+/// memory state; no checkpoint for a `fresh` start or a first run), the store's totals counted
+/// against the state quota.
+fn open_state(
+    spec: &PipelineSpec,
+    fresh: bool,
+    control: &PipelineControl,
+) -> Result<(Option<Store>, Option<Manifest>)> {
+    let (store, manifest) = match &spec.state {
+        StateSpec::Memory => (None, None),
+        StateSpec::Redb(dir) => {
+            let (store, manifest) = recover(dir, spec, fresh)?;
+            (Some((store, dir.clone())), manifest)
+        }
+    };
+    if let (Some((store, _)), Some(quota)) = (&store, control.state_quota(spec.state_quota)) {
+        let totals = store.totals()?;
+        quota.checkpointed(totals.scopes, totals.bytes, Default::default());
+    }
+    Ok((store, manifest))
+}
+
+/// The collector's checkpointer when the state is in a store: it commits checkpoints numbered
+/// on from `manifest`'s, and tells the shards through `acks` when one is durable.
+fn checkpointer(
+    spec: &PipelineSpec,
+    store: Option<&Store>,
+    manifest: Option<&Manifest>,
+    acks: Vec<SyncSender<()>>,
+    control: &PipelineControl,
+) -> Option<collector::Checkpointer> {
+    store.map(|(store, dir)| collector::Checkpointer {
+        committer: Committer {
+            store: store.clone(),
+            data_dir: dir.clone(),
+            pipeline: spec.name.clone(),
+            fingerprint: fingerprint(spec),
+            next_id: manifest.map_or(1, |m| m.id + 1),
+            totals: Default::default(),
+            on_commit: control.on_commit.clone(),
+        },
+        acks,
+        stats: Vec::new(),
+    })
+}
+
+/// Where the router resumes: at `manifest`'s event count, watermark partitions and end of
+/// input, or at the beginning; at `watermark` either way.
+fn router_start(manifest: Option<&Manifest>, watermark: Millis) -> router::Start {
+    router::Start {
+        events: manifest.map_or(0, |m| m.events),
+        watermark,
+        partitions: manifest.map_or(Vec::new(), |m| m.partitions.clone()),
+        finished: manifest.is_some_and(|m| m.finished),
+    }
 }
 
 /// The control of a run nobody controls (`weir run`): it has no registry of versions.

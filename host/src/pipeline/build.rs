@@ -458,24 +458,7 @@ pub(super) fn build_stages(
     resume: &Resume<'_>,
     control: &PipelineControl,
 ) -> Result<Option<Stages>> {
-    // A global (or pre-aggregated) aggregate's combine is a stage of its own: the partials of
-    // each window, under one key (or each under its key), merged by the same operator.
-    let combine = match (
-        spec.global || spec.pre_aggregate,
-        &spec.aggregate,
-        &spec.window,
-        &loaded.aggregate,
-    ) {
-        (true, Some(aggregate), Some(window), Some(code)) => Some((
-            StageSpec {
-                key_field: None,
-                window: *window,
-                aggregate: aggregate.clone(),
-            },
-            code,
-        )),
-        _ => None,
-    };
+    let combine = combine_stage(spec, loaded);
     let stage_specs: Vec<StageSpec> = combine
         .iter()
         .map(|(stage, _)| stage.clone())
@@ -486,31 +469,7 @@ pub(super) fn build_stages(
     }
     let limits = sandbox_limits(spec, control);
     let codes = combine.iter().map(|(_, code)| *code).chain(&loaded.stages);
-    let operators = stage_specs
-        .iter()
-        .zip(codes)
-        .enumerate()
-        .map(|(i, (stage, code))| {
-            let projection = stage
-                .aggregate
-                .fields
-                .as_deref()
-                .map_or(Projection::All, Projection::only);
-            let operator: Box<dyn AggregateOperator> = match code {
-                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
-                Code::Native(name) => native::aggregate(name).expect("load checked the name"),
-            };
-            let op = &stage.aggregate;
-            Ok(match combine {
-                Some(_) if i == 0 => StageOperator::Fixed(Box::new(Combine(operator))),
-                _ => StageOperator::Versioned(Box::new((
-                    VersionedAggregate::named(&op.name, &op.version, operator, &control.counters),
-                    limits.clone(),
-                    projection,
-                ))),
-            })
-        })
-        .collect::<Result<Vec<StageOperator>>>()?;
+    let operators = stage_operators(&stage_specs, codes, combine.is_some(), &limits, control)?;
     let checkpoints = checkpoints(spec, resume);
     let state = state_backend(resume, spec.memory_budget, checkpoints);
     // The chain's operators are 0..enrichers, the aggregate is next, the stages follow.
@@ -547,6 +506,64 @@ pub(super) fn build_stages(
             })?;
     }
     Ok(Some(stages))
+}
+
+/// A global (or pre-aggregated) aggregate's combine, a stage of its own: the partials of each
+/// window, under one key (or each under its key), merged by the same operator.
+fn combine_stage<'a>(spec: &PipelineSpec, loaded: &'a Loaded) -> Option<(StageSpec, &'a Code)> {
+    match (
+        spec.global || spec.pre_aggregate,
+        &spec.aggregate,
+        &spec.window,
+        &loaded.aggregate,
+    ) {
+        (true, Some(aggregate), Some(window), Some(code)) => Some((
+            StageSpec {
+                key_field: None,
+                window: *window,
+                aggregate: aggregate.clone(),
+            },
+            code,
+        )),
+        _ => None,
+    }
+}
+
+/// The operators of `stage_specs`, each made from its code in `codes` within `limits`: with a
+/// `combine`, the first is the aggregate's combine, fixed; the others are versioned.
+fn stage_operators<'a>(
+    stage_specs: &[StageSpec],
+    codes: impl Iterator<Item = &'a Code>,
+    combine: bool,
+    limits: &Limits,
+    control: &PipelineControl,
+) -> Result<Vec<StageOperator>> {
+    stage_specs
+        .iter()
+        .zip(codes)
+        .enumerate()
+        .map(|(i, (stage, code))| {
+            let projection = stage
+                .aggregate
+                .fields
+                .as_deref()
+                .map_or(Projection::All, Projection::only);
+            let operator: Box<dyn AggregateOperator> = match code {
+                Code::Wasm(wasm) => Box::new(wasm.aggregate(limits.clone(), projection.clone())?),
+                Code::Native(name) => native::aggregate(name).expect("load checked the name"),
+            };
+            let op = &stage.aggregate;
+            Ok(if combine && i == 0 {
+                StageOperator::Fixed(Box::new(Combine(operator)))
+            } else {
+                StageOperator::Versioned(Box::new((
+                    VersionedAggregate::named(&op.name, &op.version, operator, &control.counters),
+                    limits.clone(),
+                    projection,
+                )))
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -233,72 +233,21 @@ pub fn checkpoint_cost(
     sizes: &[u64],
     changed: u64,
 ) -> Result<Vec<CheckpointCost>, crate::state::StateError> {
-    use crate::state::{
-        Namespace, RedbBackend, RedbStore, ScopeState, StateBackend, StateKey, StoredCheckpoint,
-        key_group,
-    };
-    use crate::value::Value;
-    let key = |i: u64| {
-        let name: std::sync::Arc<str> = format!("key-{i}").into();
-        StateKey {
-            group: key_group(&name),
-            operator: 0,
-            namespace: Namespace::Window {
-                start: 0,
-                end: 60_000,
-            },
-            key: name,
-        }
-    };
-    let scope = |i: u64| {
-        let mut state = ScopeState::default();
-        state.put("count", Value::Int(i as i64));
-        state.put("sum", Value::Int(i as i64 * 7));
-        state
-    };
+    use crate::state::{RedbBackend, RedbStore};
     let mut rows = Vec::new();
     for &size in sizes {
         let dir =
             std::env::temp_dir().join(format!("weir-bench-cost-{}-{size}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = RedbStore::open(&dir)?;
-        let mut id = 0;
         let mut backend = RedbBackend::new(store.clone(), 0);
-        let mut next = 0;
-        while next < size {
-            let end = (next + 200_000).min(size);
-            for i in next..end {
-                backend.put(key(i), scope(i))?;
-            }
-            id += 1;
-            store.commit(&StoredCheckpoint {
-                id,
-                manifest: b"{}".to_vec(),
-                state: backend.changes()?,
-                ..Default::default()
-            })?;
-            backend.committed();
-            next = end;
-        }
+        let mut id = cost_fill(&store, &mut backend, size)?;
         let (mut handovers, mut commits) = (Vec::new(), Vec::new());
         for round in 0..5u64 {
-            for j in 0..changed {
-                let i = (round * 7_919 + j * 104_729) % size.max(1);
-                backend.put(key(i), scope(i + round))?;
-            }
-            let started = std::time::Instant::now();
-            let state = backend.changes()?;
-            handovers.push(started.elapsed());
             id += 1;
-            let started = std::time::Instant::now();
-            store.commit(&StoredCheckpoint {
-                id,
-                manifest: b"{}".to_vec(),
-                state,
-                ..Default::default()
-            })?;
-            commits.push(started.elapsed());
-            backend.committed();
+            let (handover, commit) = cost_round(&store, &mut backend, (size, changed), round, id)?;
+            handovers.push(handover);
+            commits.push(commit);
         }
         handovers.sort();
         commits.sort();
@@ -313,6 +262,88 @@ pub fn checkpoint_cost(
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(rows)
+}
+
+/// The state key of scope `i` of [`checkpoint_cost`]: key `key-<i>` in a 1-minute window.
+fn cost_key(i: u64) -> crate::state::StateKey {
+    use crate::state::{Namespace, StateKey, key_group};
+    let name: std::sync::Arc<str> = format!("key-{i}").into();
+    StateKey {
+        group: key_group(&name),
+        operator: 0,
+        namespace: Namespace::Window {
+            start: 0,
+            end: 60_000,
+        },
+        key: name,
+    }
+}
+
+/// The state of scope `i` of [`checkpoint_cost`]: a count and a sum.
+fn cost_scope(i: u64) -> crate::state::ScopeState {
+    use crate::value::Value;
+    let mut state = crate::state::ScopeState::default();
+    state.put("count", Value::Int(i as i64));
+    state.put("sum", Value::Int(i as i64 * 7));
+    state
+}
+
+/// Fills `store` with `size` scopes through `backend`, 200,000 to a checkpoint; the last
+/// checkpoint's id (0 for none).
+fn cost_fill(
+    store: &crate::state::RedbStore,
+    backend: &mut crate::state::RedbBackend,
+    size: u64,
+) -> Result<u64, crate::state::StateError> {
+    use crate::state::{StateBackend, StoredCheckpoint};
+    let mut id = 0;
+    let mut next = 0;
+    while next < size {
+        let end = (next + 200_000).min(size);
+        for i in next..end {
+            backend.put(cost_key(i), cost_scope(i))?;
+        }
+        id += 1;
+        store.commit(&StoredCheckpoint {
+            id,
+            manifest: b"{}".to_vec(),
+            state: backend.changes()?,
+            ..Default::default()
+        })?;
+        backend.committed();
+        next = end;
+    }
+    Ok(id)
+}
+
+/// Round `round` of [`checkpoint_cost`]: changes `changed` of the `size` scopes and commits
+/// them as checkpoint `id`; how long the backend took to hand the changes over, and the
+/// commit.
+fn cost_round(
+    store: &crate::state::RedbStore,
+    backend: &mut crate::state::RedbBackend,
+    (size, changed): (u64, u64),
+    round: u64,
+    id: u64,
+) -> Result<(std::time::Duration, std::time::Duration), crate::state::StateError> {
+    use crate::state::{StateBackend, StoredCheckpoint};
+    for j in 0..changed {
+        let i = (round * 7_919 + j * 104_729) % size.max(1);
+        backend.put(cost_key(i), cost_scope(i + round))?;
+    }
+    let started = std::time::Instant::now();
+    let state = backend.changes()?;
+    let handover = started.elapsed();
+    let started = std::time::Instant::now();
+    store.commit(&StoredCheckpoint {
+        id,
+        manifest: b"{}".to_vec(),
+        state,
+        ..Default::default()
+    })?;
+    let commit = started.elapsed();
+    backend.committed();
+    Ok((handover, commit))
 }
 
 /// The Nexmark queries `weir bench nexmark` knows, in order.

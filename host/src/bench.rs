@@ -371,7 +371,50 @@ pub fn nexmark_spec(
     code: OperatorCode,
     stage_code: OperatorCode,
 ) -> Result<PipelineSpec, PipelineError> {
-    let (kinds, key, kind, window) = match query {
+    let (kinds, key, kind, window) = nexmark_source(query)?;
+    let stages = if query == "q7-global" {
+        "global = true\n"
+    } else if query == "q5" {
+        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"\n\
+         [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n"
+    } else {
+        ""
+    };
+    // Only the fields each query's operator reads cross into it, as in the example pipelines.
+    let projection = match query {
+        "q5" | "q11" => "fields = []\n",
+        "q7" | "q7-global" => "fields = [\"price\", \"auction\", \"bidder\"]\n",
+        "q1" => "fields = [\"auction\", \"bidder\", \"price\"]\n",
+        "q2" => "fields = [\"auction\", \"price\"]\n",
+        "q8" => "fields = [\"side\", \"name\"]\n",
+        _ => "",
+    };
+    let text = format!(
+        "name = \"nexmark-{query}\"\nshards = {shards}\nbatch_size = {batch_size}\n\
+         checkpoint_interval = \"off\"\n\
+         [source]\ntype = \"nexmark\"\nevents = {events}\nrate = 10000\nseed = 1\n{kinds}\n\
+         [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
+         [[operators]]\nname = \"nexmark-{query}\"\nkind = \"{kind}\"\nnative = \"nexmark-{query}\"\n{projection}{stages}\
+         [state]\nbackend = \"memory\"\n\
+         [sinks]\nresults = \"discard\"\nlate = \"discard\"\ndead_letters = \"discard\"\n"
+    );
+    let mut spec = PipelineSpec::parse(&text, false, std::path::Path::new("."))
+        .map_err(|e| PipelineError::Config(e.to_string()))?;
+    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
+        operator.code = code.clone();
+    }
+    for stage in &mut spec.stages {
+        stage.aggregate.code = stage_code.clone();
+    }
+    Ok(spec)
+}
+
+/// What Nexmark `query` reads and how: the `[source]` line selecting its event kinds, the key
+/// field, its operator's kind and its `[window]` (and `[join]`) table, each as spec text.
+fn nexmark_source(
+    query: &str,
+) -> Result<(&'static str, &'static str, &'static str, &'static str), PipelineError> {
+    Ok(match query {
         "q0" => ("", "kind", "enrich", ""),
         "q1" | "q2" => ("kinds = [\"bid\"]", "auction", "enrich", ""),
         "q5" => (
@@ -412,42 +455,7 @@ pub fn nexmark_spec(
                 NEXMARK_QUERIES.join(", ")
             )));
         }
-    };
-    let stages = if query == "q7-global" {
-        "global = true\n"
-    } else if query == "q5" {
-        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"2s\"\n\
-         [stages.operator]\nname = \"hot-items\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n"
-    } else {
-        ""
-    };
-    // Only the fields each query's operator reads cross into it, as in the example pipelines.
-    let projection = match query {
-        "q5" | "q11" => "fields = []\n",
-        "q7" | "q7-global" => "fields = [\"price\", \"auction\", \"bidder\"]\n",
-        "q1" => "fields = [\"auction\", \"bidder\", \"price\"]\n",
-        "q2" => "fields = [\"auction\", \"price\"]\n",
-        "q8" => "fields = [\"side\", \"name\"]\n",
-        _ => "",
-    };
-    let text = format!(
-        "name = \"nexmark-{query}\"\nshards = {shards}\nbatch_size = {batch_size}\n\
-         checkpoint_interval = \"off\"\n\
-         [source]\ntype = \"nexmark\"\nevents = {events}\nrate = 10000\nseed = 1\n{kinds}\n\
-         [event]\nkey = \"{key}\"\ntimestamp = \"date_time\"\n{window}\n\
-         [[operators]]\nname = \"nexmark-{query}\"\nkind = \"{kind}\"\nnative = \"nexmark-{query}\"\n{projection}{stages}\
-         [state]\nbackend = \"memory\"\n\
-         [sinks]\nresults = \"discard\"\nlate = \"discard\"\ndead_letters = \"discard\"\n"
-    );
-    let mut spec = PipelineSpec::parse(&text, false, std::path::Path::new("."))
-        .map_err(|e| PipelineError::Config(e.to_string()))?;
-    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
-        operator.code = code.clone();
-    }
-    for stage in &mut spec.stages {
-        stage.aggregate.code = stage_code.clone();
-    }
-    Ok(spec)
+    })
 }
 
 /// Runs each Nexmark query in `queries` with its component (`components/weir_example_nexmark_<query>.wasm`)

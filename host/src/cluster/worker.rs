@@ -262,15 +262,13 @@ impl Worker {
         self.routing = Some(stored);
     }
 
-    /// Restores slice `slice`'s last uploaded checkpoint and starts running it.
-    fn take(&mut self, slice: usize, revision: u64) -> Result<()> {
-        let slice_dir = self.dir.join(format!("slice-{slice}"));
-        let data = slice_dir.join("data");
-        let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
+    /// The spec slice `slice` runs: the pipeline's, its state in `data`, on one shard unless it
+    /// says otherwise; and whether the slice reads a partition of its own (of a partitioned
+    /// stream, every key of it) rather than its key groups of the whole stream.
+    fn slice_spec(&self, slice: usize, data: PathBuf) -> (PipelineSpec, bool) {
         let mut spec = self.spec.clone();
         spec.state = StateSpec::Redb(data);
         spec.shards = Some(spec.shards.unwrap_or(1));
-        // A partitioned stream's slice reads its partition alone, every key of it.
         let partitioned = match &mut spec.source {
             SourceSpec::Nats(nats) if nats.partitions.is_some() => {
                 nats.partition = Some(slice);
@@ -278,19 +276,22 @@ impl Worker {
             }
             _ => false,
         };
-        let uploader = Uploader::start(
-            self.snapshots.clone(),
-            &self.record.name,
-            slice,
-            revision,
-            slice_dir.join(format!("upload-{revision}")),
-        )
-        .map_err(|source| ClusterError::Io {
-            path: slice_dir.clone(),
-            source,
-        })?;
+        (spec, partitioned)
+    }
+
+    /// The control of slice `slice`'s run: its versions resolved from the worker's code, its
+    /// checkpoints uploaded by `uploader`, reading the worker's shared feed if it has one, its
+    /// watermark held back (when `partitioned`) until the other slices' are known, and the
+    /// routing in effect asked for.
+    fn slice_control(
+        &self,
+        spec: &PipelineSpec,
+        slice: usize,
+        uploader: &Uploader,
+        partitioned: bool,
+    ) -> Arc<PipelineControl> {
         let label = format!("{}/slice-{slice}", self.record.name);
-        let control = PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
+        let control = PipelineControl::new(&label, resolver(spec, self.code.clone()), None)
             .with_commit_listener(uploader.listener());
         let control = Arc::new(match &self.feed {
             Some(feed) => control.with_source(Box::new(feed.source())),
@@ -303,6 +304,27 @@ impl Worker {
         if let Some((_, routing)) = &self.routing {
             control.request(routing.clone());
         }
+        control
+    }
+
+    /// Restores slice `slice`'s last uploaded checkpoint and starts running it.
+    fn take(&mut self, slice: usize, revision: u64) -> Result<()> {
+        let slice_dir = self.dir.join(format!("slice-{slice}"));
+        let data = slice_dir.join("data");
+        let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
+        let (spec, partitioned) = self.slice_spec(slice, data);
+        let uploader = Uploader::start(
+            self.snapshots.clone(),
+            &self.record.name,
+            slice,
+            revision,
+            slice_dir.join(format!("upload-{revision}")),
+        )
+        .map_err(|source| ClusterError::Io {
+            path: slice_dir.clone(),
+            source,
+        })?;
+        let control = self.slice_control(&spec, slice, &uploader, partitioned);
         let options = RunOptions {
             fresh: false,
             key_groups: (!partitioned).then(|| KeyGroups::slice(slice, self.record.slices)),

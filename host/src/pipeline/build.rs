@@ -1,6 +1,10 @@
 //! Building a pipeline's parts before any input is read: loading operator code (components,
 //! native operators, stored components checked by digest) and reference data, and building
 //! each shard with its enrichers, its aggregate and, when resuming, its restored windows.
+//!
+//! Depends on `checkpoint`, `operator`, `rollout`, `spec`, `state`, `time`, `value` and
+//! `window`, and of `pipeline` on `mod.rs` (its error, `shard_of`, `groups_of`), `control`,
+//! `enrichment`, `interval_join`, `shard` and `stages`.
 
 use std::path::Path;
 

@@ -6,6 +6,9 @@
 //! may evict clean state and take the next barrier). A pipeline with stages after its
 //! aggregate runs them here, on each batch's results in canonical order, and checkpoints their
 //! state with the shards'.
+//!
+//! Depends on `checkpoint`, `emit`, `event`, `operator` and `state`, and of `pipeline` on
+//! `mod.rs` (its error), `control`, `messages`, `shard` (its snapshot) and `stages`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

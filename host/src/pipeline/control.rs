@@ -1,6 +1,9 @@
 //! [`PipelineControl`]: what a running pipeline shares with whoever runs it (`weir serve`): a
 //! stop switch, the requested and applied rollout routing, savepoints asked for, live figures,
 //! per-version counters and a tap on the result records.
+//!
+//! Depends on `checkpoint`, `operator`, `rollout`, `source`, `spec` and `time`, and of `pipeline`
+//! on `telemetry`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,6 +6,9 @@
 //! passes the key's latest event time plus the TTL. Expiry is judged per event, against the
 //! watermark at the event's arrival, so where batches begin and end never matters; keys that
 //! go quiet are swept at the end of each batch.
+//!
+//! Depends on `event`, `hashing`, `operator`, `rollout`, `state`, `time` and `window`, and of
+//! `pipeline` on `deadlines` and `outcome`.
 
 use crate::hashing::HashMap;
 use std::sync::Arc;

@@ -12,8 +12,8 @@
 //! watermark. Kept events live in the shard's state (under [`INTERVAL_JOIN_OPERATOR`]), so they
 //! are checkpointed with it.
 //!
-//! Depends on `event`, `field_name`, `hashing`, `spec`, `state`, `value` and `window` (for its
-//! output types).
+//! Depends on `event`, `field_name`, `hashing`, `spec`, `state`, `time`, `value` and `window`
+//! (for its output types), and of `pipeline` on `deadlines` and `outcome`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,6 +2,8 @@
 //! side's key field and marked with the field [`SIDE_FIELD`], before it is routed; the
 //! aggregate then sees both sides of a key and window together. An event on neither side, or
 //! without its side's key, is a dead letter with the reason.
+//!
+//! Depends on `event`, `field_name`, `spec` and `value` only.
 
 use crate::event::{DeadCause, DeadLetter, Event};
 use crate::field_name::FieldName;

@@ -1,6 +1,9 @@
 //! The messages between the threads of a running pipeline: the router sends batches and
 //! barriers to the shards; shards and router send their parts of each batch (or barrier) to the
 //! collector, which commits a checkpoint once it holds every part of a barrier.
+//!
+//! Depends on `checkpoint`, `event`, `operator`, `rollout` and `time`, and of `pipeline` on
+//! `control` and `shard` (its output and snapshot).
 
 use std::sync::Arc;
 

@@ -19,6 +19,10 @@
 //! tells the shards, which only then may evict clean state (and take the next barrier: one
 //! checkpoint is in flight at a time). A run on a data directory with a committed checkpoint
 //! resumes from it.
+//!
+//! Depends on `checkpoint`, `cpu_time`, `emit`, `event`, `fsutil`, `operator`, `rollout`,
+//! `source`, `spec`, `state`, `time` and `window`, and on its parts; its parts on `field_name`,
+//! `hashing`, `value` and `watermark` as well.
 
 mod build;
 mod collector;

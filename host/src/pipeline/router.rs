@@ -2,6 +2,10 @@
 //! watermark, routes events to shards by key group in batches (with each event's
 //! [`Crossing`](crate::event::Crossing) beside it, for some pipelines), and injects checkpoint
 //! barriers.
+//!
+//! Depends on `event`, `hashing`, `operator`, `rollout`, `source`, `spec`, `state`, `time`,
+//! `value` and `watermark`, and of `pipeline` on `mod.rs` (its key groups, `shard_of`),
+//! `control`, `join` and `messages`.
 
 use crate::hashing::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! [`Shard`]: the single writer for the keys of its key groups. It owns those keys' state and
 //! its own operator instances, pairs events (an interval join), runs the enrichment chain per
 //! key, then the window engine.
+//!
+//! Depends on `event`, `operator`, `rollout`, `state`, `time` and `window`, and of `pipeline` on
+//! `control`, `enrichment`, `interval_join`, `messages` and `outcome`.
 
 use std::sync::mpsc::{Receiver, SyncSender};
 

@@ -12,9 +12,13 @@
 //! advance, and is never late there. Updates and retractions flow through as well: each event
 //! carries its upstream result as its [`Origin`], an update replaces that result's contribution
 //! to the stage's windows and a retraction withdraws it (see the window engine). Stages keep
-//! their windows for the pipeline's allowed lateness, as long as an upstream result can change. Stages run on one thread (the collector's) and see every
-//! key; their state is checkpointed with the shards' in the same transaction, under operator
-//! indices after the chain's.
+//! their windows for the pipeline's allowed lateness, as long as an upstream result can change.
+//! Stages run on one thread (the collector's) and see every key; their state is checkpointed
+//! with the shards' in the same transaction, under operator indices after the chain's.
+//!
+//! Depends on `event`, `field_name`, `operator`, `rollout`, `spec`, `state`, `time`, `value`
+//! and `window`, and of `pipeline` on `router` (its unbucketing of keys) and `shard` (its
+//! snapshot).
 
 use compact_str::CompactString;
 

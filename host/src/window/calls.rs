@@ -7,7 +7,8 @@
 //!
 //! No window state lives here: callers pass a window's key, extent and whether it may be in
 //! the store. The engine and its flush depend on this module; it depends on `output`, `arrived`
-//! and `slab` of `window`, on `operator`'s traits, and on `state`. Nothing of Wasm.
+//! and `slab` of `window`, on `operator` (its traits and call types), and on `state`, `event`,
+//! `time` and `value`. Nothing of Wasm.
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@
 //! windows' events towards early results (`[emit] mode = "early"`).
 //!
 //! The engine depends on this module; it depends on `output` (the emission types),
-//! `change_log` (the record a checkpoint stores), `inputs`, `slab` and `time`.
+//! `change_log` (the record a checkpoint stores), `inputs`, `slab`, `time` and `value`.
 
 use std::sync::Arc;
 

@@ -7,17 +7,18 @@
 //! every window whose end the watermark has passed and that has unemitted changes fires. Adds
 //! are buffered per window until the window fires or the batch ends, or, while full batches
 //! follow each other, until the window fires or the engine would hold more than
-//! [`super::MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go to the
-//! operator in calls carrying many windows where it makes them
+//! [`super::MAX_HELD_BATCHES`] batches ([`Arrived`]). The windows that add or fire together go
+//! to the operator in calls carrying many windows where it makes them
 //! ([`crate::operator::AggregateOperator::add_windows`]: a 0.3 component, or the native
 //! count-sum), the rest in one call per window.
 //!
 //! A stage's engine ([`WindowEngine::keeping_inputs`]) also keeps each window's inputs by the
-//! upstream result they stand for ([`crate::event::Origin`]): an upstream update replaces its result's
-//! contribution and a withdrawal removes it, and the window's state is rebuilt from the inputs
-//! that remain (the operator's own `add` over them, as Flink does for aggregates without a
-//! retract function), so a downstream result never counts an upstream one twice. A window left
-//! without inputs withdraws its result. A withdrawal does not shrink or split a session.
+//! upstream result they stand for ([`crate::event::Origin`]): an upstream update replaces its
+//! result's contribution and a withdrawal removes it, and the window's state is rebuilt from
+//! the inputs that remain (the operator's own `add` over them, as Flink does for aggregates
+//! without a retract function), so a downstream result never counts an upstream one twice. A
+//! window left without inputs withdraws its result. A withdrawal does not shrink or split a
+//! session.
 //!
 //! The engine only orchestrates; each part owns its state (a live window carries one sub-state
 //! per part, changed only by that part's module):
@@ -31,9 +32,10 @@
 //! - [`super::sessions`]: the session merge rule;
 //! - [`super::flush`]: adding pending events and finishing windows, over the parts it is lent.
 //!
-//! The engine depends on those parts, on [`mod@super::assign`], [`super::arrived`] and
-//! [`super::output`], and on `state`, `operator` (its traits), `event`, `spec` and `time`;
-//! nothing in `window` depends on the engine.
+//! The engine depends on those parts, on [`mod@super::assign`], [`super::arrived`],
+//! [`super::inputs`], [`super::slab`] and [`super::output`] (whose [`Context`] lends it the
+//! operator and the state), and on `event`, `spec`, `state` and `time`; it names nothing of
+//! `operator` itself. Nothing in `window` depends on the engine.
 
 use std::sync::Arc;
 

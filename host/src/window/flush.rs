@@ -7,7 +7,8 @@
 //! the due queue, the early-result count or the watermark.
 //!
 //! The engine depends on this module; it depends on the parts it is lent (`live`, `pending`,
-//! `change_log`, `calls`), on `emission`, `arrived` and `output`. No part depends on it.
+//! `change_log`, `calls`), on `emission`, `arrived`, `output` and `slab`, and on `operator`
+//! (its error and scope), `state`, `event` and `value`. No part depends on it.
 
 use super::arrived::Arrived;
 use super::calls::{Calls, Finished, MAX_WINDOWS_PER_CALL, Taken, runs};

@@ -10,8 +10,8 @@
 //! windows of a key share one `Arc<str>` ([`LiveWindows::own_key`]); (e) `opened` only grows,
 //! which fixes the order of early firings by interval.
 //!
-//! The engine depends on this module; it depends on the sub-states' types, `slab`, `key_map`
-//! and `time`. No part depends on it.
+//! The engine depends on this module; it depends on the sub-states' modules (`pending`, `due`,
+//! `emission`, `change_log` and `inputs`), `slab`, `key_map` and `time`. No part depends on it.
 
 use std::collections::BTreeSet;
 use std::ops::Index;

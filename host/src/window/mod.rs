@@ -1,5 +1,8 @@
 //! Event-time windows: which windows an event belongs to, and the per-shard engine that fires,
 //! updates, merges and drops them as the watermark advances.
+//!
+//! Depends on `time` (its [`Window`] is this module's); its parts on `event`, `field_name`,
+//! `hashing`, `operator` (its traits), `spec`, `state` and `value` as well.
 
 mod arrived;
 mod assign;

@@ -9,8 +9,8 @@
 //! Its parts: `ingest` (appending to the ingest log, and truncating it), `replay` and
 //! `savepoints`.
 //!
-//! Depends on `checkpoint`, `fsutil`, `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
-//! `state` and `time`.
+//! Depends on `checkpoint`, `fsutil`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
+//! `state` and `time`; its parts (`replay`, `savepoints`) on `names` as well.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};

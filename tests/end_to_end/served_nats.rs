@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use crate::nats::{BASE, Client, NatsServer, windows};
-use crate::server::{ADMIN, INGEST, PATIENCE, Server, count_sum_v1};
+use crate::server::{ADMIN, INGEST, PATIENCE, Server, count_sum_v1, create_and_start_spec};
 
 /// In-order clicks of 20 users, `n` of them from index `from`, 7 ms apart, with amounts up to 90
 /// (so that a window's sum passes 100 now and then).
@@ -29,20 +29,6 @@ fn nats_spec(name: &str) -> Value {
         "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
         "checkpoint_interval": "100ms"
     })
-}
-
-fn create_and_start(server: &Server, spec: &Value) {
-    let name = spec["name"].as_str().unwrap();
-    server.expect(
-        &format!("creating {name}"),
-        server.post_json("/v1/pipelines", Some(ADMIN), spec),
-        201,
-    );
-    server.expect(
-        &format!("starting {name}"),
-        server.post(&format!("/v1/pipelines/{name}/start"), Some(ADMIN), b""),
-        200,
-    );
 }
 
 /// The `(user, window start) -> (count, sum)` of result records.
@@ -118,7 +104,7 @@ fn a_served_pipeline_reads_a_nats_stream_with_rollout_replay_savepoint_fork_and_
     );
     let mut spec = nats_spec("from-nats");
     spec["sinks"] = json!({"results": {"nats": "default", "subject": "results.from-nats"}});
-    create_and_start(&server, &spec);
+    create_and_start_spec(&server, &spec);
     let status = server.status("from-nats");
     assert_eq!(status["source"]["type"], "nats", "{status}");
     assert_eq!(status["source"]["stream"], "CLICKS");
@@ -349,7 +335,7 @@ fn a_served_spec_names_a_nats_server_and_never_an_address() {
     // Named, it is taken.
     let mut spec = nats_spec("named");
     spec["source"]["server"] = json!("local");
-    create_and_start(&server, &spec);
+    create_and_start_spec(&server, &spec);
     client.publish("clicks.a", &clicks(0, 100));
     server.wait_for_events_in("named", 100);
     // A fork must read the same input: not the HTTP log, from a stream's savepoint.
@@ -444,7 +430,7 @@ fn reads_with(url: &str, auth: &[&str], client: &Client) {
     args.extend_from_slice(auth);
     let server = Server::start_with(dir.path(), &args);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    create_and_start(&server, &nats_spec("authenticated"));
+    create_and_start_spec(&server, &nats_spec("authenticated"));
     client.publish("clicks.a", &clicks(0, 50));
     server.wait_for_events_in("authenticated", 50);
 }
@@ -467,7 +453,7 @@ fn nats_connections_present_the_process_credentials_and_trust_its_authority() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), &["--nats", &locked.url]);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    create_and_start(&server, &nats_spec("anonymous"));
+    create_and_start_spec(&server, &nats_spec("anonymous"));
     let status = server.wait_for("the anonymous pipeline to fail", PATIENCE, || {
         let status = server.status("anonymous");
         if status["state"] == "failed" {
@@ -580,7 +566,7 @@ fn a_served_nats_pipeline_survives_a_sigkill_with_every_result_once() {
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     let mut spec = nats_spec("durable");
     spec["sinks"] = json!({"results": {"nats": "default", "subject": "results.durable"}});
-    create_and_start(&server, &spec);
+    create_and_start_spec(&server, &spec);
     let events = clicks(0, 4_000);
     let (before, after) = events.split_at(2_000);
     client.publish("clicks.a", before);
@@ -637,7 +623,7 @@ fn subjects_a_spec_lists_hold_the_watermark_back_from_the_start() {
     ] {
         let mut spec = nats_spec(name);
         spec["source"]["subjects"] = subjects;
-        create_and_start(&server, &spec);
+        create_and_start_spec(&server, &spec);
     }
     // Subject a publishes its whole hour first, then b the same hour: b is not late where
     // the spec listed it (as Flink's splits known at start), and is where only a wildcard
@@ -672,7 +658,7 @@ fn messages_of_many_events_are_read_whole_across_a_sigkill() {
     let mut spec = nats_spec("batched");
     spec["sinks"] = json!({"results": {"nats": "default", "subject": "results.batched"}});
     spec["batch_size"] = json!(7); // batches, and so checkpoints, end inside messages
-    create_and_start(&server, &spec);
+    create_and_start_spec(&server, &spec);
     let events = clicks(0, 6_000);
     // 60 messages of 100 events each, as JSON Lines.
     let publish = |events: &[Value]| {

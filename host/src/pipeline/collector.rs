@@ -23,8 +23,9 @@ use crate::emit::{
     OperatorLabel, ResultRecord, SinkWriter, dead_letter_record, event_record, late_record,
     result_records,
 };
-use crate::event::DeadCause;
+use crate::event::{DeadCause, DeadLetter};
 use crate::operator::quota::StateDelta;
+use crate::window::{Emission, LateEvent};
 
 /// The three sinks.
 pub(super) struct Sinks {
@@ -139,50 +140,114 @@ fn write_batch(
     stages: Option<&mut Stages>,
     control: &PipelineControl,
 ) -> Result<u64> {
-    let (mut emissions, mut events, mut late, mut dead) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut traps = 0;
-    let mut run = (std::sync::Arc::default(), false);
-    for part in batch {
+    let mut output = BatchOutput::of(batch);
+    if let Some(stages) = stages {
+        output.staged(stages)?;
+    }
+    let BatchOutput {
+        emissions,
+        mut events,
+        mut late,
+        mut dead,
+        traps,
+        ..
+    } = output;
+    events.sort_by_key(|staged| staged.seq);
+    late.sort_by_key(|l| l.seq);
+    // Several events of one line (a NATS message of many) are ordered by what they say:
+    // the shards' parts come in any order.
+    dead.sort_by(|a, b| (a.line, &a.raw, &a.reason).cmp(&(b.line, &b.raw, &b.reason)));
+    let kinds = write_results(&emissions, &events, label, sinks, control)?;
+    for l in &late {
+        sinks.late.write(&late_record(l))?;
+    }
+    for d in &dead {
+        sinks.dead_letters.write(&dead_letter_record(d))?;
+    }
+    count_written(&kinds, &late, &dead, control);
+    Ok(traps)
+}
+
+/// What a batch's parts carry, output: the emissions (in their order), the enriched events,
+/// late events, dead letters, traps, and the router's idle advances and end of input.
+struct BatchOutput {
+    emissions: Vec<Emission>,
+    events: Vec<crate::event::Staged>,
+    late: Vec<LateEvent>,
+    dead: Vec<DeadLetter>,
+    traps: u64,
+    advances: std::sync::Arc<Vec<(u64, crate::time::Millis)>>,
+    end_of_input: bool,
+}
+
+impl BatchOutput {
+    fn of(batch: Vec<Part>) -> BatchOutput {
+        let mut output = BatchOutput {
+            emissions: Vec::new(),
+            events: Vec::new(),
+            late: Vec::new(),
+            dead: Vec::new(),
+            traps: 0,
+            advances: std::sync::Arc::default(),
+            end_of_input: false,
+        };
+        for part in batch {
+            output.add(part);
+        }
+        (output.emissions).sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        output
+    }
+
+    fn add(&mut self, part: Part) {
         match part {
             Part::Router(router) => {
-                dead.extend(router.dead);
-                run = (router.advances, router.end_of_input);
+                self.dead.extend(router.dead);
+                (self.advances, self.end_of_input) = (router.advances, router.end_of_input);
             }
             Part::Shard(output) => {
-                late.extend(output.rejected.late);
-                dead.extend(output.rejected.dead_letters);
-                traps += output.rejected.traps;
-                emissions.extend(output.engine.emissions);
-                events.extend(output.events);
-                late.extend(output.engine.late);
-                dead.extend(output.engine.dead_letters);
-                traps += output.engine.traps;
+                self.late.extend(output.rejected.late);
+                self.dead.extend(output.rejected.dead_letters);
+                self.traps += output.rejected.traps;
+                self.emissions.extend(output.engine.emissions);
+                self.events.extend(output.events);
+                self.late.extend(output.engine.late);
+                self.dead.extend(output.engine.dead_letters);
+                self.traps += output.engine.traps;
             }
             Part::Position(..) | Part::Snapshot(..) | Part::Failed => {
                 unreachable!("checkpoint parts travel alone; a failure is never batched")
             }
         }
     }
-    emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
-    if let Some(stages) = stages {
-        let (advances, end_of_input) = run;
+
+    /// Runs the emissions through the stages: theirs replace them.
+    fn staged(&mut self, stages: &mut Stages) -> Result<()> {
+        let emissions = std::mem::take(&mut self.emissions);
         let staged = stages
-            .process(emissions, &advances, end_of_input)
+            .process(emissions, &self.advances, self.end_of_input)
             .map_err(|error| PipelineError::Stage { error })?;
-        emissions = staged.emissions;
-        late.extend(staged.late);
-        dead.extend(staged.dead_letters);
-        traps += staged.traps;
+        self.emissions = staged.emissions;
+        self.late.extend(staged.late);
+        self.dead.extend(staged.dead_letters);
+        self.traps += staged.traps;
+        Ok(())
     }
-    events.sort_by_key(|staged| staged.seq);
-    late.sort_by_key(|l| l.seq);
-    // Several events of one line (a NATS message of many) are ordered by what they say:
-    // the shards' parts come in any order.
-    dead.sort_by(|a, b| (a.line, &a.raw, &a.reason).cmp(&(b.line, &b.raw, &b.reason)));
-    // Records for subscribers, each with the byte offset where it ends in the results file (its
-    // id for resuming), sent once they are flushed: a subscriber that then reads the file finds
-    // every record it was not sent.
+}
+
+/// Records written, by kind, for the metrics.
+type Kinds = [(&'static str, u64); 5];
+
+/// Writes the emissions' records and the enriched events to the results sink, and hands the
+/// lines to subscribers once flushed (each with the byte offset where it ends in the results
+/// file, its id for resuming: a subscriber that then reads the file finds every record it was
+/// not sent). The records written, by kind.
+fn write_results(
+    emissions: &[Emission],
+    events: &[crate::event::Staged],
+    label: &OperatorLabel,
+    sinks: &mut Sinks,
+    control: &PipelineControl,
+) -> Result<Kinds> {
     let tap = control.stream_results || control.results.receiver_count() > 0;
     let mut tapped: Vec<ResultLine> = Vec::new();
     let mut write_result = |record: ResultRecord<'_>| -> Result<()> {
@@ -193,15 +258,14 @@ fn write_batch(
         }
         Ok(())
     };
-    // Records written, by kind, for the metrics.
-    let mut kinds = [
+    let mut kinds: Kinds = [
         ("result", 0u64),
         ("update", 0),
         ("early", 0),
         ("retract", 0),
         ("event", 0),
     ];
-    for emission in &emissions {
+    for emission in emissions {
         for record in result_records(emission, label) {
             if let Some(count) = kinds.iter_mut().find(|(kind, _)| record.kind() == *kind) {
                 count.1 += 1;
@@ -212,7 +276,7 @@ fn write_batch(
     kinds[4].1 = events.len() as u64;
     let mut previous = None;
     let mut n = 0;
-    for staged in &events {
+    for staged in events {
         n = if previous == Some(staged.seq) {
             n + 1
         } else {
@@ -227,12 +291,16 @@ fn write_batch(
             let _ = control.results.send(line);
         }
     }
-    for l in &late {
-        sinks.late.write(&late_record(l))?;
-    }
-    for d in &dead {
-        sinks.dead_letters.write(&dead_letter_record(d))?;
-    }
+    Ok(kinds)
+}
+
+/// Counts what a batch wrote in the pipeline's figures and metrics.
+fn count_written(
+    kinds: &Kinds,
+    late: &[LateEvent],
+    dead: &[DeadLetter],
+    control: &PipelineControl,
+) {
     let results = kinds.iter().map(|(_, n)| n).sum::<u64>();
     let stats = &control.stats;
     stats.results_out.fetch_add(results, Ordering::Relaxed);
@@ -241,15 +309,14 @@ fn write_batch(
         .dead_letters
         .fetch_add(dead.len() as u64, Ordering::Relaxed);
     let mut causes: Vec<(DeadCause, u64)> = Vec::new();
-    for d in &dead {
+    for d in dead {
         match causes.iter_mut().find(|(cause, _)| *cause == d.cause) {
             Some(count) => count.1 += 1,
             None => causes.push((d.cause, 1)),
         }
     }
     let events_in = stats.events_in.load(Ordering::Relaxed);
-    (control.metrics).wrote(&kinds, late.len() as u64, late_total, events_in, &causes);
-    Ok(traps)
+    (control.metrics).wrote(kinds, late.len() as u64, late_total, events_in, &causes);
 }
 
 fn commit(

@@ -238,21 +238,8 @@ impl Router<'_> {
     /// early (without error) if a shard or the collector stopped: `run` reports their error.
     pub fn route(&mut self, source: &mut dyn Source, start: Start) -> Result<u64> {
         let spec = self.spec;
-        let mut reading = Reading::new(spec, &start, source.position().clock);
-        let mut batch = Batch::new(self.shards.len());
-        let mut pacing = Pacing::new(start.events, start.watermark, source.position());
+        let (mut reading, mut batch, mut pacing, share_size) = self.begin(&*source, &start);
         let sharing = self.control.shared_watermark.enabled();
-        if sharing {
-            // Held by the others from the first record on (a first clock would otherwise move
-            // the watermark to this run's own partition's alone).
-            reading
-                .watermark
-                .set_floor(self.control.shared_watermark.floor());
-        }
-        // A share's lists are sized once: grown by doubling, a large batch was copied a dozen
-        // times, into freshly zeroed pages (10 % of the router's time).
-        let share_size =
-            (spec.batch_size.div_ceil(self.shards.len())).min(MAX_CARRIED_BATCH_RECORDS);
         self.publish(reading.seq, start.watermark, &*source);
         if start.finished {
             info!("input already finished at the last checkpoint");
@@ -262,25 +249,19 @@ impl Router<'_> {
             // Checked before reading: a record read and then left behind would be counted in
             // the position the final checkpoint records, and so lost.
             if self.control.stopping() {
-                self.close(&mut batch, &pacing, &reading, &*source, false);
-                info!(events = reading.seq - start.events, "stopped");
+                self.close(
+                    &mut batch,
+                    &pacing,
+                    &mut reading,
+                    &*source,
+                    (start.events, false),
+                );
                 return Ok(reading.seq - start.events);
             }
             let Some(record) = source.next_record()? else {
                 break;
             };
-            let tick = matches!(record, Record::Tick);
-            if let Record::Line(_, line) = &record {
-                batch.bytes += line.len();
-            }
-            if tick {
-                // Keeps the lags current while the input pauses.
-                self.publish(reading.seq, reading.watermark.current(), &*source);
-            }
-            reading.mark(&record, &mut batch);
-            if sharing && (tick || batch.records.is_multiple_of(64)) {
-                reading.share(&self.control.shared_watermark, &mut batch);
-            }
+            let tick = self.note(&record, &mut reading, &mut batch, &*source, sharing);
             // The record's event, if any, taken through each step in place: decoded, placed
             // by the join, observed by the watermark, its key bucketed, staged. A chain of
             // `Option<Event>`s copied the event at each step (a fifth of the routing loop's
@@ -311,43 +292,13 @@ impl Router<'_> {
                     batch.dead.push(dead);
                     break 'event;
                 }
-                let field = spec.partition_field.as_deref();
-                let partition = partition_of(&event, field, &reading.named_partition);
-                let observed = reading.watermark.observe(&partition, event.timestamp);
-                drop(partition);
-                match observed {
-                    Ok(moved) => batch.advances.extend(moved.map(|w| (reading.seq, w))),
-                    Err(refused) => {
-                        batch.dead.push(DeadLetter {
-                            line: event.line,
-                            raw: event.to_json().to_string(),
-                            reason: refused.to_string(),
-                            cause: crate::event::DeadCause::Input,
-                        });
-                        break 'event;
-                    }
+                if !self.observe(&mut reading, &mut batch, &event) {
+                    break 'event;
                 }
                 if let Some(buckets) = &mut reading.buckets {
                     event.key = buckets.of(&event.key, reading.seq);
                 }
-                if let Some(shard) = self.shard_for(&event.key) {
-                    let share = &mut batch.per_shard[shard];
-                    if share.events.capacity() == 0 {
-                        share.events.reserve(share_size);
-                        if self.crossing_projection.is_some() {
-                            share.crossings.reserve(share_size);
-                        }
-                    }
-                    // One crossing per event, beside it (the only place events are added).
-                    if let Some(projection) = &self.crossing_projection {
-                        share.crossings.push(projection.sole_crossing(&event));
-                    }
-                    share.events.push(Staged {
-                        seq: reading.seq,
-                        event,
-                        origin: None,
-                    });
-                }
+                self.stage(&mut batch, event, reading.seq, share_size);
                 reading.seq += 1;
             }
             batch.records += usize::from(!tick);
@@ -355,10 +306,109 @@ impl Router<'_> {
                 return Ok(reading.seq - start.events);
             }
         }
-        reading.watermark.finish();
-        self.close(&mut batch, &pacing, &reading, &*source, true);
-        info!(events = reading.seq - start.events, "input finished");
+        self.close(
+            &mut batch,
+            &pacing,
+            &mut reading,
+            &*source,
+            (start.events, true),
+        );
         Ok(reading.seq - start.events)
+    }
+
+    /// Notes a record before its event is taken: its bytes, what it says of the watermark,
+    /// and on a tick the lags; shares the watermark now and then. Whether it is a tick.
+    #[inline(always)]
+    fn note(
+        &self,
+        record: &Record,
+        reading: &mut Reading,
+        batch: &mut Batch,
+        source: &dyn Source,
+        sharing: bool,
+    ) -> bool {
+        let tick = matches!(record, Record::Tick);
+        if let Record::Line(_, line) = record {
+            batch.bytes += line.len();
+        }
+        if tick {
+            // Keeps the lags current while the input pauses.
+            self.publish(reading.seq, reading.watermark.current(), source);
+        }
+        reading.mark(record, batch);
+        if sharing && (tick || batch.records.is_multiple_of(64)) {
+            reading.share(&self.control.shared_watermark, batch);
+        }
+        tick
+    }
+
+    /// What a run starts from: reading from `start` (held by the other runs' watermarks from
+    /// the first record on, if it shares one: a first clock would otherwise move the
+    /// watermark to this run's own partition's alone), an empty batch, the pacing, and the
+    /// size of a shard's share of a batch.
+    fn begin(&self, source: &dyn Source, start: &Start) -> (Reading, Batch, Pacing, usize) {
+        let mut reading = Reading::new(self.spec, start, source.position().clock);
+        if self.control.shared_watermark.enabled() {
+            let floor = self.control.shared_watermark.floor();
+            reading.watermark.set_floor(floor);
+        }
+        let batch = Batch::new(self.shards.len());
+        let pacing = Pacing::new(start.events, start.watermark, source.position());
+        // A share's lists are sized once: grown by doubling, a large batch was copied a dozen
+        // times, into freshly zeroed pages (10 % of the router's time).
+        let share_size =
+            (self.spec.batch_size.div_ceil(self.shards.len())).min(MAX_CARRIED_BATCH_RECORDS);
+        (reading, batch, pacing, share_size)
+    }
+
+    /// Observes `event`'s time on its partition's watermark, the advance it makes going into
+    /// the batch; false (and a dead letter) if the watermark refuses it.
+    #[inline(always)]
+    fn observe(&self, reading: &mut Reading, batch: &mut Batch, event: &Event) -> bool {
+        let field = self.spec.partition_field.as_deref();
+        let partition = partition_of(event, field, &reading.named_partition);
+        let observed = reading.watermark.observe(&partition, event.timestamp);
+        drop(partition);
+        match observed {
+            Ok(moved) => {
+                batch.advances.extend(moved.map(|w| (reading.seq, w)));
+                true
+            }
+            Err(refused) => {
+                batch.dead.push(DeadLetter {
+                    line: event.line,
+                    raw: event.to_json().to_string(),
+                    reason: refused.to_string(),
+                    cause: crate::event::DeadCause::Input,
+                });
+                false
+            }
+        }
+    }
+
+    /// Puts `event` (arrival `seq`) in its shard's share of the batch, with its crossing, if a
+    /// shard of this run takes its key. The only place events are added to a share.
+    #[inline(always)]
+    fn stage(&self, batch: &mut Batch, event: Event, seq: u64, share_size: usize) {
+        let Some(shard) = self.shard_for(&event.key) else {
+            return;
+        };
+        let share = &mut batch.per_shard[shard];
+        if share.events.capacity() == 0 {
+            share.events.reserve(share_size);
+            if self.crossing_projection.is_some() {
+                share.crossings.reserve(share_size);
+            }
+        }
+        // One crossing per event, beside it.
+        if let Some(projection) = &self.crossing_projection {
+            share.crossings.push(projection.sole_crossing(&event));
+        }
+        share.events.push(Staged {
+            seq,
+            event,
+            origin: None,
+        });
     }
 
     /// After each record: sends the batch when it is full, a checkpoint is due, the input
@@ -433,19 +483,27 @@ impl Router<'_> {
 
     /// At the end of the input (`finished`: every window closes) or on a stop request (none
     /// does): sends what the batch holds, and a final checkpoint lets a restart continue
-    /// exactly here.
+    /// exactly here; then logs how many events the run routed from `first_event` on.
     fn close(
         &mut self,
         batch: &mut Batch,
         pacing: &Pacing,
-        reading: &Reading,
+        reading: &mut Reading,
         source: &dyn Source,
-        finished: bool,
+        (first_event, finished): (u64, bool),
     ) {
+        if finished {
+            reading.watermark.finish();
+        }
         if self.send(batch, pacing.batch_id, finished, false) && self.checkpoint_interval.is_some()
         {
             let position = self.position(source, reading.seq, &reading.watermark, finished);
             self.barrier(pacing.batch_id + 1, position);
+        }
+        let events = reading.seq - first_event;
+        match finished {
+            true => info!(events, "input finished"),
+            false => info!(events, "stopped"),
         }
     }
 

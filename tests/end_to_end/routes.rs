@@ -176,4 +176,23 @@ fn two_routers_over_one_server_answer_alike() {
     let two = call(&twin, Method::GET, "/v1/operators", Some(READ), "");
     assert_eq!(one.0, StatusCode::OK);
     assert_eq!(one, two);
+    // What one clone stores, the other lists.
+    let component = std::fs::read(crate::server::count_sum_v1()).unwrap();
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/operators/count-sum/1.0.0")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .header("content-type", "application/wasm")
+        .header("content-length", component.len())
+        .body(Body::from(component))
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let uploaded = runtime.block_on(router.clone().oneshot(request)).unwrap();
+    assert_eq!(uploaded.status(), StatusCode::CREATED);
+    let (status, listed) = call(&twin, Method::GET, "/v1/operators", Some(READ), "");
+    assert_eq!(status, StatusCode::OK);
+    assert!(listed.to_string().contains("count-sum"), "{listed}");
 }

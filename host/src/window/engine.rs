@@ -222,8 +222,8 @@ impl WindowEngine {
     /// keep their events pending into the next ones, so that each window's events cross into
     /// the operator in fewer, larger calls (results are the same: adds split anywhere give the
     /// same state). The engine then holds the batches those events are in, at most
-    /// [`super::MAX_HELD_BATCHES`] (the oldest one's windows add their events when one more would be
-    /// held). Without `carry` (before a checkpoint, whose state must hold every event before
+    /// [`super::MAX_HELD_BATCHES`] (the oldest one's windows add their events when one more
+    /// would be held). Without `carry` (before a checkpoint, whose state must hold every event before
     /// it, or when the input slows down) everything pending is added, as `process` does; a
     /// stage's engine never carries. Returns the batches the engine no longer holds.
     pub fn process_carrying(

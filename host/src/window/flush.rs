@@ -263,8 +263,9 @@ impl Flush<'_> {
     }
 
     /// Adds each taken window's pending events: in runs of windows within one call's limits,
-    /// each run in one [`crate::operator::AggregateOperator::add_windows`]; the windows it leaves (and those
-    /// that go alone) with [`Self::add_pending_to`], which retries and reports as ever.
+    /// each run in one [`crate::operator::AggregateOperator::add_windows`]; the windows it
+    /// leaves (and those that go alone) with [`Self::add_pending_to`], which retries and
+    /// reports as ever.
     fn add_taken(
         &mut self,
         taken: &mut [Taken],

@@ -108,6 +108,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         idle_timeout: None,
         emit: Default::default(),
         sandbox: crate::spec::SandboxSpec::default(),
+        placement: crate::spec::Placement::Local,
     }
 }
 

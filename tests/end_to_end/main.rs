@@ -29,6 +29,7 @@ mod routes;
 mod savepoints;
 mod serve;
 mod served_nats;
+mod served_workers;
 mod server;
 mod sources;
 mod stages;

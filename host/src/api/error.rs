@@ -83,6 +83,10 @@ impl From<crate::serve::RequestError> for ApiError {
                 retry_after: true,
                 ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
             },
+            E::Unavailable(message) => ApiError {
+                retry_after: true,
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+            },
         }
     }
 }

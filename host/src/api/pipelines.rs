@@ -63,8 +63,9 @@ pub(super) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let json: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
-    let slot = blocking(move || server.create(json, caller.as_deref())).await?;
-    Ok((StatusCode::CREATED, Json(slot.status())))
+    // The status of a pipeline on workers asks the cluster: not on the runtime's threads.
+    let status = blocking(move || Ok(server.create(json, caller.as_deref())?.status())).await?;
+    Ok((StatusCode::CREATED, Json(status)))
 }
 
 pub(super) async fn status(Pipeline(slot): Pipeline) -> Result<Json<serde_json::Value>, ApiError> {
@@ -383,6 +384,7 @@ pub(super) async fn rollout(
 }
 
 pub(super) async fn rollback(
+    State(server): State<Arc<Server>>,
     Pipeline(slot): Pipeline,
     body: Bytes,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -395,10 +397,13 @@ pub(super) async fn rollback(
             .map(|r| r.chars().take(1_000).collect::<String>()),
     };
     blocking(move || {
-        slot.rollback(format!(
-            "manual: {}",
-            reason.as_deref().unwrap_or("rolled back by hand")
-        ))?;
+        slot.rollback(
+            format!(
+                "manual: {}",
+                reason.as_deref().unwrap_or("rolled back by hand")
+            ),
+            &server.registry,
+        )?;
         Ok(Json(slot.status()))
     })
     .await

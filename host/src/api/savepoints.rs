@@ -104,8 +104,13 @@ pub(super) async fn fork(
     let SavepointPath { slot, savepoint } = path;
     let json: serde_json::Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a JSON pipeline spec: {e}")))?;
-    let created = blocking(move || server.fork(&slot, &savepoint, json, caller.as_deref())).await?;
-    Ok((StatusCode::CREATED, Json(created.status())))
+    let status = blocking(move || {
+        Ok(server
+            .fork(&slot, &savepoint, json, caller.as_deref())?
+            .status())
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(status)))
 }
 
 pub(super) async fn replay(

@@ -6,7 +6,7 @@
 //! Depends on `fsutil`, `spec` and the cluster's connection.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
@@ -16,7 +16,7 @@ use super::{
     CODE_BUCKET, ClusterError, Connection, DEFAULT_SLICES, MAX_COMPONENT_BYTES, MAX_SLICES,
     NatsFailure, PIPELINES_BUCKET, Result, check_name, check_shareable,
 };
-use crate::spec::{OperatorCode, PipelineSpec, SourceSpec};
+use crate::spec::{OperatorCode, PipelineSpec, Placement, SourceSpec};
 
 /// A shared pipeline as the bucket holds it (`pipelines.<name>`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -32,6 +32,9 @@ pub struct PipelineRecord {
     pub slices: usize,
     /// Each component's digest (`sha256:<hex>`), by `operator@version`.
     pub code: BTreeMap<String, String>,
+    /// Stopped: no worker runs a slice of it (`weir serve`'s stop).
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 /// The bucket key of a shared pipeline.
@@ -39,46 +42,119 @@ pub(super) fn record_key(name: &str) -> String {
     format!("pipelines.{name}")
 }
 
-/// Shares the pipeline of the spec file at `path`, cut into `slices` slices (default 6, or the
-/// count it was deployed with): its components are uploaded by digest and the spec stored.
-/// Deploying again replaces the spec for workers that start afterwards; another slice count
-/// than the deployed one is refused (the state is kept by slice).
+/// Shares the pipeline of the spec file at `path`, cut into `slices` slices (default: its
+/// `[workers] slices`, else 6, or the count it was deployed with): its components are uploaded
+/// by digest and the spec stored. Deploying again replaces the spec (workers follow it);
+/// another slice count than the deployed one is refused (the state is kept by slice).
 pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineRecord> {
-    if let Some(slices) = slices
+    let spec = PipelineSpec::load(path)?;
+    let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut components = BTreeMap::new();
+    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
+        if let OperatorCode::Component(file) = &operator.code {
+            components.insert(operator.label(), file.clone());
+        }
+    }
+    let shared = Shared {
+        spec: &spec,
+        text,
+        json: path.extension().is_some_and(|e| e == "json"),
+        slices,
+        components,
+    };
+    share(&Connection::open(url)?, shared)
+}
+
+/// A pipeline to share: its checked spec, the spec's text as workers will read it (operators
+/// without a `module` take the component given for their `operator@version`), and the
+/// component file of each `operator@version`.
+pub struct Shared<'a> {
+    /// The checked spec.
+    pub spec: &'a PipelineSpec,
+    /// Its text.
+    pub text: String,
+    /// Whether the text is JSON (else TOML).
+    pub json: bool,
+    /// The slice count asked for, if any (else the spec's `[workers] slices`, the stream's
+    /// partitions, the deployed count or 6).
+    pub slices: Option<usize>,
+    /// The component file of each operator version, by `operator@version`.
+    pub components: BTreeMap<String, PathBuf>,
+}
+
+/// Shares `shared` through `connection` (see [`deploy`]); the record as stored. A pipeline
+/// shared again keeps the other versions' components a rollout added, and starts running if it
+/// was stopped.
+pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineRecord> {
+    let spec = shared.spec;
+    check_name("pipeline name", &spec.name)?;
+    check_shareable(spec)?;
+    let existing = match fetch_record(connection, &spec.name) {
+        Ok(existing) => Some(existing),
+        Err(ClusterError::Unknown(_)) => None,
+        Err(e) => return Err(e),
+    };
+    let slices = slice_count(spec, shared.slices, existing.as_ref())?;
+    let mut code = existing.map(|e| e.code).unwrap_or_default();
+    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
+        if matches!(operator.code, OperatorCode::Native(_)) {
+            continue;
+        }
+        let label = operator.label();
+        let file = shared.components.get(&label).ok_or_else(|| {
+            ClusterError::Unshareable(format!("operator {label}: no component given for it"))
+        })?;
+        code.insert(label, upload_component(connection, file)?);
+    }
+    let record = PipelineRecord {
+        name: spec.name.clone(),
+        spec: shared.text,
+        json: shared.json,
+        slices,
+        code,
+        stopped: false,
+    };
+    store_record(connection, &record)?;
+    Ok(record)
+}
+
+/// How many slices a pipeline is shared in: `asked` (`--slices`), else the spec's, else the
+/// stream's partition count, else the count it was deployed with, else 6; refused if another
+/// than a partition count or the deployed count (the state is kept by slice).
+fn slice_count(
+    spec: &PipelineSpec,
+    asked: Option<usize>,
+    existing: Option<&PipelineRecord>,
+) -> Result<usize> {
+    if let Some(slices) = asked
         && !(1..=MAX_SLICES).contains(&slices)
     {
         return Err(ClusterError::Unshareable(format!(
             "--slices {slices}: from 1 to {MAX_SLICES}"
         )));
     }
-    let spec = PipelineSpec::load(path)?;
-    check_name("pipeline name", &spec.name)?;
-    check_shareable(&spec)?;
-    // A partitioned stream is cut into slices by its partitions, one each.
     let partitions = match &spec.source {
-        crate::spec::SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+        SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
         _ => None,
     };
-    if let (Some(partitions), Some(slices)) = (partitions, slices)
+    if let (Some(partitions), Some(slices)) = (partitions, asked)
         && partitions != slices
     {
         return Err(ClusterError::Unshareable(format!(
             "--slices {slices}: a stream cut into {partitions} partitions is shared in {partitions} slices, one per partition"
         )));
     }
-    let slices = slices.or(partitions);
-    let connection = Connection::open(url)?;
-    let existing = match fetch_record(&connection, &spec.name) {
-        Ok(existing) => Some(existing),
-        Err(ClusterError::Unknown(_)) => None,
-        Err(e) => return Err(e),
+    let placed = match spec.placement {
+        Placement::Workers { slices } => slices,
+        Placement::Local => None,
     };
-    // Deployed again without --slices: the slices it has. They cannot be cut again under the
-    // state of the old ones.
-    let slices = slices
-        .or(existing.as_ref().map(|existing| existing.slices))
+    let slices = (asked.or(placed).or(partitions))
+        .or(existing.map(|existing| existing.slices))
         .unwrap_or(DEFAULT_SLICES);
-    if let Some(existing) = &existing
+    if let Some(existing) = existing
         && existing.slices != slices
     {
         return Err(ClusterError::Unshareable(format!(
@@ -88,30 +164,50 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
             spec.name, existing.slices
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let mut code = BTreeMap::new();
-    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
-        if let OperatorCode::Component(file) = &operator.code {
-            let digest = upload_component(&connection, file)?;
-            code.insert(format!("{}@{}", operator.name, operator.version), digest);
-        }
-    }
-    let record = PipelineRecord {
-        name: spec.name.clone(),
-        spec: text,
-        json: path.extension().is_some_and(|e| e == "json"),
-        slices,
-        code,
-    };
+    Ok(slices)
+}
+
+/// Stores `record` in the pipelines bucket (workers follow it within a beat).
+pub(super) fn store_record(connection: &Connection, record: &PipelineRecord) -> Result<()> {
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
-    let bytes = serde_json::to_vec(&record).expect("a record serialises");
+    let bytes = serde_json::to_vec(record).expect("a record serialises");
     connection
         .block_on(bucket.put(record_key(&record.name), bytes.into()))
-        .map_err(|e| connection.error("storing the pipeline", NatsFailure::client(e)))?;
-    Ok(record)
+        .map(drop)
+        .map_err(|e| connection.error("storing the pipeline", NatsFailure::client(e)))
+}
+
+/// Stops (`true`) or resumes the shared pipeline `name`: its workers give up its slices, each
+/// after a final checkpoint uploaded, and hold none until it is resumed.
+pub fn set_stopped(connection: &Connection, name: &str, stopped: bool) -> Result<()> {
+    let mut record = fetch_record(connection, name)?;
+    if record.stopped != stopped {
+        record.stopped = stopped;
+        store_record(connection, &record)?;
+    }
+    Ok(())
+}
+
+/// Withdraws the shared pipeline `name` with everything the cluster keeps of it (its record,
+/// routing, the slices' checkpoints and what they published): its workers give its slices up
+/// and idle, and a pipeline shared later under the name starts from nothing. What is already
+/// gone is not an error.
+pub fn withdraw(connection: &Connection, name: &str) -> Result<()> {
+    check_name("pipeline name", name)?;
+    let slices = match fetch_record(connection, name) {
+        Ok(record) => record.slices,
+        Err(ClusterError::Unknown(_)) | Err(ClusterError::Damaged(_)) => MAX_SLICES,
+        Err(e) => return Err(e),
+    };
+    let mut keys = vec![record_key(name), super::rollout::routing_key(name)];
+    keys.extend((0..slices).map(|slice| super::snapshots::uploaded_key(name, slice)));
+    connection.purge(PIPELINES_BUCKET, std::time::Duration::ZERO, &keys)?;
+    super::watermarks::forget(connection, name, slices)?;
+    super::progress::forget(connection, name, slices)?;
+    for slice in 0..slices {
+        super::snapshots::forget(connection, name, slice)?;
+    }
+    Ok(())
 }
 
 /// Uploads a component file (unless the store has it) and returns its digest.
@@ -212,15 +308,22 @@ pub(super) fn fetch_component(
 /// What the server says about a shared pipeline: its slices, live members, and who holds
 /// each slice.
 pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
-    let connection = std::sync::Arc::new(Connection::open(url)?);
-    let record = fetch_record(&connection, name)?;
+    status_of(&std::sync::Arc::new(Connection::open(url)?), name)
+}
+
+/// [`status`] through `connection`.
+pub(super) fn status_of(
+    connection: &std::sync::Arc<Connection>,
+    name: &str,
+) -> Result<serde_json::Value> {
+    let record = fetch_record(connection, name)?;
     let leases = Leases::open(connection.clone(), name, None)?;
     let owners: BTreeMap<String, String> = leases
         .owners()?
         .into_iter()
         .map(|(slice, owner)| (slice.to_string(), owner))
         .collect();
-    let routing = super::rollout::read_routing(&connection, name)?.map(|(_, routing)| routing);
+    let routing = super::rollout::read_routing(connection, name)?.map(|(_, routing)| routing);
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let mut uploaded = serde_json::Map::new();
     for slice in 0..record.slices {
@@ -232,10 +335,10 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
         }
     }
     // A partitioned stream's slices' watermarks (the pipeline's is the lowest of them).
-    let watermarks = super::watermarks::published(&connection, name, record.slices)?;
-    let progress = super::progress::reported(&connection, name, record.slices)?;
+    let watermarks = super::watermarks::published(connection, name, record.slices)?;
+    let progress = super::progress::reported(connection, name, record.slices)?;
     let workers = per_worker(&progress);
-    let progress = with_lags(&connection, &record, &progress)?;
+    let progress = with_lags(connection, &record, &progress)?;
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
@@ -244,6 +347,7 @@ pub fn status(url: &str, name: &str) -> Result<serde_json::Value> {
         "progress": progress,
         "workers": workers,
         "slices": record.slices,
+        "stopped": record.stopped,
         "members": leases.members()?,
         "owners": owners,
     }))

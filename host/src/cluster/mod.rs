@@ -31,7 +31,7 @@ mod worker;
 
 use std::time::Duration;
 
-pub use deploy::{PipelineRecord, deploy, status};
+pub use deploy::{PipelineRecord, Shared, deploy, status};
 pub use rollout::{rollback, rollout};
 pub use worker::{Worker, WorkerOptions};
 
@@ -52,7 +52,7 @@ pub const LEASE: Duration = Duration::from_secs(5);
 /// How often a worker renews its leases and looks at the membership.
 pub const BEAT: Duration = Duration::from_secs(1);
 /// The most slices a pipeline may be cut into.
-pub const MAX_SLICES: usize = 64;
+pub const MAX_SLICES: usize = crate::spec::MAX_SLICES;
 /// The default number of slices (divides among 1, 2, 3 and 6 workers evenly).
 pub const DEFAULT_SLICES: usize = 6;
 /// The largest component accepted for sharing.
@@ -162,6 +162,7 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
 /// aggregates, pre-aggregation: their keys would have to cross processes), reference files and
 /// built-in operators aside.
 pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
+    check_name("pipeline name", &spec.name)?;
     let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
     if !matches!(spec.source, SourceSpec::Nats(_)) {
         return refuse("its source must be a NATS stream ([source] type = \"nats\")");
@@ -194,7 +195,10 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     for operator in operators {
         if !matches!(
             operator.code,
-            OperatorCode::Component(_) | OperatorCode::Native(_) | OperatorCode::Stored { .. }
+            OperatorCode::Component(_)
+                | OperatorCode::Native(_)
+                | OperatorCode::Stored { .. }
+                | OperatorCode::Registry
         ) {
             return Err(ClusterError::Unshareable(format!(
                 "operator {}: a component file or a built-in",
@@ -203,6 +207,58 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A control plane's hold on the cluster (`weir serve`, for its pipelines placed on workers):
+/// shares, steers, stops and withdraws pipelines and reads their status. Its methods block
+/// (each request waits at most a few seconds for the server).
+pub struct Cluster {
+    connection: std::sync::Arc<Connection>,
+}
+
+impl Cluster {
+    /// Connects to the cluster's NATS server at `url` (see [`Connection::open`]).
+    pub fn connect(url: &str) -> Result<Cluster> {
+        Ok(Cluster {
+            connection: std::sync::Arc::new(Connection::open(url)?),
+        })
+    }
+
+    /// Shares a pipeline (see [`deploy::share`]); it keeps running or stopped as it was.
+    pub fn share(&self, shared: Shared<'_>) -> Result<PipelineRecord> {
+        deploy::share(&self.connection, shared)
+    }
+
+    /// Stops or resumes a shared pipeline (see [`deploy::set_stopped`]).
+    pub fn set_stopped(&self, name: &str, stopped: bool) -> Result<()> {
+        deploy::set_stopped(&self.connection, name, stopped)
+    }
+
+    /// Withdraws a shared pipeline with its checkpoints (see [`deploy::withdraw`]).
+    pub fn withdraw(&self, name: &str) -> Result<()> {
+        deploy::withdraw(&self.connection, name)
+    }
+
+    /// Routes a shared pipeline's keys (see [`rollout::route`]).
+    pub fn route(
+        &self,
+        name: &str,
+        routing: &crate::rollout::Routing,
+        components: &std::collections::BTreeMap<String, std::path::PathBuf>,
+    ) -> Result<()> {
+        rollout::route(&self.connection, name, routing, components)
+    }
+
+    /// What the server says of a shared pipeline (see [`status`]).
+    pub fn status(&self, name: &str) -> Result<serde_json::Value> {
+        deploy::status_of(&self.connection, name)
+    }
+
+    /// The workers holding slices of `name` now.
+    pub fn holders(&self, name: &str) -> Result<usize> {
+        let leases = leases::Leases::open(self.connection.clone(), name, None)?;
+        Ok(leases.owners()?.len())
+    }
 }
 
 /// A connection to the NATS server with the buckets the cluster uses, on a small runtime of
@@ -299,6 +355,20 @@ impl Connection {
                 .map_err(NatsFailure::client)
         })
         .map_err(|e| self.error(&format!("bucket {name}"), e))
+    }
+
+    /// Purges `keys` (and their history) from key-value bucket `name` (`max_age` as it was
+    /// made with); a key that is not there is no error.
+    fn purge(&self, name: &str, max_age: Duration, keys: &[String]) -> Result<()> {
+        let bucket = self.bucket(name, max_age)?;
+        for key in keys {
+            self.block_on(timed(bucket.purge(key)))
+                .map_err(|e| self.error(&format!("purging {name} {key}"), e))?
+                .map_err(|e| {
+                    self.error(&format!("purging {name} {key}"), NatsFailure::client(e))
+                })?;
+        }
+        Ok(())
     }
 
     /// The object store `name`, created if missing.

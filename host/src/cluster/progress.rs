@@ -98,6 +98,14 @@ impl Reporter {
     }
 }
 
+/// Forgets what was reported of the slices of `pipeline` (it is withdrawn).
+pub(super) fn forget(connection: &Connection, pipeline: &str, slices: usize) -> Result<()> {
+    let keys: Vec<String> = (0..slices)
+        .map(|slice| format!("{pipeline}.{slice}"))
+        .collect();
+    connection.purge(PROGRESS_BUCKET, FORGET, &keys)
+}
+
 /// What was last reported of each slice of `pipeline` cut into `slices` (a slice nobody has
 /// reported for [`FORGET`] is left out).
 pub(super) fn reported(

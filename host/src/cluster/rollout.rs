@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::deploy::{fetch_record, record_key, upload_component};
+use super::deploy::{fetch_record, upload_component};
 use super::{ClusterError, Connection, NatsFailure, PIPELINES_BUCKET, Result};
 use crate::operator::{ComponentKind, VersionCode, WasmRuntime};
 use crate::pipeline::{ResolveError, Resolver};
@@ -19,7 +19,7 @@ use crate::rollout::Routing;
 use crate::spec::PipelineSpec;
 
 /// The bucket key of a pipeline's routing.
-fn routing_key(pipeline: &str) -> String {
+pub(super) fn routing_key(pipeline: &str) -> String {
     format!("rollouts.{pipeline}")
 }
 
@@ -50,14 +50,10 @@ pub fn rollout(
         )));
     }
     let label = format!("{name}@{version}");
-    let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     if let Some(module) = module {
         let digest = upload_component(&connection, module)?;
         record.code.insert(label.clone(), digest);
-        let bytes = serde_json::to_vec(&record).expect("a record serialises");
-        connection
-            .block_on(bucket.put(record_key(pipeline), bytes.into()))
-            .map_err(|e| connection.error("storing the pipeline", NatsFailure::client(e)))?;
+        super::deploy::store_record(&connection, &record)?;
     } else if !record.code.contains_key(&label) {
         return Err(ClusterError::Unknown(format!(
             "{label} (give its component with --module)"
@@ -85,6 +81,29 @@ pub fn rollback(url: &str, pipeline: &str, operator: Option<&str>) -> Result<Rou
     };
     store_routing(&connection, pipeline, &routing)?;
     Ok(routing)
+}
+
+/// Routes the shared `pipeline`'s keys as `routing` says, sharing first each component of
+/// `components` (by `operator@version`) the pipeline's record does not have: a control plane's
+/// rollout, rollback or promotion (`weir serve`), which decides the routing itself.
+pub(super) fn route(
+    connection: &Connection,
+    pipeline: &str,
+    routing: &Routing,
+    components: &BTreeMap<String, PathBuf>,
+) -> Result<()> {
+    let mut record = fetch_record(connection, pipeline)?;
+    let missing: Vec<_> = (components.iter())
+        .filter(|(label, _)| !record.code.contains_key(*label))
+        .collect();
+    for (label, file) in &missing {
+        let digest = upload_component(connection, file)?;
+        record.code.insert((*label).clone(), digest);
+    }
+    if !missing.is_empty() {
+        super::deploy::store_record(connection, &record)?;
+    }
+    store_routing(connection, pipeline, routing)
 }
 
 fn store_routing(connection: &Connection, pipeline: &str, routing: &Routing) -> Result<()> {

@@ -93,6 +93,22 @@ fn bucket(pipeline: &str, slice: usize) -> String {
     format!("{CHECKPOINTS_BUCKET}-{pipeline}-{slice}")
 }
 
+/// Deletes slice `slice`'s object store of `pipeline`, if there is one (the pipeline is
+/// withdrawn: a pipeline shared later under its name must not restore its checkpoints).
+pub(super) fn forget(connection: &Connection, pipeline: &str, slice: usize) -> Result<()> {
+    let name = bucket(pipeline, slice);
+    let fail = |e: NatsFailure| connection.error(&format!("deleting object store {name}"), e);
+    let jetstream = &connection.jetstream;
+    let there = connection.block_on(super::timed(jetstream.get_object_store(&name)));
+    if !matches!(there, Ok(Ok(_))) {
+        return Ok(()); // none (or the server is away, and the delete below would fail too)
+    }
+    connection
+        .block_on(super::timed(jetstream.delete_object_store(&name)))
+        .map_err(|e| fail(e.into()))?
+        .map_err(|e| fail(NatsFailure::client(e)))
+}
+
 fn prefix(pipeline: &str, slice: usize) -> String {
     format!("{pipeline}/slice-{slice}/")
 }

@@ -188,6 +188,14 @@ fn floor(all: &[Option<Published>], own: usize) -> Millis {
         .unwrap_or(PLUS_INFINITY)
 }
 
+/// Forgets what the slices of `pipeline` published (it is withdrawn).
+pub(super) fn forget(connection: &Connection, pipeline: &str, slices: usize) -> Result<()> {
+    let keys: Vec<String> = (0..slices)
+        .map(|slice| format!("{pipeline}.{slice}"))
+        .collect();
+    connection.purge(WATERMARKS_BUCKET, Duration::ZERO, &keys)
+}
+
 /// What each slice of `pipeline` last published, for `weir cluster status`: by slice, its
 /// partition's watermark (ms) or `"idle"`; a slice never heard of is left out.
 pub(super) fn published(

@@ -182,8 +182,67 @@ impl Worker {
         if !self.renewer.reachable() || !self.connection.connected() {
             return;
         }
+        if !self.follow_record() {
+            return;
+        }
         self.follow_rollout();
         self.rebalance();
+    }
+
+    /// Takes up what was stored of the pipeline since the last look: a new spec (a promotion,
+    /// a redeploy) for the slices taken from now on; a stop, on which every slice is given up
+    /// after a final checkpoint; a withdrawal, on which every slice is dropped with nothing
+    /// more uploaded (its checkpoints are being deleted). Whether the worker may run slices.
+    fn follow_record(&mut self) -> bool {
+        let record = match fetch_record(&self.connection, &self.record.name) {
+            Ok(record) => record,
+            Err(ClusterError::Unknown(_)) => {
+                if !self.running.is_empty() {
+                    warn!(worker = %self.id, pipeline = %self.record.name, "pipeline withdrawn; dropping its slices");
+                    eprintln!("weir: worker {}: the pipeline was withdrawn", self.id);
+                }
+                while let Some(slice) = self.running.keys().next().copied() {
+                    self.drop_slice(slice);
+                }
+                return false;
+            }
+            Err(e) => {
+                warn!(worker = %self.id, error = %e, "pipeline record unknown");
+                return true; // carry on with what it was
+            }
+        };
+        if record.stopped && !self.record.stopped {
+            eprintln!("weir: worker {}: the pipeline is stopped", self.id);
+        }
+        if record.stopped {
+            while let Some(slice) = self.running.keys().next().copied() {
+                self.give_up(slice);
+            }
+        }
+        if record.spec != self.record.spec || record.json != self.record.json {
+            match shared_spec(&self.connection, &record, &self.dir, &self.code) {
+                Ok(spec) if record.slices == self.record.slices => {
+                    info!(worker = %self.id, "pipeline spec changed; slices taken from now run it");
+                    eprintln!(
+                        "weir: worker {} takes up the pipeline's changed spec",
+                        self.id
+                    );
+                    self.spec = spec;
+                }
+                Ok(_) => {
+                    warn!(worker = %self.id, "the record's slice count changed; restart the worker")
+                }
+                Err(e) => warn!(worker = %self.id, error = %e, "cannot take up the changed spec"),
+            }
+        }
+        let stopped = record.stopped;
+        self.record.stopped = stopped;
+        self.record.code = record.code;
+        if record.slices == self.record.slices {
+            self.record.spec = record.spec;
+            self.record.json = record.json;
+        }
+        !stopped
     }
 
     /// Gives up the slices no longer this worker's and takes the free ones that are.
@@ -389,6 +448,22 @@ impl Worker {
         );
     }
 
+    /// Drops slice `slice` at once with nothing more uploaded, and releases its lease (the
+    /// pipeline was withdrawn).
+    fn drop_slice(&mut self, slice: usize) {
+        let Some(run) = self.running.remove(&slice) else {
+            return;
+        };
+        self.runs.lock().expect("runs lock").remove(&slice);
+        run.uploader.fence();
+        run.control.stop();
+        if let Ok(Err(e)) = run.thread.join() {
+            warn!(worker = %self.id, slice, error = %e, "slice run failed");
+        }
+        drop(run.uploader);
+        self.renewer.release(slice);
+    }
+
     /// Slice `slice`'s lease was lost (taken by another worker, or expired while the server was
     /// away): stop at once, uploading nothing more.
     fn lose(&mut self, slice: usize) {
@@ -451,10 +526,13 @@ fn shared_spec(
     fetch_code(connection, record, &dir.join("operators"), code)?;
     let fetched = code.lock().expect("code lock");
     for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
-        if !matches!(operator.code, OperatorCode::Component(_)) {
+        if !matches!(
+            operator.code,
+            OperatorCode::Component(_) | OperatorCode::Registry
+        ) {
             continue;
         }
-        let label = format!("{}@{}", operator.name, operator.version);
+        let label = operator.label();
         let (path, digest) = fetched.get(&label).cloned().ok_or_else(|| {
             ClusterError::Damaged(format!(
                 "pipeline record {}: no code for {label}",

@@ -61,6 +61,9 @@ pub enum RequestError {
     /// The server failed (details for the log only).
     #[error("{0}")]
     Internal(String),
+    /// A service the request needs (the cluster's NATS server) did not answer; retry later.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl RequestError {
@@ -90,6 +93,24 @@ impl From<RegistryError> for RequestError {
             RegistryError::TooLarge { .. } => RequestError::TooLarge(error.to_string()),
             RegistryError::Io { source, .. } => RequestError::from_io(source),
             _ => RequestError::Invalid(error.to_string()),
+        }
+    }
+}
+
+impl From<crate::cluster::ClusterError> for RequestError {
+    fn from(error: crate::cluster::ClusterError) -> Self {
+        use crate::cluster::ClusterError as E;
+        match error {
+            E::Nats { .. } => RequestError::Unavailable(format!(
+                "the cluster cannot be reached: {error}; the request was not carried out, retry \
+                 it once the NATS server answers"
+            )),
+            E::Unshareable(_) | E::BadName(_) | E::Spec(_) => {
+                RequestError::Invalid(error.to_string())
+            }
+            E::Unknown(_) => RequestError::NotFound(error.to_string()),
+            E::Io { source, .. } => RequestError::from_io(source),
+            _ => RequestError::Internal(error.to_string()),
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct Managed {
     pub spec_json: serde_json::Value,
     /// The spec, resolved against the registry and the pipeline's directory.
     pub spec: PipelineSpec,
+    /// The spec as sent with each NATS server's URL in place of its name: what the cluster's
+    /// workers read of a pipeline placed on them.
+    pub addressed: serde_json::Value,
     /// What the user asked for.
     pub desired: Desired,
 }
@@ -115,6 +118,9 @@ impl Managed {
                 op.code = registry.code(&op.name, &op.version)?;
             }
         }
+        if matches!(spec.placement, crate::spec::Placement::Workers { .. }) {
+            crate::cluster::check_shareable(&spec)?;
+        }
         debug_assert!(
             matches!(
                 &spec.source,
@@ -133,6 +139,7 @@ impl Managed {
     ) -> Result<Managed, RequestError> {
         let spec = Self::resolve(&json, dir, resolving, Served::New)?;
         let json = stored_form(json);
+        let addressed = resolving.1.resolve(&json)?;
         std::fs::create_dir_all(dir).map_err(RequestError::from_io)?;
         write_json(&dir.join(SPEC_FILE), &json)?;
         let managed = Managed {
@@ -140,6 +147,7 @@ impl Managed {
             dir: dir.to_owned(),
             spec_json: json,
             spec,
+            addressed,
             desired: Desired {
                 owner,
                 ..Desired::default()
@@ -174,11 +182,14 @@ impl Managed {
                 spec.name
             ));
         }
+        let addressed =
+            (resolving.1.resolve(&json)).map_err(|e| format!("{SPEC_FILE} is not usable: {e}"))?;
         Ok(Managed {
             name: spec.name.clone(),
             dir: dir.to_owned(),
             spec_json: json,
             spec,
+            addressed,
             desired,
         })
     }
@@ -353,9 +364,11 @@ impl Managed {
             }
         }
         let spec = Self::resolve(&json, &self.dir, resolving, Served::Stored)?;
+        let addressed = resolving.1.resolve(&json)?;
         write_json(&self.dir.join(SPEC_FILE), &json)?;
         self.spec_json = json;
         self.spec = spec;
+        self.addressed = addressed;
         self.desired.rollout = None;
         self.desired.rolled_back = None;
         self.save()?;
@@ -364,7 +377,7 @@ impl Managed {
 
     /// Every operator version the pipeline runs, as `(name, version)`: its chain's, then a
     /// rollout's candidate.
-    fn operator_versions(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(super) fn operator_versions(&self) -> impl Iterator<Item = (&str, &str)> {
         let live = (self.spec.enrichers.iter())
             .chain(self.spec.aggregate.iter())
             .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))

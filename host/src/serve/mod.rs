@@ -14,6 +14,7 @@
 mod error;
 mod managed;
 mod nats;
+mod on_workers;
 mod rate;
 mod rollout;
 mod slot;
@@ -397,6 +398,13 @@ impl Server {
         crate::names::check("savepoint name", savepoint)?;
         let (name, dir) = self.named_dir(&json)?;
         let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
+        if spec.placement != crate::spec::Placement::Local {
+            return Err(RequestError::Invalid(
+                "workers: a fork runs in this server from the savepoint's state; leave \
+                 \"workers\" out of its spec"
+                    .into(),
+            ));
+        }
         let saved = from.find_savepoint(savepoint)?;
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
@@ -547,6 +555,9 @@ impl Server {
                 )));
             }
         }
+        // Its workers give it up and the cluster forgets it before its files go (a NATS server
+        // that is away: 503, and the pipeline stays until a DELETE gets through).
+        slot.withdraw_from_workers()?;
         {
             let mut pipelines = self.pipelines.write().expect("pipelines lock");
             match pipelines.get(name) {
@@ -616,7 +627,7 @@ impl Server {
         for slot in self.slots() {
             slot.append_timers();
             slot.truncate_log();
-            slot.tick();
+            slot.tick(&self.registry);
             slot.restart_if_due(&self.registry);
         }
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::managed::INGEST_FILE;
-use super::{Managed, RequestError, RolloutPlan};
+use super::{Managed, RequestError, RolloutPlan, on_workers};
 use crate::operator::{ComponentKind, Registry, RegistryError, VersionCode};
 use crate::pipeline::{
     PipelineControl, PipelineError, ResolveError, Resolver, RunOptions, Summary,
@@ -62,6 +62,8 @@ struct Inner {
     restart: Option<Restart>,
     watch: RateWatch,
     requested: Option<Routing>,
+    /// Started on the cluster's workers (a pipeline placed there has no thread here).
+    on_workers: bool,
 }
 
 /// One pipeline of the server.
@@ -207,6 +209,7 @@ impl Slot {
                 restart: None,
                 watch: RateWatch::default(),
                 requested: None,
+                on_workers: false,
             }),
             results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
             ingest: Mutex::new(None),
@@ -287,7 +290,21 @@ impl Slot {
     }
 
     fn is_running(inner: &Inner) -> bool {
-        inner.thread.as_ref().is_some_and(|t| !t.is_finished())
+        inner.on_workers || inner.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Refuses `what` for a pipeline placed on the cluster's workers, which this server does
+    /// not run: what it needs (the ingest log, the local store) is not here.
+    pub(super) fn refuse_on_workers(&self, what: &str) -> Result<(), RequestError> {
+        let placed = self.with_managed(|managed| Ok(on_workers::placed_on_workers(managed)))?;
+        if placed {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} runs on the cluster's workers: {what} is not available for it yet \
+                 (`weir cluster status` and the status here show its slices)",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     /// At server start: starts the pipeline if it was running when the server stopped.
@@ -365,6 +382,17 @@ impl Slot {
             Err(reason) => return Err(damaged(reason)),
         };
         if again && !(restart_due && managed.desired.running) {
+            return Ok(());
+        }
+        if on_workers::placed_on_workers(managed) {
+            on_workers::share(managed, registry, true)?;
+            if !managed.desired.running {
+                managed.desired.running = true;
+                managed.save()?;
+            }
+            let requested = managed.routing();
+            inner.on_workers = true;
+            inner.requested = requested;
             return Ok(());
         }
         if !managed.desired.running {
@@ -517,6 +545,12 @@ impl Slot {
         inner.restart = None;
         if user {
             match &mut inner.managed {
+                // The workers are told first: a stop they did not hear of is no stop.
+                Ok(managed) if on_workers::placed_on_workers(managed) => {
+                    on_workers::stop(managed)?;
+                    managed.desired.running = false;
+                    managed.save()?;
+                }
                 Ok(managed) if managed.desired.running => {
                     managed.desired.running = false;
                     managed.save()?;
@@ -524,6 +558,8 @@ impl Slot {
                 _ => {}
             }
         }
+        // The workers go on without this server (a shutdown is not a stop).
+        inner.on_workers = false;
         if inner.thread.is_none() {
             return Ok(false);
         }
@@ -580,6 +616,15 @@ impl Slot {
         inner.restart = None;
         drop(inner);
         self.deleting.store(true, Ordering::Release);
+    }
+
+    /// Withdraws a pipeline placed on workers from the cluster (it is being deleted).
+    pub fn withdraw_from_workers(&self) -> Result<(), RequestError> {
+        let spec = match &self.lock().managed {
+            Ok(managed) if on_workers::placed_on_workers(managed) => managed.spec.clone(),
+            _ => return Ok(()),
+        };
+        on_workers::withdraw(&spec)
     }
 
     /// Whether the pipeline is being (or was) deleted, without waiting for its lock.
@@ -640,6 +685,7 @@ impl Slot {
     /// Changes the desired state with `f`, then sends the routing it asks for to the run.
     fn steer(
         &self,
+        registry: &Registry,
         f: impl FnOnce(&mut Managed) -> Result<(), RequestError>,
     ) -> Result<(), RequestError> {
         let mut inner = self.lock();
@@ -651,18 +697,33 @@ impl Slot {
         f(managed)?;
         let routing = managed.routing();
         inner.watch = RateWatch::default();
-        Self::push_routing(&mut inner, routing);
-        Ok(())
+        Self::push_routing(&mut inner, routing, registry)
     }
 
-    fn push_routing(inner: &mut Inner, routing: Option<Routing>) {
-        if let (Some(control), Some(routing)) = (&inner.control, routing)
-            && Self::is_running(inner)
-            && inner.requested.as_ref() != Some(&routing)
-        {
-            control.request(routing.clone());
-            inner.requested = Some(routing);
+    /// Sends `routing` to the run if it is not what was asked for last: to this server's run,
+    /// or to the workers (with the spec shared again, which a promotion rewrote).
+    fn push_routing(
+        inner: &mut Inner,
+        routing: Option<Routing>,
+        registry: &Registry,
+    ) -> Result<(), RequestError> {
+        let Some(routing) = routing else {
+            return Ok(());
+        };
+        if !Self::is_running(inner) || inner.requested.as_ref() == Some(&routing) {
+            return Ok(());
         }
+        if inner.on_workers {
+            if let Ok(managed) = &inner.managed {
+                on_workers::share(managed, registry, managed.desired.running)?;
+            }
+        } else if let Some(control) = &inner.control {
+            control.request(routing.clone());
+        } else {
+            return Ok(());
+        }
+        inner.requested = Some(routing);
+        Ok(())
     }
 
     /// Starts, changes or replaces the rollout. A rollout of another operator than the last
@@ -687,26 +748,27 @@ impl Slot {
                 ));
             }
         }
-        self.steer(|managed| managed.rollout(plan, registry))
+        self.steer(registry, |managed| managed.rollout(plan, registry))
     }
 
     /// Sends every key back to the live version.
-    pub fn rollback(&self, reason: String) -> Result<(), RequestError> {
+    pub fn rollback(&self, reason: String, registry: &Registry) -> Result<(), RequestError> {
         warn!(pipeline = %self.name, reason = %reason, "rollback");
-        self.steer(|managed| managed.rollback(reason))
+        self.steer(registry, |managed| managed.rollback(reason))
     }
 
     /// Makes the candidate the live version.
     pub fn promote(&self, resolving: (&Registry, &super::NatsServers)) -> Result<(), RequestError> {
-        self.steer(|managed| {
+        self.steer(resolving.0, |managed| {
             let version = managed.promote(resolving)?;
             info!(pipeline = %managed.name, %version, "promoted");
             Ok(())
         })
     }
 
-    /// Follows the rollout schedule and the automatic rollback policy.
-    pub fn tick(&self) {
+    /// Follows the rollout schedule and the automatic rollback policy (a pipeline on workers:
+    /// the schedule only, as the workers do not report their traps here yet).
+    pub fn tick(&self, registry: &Registry) {
         let Ok(mut inner) = self.inner.try_lock() else {
             return; // busy: the next tick comes soon
         };
@@ -722,8 +784,10 @@ impl Slot {
             return;
         };
         let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
-        Self::push_routing(&mut inner, routing);
-        let Some(control) = inner.control.clone() else {
+        if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+            warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
+        }
+        let Some(control) = inner.control.clone().filter(|_| !inner.on_workers) else {
             return;
         };
         let counters = control.counters.of(&plan.counter_key()).snapshot();
@@ -737,7 +801,9 @@ impl Slot {
                 warn!(pipeline = %self.name, error = %e, "could not record the rollback");
             }
             let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
-            Self::push_routing(&mut inner, routing);
+            if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+                warn!(pipeline = %self.name, error = %e, "could not send the rollback");
+            }
         }
     }
 
@@ -820,6 +886,8 @@ impl Slot {
                 "max_state_bytes": managed.spec.state_quota.max_bytes,
             },
         });
+        // A pipeline on workers: what the cluster says, asked once the slot's lock is let go.
+        let placed = on_workers::placed_on_workers(managed).then(|| managed.spec.clone());
         let described = managed.describe(control.and_then(|c| c.applied()).as_ref());
         let figures = control
             .map(figures)
@@ -830,6 +898,10 @@ impl Slot {
                     status.extend(part);
                 }
             }
+        }
+        drop(inner);
+        if let Some(spec) = placed {
+            status["workers"] = on_workers::status(&spec);
         }
         status
     }

@@ -13,6 +13,7 @@
 //! - `state`: `[state]` ([`StateSpec`], memory budget, [`StateQuotaSpec`]);
 //! - `sinks`: `[sinks]` ([`SinksSpec`]);
 //! - `limits`: `[sandbox]` ([`SandboxSpec`]), shards, batch size, checkpoint interval;
+//! - `placement`: `[workers]` ([`Placement`]: in one process, or on the cluster's workers);
 //! - `served`: the rules for a spec sent to `weir serve` ([`Served`]);
 //! - `values`: the parsers of durations and sizes every section shares;
 //! - `raw`: the spec as written, whose check calls each section's in turn.
@@ -32,6 +33,7 @@ use crate::time::Millis;
 
 mod limits;
 mod operators;
+mod placement;
 mod raw;
 mod served;
 mod sinks;
@@ -49,6 +51,7 @@ pub use operators::{
     GLOBAL_KEY, IntervalBounds, JoinSide, JoinSpec, OperatorCode, OperatorSpec, ReferenceSpec,
     SIDE_FIELD, StageSpec,
 };
+pub use placement::{MAX_SLICES, Placement};
 pub use served::{MAX_SERVED_SHARDS, Served};
 pub use sinks::{NatsSinkSpec, Sink, SinksSpec};
 pub use source::{
@@ -168,6 +171,8 @@ pub struct PipelineSpec {
     pub sandbox: SandboxSpec,
     /// How window results are written (`[emit]`).
     pub emit: EmitSpec,
+    /// Where the pipeline runs (`[workers]`).
+    pub placement: Placement,
 }
 
 impl PipelineSpec {

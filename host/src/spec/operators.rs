@@ -37,6 +37,13 @@ pub struct OperatorSpec {
     pub state_ttl: Option<Millis>,
 }
 
+impl OperatorSpec {
+    /// `name@version`: how registries and shared pipelines name the operator's code.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+}
+
 /// Where an operator's code comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OperatorCode {

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::limits::{self, RawSandbox};
 use super::operators::{self, RawJoin, RawOperator, RawStage};
+use super::placement::{self, RawWorkers};
 use super::sinks::{self, RawSinks};
 use super::source::{self, RawSource, SourceSpec};
 use super::state::{self, RawState};
@@ -44,6 +45,7 @@ pub(super) struct RawSpec {
     pub(super) sandbox: RawSandbox,
     #[serde(default)]
     pub(super) emit: RawEmit,
+    pub(super) workers: Option<RawWorkers>,
 }
 
 impl RawSpec {
@@ -84,6 +86,7 @@ impl RawSpec {
         let (memory_budget, state_quota) = state::check_memory(&self.state)?;
         let sandbox = limits::check_sandbox(&self.sandbox)?;
         let batch_size = limits::check_batch_size(self.batch_size)?;
+        let placement = placement::check(self.workers, &input.spec)?;
         Ok(PipelineSpec {
             name: self.name,
             source: input.spec,
@@ -114,6 +117,7 @@ impl RawSpec {
             max_rate: input.limits.max_rate,
             emit,
             sandbox,
+            placement,
         })
     }
 }

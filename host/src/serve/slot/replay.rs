@@ -163,6 +163,7 @@ impl Slot {
         registry: &Registry,
     ) -> Result<serde_json::Value, RequestError> {
         request.check()?;
+        self.refuse_on_workers("a replay")?;
         let _turn = Turn::take()?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;

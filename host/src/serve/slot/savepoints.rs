@@ -110,6 +110,7 @@ impl Slot {
     /// the stopped pipeline's store).
     pub fn savepoint(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         crate::names::check("savepoint name", name)?;
+        self.refuse_on_workers("a savepoint")?;
         let dir = self.data_dir()?;
         let _hold = Hold::new(self);
         let store_turn = self.store_turn.lock().expect("store turn lock");

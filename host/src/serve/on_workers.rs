@@ -1,0 +1,124 @@
+//! Served pipelines placed on the cluster's workers (`"workers"` in the spec): the server does
+//! not run them but shares them through the NATS server their stream is on, where `weir
+//! worker --pipeline <name>` processes run them in slices. Starting one shares its spec and
+//! components and resumes it; stopping it has the workers give its slices up after a final
+//! checkpoint; a rollout, rollback or promotion becomes the routing the workers follow (a
+//! promotion also shares the rewritten spec); deleting it withdraws it with its checkpoints.
+//!
+//! One connection per NATS server, opened on first use and kept for the process (like the
+//! Wasm engine): the control plane's calls then cost a request or two each.
+//!
+//! Depends on `cluster`, `operator` (the registry's stored components), `rollout` and `spec`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::{Managed, RequestError};
+use crate::cluster::{Cluster, Shared};
+use crate::operator::Registry;
+use crate::spec::{OperatorCode, PipelineSpec, Placement, SourceSpec};
+
+/// How long a delete waits for the workers to give a stopped pipeline's slices up before it
+/// withdraws the pipeline (a slice still held then is dropped without a final upload).
+const GIVE_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether `managed` runs on workers.
+pub fn placed_on_workers(managed: &Managed) -> bool {
+    matches!(managed.spec.placement, Placement::Workers { .. })
+}
+
+/// The cluster of the NATS server the pipeline's stream is on.
+fn cluster_of(spec: &PipelineSpec) -> Result<Arc<Cluster>, RequestError> {
+    let SourceSpec::Nats(source) = &spec.source else {
+        return Err(RequestError::Internal(format!(
+            "pipeline {} is placed on workers but does not read NATS",
+            spec.name
+        )));
+    };
+    connect(&source.url)
+}
+
+/// The process's connection to the cluster at `url`, opened on first use.
+fn connect(url: &str) -> Result<Arc<Cluster>, RequestError> {
+    static CLUSTERS: OnceLock<Mutex<BTreeMap<String, Arc<Cluster>>>> = OnceLock::new();
+    let clusters = CLUSTERS.get_or_init(Mutex::default);
+    if let Some(cluster) = clusters.lock().expect("clusters lock").get(url) {
+        return Ok(cluster.clone());
+    }
+    // Connected outside the lock: a server that is away would hold every other caller.
+    let cluster = Arc::new(Cluster::connect(url)?);
+    let mut clusters = clusters.lock().expect("clusters lock");
+    Ok(clusters.entry(url.to_owned()).or_insert(cluster).clone())
+}
+
+/// The stored component of every operator version the pipeline runs (its chain's and a
+/// rollout's candidate), by `operator@version`.
+fn components(
+    managed: &Managed,
+    registry: &Registry,
+) -> Result<BTreeMap<String, PathBuf>, RequestError> {
+    let mut components = BTreeMap::new();
+    for (name, version) in managed.operator_versions() {
+        if let OperatorCode::Stored { path, .. } = registry.code(name, version)? {
+            components.insert(format!("{name}@{version}"), path);
+        }
+    }
+    Ok(components)
+}
+
+/// Shares the pipeline with its current spec, components and routing, and has the workers run
+/// it (`running`) or not.
+pub fn share(managed: &Managed, registry: &Registry, running: bool) -> Result<(), RequestError> {
+    let cluster = cluster_of(&managed.spec)?;
+    let components = components(managed, registry)?;
+    let shared = Shared {
+        spec: &managed.spec,
+        text: managed.addressed.to_string(),
+        json: true,
+        slices: None,
+        components: components.clone(),
+    };
+    cluster.share(shared)?;
+    if let Some(routing) = managed.routing() {
+        cluster.route(&managed.name, &routing, &components)?;
+    }
+    cluster.set_stopped(&managed.name, !running)?;
+    Ok(())
+}
+
+/// Has the workers give the pipeline's slices up, each after a final checkpoint.
+pub fn stop(managed: &Managed) -> Result<(), RequestError> {
+    match cluster_of(&managed.spec)?.set_stopped(&managed.name, true) {
+        Err(crate::cluster::ClusterError::Unknown(_)) => Ok(()), // never started
+        other => Ok(other?),
+    }
+}
+
+/// Stops the pipeline, waits (at most [`GIVE_UP_WAIT`]) for its workers to give its slices up,
+/// then withdraws it with its checkpoints.
+pub fn withdraw(spec: &PipelineSpec) -> Result<(), RequestError> {
+    let cluster = cluster_of(spec)?;
+    match cluster.set_stopped(&spec.name, true) {
+        Err(crate::cluster::ClusterError::Unknown(_)) => return Ok(()), // never shared
+        other => other?,
+    }
+    let deadline = Instant::now() + GIVE_UP_WAIT;
+    while Instant::now() < deadline && cluster.holders(&spec.name)? > 0 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.withdraw(&spec.name)?;
+    Ok(())
+}
+
+/// What the cluster says of the pipeline (members, slice owners, progress, watermarks), or why
+/// it cannot say.
+pub fn status(spec: &PipelineSpec) -> serde_json::Value {
+    let said = cluster_of(spec).and_then(|cluster| Ok(cluster.status(&spec.name)?));
+    match said {
+        Ok(status) => status,
+        Err(RequestError::NotFound(_)) => serde_json::json!({"shared": false}),
+        Err(e) => serde_json::json!({"error": e.to_string()}),
+    }
+}

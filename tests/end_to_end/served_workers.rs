@@ -1,10 +1,11 @@
 //! Served pipelines placed on the cluster's workers (issue 40): `weir serve --nats URL` shares a
 //! pipeline whose spec says `"workers"` with the `weir worker` processes of that NATS server
-//! instead of running it, and is its control plane: start, status (slices, owners, routing), a
-//! rollout and its promotion, stop and start again, delete. Against a real `nats-server -js`
-//! and two real workers; results are read from the results stream, each window once.
-//! Hostile: what workers cannot share is refused at create, and what needs the local run
-//! (replay, savepoints) is refused with the reason.
+//! instead of running it, and is its control plane: start (two at once), status (slices,
+//! owners, routing, the workers' counters), a shadow rollout to half the keys, a replay of a
+//! key, a rollout to all and its promotion, stop and start again, delete. Against a real
+//! `nats-server -js` and three real workers; results are read from the results stream, each
+//! window once. Hostile: what workers cannot share is refused at create, and what needs the
+//! local run (savepoints) is refused with the reason.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -89,8 +90,19 @@ impl Setup {
         self.started.track(worker)
     }
 
+    /// Waits until every worker's log says `line`.
+    fn wait_for_log(&self, line: &str) {
+        self.server.wait_for(line, PATIENCE, || {
+            let logs = self.logs();
+            match logs.matches(line).count() {
+                3 => Ok(()),
+                _ => Err(logs),
+            }
+        });
+    }
+
     fn logs(&self) -> String {
-        ["w1", "w2"]
+        ["w1", "w2", "w3"]
             .iter()
             .map(|id| {
                 let path = self.dir.path().join(format!("{id}.log"));
@@ -115,7 +127,7 @@ impl Setup {
             let owners: BTreeMap<String, String> =
                 serde_json::from_value(status["owners"].clone()).unwrap_or_default();
             let held: BTreeSet<&str> = owners.values().map(String::as_str).collect();
-            let all = ids.is_empty() || owners.len() == 4;
+            let all = ids.is_empty() || owners.len() == 6;
             if held == want && all {
                 Ok(())
             } else {
@@ -161,18 +173,20 @@ impl Setup {
 }
 
 #[test]
-fn weir_serve_runs_a_pipeline_on_workers_through_start_rollout_promote_stop_and_delete() {
+fn weir_serve_runs_a_pipeline_on_workers_through_shadow_replay_promote_stop_and_delete() {
     let setup = Setup::start();
     let server = &setup.server;
+    let path = |action: &str| format!("/v1/pipelines/{NAME}/{action}");
+    let spec = workers_spec(6);
     server.expect(
         "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &workers_spec(4)),
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec),
         201,
     );
     // Two starts at once: one share, both answered.
-    let start = format!("/v1/pipelines/{NAME}/start");
     std::thread::scope(|scope| {
-        let starts = [(); 2].map(|()| scope.spawn(|| server.post(&start, Some(ADMIN), b"")));
+        let starts =
+            [(); 2].map(|()| scope.spawn(|| server.post(&path("start"), Some(ADMIN), b"")));
         for started in starts {
             let (status, body) = started.join().unwrap();
             assert_eq!(status, 200, "{body}");
@@ -180,9 +194,9 @@ fn weir_serve_runs_a_pipeline_on_workers_through_start_rollout_promote_stop_and_
     });
     let status = server.status(NAME);
     assert_eq!(status["state"], "running", "{status}");
-    assert_eq!(status["workers"]["slices"], 4, "{status}");
-    let _workers = [setup.worker("w1"), setup.worker("w2")];
-    setup.wait_for_owners(&["w1", "w2"]);
+    assert_eq!(status["workers"]["slices"], 6, "{status}");
+    let _workers = ["w1", "w2", "w3"].map(|id| setup.worker(id));
+    setup.wait_for_owners(&["w1", "w2", "w3"]);
 
     // The live version's results, each window once, as the model says.
     let first = clicks(0, 1_500);
@@ -191,38 +205,64 @@ fn weir_serve_runs_a_pipeline_on_workers_through_start_rollout_promote_stop_and_
     let model = windows(&first);
     for (window, r) in &results {
         let (count, sum) = model[window];
-        assert_eq!(
-            (&r["value"]["count"], &r["value"]["sum"]),
-            (&json!(count), &json!(sum)),
-            "{r}"
-        );
+        let got = (&r["value"]["count"], &r["value"]["sum"]);
+        assert_eq!(got, (&json!(count), &json!(sum)), "{r}");
     }
 
-    // 1.1.0 (it caps sums at 100) to every key, then promoted: the workers follow.
+    // 1.1.0 (it caps sums at 100) in shadow on half the keys: compared by the workers and
+    // counted in the status as a run here counts it; then a replay of one key through both.
+    let shadow = json!({"version": "1.1.0", "percent": 50, "shadow": true});
     server.expect(
-        "a rollout",
-        server.post_json(
-            &format!("/v1/pipelines/{NAME}/rollout"),
-            Some(ADMIN),
-            &json!({"version": "1.1.0", "percent": 100}),
-        ),
+        "a shadow rollout",
+        server.post_json(&path("rollout"), Some(ADMIN), &shadow),
         200,
     );
-    server.wait_for("the workers to take the rollout up", PATIENCE, || {
-        let logs = setup.logs();
-        match logs
-            .matches("routes 100% of keys to Some(\"1.1.0\")")
-            .count()
-        {
-            2 => Ok(()),
-            _ => Err(logs),
+    setup.wait_for_log("routes 50% of keys to Some(\"1.1.0\") (shadow)");
+    std::thread::sleep(Duration::from_secs(1)); // applied at each slice's next barrier
+    let second = clicks(1_500, 1_500);
+    setup.client.publish("clicks.web", &second);
+    let first_two: Vec<Value> = first.iter().chain(&second).cloned().collect();
+    setup.wait_for_windows(&first_two);
+    let compared = server.wait_for("the workers' shadow comparisons", PATIENCE, || {
+        let status = server.status(NAME);
+        let candidate = crate::server::version_entry(&status, "1.1.0");
+        match candidate["shadow_differed"].as_u64() {
+            Some(n) if n > 0 => Ok(status),
+            _ => Err(status.to_string()),
         }
     });
-    // Each slice applies it at its next barrier (every 100 ms).
+    assert_eq!(compared["rollout"]["applied_percent"], 50, "{compared}");
+    let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]});
+    let answer = server.expect(
+        "a replay",
+        server.post_json(&path("replay"), Some(ADMIN), &replay),
+        200,
+    );
+    let model = windows(&first_two);
+    let rows = answer["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{answer}");
+    for row in rows {
+        let (count, sum) = model[&("u3".to_owned(), row["window_start"].as_i64().unwrap())];
+        assert_eq!(
+            (&row["a"]["count"], &row["a"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{row}"
+        );
+        assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
+    }
+
+    // Then to every key, and promoted: the workers follow.
+    let everyone = json!({"version": "1.1.0", "percent": 100});
+    server.expect(
+        "a rollout to all",
+        server.post_json(&path("rollout"), Some(ADMIN), &everyone),
+        200,
+    );
+    setup.wait_for_log("routes 100% of keys to Some(\"1.1.0\")");
     std::thread::sleep(Duration::from_secs(1));
     server.expect(
         "promoting",
-        server.post(&format!("/v1/pipelines/{NAME}/promote"), Some(ADMIN), b""),
+        server.post(&path("promote"), Some(ADMIN), b""),
         200,
     );
     server.wait_for(
@@ -237,58 +277,49 @@ fn weir_serve_runs_a_pipeline_on_workers_through_start_rollout_promote_stop_and_
             }
         },
     );
-    server.wait_for("the workers to take the promoted spec up", PATIENCE, || {
-        let logs = setup.logs();
-        match logs.matches("takes up the pipeline's changed spec").count() {
-            2 => Ok(()),
-            _ => Err(logs),
-        }
-    });
+    setup.wait_for_log("takes up the pipeline's changed spec");
 
     // Stopped: the workers give every slice up; started again: they take them back from
     // their checkpoints, and nothing is lost or repeated.
     server.expect(
         "stopping",
-        server.post(&format!("/v1/pipelines/{NAME}/stop"), Some(ADMIN), b""),
+        server.post(&path("stop"), Some(ADMIN), b""),
         200,
     );
     assert_eq!(server.status(NAME)["state"], "stopped");
     setup.wait_for_owners(&[]);
     assert_eq!(setup.workers_status()["stopped"], true);
-    let second = clicks(1_500, 1_500);
-    setup.client.publish("clicks.web", &second);
+    let third = clicks(3_000, 1_500);
+    setup.client.publish("clicks.web", &third);
     server.expect(
         "starting again",
-        server.post(&format!("/v1/pipelines/{NAME}/start"), Some(ADMIN), b""),
+        server.post(&path("start"), Some(ADMIN), b""),
         200,
     );
-    setup.wait_for_owners(&["w1", "w2"]);
-    let all: Vec<Value> = first.iter().chain(&second).cloned().collect();
+    setup.wait_for_owners(&["w1", "w2", "w3"]);
+    let all: Vec<Value> = first_two.iter().chain(&third).cloned().collect();
     let results = setup.wait_for_windows(&all);
     let model = windows(&all);
-    let second_start = second[0]["ts"].as_i64().unwrap() / 1000 * 1000 + 1000;
+    let third_start = third[0]["ts"].as_i64().unwrap() / 1000 * 1000 + 1000;
     for ((user, start), r) in &results {
         let (count, sum) = model[&(user.clone(), *start)];
         assert_eq!(r["value"]["count"], json!(count), "{r}");
-        if *start >= second_start {
+        if *start >= third_start {
             assert_eq!(r["value"]["sum"], json!(sum.min(100)), "by 1.1.0: {r}");
         }
     }
 
     // What needs this server's own run is refused with the reason.
-    for (what, path, body) in [
+    for (what, action, body) in [
         (
-            "a replay",
+            "a replay from a savepoint",
             "replay",
-            json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]}),
+            json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"}),
         ),
         ("a savepoint", "savepoints", json!({"name": "mid"})),
     ] {
-        let refused = server.expect_error(
-            what,
-            server.post_json(&format!("/v1/pipelines/{NAME}/{path}"), Some(ADMIN), &body),
-            409,
-        );
+        let answer = server.post_json(&path(action), Some(ADMIN), &body);
+        let refused = server.expect_error(what, answer, 409);
         assert!(
             refused.contains("runs on the cluster's workers"),
             "{refused}"

@@ -338,6 +338,7 @@ pub(super) fn status_of(
     let watermarks = super::watermarks::published(connection, name, record.slices)?;
     let progress = super::progress::reported(connection, name, record.slices)?;
     let workers = per_worker(&progress);
+    let versions = super::progress::summed(&progress);
     let progress = with_lags(connection, &record, &progress)?;
     Ok(serde_json::json!({
         "pipeline": name,
@@ -345,6 +346,7 @@ pub(super) fn status_of(
         "uploaded": uploaded,
         "watermarks": watermarks,
         "progress": progress,
+        "versions": versions,
         "workers": workers,
         "slices": record.slices,
         "stopped": record.stopped,

@@ -254,6 +254,22 @@ impl Cluster {
         deploy::status_of(&self.connection, name)
     }
 
+    /// The counters by version of the runs of `name`'s slices, summed (what the workers last
+    /// reported: a slice that moved counts from its new start).
+    pub fn counters(
+        &self,
+        name: &str,
+    ) -> Result<std::collections::BTreeMap<String, crate::rollout::CounterSnapshot>> {
+        let record = deploy::fetch_record(&self.connection, name)?;
+        let reported = progress::reported(&self.connection, name, record.slices)?;
+        Ok(progress::summed(&reported))
+    }
+
+    /// The last sequence of `stream` on `subjects` (all when empty), if the server says.
+    pub fn last_sequence(&self, stream: &str, subjects: &[String]) -> Option<u64> {
+        progress::last_sequence(&self.connection, stream, subjects)
+    }
+
     /// The workers holding slices of `name` now.
     pub fn holders(&self, name: &str) -> Result<usize> {
         let leases = leases::Leases::open(self.connection.clone(), name, None)?;

@@ -1,13 +1,13 @@
-//! How far each slice of a shared pipeline has got, for `weir cluster status`: every
-//! [`REPORT_EVERY`] a worker writes, for each slice it runs, a [`Progress`] (who runs it, the
-//! stream sequence read, events read and events per second) to the key-value bucket
-//! `weir-progress` (`<pipeline>.<slice>`), whose entries expire [`FORGET`] after their last
-//! write, so a slice nobody runs drops out. The status works out each slice's lag itself, as
+//! How far each slice of a shared pipeline has got, for `weir cluster status` and `weir serve`:
+//! every [`REPORT_EVERY`] a worker writes, for each slice it runs, a [`Progress`] (who runs it,
+//! the stream sequence read, events read, events per second and the run's counters by version)
+//! to the key-value bucket `weir-progress` (`<pipeline>.<slice>`), whose entries expire
+//! [`FORGET`] after their last write, so a slice nobody runs drops out. The status works out each slice's lag itself, as
 //! the stream sequences between what it read and the last message on its subjects now: a
 //! worker that hangs shows a lag that grows, not the last one it reported.
 //!
 //! Depends on `pipeline` (a run's live figures, through the runs `watermarks.rs` keeps),
-//! `periodic.rs` and the cluster's connection.
+//! `rollout` (its counters), `periodic.rs` and the cluster's connection.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use tracing::warn;
 use super::periodic::Periodic;
 use super::watermarks::Runs;
 use super::{Connection, Result};
+use crate::rollout::CounterSnapshot;
 
 /// The key-value bucket of the slices' progress.
 const PROGRESS_BUCKET: &str = "weir-progress";
@@ -39,6 +40,10 @@ pub struct Progress {
     pub events: u64,
     /// Events read per second over the last report's interval.
     pub events_per_second: f64,
+    /// The run's counters by version (calls, errors, traps, shadow comparisons...), since it
+    /// started on this worker.
+    #[serde(default)]
+    pub versions: BTreeMap<String, CounterSnapshot>,
 }
 
 /// A worker's report of its slices' progress.
@@ -80,6 +85,7 @@ impl Reporter {
                     } else {
                         0.0
                     },
+                    versions: control.counters.snapshot().into_iter().collect(),
                 };
                 let value = serde_json::to_vec(&progress).expect("serialises");
                 let put = bucket.put(format!("{pipeline}.{slice}"), value.into());
@@ -124,6 +130,17 @@ pub(super) fn reported(
         }
     }
     Ok(out)
+}
+
+/// The counters of every slice in `reported`, summed by version.
+pub(super) fn summed(reported: &BTreeMap<usize, Progress>) -> BTreeMap<String, CounterSnapshot> {
+    let mut sum: BTreeMap<String, CounterSnapshot> = BTreeMap::new();
+    for progress in reported.values() {
+        for (version, counters) in &progress.versions {
+            *sum.entry(version.clone()).or_default() += *counters;
+        }
+    }
+    sum
 }
 
 /// The last sequence of `stream` on any of `subjects` (wildcards and all; every subject if

@@ -52,7 +52,8 @@ impl Published {
     }
 }
 
-/// The slice runs of one worker whose watermarks it exchanges, by slice.
+/// The slice runs of one worker, by slice: those whose watermarks it exchanges (every slice
+/// of a partitioned stream) and whose progress it reports.
 pub(super) type Runs = Arc<Mutex<BTreeMap<usize, Arc<PipelineControl>>>>;
 
 /// A worker's exchange of its slices' watermarks with the other workers'.

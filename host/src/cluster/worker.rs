@@ -65,8 +65,8 @@ pub struct Worker {
     /// The one reader of the input stream, shared by this worker's slices (a partitioned
     /// stream has none: each slice reads its own partition).
     feed: Option<NatsFeed>,
-    /// A partitioned stream's slices' runs here, whose watermarks `exchange` shares with
-    /// the other workers'.
+    /// The slices' runs here: their progress reported, and a partitioned stream's watermarks
+    /// shared by `exchange` with the other workers'.
     runs: Runs,
     _exchange: Option<Exchange>,
     /// Reports each slice's progress for `weir cluster status`.
@@ -398,9 +398,8 @@ impl Worker {
                 path: slice_dir,
                 source,
             })?;
-        if partitioned {
-            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
-        }
+        // Reported (`progress.rs`), and of a partitioned stream, its watermark exchanged.
+        (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
         info!(worker = %self.id, slice, resumed_from = ?restored, "slice taken");
         eprintln!(
             "weir: worker {} runs slice {slice} (from checkpoint {})",

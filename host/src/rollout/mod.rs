@@ -150,7 +150,8 @@ impl CallMetrics {
 }
 
 /// A point-in-time copy of [`VersionCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CounterSnapshot {
     /// Operator calls.
     pub calls: u64,
@@ -172,6 +173,22 @@ pub struct CounterSnapshot {
     pub timed_calls: u64,
     /// Their total duration (ns).
     pub timed_call_ns: u64,
+}
+
+impl std::ops::AddAssign for CounterSnapshot {
+    /// Adds another run's counts (the slices of a pipeline on workers, summed).
+    fn add_assign(&mut self, other: CounterSnapshot) {
+        self.calls += other.calls;
+        self.events += other.events;
+        self.errors += other.errors;
+        self.traps += other.traps;
+        self.carried_windows += other.carried_windows;
+        self.crossed_windows += other.crossed_windows;
+        self.shadow_compared += other.shadow_compared;
+        self.shadow_differed += other.shadow_differed;
+        self.timed_calls += other.timed_calls;
+        self.timed_call_ns += other.timed_call_ns;
+    }
 }
 
 impl VersionCounters {

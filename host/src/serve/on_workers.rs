@@ -4,6 +4,8 @@
 //! components and resumes it; stopping it has the workers give its slices up after a final
 //! checkpoint; a rollout, rollback or promotion becomes the routing the workers follow (a
 //! promotion also shares the rewritten spec); deleting it withdraws it with its checkpoints.
+//! Its status, version counters (and so the automatic rollback policy) come from what the
+//! workers report; a replay reads the stream to its end now. Savepoints are not available.
 //!
 //! One connection per NATS server, opened on first use and kept for the process (like the
 //! Wasm engine): the control plane's calls then cost a request or two each.
@@ -110,6 +112,21 @@ pub fn withdraw(spec: &PipelineSpec) -> Result<(), RequestError> {
     }
     cluster.withdraw(&spec.name)?;
     Ok(())
+}
+
+/// The last sequence of the stream `source` reads, on its subjects, now (0: none).
+pub fn stream_end(source: &crate::spec::NatsSourceSpec) -> Result<u64, RequestError> {
+    let cluster = connect(&source.url)?;
+    Ok(cluster
+        .last_sequence(&source.stream, &source.subjects)
+        .unwrap_or(0))
+}
+
+/// The counters by version of the pipeline's slices, summed (see [`Cluster::counters`]).
+pub fn counters(
+    spec: &PipelineSpec,
+) -> Result<BTreeMap<String, crate::rollout::CounterSnapshot>, RequestError> {
+    Ok(cluster_of(spec)?.counters(&spec.name)?)
 }
 
 /// What the cluster says of the pipeline (members, slice owners, progress, watermarks), or why

@@ -12,6 +12,7 @@
 //! Depends on `checkpoint`, `fsutil`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
 //! `state` and `time`; its parts (`replay`, `savepoints`) on `names` as well.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -27,12 +28,16 @@ use crate::operator::{ComponentKind, Registry, RegistryError, VersionCode};
 use crate::pipeline::{
     PipelineControl, PipelineError, ResolveError, Resolver, RunOptions, Summary,
 };
-use crate::rollout::{RateWatch, Routing, ShadowLog};
+use crate::rollout::{CounterSnapshot, RateWatch, Routing, ShadowLog};
 use crate::source::IngestLog;
 
 pub use crate::pipeline::ResultLine;
 
 type Thread = JoinHandle<Result<Summary, PipelineError>>;
+
+/// How often the counters of a pipeline on workers are read during a rollout (for its
+/// automatic rollback policy).
+const WORKERS_POLL: Duration = Duration::from_secs(1);
 
 /// How many result records a slow subscriber may fall behind before its stream ends (it can
 /// resume from its last id).
@@ -93,6 +98,8 @@ pub struct Slot {
     store_turn: Mutex<()>,
     /// Savepoints being taken or copied: while any is, the log is not truncated.
     holds: std::sync::atomic::AtomicUsize,
+    /// When the counters of a pipeline on workers were last asked for (`poll_workers`).
+    polled: Mutex<Option<Instant>>,
 }
 
 mod ingest;
@@ -221,6 +228,7 @@ impl Slot {
             pin: Mutex::new(savepoints::Pin::known(u64::MAX)),
             store_turn: Mutex::new(()),
             holds: std::sync::atomic::AtomicUsize::new(0),
+            polled: Mutex::new(None),
         }
     }
 
@@ -293,11 +301,15 @@ impl Slot {
         inner.on_workers || inner.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
+    /// Whether the pipeline is placed on the cluster's workers.
+    pub(super) fn on_workers(&self) -> Result<bool, RequestError> {
+        self.with_managed(|managed| Ok(on_workers::placed_on_workers(managed)))
+    }
+
     /// Refuses `what` for a pipeline placed on the cluster's workers, which this server does
     /// not run: what it needs (the ingest log, the local store) is not here.
     pub(super) fn refuse_on_workers(&self, what: &str) -> Result<(), RequestError> {
-        let placed = self.with_managed(|managed| Ok(on_workers::placed_on_workers(managed)))?;
-        if placed {
+        if self.on_workers()? {
             return Err(RequestError::Conflict(format!(
                 "pipeline {:?} runs on the cluster's workers: {what} is not available for it yet \
                  (`weir cluster status` and the status here show its slices)",
@@ -769,6 +781,7 @@ impl Slot {
     /// Follows the rollout schedule and the automatic rollback policy (a pipeline on workers:
     /// the schedule only, as the workers do not report their traps here yet).
     pub fn tick(&self, registry: &Registry) {
+        let polled = self.poll_workers();
         let Ok(mut inner) = self.inner.try_lock() else {
             return; // busy: the next tick comes soon
         };
@@ -787,10 +800,12 @@ impl Slot {
         if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
             warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
         }
-        let Some(control) = inner.control.clone().filter(|_| !inner.on_workers) else {
-            return;
+        let key = plan.counter_key();
+        let counters = match (&inner.control, inner.on_workers, polled) {
+            (_, true, Some(polled)) => polled.get(&key).copied().unwrap_or_default(),
+            (Some(control), false, _) => control.counters.of(&key).snapshot(),
+            _ => return,
         };
-        let counters = control.counters.of(&plan.counter_key()).snapshot();
         if let Some(reason) = inner.watch.check(&plan.policy, Instant::now(), counters) {
             warn!(pipeline = %self.name, reason = %reason, "automatic rollback");
             let recorded = match &mut inner.managed {
@@ -805,6 +820,27 @@ impl Slot {
                 warn!(pipeline = %self.name, error = %e, "could not send the rollback");
             }
         }
+    }
+
+    /// For a pipeline on workers with a rollout in progress, at most once per
+    /// [`WORKERS_POLL`]: the counters its workers reported, summed by version (asked without the
+    /// slot's lock).
+    fn poll_workers(&self) -> Option<BTreeMap<String, CounterSnapshot>> {
+        let mut polled = self.polled.try_lock().ok()?;
+        if polled.is_some_and(|at| at.elapsed() < WORKERS_POLL) {
+            return None;
+        }
+        let spec = {
+            let inner = self.inner.try_lock().ok()?;
+            let managed = inner.managed.as_ref().ok()?;
+            let rolling =
+                managed.desired.rollout.is_some() && managed.desired.rolled_back.is_none();
+            (inner.on_workers && rolling).then(|| managed.spec.clone())?
+        };
+        *polled = Some(Instant::now());
+        on_workers::counters(&spec)
+            .inspect_err(|e| warn!(pipeline = %self.name, error = %e, "workers' counters unknown"))
+            .ok()
     }
 
     /// Whether the pipeline uses operator `name@version`: live or candidate as asked, or in
@@ -901,7 +937,25 @@ impl Slot {
         }
         drop(inner);
         if let Some(spec) = placed {
-            status["workers"] = on_workers::status(&spec);
+            let workers = on_workers::status(&spec);
+            // What the workers' slices apply and count, as a run here would say it.
+            status["applied_routing"] = workers["routing"].clone();
+            let routing = &workers["routing"];
+            if let Some(rollout) = status.get_mut("rollout").filter(|r| !r.is_null())
+                && routing["candidate"] == rollout["candidate"]
+            {
+                rollout["applied_percent"] = routing["percent"].clone();
+            }
+            if let Some(versions) = workers["versions"].as_object() {
+                status["versions"] = (versions.iter())
+                    .map(|(version, counters)| {
+                        let mut entry = counters.clone();
+                        entry["version"] = version.clone().into();
+                        entry
+                    })
+                    .collect();
+            }
+            status["workers"] = workers;
         }
         status
     }

@@ -163,7 +163,9 @@ impl Slot {
         registry: &Registry,
     ) -> Result<serde_json::Value, RequestError> {
         request.check()?;
-        self.refuse_on_workers("a replay")?;
+        if request.savepoint.is_some() {
+            self.refuse_on_workers("a replay from a savepoint")?;
+        }
         let _turn = Turn::take()?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;
@@ -209,8 +211,12 @@ impl Slot {
             Some(name) => Some(self.savepoint_offset(name)?),
             None => None,
         };
-        if self.nats_source().is_some() {
-            let end = self.input_read();
+        if let Some(source) = self.nats_source() {
+            // On workers: what the stream holds now (each slice has read its own part of it).
+            let end = match self.on_workers()? {
+                true => super::on_workers::stream_end(&source)?,
+                false => self.input_read(),
+            };
             let start = start.unwrap_or(0);
             if end.saturating_sub(start) > MAX_REPLAY_MESSAGES {
                 return Err(RequestError::TooLarge(format!(

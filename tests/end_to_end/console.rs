@@ -784,3 +784,83 @@ fn a_nats_fed_pipeline_shows_and_rolls_out_in_the_console() {
     });
     browser.screenshot("nats-pipeline");
 }
+
+#[test]
+fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
+    use crate::nats::{Client, NatsServer};
+    let nats = NatsServer::start();
+    let client = Client::connect(&nats.url);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results.>"]);
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&data.path().join("serve"), &["--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    let spec = json!({"name": "on-workers", "source": {"type": "nats", "stream": "CLICKS"},
+        "event": {"key": "user", "timestamp": "ts"}, "watermark": {"bound": 0},
+        "window": {"type": "tumbling", "size": 1000},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
+        "sinks": {"results": {"nats": "default", "subject": "results.on-workers"},
+                  "late": "discard", "dead_letters": "discard"},
+        "checkpoint_interval": "200ms", "workers": {"slices": 4}});
+    crate::server::create_and_start_spec(&server, &spec);
+    let reaper = crate::support::Reaper::default();
+    for id in ["w1", "w2"] {
+        let dir = data.path().join(id);
+        let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "worker",
+                "--nats",
+                &nats.url,
+                "--pipeline",
+                "on-workers",
+                "--id",
+                id,
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        reaper.track(worker);
+    }
+    let published: Vec<Value> = (0..600)
+        .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::server::BASE_TS + i * 20, "amount": i % 10}))
+        .collect();
+    client.publish("clicks.web", &published);
+
+    let browser = Browser::chromium();
+    let url = server.url("/");
+    sign_in(&browser, &url, ADMIN);
+    browser.goto(&format!("{url}#/pipelines/on-workers"));
+    browser.wait_for("every slice held by one of the two workers", || {
+        let owners: Vec<String> = (0..4)
+            .map(|slice| {
+                browser.text(&format!(
+                    "#workers-table tr[data-slice='{slice}'] td[data-field='owner']"
+                ))
+            })
+            .collect();
+        owners.iter().all(|o| o == "w1" || o == "w2").then_some(())
+    });
+    assert_eq!(browser.number("#workers-slices"), Some(4.0));
+    assert_eq!(browser.number("#workers-members"), Some(2.0));
+    // A rollout to 50 % from the page's buttons, taken up by the workers.
+    browser.accept_confirmations();
+    browser.wait_for("version 2 to choose", || {
+        browser.try_find("#rollout-version option[value='2.0.0']")
+    });
+    browser.click("#rollout-version option[value='2.0.0']");
+    browser.type_into("#rollout-percent-input", "50");
+    browser.click("#rollout-step");
+    browser.wait_for("the workers applying the rollout at 50 %", || {
+        (browser.number("#rollout-applied")? == 50.0).then_some(())
+    });
+    let status = server.status("on-workers");
+    assert_eq!(
+        status["workers"]["routing"]["candidate"], "2.0.0",
+        "{status}"
+    );
+    browser.screenshot("workers-pipeline");
+}

@@ -709,6 +709,11 @@ function pipelinePageHTML(name) {
       <p id="stage-note" class="note" hidden></p>
     </section>
 
+    <section class="card section" id="workers-panel" aria-labelledby="workers-heading" hidden>
+      <h2 id="workers-heading">Workers</h2>
+      <div id="workers-info"></div>
+    </section>
+
     <section class="card section" id="rollout-panel" aria-labelledby="rollout-heading">
       <h2 id="rollout-heading">Rollout</h2>
       <div id="rollout-info"><p class="muted">Loading…</p></div>
@@ -867,6 +872,8 @@ function renderStatus(view, s) {
   renderCharts(view);
   renderStages(view);
   replaceHTML(view, $("rollout-info"), rolloutInfoHTML(s));
+  $("workers-panel").hidden = !s.workers;
+  if (s.workers) replaceHTML(view, $("workers-info"), workersHTML(s.workers));
   if (isAdmin()) {
     replaceHTML(view, $("rollout-current-actions"), rolloutActionsHTML(s));
     renderVersionChoice(view);
@@ -1063,6 +1070,43 @@ function rolloutInfoHTML(s) {
     .join("");
   const rolledBack = reason ? `<p id="rolled-back" class="callout warn">Rolled back: ${esc(reason)}</p>` : "";
   return `${rolledBack}<dl class="facts">${dl}</dl>${versionsTableHTML(s)}`;
+}
+
+/** A pipeline on the cluster's workers: who holds each slice, how far it read, its lag. */
+function workersHTML(w) {
+  if (w.error) return `<p class="callout bad">${esc(w.error)}</p>`;
+  if (w.shared === false) return '<p class="muted">Not shared with the workers yet: start it.</p>';
+  const members = Array.isArray(w.members) ? w.members : [];
+  const owners = w.owners || {};
+  const progress = w.progress || {};
+  const watermarks = w.watermarks || {};
+  const slices = num(w.slices);
+  const facts = [
+    ["Slices", "workers-slices", esc(fmtInt(slices)), slices],
+    ["Workers", "workers-members", esc(members.join(", ") || "none"), members.length],
+    ["State", "workers-state", w.stopped ? "stopped: no worker runs a slice" : "running"],
+  ];
+  const dl = facts
+    .map(([label, id, html, value]) => `<div><dt>${esc(label)}</dt><dd id="${id}"${
+      value === undefined ? "" : ` data-value="${esc(value)}"`}>${html}</dd></div>`)
+    .join("");
+  const rows = Array.from({ length: slices }, (_, i) => {
+    const p = progress[String(i)] || {};
+    const mark = watermarks[String(i)];
+    return `<tr data-slice="${i}">
+        <th scope="row">${i}</th>
+        <td data-field="owner">${esc(owners[String(i)] || "—")}</td>
+        <td class="num" data-field="read">${esc(p.read === undefined ? "—" : fmtInt(p.read))}</td>
+        <td class="num" data-field="lag">${esc(p.lag === undefined || p.lag === null ? "—" : fmtInt(p.lag))}</td>
+        <td class="num" data-field="rate">${esc(p.events_per_second === undefined ? "—" : fmtInt(p.events_per_second))}</td>
+        <td data-field="watermark">${esc(mark === undefined ? "—" : mark === "idle" ? "idle" : isoTime(mark))}</td>
+      </tr>`;
+  });
+  return `<dl class="facts">${dl}</dl><div class="scroll"><table id="workers-table" class="data">
+      <caption class="sr-only">Each slice of the pipeline's key groups, by the worker that runs it</caption>
+      <thead><tr><th scope="col">Slice</th><th scope="col">Worker</th><th scope="col" class="num">Read to</th>
+        <th scope="col" class="num">Behind</th><th scope="col" class="num">Events/s</th><th scope="col">Watermark</th></tr></thead>
+      <tbody>${rows.join("")}</tbody></table></div>`;
 }
 
 function scheduleText(r) {

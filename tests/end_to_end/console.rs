@@ -805,6 +805,7 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
         "checkpoint_interval": "200ms", "workers": {"slices": 4}});
     crate::server::create_and_start_spec(&server, &spec);
     let reaper = crate::support::Reaper::default();
+    let mut workers = Vec::new();
     for id in ["w1", "w2"] {
         let dir = data.path().join(id);
         let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -823,7 +824,7 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        reaper.track(worker);
+        workers.push(reaper.track(worker));
     }
     let published: Vec<Value> = (0..600)
         .map(|i| json!({"user": format!("u{}", i % 7), "ts": crate::server::BASE_TS + i * 20, "amount": i % 10}))

@@ -12,11 +12,14 @@
 //! new owner publishes again after a takeover is dropped by the stream's de-duplication.
 //!
 //! The pipeline's spec and operator components are shared through the same server
-//! (`deploy.rs`: `weir cluster deploy`); `worker.rs` is the worker's loop.
+//! (`deploy.rs`: `weir cluster deploy`, or `weir serve` through [`Cluster`], which also stops,
+//! steers and withdraws it); `worker.rs` is the worker's loop, which follows the shared record
+//! (a changed spec, a stop, a withdrawal) and routing every beat.
 //!
 //! May depend on `pipeline`, `spec`, `checkpoint`, `state`, `names`, `nats_client`, `source` (its
 //! NATS feed), `operator` (checking a rollout's component), `rollout` (its routing), `time` and
-//! `fsutil`; nothing depends on it but the binary and `bench` (`weir bench nats --workers`).
+//! `fsutil`; nothing depends on it but the binary, `serve` (pipelines it places on workers,
+//! through [`Cluster`]) and `bench` (`weir bench nats --workers`).
 
 mod delta;
 mod deploy;

@@ -8,8 +8,9 @@
 //! name up, and no lock is held while waiting for a pipeline thread, so one busy pipeline never
 //! blocks another's calls.
 //!
-//! Depends on `checkpoint`, `fsutil`, `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
-//! `state` and `time`; `api` depends on it, never the reverse.
+//! Depends on `checkpoint`, `cluster` (pipelines placed on workers: `on_workers.rs`), `fsutil`,
+//! `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`, `state` and `time`; `api`
+//! depends on it, never the reverse.
 
 mod error;
 mod managed;

@@ -3,7 +3,8 @@
 //! what Weir does not provide, or an engine that cannot start. The error of every
 //! [`super::AggregateCode`] and [`super::EnrichCode`].
 //!
-//! Depends on nothing of the crate.
+//! Depends on nothing of the crate. wasmtime's errors cross into it as their messages (the
+//! `message` fields, [`LoadError::Engine`]): the trait layer names no Wasm type.
 
 use std::path::PathBuf;
 
@@ -66,7 +67,8 @@ pub enum LoadError {
         /// What wasmtime reported.
         message: String,
     },
-    /// The engine could not be set up.
+    /// The engine could not be set up. wasmtime's message, not its error: this layer names no
+    /// Wasm type (and the engine's failure is kept for every later load, so it is shared).
     #[error("cannot set up the WebAssembly engine: {0}")]
     Engine(String),
 }

@@ -6,8 +6,9 @@
 //! ([`WasmOperator`], whose implementations live in `wasm/`) or a native operator
 //! ([`NativeAggregate`], [`NativeEnrich`]), and rollouts swap either.
 //!
-//! Three outcomes are kept apart (see [`OperatorError`]): the operator rejects its input (a dead
-//! letter), the guest traps (the instance is replaced, state is untouched), or the host fails.
+//! Three outcomes are kept apart (see [`OperatorError`]): the operator rejects its input, or the
+//! host refuses it by a limit ([`HostRefusal`]) (a dead letter); the guest traps (the instance
+//! is replaced, state is untouched); or the host fails.
 //! Depends on `state`, `value`, `event`, `field_name`, `time` (for the [`Window`] type), `spec`
 //! (stored operator code and the sandbox's limits), `names`, `fsutil`, `hashing` and `prefetch`.
 
@@ -16,6 +17,7 @@ mod load_error;
 pub mod native;
 mod projection;
 pub mod quota;
+mod refusal;
 pub mod registry;
 mod sandbox;
 pub mod scope_slot;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 
 pub use load_error::LoadError;
 pub use projection::Projection;
+pub use refusal::HostRefusal;
 pub use registry::{Registry, RegistryError, VersionInfo};
 pub use sandbox::Limits;
 pub use wasm::{ComponentKind, WasmAggregate, WasmEnrich, WasmOperator, WasmRuntime, digest_of};
@@ -52,11 +55,17 @@ pub enum OperatorError {
     /// The operator returned an error for its input; the input becomes dead letters.
     #[error("operator rejected the input: {0}")]
     Rejected(String),
+    /// The host refused the call by a limit of the pipeline's (state quota, output size, batch
+    /// width); handled as a rejection: the input becomes dead letters with the reason.
+    #[error("operator rejected the input: {0}")]
+    Refused(#[from] HostRefusal),
     /// The guest trapped (a panic, an invalid memory access, the time or memory limit); its
     /// instance was replaced and the call's state changes were discarded.
     #[error("operator trapped: {0}")]
     Trapped(String),
-    /// The host failed around the call.
+    /// The host failed around the call. A message, not the error itself: the errors here come
+    /// from the Wasm runtime (its resource table) or from decoding a partial state, and this
+    /// layer names no Wasm type (see the module doc) and stays `Clone`.
     #[error("host error around an operator call: {0}")]
     Host(String),
 }

@@ -27,6 +27,31 @@ use std::time::{Duration, Instant};
 /// shards charge it meanwhile).
 const MAX_WAIT: Duration = Duration::from_millis(100);
 
+/// Which of the pipeline's state quotas a call's writes would pass: the call is refused (its
+/// events become dead letters with this reason) and its writes dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuotaExceeded {
+    /// The writes would add keys past `[state] max_keys`.
+    #[error(
+        "the pipeline's state holds its quota of {limit} keys ([state] max_keys): this write \
+         would add more"
+    )]
+    Keys {
+        /// The quota, in keys (scopes).
+        limit: u64,
+    },
+    /// The writes would add bytes past `[state] max_bytes`.
+    #[error(
+        "the pipeline's state holds its quota of {limit} bytes ([state] max_bytes): this write \
+         would add more"
+    )]
+    Bytes {
+        /// The quota, in encoded bytes.
+        limit: u64,
+    },
+}
+
 /// A pipeline's CPU budget for operator code.
 #[derive(Debug)]
 pub struct CpuQuota {
@@ -336,24 +361,18 @@ impl StateQuota {
     }
 
     /// Admits a call's writes, which change the state by `scopes` scopes and `bytes` bytes, or
-    /// says why not. Writes that shrink the state are always admitted.
-    pub fn admit(&self, scopes: i64, bytes: i64) -> Result<(), String> {
+    /// says which quota they would pass. Writes that shrink the state are always admitted.
+    pub fn admit(&self, scopes: i64, bytes: i64) -> Result<(), QuotaExceeded> {
         let mut counts = self.counts();
         let used = counts.used();
         let over = |limit: Option<u64>, used: i64, delta: i64| {
             limit.filter(|limit| delta > 0 && used + delta > *limit as i64)
         };
         if let Some(limit) = over(self.max_scopes, used.scopes, scopes) {
-            return Err(format!(
-                "the pipeline's state holds its quota of {limit} keys ([state] max_keys): \
-                 this write would add more"
-            ));
+            return Err(QuotaExceeded::Keys { limit });
         }
         if let Some(limit) = over(self.max_bytes, used.bytes, bytes) {
-            return Err(format!(
-                "the pipeline's state holds its quota of {limit} bytes ([state] max_bytes): \
-                 this write would add more"
-            ));
+            return Err(QuotaExceeded::Bytes { limit });
         }
         let delta = StateDelta { scopes, bytes };
         counts.uncommitted += delta;
@@ -528,9 +547,11 @@ mod tests {
         quota.checkpointed(2, 60, StateDelta::default());
         assert!(quota.admit(1, 30).is_ok());
         let refused = quota.admit(1, 1).unwrap_err();
-        assert!(refused.contains("3 keys"), "{refused}");
+        assert_eq!(refused, QuotaExceeded::Keys { limit: 3 });
+        assert!(refused.to_string().contains("3 keys"), "{refused}");
         let refused = quota.admit(0, 11).unwrap_err();
-        assert!(refused.contains("100 bytes"), "{refused}");
+        assert_eq!(refused, QuotaExceeded::Bytes { limit: 100 });
+        assert!(refused.to_string().contains("100 bytes"), "{refused}");
         assert!(quota.admit(-1, -50).is_ok());
         assert!(quota.admit(1, 10).is_ok());
         assert_eq!(quota.used(), (3, 50));

@@ -51,7 +51,7 @@ impl<O: ?Sized> Slot<O> {
         self.counters.calls.fetch_add(1, Relaxed);
         self.counters.events.fetch_add(events as u64, Relaxed);
         match &outcome {
-            Err(OperatorError::Rejected(_)) => {
+            Err(OperatorError::Rejected(_) | OperatorError::Refused(_)) => {
                 self.counters.errors.fetch_add(1, Relaxed);
             }
             Err(OperatorError::Trapped(_)) => {

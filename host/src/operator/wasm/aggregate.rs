@@ -313,7 +313,7 @@ impl WasmAggregate {
             let Bindings::AggregateV3(b) = b else {
                 unreachable!("windows calls are only made to a 0.3 aggregator")
             };
-            call(store, b).map(Ok)
+            call(store, b).map(Ok::<R, GuestError>)
         });
         if let Err(OperatorError::Trapped(reason)) = &outcome {
             self.carries_windows = false;

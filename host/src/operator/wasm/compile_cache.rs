@@ -79,7 +79,7 @@ impl CompileCache {
         let path = self.entry_path(digest);
         let result = component
             .serialize()
-            .map_err(|e| std::io::Error::other(e.to_string()))
+            .map_err(|e| std::io::Error::other(e.into_boxed_dyn_error()))
             .and_then(|compiled| {
                 let mut file = Sha256::digest(&compiled).to_vec();
                 file.extend_from_slice(&compiled);

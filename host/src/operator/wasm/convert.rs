@@ -54,10 +54,11 @@ pub(super) const MAX_BATCH_VALUES: usize = 1 << 20;
 pub(super) fn check_width(fields: usize, events: usize) -> Result<()> {
     match fields.checked_mul(events) {
         Some(values) if values <= MAX_BATCH_VALUES || events <= 1 => Ok(()),
-        _ => Err(OperatorError::Rejected(format!(
-            "a batch of {events} events with {fields} different fields is too wide to cross in \
-             one call (at most {MAX_BATCH_VALUES} values); its events cross one call each"
-        ))),
+        _ => Err(OperatorError::Refused(HostRefusal::BatchTooWide {
+            events,
+            fields,
+            max: MAX_BATCH_VALUES,
+        })),
     }
 }
 
@@ -379,7 +380,10 @@ mod tests {
             to_wit_columns(&batch, &Projection::All).err(),
         ] {
             assert!(
-                matches!(&refused, Some(OperatorError::Rejected(m)) if m.contains("too wide")),
+                matches!(
+                    &refused,
+                    Some(OperatorError::Refused(HostRefusal::BatchTooWide { .. }))
+                ),
                 "{refused:?}"
             );
         }

@@ -49,9 +49,12 @@ impl EnrichOperator for WasmEnrich {
                 // Checked before the call ends, so that a refused output also drops the call's
                 // state writes: the host then retries the events one by one, and writes kept
                 // from the refused call would be applied twice.
-                Ok(output.and_then(|output| {
-                    check_enriched(&output, events.len(), max_output_bytes).map(|()| output)
-                }))
+                Ok(match output {
+                    Ok(output) => check_enriched(&output, events.len(), max_output_bytes)
+                        .map(|()| output)
+                        .map_err(Declined::Host),
+                    Err(message) => Err(Declined::Guest(message)),
+                })
             })?;
         let names: Vec<FieldName> = (output.fields.iter()).map(|n| self.names.get(n)).collect();
         let enriched = (output.rows.into_iter())
@@ -74,7 +77,7 @@ fn check_enriched(
     output: &wit::OutputEvents,
     inputs: usize,
     max_output_bytes: usize,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), HostRefusal> {
     let size = (output.rows.iter())
         .flat_map(|row| row.values.iter())
         .map(|value| match value {
@@ -87,17 +90,16 @@ fn check_enriched(
     output_within(size, max_output_bytes)?;
     for row in &output.rows {
         if row.origin as usize >= inputs {
-            return Err(format!(
-                "output event names origin {}, but the batch had {inputs} events",
-                row.origin
-            ));
+            return Err(HostRefusal::UnknownOrigin {
+                origin: row.origin,
+                inputs,
+            });
         }
         if row.values.len() != output.fields.len() {
-            return Err(format!(
-                "output event has {} values for {} fields",
-                row.values.len(),
-                output.fields.len()
-            ));
+            return Err(HostRefusal::ValuesPerFields {
+                values: row.values.len(),
+                fields: output.fields.len(),
+            });
         }
     }
     Ok(())

@@ -8,6 +8,42 @@ use crate::operator::scope_slot::ScopeSlot;
 use crate::state::ScopeState;
 use wasmtime::UpdateDeadline;
 
+/// The error a guest returns for its input (WIT `result<_, string>`): the operator's own words,
+/// passed on as the dead letters' reason. The guest's data, not an error of the host's, so it
+/// stays the string the guest sent.
+pub(super) type GuestError = String;
+
+/// Why a call's result is not taken: the guest returned an error, or the host refused what the
+/// guest returned (checked inside the call, so that the call's writes are dropped too).
+#[derive(Debug)]
+pub(super) enum Declined {
+    /// The guest's own error.
+    Guest(GuestError),
+    /// The host's refusal of the guest's output.
+    Host(HostRefusal),
+}
+
+impl From<GuestError> for Declined {
+    fn from(message: GuestError) -> Self {
+        Declined::Guest(message)
+    }
+}
+
+impl From<Declined> for OperatorError {
+    fn from(declined: Declined) -> Self {
+        match declined {
+            Declined::Guest(message) => OperatorError::Rejected(message),
+            Declined::Host(refusal) => OperatorError::Refused(refusal),
+        }
+    }
+}
+
+/// A failure of the store's resource table (lending the scopes to the guest and taking them
+/// back) as a host error. Its message only: [`OperatorError`] names no Wasm type.
+fn table_error(error: wasmtime::component::ResourceTableError) -> OperatorError {
+    OperatorError::Host(error.to_string())
+}
+
 /// The data of each guest's store.
 pub struct HostData {
     pub(super) table: ResourceTable,
@@ -229,8 +265,9 @@ impl Guest {
 
     /// Runs `call` with `scopes` lent to the guest as `scope` resources. On success each
     /// scope's state takes the call's writes (unless `writes` says to discard them, for calls
-    /// that may only read); on a trap or error it is left as it was.
-    pub(super) fn call<R>(
+    /// that may only read); on a trap or error it is left as it was. The call's error is the
+    /// guest's ([`GuestError`]) or, for calls that check the guest's output, [`Declined`].
+    pub(super) fn call<R, E: Into<Declined>>(
         &mut self,
         scopes: &mut [&mut Scope],
         writes: Writes,
@@ -238,7 +275,7 @@ impl Guest {
             &mut Store<HostData>,
             &Bindings,
             &[Resource<ScopeSlot>],
-        ) -> wasmtime::Result<std::result::Result<R, String>>,
+        ) -> wasmtime::Result<std::result::Result<R, E>>,
     ) -> Result<R> {
         let mut handles = Vec::with_capacity(scopes.len());
         for scope in scopes.iter_mut() {
@@ -248,7 +285,7 @@ impl Guest {
                 .data_mut()
                 .table
                 .push(slot)
-                .map_err(|e| OperatorError::Host(e.to_string()))?;
+                .map_err(table_error)?;
             handles.push(handle);
         }
         let borrows: Vec<_> = handles
@@ -278,14 +315,14 @@ impl Guest {
                 .data_mut()
                 .table
                 .delete(handle)
-                .map_err(|e| OperatorError::Host(e.to_string()))?;
+                .map_err(table_error)?;
             slots.push(slot);
         }
         let committed = matches!(outcome, Ok(Ok(_))) && writes == Writes::Keep;
         settle(&self.limits, scopes, slots, committed)?;
         match outcome {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(message)) => Err(OperatorError::Rejected(message)),
+            Ok(Err(declined)) => Err(OperatorError::from(declined.into())),
             Err(trap) => {
                 let reason = trap_reason(&trap, &self.limits);
                 // The poisoned instance's memory goes back to the pool before its replacement
@@ -376,7 +413,7 @@ pub(super) fn admit_states(
             scope.state = base;
         }
     }
-    admitted.map_err(OperatorError::Rejected)
+    Ok(admitted.map_err(HostRefusal::from)?)
 }
 
 /// At an epoch tick inside a call of a pipeline with a CPU quota: charges the quota and waits
@@ -418,18 +455,19 @@ pub(super) fn trap_reason(error: &wasmtime::Error, limits: &Limits) -> String {
 }
 
 pub(super) fn check_output(size: usize, limits: &Limits) -> Result<()> {
-    output_within(size, limits.max_output_bytes).map_err(OperatorError::Rejected)
+    Ok(output_within(size, limits.max_output_bytes)?)
 }
 
 /// Whether an output of `size` bytes is within `max_output_bytes`, and if not, why.
 pub(super) fn output_within(
     size: usize,
     max_output_bytes: usize,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), HostRefusal> {
     if size > max_output_bytes {
-        return Err(format!(
-            "the output is {size} bytes, more than the limit of {max_output_bytes} bytes (sandbox.max_output_bytes)"
-        ));
+        return Err(HostRefusal::OutputTooLarge {
+            size,
+            limit: max_output_bytes,
+        });
     }
     Ok(())
 }

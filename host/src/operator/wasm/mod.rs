@@ -27,8 +27,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 pub use super::scope_slot::ScopeSlot;
 use super::{
-    AggregateOperator, CarriedResult, EnrichOperator, Enriched, Limits, LoadError, OperatorError,
-    Projection, Result, Scope,
+    AggregateOperator, CarriedResult, EnrichOperator, Enriched, HostRefusal, Limits, LoadError,
+    OperatorError, Projection, Result, Scope,
 };
 use crate::event::Event;
 use crate::time::Window;
@@ -122,7 +122,9 @@ pub use aggregate::WasmAggregate;
 use convert::{from_wit, to_wit, to_wit_columns, to_wit_events};
 pub use enrich::WasmEnrich;
 pub use guest::HostData;
-use guest::{Bindings, Guest, Writes, admit_states, check_output, output_within};
+use guest::{
+    Bindings, Declined, Guest, GuestError, Writes, admit_states, check_output, output_within,
+};
 pub use runtime::{ComponentKind, WasmOperator, WasmRuntime, digest_of};
 use runtime::{EPOCH_TICK, Instantiator, root_cause};
 

@@ -58,11 +58,13 @@ pub fn digest_of(bytes: &[u8]) -> String {
 impl WasmRuntime {
     /// The shared runtime, created on first use with its epoch ticker.
     pub fn shared() -> std::result::Result<WasmRuntime, LoadError> {
-        static RUNTIME: OnceLock<std::result::Result<WasmRuntime, String>> = OnceLock::new();
+        static RUNTIME: OnceLock<std::result::Result<WasmRuntime, Arc<wasmtime::Error>>> =
+            OnceLock::new();
         RUNTIME
-            .get_or_init(|| Self::new().map_err(|e| e.to_string()))
+            .get_or_init(|| Self::new().map_err(Arc::new))
             .clone()
-            .map_err(LoadError::Engine)
+            // Its message only: `LoadError` is of the trait layer, which names no Wasm type.
+            .map_err(|e| LoadError::Engine(e.to_string()))
     }
 
     fn new() -> wasmtime::Result<WasmRuntime> {

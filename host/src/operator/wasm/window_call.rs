@@ -125,11 +125,11 @@ fn push_within<'a>(
     let total = values_in(call);
     if held > 0 && total > budget {
         marks.restore(call);
-        return Err(OperatorError::Rejected(format!(
-            "a window of {} events would take its call to {total} values (at most {budget}); \
-             it crosses in a call of its own",
-            events.len()
-        )));
+        return Err(OperatorError::Refused(HostRefusal::WindowTooLarge {
+            events: events.len(),
+            total,
+            budget,
+        }));
     }
     Ok(fields)
 }

@@ -374,8 +374,7 @@ pub(super) async fn rollout(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let request: RolloutRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a rollout request: {e}")))?;
-    let plan =
-        RolloutPlan::from_request(request).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let plan = RolloutPlan::from_request(request).map_err(RequestError::from)?;
     blocking(move || {
         slot.rollout(plan, &server.registry)?;
         Ok(Json(slot.status()))

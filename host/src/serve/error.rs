@@ -83,6 +83,20 @@ impl From<NameError> for RequestError {
     }
 }
 
+impl From<crate::spec::SpecError> for RequestError {
+    /// A spec sent to the API that is not acceptable: the caller's to fix.
+    fn from(error: crate::spec::SpecError) -> Self {
+        RequestError::Invalid(error.to_string())
+    }
+}
+
+impl From<super::rollout::PlanError> for RequestError {
+    /// A rollout request that is not acceptable: the caller's to fix.
+    fn from(error: super::rollout::PlanError) -> Self {
+        RequestError::Invalid(error.to_string())
+    }
+}
+
 impl From<RegistryError> for RequestError {
     fn from(error: RegistryError) -> Self {
         match error {

@@ -24,6 +24,44 @@ const DESIRED_FILE: &str = "desired.json";
 /// The ingest log.
 pub const INGEST_FILE: &str = "ingest.jsonl";
 
+/// Why a pipeline's directory does not hold a usable pipeline: the server keeps it as failed
+/// until it is deleted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Damage {
+    /// A file could not be read.
+    #[error("{file}: {source}")]
+    Unreadable {
+        /// The file, in the pipeline's directory.
+        file: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file is not the JSON it should be.
+    #[error("{file} is damaged: {source}")]
+    NotJson {
+        /// The file, in the pipeline's directory.
+        file: &'static str,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// The stored spec is no longer accepted (an operator version gone from the registry, a
+    /// NATS server no longer configured).
+    #[error("{SPEC_FILE} is not usable: {source}")]
+    Unusable {
+        /// Why the spec is refused.
+        source: RequestError,
+    },
+    /// The stored spec names another pipeline than its directory.
+    #[error("{SPEC_FILE} names pipeline {named:?}, but its directory is {directory:?}")]
+    Misnamed {
+        /// The name in the spec.
+        named: String,
+        /// The directory's name.
+        directory: String,
+    },
+}
+
 /// What the user asked for, kept across restarts.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,8 +130,7 @@ impl Managed {
         served: Served,
     ) -> Result<PipelineSpec, RequestError> {
         let text = nats.resolve(json)?.to_string();
-        let mut spec = PipelineSpec::parse_served_with(&text, dir, served, &nats.urls())
-            .map_err(|e| RequestError::Invalid(e.to_string()))?;
+        let mut spec = PipelineSpec::parse_served_with(&text, dir, served, &nats.urls())?;
         let kinds = spec
             .enrichers
             .iter_mut()
@@ -162,28 +199,29 @@ impl Managed {
         name: &str,
         dir: &Path,
         resolving: (&Registry, &NatsServers),
-    ) -> Result<Managed, String> {
-        let read = |file: &str| {
-            std::fs::read_to_string(dir.join(file)).map_err(|e| format!("{file}: {e}"))
+    ) -> Result<Managed, Damage> {
+        let read = |file: &'static str| {
+            std::fs::read_to_string(dir.join(file))
+                .map_err(|source| Damage::Unreadable { file, source })
         };
-        let json: serde_json::Value = serde_json::from_str(&read(SPEC_FILE)?)
-            .map_err(|e| format!("{SPEC_FILE} is damaged: {e}"))?;
+        let not_json = |file: &'static str| move |source| Damage::NotJson { file, source };
+        let json: serde_json::Value =
+            serde_json::from_str(&read(SPEC_FILE)?).map_err(not_json(SPEC_FILE))?;
         let desired: Desired = match read(DESIRED_FILE) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| format!("{DESIRED_FILE} is damaged: {e}"))?,
+            Ok(text) => serde_json::from_str(&text).map_err(not_json(DESIRED_FILE))?,
             Err(_) if !dir.join(DESIRED_FILE).exists() => Desired::default(),
             Err(e) => return Err(e),
         };
         let spec = Self::resolve(&json, dir, resolving, Served::Stored)
-            .map_err(|e| format!("{SPEC_FILE} is not usable: {e}"))?;
+            .map_err(|source| Damage::Unusable { source })?;
         if spec.name != name {
-            return Err(format!(
-                "{SPEC_FILE} names pipeline {:?}, but its directory is {name:?}",
-                spec.name
-            ));
+            return Err(Damage::Misnamed {
+                named: spec.name,
+                directory: name.to_owned(),
+            });
         }
         let addressed =
-            (resolving.1.resolve(&json)).map_err(|e| format!("{SPEC_FILE} is not usable: {e}"))?;
+            (resolving.1.resolve(&json)).map_err(|source| Damage::Unusable { source })?;
         Ok(Managed {
             name: spec.name.clone(),
             dir: dir.to_owned(),

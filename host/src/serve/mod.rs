@@ -31,7 +31,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::{info, warn};
 
 pub use error::{RequestError, ServeError};
-pub use managed::{Desired, Managed};
+pub use managed::{Damage, Desired, Managed};
 pub use nats::{DEFAULT_SERVER, NatsArgumentError, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{ReplayRequest, ResultLine, Slot, SlotHealth, StopOutcome};

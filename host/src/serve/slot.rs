@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::managed::INGEST_FILE;
-use super::{Managed, RequestError, RolloutPlan, on_workers};
+use super::{Damage, Managed, RequestError, RolloutPlan, on_workers};
 use crate::operator::{ComponentKind, Registry, RegistryError, VersionCode};
 use crate::pipeline::{
     PipelineControl, PipelineError, ResolveError, Resolver, RunOptions, Summary,
@@ -55,7 +55,7 @@ pub enum StopOutcome {
 
 struct Inner {
     /// The pipeline, or why its files cannot be used.
-    managed: Result<Managed, String>,
+    managed: Result<Managed, Damage>,
     /// The control of the current (or stopping, or last) run.
     control: Option<Arc<PipelineControl>>,
     /// The current run's thread; `None` while stopping or stopped.
@@ -171,7 +171,7 @@ fn finished(thread: Thread) -> Option<Failure> {
     }
 }
 
-fn damaged(reason: &str) -> RequestError {
+fn damaged(reason: &Damage) -> RequestError {
     RequestError::Conflict(format!(
         "the pipeline's files are damaged ({reason}); DELETE it and create it again"
     ))
@@ -192,7 +192,7 @@ impl Slot {
         Self::with(name, dir, managed)
     }
 
-    fn with(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
+    fn with(name: &str, dir: &Path, managed: Result<Managed, Damage>) -> Slot {
         let slot = Self::bare(name, dir, managed);
         replay::remove_leftover_sandboxes(dir);
         if let Ok(data) = slot.data_dir() {
@@ -202,7 +202,7 @@ impl Slot {
         slot
     }
 
-    fn bare(name: &str, dir: &Path, managed: Result<Managed, String>) -> Slot {
+    fn bare(name: &str, dir: &Path, managed: Result<Managed, Damage>) -> Slot {
         Slot {
             name: name.to_owned(),
             dir: dir.to_owned(),

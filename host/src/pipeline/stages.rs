@@ -291,8 +291,6 @@ impl Stages {
     }
 }
 
-/// A previous stage's result with output `value` as this stage's event (one that `withdraws`
-/// the result's contribution, or places it), or why it cannot be one.
 /// How a stage keys its events.
 enum Keying<'a> {
     /// By a field of the previous stage's results.
@@ -303,13 +301,33 @@ enum Keying<'a> {
     Unbucket,
 }
 
+/// Why a previous stage's result cannot be this stage's event: it has no key to be keyed by. The
+/// result becomes a dead letter with this reason.
+#[derive(Debug, thiserror::Error)]
+enum Unkeyed {
+    /// The key field is empty text.
+    #[error("the result's field `{field}` to key by is empty")]
+    Empty {
+        /// The stage's key field.
+        field: String,
+    },
+    /// The result has no such field, or not of a kind that keys.
+    #[error("the result has no text or integer field `{field}` to key by")]
+    Missing {
+        /// The stage's key field.
+        field: String,
+    },
+}
+
+/// A previous stage's result with output `value` as this stage's event (one that `withdraws`
+/// the result's contribution, or places it), or why it cannot be one.
 fn as_event(
     emission: &Emission,
     value: &Fields,
     withdraws: bool,
     keying: &Keying<'_>,
     names: &mut Names,
-) -> Result<Staged, String> {
+) -> Result<Staged, Unkeyed> {
     let mut fields: Vec<(FieldName, Value)> = value
         .iter()
         .map(|(name, value)| (names.cache.get(name), value.clone()))
@@ -329,12 +347,12 @@ fn as_event(
         Keying::Field(field) => match fields.iter().find(|(name, _)| &**name == *field) {
             Some((_, value)) if let Some(key) = value.as_key() => key,
             Some((_, Value::Text(_))) => {
-                return Err(format!("the result's field `{field}` to key by is empty"));
+                let field = (*field).to_owned();
+                return Err(Unkeyed::Empty { field });
             }
             _ => {
-                return Err(format!(
-                    "the result has no text or integer field `{field}` to key by"
-                ));
+                let field = (*field).to_owned();
+                return Err(Unkeyed::Missing { field });
             }
         },
     };

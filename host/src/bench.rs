@@ -399,8 +399,7 @@ pub fn nexmark_spec(
          [state]\nbackend = \"memory\"\n\
          [sinks]\nresults = \"discard\"\nlate = \"discard\"\ndead_letters = \"discard\"\n"
     );
-    let mut spec = PipelineSpec::parse(&text, false, std::path::Path::new("."))
-        .map_err(|e| PipelineError::Config(e.to_string()))?;
+    let mut spec = PipelineSpec::parse(&text, false, std::path::Path::new("."))?;
     for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
         operator.code = code.clone();
     }

@@ -94,7 +94,10 @@ pub(super) fn load_reference(path: &Path, key_field: &str) -> Result<ReferenceRo
         path: path.display().to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| PipelineError::ReferenceRead {
+        path: path.display().to_string(),
+        source,
+    })?;
     let mut rows = Vec::new();
     for (i, line) in text
         .lines()

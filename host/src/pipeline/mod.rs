@@ -92,6 +92,14 @@ pub enum PipelineError {
     /// A sink failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// Reference data could not be read.
+    #[error("reference data {path}: {source}")]
+    ReferenceRead {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// Reference data could not be loaded.
     #[error("reference data {path}: {message}")]
     Reference {
@@ -120,6 +128,9 @@ pub enum PipelineError {
     /// The spec cannot run here.
     #[error("pipeline cannot run: {0}")]
     Config(String),
+    /// A spec the host made itself (a benchmark's) is not valid.
+    #[error("pipeline cannot run: {0}")]
+    Spec(#[from] crate::spec::SpecError),
 }
 
 impl PipelineError {

@@ -2,13 +2,15 @@
 //! own types, apart from the engine's ([`crate::window::EngineOutput`],
 //! [`crate::window::EngineError`]), since a shard also runs the interval join and the
 //! enrichment chain. A leaf of `pipeline`: the shard, the join and the enrichment chain depend
-//! on it; it depends only on `window`, `event` and `state`.
+//! on it; it depends only on `window`, `event`, `state` and `operator` (its load error).
 
 use crate::event::DeadLetter;
+use crate::operator::LoadError;
 use crate::state::StateError;
 use crate::window::{EngineError, LateEvent};
 
-/// A failure that stops a shard: the state store failed, or the host around an operator.
+/// A failure that stops a shard: the state store failed, the host around an operator, or a
+/// rollout's new version could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ShardError {
@@ -18,6 +20,9 @@ pub enum ShardError {
     /// The host failed around an operator call.
     #[error("{0}")]
     Host(String),
+    /// A rollout's candidate version could not be made into instances.
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }
 
 impl From<EngineError> for ShardError {

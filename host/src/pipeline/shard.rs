@@ -321,14 +321,12 @@ pub(super) fn run_thread(
                         break;
                     }
                     in_flight = false;
-                    shard
-                        .route(
-                            change.routing,
-                            change.candidate.as_ref(),
-                            &control.counters,
-                            control.shadow_log.clone(),
-                        )
-                        .map_err(|e| ShardError::Host(e.to_string()))?;
+                    shard.route(
+                        change.routing,
+                        change.candidate.as_ref(),
+                        &control.counters,
+                        control.shadow_log.clone(),
+                    )?;
                 }
             }
         }

@@ -28,6 +28,25 @@ pub enum ServeError {
     /// The tokens are unusable.
     #[error("tokens: {0}")]
     Tokens(String),
+    /// The tokens file could not be read.
+    #[error("tokens: {}: {source}", path.display())]
+    TokensRead {
+        /// The tokens file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The tokens file is not a JSON list of tokens.
+    #[error("tokens: {}: {source}", path.display())]
+    TokensJson {
+        /// The tokens file.
+        path: PathBuf,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// A token's name is not a name.
+    #[error("tokens: {0}")]
+    TokenName(#[from] NameError),
     /// Another server uses the data directory.
     #[error(
         "data directory {0} is in use by another weir serve (it holds weir.lock); stop that \

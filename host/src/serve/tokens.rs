@@ -104,9 +104,14 @@ impl Tokens {
     pub fn load(file: Option<&Path>) -> Result<Tokens, ServeError> {
         let mut entries: Vec<Entry> = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| fail(format!("{}: {e}", path.display())))?;
-                serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?
+                let text = std::fs::read_to_string(path).map_err(|source| {
+                    let path = path.to_owned();
+                    ServeError::TokensRead { path, source }
+                })?;
+                serde_json::from_str(&text).map_err(|source| {
+                    let path = path.to_owned();
+                    ServeError::TokensJson { path, source }
+                })?
             }
             None => Vec::new(),
         };
@@ -134,7 +139,7 @@ impl Tokens {
         for (i, entry) in entries.into_iter().enumerate() {
             let name = match entry.name {
                 Some(name) => {
-                    crate::names::check("token name", &name).map_err(|e| fail(e.to_string()))?;
+                    crate::names::check("token name", &name)?;
                     name
                 }
                 None => format!("token-{}", i + 1),

@@ -89,6 +89,10 @@ pub enum SpecError {
     /// The spec parses but a value is not acceptable.
     #[error("pipeline spec: {0}")]
     Invalid(String),
+    /// A name in the spec (the pipeline's, the source stream's) or a sink's path is not
+    /// acceptable.
+    #[error("pipeline spec: {0}")]
+    Name(#[from] crate::names::NameError),
 }
 
 /// `Result` for spec loading.

@@ -14,7 +14,7 @@ use super::placement::{self, RawWorkers};
 use super::sinks::{self, RawSinks};
 use super::source::{self, RawSource, SourceSpec};
 use super::state::{self, RawState};
-use super::values::{RawDuration, invalid};
+use super::values::RawDuration;
 use super::watermark::{self, RawEvent, RawWatermark};
 use super::window::{self, RawEmit, RawWindow};
 use super::{PipelineSpec, Result};
@@ -53,7 +53,7 @@ impl RawSpec {
     /// with several gets); relative paths are resolved against `base`, sink files against
     /// `sink_base`.
     pub(super) fn check(self, base: &Path, sink_base: &Path) -> Result<PipelineSpec> {
-        crate::names::check("pipeline name", &self.name).map_err(|e| invalid(e.to_string()))?;
+        crate::names::check("pipeline name", &self.name)?;
         // A join keys each side by its own field: the event key is not used.
         let key = match self.join {
             Some(_) => None,

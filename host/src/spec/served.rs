@@ -193,8 +193,7 @@ fn check_sinks(sinks: &RawSinks, sink_base: &Path, served: Served, nats: &[Strin
                     sink_base,
                     path,
                     "the pipeline's out/ directory",
-                )
-                .map_err(|e| invalid(e.to_string()))?;
+                )?;
             }
         }
     }

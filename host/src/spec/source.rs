@@ -361,8 +361,7 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
         RawSource::Nats(nats) => {
             let subjects: Vec<&str> = nats.subjects.iter().map(String::as_str).collect();
             check_nats("source", &nats.url, &subjects)?;
-            crate::names::check("source.stream", &nats.stream)
-                .map_err(|e| invalid(e.to_string()))?;
+            crate::names::check("source.stream", &nats.stream)?;
             if nats.stream.contains('.') || nats.subjects.len() > 64 {
                 return Err(invalid(
                     "source.stream is a stream name without dots, with at most 64 subjects",

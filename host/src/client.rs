@@ -7,12 +7,34 @@ use std::time::Duration;
 
 /// Why a call to the server failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{server}: {message}")]
+#[error("{server}: {problem}")]
 pub struct ClientError {
     /// The server's address.
     pub server: String,
     /// What went wrong.
-    pub message: String,
+    #[source]
+    pub problem: ClientProblem,
+}
+
+/// What went wrong with a call to the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientProblem {
+    /// The address is not `http://`.
+    #[error(
+        "the server must be an http:// address (weir has no TLS client built in: reach a TLS \
+         front end through a tunnel)"
+    )]
+    NotHttp,
+    /// A method (and body) this client is not made to send.
+    #[error("{method} with this body is not a call weir makes")]
+    Unsupported {
+        /// The method asked for.
+        method: String,
+    },
+    /// The request could not be sent, or its answer not read.
+    #[error(transparent)]
+    Transport(#[from] ureq::Error),
 }
 
 /// Refuses a server address this client cannot reach: only `http://` (no TLS built in).
@@ -22,7 +44,7 @@ pub fn check_server(server: &str) -> Result<(), ClientError> {
     }
     Err(ClientError {
         server: server.to_owned(),
-        message: "the server must be an http:// address (weir has no TLS client built in: reach a TLS front end through a tunnel)".into(),
+        problem: ClientProblem::NotHttp,
     })
 }
 
@@ -56,9 +78,9 @@ pub fn call(
     body: Option<(&str, &[u8])>,
     timeout: Duration,
 ) -> Result<(u16, String), ClientError> {
-    let failed = |message: String| ClientError {
+    let failed = |problem: ClientProblem| ClientError {
         server: server.to_owned(),
-        message,
+        problem,
     };
     check_server(server)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -79,17 +101,16 @@ pub fn call(
                 .send(bytes)
         }
         _ => {
-            return Err(failed(format!(
-                "{method} with this body is not a call weir makes"
-            )));
+            let method = method.to_owned();
+            return Err(failed(ClientProblem::Unsupported { method }));
         }
     };
-    let mut response = answer.map_err(|e| failed(e.to_string()))?;
+    let mut response = answer.map_err(|e| failed(e.into()))?;
     let status = response.status().as_u16();
     let text = response
         .body_mut()
         .read_to_string()
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(e.into()))?;
     Ok((status, text))
 }
 

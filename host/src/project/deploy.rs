@@ -25,7 +25,7 @@ pub fn deploy(
         server: server.to_owned(),
         message,
     };
-    crate::client::check_server(server).map_err(|e| failed(e.message))?;
+    crate::client::check_server(server).map_err(|source| ProjectError::Client { source })?;
     let bytes = std::fs::read(module).map_err(|e| {
         failed(format!(
             "cannot read the component {}: {e} (build it first with `weir build`)",
@@ -41,7 +41,7 @@ pub fn deploy(
         &bytes,
         UPLOAD_TIMEOUT,
     )
-    .map_err(|e| failed(e.message))?;
+    .map_err(|source| ProjectError::Client { source })?;
     if status != 201 {
         return Err(failed(format!("the server answered {status}: {body}")));
     }

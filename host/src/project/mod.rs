@@ -187,6 +187,12 @@ pub enum ProjectError {
         /// The end of what it printed.
         output: String,
     },
+    /// The server could not be reached, or its answer not read.
+    #[error("deploy to {} failed: {}", .source.server, .source.problem)]
+    Client {
+        /// The client's error, naming the server.
+        source: crate::client::ClientError,
+    },
     /// Uploading the component failed.
     #[error("deploy to {server} failed: {message}")]
     Deploy {

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::{MARKER_FILE, Manifest};
 use crate::state::{
-    KEY_GROUPS, Namespace, RedbStore, ScopeState, StateError, StateKey, key_group,
-    redb_backend::STATE_FILE,
+    KEY_GROUPS, Namespace, RedbStore, RowError, ScopeState, StateError, StateKey, StoreDamage,
+    key_group, redb_backend::STATE_FILE,
 };
 
 /// What a data directory holds.
@@ -49,9 +49,9 @@ pub fn inspect(dir: &Path, key: Option<&str>) -> Result<Inspection, StateError> 
         .manifest()?
         .map(|bytes| serde_json::from_slice(&bytes))
         .transpose()
-        .map_err(|e| StateError::Corrupt {
+        .map_err(|e| StateError::Damaged {
             path: store.path().to_owned(),
-            message: e.to_string(),
+            source: StoreDamage::Manifest(e),
         })?;
     let (start, end) = match key {
         Some(k) => {
@@ -67,32 +67,32 @@ pub fn inspect(dir: &Path, key: Option<&str>) -> Result<Inspection, StateError> 
         }
         None => (Vec::new(), vec![0xff; 3]),
     };
-    let corrupt = |message: String| StateError::Corrupt {
+    let corrupt = |source: StoreDamage| StateError::Damaged {
         path: store.path().to_owned(),
-        message,
+        source,
     };
     let mut windows = Vec::new();
     for row in store.scan(true, &start, &end)? {
         let state_key = StateKey::decode(&row.key)
-            .ok_or_else(|| corrupt("a window key is malformed".into()))?;
+            .ok_or_else(|| corrupt(RowError::MalformedKey("window").into()))?;
         if key.is_some_and(|k| k != &*state_key.key) {
             continue;
         }
         let mut object = describe(&state_key);
-        let record: serde_json::Value =
-            serde_json::from_slice(&row.value).map_err(|e| corrupt(e.to_string()))?;
+        let record: serde_json::Value = serde_json::from_slice(&row.value)
+            .map_err(|e| corrupt(RowError::WindowRecord(e).into()))?;
         object.insert("metadata".into(), record);
         windows.push(serde_json::Value::Object(object));
     }
     let mut state = Vec::new();
     for row in store.scan(false, &start, &end)? {
-        let state_key =
-            StateKey::decode(&row.key).ok_or_else(|| corrupt("a state key is malformed".into()))?;
+        let state_key = StateKey::decode(&row.key)
+            .ok_or_else(|| corrupt(RowError::MalformedKey("state").into()))?;
         if key.is_some_and(|k| k != &*state_key.key) {
             continue;
         }
         let scope: ScopeState =
-            crate::state::decode_scope(&row.value).map_err(|e| corrupt(e.to_string()))?;
+            crate::state::decode_scope(&row.value).map_err(|e| corrupt(e.into()))?;
         let mut object = describe(&state_key);
         object.insert(
             "value".into(),

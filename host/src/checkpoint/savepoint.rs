@@ -169,7 +169,8 @@ fn read_saved(path: &Path, name: &str) -> Result<Option<Manifest>, SavepointErro
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Err(damaged("it holds no checkpoint".into())),
         Err(StateError::Missing(_)) => return Ok(None),
-        Err(StateError::Corrupt { message, .. }) => return Err(damaged(message)),
+        // The reason as text: a listing of savepoints shows each damaged one with its reason.
+        Err(StateError::Damaged { source, .. }) => return Err(damaged(source.to_string())),
         // Could not be read now (file descriptors, permissions, I/O): not known to be damaged.
         Err(e) => return Err(e.into()),
     };

@@ -13,6 +13,7 @@
 //! Depends on `value` and the scope type only.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::ScopeState;
 use crate::value::Value;
@@ -23,12 +24,32 @@ const FORMAT_1: u8 = 0x01;
 const JSON: u8 = b'{';
 
 /// Why stored state could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("stored state is damaged or from an unknown format: {0}")]
-pub struct CodecError(String);
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    /// Format 1 bytes that break the format (what is wrong with them).
+    #[error("stored state is damaged or from an unknown format: {0}")]
+    Damaged(&'static str),
+    /// A first byte that names no format this weir reads.
+    #[error(
+        "stored state is damaged or from an unknown format: format byte {0:#04x} is not one \
+         this weir reads (a newer weir wrote it?)"
+    )]
+    UnknownFormat(u8),
+    /// A value's tag that names no kind of value.
+    #[error("stored state is damaged or from an unknown format: unknown value tag {0}")]
+    UnknownTag(u8),
+    /// A presence byte that is neither 0 nor 1.
+    #[error("stored state is damaged or from an unknown format: presence byte {0}")]
+    Presence(u8),
+    /// A scope written before format 1 whose JSON does not decode (shared: the error is
+    /// `Clone`).
+    #[error("stored state is damaged or from an unknown format: {0}")]
+    Json(#[source] Arc<serde_json::Error>),
+}
 
-fn damaged(what: &str) -> CodecError {
-    CodecError(what.to_owned())
+fn damaged(what: &'static str) -> CodecError {
+    CodecError::Damaged(what)
 }
 
 /// Encodes a scope's state in format 1.
@@ -50,10 +71,8 @@ pub fn decode(bytes: &[u8]) -> Result<ScopeState, CodecError> {
             }
             Ok(state)
         }
-        Some(&JSON) => serde_json::from_slice(bytes).map_err(|e| CodecError(e.to_string())),
-        Some(other) => Err(CodecError(format!(
-            "format byte {other:#04x} is not one this weir reads (a newer weir wrote it?)"
-        ))),
+        Some(&JSON) => serde_json::from_slice(bytes).map_err(|e| CodecError::Json(Arc::new(e))),
+        Some(&other) => Err(CodecError::UnknownFormat(other)),
         None => Err(damaged("no bytes")),
     }
 }
@@ -197,7 +216,7 @@ impl Reader<'_> {
                 let len = self.count()?;
                 Value::Bytes(self.take(len)?.to_vec())
             }
-            tag => return Err(CodecError(format!("unknown value tag {tag}"))),
+            tag => return Err(CodecError::UnknownTag(tag)),
         })
     }
 
@@ -205,7 +224,7 @@ impl Reader<'_> {
         match self.byte()? {
             0 => Ok(false),
             1 => Ok(true),
-            other => Err(CodecError(format!("presence byte {other}"))),
+            other => Err(CodecError::Presence(other)),
         }
     }
 

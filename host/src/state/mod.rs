@@ -47,12 +47,32 @@ pub enum RowError {
 #[non_exhaustive]
 pub enum StateError {
     /// The redb database could not be opened, read or written.
+    #[error("state store {path}: {source}")]
+    Redb {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// redb's error.
+        source: redb::Error,
+    },
+    /// The store cannot be used (in use by another process, not a data directory).
     #[error("state store {path}: {message}")]
     Store {
         /// The database file.
         path: std::path::PathBuf,
         /// What redb reported.
         message: String,
+    },
+    /// A store file (or a row or the manifest in it) could not be read: the file is corrupt or
+    /// from an incompatible version.
+    #[error(
+        "state store {path}: a stored value is unreadable ({source}); the data directory is \
+         corrupt or from another Weir version"
+    )]
+    Damaged {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// What could not be read.
+        source: StoreDamage,
     },
     /// A stored value could not be decoded: the file is corrupt or from an incompatible version.
     #[error(
@@ -70,6 +90,24 @@ pub enum StateError {
     /// The store file is not there (deleted, or never made).
     #[error("state store {0}: no such file")]
     Missing(std::path::PathBuf),
+}
+
+/// What in a store file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreDamage {
+    /// redb could not read the file.
+    #[error(transparent)]
+    File(#[from] redb::Error),
+    /// A row does not decode.
+    #[error(transparent)]
+    Row(#[from] RowError),
+    /// A scope's state does not decode.
+    #[error(transparent)]
+    Scope(#[from] CodecError),
+    /// The checkpoint manifest is not its JSON.
+    #[error(transparent)]
+    Manifest(serde_json::Error),
 }
 
 /// `Result` for state operations.

@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{Change, Result, ScopeState, StateBackend, StateError, StateKey, encode_scope};
+use super::{
+    Change, Result, ScopeState, StateBackend, StateError, StateKey, StoreDamage, encode_scope,
+};
 
 const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
 const WINDOWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("windows");
@@ -106,9 +108,9 @@ fn store_error(path: &Path, e: impl Into<redb::Error>) -> StateError {
         redb::Error::Io(io) if crate::fsutil::is_disk_full(&io) => {
             StateError::DiskFull(path.to_owned())
         }
-        other => StateError::Store {
+        source => StateError::Redb {
             path: path.to_owned(),
-            message: other.to_string(),
+            source,
         },
     }
 }
@@ -179,14 +181,11 @@ impl RedbStore {
             {
                 StateError::DiskFull(path.clone())
             }
-            e if existed => StateError::Corrupt {
+            e if existed => StateError::Damaged {
                 path: path.clone(),
-                message: e.to_string(),
+                source: redb::Error::from(e).into(),
             },
-            e => StateError::Store {
-                path: path.clone(),
-                message: e.to_string(),
-            },
+            e => store_error(&path, e),
         })?;
         let store = RedbStore {
             db: Arc::new(db),
@@ -220,9 +219,9 @@ impl RedbStore {
     /// read once written (savepoints), so that any number of readers may look at once.
     /// `Ok(None)` when the file has no manifest; a missing file is `StateError::Missing`.
     pub fn read_manifest_of(path: &Path) -> Result<Option<Vec<u8>>> {
-        let corrupt = |message: String| StateError::Corrupt {
+        let corrupt = |e: redb::Error| StateError::Damaged {
             path: path.to_owned(),
-            message,
+            source: e.into(),
         };
         let db = match redb::ReadOnlyDatabase::open(path) {
             Ok(db) => db,
@@ -237,17 +236,17 @@ impl RedbStore {
                 return Err(io_error(path, e));
             }
             Err(e @ redb::DatabaseError::DatabaseAlreadyOpen) => return Err(store_error(path, e)),
-            Err(e) => return Err(corrupt(e.to_string())),
+            Err(e) => return Err(corrupt(e.into())),
         };
-        let txn = db.begin_read().map_err(|e| corrupt(e.to_string()))?;
+        let txn = db.begin_read().map_err(|e| corrupt(e.into()))?;
         let table = match txn.open_table(META) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(corrupt(e.to_string())),
+            Err(e) => return Err(corrupt(e.into())),
         };
         let manifest = table
             .get("manifest")
-            .map_err(|e| corrupt(e.to_string()))?
+            .map_err(|e| corrupt(e.into()))?
             .map(|v| v.value().to_vec());
         Ok(manifest)
     }
@@ -271,10 +270,21 @@ impl RedbStore {
         store_error(&self.path, e)
     }
 
-    fn corrupt(&self, e: impl std::fmt::Display) -> StateError {
+    fn corrupt(&self, e: impl Into<redb::Error>) -> StateError {
+        self.damaged(e.into().into())
+    }
+
+    fn damaged(&self, source: StoreDamage) -> StateError {
+        StateError::Damaged {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn damaged_record(&self, what: &str) -> StateError {
         StateError::Corrupt {
             path: self.path.clone(),
-            message: e.to_string(),
+            message: what.to_owned(),
         }
     }
 
@@ -294,7 +304,7 @@ impl RedbStore {
         let bytes = bytes.value();
         super::decode_scope(bytes)
             .map(|state| Some((state, bytes.len())))
-            .map_err(|e| self.corrupt(e))
+            .map_err(|e| self.damaged(e.into()))
     }
 
     /// The last committed checkpoint's manifest, if any.
@@ -400,7 +410,7 @@ impl RedbStore {
         let meta = txn.open_table(META).map_err(|e| self.error(e))?;
         if let Some(recorded) = meta.get("totals").map_err(|e| self.corrupt(e))? {
             return StateTotals::decode(recorded.value())
-                .ok_or_else(|| self.corrupt("the state totals record is damaged"));
+                .ok_or_else(|| self.damaged_record("the state totals record is damaged"));
         }
         let mut totals = StateTotals::default();
         let state = txn.open_table(STATE).map_err(|e| self.error(e))?;
@@ -419,7 +429,7 @@ impl RedbStore {
         };
         match meta.get("totals").map_err(|e| self.corrupt(e))? {
             Some(recorded) => StateTotals::decode(recorded.value())
-                .ok_or_else(|| self.corrupt("the state totals record is damaged")),
+                .ok_or_else(|| self.damaged_record("the state totals record is damaged")),
             None => Ok(StateTotals::default()),
         }
     }

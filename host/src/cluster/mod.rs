@@ -80,6 +80,12 @@ pub enum ClusterError {
     /// A name (pipeline, worker) is not acceptable.
     #[error("{0}")]
     BadName(String),
+    /// A name (pipeline, worker, version) breaks the name rule.
+    #[error(transparent)]
+    Name(#[from] crate::names::NameError),
+    /// The worker's NATS feed of the pipeline's source could not start.
+    #[error("this pipeline cannot be shared by workers: {0}")]
+    Feed(#[source] crate::source::SourceError),
     /// The spec (from a file or from the bucket) is not valid.
     #[error(transparent)]
     Spec(#[from] crate::spec::SpecError),
@@ -151,7 +157,7 @@ pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 /// Checks a name used in bucket keys: the name rule, and no dots (a dot separates the key's
 /// parts).
 fn check_name(what: &'static str, name: &str) -> Result<()> {
-    crate::names::check(what, name).map_err(|e| ClusterError::BadName(e.to_string()))?;
+    crate::names::check(what, name)?;
     if name.contains('.') {
         return Err(ClusterError::BadName(format!(
             "{what} {name:?}: no dots in a shared pipeline's or a worker's name"

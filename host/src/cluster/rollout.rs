@@ -35,7 +35,7 @@ pub fn rollout(
     percent: u8,
     shadow: bool,
 ) -> Result<Routing> {
-    crate::names::check("version", version).map_err(|e| ClusterError::BadName(e.to_string()))?;
+    crate::names::check("version", version)?;
     if percent > 100 {
         return Err(ClusterError::BadName(format!(
             "--percent {percent}: from 0 to 100"

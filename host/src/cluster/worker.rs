@@ -113,8 +113,7 @@ impl Worker {
                 (None, Some(exchange))
             }
             None => {
-                let feed = NatsFeed::start(input.clone())
-                    .map_err(|e| ClusterError::Unshareable(e.to_string()))?;
+                let feed = NatsFeed::start(input.clone()).map_err(ClusterError::Feed)?;
                 (Some(feed), None)
             }
         };

@@ -302,7 +302,7 @@ pub fn fork_savepoint(
     drop(store);
     write_marker(target, forked.id).map_err(|e| SavepointError::Io {
         path: target.join(MARKER_FILE),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(e),
     })?;
     Ok(SavepointInfo {
         name: name.into(),
@@ -399,7 +399,7 @@ pub fn restore_savepoint(data_dir: &Path, name: &str) -> Result<SavepointInfo, S
     })?;
     write_marker(data_dir, manifest.id).map_err(|e| SavepointError::Io {
         path: data_dir.join(MARKER_FILE),
-        source: std::io::Error::other(e.to_string()),
+        source: std::io::Error::other(e),
     })?;
     Ok(SavepointInfo {
         name: name.into(),

@@ -51,8 +51,8 @@ pub enum StateError {
     Redb {
         /// The database file.
         path: std::path::PathBuf,
-        /// redb's error.
-        source: redb::Error,
+        /// redb's error (boxed, as in [`StoreDamage::File`]).
+        source: Box<redb::Error>,
     },
     /// The store cannot be used (in use by another process, not a data directory).
     #[error("state store {path}: {message}")]
@@ -96,9 +96,10 @@ pub enum StateError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreDamage {
-    /// redb could not read the file.
+    /// redb could not read the file (boxed: redb's error is large, and state errors travel in
+    /// every shard's and pipeline's result).
     #[error(transparent)]
-    File(#[from] redb::Error),
+    File(Box<redb::Error>),
     /// A row does not decode.
     #[error(transparent)]
     Row(#[from] RowError),
@@ -108,6 +109,12 @@ pub enum StoreDamage {
     /// The checkpoint manifest is not its JSON.
     #[error(transparent)]
     Manifest(serde_json::Error),
+}
+
+impl From<redb::Error> for StoreDamage {
+    fn from(error: redb::Error) -> Self {
+        StoreDamage::File(Box::new(error))
+    }
 }
 
 /// `Result` for state operations.

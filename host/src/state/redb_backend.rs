@@ -110,7 +110,7 @@ fn store_error(path: &Path, e: impl Into<redb::Error>) -> StateError {
         }
         source => StateError::Redb {
             path: path.to_owned(),
-            source,
+            source: Box::new(source),
         },
     }
 }

@@ -138,7 +138,7 @@ impl From<crate::cluster::ClusterError> for RequestError {
                 "the cluster cannot be reached: {error}; the request was not carried out, retry \
                  it once the NATS server answers"
             )),
-            E::Unshareable(_) | E::BadName(_) | E::Spec(_) => {
+            E::Unshareable(_) | E::BadName(_) | E::Name(_) | E::Spec(_) => {
                 RequestError::Invalid(error.to_string())
             }
             E::Unknown(_) => RequestError::NotFound(error.to_string()),

@@ -484,6 +484,16 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     assert!(error.contains("no dots"), "{error}");
 
     // A record someone else wrote into the bucket is input like any other.
+    let original: Value = {
+        let bucket = (cluster.client.runtime)
+            .block_on(cluster.client.jetstream.get_key_value("weir-pipelines"))
+            .unwrap();
+        let entry = (cluster.client.runtime)
+            .block_on(bucket.get(format!("pipelines.{PIPELINE}")))
+            .unwrap()
+            .unwrap();
+        serde_json::from_slice(&entry).unwrap()
+    };
     let put = |record: Value| {
         let bucket = cluster
             .client
@@ -519,6 +529,159 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     );
     let error = worker_error(&["--pipeline", PIPELINE]);
     assert!(error.contains("cannot be shared"), "{error}");
+    // Reference data the record does not carry, or carries under a digest that is not one.
+    let enriching = (good.replace("[window]\ntype = \"tumbling\"\nsize = \"1s\"\n", ""))
+        .replace("kind = \"aggregate\"", "kind = \"enrich\"")
+        .replace(
+            "module = ",
+            "reference = { path = \"customers.jsonl\", key = \"user\" }\nmodule = ",
+        );
+    let mut record = original.clone();
+    record["spec"] = enriching.clone().into();
+    put(record.clone());
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(
+        error.contains("no reference data for count-sum@1.0.0"),
+        "{error}"
+    );
+    record["references"] = serde_json::json!({"count-sum@1.0.0": "sha256:../../etc/passwd"});
+    put(record);
+    let error = worker_error(&["--pipeline", PIPELINE]);
+    assert!(error.contains("damaged shared data"), "{error}");
+    refused(
+        &enriching.replace("customers.jsonl", "missing.jsonl"),
+        &[],
+        "missing.jsonl",
+    );
+}
+
+/// An enricher's reference data, shared with the workers through the object store by its
+/// digest: each order enriched once, with its customer's name, as one process would.
+#[test]
+fn reference_data_is_shared_with_the_workers() {
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url);
+    client.stream("ORDERS", &["orders.>"]);
+    client.stream("ENRICHED", &["enriched"]);
+    let dir = tempfile::tempdir().unwrap();
+    let example = crate::support::workspace().join("examples/enrich-customers");
+    std::fs::copy(
+        example.join("customers.jsonl"),
+        dir.path().join("customers.jsonl"),
+    )
+    .unwrap();
+    let spec = dir.path().join("orders.toml");
+    let url = &server.url;
+    let module = crate::support::component("enrich-customers");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"name = "shared-orders"
+checkpoint_interval = "200ms"
+[source]
+type = "nats"
+url = "{url}"
+stream = "ORDERS"
+[event]
+key = "customer_id"
+timestamp = "ts"
+[[operators]]
+name = "enrich-customers"
+version = "1.0.0"
+kind = "enrich"
+module = {module:?}
+reference = {{ path = "customers.jsonl", key = "customer_id" }}
+[sinks]
+results = {{ nats = "{url}", subject = "enriched" }}
+late = "discard"
+dead_letters = "discard"
+"#
+        ),
+    )
+    .unwrap();
+    let output = weir(&["cluster", "deploy", "--nats", url, "--slices", "4"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    // The reference file is read from the object store, not from where the spec was.
+    std::fs::remove_file(dir.path().join("customers.jsonl")).unwrap();
+    let reaper = crate::support::Reaper::default();
+    let _workers: Vec<Child> = ["w1", "w2"]
+        .iter()
+        .map(|id| {
+            let worker = weir(&[
+                "worker",
+                "--nats",
+                url,
+                "--pipeline",
+                "shared-orders",
+                "--id",
+                id,
+            ])
+            .arg("--dir")
+            .arg(dir.path().join(id))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+            reaper.track(worker)
+        })
+        .collect();
+    let names: BTreeMap<String, String> = std::fs::read_to_string(example.join("customers.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .map(|c| {
+            (
+                c["customer_id"].as_str().unwrap().to_owned(),
+                c["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let orders: Vec<Value> = std::fs::read_to_string(example.join("orders.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let mut want = BTreeSet::new();
+    for order in &orders {
+        let customer = order["customer_id"].as_str().unwrap();
+        let name = names.get(customer).map_or("unknown", String::as_str);
+        want.insert((
+            customer.to_owned(),
+            order["order_id"].as_str().unwrap().to_owned(),
+            name.to_owned(),
+        ));
+    }
+    client.publish("orders.web", &orders);
+    let deadline = Instant::now() + crate::server::PATIENCE;
+    loop {
+        let got: Vec<(String, Value)> = client.read_all("ENRICHED");
+        let ids: BTreeSet<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids.len(), got.len(), "each enriched order once");
+        let seen: BTreeSet<(String, String, String)> = (got.iter())
+            .map(|(_, r)| {
+                let v = &r["value"];
+                let field = |name: &str| v[name].as_str().unwrap().to_owned();
+                (
+                    r["key"].as_str().unwrap().to_owned(),
+                    field("order_id"),
+                    field("customer_name"),
+                )
+            })
+            .collect();
+        if seen == want && got.len() == want.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} orders: {seen:?}",
+            got.len(),
+            want.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

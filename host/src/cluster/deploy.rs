@@ -1,5 +1,6 @@
 //! Sharing a pipeline through the NATS server (`weir cluster deploy`): its spec goes into the
-//! `weir-pipelines` bucket and its components into the `weir-operators` object store by digest,
+//! `weir-pipelines` bucket and its components and reference data into the `weir-operators`
+//! object store by digest,
 //! so every worker runs the same code; and what the buckets say about a shared pipeline
 //! (`weir cluster status`).
 //!
@@ -35,6 +36,9 @@ pub struct PipelineRecord {
     /// Stopped: no worker runs a slice of it (`weir serve`'s stop).
     #[serde(default)]
     pub stopped: bool,
+    /// Each enricher's reference data file's digest, by `operator@version`.
+    #[serde(default)]
+    pub references: BTreeMap<String, String>,
 }
 
 /// The bucket key of a shared pipeline.
@@ -58,12 +62,16 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
             components.insert(operator.label(), file.clone());
         }
     }
+    let references = (spec.enrichers.iter())
+        .filter_map(|op| Some((op.label(), op.reference.as_ref()?.path.clone())))
+        .collect();
     let shared = Shared {
         spec: &spec,
         text,
         json: path.extension().is_some_and(|e| e == "json"),
         slices,
         components,
+        references,
     };
     share(&Connection::open(url)?, shared)
 }
@@ -83,6 +91,8 @@ pub struct Shared<'a> {
     pub slices: Option<usize>,
     /// The component file of each operator version, by `operator@version`.
     pub components: BTreeMap<String, PathBuf>,
+    /// The reference data file of each enricher that has one, by `operator@version`.
+    pub references: BTreeMap<String, PathBuf>,
 }
 
 /// Shares `shared` through `connection` (see [`deploy`]); the record as stored. A pipeline
@@ -107,7 +117,15 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
         let file = shared.components.get(&label).ok_or_else(|| {
             ClusterError::Unshareable(format!("operator {label}: no component given for it"))
         })?;
-        code.insert(label, upload_component(connection, file)?);
+        code.insert(label, upload_file(connection, file)?);
+    }
+    let mut references = BTreeMap::new();
+    for operator in spec.enrichers.iter().filter(|op| op.reference.is_some()) {
+        let label = operator.label();
+        let file = shared.references.get(&label).ok_or_else(|| {
+            ClusterError::Unshareable(format!("operator {label}: no reference data given for it"))
+        })?;
+        references.insert(label, upload_file(connection, file)?);
     }
     let record = PipelineRecord {
         name: spec.name.clone(),
@@ -116,6 +134,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
         slices,
         code,
         stopped: false,
+        references,
     };
     store_record(connection, &record)?;
     Ok(record)
@@ -210,8 +229,9 @@ pub fn withdraw(connection: &Connection, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Uploads a component file (unless the store has it) and returns its digest.
-pub(super) fn upload_component(connection: &Connection, file: &Path) -> Result<String> {
+/// Uploads a file (a component, reference data) by its digest unless the store has it, and
+/// returns the digest.
+pub(super) fn upload_file(connection: &Connection, file: &Path) -> Result<String> {
     let io = |source| ClusterError::Io {
         path: file.to_owned(),
         source,
@@ -219,7 +239,7 @@ pub(super) fn upload_component(connection: &Connection, file: &Path) -> Result<S
     let size = std::fs::metadata(file).map_err(io)?.len();
     if size > MAX_COMPONENT_BYTES {
         return Err(ClusterError::Unshareable(format!(
-            "{}: {size} bytes, more than a component may have ({MAX_COMPONENT_BYTES})",
+            "{}: {size} bytes, more than a shared file may have ({MAX_COMPONENT_BYTES})",
             file.display()
         )));
     }
@@ -236,7 +256,7 @@ pub(super) fn upload_component(connection: &Connection, file: &Path) -> Result<S
                 .await
                 .map(drop)
         })
-        .map_err(|e| connection.error("uploading a component", NatsFailure::client(e)))?;
+        .map_err(|e| connection.error("uploading a file", NatsFailure::client(e)))?;
     Ok(format!("sha256:{hex}"))
 }
 
@@ -266,18 +286,19 @@ pub(super) fn fetch_record(connection: &Connection, name: &str) -> Result<Pipeli
     Ok(record)
 }
 
-/// Downloads the component of `digest` (`sha256:<hex>`) into `dir` unless it is there, and
-/// checks it against the digest: its path.
-pub(super) fn fetch_component(
+/// Downloads the file (a component, reference data) of `digest` (`sha256:<hex>`) into `dir`
+/// as `<hex>.<extension>` unless it is there, and checks it against the digest: its path.
+pub(super) fn fetch_file(
     connection: &Connection,
     digest: &str,
     dir: &Path,
+    extension: &str,
 ) -> Result<std::path::PathBuf> {
     let hex = digest
         .strip_prefix("sha256:")
         .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or_else(|| ClusterError::Damaged(format!("component digest {digest:?}")))?;
-    let path = dir.join(format!("{hex}.wasm"));
+    let path = dir.join(format!("{hex}.{extension}"));
     if std::fs::read(&path).is_ok_and(|bytes| hex_digest(&bytes) == hex) {
         return Ok(path);
     }

@@ -168,8 +168,7 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
 
 /// Refuses what several workers cannot share: input other than a NATS stream, output other
 /// than NATS subjects (or nowhere), and what combines keys after the aggregate (stages, global
-/// aggregates, pre-aggregation: their keys would have to cross processes), reference files and
-/// built-in operators aside.
+/// aggregates, pre-aggregation: their keys would have to cross processes).
 pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     check_name("pipeline name", &spec.name)?;
     let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
@@ -193,9 +192,6 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
         return refuse(
             "stages, global aggregates and pre-aggregation combine keys across slices; a shared pipeline is enrichers and one keyed aggregate",
         );
-    }
-    if spec.enrichers.iter().any(|e| e.reference.is_some()) {
-        return refuse("reference data files are not shared through NATS yet");
     }
     if spec.checkpoint_interval.is_none() {
         return refuse("it needs a checkpoint_interval: slices move by their checkpoints");

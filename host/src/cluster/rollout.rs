@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::deploy::{fetch_record, upload_component};
+use super::deploy::{fetch_record, upload_file};
 use super::{ClusterError, Connection, NatsFailure, PIPELINES_BUCKET, Result};
 use crate::operator::{ComponentKind, VersionCode, WasmRuntime};
 use crate::pipeline::{ResolveError, Resolver};
@@ -51,7 +51,7 @@ pub fn rollout(
     }
     let label = format!("{name}@{version}");
     if let Some(module) = module {
-        let digest = upload_component(&connection, module)?;
+        let digest = upload_file(&connection, module)?;
         record.code.insert(label.clone(), digest);
         super::deploy::store_record(&connection, &record)?;
     } else if !record.code.contains_key(&label) {
@@ -97,7 +97,7 @@ pub(super) fn route(
         .filter(|(label, _)| !record.code.contains_key(*label))
         .collect();
     for (label, file) in &missing {
-        let digest = upload_component(connection, file)?;
+        let digest = upload_file(connection, file)?;
         record.code.insert((*label).clone(), digest);
     }
     if !missing.is_empty() {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::deploy::{PipelineRecord, fetch_component, fetch_record};
+use super::deploy::{PipelineRecord, fetch_file, fetch_record};
 use super::leases::Leases;
 use super::progress::Reporter;
 use super::renewer::Renewer;
@@ -505,8 +505,8 @@ impl Worker {
 }
 
 /// The shared pipeline's spec as this worker runs it: parsed from the record (relative paths
-/// under `dir`), checked again (the bucket is input like any other), and every component
-/// replaced by the one fetched by its digest.
+/// under `dir`), checked again (the bucket is input like any other), and every component and
+/// reference data file replaced by the one fetched by its digest.
 fn shared_spec(
     connection: &Connection,
     record: &PipelineRecord,
@@ -539,7 +539,37 @@ fn shared_spec(
         })?;
         operator.code = OperatorCode::Stored { path, digest };
     }
+    drop(fetched);
+    fetch_references(connection, record, &dir.join("references"), &mut spec)?;
     Ok(spec)
+}
+
+/// Fetches each enricher's reference data into `dir` (checked against its digest) and points
+/// the enricher at it.
+fn fetch_references(
+    connection: &Connection,
+    record: &PipelineRecord,
+    dir: &Path,
+    spec: &mut PipelineSpec,
+) -> Result<()> {
+    for operator in &mut spec.enrichers {
+        let label = operator.label();
+        let Some(reference) = &mut operator.reference else {
+            continue;
+        };
+        let digest = record.references.get(&label).ok_or_else(|| {
+            ClusterError::Damaged(format!(
+                "pipeline record {}: no reference data for {label}",
+                record.name
+            ))
+        })?;
+        std::fs::create_dir_all(dir).map_err(|source| ClusterError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        reference.path = fetch_file(connection, digest, dir, "jsonl")?;
+    }
+    Ok(())
 }
 
 /// Fetches every component of the record not fetched yet into `dir`.
@@ -557,7 +587,7 @@ fn fetch_code(
         if code.lock().expect("code lock").contains_key(label) {
             continue;
         }
-        let path = fetch_component(connection, digest, dir)?;
+        let path = fetch_file(connection, digest, dir, "wasm")?;
         (code.lock().expect("code lock")).insert(label.clone(), (path, digest.clone()));
     }
     Ok(())

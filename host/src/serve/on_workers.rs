@@ -81,6 +81,8 @@ pub fn share(managed: &Managed, registry: &Registry, running: bool) -> Result<()
         json: true,
         slices: None,
         components: components.clone(),
+        // A served spec names no reference data (it would be a file of the caller's).
+        references: BTreeMap::new(),
     };
     cluster.share(shared)?;
     if let Some(routing) = managed.routing() {

@@ -360,7 +360,7 @@ fn a_served_spec_names_a_nats_server_and_never_an_address() {
 
 /// Makes a certificate authority and a certificate for 127.0.0.1 signed by it, with openssl:
 /// the paths of the authority's certificate, the server's certificate and its key.
-fn certificates(dir: &std::path::Path) -> (String, String, String) {
+pub(crate) fn certificates(dir: &std::path::Path) -> (String, String, String) {
     let path = |name: &str| dir.join(name).display().to_string();
     let openssl = |args: &[&str]| {
         let status = std::process::Command::new("openssl")

@@ -378,3 +378,94 @@ fn what_workers_cannot_run_is_refused_when_the_pipeline_is_created() {
     let listed = server.expect("the listing", server.get("/v1/pipelines", Some(ADMIN)), 200);
     assert_eq!(listed, json!([]));
 }
+
+/// The whole control plane over TLS with a certificate authority of its own and a user and
+/// password: the server's and the workers' connections present the process's credentials and
+/// trust its authority, for the cluster's buckets as for the stream.
+#[test]
+fn a_pipeline_on_workers_runs_over_tls_with_credentials() {
+    let keys = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = crate::served_nats::certificates(keys.path());
+    let tls = NatsServer::start_with(&[
+        "--tls",
+        "--tlscert",
+        &cert,
+        "--tlskey",
+        &key,
+        "--user",
+        "weir",
+        "--pass",
+        "secret-pass",
+    ]);
+    let url = tls.url.replace("nats://", "tls://");
+    let options =
+        async_nats::ConnectOptions::with_user_and_password("weir".into(), "secret-pass".into())
+            .add_root_certificates(ca.clone().into());
+    let client = Client::connect_with(&url, options);
+    client.stream("CLICKS", &["clicks.>"]);
+    client.stream("RESULTS", &["results.>"]);
+    let auth = [
+        "--nats-ca",
+        ca.as_str(),
+        "--nats-user",
+        "weir",
+        "--nats-password",
+        "secret-pass",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--nats", url.as_str()];
+    args.extend_from_slice(&auth);
+    let server = Server::start_with(&dir.path().join("serve"), &args);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    crate::server::create_and_start_spec(&server, &workers_spec(2));
+    let reaper = crate::support::Reaper::default();
+    let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "worker",
+            "--nats",
+            &url,
+            "--pipeline",
+            NAME,
+            "--id",
+            "w1",
+            "--dir",
+        ])
+        .arg(dir.path().join("w1"))
+        .args(auth)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _worker = reaper.track(worker);
+    let events = clicks(0, 600);
+    client.publish("clicks.web", &events);
+    let latest = events
+        .iter()
+        .map(|e| e["ts"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    let want: BTreeSet<(String, i64)> = (windows(&events).into_keys())
+        .filter(|(_, start)| start + 1000 <= latest)
+        .collect();
+    server.wait_for("the results over TLS", PATIENCE, || {
+        let got: BTreeSet<(String, i64)> = (client.read_all("RESULTS").into_iter())
+            .map(|(_, r)| {
+                (
+                    r["key"].as_str().unwrap().to_owned(),
+                    r["window_start"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{} of {}", got.len(), want.len()))
+        }
+    });
+    assert_eq!(
+        server.status(NAME)["workers"]["owners"]
+            .as_object()
+            .map(|o| o.len()),
+        Some(2)
+    );
+}

@@ -113,7 +113,7 @@ pub enum NatsFailure {
     #[error(transparent)]
     Client(Box<dyn std::error::Error + Send + Sync>),
     /// The address is not one the cluster connects to.
-    #[error("the server is a nats://host:port address")]
+    #[error("the server is a nats://host:port (or tls://host:port) address")]
     NotNatsUrl,
     /// The client is not connected now (it reconnects by itself).
     #[error("not connected")]
@@ -299,7 +299,8 @@ impl Connection {
             what: "connecting".to_owned(),
             source,
         };
-        if !url.starts_with("nats://") || url.len() > 1024 || url.contains(char::is_whitespace) {
+        let scheme = url.starts_with("nats://") || url.starts_with("tls://");
+        if !scheme || url.len() > 1024 || url.contains(char::is_whitespace) {
             return Err(fail(NatsFailure::NotNatsUrl));
         }
         let runtime =

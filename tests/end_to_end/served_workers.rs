@@ -436,7 +436,7 @@ fn a_pipeline_on_workers_runs_over_tls_with_credentials() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _worker = reaper.track(worker);
+    let _workers = [reaper.track(worker)];
     let events = clicks(0, 600);
     client.publish("clicks.web", &events);
     let latest = events

@@ -169,6 +169,14 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
         events_of(&server, "1.0.0") > v1_after_rollback,
         "1.0.0 serves every key after the rollback"
     );
+    // Each record names the version that made it: both served during the rollout.
+    let made_by = |version: &str| {
+        (results.iter())
+            .filter(|r| r["operator_version"] == version)
+            .count()
+    };
+    assert!(made_by("2.0.0") > 0 && made_by("1.0.0") > 0, "{results:?}");
+    assert_eq!(made_by("1.0.0") + made_by("2.0.0"), results.len());
 
     // Out again, promoted: 2.0.0 serves everything, and the spec names it.
     step(&server, rollout(30), "rollout");
@@ -203,6 +211,13 @@ fn an_enricher_rolls_out_and_back_under_load_with_every_order_once() {
         "1.0.0 serves nothing after the promotion"
     );
     assert_eq!(events_of(&server, "2.0.0"), v2 + more.len() as u64);
+    // After the promotion every record is 2.0.0's, though the run started on 1.0.0.
+    let results = server.results(PIPELINE);
+    let after: Vec<&Value> = results[unique.len()..].iter().collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|r| r["operator_version"] == "2.0.0"),
+        "{after:?}"
+    );
     let status = server.status(PIPELINE);
     assert!(status["rollout"].is_null(), "{status}");
     let spec: Value = serde_json::from_str(

@@ -647,6 +647,17 @@ fn a_candidate_that_traps_is_rolled_back_automatically() {
         }
     });
     assert!(!dead.is_empty());
+    // The version that trapped is the one named: the candidate, never the live version.
+    let traps: Vec<&str> = (dead.iter())
+        .filter_map(|d| d["reason"].as_str())
+        .filter(|reason| reason.contains("trapped"))
+        .collect();
+    assert!(
+        traps
+            .iter()
+            .all(|reason| reason.starts_with("count-sum@9.0.0 operator trapped")),
+        "{traps:?}"
+    );
 
     // After the rollback, 1.0.0 serves every key: a fresh key's windows are its.
     let first = ts - ts.rem_euclid(1000) + 1000; // the next window

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::Record;
-use crate::event::{DeadLetter, Event};
+use crate::event::{DeadLetter, Staged};
 use crate::field_name::FieldName;
 use crate::time::Millis;
 use crate::value::{Fields, Value, fields_to_json};
@@ -174,14 +174,15 @@ fn window_result<'a>(
 }
 
 /// An enriched event of a pipeline without an aggregate: `{"id", "key", "timestamp", "value",
-/// "kind": "event", "operator", "operator_version"}`. Its id is
+/// "kind": "event", "operator", "operator_version"}`, the version the one that made it. Its
+/// id is
 /// `pipeline/operator/e<arrival index>.<n>`, `n` counting the outputs of one input event.
 pub fn event_record<'a>(
-    event: &'a Event,
-    seq: u64,
+    staged: &'a Staged,
     n: u64,
     operator: &'a OperatorLabel,
 ) -> ResultRecord<'a> {
+    let (event, seq) = (&staged.event, staged.seq);
     ResultRecord::Event(EventResult {
         id: format!("{}/{}/e{seq}.{n}", operator.pipeline, operator.name),
         key: &event.key,
@@ -189,7 +190,7 @@ pub fn event_record<'a>(
         value: JsonFields(&event.fields),
         kind: "event",
         operator: &operator.name,
-        operator_version: &operator.version,
+        operator_version: staged.made_by.as_deref().unwrap_or(&operator.version),
     })
 }
 
@@ -374,15 +375,21 @@ mod tests {
             .chain([("t".into(), Value::Int(1))])
             .map(|(name, value)| (FieldName::from(name), value))
             .collect();
-        let event = Event {
+        let event = crate::event::Event {
             line: 3,
             key: "k".into(),
             timestamp: 42,
             fields,
         };
         let label = label(false);
-        let record = serde_json::to_string(&event_record(&event, 7, 1, &label)).unwrap();
-        let value: Fields = (event.fields.iter())
+        let staged = Staged {
+            seq: 7,
+            event,
+            origin: None,
+            made_by: None,
+        };
+        let record = serde_json::to_string(&event_record(&staged, 1, &label)).unwrap();
+        let value: Fields = (staged.event.fields.iter())
             .map(|(name, value)| (name.to_string(), value.clone()))
             .collect();
         let old = serde_json::json!({
@@ -395,6 +402,16 @@ mod tests {
             "operator_version": "1.0",
         });
         assert_eq!(record, old.to_string());
-        assert_eq!(event_record(&event, 7, 1, &label).id(), Some("p/op/e7.1"));
+        assert_eq!(event_record(&staged, 1, &label).id(), Some("p/op/e7.1"));
+        // Made by another version than the spec's (a rollout's candidate): it says so.
+        let staged = Staged {
+            made_by: Some("2.0".into()),
+            ..staged
+        };
+        let record: serde_json::Value = serde_json::from_str(
+            &serde_json::to_string(&event_record(&staged, 1, &label)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record["operator_version"], "2.0");
     }
 }

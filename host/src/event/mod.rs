@@ -42,6 +42,9 @@ pub struct Staged {
     /// For a stage's event: the upstream window result it stands for (boxed, as it is rare on
     /// the hot path).
     pub origin: Option<Box<Origin>>,
+    /// For an enricher's output: the version that made it, when another than the spec names
+    /// (a rollout's candidate, or a version promoted since the run started).
+    pub made_by: Option<Arc<str>>,
 }
 
 /// An event's time and its only crossing field (the one field of it an aggregate's calls

@@ -635,6 +635,7 @@ mod tests {
                     fields: vec![("amount".into(), Value::Int(1))],
                 },
                 origin: None,
+                made_by: None,
             })
             .collect();
         let advances: Vec<(u64, Millis)> = (0..1_000u64).map(|i| (i, i as i64 * 1_000)).collect();

@@ -24,6 +24,10 @@ use crate::rollout::{CounterBook, Routing, ShadowLog, VersionedEnrich};
 use crate::state::{Namespace, ScopeState, StateBackend, StateKey, TableRow, key_group};
 use crate::time::Millis;
 
+/// An output of a call: the index of the event it came from, the output, and the version that
+/// made it if not the spec's.
+type Output = (usize, crate::operator::Enriched, Option<Arc<str>>);
+
 /// The state map an enrichment operator's reference data is loaded into; it never expires.
 pub const REFERENCE_MAP: &str = "reference";
 
@@ -31,6 +35,8 @@ pub const REFERENCE_MAP: &str = "reference";
 pub struct Enrichment {
     /// `name@version`, for dead letters.
     label: String,
+    /// The version the spec names (its outputs carry no other).
+    spec_version: Arc<str>,
     /// Its position in the chain (state is kept per position).
     index: u16,
     operator: VersionedEnrich,
@@ -70,6 +76,7 @@ impl Enrichment {
     ) -> Self {
         Enrichment {
             label,
+            spec_version: operator.routing().live.as_str().into(),
             index,
             operator,
             limits,
@@ -188,7 +195,7 @@ impl Enrichment {
             state.put(state_key, scope.state)?;
         }
         let mut produced = Vec::with_capacity(outputs.len());
-        for (origin, output) in outputs {
+        for (origin, output, made_by) in outputs {
             let origin: &Staged = &events[origin];
             if crate::time::check_timestamp(output.timestamp).is_err() {
                 out.dead_letters.push(DeadLetter {
@@ -209,6 +216,7 @@ impl Enrichment {
                 seq: origin.seq,
                 event,
                 origin: None,
+                made_by,
             });
         }
         // Back to arrival order; outputs of one origin keep the operator's order.
@@ -223,7 +231,7 @@ impl Enrichment {
         scope: &mut Scope,
         members: &[usize],
         events: &[Staged],
-        outputs: &mut Vec<(usize, crate::operator::Enriched)>,
+        outputs: &mut Vec<Output>,
         out: &mut Rejects,
     ) -> Result<(), ShardError> {
         for chunk in members.chunks(crate::window::MAX_EVENTS_PER_CALL) {
@@ -239,21 +247,24 @@ impl Enrichment {
         scope: &mut Scope,
         members: &[usize],
         events: &[Staged],
-        outputs: &mut Vec<(usize, crate::operator::Enriched)>,
+        outputs: &mut Vec<Output>,
         out: &mut Rejects,
     ) -> Result<(), ShardError> {
         if members.is_empty() {
             return Ok(());
         }
         let batch: Vec<_> = members.iter().map(|&i| &events[i].event).collect();
+        let made_by = self.made_by(&scope.key);
         match self.operator.process(scope, &batch) {
-            Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (members[e.origin], e))),
+            Ok(enriched) => outputs
+                .extend((enriched.into_iter()).map(|e| (members[e.origin], e, made_by.clone()))),
             Err(OperatorError::Host(message)) => return Err(ShardError::Host(message)),
             Err(error) if members.len() == 1 => self.failed(error, &events[members[0]], out),
             Err(_) => {
                 for &member in members {
                     match self.operator.process(scope, &[&events[member].event]) {
-                        Ok(enriched) => outputs.extend(enriched.into_iter().map(|e| (member, e))),
+                        Ok(enriched) => outputs
+                            .extend(enriched.into_iter().map(|e| (member, e, made_by.clone()))),
                         Err(OperatorError::Host(message)) => {
                             return Err(ShardError::Host(message));
                         }
@@ -265,13 +276,24 @@ impl Enrichment {
         Ok(())
     }
 
+    /// The version that serves `key`, if not the spec's: what its outputs carry.
+    fn made_by(&self, key: &str) -> Option<Arc<str>> {
+        let serving = self.operator.serving(key);
+        (**serving != *self.spec_version).then(|| serving.clone())
+    }
+
+    /// Reports an event the operator refused or trapped on, naming the version that served it.
     fn failed(&self, error: OperatorError, staged: &Staged, out: &mut Rejects) {
         let trapped = matches!(error, OperatorError::Trapped(_));
         out.traps += u64::from(trapped);
+        let label = match self.made_by(&staged.event.key) {
+            Some(version) => format!("{}@{version}", self.name()).into(),
+            None => std::borrow::Cow::Borrowed(self.label.as_str()),
+        };
         out.dead_letters.push(DeadLetter {
             line: staged.event.line,
             raw: staged.event.to_json().to_string(),
-            reason: format!("{} {error}", self.label),
+            reason: format!("{label} {error}"),
             cause: DeadCause::of_operator(trapped),
         });
     }

@@ -251,6 +251,7 @@ impl IntervalJoin {
                     fields,
                 },
                 origin: None,
+                made_by: None,
             });
         }
         Ok(())
@@ -335,6 +336,7 @@ mod tests {
                 ],
             },
             origin: None,
+            made_by: None,
         }
     }
 

@@ -408,6 +408,7 @@ impl Router<'_> {
             seq,
             event,
             origin: None,
+            made_by: None,
         });
     }
 

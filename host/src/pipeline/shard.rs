@@ -453,6 +453,7 @@ mod tests {
                 seq,
                 event,
                 origin: None,
+                made_by: None,
             }]),
             advances: Arc::new(vec![(seq, ts)]),
             early: Arc::default(),

@@ -369,6 +369,7 @@ fn as_event(
             window: emission.window,
             withdrawn: withdraws,
         })),
+        made_by: None,
     })
 }
 

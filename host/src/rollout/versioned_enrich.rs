@@ -8,6 +8,7 @@
 //! Depends on `event`, `operator` and `value`.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use super::versioned::Slot;
 use super::{CounterBook, Routing, ShadowLog};
@@ -82,6 +83,17 @@ impl VersionedEnrich {
     /// The routing in effect.
     pub fn routing(&self) -> &Routing {
         &self.routing
+    }
+
+    /// The version that serves `key` now: the candidate's for the keys routed to it (not in
+    /// shadow, where it serves nothing), else the live one's.
+    pub fn serving(&self, key: &str) -> &Arc<str> {
+        match &self.candidate {
+            Some(candidate) if !self.routing.shadow && self.routing.to_candidate(key) => {
+                &candidate.version
+            }
+            _ => &self.live.version,
+        }
     }
 
     /// Applies a new routing. `candidate` is an instance of the version the routing names that

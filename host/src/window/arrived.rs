@@ -125,6 +125,7 @@ mod tests {
                     fields: Vec::new(),
                 },
                 origin: None,
+                made_by: None,
             })
             .collect()
     }

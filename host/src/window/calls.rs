@@ -102,6 +102,18 @@ impl Calls {
         self.operator_index
     }
 
+    /// `name@version` of the version serving `key`, for its dead letters: during a rollout the
+    /// candidate's for the keys it serves, after a promotion the new version's.
+    fn label_for(&self, cx: &Context<'_>, key: &str) -> std::borrow::Cow<'_, str> {
+        let label = self.operator_label.as_str();
+        match (cx.operator.version_for(key), label.rsplit_once('@')) {
+            (Some(version), Some((name, spec))) if *version != *spec => {
+                format!("{name}@{version}").into()
+            }
+            _ => label.into(),
+        }
+    }
+
     /// Where the state of `key`'s `window` is stored.
     pub(super) fn state_key(&self, key: &Arc<str>, window: Window) -> StateKey {
         StateKey {
@@ -148,13 +160,13 @@ impl Calls {
                 Ok(()) => {}
                 Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
                 Err(error) if chunk.len() == 1 => {
-                    self.failed(error, chunk, out)?;
+                    self.failed(error, &scope.key, chunk, cx, out)?;
                     failed.push(first);
                 }
                 Err(_) => {
                     for (i, event) in chunk.iter().enumerate() {
                         if let Err(error) = cx.operator.add(scope, &[event]) {
-                            self.failed(error, &[event], out)?;
+                            self.failed(error, &scope.key, &[event], cx, out)?;
                             failed.push(first + i);
                         }
                     }
@@ -164,16 +176,19 @@ impl Calls {
         Ok(failed)
     }
 
-    /// Reports `events`, which the operator refused or trapped on, as dead letters; a host
-    /// failure stops the batch instead (see [`counted`]).
+    /// Reports `events` of `key`, which the operator refused or trapped on, as dead letters
+    /// naming the version that served them; a host failure stops the batch instead (see
+    /// [`counted`]).
     pub(super) fn failed(
         &self,
         error: OperatorError,
+        key: &str,
         events: &[&Event],
+        cx: &Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
         let (error, trapped) = counted(error, out)?;
-        let reason = format!("{} {error}", self.operator_label);
+        let reason = format!("{} {error}", self.label_for(cx, key));
         out.dead_letters
             .extend(events.iter().map(|event| DeadLetter {
                 line: event.line,
@@ -191,13 +206,15 @@ impl Calls {
         key: &Arc<str>,
         window: Window,
         error: OperatorError,
+        cx: &Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
         let (error, trapped) = counted(error, out)?;
+        let label = self.label_for(cx, key);
         out.dead_letters.push(DeadLetter {
             line: 0,
             raw: serde_json::json!({"key": &**key, "window_start": window.start, "window_end": window.end}).to_string(),
-            reason: format!("{} could not finish the window: {error}", self.operator_label),
+            reason: format!("{label} could not finish the window: {error}"),
             cause: DeadCause::of_operator(trapped),
         });
         Ok(())

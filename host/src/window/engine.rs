@@ -528,7 +528,7 @@ impl WindowEngine {
         let target = match self.calls.merge(&key, &touching, extent, cx)? {
             Ok(target) => target,
             // The sessions stay as they were; the event that would have merged them is rejected.
-            Err(error) => return self.calls.failed(error, &[&staged.event], out),
+            Err(error) => return self.calls.failed(error, &key, &[&staged.event], cx, out),
         };
         let (version, changed, inputs) = self.absorb(&key, &touching, staged.seq, cx, out)?;
         let id = self.open_owned(key.clone(), merged, version);

@@ -369,7 +369,7 @@ impl Flush<'_> {
         let (key, window) = (live.key.clone(), live.window);
         let value = match outcome {
             Ok(value) => value,
-            Err(error) => return self.calls.finish_failed(&key, window, error, out),
+            Err(error) => return self.calls.finish_failed(&key, window, error, cx, out),
         };
         let operator_version = cx.operator.version_for(&key);
         let live = self.windows.get_mut(id).expect("a live window");

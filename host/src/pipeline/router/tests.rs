@@ -91,6 +91,7 @@ fn spent_events_are_all_dropped_and_their_list_kept() {
                         withdrawn: false,
                     })
                 }),
+                made_by: None,
             })
             .collect();
         assert_eq!(Arc::strong_count(&key), n.div_ceil(3) + 1);

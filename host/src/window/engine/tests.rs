@@ -53,6 +53,7 @@ fn staged(events: &[(&str, Millis, i64)]) -> Vec<Staged> {
                 fields: vec![("amount".into(), Value::Int(*amount))],
             },
             origin: None,
+            made_by: None,
         })
         .collect()
 }
@@ -763,6 +764,7 @@ fn a_widened_session_leaves_no_state_under_its_old_extent_on_disk() {
                 fields: vec![("amount".into(), Value::Int(1))],
             },
             origin: None,
+            made_by: None,
         }];
         let mut cx = Context {
             operator: &mut NativeCountSum,
@@ -858,6 +860,7 @@ fn stage_event(seq: u64, origin: &str, amount: Option<i64>) -> Staged {
             window: Window { start: 0, end: 10 },
             withdrawn: amount.is_none(),
         })),
+        made_by: None,
     }
 }
 

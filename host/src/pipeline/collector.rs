@@ -283,7 +283,7 @@ fn write_results(
             0
         };
         previous = Some(staged.seq);
-        write_result(event_record(&staged, n, label))?;
+        write_result(event_record(staged, n, label))?;
     }
     if !tapped.is_empty() {
         sinks.results.flush()?;

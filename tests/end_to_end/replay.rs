@@ -28,6 +28,21 @@ fn replay(server: &Server, pipeline: &str, request: &Value) -> Value {
 }
 
 /// A record as a row: its key, window, and the two sides' values named `a` and `b`.
+/// The pipeline's `weir_results_total` and `weir_dead_letters_total`, summed over their kinds
+/// and causes.
+fn output_series(server: &Server, pipeline: &str) -> (f64, f64) {
+    let (status, text) = server.get("/metrics", Some(ADMIN));
+    assert_eq!(status, 200, "{text}");
+    let label = format!("pipeline=\"{pipeline}\"");
+    let sum = |name: &str| -> f64 {
+        (text.lines())
+            .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(&label))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (sum("weir_results_total"), sum("weir_dead_letters_total"))
+}
+
 fn row(record: &Value, a: &str, b: &str) -> Row {
     (
         record["key"].as_str().unwrap().to_owned(),
@@ -129,6 +144,8 @@ fn a_replay_shows_exactly_the_differences_a_shadow_run_of_the_same_keys_shows() 
     let results_before =
         std::fs::read(dir.path().join("pipelines/clicks/out/results.jsonl")).unwrap();
 
+    let counted_before = output_series(&server, "clicks");
+    assert!(counted_before.0 > 0.0, "{counted_before:?}");
     let keys = ["user-1", "user-7", "user-12", "user-19"];
     let request = json!({"versions": ["1.0.0", "1.1.0"], "keys": keys});
     let answer = replay(&server, "clicks", &request);
@@ -176,6 +193,10 @@ fn a_replay_shows_exactly_the_differences_a_shadow_run_of_the_same_keys_shows() 
         table.contains(&format!("{marked} of {} windows differ", replayed.len())),
         "{table}"
     );
+
+    // The replays' results and dead letters are not the live pipeline's: its series are as
+    // they were.
+    assert_eq!(output_series(&server, "clicks"), counted_before);
 
     // From the savepoint: exactly the windows that closed after it, with state from before it.
     let from_savepoint = replay(

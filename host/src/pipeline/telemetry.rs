@@ -35,6 +35,8 @@ pub struct PipelineMetrics {
     pub(crate) cpu_throttled: Counter,
     /// Linear memory the operator instances hold from the pipeline's pool.
     pub(crate) operator_memory: Gauge,
+    /// Whether the series by kind and cause (made per batch) are recorded: not for a sandbox.
+    recorded: bool,
 }
 
 impl std::fmt::Debug for PipelineMetrics {
@@ -67,6 +69,7 @@ impl PipelineMetrics {
             cpu_used: metrics::counter!("weir_operator_cpu_microseconds_total", &[p()]),
             cpu_throttled: metrics::counter!("weir_operator_throttled_milliseconds_total", &[p()]),
             operator_memory: metrics::gauge!("weir_operator_memory_bytes", &[p()]),
+            recorded: true,
         }
     }
 
@@ -91,6 +94,7 @@ impl PipelineMetrics {
             cpu_used: Counter::noop(),
             cpu_throttled: Counter::noop(),
             operator_memory: Gauge::noop(),
+            recorded: false,
         }
     }
 
@@ -133,7 +137,8 @@ impl PipelineMetrics {
         events_in: u64,
         dead: &[(DeadCause, u64)],
     ) {
-        for &(kind, n) in kinds.iter().filter(|(_, n)| *n > 0) {
+        let recorded = |n: &u64| self.recorded && *n > 0;
+        for &(kind, n) in kinds.iter().filter(|(_, n)| recorded(n)) {
             let labels = [
                 ("pipeline", self.pipeline.to_string()),
                 ("kind", kind.to_owned()),
@@ -144,7 +149,7 @@ impl PipelineMetrics {
         if events_in > 0 {
             self.late_ratio.set(late_total as f64 / events_in as f64);
         }
-        for &(cause, n) in dead.iter().filter(|(_, n)| *n > 0) {
+        for &(cause, n) in dead.iter().filter(|(_, n)| recorded(n)) {
             let labels = [
                 ("pipeline", self.pipeline.to_string()),
                 ("cause", cause.as_str().to_owned()),

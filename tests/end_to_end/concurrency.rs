@@ -603,14 +603,15 @@ fn send_and_die(server: &mut Server, method: &str, path: &str, body: &[u8], cont
         .build()
         .into();
     let url = server.url(path);
-    let request = match method {
-        "POST" => agent.post(&url),
+    let bearer = format!("Bearer {ADMIN}");
+    let answer = match method {
+        "POST" => (agent.post(&url))
+            .header("Authorization", &bearer)
+            .header("Content-Type", content_type)
+            .send(body),
+        "DELETE" => agent.delete(&url).header("Authorization", &bearer).call(),
         other => panic!("{other}"),
     };
-    let answer = request
-        .header("Authorization", format!("Bearer {ADMIN}"))
-        .header("Content-Type", content_type)
-        .send(body);
     assert!(
         answer.is_err(),
         "the server answered instead of dying: {answer:?}"
@@ -636,6 +637,7 @@ fn a_crash_halfway_through_a_fork_an_upload_or_a_savepoint_leaves_it_done_or_abs
     let data = dir.path();
     let mut server = Server::start(data);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("count-sum", "3.0.0", &count_sum_v1());
     start_pipeline(&server, "orig", "8KiB");
     ingest_all(&server, "orig", &clicks(1_000, 10));
     server.wait_for_events_in("orig", 1_000);
@@ -675,7 +677,31 @@ fn a_crash_halfway_through_a_fork_an_upload_or_a_savepoint_leaves_it_done_or_abs
         br#"{"name": "half"}"#,
         "application/json",
     );
+    crash(
+        "delete-tombstone-written",
+        "DELETE",
+        "/v1/operators/count-sum/3.0.0",
+        b"",
+        "application/json",
+    );
     let server = Server::start(data);
+    // The delete is not done: the version is there (its tombstone names its own bytes), and
+    // done again it leaves the version deleted for good.
+    server.expect(
+        "the half-deleted version",
+        server.get("/v1/operators/count-sum/3.0.0", Some(ADMIN)),
+        200,
+    );
+    server.expect(
+        "deleting again",
+        server.delete("/v1/operators/count-sum/3.0.0", Some(ADMIN)),
+        204,
+    );
+    server.expect_error(
+        "the deleted version with other bytes",
+        server.upload("count-sum", "3.0.0", &v2, Some(ADMIN)),
+        409,
+    );
     // The fork is absent, whole: no pipeline, no half-made directory, the name free.
     server.expect_error(
         "the half-made fork",

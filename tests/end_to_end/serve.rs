@@ -755,6 +755,33 @@ fn deleting_a_version_in_use_is_refused() {
     );
     let status = server.status(PIPELINE);
     assert_eq!(status["state"], "running", "{status}");
+
+    // A deleted version never comes back with other bytes (its tombstone keeps its digest),
+    // across a restart too; the same bytes again are welcome.
+    let v1 = std::fs::read(count_sum_v1()).unwrap();
+    let v2 = std::fs::read(count_sum_v2()).unwrap();
+    let refused = server.expect_error(
+        "uploading the deleted 2.0.0 with other bytes",
+        server.upload("count-sum", "2.0.0", &v1, Some(ADMIN)),
+        409,
+    );
+    assert!(refused.contains("was deleted"), "{refused}");
+    server.upload_ok("count-sum", "2.0.0", &count_sum_v2());
+    server.upload_ok("count-sum", "4.0.0", &count_sum_v1());
+    server.expect(
+        "deleting 4.0.0",
+        server.delete("/v1/operators/count-sum/4.0.0", Some(ADMIN)),
+        204,
+    );
+    drop(server);
+    let server = Server::start(dir.path());
+    let refused = server.expect_error(
+        "uploading the deleted 4.0.0 with other bytes after a restart",
+        server.upload("count-sum", "4.0.0", &v2, Some(ADMIN)),
+        409,
+    );
+    assert!(refused.contains("was deleted"), "{refused}");
+    server.upload_ok("count-sum", "4.0.0", &count_sum_v1());
 }
 
 #[test]

@@ -84,7 +84,7 @@ pub const ROUTES: &[Route] = &[
     route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),
     route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes)",
-        [(201, "the version"), (400, "not a Weir component, or a bad name"), (409, "version exists"), (413, "too large"), (507, "the disk is full")]),
+        [(201, "the version"), (400, "not a Weir component, or a bad name"), (409, "version exists, or was deleted with other bytes (versions never change)"), (413, "too large"), (507, "the disk is full")]),
     route!(GET "/v1/operators/{name}/{version}", READ, "One version",
         [(200, "the version"), (404, "unknown")]),
     route!(DELETE "/v1/operators/{name}/{version}", ADMIN, "Delete a version",

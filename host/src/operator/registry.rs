@@ -3,8 +3,10 @@
 //! digest) in `<data dir>/operators/<name>/<version>.json`; a component is checked against its
 //! digest every time it is loaded, so a swapped file is refused, never run. Uploads are validated
 //! (size, a real component, one of Weir's worlds, imports Weir provides) before anything is
-//! written; versions are immutable. A damaged metadata file is reported and skipped: the rest of
-//! the registry stays usable.
+//! written; versions are immutable, for ever: a deleted version leaves a tombstone
+//! (`<name>/<version>.deleted`, with its digest), and the version can be uploaded again only
+//! with the same bytes. A damaged metadata file is reported and skipped: the rest of the
+//! registry stays usable.
 //!
 //! Depends on `fsutil`, `names`, `spec` and `time`.
 
@@ -40,6 +42,19 @@ pub enum RegistryError {
         name: String,
         /// Version.
         version: String,
+    },
+    /// The version was deleted, and these bytes are not the ones it had.
+    #[error(
+        "operator {name} version {version} was deleted, and a version never changes: upload these \
+         bytes as a new version (the deleted one's digest is {digest})"
+    )]
+    Deleted {
+        /// Name.
+        name: String,
+        /// Version.
+        version: String,
+        /// The deleted version's digest (`unknown` when its tombstone cannot be read).
+        digest: String,
     },
     /// No such version.
     #[error("there is no operator {name} version {version}; GET /v1/operators lists them")]
@@ -100,11 +115,27 @@ pub struct VersionInfo {
     pub owner: Option<String>,
 }
 
+/// What a deleted version leaves: its digest, so that it is never uploaded again with other
+/// bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tombstone {
+    name: String,
+    version: String,
+    digest: String,
+    deleted_at_ms: u64,
+}
+
+/// The digest of a tombstone that cannot be read: no bytes are taken for its version.
+const UNKNOWN_DIGEST: &str = "unknown";
+
 /// The operator registry of a data directory.
 pub struct Registry {
     dir: PathBuf,
     runtime: WasmRuntime,
     versions: RwLock<BTreeMap<(String, String), VersionInfo>>,
+    /// The digests of deleted versions, by name and version.
+    deleted: RwLock<BTreeMap<(String, String), String>>,
     /// Held by an upload or delete while it writes files.
     writing: std::sync::Mutex<()>,
     damaged: Vec<String>,
@@ -132,6 +163,7 @@ impl Registry {
         let blobs = dir.join(BLOBS);
         std::fs::create_dir_all(&blobs).map_err(io(&blobs))?;
         let mut versions = BTreeMap::new();
+        let mut deleted = BTreeMap::new();
         let mut damaged = Vec::new();
         for name in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let name = name.map_err(io(&dir))?.path();
@@ -140,7 +172,10 @@ impl Registry {
             }
             for file in std::fs::read_dir(&name).map_err(io(&name))? {
                 let file = file.map_err(io(&name))?.path();
-                if file.extension().is_some_and(|e| e == "json") {
+                if file.extension().is_some_and(|e| e == TOMBSTONE) {
+                    let (key, digest) = read_tombstone(&name, &file);
+                    deleted.insert(key, digest);
+                } else if file.extension().is_some_and(|e| e == "json") {
                     match read_info(&dir, &file) {
                         Ok(info) => {
                             versions.insert((info.name.clone(), info.version.clone()), info);
@@ -157,6 +192,7 @@ impl Registry {
             dir,
             runtime,
             versions: RwLock::new(versions),
+            deleted: RwLock::new(deleted),
             writing: std::sync::Mutex::new(()),
             damaged,
         };
@@ -262,6 +298,7 @@ impl Registry {
                 version: version.into(),
             });
         }
+        self.check_not_deleted(name, version, &info.digest)?;
         if let Some((owner, Some(limit))) = owner
             && self.owned_by(owner) >= limit
         {
@@ -305,8 +342,22 @@ impl Registry {
             .collect()
     }
 
-    /// Deletes a version (the caller checks that no pipeline uses it). Its component goes too
-    /// unless another version has the same bytes.
+    /// Refuses bytes of digest `digest` for `name@version` if that version was deleted with
+    /// other bytes.
+    fn check_not_deleted(&self, name: &str, version: &str, digest: &str) -> Result<()> {
+        let deleted = self.deleted.read().expect("registry lock");
+        match deleted.get(&(name.to_owned(), version.to_owned())) {
+            Some(was) if was != digest => Err(RegistryError::Deleted {
+                name: name.into(),
+                version: version.into(),
+                digest: was.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes a version (the caller checks that no pipeline uses it), leaving its tombstone.
+    /// Its component goes too unless another version has the same bytes.
     pub fn delete(&self, name: &str, version: &str) -> Result<()> {
         let info_path = self.info_path(name, version)?;
         let _writing = self.writing.lock().expect("registry writer lock");
@@ -317,8 +368,20 @@ impl Registry {
                 version: version.into(),
             });
         };
-        // The metadata first: once it is gone the version is, even if a crash follows (the
-        // component left behind is removed at the next start).
+        // The tombstone first: a crash before the metadata goes leaves the version there (its
+        // tombstone names its own bytes). Then the metadata: once it is gone the version is,
+        // even if a crash follows (the component left behind is removed at the next start).
+        let tombstone = Tombstone {
+            name: name.into(),
+            version: version.into(),
+            digest: info.digest.clone(),
+            deleted_at_ms: crate::time::wall_clock_ms(),
+        };
+        let tomb_path = info_path.with_extension(TOMBSTONE);
+        let text = serde_json::to_vec_pretty(&tombstone).expect("a tombstone serialises");
+        crate::fsutil::write_atomic(&tomb_path, &text).map_err(io(&tomb_path))?;
+        (self.deleted.write().expect("registry lock")).insert(key.clone(), info.digest.clone());
+        crate::fsutil::crash_point("delete-tombstone-written");
         std::fs::remove_file(&info_path).map_err(io(&info_path))?;
         let shared = {
             let mut versions = self.versions.write().expect("registry lock");
@@ -366,6 +429,31 @@ impl Registry {
 }
 
 const BLOBS: &str = "blobs";
+/// The extension of a deleted version's tombstone.
+const TOMBSTONE: &str = "deleted";
+
+/// A tombstone's name, version and digest; one that cannot be read (or is not in its place)
+/// keeps its file's version from every upload (`UNKNOWN_DIGEST`).
+fn read_tombstone(dir: &Path, file: &Path) -> ((String, String), String) {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let version = file
+        .file_stem()
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let read = std::fs::read(file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Tombstone>(&bytes).ok());
+    match read {
+        Some(t) if t.name == name && t.version == version => ((name, version), t.digest),
+        _ => {
+            warn!(file = %file.display(), "registry: a tombstone cannot be read; its version takes no upload");
+            ((name, version), UNKNOWN_DIGEST.to_owned())
+        }
+    }
+}
 
 fn blob_path(dir: &Path, digest: &str) -> PathBuf {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);

@@ -119,9 +119,9 @@ impl From<super::rollout::PlanError> for RequestError {
 impl From<RegistryError> for RequestError {
     fn from(error: RegistryError) -> Self {
         match error {
-            RegistryError::Exists { .. } | RegistryError::Quota { .. } => {
-                RequestError::Conflict(error.to_string())
-            }
+            RegistryError::Exists { .. }
+            | RegistryError::Quota { .. }
+            | RegistryError::Deleted { .. } => RequestError::Conflict(error.to_string()),
             RegistryError::Unknown { .. } => RequestError::NotFound(error.to_string()),
             RegistryError::TooLarge { .. } => RequestError::TooLarge(error.to_string()),
             RegistryError::Io { source, .. } => RequestError::from_io(source),

@@ -865,3 +865,39 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
     );
     browser.screenshot("workers-pipeline");
 }
+
+#[test]
+fn a_gated_rollout_shows_its_steps_and_gates_in_the_console() {
+    let mut feeding = crate::gated_rollouts::Feeding::start();
+    let server = feeding.server.clone();
+    let browser = Browser::chromium();
+    let url = server.url("/");
+    sign_in(&browser, &url, ADMIN);
+    browser.goto(&format!("{url}#/pipelines/clicks"));
+    browser.wait_for("the rollout card", || browser.try_find("#rollout-info"));
+    let gates = json!({"max_shadow_diff_rate": 0.01, "min_comparisons": 100});
+    server.expect(
+        "a gated rollout",
+        server.post_json(
+            "/v1/pipelines/clicks/rollout",
+            Some(ADMIN),
+            &crate::gated_rollouts::gated(gates),
+        ),
+        200,
+    );
+    browser.wait_for("the step in progress with its gate", || {
+        browser.try_find("#rollout-timeline li[data-outcome='running']")
+    });
+    browser.wait_for("the step the shadow gate failed", || {
+        browser.try_find("#rollout-timeline li[data-outcome='failed']")
+    });
+    feeding.stop();
+    let timeline = browser.text("#rollout-timeline");
+    assert!(timeline.contains("shadow_diff_rate"), "{timeline}");
+    assert!(
+        browser
+            .text("#rolled-back")
+            .contains("gate shadow_diff_rate")
+    );
+    browser.screenshot("gated-rollout");
+}

@@ -11,6 +11,7 @@ mod emit;
 mod enrichment;
 mod errors;
 mod examples;
+mod gated_rollouts;
 mod hostile;
 mod hostile_server;
 mod live;

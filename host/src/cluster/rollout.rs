@@ -65,6 +65,7 @@ pub fn rollout(
         percent,
         shadow,
         operator: operator.map(str::to_owned),
+        ..Routing::single("")
     };
     store_routing(&connection, pipeline, &routing)?;
     Ok(routing)

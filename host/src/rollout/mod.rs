@@ -11,6 +11,7 @@
 //!
 //! Depends on `event`, `operator`, `state`, `time` and `value`.
 
+mod analysis;
 mod policy;
 mod versioned;
 mod versioned_enrich;
@@ -18,8 +19,13 @@ mod versioned_enrich;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
+pub use analysis::{
+    Analysis, Evidence, GateError, GateResult, Gates, MAX_TOLERANCES, StepOutcome, StepRecord,
+};
 pub use policy::{Policy, RateWatch};
 pub use versioned::{ShadowLog, VersionedAggregate};
 pub use versioned_enrich::{VersionedEnrich, counter_key};
@@ -27,7 +33,7 @@ pub use versioned_enrich::{VersionedEnrich, counter_key};
 use crate::state::key_group;
 
 /// Which versions serve which keys.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Routing {
     /// The version serving keys at or above the percentage.
     pub live: String,
@@ -41,6 +47,14 @@ pub struct Routing {
     /// The enrichment operator the routing is for; `None`: the aggregate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<String>,
+    /// The live version also runs, on a copy of the state, for the keys the candidate serves,
+    /// and the two results are compared (an analysis rollout's evidence; aggregates only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compare: bool,
+    /// Numeric fields whose values may differ by this much and still count as the same in a
+    /// comparison (shadow or compare), by field name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tolerance: BTreeMap<String, f64>,
 }
 
 impl Routing {
@@ -52,7 +66,30 @@ impl Routing {
             percent: 0,
             shadow: false,
             operator: None,
+            compare: false,
+            tolerance: BTreeMap::new(),
         }
+    }
+
+    /// Whether two results count as the same: the same fields, each value equal, or for the
+    /// fields with a tolerance, numbers at most that far apart.
+    pub fn same(&self, a: &crate::value::Fields, b: &crate::value::Fields) -> bool {
+        use crate::value::Value;
+        if self.tolerance.is_empty() || a.len() != b.len() {
+            return a == b;
+        }
+        let number = |v: &Value| match v {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        };
+        a.iter().zip(b).all(|((name_a, a), (name_b, b))| {
+            name_a == name_b
+                && (a == b
+                    || (self.tolerance.get(name_a.as_str()))
+                        .zip(number(a).zip(number(b)))
+                        .is_some_and(|(tolerance, (a, b))| (a - b).abs() <= *tolerance))
+        })
     }
 
     /// Whether `key` is served by the candidate.
@@ -261,11 +298,29 @@ mod tests {
         #[test]
         fn keys_only_move_forward_as_the_percentage_rises(key in "[a-z0-9-]{1,12}", low in 0u8..=100, high in 0u8..=100) {
             let (low, high) = (low.min(high), low.max(high));
-            let routing = |percent| Routing { live: "1".into(), candidate: Some("2".into()), percent, shadow: false, operator: None };
+            let routing = |percent| Routing { live: "1".into(), candidate: Some("2".into()), percent, ..Routing::single("1") };
             if routing(low).to_candidate(&key) {
                 prop_assert!(routing(high).to_candidate(&key));
             }
         }
+    }
+
+    #[test]
+    fn results_within_a_tolerance_are_the_same() {
+        use crate::value::Value;
+        let fields = |sum: i64, label: &str| {
+            vec![
+                ("sum".to_owned(), Value::Int(sum)),
+                ("label".to_owned(), Value::Text(label.into())),
+            ]
+        };
+        let mut routing = Routing::single("1");
+        assert!(!routing.same(&fields(100, "a"), &fields(101, "a")));
+        routing.tolerance = [("sum".to_owned(), 1.0)].into();
+        assert!(routing.same(&fields(100, "a"), &fields(101, "a")));
+        assert!(!routing.same(&fields(100, "a"), &fields(102, "a")));
+        assert!(!routing.same(&fields(100, "a"), &fields(100, "b")), "only the fields named");
+        assert!(!routing.same(&fields(100, "a"), &fields(100, "a")[..1].to_vec()));
     }
 
     #[test]
@@ -275,8 +330,7 @@ mod tests {
             live: "1".into(),
             candidate: Some("2".into()),
             percent: 10,
-            shadow: false,
-            operator: None,
+            ..Routing::single("1")
         };
         let share = keys.iter().filter(|k| routing.to_candidate(k)).count();
         assert!(

@@ -223,35 +223,53 @@ impl VersionedAggregate {
         self.routing = routing;
     }
 
-    fn slot(&mut self, key: &str) -> &mut Slot<dyn AggregateOperator> {
-        match &mut self.candidate {
-            Some(candidate) if self.routing.to_candidate(key) => candidate,
-            _ => &mut self.live,
+    /// The version serving `key`, and the one run beside it on a copy of the state to be
+    /// compared, if any (the second is the candidate when the first is not): in shadow mode the
+    /// candidate beside the live version, in compare mode the live version beside the
+    /// candidate for the keys it serves.
+    fn pair(&mut self, key: &str) -> Pair<'_> {
+        let routing = &self.routing;
+        let to_candidate = routing.to_candidate(key);
+        match self.candidate.as_mut() {
+            Some(candidate) if to_candidate => Pair {
+                serving: candidate,
+                beside: routing.compare.then_some(&mut self.live),
+                beside_is_candidate: false,
+            },
+            Some(candidate) if routing.shadow => Pair {
+                serving: &mut self.live,
+                beside: Some(candidate),
+                beside_is_candidate: true,
+            },
+            _ => Pair {
+                serving: &mut self.live,
+                beside: None,
+                beside_is_candidate: false,
+            },
         }
     }
+}
 
-    fn shadow(&mut self) -> Option<&mut Slot<dyn AggregateOperator>> {
-        match &mut self.candidate {
-            Some(candidate) if self.routing.shadow => Some(candidate),
-            _ => None,
-        }
-    }
+/// The version serving a key and the one run beside it (see [`VersionedAggregate::pair`]).
+struct Pair<'a> {
+    serving: &'a mut Slot<dyn AggregateOperator>,
+    beside: Option<&'a mut Slot<dyn AggregateOperator>>,
+    beside_is_candidate: bool,
+}
 
-    /// For a shadow run that has no state of its own for `scope` yet (or only an earlier
-    /// candidate's): a copy of the live state as it is now, before this call changes it. The
-    /// shadow starts where the live version is, so windows open when it began are compared
-    /// fairly (the candidate migrates the copy as a rollout would).
-    fn fresh_shadow(&self, scope: &Scope) -> Option<ScopeState> {
-        let candidate = self.candidate.as_ref().filter(|_| self.routing.shadow)?;
-        let own = (scope.state.shadow.as_ref())
-            .is_some_and(|shadow| shadow.written_by.as_deref() == Some(&*candidate.version));
-        if own {
-            return None;
-        }
-        let mut copy = scope.state.clone();
-        copy.shadow = None;
-        Some(copy)
+/// For the version `beside` run next to the serving one, when it has no state of its own for
+/// `scope` yet (or only another version's): a copy of the serving state as it is now, before
+/// this call changes it. It starts where the serving version is, so windows open when it
+/// began are compared fairly (it migrates the copy as a rollout would).
+fn fresh_copy(scope: &Scope, beside: &str) -> Option<ScopeState> {
+    let own = (scope.state.shadow.as_ref())
+        .is_some_and(|shadow| shadow.written_by.as_deref() == Some(beside));
+    if own {
+        return None;
     }
+    let mut copy = scope.state.clone();
+    copy.shadow = None;
+    Some(copy)
 }
 
 /// A call carrying many windows to `slot`'s operator, begun at `started`: its windows'
@@ -301,21 +319,23 @@ fn in_shadow<T>(
 
 impl AggregateOperator for VersionedAggregate {
     fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> Result<()> {
-        let fresh = self.fresh_shadow(scope);
-        let slot = self.slot(&scope.key);
-        slot.adopt(scope)?;
-        let started = slot.clock();
-        let outcome = slot.operator.add(scope, events);
-        slot.count(events.len(), started, outcome)?;
-        slot.mark(scope);
-        if let Some(shadow) = self.shadow() {
-            // The shadow's failures are counted and never reach the live results.
+        let Pair {
+            serving, beside, ..
+        } = self.pair(&scope.key);
+        let fresh = beside.as_ref().and_then(|b| fresh_copy(scope, &b.version));
+        serving.adopt(scope)?;
+        let started = serving.clock();
+        let outcome = serving.operator.add(scope, events);
+        serving.count(events.len(), started, outcome)?;
+        serving.mark(scope);
+        if let Some(beside) = beside {
+            // The failures of the version beside are counted and never reach the results.
             let _ = in_shadow(scope, fresh, |copy| {
-                shadow.adopt(copy)?;
-                let started = shadow.clock();
-                let outcome = shadow.operator.add(copy, events);
-                shadow.count(events.len(), started, outcome)?;
-                shadow.mark(copy);
+                beside.adopt(copy)?;
+                let started = beside.clock();
+                let outcome = beside.operator.add(copy, events);
+                beside.count(events.len(), started, outcome)?;
+                beside.mark(copy);
                 Ok::<(), OperatorError>(())
             });
         }
@@ -323,27 +343,30 @@ impl AggregateOperator for VersionedAggregate {
     }
 
     fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> Result<()> {
-        let (fresh_target, fresh_source) = (self.fresh_shadow(target), self.fresh_shadow(source));
-        let slot = self.slot(&target.key);
-        slot.adopt(target)?;
-        slot.adopt(source)?;
-        let started = slot.clock();
-        let outcome = slot.operator.merge(target, source);
-        slot.count(0, started, outcome)?;
-        slot.mark(target);
-        if let Some(shadow) = self.shadow() {
+        let Pair {
+            serving, beside, ..
+        } = self.pair(&target.key);
+        let fresh = |scope: &Scope| beside.as_ref().and_then(|b| fresh_copy(scope, &b.version));
+        let (fresh_target, fresh_source) = (fresh(target), fresh(source));
+        serving.adopt(target)?;
+        serving.adopt(source)?;
+        let started = serving.clock();
+        let outcome = serving.operator.merge(target, source);
+        serving.count(0, started, outcome)?;
+        serving.mark(target);
+        if let Some(beside) = beside {
             let own_source = source.state.shadow.take().map(|s| *s);
             let mut source_copy = Scope {
                 key: source.key.clone(),
                 state: fresh_source.or(own_source).unwrap_or_default(),
             };
             let _ = in_shadow(target, fresh_target, |copy| {
-                shadow.adopt(copy)?;
-                shadow.adopt(&mut source_copy)?;
-                let started = shadow.clock();
-                let outcome = shadow.operator.merge(copy, &mut source_copy);
-                shadow.count(0, started, outcome)?;
-                shadow.mark(copy);
+                beside.adopt(copy)?;
+                beside.adopt(&mut source_copy)?;
+                let started = beside.clock();
+                let outcome = beside.operator.merge(copy, &mut source_copy);
+                beside.count(0, started, outcome)?;
+                beside.mark(copy);
                 Ok::<(), OperatorError>(())
             });
         }
@@ -351,42 +374,58 @@ impl AggregateOperator for VersionedAggregate {
     }
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
-        let fresh = self.fresh_shadow(scope);
-        let slot = self.slot(&scope.key);
-        slot.adopt(scope)?;
-        let started = slot.clock();
-        let outcome = slot.operator.finish(scope, window);
-        let output = slot.count(0, started, outcome)?;
         let log = self.shadow_log.clone();
-        if let Some(shadow) = self.shadow() {
-            let candidate = in_shadow(scope, fresh, |copy| {
-                shadow.adopt(copy)?;
-                let started = shadow.clock();
-                let outcome = shadow.operator.finish(copy, window);
-                let output = shadow.count(0, started, outcome)?;
-                shadow.mark(copy);
-                Ok::<Fields, OperatorError>(output)
+        let routing = self.routing.clone();
+        let Pair {
+            serving,
+            beside,
+            beside_is_candidate,
+        } = self.pair(&scope.key);
+        let fresh = beside.as_ref().and_then(|b| fresh_copy(scope, &b.version));
+        serving.adopt(scope)?;
+        let started = serving.clock();
+        let outcome = serving.operator.finish(scope, window);
+        let output = serving.count(0, started, outcome)?;
+        let Some(beside) = beside else {
+            return Ok(output);
+        };
+        let other = in_shadow(scope, fresh, |copy| {
+            beside.adopt(copy)?;
+            let started = beside.clock();
+            let outcome = beside.operator.finish(copy, window);
+            let output = beside.count(0, started, outcome)?;
+            beside.mark(copy);
+            Ok::<Fields, OperatorError>(output)
+        });
+        // The comparison is the candidate's: counted with it, whichever of the two served.
+        let (candidate, live, candidate_output) = match beside_is_candidate {
+            true => (&*beside, Ok(&output), other.as_ref()),
+            false => (&*serving, other.as_ref(), Ok(&output)),
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        candidate.counters.shadow_compared.fetch_add(1, Relaxed);
+        let same = matches!((&live, &candidate_output), (Ok(l), Ok(c)) if routing.same(l, c));
+        if !same {
+            candidate.counters.shadow_differed.fetch_add(1, Relaxed);
+        }
+        if let Some(log) = log {
+            let shown = |result: std::result::Result<&Fields, &OperatorError>| match result {
+                Ok(fields) => fields_to_json(fields),
+                Err(e) => e.to_string().into(),
+            };
+            let record = serde_json::json!({
+                "key": &*scope.key,
+                "window_start": window.start,
+                "window_end": window.end,
+                "live": shown(live),
+                "candidate": shown(candidate_output),
+                "candidate_version": &*candidate.version,
+                "served_by": &*serving.version,
+                "same": same,
             });
-            use std::sync::atomic::Ordering::Relaxed;
-            shadow.counters.shadow_compared.fetch_add(1, Relaxed);
-            let same = candidate.as_ref().is_ok_and(|c| *c == output);
-            if !same {
-                shadow.counters.shadow_differed.fetch_add(1, Relaxed);
-            }
-            if let Some(log) = log {
-                let record = serde_json::json!({
-                    "key": &*scope.key,
-                    "window_start": window.start,
-                    "window_end": window.end,
-                    "live": fields_to_json(&output),
-                    "candidate": match &candidate { Ok(c) => fields_to_json(c), Err(e) => e.to_string().into() },
-                    "candidate_version": &*shadow.version,
-                    "same": same,
-                });
-                let mut log = log.lock().expect("shadow log lock");
-                let _ = writeln!(log, "{record}");
-                let _ = log.flush();
-            }
+            let mut log = log.lock().expect("shadow log lock");
+            let _ = writeln!(log, "{record}");
+            let _ = log.flush();
         }
         Ok(output)
     }

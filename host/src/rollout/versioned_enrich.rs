@@ -235,6 +235,7 @@ mod tests {
             percent: 100,
             shadow: false,
             operator: Some("bids".into()),
+            ..Routing::single("q0")
         };
         bids.route(routing, Some(code("nexmark-q1")), &counters, None);
         let after = bids.process(&mut scope, &[&event]).unwrap();

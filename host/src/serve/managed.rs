@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{NatsServers, RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
-use crate::rollout::Routing;
+use crate::rollout::{GateResult, Routing, StepOutcome, StepRecord};
 use crate::spec::{OperatorCode, PipelineSpec, Served, SourceSpec};
 
 /// The spec as sent.
@@ -79,6 +79,9 @@ pub struct Desired {
     /// The name of the token that created the pipeline (counted against its quota).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The analysis of the last gated rollout promoted: its timeline stays to be seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_analysis: Option<crate::rollout::Analysis>,
 }
 
 /// One pipeline's spec and desired state.
@@ -295,13 +298,19 @@ impl Managed {
             ..Routing::single(&live)
         };
         Some(match (&self.desired.rollout, &self.desired.rolled_back) {
-            (Some(plan), None) => Routing {
-                live,
-                candidate: Some(plan.version.clone()),
-                percent: plan.percent_now(),
-                shadow: plan.shadow,
-                operator,
-            },
+            (Some(plan), None) => {
+                let gates = plan.analysis.as_ref().map(|analysis| &analysis.gates);
+                Routing {
+                    live,
+                    candidate: Some(plan.version.clone()),
+                    percent: plan.percent_now(),
+                    shadow: plan.shadow,
+                    operator,
+                    // The shadow gate's evidence: the live version beside the candidate.
+                    compare: gates.is_some_and(|g| g.max_shadow_diff_rate.is_some()),
+                    tolerance: gates.map(|g| g.tolerance.clone()).unwrap_or_default(),
+                }
+            }
             _ => single,
         })
     }
@@ -339,10 +348,75 @@ impl Managed {
                 plan.version
             )));
         }
+        let compared = plan
+            .analysis
+            .as_ref()
+            .and_then(|a| a.gates.max_shadow_diff_rate);
+        if compared.is_some() && kind == ComponentKind::Enrich {
+            return Err(RequestError::Invalid(
+                "gates.max_shadow_diff_rate compares window results: an enricher's rollout is \
+                 gated on its traps, errors, dead letters and call time"
+                    .into(),
+            ));
+        }
         self.desired.routed = plan.operator.clone();
         self.desired.rollout = Some(plan);
         self.desired.rolled_back = None;
         self.save()
+    }
+
+    /// Records that the gated rollout's step in progress (its routing applied at `started_ms`)
+    /// passed with `gates`: it moves to the next step, or past the last. Returns whether the
+    /// rollout is now to be promoted (its last step passed and it promotes itself).
+    pub fn pass_step(
+        &mut self,
+        started_ms: u64,
+        gates: Vec<GateResult>,
+    ) -> Result<bool, RequestError> {
+        let Some(plan) = self.desired.rollout.as_mut() else {
+            return Ok(false);
+        };
+        let percent = plan.percent_now();
+        let steps = plan.steps.len();
+        let Some(analysis) = plan.analysis.as_mut() else {
+            return Ok(false);
+        };
+        analysis.timeline.push(StepRecord {
+            percent,
+            started_ms,
+            ended_ms: Some(crate::time::wall_clock_ms()),
+            outcome: StepOutcome::Passed,
+            gates,
+            example_keys: Vec::new(),
+        });
+        analysis.step += 1;
+        let promote = analysis.step >= steps && analysis.promote;
+        self.save()?;
+        Ok(promote)
+    }
+
+    /// Records that a gate failed the gated rollout's step in progress, and rolls it back with
+    /// `reason`.
+    pub fn fail_step(
+        &mut self,
+        started_ms: u64,
+        (gates, example_keys): (Vec<GateResult>, Vec<String>),
+        reason: String,
+    ) -> Result<(), RequestError> {
+        if let Some(plan) = self.desired.rollout.as_mut() {
+            let percent = plan.percent_now();
+            if let Some(analysis) = plan.analysis.as_mut() {
+                analysis.timeline.push(StepRecord {
+                    percent,
+                    started_ms,
+                    ended_ms: Some(crate::time::wall_clock_ms()),
+                    outcome: StepOutcome::Failed,
+                    gates,
+                    example_keys,
+                });
+            }
+        }
+        self.rollback(reason)
     }
 
     /// Sends every key back to the live version and records why.
@@ -407,6 +481,7 @@ impl Managed {
         self.spec_json = json;
         self.spec = spec;
         self.addressed = addressed;
+        self.desired.last_analysis = plan.analysis;
         self.desired.rollout = None;
         self.desired.rolled_back = None;
         self.save()?;
@@ -448,6 +523,7 @@ impl Managed {
                 "steps": plan.steps,
                 "every_ms": plan.every_ms,
                 "policy": plan.policy,
+                "analysis": plan.analysis,
                 "rolled_back": self.desired.rolled_back,
             })
         });
@@ -473,6 +549,7 @@ impl Managed {
             "uses": uses,
             "rollout": rollout,
             "rolled_back": self.desired.rolled_back,
+            "last_analysis": self.desired.last_analysis,
         })
     }
 }

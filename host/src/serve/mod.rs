@@ -628,7 +628,7 @@ impl Server {
         for slot in self.slots() {
             slot.append_timers();
             slot.truncate_log();
-            slot.tick(&self.registry);
+            slot.tick(self.resolving());
             slot.restart_if_due(&self.registry);
         }
     }

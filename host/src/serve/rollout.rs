@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::rollout::Policy;
+use crate::rollout::{Analysis, Policy};
 
 /// A rollout request as the API receives it.
 #[derive(Debug, Clone, Deserialize)]
@@ -25,6 +25,13 @@ pub struct RolloutRequest {
     pub shadow: bool,
     /// Automatic rollback policy.
     pub policy: Option<PolicyRequest>,
+    /// Gates each step must pass before the next (an analysis-gated rollout; with `hold`).
+    pub gates: Option<crate::rollout::Gates>,
+    /// How long each step of a gated rollout is held (`"5m"`, or ms).
+    pub hold: Option<serde_json::Value>,
+    /// Promote the candidate once the last step of a gated rollout passes.
+    #[serde(default)]
+    pub promote: bool,
 }
 
 /// The automatic rollback policy as the API receives it.
@@ -57,6 +64,10 @@ pub struct RolloutPlan {
     pub started_ms: u64,
     /// Automatic rollback.
     pub policy: Policy,
+    /// An analysis-gated rollout's gates, hold, step and timeline: its steps advance on
+    /// evidence, not on the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
 }
 
 /// The most steps a schedule may have.
@@ -98,6 +109,19 @@ pub enum PlanError {
     /// A duration of 0, or longer than a timestamp can reach.
     #[error("{0} must be between 1 ms and 100 years")]
     DurationRange(&'static str),
+    /// Gates that cannot be judged.
+    #[error(transparent)]
+    Gates(#[from] crate::rollout::GateError),
+    /// Gates without steps or a hold, or with what they replace.
+    #[error(
+        "gates judge a rollout in steps: give `steps` and `hold` (the time each step is held), \
+         and neither `every` (the gates advance the steps) nor `shadow` (a gated rollout serves \
+         the candidate's share of keys and compares it with the live version)"
+    )]
+    GatesNeedSteps,
+    /// A hold or promotion without gates.
+    #[error("`hold` and `promote` belong to a gated rollout: give `gates` too")]
+    HoldWithoutGates,
     /// A rate outside [0, 1].
     #[error("policy.{field} = {rate} must be between 0 and 1")]
     Rate {
@@ -120,6 +144,28 @@ fn duration_ms(value: &serde_json::Value, field: &'static str) -> Result<u64, Pl
         return Err(PlanError::DurationRange(field));
     }
     Ok(ms)
+}
+
+/// The analysis a request asks for, if it names gates.
+fn analysis(request: &RolloutRequest) -> Result<Option<Analysis>, PlanError> {
+    let Some(gates) = &request.gates else {
+        if request.hold.is_some() || request.promote {
+            return Err(PlanError::HoldWithoutGates);
+        }
+        return Ok(None);
+    };
+    gates.check()?;
+    let gated = !request.steps.is_empty() && request.every.is_none() && !request.shadow;
+    let Some(hold) = request.hold.as_ref().filter(|_| gated) else {
+        return Err(PlanError::GatesNeedSteps);
+    };
+    Ok(Some(Analysis {
+        gates: gates.clone(),
+        hold_ms: duration_ms(hold, "hold")?,
+        promote: request.promote,
+        step: 0,
+        timeline: Vec::new(),
+    }))
 }
 
 fn rate(value: Option<f64>, default: f64, field: &'static str) -> Result<f64, PlanError> {
@@ -148,7 +194,7 @@ impl RolloutPlan {
         if request.steps.len() > MAX_STEPS {
             return Err(PlanError::TooManySteps);
         }
-        if !request.steps.is_empty() && request.every.is_none() {
+        if !request.steps.is_empty() && request.every.is_none() && request.gates.is_none() {
             return Err(PlanError::StepsWithoutEvery);
         }
         if request.steps.windows(2).any(|w| w[0] > w[1]) {
@@ -159,6 +205,7 @@ impl RolloutPlan {
             .as_ref()
             .map(|v| duration_ms(v, "every"))
             .transpose()?;
+        let analysis = analysis(&request)?;
         let mut policy = Policy::default();
         if let Some(p) = request.policy {
             policy.max_trap_rate = rate(p.max_trap_rate, policy.max_trap_rate, "max_trap_rate")?;
@@ -181,6 +228,7 @@ impl RolloutPlan {
             every_ms,
             started_ms: crate::time::wall_clock_ms(),
             policy,
+            analysis,
         })
     }
 
@@ -192,8 +240,14 @@ impl RolloutPlan {
         }
     }
 
-    /// The share now, following the schedule if there is one.
+    /// The share now: the step a gated rollout is at, or following the schedule if there is
+    /// one.
     pub fn percent_now(&self) -> u8 {
+        if let Some(analysis) = &self.analysis
+            && let Some(last) = self.steps.len().checked_sub(1)
+        {
+            return self.steps[analysis.step.min(last)];
+        }
         match (self.steps.is_empty(), self.every_ms) {
             (false, Some(every)) => {
                 let elapsed = crate::time::wall_clock_ms().saturating_sub(self.started_ms);

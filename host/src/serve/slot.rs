@@ -6,8 +6,8 @@
 //! a final checkpoint) and writing the ingest log happen outside it, so a busy pipeline cannot
 //! block calls about itself for long, nor any call about another pipeline.
 //!
-//! Its parts: `ingest` (appending to the ingest log, and truncating it), `replay` and
-//! `savepoints`.
+//! Its parts: `ingest` (appending to the ingest log, and truncating it), `replay`,
+//! `savepoints` and `analysis` (the steps of a gated rollout).
 //!
 //! Depends on `checkpoint`, `fsutil`, `operator`, `pipeline`, `rollout`, `source`, `spec`,
 //! `state` and `time`; its parts (`replay`, `savepoints`) on `names` as well.
@@ -69,6 +69,8 @@ struct Inner {
     requested: Option<Routing>,
     /// Started on the cluster's workers (a pipeline placed there has no thread here).
     on_workers: bool,
+    /// The step of a gated rollout being held.
+    analysis: Option<analysis::StepWatch>,
 }
 
 /// One pipeline of the server.
@@ -102,6 +104,7 @@ pub struct Slot {
     polled: Mutex<Option<Instant>>,
 }
 
+mod analysis;
 mod ingest;
 mod replay;
 mod savepoints;
@@ -217,6 +220,7 @@ impl Slot {
                 watch: RateWatch::default(),
                 requested: None,
                 on_workers: false,
+                analysis: None,
             }),
             results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
             ingest: Mutex::new(None),
@@ -709,6 +713,7 @@ impl Slot {
         f(managed)?;
         let routing = managed.routing();
         inner.watch = RateWatch::default();
+        inner.analysis = None;
         Self::push_routing(&mut inner, routing, registry)
     }
 
@@ -780,7 +785,8 @@ impl Slot {
 
     /// Follows the rollout schedule and the automatic rollback policy (a pipeline on workers:
     /// the schedule only, as the workers do not report their traps here yet).
-    pub fn tick(&self, registry: &Registry) {
+    pub fn tick(&self, resolving: (&Registry, &super::NatsServers)) {
+        let registry = resolving.0;
         let polled = self.poll_workers();
         let Ok(mut inner) = self.inner.try_lock() else {
             return; // busy: the next tick comes soon
@@ -796,6 +802,13 @@ impl Slot {
         let Some(plan) = plan else {
             return;
         };
+        let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
+        if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+            warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
+        }
+        if let Err(e) = self.judge_step(&mut inner, &plan, polled.as_ref(), resolving) {
+            warn!(pipeline = %self.name, error = %e, "could not judge the rollout's step");
+        }
         let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
         if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
             warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
@@ -934,6 +947,12 @@ impl Slot {
                     status.extend(part);
                 }
             }
+        }
+        // A gated rollout's step in progress, with its gates as they stand.
+        if let (Some(watch), Some(rollout)) = (&inner.analysis, status.get_mut("rollout"))
+            && rollout["analysis"].is_object()
+        {
+            rollout["analysis"]["current"] = watch.describe();
         }
         drop(inner);
         if let Some(spec) = placed {

@@ -1069,7 +1069,26 @@ function rolloutInfoHTML(s) {
       value === undefined ? "" : ` data-value="${esc(value)}"`}>${html}</dd></div>`)
     .join("");
   const rolledBack = reason ? `<p id="rolled-back" class="callout warn">Rolled back: ${esc(reason)}</p>` : "";
-  return `${rolledBack}<dl class="facts">${dl}</dl>${versionsTableHTML(s)}`;
+  const analysis = (r && r.analysis) || s.last_analysis;
+  return `${rolledBack}<dl class="facts">${dl}</dl>${analysis ? timelineHTML(analysis, r) : ""}${versionsTableHTML(s)}`;
+}
+
+/** A gated rollout's steps: each judged one with its outcome and gates, the one in progress. */
+function timelineHTML(a, r) {
+  const gateText = (g) => `${g.gate} ${g.value === null || g.value === undefined ? "not judged yet" : fmtNum(g.value)}`
+    + ` (limit ${fmtNum(g.limit)}, ${fmtInt(g.samples)} samples)`;
+  const steps = (Array.isArray(a.timeline) ? a.timeline : []).map((s) => `
+      <li data-percent="${esc(s.percent)}" data-outcome="${esc(s.outcome)}">
+        <strong>${esc(s.percent)} %</strong> <span class="tag tag-${esc(s.outcome)}">${esc(s.outcome)}</span>
+        ${esc((s.gates || []).map(gateText).join("; "))}
+        ${s.example_keys && s.example_keys.length ? `<span class="muted">keys: ${esc(s.example_keys.join(", "))}</span>` : ""}
+      </li>`);
+  const current = a.current && r && !r.rolled_back ? `
+      <li data-percent="${esc(r.percent)}" data-outcome="running">
+        <strong>${esc(r.percent)} %</strong> <span class="tag">held ${esc(fmtDuration(a.current.held_ms))} of ${esc(fmtDuration(a.hold_ms))}</span>
+        ${esc((a.current.gates || []).map(gateText).join("; "))}
+      </li>` : "";
+  return `<h3>Steps and gates</h3><ol id="rollout-timeline" class="timeline">${steps.join("")}${current}</ol>`;
 }
 
 /** A pipeline on the cluster's workers: who holds each slice, how far it read, its lag. */

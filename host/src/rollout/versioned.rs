@@ -235,16 +235,19 @@ impl VersionedAggregate {
                 serving: candidate,
                 beside: routing.compare.then_some(&mut self.live),
                 beside_is_candidate: false,
+                routing,
             },
             Some(candidate) if routing.shadow => Pair {
                 serving: &mut self.live,
                 beside: Some(candidate),
                 beside_is_candidate: true,
+                routing,
             },
             _ => Pair {
                 serving: &mut self.live,
                 beside: None,
                 beside_is_candidate: false,
+                routing,
             },
         }
     }
@@ -255,6 +258,8 @@ struct Pair<'a> {
     serving: &'a mut Slot<dyn AggregateOperator>,
     beside: Option<&'a mut Slot<dyn AggregateOperator>>,
     beside_is_candidate: bool,
+    /// The routing, for comparing the two (its tolerance).
+    routing: &'a Routing,
 }
 
 /// For the version `beside` run next to the serving one, when it has no state of its own for
@@ -375,11 +380,11 @@ impl AggregateOperator for VersionedAggregate {
 
     fn finish(&mut self, scope: &mut Scope, window: Window) -> Result<Fields> {
         let log = self.shadow_log.clone();
-        let routing = self.routing.clone();
         let Pair {
             serving,
             beside,
             beside_is_candidate,
+            routing,
         } = self.pair(&scope.key);
         let fresh = beside.as_ref().and_then(|b| fresh_copy(scope, &b.version));
         serving.adopt(scope)?;

@@ -35,4 +35,5 @@ mod server;
 mod sources;
 mod stages;
 mod support;
+mod verified_uploads;
 mod windows;

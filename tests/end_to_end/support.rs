@@ -87,8 +87,9 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 13] = [
+const GUESTS: [&str; 14] = [
     "trap-on-key",
+    "migrate-refuses",
     "count-sum-capped",
     "busy-per-event",
     "infinite-loop",

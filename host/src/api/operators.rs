@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 
@@ -55,15 +55,44 @@ pub(super) async fn get(
         })
 }
 
+/// An upload's query: `?verify=<pipeline>:<savepoint>` runs the candidate's `migrate` over that
+/// savepoint's state first, and refuses the version with the first state it cannot convert.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UploadQuery {
+    verify: Option<String>,
+}
+
 pub(super) async fn upload(
     State(server): State<Arc<Server>>,
     caller: Option<Extension<Caller>>,
     OperatorPath { name, version }: OperatorPath,
+    query: Result<Query<UploadQuery>, axum::extract::rejection::QueryRejection>,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let verify = match query.verify.as_deref().map(|v| v.split_once(':')) {
+        None => None,
+        Some(Some((pipeline, savepoint))) => Some((pipeline.to_owned(), savepoint.to_owned())),
+        Some(None) => {
+            return Err(ApiError::bad_request(
+                "verify: give <pipeline>:<savepoint>, the savepoint whose state the version's \
+                 migrate must convert",
+            ));
+        }
+    };
     let limit = server.max_upload;
     // Compiling takes a while: off the async threads.
-    let info = blocking(move || {
+    let (info, verified) = blocking(move || {
+        let verified = match &verify {
+            Some((pipeline, savepoint)) if body.len() <= limit => Some(dry_run(
+                &server,
+                (&name, &version),
+                &body,
+                (pipeline, savepoint),
+            )?),
+            _ => None,
+        };
         let owner = caller
             .as_ref()
             .map(|c| (c.name.as_str(), c.quota.max_operators));
@@ -71,11 +100,32 @@ pub(super) async fn upload(
             .registry
             .upload(&name, &version, &body, limit, owner)?;
         server.publish_ownership();
-        Ok(info)
+        Ok((info, verified))
     })
     .await?;
     metrics::counter!("weir_operator_uploads_total").increment(1);
-    Ok((StatusCode::CREATED, Json(info)))
+    let mut answer = serde_json::to_value(info).expect("a version serialises");
+    if let Some(verified) = verified {
+        answer["verified"] = verified;
+    }
+    Ok((StatusCode::CREATED, Json(answer)))
+}
+
+/// The migration dry run of an upload (see `serve::Slot::migration_dry_run`).
+fn dry_run(
+    server: &Server,
+    (name, version): (&str, &str),
+    body: &[u8],
+    (pipeline, savepoint): (&str, &str),
+) -> Result<serde_json::Value, RequestError> {
+    let slot = server.pipeline(pipeline)?;
+    let (candidate, kind) = server.registry.compile_upload(name, version, body)?;
+    if kind != crate::operator::ComponentKind::Aggregate {
+        return Err(RequestError::Invalid(format!(
+            "verify: {name}@{version} is an enricher; a migration is checked for aggregates"
+        )));
+    }
+    slot.migration_dry_run(savepoint, (name, version), &candidate)
 }
 
 pub(super) async fn delete(

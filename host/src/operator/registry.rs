@@ -323,6 +323,19 @@ impl Registry {
         Ok(info)
     }
 
+    /// The component of an upload of `name@version`, checked as an upload is but not stored:
+    /// for checks that run it before it is accepted.
+    pub fn compile_upload(
+        &self,
+        name: &str,
+        version: &str,
+        bytes: &[u8],
+    ) -> Result<(WasmOperator, ComponentKind)> {
+        let shown = PathBuf::from(format!("{name}@{version}"));
+        let kind = self.runtime.kind_of(&shown, bytes)?;
+        Ok((self.runtime.load_bytes(&shown, bytes, kind)?, kind))
+    }
+
     /// One version.
     pub fn get(&self, name: &str, version: &str) -> Option<VersionInfo> {
         self.versions

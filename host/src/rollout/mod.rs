@@ -319,7 +319,10 @@ mod tests {
         routing.tolerance = [("sum".to_owned(), 1.0)].into();
         assert!(routing.same(&fields(100, "a"), &fields(101, "a")));
         assert!(!routing.same(&fields(100, "a"), &fields(102, "a")));
-        assert!(!routing.same(&fields(100, "a"), &fields(100, "b")), "only the fields named");
+        assert!(
+            !routing.same(&fields(100, "a"), &fields(100, "b")),
+            "only the fields named"
+        );
         assert!(!routing.same(&fields(100, "a"), &fields(100, "a")[..1].to_vec()));
     }
 

@@ -148,6 +148,21 @@ impl From<crate::cluster::ClusterError> for RequestError {
     }
 }
 
+impl From<crate::state::StateError> for RequestError {
+    /// A store the server keeps could not be read: the server's failure (the details go to its
+    /// log).
+    fn from(error: crate::state::StateError) -> Self {
+        RequestError::Internal(error.to_string())
+    }
+}
+
+impl From<crate::operator::LoadError> for RequestError {
+    /// Code that cannot be instantiated is the caller's upload.
+    fn from(error: crate::operator::LoadError) -> Self {
+        RequestError::Invalid(error.to_string())
+    }
+}
+
 impl From<crate::source::IngestError> for RequestError {
     fn from(error: crate::source::IngestError) -> Self {
         match error {

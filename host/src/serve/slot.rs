@@ -108,6 +108,7 @@ mod analysis;
 mod ingest;
 mod replay;
 mod savepoints;
+mod verify;
 
 pub use ingest::MAX_CONCURRENT_INGESTS;
 pub use replay::{ReplayRequest, SANDBOX_PREFIX};

@@ -104,7 +104,7 @@ impl ReplayRequest {
 type WindowId = (String, Millis, Millis);
 
 /// Removes the sandbox when the replay ends, however it ends.
-struct Sandbox(PathBuf);
+pub(super) struct Sandbox(pub(super) PathBuf);
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
@@ -291,7 +291,7 @@ fn replayable(spec: &PipelineSpec) -> Result<String, RequestError> {
     }
 }
 
-fn sandbox_nonce() -> String {
+pub(super) fn sandbox_nonce() -> String {
     use std::sync::atomic::AtomicU64;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(

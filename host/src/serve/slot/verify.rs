@@ -1,0 +1,99 @@
+//! Verified uploads: a migration dry run of a candidate version over a real savepoint. The
+//! savepoint is copied into a sandbox beside the pipelines (removed afterwards; a crash leaves
+//! it to the next start's clean-up, as a replay's), and the candidate's `migrate` is called on
+//! every state scope of the pipeline's aggregate that another version wrote, in the sandbox's
+//! limits; the first that fails is the counterexample (its key, window, the state as it was
+//! and the error), and the version is refused. Nothing of the live pipeline is touched.
+//!
+//! Depends on `checkpoint`, `operator` and `state`.
+
+use std::sync::Arc;
+
+use super::Slot;
+use super::replay::{SANDBOX_PREFIX, Sandbox, sandbox_nonce};
+use crate::operator::{AggregateCode, Limits, Projection, Scope, WasmOperator};
+use crate::serve::RequestError;
+use crate::state::{Namespace, RedbStore, StateKey};
+
+/// The most state scopes one dry run converts (the rest are counted, not checked).
+pub const MAX_VERIFIED_SCOPES: usize = 100_000;
+
+impl Slot {
+    /// Runs `candidate` (`operator@version`, an aggregate) over savepoint `savepoint`'s state
+    /// of this pipeline's aggregate: how many scopes it converted, or the first it could not.
+    pub fn migration_dry_run(
+        &self,
+        savepoint: &str,
+        (operator, version): (&str, &str),
+        candidate: &WasmOperator,
+    ) -> Result<serde_json::Value, RequestError> {
+        crate::names::check("savepoint name", savepoint)?;
+        let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
+        let aggregate = spec.aggregate.as_ref().map(|op| op.name.as_str());
+        if aggregate != Some(operator) {
+            return Err(RequestError::Invalid(format!(
+                "verify: pipeline {:?}'s aggregate is {}, not {operator}: a migration is checked \
+                 against the state of the operator it would replace",
+                self.name,
+                aggregate.unwrap_or("(none)")
+            )));
+        }
+        let index = spec.enrichers.len() as u16;
+        self.find_savepoint(savepoint)?;
+        let pipelines = self
+            .dir
+            .parent()
+            .ok_or_else(|| RequestError::Internal("a pipeline's directory has no parent".into()))?;
+        let sandbox = Sandbox(pipelines.join(format!(
+            "{SANDBOX_PREFIX}verify-{}-{}",
+            self.name,
+            sandbox_nonce()
+        )));
+        crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &sandbox.0, "verify")?;
+        let store = RedbStore::open(&sandbox.0)?;
+        let rows = store.scan(false, &[], &[0xff; 3])?;
+        let mut instance = candidate.instantiate(Limits::default(), Projection::All)?;
+        let (mut scopes, mut migrated, mut skipped) = (0usize, 0usize, 0usize);
+        for row in rows {
+            let Some(key) = StateKey::decode(&row.key).filter(|k| k.operator == index) else {
+                continue;
+            };
+            let Ok(state) = crate::state::decode_scope(&row.value) else {
+                continue;
+            };
+            scopes += 1;
+            let Some(from) = state.written_by.clone().filter(|by| by != version) else {
+                continue;
+            };
+            if migrated >= MAX_VERIFIED_SCOPES {
+                skipped += 1;
+                continue;
+            }
+            let before = serde_json::to_value(&state).unwrap_or_default();
+            let mut scope = Scope {
+                key: Arc::clone(&key.key),
+                state,
+            };
+            if let Err(error) = instance.migrate(&mut scope, &from) {
+                let window = match key.namespace {
+                    Namespace::Window { start, end } => format!(", window [{start}, {end})"),
+                    Namespace::Global => String::new(),
+                };
+                return Err(RequestError::Invalid(format!(
+                    "{operator}@{version} was refused: its migrate failed on savepoint \
+                     {savepoint:?} of pipeline {:?}: key {:?}{window}, state written by {from}: \
+                     {before}; {error}",
+                    self.name, &*key.key
+                )));
+            }
+            migrated += 1;
+        }
+        Ok(serde_json::json!({
+            "pipeline": self.name,
+            "savepoint": savepoint,
+            "scopes": scopes,
+            "migrated": migrated,
+            "not_checked": skipped,
+        }))
+    }
+}

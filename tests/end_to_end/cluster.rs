@@ -92,24 +92,9 @@ impl Cluster {
     }
 
     fn worker(&self, id: &str) -> Child {
-        let dir = self.dir.path().join(id);
-        std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(self.log(id)).unwrap();
-        let worker = weir(&[
-            "worker",
-            "--nats",
-            &self.server.url,
-            "--pipeline",
-            PIPELINE,
-            "--id",
-            id,
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+        let dir = self.dir.path().join(id);
+        let worker = spawn_worker(&self.server.url, PIPELINE, id, &dir, log.into(), &[]);
         self.started.track(worker)
     }
 
@@ -210,6 +195,27 @@ impl Cluster {
             self.client.publish(subject, &[far]);
         }
     }
+}
+
+/// `weir worker` `id` of `pipeline` on the NATS server at `url`, its files in `dir`, its
+/// standard error to `stderr`, with `extra` arguments (credentials).
+pub(crate) fn spawn_worker(
+    url: &str,
+    pipeline: &str,
+    id: &str,
+    dir: &Path,
+    stderr: Stdio,
+    extra: &[&str],
+) -> Child {
+    std::fs::create_dir_all(dir).unwrap();
+    weir(&["worker", "--nats", url, "--pipeline", pipeline, "--id", id])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
 }
 
 fn weir(args: &[&str]) -> Command {
@@ -610,21 +616,8 @@ dead_letters = "discard"
     let _workers: Vec<Child> = ["w1", "w2"]
         .iter()
         .map(|id| {
-            let worker = weir(&[
-                "worker",
-                "--nats",
-                url,
-                "--pipeline",
-                "shared-orders",
-                "--id",
-                id,
-            ])
-            .arg("--dir")
-            .arg(dir.path().join(id))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            let dir = dir.path().join(id);
+            let worker = spawn_worker(url, "shared-orders", id, &dir, Stdio::null(), &[]);
             reaper.track(worker)
         })
         .collect();

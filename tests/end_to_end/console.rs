@@ -397,6 +397,17 @@ fn base64_decode(text: &str) -> Vec<u8> {
     out
 }
 
+/// Chooses `version` and `percent` in the pipeline page's rollout form and steps the rollout
+/// out, its confirmation answered yes.
+fn roll_out_from_the_page(browser: &Browser, version: &str, percent: &str) {
+    browser.accept_confirmations();
+    let option = format!("#rollout-version option[value='{version}']");
+    browser.wait_for("the version to choose", || browser.try_find(&option));
+    browser.click(&option);
+    browser.type_into("#rollout-percent-input", percent);
+    browser.click("#rollout-step");
+}
+
 fn sign_in(browser: &Browser, url: &str, token: &str) {
     browser.goto(url);
     browser.type_into("#token", token);
@@ -540,13 +551,7 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
 
     // Step a rollout to 50 % and roll it back with the page's buttons, each confirmed.
     browser.goto(&format!("{url}#/pipelines/clicks"));
-    browser.accept_confirmations();
-    browser.wait_for("version 2 to choose", || {
-        browser.try_find("#rollout-version option[value='2.0.0']")
-    });
-    browser.click("#rollout-version option[value='2.0.0']");
-    browser.type_into("#rollout-percent-input", "50");
-    browser.click("#rollout-step");
+    roll_out_from_the_page(browser, "2.0.0", "50");
     browser.wait_for("the rollout at 50 %", || {
         (browser.number("#rollout-percent")? == 50.0).then_some(())
     });
@@ -764,13 +769,7 @@ fn a_nats_fed_pipeline_shows_and_rolls_out_in_the_console() {
         (browser.number("#events-in")? == published.len() as f64).then_some(())
     });
     // A rollout to 50 % from the page's buttons, as for a pipeline fed over HTTP.
-    browser.accept_confirmations();
-    browser.wait_for("version 2 to choose", || {
-        browser.try_find("#rollout-version option[value='2.0.0']")
-    });
-    browser.click("#rollout-version option[value='2.0.0']");
-    browser.type_into("#rollout-percent-input", "50");
-    browser.click("#rollout-step");
+    roll_out_from_the_page(&browser, "2.0.0", "50");
     browser.wait_for("the rollout at 50 %", || {
         (browser.number("#rollout-percent")? == 50.0).then_some(())
     });
@@ -808,22 +807,8 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
     let mut workers = Vec::new();
     for id in ["w1", "w2"] {
         let dir = data.path().join(id);
-        let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args([
-                "worker",
-                "--nats",
-                &nats.url,
-                "--pipeline",
-                "on-workers",
-                "--id",
-                id,
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let worker =
+            crate::cluster::spawn_worker(&nats.url, "on-workers", id, &dir, Stdio::null(), &[]);
         workers.push(reaper.track(worker));
     }
     let published: Vec<Value> = (0..600)
@@ -848,13 +833,7 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
     assert_eq!(browser.number("#workers-slices"), Some(4.0));
     assert_eq!(browser.number("#workers-members"), Some(2.0));
     // A rollout to 50 % from the page's buttons, taken up by the workers.
-    browser.accept_confirmations();
-    browser.wait_for("version 2 to choose", || {
-        browser.try_find("#rollout-version option[value='2.0.0']")
-    });
-    browser.click("#rollout-version option[value='2.0.0']");
-    browser.type_into("#rollout-percent-input", "50");
-    browser.click("#rollout-step");
+    roll_out_from_the_page(&browser, "2.0.0", "50");
     browser.wait_for("the workers applying the rollout at 50 %", || {
         (browser.number("#rollout-applied")? == 50.0).then_some(())
     });

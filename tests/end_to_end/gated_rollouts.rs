@@ -82,6 +82,17 @@ impl Drop for Feeding {
     }
 }
 
+/// Starts the gated rollout of 1.1.0 with `gates` (see [`gated`]).
+pub(crate) fn roll_out_gated(server: &Server, gates: Value) {
+    let path = format!("/v1/pipelines/{PIPELINE}/rollout");
+    let request = gated(gates);
+    server.expect(
+        "a gated rollout",
+        server.post_json(&path, Some(ADMIN), &request),
+        200,
+    );
+}
+
 pub(crate) fn gated(gates: Value) -> Value {
     json!({"version": "1.1.0", "steps": [1, 10, 50, 100], "hold": "1500ms", "gates": gates, "promote": true})
 }
@@ -91,15 +102,7 @@ fn a_candidate_that_differs_on_three_percent_of_windows_is_stopped_by_the_shadow
     let mut feeding = Feeding::start();
     let server = feeding.server.clone();
     let gates = json!({"max_shadow_diff_rate": 0.01, "min_comparisons": 100});
-    server.expect(
-        "a gated rollout",
-        server.post_json(
-            &format!("/v1/pipelines/{PIPELINE}/rollout"),
-            Some(ADMIN),
-            &gated(gates),
-        ),
-        200,
-    );
+    roll_out_gated(&server, gates);
     let status = server.wait_for(
         "the shadow gate to stop it",
         Duration::from_secs(60),
@@ -149,15 +152,7 @@ fn a_candidate_within_its_tolerance_passes_every_step_and_promotes_itself() {
     let server = feeding.server.clone();
     let gates = json!({"max_shadow_diff_rate": 0.01, "min_comparisons": 100,
         "tolerance": {"sum": 1000}, "max_trap_rate_increase": 0.0});
-    server.expect(
-        "a gated rollout",
-        server.post_json(
-            &format!("/v1/pipelines/{PIPELINE}/rollout"),
-            Some(ADMIN),
-            &gated(gates),
-        ),
-        200,
-    );
+    roll_out_gated(&server, gates);
     let status = server.wait_for("the promotion", Duration::from_secs(60), || {
         let status = server.status(PIPELINE);
         match status["operator"]["version"].as_str() {

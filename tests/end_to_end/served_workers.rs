@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::cluster::spawn_worker;
 use crate::nats::{BASE, Client, NatsServer, windows};
 use crate::server::{ADMIN, PATIENCE, Server, count_sum_v1};
 
@@ -76,17 +77,9 @@ impl Setup {
     }
 
     fn worker(&self, id: &str) -> Child {
-        let dir = self.dir.path().join(id);
-        std::fs::create_dir_all(&dir).unwrap();
         let log = std::fs::File::create(self.dir.path().join(format!("{id}.log"))).unwrap();
-        let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["worker", "--nats", &self.nats.url, "--pipeline", NAME])
-            .args(["--id", id, "--dir"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let dir = self.dir.path().join(id);
+        let worker = spawn_worker(&self.nats.url, NAME, id, &dir, log.into(), &[]);
         self.started.track(worker)
     }
 
@@ -419,23 +412,14 @@ fn a_pipeline_on_workers_runs_over_tls_with_credentials() {
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     crate::server::create_and_start_spec(&server, &workers_spec(2));
     let reaper = crate::support::Reaper::default();
-    let worker = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args([
-            "worker",
-            "--nats",
-            &url,
-            "--pipeline",
-            NAME,
-            "--id",
-            "w1",
-            "--dir",
-        ])
-        .arg(dir.path().join("w1"))
-        .args(auth)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let worker = spawn_worker(
+        &url,
+        NAME,
+        "w1",
+        &dir.path().join("w1"),
+        Stdio::null(),
+        &auth,
+    );
     let _workers = [reaper.track(worker)];
     let events = clicks(0, 600);
     client.publish("clicks.web", &events);

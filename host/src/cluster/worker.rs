@@ -446,11 +446,10 @@ impl Worker {
         );
     }
 
-    /// Drops slice `slice` at once with nothing more uploaded, and releases its lease (the
-    /// pipeline was withdrawn).
-    fn drop_slice(&mut self, slice: usize) {
+    /// Stops slice `slice`'s run at once with nothing more uploaded; whether it ran here.
+    fn halt(&mut self, slice: usize) -> bool {
         let Some(run) = self.running.remove(&slice) else {
-            return;
+            return false;
         };
         self.runs.lock().expect("runs lock").remove(&slice);
         run.uploader.fence();
@@ -458,25 +457,24 @@ impl Worker {
         if let Ok(Err(e)) = run.thread.join() {
             warn!(worker = %self.id, slice, error = %e, "slice run failed");
         }
-        drop(run.uploader);
-        self.renewer.release(slice);
+        true
+    }
+
+    /// Drops slice `slice` at once with nothing more uploaded, and releases its lease (the
+    /// pipeline was withdrawn).
+    fn drop_slice(&mut self, slice: usize) {
+        if self.halt(slice) {
+            self.renewer.release(slice);
+        }
     }
 
     /// Slice `slice`'s lease was lost (taken by another worker, or expired while the server was
     /// away): stop at once, uploading nothing more.
     fn lose(&mut self, slice: usize) {
-        let Some(run) = self.running.remove(&slice) else {
-            return;
-        };
-        self.runs.lock().expect("runs lock").remove(&slice);
-        run.uploader.fence();
-        run.control.stop();
-        if let Ok(Err(e)) = run.thread.join() {
-            warn!(worker = %self.id, slice, error = %e, "slice run failed");
+        if self.halt(slice) {
+            self.renewer.forget(slice);
+            warn!(worker = %self.id, slice, "slice lease lost (taken or expired); stopped");
         }
-        drop(run.uploader);
-        self.renewer.forget(slice);
-        warn!(worker = %self.id, slice, "slice lease lost (taken or expired); stopped");
     }
 
     /// Slices whose run ended by itself (a failure: a NATS input does not end) or whose

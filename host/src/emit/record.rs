@@ -190,7 +190,7 @@ pub fn event_record<'a>(
         value: JsonFields(&event.fields),
         kind: "event",
         operator: &operator.name,
-        operator_version: staged.made_by.as_deref().unwrap_or(&operator.version),
+        operator_version: staged.made_by.as_deref().map_or(&operator.version, |v| v.as_str()),
     })
 }
 
@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(event_record(&staged, 1, &label).id(), Some("p/op/e7.1"));
         // Made by another version than the spec's (a rollout's candidate): it says so.
         let staged = Staged {
-            made_by: Some("2.0".into()),
+            made_by: Some(std::sync::Arc::new("2.0".to_owned())),
             ..staged
         };
         let record: serde_json::Value = serde_json::from_str(

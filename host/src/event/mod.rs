@@ -43,8 +43,9 @@ pub struct Staged {
     /// the hot path).
     pub origin: Option<Box<Origin>>,
     /// For an enricher's output: the version that made it, when another than the spec names
-    /// (a rollout's candidate, or a version promoted since the run started).
-    pub made_by: Option<Arc<str>>,
+    /// (a rollout's candidate, or a version promoted since the run started). A thin pointer:
+    /// one word more per event.
+    pub made_by: Option<Arc<String>>,
 }
 
 /// An event's time and its only crossing field (the one field of it an aggregate's calls
@@ -479,8 +480,8 @@ mod tests {
     fn keys_and_texts_read_the_same_inline_or_on_the_heap() {
         let word = std::mem::size_of::<usize>();
         assert_eq!(std::mem::size_of::<Event>(), 8 * word);
-        // With its arrival index and origin; the router's crossings are beside it, not in it.
-        assert_eq!(std::mem::size_of::<Staged>(), 10 * word);
+        // With its arrival index, origin and maker; the router's crossings are beside it.
+        assert_eq!(std::mem::size_of::<Staged>(), 11 * word);
         assert_eq!(std::mem::size_of::<Option<Crossing>>(), 32);
         for key in [1, 24, 25].map(|length| "k".repeat(length)) {
             let key = key.as_str();

@@ -26,7 +26,7 @@ use crate::time::Millis;
 
 /// An output of a call: the index of the event it came from, the output, and the version that
 /// made it if not the spec's.
-type Output = (usize, crate::operator::Enriched, Option<Arc<str>>);
+type Output = (usize, crate::operator::Enriched, Option<Arc<String>>);
 
 /// The state map an enrichment operator's reference data is loaded into; it never expires.
 pub const REFERENCE_MAP: &str = "reference";
@@ -37,6 +37,8 @@ pub struct Enrichment {
     label: String,
     /// The version the spec names (its outputs carry no other).
     spec_version: Arc<str>,
+    /// The other versions that made outputs, each with the copy its outputs share.
+    made_by: Vec<(Arc<str>, Arc<String>)>,
     /// Its position in the chain (state is kept per position).
     index: u16,
     operator: VersionedEnrich,
@@ -77,6 +79,7 @@ impl Enrichment {
         Enrichment {
             label,
             spec_version: operator.routing().live.as_str().into(),
+            made_by: Vec::new(),
             index,
             operator,
             limits,
@@ -276,19 +279,29 @@ impl Enrichment {
         Ok(())
     }
 
-    /// The version that serves `key`, if not the spec's: what its outputs carry.
-    fn made_by(&self, key: &str) -> Option<Arc<str>> {
+    /// The version that serves `key`, if not the spec's: what its outputs carry (one shared
+    /// copy per version, behind a thin pointer: every event carries the field).
+    fn made_by(&mut self, key: &str) -> Option<Arc<String>> {
         let serving = self.operator.serving(key);
-        (**serving != *self.spec_version).then(|| serving.clone())
+        if **serving == *self.spec_version {
+            return None;
+        }
+        if let Some((_, shared)) = self.made_by.iter().find(|(v, _)| **v == **serving) {
+            return Some(shared.clone());
+        }
+        let shared = Arc::new(serving.to_string());
+        self.made_by.push((serving.clone(), shared.clone()));
+        Some(shared)
     }
 
     /// Reports an event the operator refused or trapped on, naming the version that served it.
     fn failed(&self, error: OperatorError, staged: &Staged, out: &mut Rejects) {
         let trapped = matches!(error, OperatorError::Trapped(_));
         out.traps += u64::from(trapped);
-        let label = match self.made_by(&staged.event.key) {
-            Some(version) => format!("{}@{version}", self.name()).into(),
-            None => std::borrow::Cow::Borrowed(self.label.as_str()),
+        let serving = self.operator.serving(&staged.event.key);
+        let label = match **serving != *self.spec_version {
+            true => format!("{}@{serving}", self.name()).into(),
+            false => std::borrow::Cow::Borrowed(self.label.as_str()),
         };
         out.dead_letters.push(DeadLetter {
             line: staged.event.line,

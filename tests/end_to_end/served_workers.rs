@@ -453,3 +453,57 @@ fn a_pipeline_on_workers_runs_over_tls_with_credentials() {
         Some(2)
     );
 }
+
+/// A gated rollout of a pipeline on workers: the gates are judged on the counters the workers
+/// report (summed over their slices), the shadow gate on the live version run beside the
+/// candidate in each worker's slices; a candidate whose results differ is stopped and rolled
+/// back everywhere.
+#[test]
+fn a_gated_rollout_on_workers_is_stopped_by_its_shadow_gate() {
+    let setup = Setup::start();
+    let server = &setup.server;
+    let path = |action: &str| format!("/v1/pipelines/{NAME}/{action}");
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &workers_spec(6)),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post(&path("start"), Some(ADMIN), b""),
+        200,
+    );
+    let _workers = ["w1", "w2", "w3"].map(|id| setup.worker(id));
+    setup.wait_for_owners(&["w1", "w2", "w3"]);
+    let gated = json!({"version": "1.1.0", "steps": [50, 100], "hold": "2s", "promote": true,
+        "gates": {"max_shadow_diff_rate": 0.01, "min_comparisons": 20}});
+    server.expect(
+        "a gated rollout",
+        server.post_json(&path("rollout"), Some(ADMIN), &gated),
+        200,
+    );
+    setup.wait_for_log("routes 50% of keys to Some(\"1.1.0\")");
+    std::thread::sleep(Duration::from_secs(1));
+    // Clicks whose windows often sum past 100, where the capped 1.1.0 differs.
+    let mut from = 0;
+    let status = server.wait_for("the gate to stop the rollout", PATIENCE, || {
+        setup.client.publish("clicks.web", &clicks(from, 300));
+        from += 300;
+        let status = server.status(NAME);
+        match status["rollout"]["rolled_back"].as_str() {
+            Some(_) => Ok(status),
+            None => Err(status["rollout"].to_string()),
+        }
+    });
+    let reason = status["rollout"]["rolled_back"].as_str().unwrap();
+    assert!(reason.contains("gate shadow_diff_rate"), "{reason}");
+    assert_eq!(status["operator"]["version"], "1.0.0", "not promoted");
+    server.wait_for("the workers to route every key back", PATIENCE, || {
+        let routing = &setup.workers_status()["routing"];
+        if routing["candidate"].is_null() {
+            Ok(())
+        } else {
+            Err(routing.to_string())
+        }
+    });
+}

@@ -190,7 +190,10 @@ pub fn event_record<'a>(
         value: JsonFields(&event.fields),
         kind: "event",
         operator: &operator.name,
-        operator_version: staged.made_by.as_deref().map_or(&operator.version, |v| v.as_str()),
+        operator_version: staged
+            .made_by
+            .as_deref()
+            .map_or(&operator.version, |v| v.as_str()),
     })
 }
 

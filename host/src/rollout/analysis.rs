@@ -20,6 +20,9 @@ use super::CounterSnapshot;
 /// The most fields a tolerance may name.
 pub const MAX_TOLERANCES: usize = 64;
 
+/// Fewest timed calls of each version before the p99 gate is judged.
+const MIN_TIMED: u64 = 10;
+
 /// What a step must show. Every limit is optional; a gate without one is not judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -39,6 +42,11 @@ pub struct Gates {
     pub max_dead_letter_rate: Option<f64>,
     /// Largest ratio of the candidate's mean call time to the live version's.
     pub max_call_time_ratio: Option<f64>,
+    /// Largest ratio of the candidate's 99th percentile call time to the live version's
+    /// (judged on the timed calls, one in 16, by power-of-two buckets).
+    pub max_p99_call_time_ratio: Option<f64>,
+    /// Largest share of the events read during the step that came too late for their windows.
+    pub max_late_ratio: Option<f64>,
     /// Fewest candidate calls in a step before the call gates are judged.
     pub min_calls: u64,
 }
@@ -53,6 +61,8 @@ impl Default for Gates {
             max_error_rate_increase: None,
             max_dead_letter_rate: None,
             max_call_time_ratio: None,
+            max_p99_call_time_ratio: None,
+            max_late_ratio: None,
             min_calls: 10,
         }
     }
@@ -66,8 +76,8 @@ pub enum GateError {
     #[error("gates.{0} must be between 0 and 1")]
     Rate(&'static str),
     /// A ratio that is not a number above 0 (at most a million).
-    #[error("gates.max_call_time_ratio must be above 0 and at most 1000000")]
-    Ratio,
+    #[error("gates.{0} must be above 0 and at most 1000000")]
+    Ratio(&'static str),
     /// A tolerance that is not a number of 0 or more, or too many of them.
     #[error("gates.tolerance: at most {MAX_TOLERANCES} fields, each a number of 0 or more")]
     Tolerance,
@@ -76,7 +86,7 @@ pub enum GateError {
     Minimum(&'static str),
     /// No gate at all.
     #[error(
-        "gates: name at least one limit (max_shadow_diff_rate, max_trap_rate_increase, max_error_rate_increase, max_dead_letter_rate, max_call_time_ratio)"
+        "gates: name at least one limit (max_shadow_diff_rate, max_trap_rate_increase, max_error_rate_increase, max_dead_letter_rate, max_late_ratio, max_call_time_ratio, max_p99_call_time_ratio)"
     )]
     Empty,
 }
@@ -89,14 +99,21 @@ impl Gates {
             ("max_trap_rate_increase", self.max_trap_rate_increase),
             ("max_error_rate_increase", self.max_error_rate_increase),
             ("max_dead_letter_rate", self.max_dead_letter_rate),
+            ("max_late_ratio", self.max_late_ratio),
         ];
         for (name, rate) in rates {
             if rate.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
                 return Err(GateError::Rate(name));
             }
         }
-        if (self.max_call_time_ratio).is_some_and(|r| !(r > 0.0 && r <= 1e6)) {
-            return Err(GateError::Ratio);
+        let ratios = [
+            ("max_call_time_ratio", self.max_call_time_ratio),
+            ("max_p99_call_time_ratio", self.max_p99_call_time_ratio),
+        ];
+        for (name, ratio) in ratios {
+            if ratio.is_some_and(|r| !(r > 0.0 && r <= 1e6)) {
+                return Err(GateError::Ratio(name));
+            }
         }
         let bad_tolerance = |t: &f64| !(t.is_finite() && *t >= 0.0);
         if self.tolerance.len() > MAX_TOLERANCES || self.tolerance.values().any(bad_tolerance) {
@@ -110,11 +127,11 @@ impl Gates {
                 return Err(GateError::Minimum(name));
             }
         }
-        let limits = rates.iter().map(|(_, rate)| rate.is_some());
-        if !limits
-            .chain([self.max_call_time_ratio.is_some()])
-            .any(|x| x)
-        {
+        let limits = rates
+            .iter()
+            .chain(&ratios)
+            .map(|(_, limit)| limit.is_some());
+        if !limits.into_iter().any(|x| x) {
             return Err(GateError::Empty);
         }
         Ok(())
@@ -156,6 +173,27 @@ impl Gates {
                 .flatten();
             results.push(GateResult::new("dead_letter_rate", value, limit, events));
         }
+        if let (Some(limit), Some(events), Some(late)) =
+            (self.max_late_ratio, evidence.events, evidence.late)
+        {
+            let value = (events >= self.min_calls.max(1))
+                .then(|| rate(late, events))
+                .flatten();
+            results.push(GateResult::new("late_ratio", value, limit, events));
+        }
+        if let Some(limit) = self.max_p99_call_time_ratio {
+            let timed = |c: &CounterSnapshot| c.call_time_log2.iter().sum::<u64>();
+            let enough = timed(candidate) >= MIN_TIMED && timed(live) >= MIN_TIMED;
+            let value = enough
+                .then(|| Some(candidate.p99_call_ns()? / live.p99_call_ns()?))
+                .flatten();
+            results.push(GateResult::new(
+                "p99_call_time_ratio",
+                value,
+                limit,
+                timed(candidate),
+            ));
+        }
         if let Some(limit) = self.max_call_time_ratio {
             let mean = |c: &CounterSnapshot| {
                 (c.timed_calls > 0).then(|| c.timed_call_ns as f64 / c.timed_calls as f64)
@@ -181,6 +219,8 @@ pub struct Evidence {
     pub events: Option<u64>,
     /// Dead letters the pipeline wrote.
     pub dead_letters: Option<u64>,
+    /// Events too late for all their windows.
+    pub late: Option<u64>,
 }
 
 impl Evidence {
@@ -192,6 +232,7 @@ impl Evidence {
             live: self.live.since(&base.live),
             events: sub(self.events, base.events),
             dead_letters: sub(self.dead_letters, base.dead_letters),
+            late: sub(self.late, base.late),
         }
     }
 }
@@ -293,6 +334,9 @@ impl CounterSnapshot {
             shadow_differed: d(self.shadow_differed, base.shadow_differed),
             timed_calls: d(self.timed_calls, base.timed_calls),
             timed_call_ns: d(self.timed_call_ns, base.timed_call_ns),
+            call_time_log2: std::array::from_fn(|i| {
+                d(self.call_time_log2[i], base.call_time_log2[i])
+            }),
         }
     }
 }
@@ -362,13 +406,53 @@ mod tests {
             max_call_time_ratio: Some(0.0),
             ..Gates::default()
         };
-        assert_eq!(refused(ratio), GateError::Ratio);
+        assert_eq!(refused(ratio), GateError::Ratio("max_call_time_ratio"));
+        let p99 = Gates {
+            max_p99_call_time_ratio: Some(f64::INFINITY),
+            ..Gates::default()
+        };
+        assert_eq!(refused(p99), GateError::Ratio("max_p99_call_time_ratio"));
         let tolerance = Gates {
             tolerance: [("sum".to_owned(), -1.0)].into(),
             ..rate(0.1)
         };
         assert_eq!(refused(tolerance), GateError::Tolerance);
         assert!(rate(0.0).check().is_ok());
+    }
+
+    #[test]
+    fn the_p99_gate_compares_the_slowest_calls_and_the_late_gate_the_late_events() {
+        let timed = |fast: u64, slow: u64| {
+            let mut c = CounterSnapshot::default();
+            c.call_time_log2[10] = fast; // about 1-2 µs
+            c.call_time_log2[20] = slow; // about 1-2 ms
+            c
+        };
+        assert_eq!(timed(100, 0).p99_call_ns(), Some(2048.0));
+        assert_eq!(timed(95, 5).p99_call_ns(), Some(2f64.powi(21)));
+        let gates = Gates {
+            max_p99_call_time_ratio: Some(2.0),
+            max_late_ratio: Some(0.1),
+            ..Gates::default()
+        };
+        // The candidate's slowest 5 % are a thousand times slower: its p99 fails; 20 of 100
+        // events late fails too.
+        let evidence = Evidence {
+            candidate: timed(95, 5),
+            live: timed(100, 0),
+            events: Some(100),
+            late: Some(20),
+            ..Evidence::default()
+        };
+        let judged = gates.judge(&evidence);
+        assert_eq!(
+            judged
+                .iter()
+                .map(|g| (g.gate.as_str(), g.passed))
+                .collect::<Vec<_>>(),
+            [("late_ratio", false), ("p99_call_time_ratio", false)]
+        );
+        assert_eq!(judged[1].value, Some(1024.0));
     }
 
     #[test]

@@ -133,6 +133,8 @@ pub struct VersionCounters {
     pub timed_calls: AtomicU64,
     /// Nanoseconds of the timed calls.
     pub timed_call_ns: AtomicU64,
+    /// The timed calls by duration (see [`CounterSnapshot::call_time_log2`]).
+    pub call_time_log2: [AtomicU64; CALL_TIME_BUCKETS],
     /// The version's Prometheus metrics (none for an unnamed pipeline).
     pub metrics: Option<CallMetrics>,
 }
@@ -210,6 +212,34 @@ pub struct CounterSnapshot {
     pub timed_calls: u64,
     /// Their total duration (ns).
     pub timed_call_ns: u64,
+    /// The timed calls by duration: entry `i` counts the calls of 2^i to 2^(i+1) ns (the last,
+    /// every longer one too), for percentiles.
+    pub call_time_log2: [u64; CALL_TIME_BUCKETS],
+}
+
+/// How many duration buckets [`CounterSnapshot::call_time_log2`] has (up to about 2 s).
+pub const CALL_TIME_BUCKETS: usize = 32;
+
+/// The bucket of a call that took `ns` nanoseconds.
+pub fn call_time_bucket(ns: u64) -> usize {
+    (63 - ns.max(1).leading_zeros() as usize).min(CALL_TIME_BUCKETS - 1)
+}
+
+impl CounterSnapshot {
+    /// The 99th percentile of the timed calls' durations, in ns (the upper bound of its
+    /// bucket), if any call was timed.
+    pub fn p99_call_ns(&self) -> Option<f64> {
+        let total: u64 = self.call_time_log2.iter().sum();
+        let target = (total as f64 * 0.99).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.call_time_log2.iter().enumerate() {
+            seen += n;
+            if total > 0 && seen >= target {
+                return Some(2f64.powi(i as i32 + 1));
+            }
+        }
+        None
+    }
 }
 
 impl std::ops::AddAssign for CounterSnapshot {
@@ -225,6 +255,9 @@ impl std::ops::AddAssign for CounterSnapshot {
         self.shadow_differed += other.shadow_differed;
         self.timed_calls += other.timed_calls;
         self.timed_call_ns += other.timed_call_ns;
+        for (mine, theirs) in self.call_time_log2.iter_mut().zip(other.call_time_log2) {
+            *mine += theirs;
+        }
     }
 }
 
@@ -242,6 +275,7 @@ impl VersionCounters {
             shadow_differed: self.shadow_differed.load(Ordering::Relaxed),
             timed_calls: self.timed_calls.load(Ordering::Relaxed),
             timed_call_ns: self.timed_call_ns.load(Ordering::Relaxed),
+            call_time_log2: std::array::from_fn(|i| self.call_time_log2[i].load(Ordering::Relaxed)),
         }
     }
 }

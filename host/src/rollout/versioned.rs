@@ -63,7 +63,9 @@ impl<O: ?Sized> Slot<O> {
         let took = started.map(|s| s.elapsed());
         if let Some(took) = took {
             self.counters.timed_calls.fetch_add(1, Relaxed);
-            (self.counters.timed_call_ns).fetch_add(took.as_nanos() as u64, Relaxed);
+            let ns = took.as_nanos() as u64;
+            (self.counters.timed_call_ns).fetch_add(ns, Relaxed);
+            (self.counters.call_time_log2[super::call_time_bucket(ns)]).fetch_add(1, Relaxed);
         }
         if let Some(metrics) = &self.counters.metrics {
             metrics.call(took, trapped);

@@ -171,12 +171,14 @@ fn figures(
             live: polled.get(&live_key).copied().unwrap_or_default(),
             events: None,
             dead_letters: None,
+            late: None,
         }),
         (Some(control), false, _) => Some(Evidence {
             candidate: control.counters.of(&candidate_key).snapshot(),
             live: control.counters.of(&live_key).snapshot(),
             events: Some(control.stats.events_in.load(Relaxed)),
             dead_letters: Some(control.stats.dead_letters.load(Relaxed)),
+            late: Some(control.stats.late.load(Relaxed)),
         }),
         _ => None,
     }

@@ -1,9 +1,12 @@
 //! `weir bench`: its options, and each mode (the count-sum, checkpoints, recovery, Nexmark,
-//! NATS) run and reported. Uses the library's `bench` and `spec`.
+//! NATS, served ingest) run and reported. Uses the library's `bench` and `spec`.
 
 use std::path::PathBuf;
 
-use super::{Measured, NatsAuthArgs, median, p99, print_count_sum, print_medians, range};
+use super::{
+    Measured, NatsAuthArgs, ServeShape, bench_serve, median, p99, print_count_sum, print_medians,
+    range,
+};
 
 /// The options of `weir bench`.
 #[derive(Debug, clap::Args)]
@@ -155,6 +158,29 @@ pub(crate) enum BenchSuite {
         /// Where the query components are (`make components` builds them).
         #[arg(long, default_value = "target/wasm32-wasip2/release")]
         components: PathBuf,
+    },
+    /// Served HTTP ingest end to end: a `weir serve` of this binary on loopback, clients
+    /// posting JSON Lines batches at once to a count-sum pipeline; events/s accepted (durable)
+    /// and read, and a batch's acknowledgement latency.
+    Serve {
+        /// Events.
+        #[arg(long, default_value_t = 5_000_000)]
+        events: u64,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 1_000)]
+        keys: u64,
+        /// Events per request.
+        #[arg(long, default_value_t = 10_000)]
+        batch: usize,
+        /// Clients posting at once.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// The count-sum component.
+        #[arg(
+            long,
+            default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
+        )]
+        module: PathBuf,
     },
     /// The count-sum reading a NATS JetStream stream and publishing its results to one, against
     /// the same events from a file: events/s and the NATS path's cost per event. Needs a
@@ -342,6 +368,23 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }) = args.suite
     {
         return bench_nexmark(queries, events, shards, batch_size, &components, args.runs);
+    }
+    if let Some(BenchSuite::Serve {
+        events,
+        keys,
+        batch,
+        clients,
+        module,
+    }) = &args.suite
+    {
+        anyhow::ensure!(args.runs == 1, "`weir bench serve` runs once");
+        let shape = ServeShape {
+            events: *events,
+            keys: *keys,
+            batch: *batch,
+            clients: *clients,
+        };
+        return bench_serve(&shape, module);
     }
     anyhow::ensure!(
         args.runs == 1 || !(args.recovery || matches!(args.suite, Some(BenchSuite::Nats { .. }))),

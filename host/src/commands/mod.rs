@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_figures;
+mod bench_serve;
 mod cluster;
 mod nats_auth;
 mod project;
@@ -16,6 +17,7 @@ mod state;
 
 pub(crate) use bench::*;
 pub(crate) use bench_figures::*;
+pub(crate) use bench_serve::*;
 pub(crate) use cluster::*;
 pub(crate) use nats_auth::*;
 pub(crate) use project::*;

@@ -317,3 +317,60 @@ fn the_benchmark_runs_from_the_generator_and_from_a_json_lines_file() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// `weir bench serve` runs as the benchmarks chapter tells (small: a check of behaviour, not
+/// speed): it starts its own server, every event is accepted and read, and the server and its
+/// directory are gone afterwards. Hostile: `--runs` is refused.
+#[test]
+fn the_served_ingest_benchmark_runs_and_cleans_up() {
+    let module = component("tumbling-count-sum");
+    let temp = tempfile::tempdir().unwrap();
+    let bench = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .env("TMPDIR", temp.path())
+            .args(["bench"])
+            .args(args)
+            .output()
+            .expect("running weir bench serve")
+    };
+    let module = module.to_str().unwrap();
+    let args = [
+        "serve",
+        "--events",
+        "20000",
+        "--batch",
+        "1000",
+        "--clients",
+        "3",
+        "--module",
+        module,
+    ];
+    let output = bench(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "20000 events in 20 batches of 1000 from 3 clients",
+        "accepted (durable)",
+        "read by the pipeline",
+        "20000 events)",
+        "p99",
+    ] {
+        assert!(stdout.contains(line), "{line}: {stdout}");
+    }
+    let left: Vec<_> = std::fs::read_dir(temp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the server's directory is removed: {left:?}"
+    );
+    let refused = bench(&["--runs", "2", "serve", "--module", module]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("runs once"));
+}

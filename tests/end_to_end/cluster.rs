@@ -803,3 +803,47 @@ fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_r
     assert!(logs.contains("slice lease lost"), "{logs}");
     assert_exactly_once(&results, &all, &logs);
 }
+
+/// `weir cluster stop`, `start` and `withdraw`: stopped, the workers give every slice up and
+/// run none; started, they take them back from their checkpoints with nothing lost or
+/// repeated; withdrawn, the cluster forgets the pipeline.
+#[test]
+fn a_shared_pipeline_stops_starts_and_is_withdrawn_from_the_command_line() {
+    let cluster = Cluster::start();
+    let url = cluster.server.url.clone();
+    let (eu, us) = input();
+    let workers = cluster.running(["w1", "w2"], &eu[..700], &us[..700]);
+    let command = |action: &str| {
+        let output = weir(&["cluster", action, "--nats", &url, PIPELINE])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{action}: {output:?}");
+    };
+    command("stop");
+    let deadline = Instant::now() + crate::server::PATIENCE;
+    while !cluster.owners().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the slices were never given up: {:?}",
+            cluster.owners()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(cluster.status()["stopped"], true);
+    cluster.publish(&eu[700..], &us[700..]);
+    command("start");
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    assert_exactly_once(&results, &all, &cluster.logs(&["w1", "w2"]));
+    command("withdraw");
+    let output = weir(&["cluster", "status", "--nats", &url, PIPELINE])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no pipeline"),
+        "{output:?}"
+    );
+    workers.into_iter().for_each(kill);
+}

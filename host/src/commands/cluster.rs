@@ -1,4 +1,5 @@
-//! `weir cluster` (deploy, status, rollout, rollback of a shared pipeline) and `weir worker`. Uses
+//! `weir cluster` (deploy, stop, start, withdraw, status, rollout, rollback of a shared
+//! pipeline) and `weir worker`. Uses
 //! the library's `api` and `cluster`.
 
 use std::path::PathBuf;
@@ -65,6 +66,32 @@ pub(crate) enum ClusterAction {
         #[arg(long)]
         operator: Option<String>,
     },
+    /// Stop the pipeline: its workers give every slice up after a final checkpoint, and run
+    /// none until it is started again.
+    Stop {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+    },
+    /// Start a stopped pipeline again: its workers take its slices from their checkpoints.
+    Start {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+    },
+    /// Withdraw the pipeline with everything the cluster keeps of it (its checkpoints too):
+    /// it is stopped first, its slices given up (waiting up to 10 s), then forgotten.
+    Withdraw {
+        /// The NATS server, nats://host:port.
+        #[arg(long)]
+        nats: String,
+        /// The pipeline.
+        pipeline: String,
+    },
     /// Print the pipeline's slices, live workers and who runs each slice, as JSON.
     Status {
         /// The NATS server, nats://host:port.
@@ -101,6 +128,7 @@ pub(crate) struct WorkerArgs {
 
 pub(crate) fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
     args.auth.install()?;
+    let stopping = matches!(args.action, ClusterAction::Stop { .. });
     match args.action {
         ClusterAction::Deploy { nats, spec, slices } => {
             let record = weir::cluster::deploy(&nats, &spec, slices)?;
@@ -138,6 +166,22 @@ pub(crate) fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         } => {
             let routing = weir::cluster::rollback(&nats, &pipeline, operator.as_deref())?;
             eprintln!("weir: routing stored: {}", serde_json::to_string(&routing)?);
+        }
+        ClusterAction::Stop { nats, pipeline } | ClusterAction::Start { nats, pipeline } => {
+            let cluster = weir::cluster::Cluster::connect(&nats)?;
+            cluster.set_stopped(&pipeline, stopping)?;
+            let what = if stopping { "stopped" } else { "started" };
+            eprintln!("weir: pipeline {pipeline} {what}");
+        }
+        ClusterAction::Withdraw { nats, pipeline } => {
+            let cluster = weir::cluster::Cluster::connect(&nats)?;
+            cluster.set_stopped(&pipeline, true)?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline && cluster.holders(&pipeline)? > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            cluster.withdraw(&pipeline)?;
+            eprintln!("weir: pipeline {pipeline} withdrawn");
         }
         ClusterAction::Status { nats, pipeline } => {
             let status = weir::cluster::status(&nats, &pipeline)?;

@@ -734,6 +734,36 @@ fn weir_new_build_and_deploy_refuse_bad_input_with_clear_errors() {
         "{error}"
     );
 
+    // An example that does not hold fails the build and says which result differs; one whose
+    // expected file is missing says so.
+    let expected = dir.join("examples/two-users.expected.jsonl");
+    let right = std::fs::read_to_string(&expected).expect("the example's results");
+    std::fs::write(&expected, right.replace("\"sum\": 7", "\"sum\": 8")).expect("a wrong result");
+    let build = || {
+        let mut build = weir();
+        build
+            .arg("build")
+            .current_dir(&dir)
+            .env("WEIR_TOOLCHAINS", toolchains());
+        build
+    };
+    let error = fails(&mut build());
+    assert!(
+        error.contains("example examples/two-users.jsonl does not hold")
+            && error.contains("\"sum\":8")
+            && error.contains("\"sum\":7"),
+        "{error}"
+    );
+    std::fs::remove_file(&expected).expect("removed");
+    let error = fails(&mut build());
+    assert!(error.contains("is not there"), "{error}");
+    std::fs::write(&expected, right).expect("the right results");
+    let built = succeed("weir build with its example", &mut build());
+    assert!(
+        built.contains("example examples/two-users.jsonl: 3 results as expected"),
+        "{built}"
+    );
+
     // Not a project; a bad project file.
     let error = fails(weir().arg("build").current_dir(empty.path()));
     assert!(error.contains("weir new"), "{error}");

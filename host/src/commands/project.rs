@@ -65,6 +65,10 @@ pub(crate) fn build_project(args: BuildArgs) -> anyhow::Result<()> {
     let out = weir::project::build(&args.dir, args.out.as_deref(), &toolchains)?;
     let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     println!("built {} ({size} bytes)", out.display());
+    let project = weir::project::Project::open(&args.dir)?;
+    for (example, results) in weir::project::check_examples(&project, &out)? {
+        println!("example {example}: {results} results as expected");
+    }
     Ok(())
 }
 

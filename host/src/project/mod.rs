@@ -3,8 +3,10 @@
 //! [`build`] turns one into a component with the language's toolchain (`weir build`), and
 //! [`deploy`] uploads the component to a running `weir serve` (`weir deploy`).
 //!
-//! A leaf of the crate: it depends on `names` and `client` (`weir deploy`'s upload) only, and
-//! nothing in the runtime depends on it.
+//! [`check_examples`] runs the project's own examples through what was built (`weir build`).
+//!
+//! A leaf of the crate: it depends on `names`, `client` (`weir deploy`'s upload), and
+//! `spec` and `pipeline` (the examples' runs); nothing in the runtime depends on it.
 
 use std::path::{Path, PathBuf};
 
@@ -12,11 +14,13 @@ use serde::{Deserialize, Serialize};
 
 pub mod build;
 pub mod deploy;
+pub mod examples;
 pub mod new;
 mod sdk;
 
 pub use build::{Toolchains, build};
 pub use deploy::deploy;
+pub use examples::{Example, check_examples};
 pub use new::new;
 
 /// The project file's name.
@@ -89,6 +93,9 @@ pub struct ProjectFile {
     /// project; Rust projects build their crate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Input events and the results the operator must give for them, checked by `weir build`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
 }
 
 /// A project on disk.
@@ -194,6 +201,13 @@ pub enum ProjectError {
         source: crate::client::ClientError,
     },
     /// Uploading the component failed.
+    #[error("example {example} does not hold: {problem}")]
+    Example {
+        /// The example's input file.
+        example: String,
+        /// What went wrong.
+        problem: String,
+    },
     #[error("deploy to {server} failed: {message}")]
     Deploy {
         /// The server's address.

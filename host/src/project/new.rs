@@ -12,6 +12,18 @@ use super::{Kind, Language, PROJECT_FILE, ProjectError, ProjectFile, sdk, write_
 /// The sample events every new project starts with.
 const SAMPLE_EVENTS: &str = include_str!("../../../examples/tumbling-count-sum/events.jsonl");
 
+/// A new project's example, which `weir build` checks: two users' events over two minutes, and
+/// the count and sum of each user's minute.
+const EXAMPLE_INPUT: &str = "examples/two-users.jsonl";
+const EXAMPLE_EXPECTED: &str = "examples/two-users.expected.jsonl";
+const EXAMPLE_EVENTS: &str = "{\"user\": \"u1\", \"ts\": 1000, \"amount\": 2}\n\
+    {\"user\": \"u2\", \"ts\": 2000, \"amount\": 5}\n\
+    {\"user\": \"u1\", \"ts\": 3000, \"amount\": 3}\n\
+    {\"user\": \"u1\", \"ts\": 61000, \"amount\": 7}\n";
+const EXAMPLE_RESULTS: &str = "{\"key\": \"u1\", \"window_start\": 0, \"window_end\": 60000, \"value\": {\"count\": 2, \"sum\": 5}}\n\
+    {\"key\": \"u2\", \"window_start\": 0, \"window_end\": 60000, \"value\": {\"count\": 1, \"sum\": 5}}\n\
+    {\"key\": \"u1\", \"window_start\": 60000, \"window_end\": 120000, \"value\": {\"count\": 1, \"sum\": 7}}\n";
+
 /// Creates the project `name` in a new directory under `parent` and returns its path.
 pub fn new(parent: &Path, name: &str, language: Language) -> Result<PathBuf, ProjectError> {
     crate::names::check("operator name", name)?;
@@ -24,11 +36,20 @@ pub fn new(parent: &Path, name: &str, language: Language) -> Result<PathBuf, Pro
         language,
         kind: Kind::Aggregate,
         source: None,
+        examples: vec![super::Example {
+            input: EXAMPLE_INPUT.into(),
+            expected: EXAMPLE_EXPECTED.into(),
+            key: "user".into(),
+            timestamp: "ts".into(),
+            window: "1m".into(),
+        }],
     };
     let project_toml = toml::to_string(&project).expect("a project file serialises");
     write_file(&dir.join(PROJECT_FILE), project_toml.as_bytes())?;
     write_file(&dir.join("pipeline.toml"), pipeline_spec(name).as_bytes())?;
     write_file(&dir.join("events.jsonl"), SAMPLE_EVENTS.as_bytes())?;
+    write_file(&dir.join(EXAMPLE_INPUT), EXAMPLE_EVENTS.as_bytes())?;
+    write_file(&dir.join(EXAMPLE_EXPECTED), EXAMPLE_RESULTS.as_bytes())?;
     write_file(&dir.join(".gitignore"), b"build/\n")?;
     write_file(&dir.join("README.md"), readme(name, language).as_bytes())?;
     for (path, contents) in sources(name, language)? {

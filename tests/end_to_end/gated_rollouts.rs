@@ -181,9 +181,14 @@ fn a_candidate_within_its_tolerance_passes_every_step_and_promotes_itself() {
         ]
     );
     // Compared on enough windows where it served, all within the tolerance.
-    let judged = &timeline[1]["gates"][0];
-    assert_eq!(judged["gate"], "shadow_diff_rate");
-    assert_eq!(judged["value"], 0.0, "{judged}");
+    // Judged where the candidate served enough keys (how many windows a step's hold sees
+    // depends on the machine's load): no difference beyond the tolerance.
+    let judged: Vec<&Value> = (timeline.iter())
+        .map(|step| &step["gates"][0])
+        .filter(|gate| gate["gate"] == "shadow_diff_rate" && !gate["value"].is_null())
+        .collect();
+    assert!(!judged.is_empty(), "{timeline:?}");
+    assert!(judged.iter().all(|gate| gate["value"] == 0.0), "{judged:?}");
     server.wait_for_routing(PIPELINE, "the promotion to apply", |r| r["live"] == "1.1.0");
 }
 

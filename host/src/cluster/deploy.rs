@@ -96,8 +96,8 @@ pub struct Shared<'a> {
 }
 
 /// Shares `shared` through `connection` (see [`deploy`]); the record as stored. A pipeline
-/// shared again keeps the other versions' components a rollout added, and starts running if it
-/// was stopped.
+/// shared again keeps the other versions' components a rollout added, and stays stopped if it
+/// was (`weir cluster start` or the server's start resume it).
 pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineRecord> {
     let spec = shared.spec;
     check_name("pipeline name", &spec.name)?;
@@ -108,6 +108,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
         Err(e) => return Err(e),
     };
     let slices = slice_count(spec, shared.slices, existing.as_ref())?;
+    let stopped = existing.as_ref().is_some_and(|e| e.stopped);
     let mut code = existing.map(|e| e.code).unwrap_or_default();
     for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
         if matches!(operator.code, OperatorCode::Native(_)) {
@@ -133,7 +134,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
         json: shared.json,
         slices,
         code,
-        stopped: false,
+        stopped,
         references,
     };
     store_record(connection, &record)?;

@@ -100,8 +100,12 @@ pub(super) fn forget(connection: &Connection, pipeline: &str, slice: usize) -> R
     let fail = |e: NatsFailure| connection.error(&format!("deleting object store {name}"), e);
     let jetstream = &connection.jetstream;
     let there = connection.block_on(super::timed(jetstream.get_object_store(&name)));
-    if !matches!(there, Ok(Ok(_))) {
-        return Ok(()); // none (or the server is away, and the delete below would fail too)
+    match there {
+        Ok(Ok(_)) => {}
+        // The server answered that there is none.
+        Ok(Err(e)) if e.to_string().contains("not found") => return Ok(()),
+        Ok(Err(e)) => return Err(fail(NatsFailure::client(e))),
+        Err(elapsed) => return Err(fail(elapsed.into())),
     }
     connection
         .block_on(super::timed(jetstream.delete_object_store(&name)))

@@ -218,7 +218,9 @@ impl Worker {
                 self.give_up(slice);
             }
         }
-        if record.spec != self.record.spec || record.json != self.record.json {
+        let changed = record.spec != self.record.spec || record.json != self.record.json;
+        let mut taken = true;
+        if changed {
             match shared_spec(&self.connection, &record, &self.dir, &self.code) {
                 Ok(spec) if record.slices == self.record.slices => {
                     info!(worker = %self.id, "pipeline spec changed; slices taken from now run it");
@@ -229,15 +231,20 @@ impl Worker {
                     self.spec = spec;
                 }
                 Ok(_) => {
-                    warn!(worker = %self.id, "the record's slice count changed; restart the worker")
+                    taken = false;
+                    warn!(worker = %self.id, "the record's slice count changed; restart the worker");
                 }
-                Err(e) => warn!(worker = %self.id, error = %e, "cannot take up the changed spec"),
+                Err(e) => {
+                    // Looked at again at the next beat.
+                    taken = false;
+                    warn!(worker = %self.id, error = %e, "cannot take up the changed spec");
+                }
             }
         }
         let stopped = record.stopped;
         self.record.stopped = stopped;
         self.record.code = record.code;
-        if record.slices == self.record.slices {
+        if taken {
             self.record.spec = record.spec;
             self.record.json = record.json;
         }

@@ -128,10 +128,11 @@ pub(crate) fn bench_serve(shape: &ServeShape, module: &Path) -> anyhow::Result<(
     Ok(())
 }
 
-/// Starts `weir serve` on a free loopback port with tokens of its own; its address.
+/// Starts `weir serve` on a free loopback port with tokens of its own (killed, and its
+/// directory removed, however this ends).
 fn start_server() -> anyhow::Result<Served> {
     let dir = std::env::temp_dir().join(format!("weir-bench-serve-{}", std::process::id()));
-    let mut child = Command::new(std::env::current_exe()?)
+    let child = Command::new(std::env::current_exe()?)
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(&dir)
         .env("WEIR_ADMIN_TOKEN", ADMIN)
@@ -140,23 +141,32 @@ fn start_server() -> anyhow::Result<Served> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting weir serve")?;
-    let stderr = child.stderr.take().context("weir serve's standard error")?;
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let address = loop {
-        let Some(line) = lines.next().transpose()? else {
-            anyhow::bail!("weir serve ended before it listened");
-        };
-        if let Some(address) = line.strip_prefix("weir: listening on ") {
-            break address.trim().to_owned();
-        }
-    };
-    // Drained from now on, so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(Served {
+    let mut served = Served {
         child,
         dir,
-        base: address,
-    })
+        base: String::new(),
+    };
+    let stderr = served
+        .child
+        .stderr
+        .take()
+        .context("weir serve's standard error")?;
+    let (tell, told) = std::sync::mpsc::channel();
+    // Read (and drained) on a thread of its own, so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(address) = line.strip_prefix("weir: listening on ") {
+                let _ = tell.send(address.trim().to_owned());
+            }
+        }
+    });
+    served.base = told
+        .recv_timeout(Duration::from_secs(30))
+        .context("weir serve did not listen within 30 s")?;
+    Ok(served)
 }
 
 /// The events as JSON Lines bodies of `batch` events each.

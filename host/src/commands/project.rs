@@ -66,6 +66,7 @@ pub(crate) fn build_project(args: BuildArgs) -> anyhow::Result<()> {
     let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     println!("built {} ({size} bytes)", out.display());
     let project = weir::project::Project::open(&args.dir)?;
+    weir::operator::WasmRuntime::use_memory_images(false);
     for (example, results) in weir::project::check_examples(&project, &out)? {
         println!("example {example}: {results} results as expected");
     }

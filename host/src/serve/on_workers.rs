@@ -105,11 +105,21 @@ pub fn stop(managed: &Managed) -> Result<(), RequestError> {
 pub fn withdraw(spec: &PipelineSpec) -> Result<(), RequestError> {
     let cluster = cluster_of(spec)?;
     match cluster.set_stopped(&spec.name, true) {
-        Err(crate::cluster::ClusterError::Unknown(_)) => return Ok(()), // never shared
+        // Never shared, or a withdrawal cut short: what is left goes all the same.
+        Err(crate::cluster::ClusterError::Unknown(_)) => {}
         other => other?,
     }
     let deadline = Instant::now() + GIVE_UP_WAIT;
-    while Instant::now() < deadline && cluster.holders(&spec.name)? > 0 {
+    while cluster.holders(&spec.name)? > 0 {
+        if Instant::now() >= deadline {
+            // A slice still held would upload its final checkpoint after its store is gone.
+            return Err(RequestError::Unavailable(format!(
+                "pipeline {:?}: its workers still hold slices after {} s; DELETE it again once \
+                 they have given them up",
+                spec.name,
+                GIVE_UP_WAIT.as_secs()
+            )));
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     cluster.withdraw(&spec.name)?;

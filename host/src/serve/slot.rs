@@ -409,6 +409,7 @@ impl Slot {
             }
             let requested = managed.routing();
             inner.on_workers = true;
+            inner.analysis = None;
             inner.requested = requested;
             return Ok(());
         }
@@ -448,6 +449,7 @@ impl Slot {
         inner.watch = RateWatch::default();
         inner.requested = requested;
         inner.failure = None;
+        inner.analysis = None;
         Ok(())
     }
 
@@ -577,6 +579,8 @@ impl Slot {
         }
         // The workers go on without this server (a shutdown is not a stop).
         inner.on_workers = false;
+        // A gated step is held again from the next start: its evidence is that run's.
+        inner.analysis = None;
         if inner.thread.is_none() {
             return Ok(false);
         }
@@ -755,7 +759,11 @@ impl Slot {
                 .as_ref()
                 .ok()
                 .map(|m| m.desired.routed.clone());
-            let applied = inner.control.as_ref().and_then(|c| c.applied());
+            // The workers' routing is the one sent to them.
+            let applied = match inner.on_workers {
+                true => inner.requested.clone(),
+                false => inner.control.as_ref().and_then(|c| c.applied()),
+            };
             let pending =
                 Self::is_running(&inner) && inner.requested.is_some() && inner.requested != applied;
             if last.is_some_and(|last| last != plan.operator) && pending {
@@ -765,6 +773,17 @@ impl Slot {
                         .into(),
                 ));
             }
+        }
+        let unjudged = (plan.analysis.as_ref()).is_some_and(|a| {
+            a.gates.max_dead_letter_rate.is_some() || a.gates.max_late_ratio.is_some()
+        });
+        if unjudged && self.on_workers()? {
+            return Err(RequestError::Invalid(
+                "gates.max_dead_letter_rate and max_late_ratio are not judged for a pipeline on \
+                 workers (this server does not see their dead letters and late events): use the \
+                 other gates"
+                    .into(),
+            ));
         }
         self.steer(registry, |managed| managed.rollout(plan, registry))
     }

@@ -55,6 +55,9 @@ pub fn digest_of(bytes: &[u8]) -> String {
     format!("sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(bytes))
 }
 
+/// See [`WasmRuntime::use_memory_images`].
+static MEMORY_IMAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 impl WasmRuntime {
     /// The shared runtime, created on first use with its epoch ticker.
     pub fn shared() -> std::result::Result<WasmRuntime, LoadError> {
@@ -67,9 +70,18 @@ impl WasmRuntime {
             .map_err(|e| LoadError::Engine(e.to_string()))
     }
 
+    /// Whether instances start from copy-on-write memory images (the default: faster
+    /// instantiation). Call before the runtime is first used; `weir build` turns them off for
+    /// its short example runs, where sealing an image's memfd can fail with `EBUSY` while the
+    /// kernel waits out page references.
+    pub fn use_memory_images(on: bool) {
+        MEMORY_IMAGES.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn new() -> wasmtime::Result<WasmRuntime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        config.memory_init_cow(MEMORY_IMAGES.load(std::sync::atomic::Ordering::Relaxed));
         config.epoch_interruption(true);
         // Traps are reported by their cause; a symbolised backtrace per trap would cost far
         // more than the trap itself when a guest traps on every event of some keys.

@@ -56,12 +56,21 @@ impl Slot {
             return Ok(());
         };
         if analysis.step >= plan.steps.len() {
-            return Ok(()); // every step passed: promoted, or waiting to be
+            // Every step passed: waiting to be promoted by hand, or (a promotion that failed)
+            // promoted now.
+            if analysis.promote {
+                let version = with_managed(inner, |m| m.promote(resolving))?;
+                info!(pipeline = %self.name, %version, "promoted after every step passed its gates");
+            }
+            return Ok(());
         }
         let Some(figures) = figures(inner, plan, polled) else {
             return Ok(());
         };
-        let fresh = !matches!(&inner.analysis, Some(watch) if watch.step == analysis.step);
+        // A new step, or counters that went down (a slice restarted on another worker): the
+        // evidence is counted from now.
+        let fresh = !matches!(&inner.analysis, Some(watch)
+            if watch.step == analysis.step && !went_down(&figures, &watch.base));
         if fresh {
             inner.analysis = applied(inner).then(|| StepWatch {
                 step: analysis.step,
@@ -127,6 +136,17 @@ impl Slot {
         }
         keys
     }
+}
+
+/// Whether any counter of `now` is below `base`'s.
+fn went_down(now: &Evidence, base: &Evidence) -> bool {
+    let below = |now: &CounterSnapshot, base: &CounterSnapshot| {
+        now.calls < base.calls
+            || now.shadow_compared < base.shadow_compared
+            || now.shadow_differed < base.shadow_differed
+            || now.timed_calls < base.timed_calls
+    };
+    below(&now.candidate, &base.candidate) || below(&now.live, &base.live)
 }
 
 fn with_managed<T>(

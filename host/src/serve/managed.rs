@@ -85,7 +85,7 @@ pub struct Desired {
 }
 
 /// One pipeline's spec and desired state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Managed {
     /// Its name.
     pub name: String,

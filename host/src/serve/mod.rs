@@ -629,6 +629,10 @@ impl Server {
             slot.append_timers();
             slot.truncate_log();
             slot.tick(self.resolving());
+            if slot.take_sync_due() {
+                let (slot, registry) = (slot.clone(), self.registry.clone());
+                std::thread::spawn(move || slot.sync_workers(&registry));
+            }
             slot.restart_if_due(&self.registry);
         }
     }

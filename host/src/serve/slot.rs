@@ -71,6 +71,8 @@ struct Inner {
     on_workers: bool,
     /// The step of a gated rollout being held.
     analysis: Option<analysis::StepWatch>,
+    /// A pipeline on workers whose routing the tick changed: to be sent by `sync_workers`.
+    sync_due: bool,
 }
 
 /// One pipeline of the server.
@@ -102,6 +104,8 @@ pub struct Slot {
     holds: std::sync::atomic::AtomicUsize,
     /// When the counters of a pipeline on workers were last asked for (`poll_workers`).
     polled: Mutex<Option<Instant>>,
+    /// A `sync_workers` is running.
+    syncing: std::sync::atomic::AtomicBool,
 }
 
 mod analysis;
@@ -222,6 +226,7 @@ impl Slot {
                 requested: None,
                 on_workers: false,
                 analysis: None,
+                sync_due: false,
             }),
             results: tokio::sync::broadcast::channel(RESULT_BUFFER).0,
             ingest: Mutex::new(None),
@@ -234,6 +239,7 @@ impl Slot {
             store_turn: Mutex::new(()),
             holds: std::sync::atomic::AtomicUsize::new(0),
             polled: Mutex::new(None),
+            syncing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -719,7 +725,7 @@ impl Slot {
         let routing = managed.routing();
         inner.watch = RateWatch::default();
         inner.analysis = None;
-        Self::push_routing(&mut inner, routing, registry)
+        Self::push_routing(&mut inner, routing, Some(registry))
     }
 
     /// Sends `routing` to the run if it is not what was asked for last: to this server's run,
@@ -727,7 +733,7 @@ impl Slot {
     fn push_routing(
         inner: &mut Inner,
         routing: Option<Routing>,
-        registry: &Registry,
+        registry: Option<&Registry>,
     ) -> Result<(), RequestError> {
         let Some(routing) = routing else {
             return Ok(());
@@ -736,9 +742,13 @@ impl Slot {
             return Ok(());
         }
         if inner.on_workers {
-            if let Ok(managed) = &inner.managed {
-                on_workers::share(managed, registry, managed.desired.running)?;
-            }
+            // Without a registry (the tick): left to `sync_workers`, off the slot's lock and
+            // off the tick, which a NATS server that does not answer would hold up.
+            let (Some(registry), Ok(managed)) = (registry, &inner.managed) else {
+                inner.sync_due = true;
+                return Ok(());
+            };
+            on_workers::share(managed, registry, managed.desired.running)?;
         } else if let Some(control) = &inner.control {
             control.request(routing.clone());
         } else {
@@ -806,7 +816,6 @@ impl Slot {
     /// Follows the rollout schedule and the automatic rollback policy (a pipeline on workers:
     /// the schedule only, as the workers do not report their traps here yet).
     pub fn tick(&self, resolving: (&Registry, &super::NatsServers)) {
-        let registry = resolving.0;
         let polled = self.poll_workers();
         let Ok(mut inner) = self.inner.try_lock() else {
             return; // busy: the next tick comes soon
@@ -823,14 +832,14 @@ impl Slot {
             return;
         };
         let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
-        if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+        if let Err(e) = Self::push_routing(&mut inner, routing, None) {
             warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
         }
         if let Err(e) = self.judge_step(&mut inner, &plan, polled.as_ref(), resolving) {
             warn!(pipeline = %self.name, error = %e, "could not judge the rollout's step");
         }
         let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
-        if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+        if let Err(e) = Self::push_routing(&mut inner, routing, None) {
             warn!(pipeline = %self.name, error = %e, "could not send the rollout's next step");
         }
         let key = plan.counter_key();
@@ -849,10 +858,40 @@ impl Slot {
                 warn!(pipeline = %self.name, error = %e, "could not record the rollback");
             }
             let routing = inner.managed.as_ref().ok().and_then(Managed::routing);
-            if let Err(e) = Self::push_routing(&mut inner, routing, registry) {
+            if let Err(e) = Self::push_routing(&mut inner, routing, None) {
                 warn!(pipeline = %self.name, error = %e, "could not send the rollback");
             }
         }
+    }
+
+    /// Whether a pipeline on workers has a routing to send (see [`Slot::sync_workers`]), and
+    /// no sync is running: the caller then runs one (off the tick).
+    pub fn take_sync_due(&self) -> bool {
+        let Ok(mut inner) = self.inner.try_lock() else {
+            return false;
+        };
+        let due = std::mem::take(&mut inner.sync_due);
+        due && !self.syncing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Sends a pipeline on workers its desired state (spec, components, routing, running or
+    /// not) with none of the slot's locks held, after [`Slot::take_sync_due`] said so; due
+    /// again at the next tick if the cluster did not take it.
+    pub fn sync_workers(&self, registry: &Registry) {
+        let copy = match &self.lock().managed {
+            Ok(managed) if on_workers::placed_on_workers(managed) => Some(managed.clone()),
+            _ => None,
+        };
+        if let Some(managed) = copy {
+            match on_workers::share(&managed, registry, managed.desired.running) {
+                Ok(()) => self.lock().requested = managed.routing(),
+                Err(e) => {
+                    warn!(pipeline = %self.name, error = %e, "could not send the workers' routing");
+                    self.lock().sync_due = true;
+                }
+            }
+        }
+        self.syncing.store(false, Ordering::Release);
     }
 
     /// For a pipeline on workers with a rollout in progress, at most once per

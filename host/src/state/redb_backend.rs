@@ -337,6 +337,29 @@ impl RedbStore {
         Ok(out)
     }
 
+    /// Visits the rows of `windows` (or of `state`) whose keys lie in `[start, end)`, in key
+    /// order, one at a time (none is kept), until `visit` returns false.
+    pub fn visit(
+        &self,
+        windows: bool,
+        (start, end): (&[u8], &[u8]),
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = match txn.open_table(if windows { WINDOWS } else { STATE }) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(e) => return Err(self.corrupt(e)),
+        };
+        for row in table.range(start..end).map_err(|e| self.corrupt(e))? {
+            let (key, value) = row.map_err(|e| self.corrupt(e))?;
+            if !visit(key.value(), value.value()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Rows of `windows` (or of `state`) whose keys lie in `[start, end)`.
     pub fn scan(&self, windows: bool, start: &[u8], end: &[u8]) -> Result<Vec<TableRow>> {
         let txn = self.db.begin_read().map_err(|e| self.error(e))?;

@@ -134,16 +134,17 @@ pub(super) fn remove_leftover_sandboxes(dir: &Path) {
 static REPLAYING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The turn of the one replay running.
-struct Turn;
+pub(super) struct Turn;
 
 impl Turn {
-    fn take() -> Result<Turn, RequestError> {
+    pub(super) fn take() -> Result<Turn, RequestError> {
         REPLAYING
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .map(|_| Turn)
             .map_err(|_| {
                 RequestError::Busy(
-                    "another replay is running (one at a time); retry after it".into(),
+                    "another replay or verification is running (one at a time); retry after it"
+                        .into(),
                 )
             })
     }

@@ -1,8 +1,9 @@
 //! Verified uploads: a migration dry run of a candidate version over a real savepoint. The
 //! savepoint is copied into a sandbox beside the pipelines (removed afterwards; a crash leaves
 //! it to the next start's clean-up, as a replay's), and the candidate's `migrate` is called on
-//! every state scope of the pipeline's aggregate that another version wrote, in the sandbox's
-//! limits; the first that fails is the counterexample (its key, window, the state as it was
+//! every state scope of the pipeline's aggregate that another version wrote (read row by row,
+//! one dry run or replay at a time), in the sandbox's limits; the first that fails is the
+//! counterexample (its key, window, the state as it was
 //! and the error), and the version is refused. Nothing of the live pipeline is touched.
 //!
 //! Depends on `checkpoint`, `operator` and `state`.
@@ -10,7 +11,7 @@
 use std::sync::Arc;
 
 use super::Slot;
-use super::replay::{SANDBOX_PREFIX, Sandbox, sandbox_nonce};
+use super::replay::{SANDBOX_PREFIX, Sandbox, Turn, sandbox_nonce};
 use crate::operator::{AggregateCode, Limits, Projection, Scope, WasmOperator};
 use crate::serve::RequestError;
 use crate::state::{Namespace, RedbStore, StateKey};
@@ -40,6 +41,8 @@ impl Slot {
         }
         let index = spec.enrichers.len() as u16;
         self.find_savepoint(savepoint)?;
+        // One sandboxed run at a time, replays included.
+        let _turn = Turn::take()?;
         let pipelines = self
             .dir
             .parent()
@@ -51,24 +54,25 @@ impl Slot {
         )));
         crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &sandbox.0, "verify")?;
         let store = RedbStore::open(&sandbox.0)?;
-        let rows = store.scan(false, &[], &[0xff; 3])?;
         let mut instance = candidate.instantiate(Limits::default(), Projection::All)?;
         let (mut scopes, mut migrated, mut skipped) = (0usize, 0usize, 0usize);
-        for row in rows {
-            let Some(key) = StateKey::decode(&row.key).filter(|k| k.operator == index) else {
-                continue;
-            };
-            let Ok(state) = crate::state::decode_scope(&row.value) else {
-                continue;
+        let mut refused: Option<String> = None;
+        // Row by row: a savepoint's state is not read into memory at once.
+        store.visit(false, (&[], &[0xff; 3]), |row_key, value| {
+            let Some(key) = StateKey::decode(row_key).filter(|k| k.operator == index) else {
+                return true;
             };
             scopes += 1;
-            let Some(from) = state.written_by.clone().filter(|by| by != version) else {
-                continue;
-            };
             if migrated >= MAX_VERIFIED_SCOPES {
                 skipped += 1;
-                continue;
+                return true;
             }
+            let Ok(state) = crate::state::decode_scope(value) else {
+                return true;
+            };
+            let Some(from) = state.written_by.clone().filter(|by| by != version) else {
+                return true;
+            };
             let before = serde_json::to_value(&state).unwrap_or_default();
             let mut scope = Scope {
                 key: Arc::clone(&key.key),
@@ -79,14 +83,19 @@ impl Slot {
                     Namespace::Window { start, end } => format!(", window [{start}, {end})"),
                     Namespace::Global => String::new(),
                 };
-                return Err(RequestError::Invalid(format!(
+                refused = Some(format!(
                     "{operator}@{version} was refused: its migrate failed on savepoint \
                      {savepoint:?} of pipeline {:?}: key {:?}{window}, state written by {from}: \
                      {before}; {error}",
                     self.name, &*key.key
-                )));
+                ));
+                return false;
             }
             migrated += 1;
+            true
+        })?;
+        if let Some(refused) = refused {
+            return Err(RequestError::Invalid(refused));
         }
         Ok(serde_json::json!({
             "pipeline": self.name,

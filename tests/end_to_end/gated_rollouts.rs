@@ -24,6 +24,15 @@ fn window_events(window: i64) -> Vec<crate::reference::Ev> {
         .collect()
 }
 
+/// Uploads count-sum 1.0.0 and 1.1.0 (sums capped at 100) and starts the test pipeline on
+/// 1.0.0.
+fn with_both_versions(server: &Server) {
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    let capped = crate::support::guest("count-sum-capped");
+    server.upload_ok("count-sum", "1.1.0", &capped);
+    create_and_start(server);
+}
+
 /// A server with count-sum 1.0.0 live and 1.1.0 (sums capped at 100) uploaded, and a thread
 /// sending ten windows' events a second until this is dropped (a failed assertion too, so the
 /// server it holds goes with it).
@@ -38,13 +47,7 @@ impl Feeding {
     pub(crate) fn start() -> Feeding {
         let dir = tempfile::tempdir().unwrap();
         let server = Arc::new(Server::start(dir.path()));
-        server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-        server.upload_ok(
-            "count-sum",
-            "1.1.0",
-            &crate::support::guest("count-sum-capped"),
-        );
-        create_and_start(&server);
+        with_both_versions(&server);
         let stop = Arc::new(AtomicBool::new(false));
         let feeder = std::thread::spawn({
             let (server, stop) = (server.clone(), stop.clone());
@@ -196,13 +199,7 @@ fn a_candidate_within_its_tolerance_passes_every_step_and_promotes_itself() {
 fn absurd_gates_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    server.upload_ok(
-        "count-sum",
-        "1.1.0",
-        &crate::support::guest("count-sum-capped"),
-    );
-    create_and_start(&server);
+    with_both_versions(&server);
     let path = format!("/v1/pipelines/{PIPELINE}/rollout");
     let refused = |what: &str, request: Value, fragment: &str| {
         let error = server.expect_error(what, server.post_json(&path, Some(ADMIN), &request), 400);

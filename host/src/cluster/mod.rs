@@ -103,6 +103,17 @@ pub enum ClusterError {
     /// A stored record or component is damaged or does not match its digest.
     #[error("damaged shared data: {0}")]
     Damaged(String),
+    /// Workers still hold slices of a pipeline being withdrawn.
+    #[error(
+        "pipeline {pipeline:?}: its workers still hold slices after {seconds} s; withdraw it \
+         again once they have given them up"
+    )]
+    StillHeld {
+        /// The pipeline.
+        pipeline: String,
+        /// How long the withdrawal waited.
+        seconds: u64,
+    },
 }
 
 /// Why a request to the NATS server failed (the source of [`ClusterError::Nats`]).
@@ -239,8 +250,26 @@ impl Cluster {
         deploy::set_stopped(&self.connection, name, stopped)
     }
 
-    /// Withdraws a shared pipeline with its checkpoints (see [`deploy::withdraw`]).
-    pub fn withdraw(&self, name: &str) -> Result<()> {
+    /// Stops a shared pipeline, waits up to `wait` for its workers to give every slice up
+    /// (a slice still held would upload its final checkpoint after its store is gone:
+    /// [`ClusterError::StillHeld`] then), and withdraws it with its checkpoints (see
+    /// [`deploy::withdraw`]). A pipeline not shared, or a withdrawal cut short, is withdrawn
+    /// all the same.
+    pub fn withdraw(&self, name: &str, wait: Duration) -> Result<()> {
+        match self.set_stopped(name, true) {
+            Err(ClusterError::Unknown(_)) => {}
+            other => other?,
+        }
+        let deadline = std::time::Instant::now() + wait;
+        while self.holders(name)? > 0 {
+            if std::time::Instant::now() >= deadline {
+                return Err(ClusterError::StillHeld {
+                    pipeline: name.to_owned(),
+                    seconds: wait.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         deploy::withdraw(&self.connection, name)
     }
 

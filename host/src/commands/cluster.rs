@@ -175,12 +175,7 @@ pub(crate) fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
         }
         ClusterAction::Withdraw { nats, pipeline } => {
             let cluster = weir::cluster::Cluster::connect(&nats)?;
-            cluster.set_stopped(&pipeline, true)?;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while std::time::Instant::now() < deadline && cluster.holders(&pipeline)? > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            cluster.withdraw(&pipeline)?;
+            cluster.withdraw(&pipeline, std::time::Duration::from_secs(10))?;
             eprintln!("weir: pipeline {pipeline} withdrawn");
         }
         ClusterAction::Status { nats, pipeline } => {

@@ -134,6 +134,7 @@ impl From<crate::cluster::ClusterError> for RequestError {
     fn from(error: crate::cluster::ClusterError) -> Self {
         use crate::cluster::ClusterError as E;
         match error {
+            E::StillHeld { .. } => RequestError::Unavailable(error.to_string()),
             E::Nats { .. } => RequestError::Unavailable(format!(
                 "the cluster cannot be reached: {error}; the request was not carried out, retry \
                  it once the NATS server answers"

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Managed, RequestError};
 use crate::cluster::{Cluster, Shared};
@@ -103,27 +103,7 @@ pub fn stop(managed: &Managed) -> Result<(), RequestError> {
 /// Stops the pipeline, waits (at most [`GIVE_UP_WAIT`]) for its workers to give its slices up,
 /// then withdraws it with its checkpoints.
 pub fn withdraw(spec: &PipelineSpec) -> Result<(), RequestError> {
-    let cluster = cluster_of(spec)?;
-    match cluster.set_stopped(&spec.name, true) {
-        // Never shared, or a withdrawal cut short: what is left goes all the same.
-        Err(crate::cluster::ClusterError::Unknown(_)) => {}
-        other => other?,
-    }
-    let deadline = Instant::now() + GIVE_UP_WAIT;
-    while cluster.holders(&spec.name)? > 0 {
-        if Instant::now() >= deadline {
-            // A slice still held would upload its final checkpoint after its store is gone.
-            return Err(RequestError::Unavailable(format!(
-                "pipeline {:?}: its workers still hold slices after {} s; DELETE it again once \
-                 they have given them up",
-                spec.name,
-                GIVE_UP_WAIT.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    cluster.withdraw(&spec.name)?;
-    Ok(())
+    Ok(cluster_of(spec)?.withdraw(&spec.name, GIVE_UP_WAIT)?)
 }
 
 /// The last sequence of the stream `source` reads, on its subjects, now (0: none).

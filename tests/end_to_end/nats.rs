@@ -35,29 +35,37 @@ impl NatsServer {
 
     /// A server started with `extra` options as well (e.g. a user and password).
     pub(crate) fn start_with(extra: &[&str]) -> NatsServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let store = tempfile::tempdir().unwrap();
         let extra: Vec<String> = extra.iter().map(|option| option.to_string()).collect();
-        let child = Self::spawn(port, store.path(), &extra);
-        NatsServer {
-            child,
-            url: format!("nats://127.0.0.1:{port}"),
-            _store: store,
-            extra,
+        // The free port is found by binding and releasing it, so another test may take it
+        // before the server binds it; the server then exits and another port is tried.
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if let Some(child) = Self::spawn(port, store.path(), &extra) {
+                return NatsServer {
+                    child,
+                    url: format!("nats://127.0.0.1:{port}"),
+                    _store: store,
+                    extra,
+                };
+            }
         }
+        panic!("nats-server did not start on any of five free ports");
     }
 
-    fn spawn(port: u16, store: &std::path::Path, extra: &[String]) -> Child {
+    /// Starts the server on `port` and waits until it greets a client as a NATS server does
+    /// (an accepted connection alone may be another test's listener); `None` when it exited.
+    fn spawn(port: u16, store: &std::path::Path, extra: &[String]) -> Option<Child> {
         // Debian puts it in /usr/sbin, which a user's PATH may leave out.
         let program = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server"]
             .into_iter()
             .find(|path| std::path::Path::new(path).exists())
             .unwrap_or("nats-server");
-        let child = Command::new(program)
+        let mut child = Command::new(program)
             .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(store)
             .args(extra)
@@ -65,12 +73,17 @@ impl NatsServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server is installed (make setup installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            if greets_as_nats(port) {
+                return Some(child);
+            }
             assert!(Instant::now() < deadline, "nats-server did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        child
     }
 
     /// Stops the server gracefully (its streams are kept on disk), waits `away`, and starts it
@@ -81,8 +94,20 @@ impl NatsServer {
         self.child.wait().unwrap();
         std::thread::sleep(away);
         let port: u16 = self.url.rsplit(':').next().unwrap().parse().unwrap();
-        self.child = Self::spawn(port, self._store.path(), &self.extra);
+        self.child = Self::spawn(port, self._store.path(), &self.extra)
+            .expect("nats-server starts again on its port");
     }
+}
+
+/// Whether what listens on `port` sends a NATS server's `INFO` greeting.
+fn greets_as_nats(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut greeting = [0u8; 5];
+    stream.read_exact(&mut greeting).is_ok() && &greeting == b"INFO "
 }
 
 impl Drop for NatsServer {
@@ -178,7 +203,19 @@ impl Client {
     /// Connects with `options` (credentials, a certificate authority).
     pub(crate) fn connect_with(url: &str, options: async_nats::ConnectOptions) -> Client {
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let client = runtime.block_on(options.connect(url)).unwrap();
+        // A server busy starting (the whole suite starts at once) may miss the client's first
+        // connection timeout: try again for half a minute.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            match runtime.block_on(options.clone().connect(url)) {
+                Ok(client) => break client,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("connecting to {url} again after: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("cannot connect to {url}: {e}"),
+            }
+        };
         let _inside = runtime.enter();
         Client {
             runtime,

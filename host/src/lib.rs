@@ -52,6 +52,7 @@ pub mod operator;
 pub mod pipeline;
 pub mod prefetch;
 pub mod project;
+pub mod repro;
 pub mod rollout;
 pub mod serve;
 pub mod source;

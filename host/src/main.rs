@@ -38,6 +38,9 @@ enum Command {
     Deploy(DeployArgs),
     /// Replay a served pipeline's recorded input through two operator versions, side by side.
     Replay(ReplayArgs),
+    /// Write a test in the operator's language that reproduces one row of a served pipeline
+    /// (a result, shadow result, replay row or dead letter): passes on the live version, fails on the candidate.
+    Repro(ReproArgs),
     /// Share a pipeline among `weir worker` processes through a NATS server: deploy, status.
     Cluster(ClusterArgs),
     /// Run a share of a pipeline deployed with `weir cluster deploy`, with other workers.
@@ -85,6 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run_pipeline(args),
         Command::Savepoint(args) => savepoint(args),
         Command::Replay(args) => replay(args),
+        Command::Repro(args) => repro(args),
         Command::Cluster(args) => cluster(args),
         Command::Worker(args) => worker(args),
         Command::Serve(args) => serve(*args),

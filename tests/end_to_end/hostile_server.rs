@@ -357,6 +357,7 @@ fn every_route_answers_by_its_scope() {
         ("post", "/v1/pipelines/{name}/rollback", Some("admin")),
         ("post", "/v1/pipelines/{name}/promote", Some("admin")),
         ("post", "/v1/pipelines/{name}/replay", Some("admin")),
+        ("post", "/v1/pipelines/{name}/repro", Some("admin")),
         ("post", "/v1/pipelines/{name}/savepoints", Some("admin")),
         ("get", "/v1/pipelines/{name}/savepoints", Some("read")),
         (

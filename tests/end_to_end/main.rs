@@ -26,6 +26,7 @@ mod quotas;
 mod recovery;
 mod reference;
 mod replay;
+mod repro;
 mod routes;
 mod savepoints;
 mod serve;

@@ -27,12 +27,12 @@ const LANGUAGES: [&str; 2] = ["python", "js"];
 /// The examples written in every language.
 const EXAMPLES: [&str; 3] = ["tumbling-count-sum", "session-summary", "enrich-customers"];
 
-fn weir() -> Command {
+pub(crate) fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
 }
 
 /// The toolchain directory `make toolchains` fills.
-fn toolchains() -> PathBuf {
+pub(crate) fn toolchains() -> PathBuf {
     std::env::var_os("WEIR_TOOLCHAINS")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/toolchains"))
@@ -589,7 +589,7 @@ fn a_compiled_component_is_cached_on_disk_and_a_damaged_entry_is_recompiled() {
 // The operator workflow: weir new, weir build, weir run, weir deploy.
 // ---------------------------------------------------------------------------------------------
 
-fn succeed(what: &str, command: &mut Command) -> String {
+pub(crate) fn succeed(what: &str, command: &mut Command) -> String {
     let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     let printed = format!(
         "{}{}",
@@ -601,7 +601,7 @@ fn succeed(what: &str, command: &mut Command) -> String {
 }
 
 /// The project's own unit tests, as its README tells the user to run them.
-fn project_test(language: &str, dir: &Path) -> Command {
+pub(crate) fn project_test(language: &str, dir: &Path) -> Command {
     let mut command = match language {
         "python" => {
             let mut c = Command::new("python3");

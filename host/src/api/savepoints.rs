@@ -1,6 +1,6 @@
-//! `/v1/pipelines/{name}/savepoints` and `/replay`: take, list and delete a pipeline's
-//! savepoints, create a new pipeline from one, and replay its recorded input through two
-//! versions. Request and response shapes live here; what they do is `serve`'s. Depends on
+//! `/v1/pipelines/{name}/savepoints`, `/replay` and `/repro`: take, list and delete a
+//! pipeline's savepoints, create a new pipeline from one, replay its recorded input through two
+//! versions, and make a repro bundle of one window. Request and response shapes live here; what they do is `serve`'s. Depends on
 //! `checkpoint`, `names` and `serve`.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::ApiError;
 use super::pipelines::{Pipeline, blocking};
 use crate::checkpoint::SavepointInfo;
-use crate::serve::{Caller, ReplayRequest, RequestError, Server, Slot};
+use crate::serve::{Caller, ReplayRequest, ReproRequest, RequestError, Server, Slot};
 
 /// `{name}/savepoints/{savepoint}`: the pipeline, looked up, and the savepoint's name, both
 /// checked against the name rule after percent-decoding.
@@ -111,6 +111,18 @@ pub(super) async fn fork(
     })
     .await?;
     Ok((StatusCode::CREATED, Json(status)))
+}
+
+/// `POST /v1/pipelines/{name}/repro`: a repro bundle for a row the caller saw.
+pub(super) async fn repro(
+    State(server): State<Arc<Server>>,
+    Pipeline(slot): Pipeline,
+    body: Bytes,
+) -> Result<Json<crate::repro::Bundle>, ApiError> {
+    let request: ReproRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a repro request ({{\"row\": ..., \"versions\": [live, candidate]}}): {e}")))?;
+    let bundle = blocking(move || slot.repro(&request, &server.registry)).await?;
+    Ok(Json(bundle))
 }
 
 pub(super) async fn replay(

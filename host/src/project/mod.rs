@@ -137,7 +137,7 @@ impl Project {
     }
 
     /// The source file of a Python or JavaScript project.
-    fn source(&self) -> PathBuf {
+    pub fn source(&self) -> PathBuf {
         let default = match self.file.language {
             Language::Python => "app.py",
             Language::Js => "app.js",

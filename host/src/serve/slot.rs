@@ -111,11 +111,13 @@ pub struct Slot {
 mod analysis;
 mod ingest;
 mod replay;
+mod repro;
 mod savepoints;
 mod verify;
 
 pub use ingest::MAX_CONCURRENT_INGESTS;
 pub use replay::{ReplayRequest, SANDBOX_PREFIX};
+pub use repro::ReproRequest;
 
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -244,7 +244,7 @@ impl Slot {
     }
 
     /// A new sandbox directory for a replay of this pipeline, beside the pipelines.
-    fn sandbox_dir(&self) -> Result<PathBuf, RequestError> {
+    pub(super) fn sandbox_dir(&self) -> Result<PathBuf, RequestError> {
         let pipelines = self
             .dir
             .parent()
@@ -258,7 +258,7 @@ impl Slot {
     }
 
     /// Offset 0, if the log still starts there.
-    fn whole_log(&self) -> Result<u64, RequestError> {
+    pub(super) fn whole_log(&self) -> Result<u64, RequestError> {
         let log = self.dir.join(super::INGEST_FILE);
         let first = crate::source::segments(&log).map_err(RequestError::from_io)?;
         match first.first() {
@@ -274,7 +274,7 @@ impl Slot {
 
 /// The name of the aggregate a replay compares versions of; refused for pipelines whose results
 /// are not one keyed aggregate's.
-fn replayable(spec: &PipelineSpec) -> Result<String, RequestError> {
+pub(super) fn replayable(spec: &PipelineSpec) -> Result<String, RequestError> {
     match &spec.aggregate {
         Some(op)
             if spec.stages.is_empty()

@@ -2,7 +2,9 @@
 //! measures at each step, against the live version over the same keys and time. A candidate
 //! whose results differ on 3 % of windows is stopped by the shadow gate before it serves every
 //! key, and rolled back with the gate's figures and the keys that differed; the same candidate
-//! within a tolerance passes every step and promotes itself. Absurd gates are refused.
+//! within a tolerance passes every step and promotes itself; a candidate with the right results
+//! but several times the state per window is stopped by the state gate. Absurd gates are
+//! refused.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -196,6 +198,61 @@ fn a_candidate_within_its_tolerance_passes_every_step_and_promotes_itself() {
 }
 
 #[test]
+fn a_candidate_whose_state_grows_is_stopped_by_the_state_gate_though_its_results_are_right() {
+    let mut feeding = Feeding::start();
+    let server = feeding.server.clone();
+    let hoarder = crate::support::guest("count-sum-hoarder");
+    server.upload_ok("count-sum", "1.2.0", &hoarder);
+    let mut request = gated(json!({"max_state_growth_ratio": 1.5, "min_comparisons": 50,
+        "max_shadow_diff_rate": 0.0}));
+    request["version"] = json!("1.2.0");
+    server.expect(
+        "a gated rollout",
+        server.post_json(
+            &format!("/v1/pipelines/{PIPELINE}/rollout"),
+            Some(ADMIN),
+            &request,
+        ),
+        200,
+    );
+    let status = server.wait_for("the state gate to stop it", Duration::from_secs(60), || {
+        let status = server.status(PIPELINE);
+        match status["rollout"]["rolled_back"].as_str() {
+            Some(_) => Ok(status),
+            None => Err(status["rollout"].to_string()),
+        }
+    });
+    feeding.stop();
+    let rollout = &status["rollout"];
+    let reason = rollout["rolled_back"].as_str().unwrap();
+    assert!(reason.contains("gate state_growth_ratio"), "{reason}");
+    let failed = rollout["analysis"]["timeline"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let gate = |name: &str| {
+        (failed["gates"].as_array().unwrap().iter())
+            .find(|g| g["gate"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {failed}"))
+    };
+    // The same results (no window differs), several times the state.
+    let shadow = gate("shadow_diff_rate");
+    assert!(
+        shadow["passed"] == true && shadow["value"].as_f64().is_none_or(|v| v == 0.0),
+        "{shadow}"
+    );
+    let state = gate("state_growth_ratio");
+    assert!(state["value"].as_f64().unwrap() > 1.5, "{state}");
+    assert!(state["samples"].as_u64().unwrap() >= 50, "{state}");
+    server.wait_for_routing(PIPELINE, "the rollback to apply", |r| {
+        r["candidate"].is_null()
+    });
+}
+
+#[test]
 fn absurd_gates_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
@@ -221,6 +278,11 @@ fn absurd_gates_are_refused() {
         "a ratio of 0",
         gated(json!({"max_call_time_ratio": 0})),
         "above 0",
+    );
+    refused(
+        "an infinite state growth",
+        gated(json!({"max_state_growth_ratio": 1e300})),
+        "at most 1000000",
     );
     refused(
         "a negative tolerance",

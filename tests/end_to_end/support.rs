@@ -87,9 +87,10 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
-const GUESTS: [&str; 14] = [
+const GUESTS: [&str; 15] = [
     "trap-on-key",
     "migrate-refuses",
+    "count-sum-hoarder",
     "count-sum-capped",
     "busy-per-event",
     "infinite-loop",

@@ -47,6 +47,10 @@ pub struct Gates {
     pub max_p99_call_time_ratio: Option<f64>,
     /// Largest share of the events read during the step that came too late for their windows.
     pub max_late_ratio: Option<f64>,
+    /// Largest ratio of the candidate's mean state per window, in bytes when the window
+    /// finished, to the live version's over the same windows (both run every window, as for
+    /// the shadow gate).
+    pub max_state_growth_ratio: Option<f64>,
     /// Fewest candidate calls in a step before the call gates are judged.
     pub min_calls: u64,
 }
@@ -63,6 +67,7 @@ impl Default for Gates {
             max_call_time_ratio: None,
             max_p99_call_time_ratio: None,
             max_late_ratio: None,
+            max_state_growth_ratio: None,
             min_calls: 10,
         }
     }
@@ -86,7 +91,7 @@ pub enum GateError {
     Minimum(&'static str),
     /// No gate at all.
     #[error(
-        "gates: name at least one limit (max_shadow_diff_rate, max_trap_rate_increase, max_error_rate_increase, max_dead_letter_rate, max_late_ratio, max_call_time_ratio, max_p99_call_time_ratio)"
+        "gates: name at least one limit (max_shadow_diff_rate, max_trap_rate_increase, max_error_rate_increase, max_dead_letter_rate, max_late_ratio, max_call_time_ratio, max_p99_call_time_ratio, max_state_growth_ratio)"
     )]
     Empty,
 }
@@ -109,6 +114,7 @@ impl Gates {
         let ratios = [
             ("max_call_time_ratio", self.max_call_time_ratio),
             ("max_p99_call_time_ratio", self.max_p99_call_time_ratio),
+            ("max_state_growth_ratio", self.max_state_growth_ratio),
         ];
         for (name, ratio) in ratios {
             if ratio.is_some_and(|r| !(r > 0.0 && r <= 1e6)) {
@@ -180,6 +186,13 @@ impl Gates {
                 .then(|| rate(late, events))
                 .flatten();
             results.push(GateResult::new("late_ratio", value, limit, events));
+        }
+        if let Some(limit) = self.max_state_growth_ratio {
+            let windows = candidate.state_windows.min(live.state_windows);
+            let mean = |c: &CounterSnapshot| c.state_bytes as f64 / c.state_windows as f64;
+            let value = (windows >= self.min_comparisons.max(1))
+                .then(|| mean(candidate) / mean(live).max(1.0));
+            results.push(GateResult::new("state_growth_ratio", value, limit, windows));
         }
         if let Some(limit) = self.max_p99_call_time_ratio {
             let timed = |c: &CounterSnapshot| c.call_time_log2.iter().sum::<u64>();
@@ -332,6 +345,8 @@ impl CounterSnapshot {
             crossed_windows: d(self.crossed_windows, base.crossed_windows),
             shadow_compared: d(self.shadow_compared, base.shadow_compared),
             shadow_differed: d(self.shadow_differed, base.shadow_differed),
+            state_windows: d(self.state_windows, base.state_windows),
+            state_bytes: d(self.state_bytes, base.state_bytes),
             timed_calls: d(self.timed_calls, base.timed_calls),
             timed_call_ns: d(self.timed_call_ns, base.timed_call_ns),
             call_time_log2: std::array::from_fn(|i| {
@@ -386,6 +401,46 @@ mod tests {
         assert!(
             judged.iter().all(|g| g.passed && g.value.is_none()),
             "{judged:?}"
+        );
+    }
+
+    #[test]
+    fn the_state_gate_compares_the_mean_state_of_the_same_windows() {
+        let gates = Gates {
+            max_state_growth_ratio: Some(2.0),
+            min_comparisons: 10,
+            ..Gates::default()
+        };
+        let state = |windows, bytes| CounterSnapshot {
+            state_windows: windows,
+            state_bytes: bytes,
+            ..CounterSnapshot::default()
+        };
+        let judge = |candidate, live| {
+            gates.judge(&Evidence {
+                candidate,
+                live,
+                ..Evidence::default()
+            })[0]
+                .clone()
+        };
+        // 40 bytes a window against 16: 2.5 times as much, failed.
+        let grown = judge(state(20, 800), state(20, 320));
+        assert_eq!(
+            (grown.gate.as_str(), grown.value, grown.passed),
+            ("state_growth_ratio", Some(2.5), false)
+        );
+        // 1.5 times: passed; too few windows: not judged; an empty live state counts as a byte.
+        assert!(judge(state(20, 480), state(20, 320)).passed);
+        assert_eq!(judge(state(9, 9_000), state(9, 90)).value, None);
+        assert_eq!(judge(state(10, 30), state(10, 0)).value, Some(3.0));
+        let absurd = Gates {
+            max_state_growth_ratio: Some(0.0),
+            ..Gates::default()
+        };
+        assert_eq!(
+            absurd.check(),
+            Err(GateError::Ratio("max_state_growth_ratio"))
         );
     }
 

@@ -129,6 +129,11 @@ pub struct VersionCounters {
     pub shadow_compared: AtomicU64,
     /// Shadow mode: comparisons that differed.
     pub shadow_differed: AtomicU64,
+    /// Windows finished beside the other version (shadow or compare mode), and the bytes of
+    /// this version's state in them when they finished: the same windows for both versions.
+    pub state_windows: AtomicU64,
+    /// See `state_windows`.
+    pub state_bytes: AtomicU64,
     /// Calls timed (one in 16) and their total duration, for the console's latency chart.
     pub timed_calls: AtomicU64,
     /// Nanoseconds of the timed calls.
@@ -208,6 +213,10 @@ pub struct CounterSnapshot {
     pub shadow_compared: u64,
     /// Shadow comparisons that differed.
     pub shadow_differed: u64,
+    /// Windows finished beside the other version.
+    pub state_windows: u64,
+    /// The bytes of this version's state in them when they finished.
+    pub state_bytes: u64,
     /// Calls timed.
     pub timed_calls: u64,
     /// Their total duration (ns).
@@ -253,6 +262,8 @@ impl std::ops::AddAssign for CounterSnapshot {
         self.crossed_windows += other.crossed_windows;
         self.shadow_compared += other.shadow_compared;
         self.shadow_differed += other.shadow_differed;
+        self.state_windows += other.state_windows;
+        self.state_bytes += other.state_bytes;
         self.timed_calls += other.timed_calls;
         self.timed_call_ns += other.timed_call_ns;
         for (mine, theirs) in self.call_time_log2.iter_mut().zip(other.call_time_log2) {
@@ -273,6 +284,8 @@ impl VersionCounters {
             crossed_windows: self.crossed_windows.load(Ordering::Relaxed),
             shadow_compared: self.shadow_compared.load(Ordering::Relaxed),
             shadow_differed: self.shadow_differed.load(Ordering::Relaxed),
+            state_windows: self.state_windows.load(Ordering::Relaxed),
+            state_bytes: self.state_bytes.load(Ordering::Relaxed),
             timed_calls: self.timed_calls.load(Ordering::Relaxed),
             timed_call_ns: self.timed_call_ns.load(Ordering::Relaxed),
             call_time_log2: std::array::from_fn(|i| self.call_time_log2[i].load(Ordering::Relaxed)),

@@ -40,6 +40,13 @@ impl<O: ?Sized> Slot<O> {
         (self.counters.metrics.is_some() && self.calls % TIMED_EVERY == 1).then(Instant::now)
     }
 
+    /// Counts a window finished beside the other version, with the bytes of its state.
+    pub(super) fn count_state(&self, state: &ScopeState) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.counters.state_windows.fetch_add(1, Relaxed);
+        (self.counters.state_bytes).fetch_add(state.operator_bytes() as u64, Relaxed);
+    }
+
     /// Counts a call that began at `started` (if timed), with `events` events, and its outcome.
     pub(super) fn count<T>(
         &self,
@@ -396,11 +403,13 @@ impl AggregateOperator for VersionedAggregate {
         let Some(beside) = beside else {
             return Ok(output);
         };
+        serving.count_state(&scope.state);
         let other = in_shadow(scope, fresh, |copy| {
             beside.adopt(copy)?;
             let started = beside.clock();
             let outcome = beside.operator.finish(copy, window);
             let output = beside.count(0, started, outcome)?;
+            beside.count_state(&copy.state);
             beside.mark(copy);
             Ok::<Fields, OperatorError>(output)
         });

@@ -306,8 +306,11 @@ impl Managed {
                     percent: plan.percent_now(),
                     shadow: plan.shadow,
                     operator,
-                    // The shadow gate's evidence: the live version beside the candidate.
-                    compare: gates.is_some_and(|g| g.max_shadow_diff_rate.is_some()),
+                    // The shadow and state gates' evidence: the live version beside the
+                    // candidate.
+                    compare: gates.is_some_and(|g| {
+                        g.max_shadow_diff_rate.is_some() || g.max_state_growth_ratio.is_some()
+                    }),
                     tolerance: gates.map(|g| g.tolerance.clone()).unwrap_or_default(),
                 }
             }
@@ -348,16 +351,20 @@ impl Managed {
                 plan.version
             )));
         }
-        let compared = plan
-            .analysis
-            .as_ref()
-            .and_then(|a| a.gates.max_shadow_diff_rate);
-        if compared.is_some() && kind == ComponentKind::Enrich {
-            return Err(RequestError::Invalid(
-                "gates.max_shadow_diff_rate compares window results: an enricher's rollout is \
-                 gated on its traps, errors, dead letters and call time"
-                    .into(),
-            ));
+        let gates = plan.analysis.as_ref().map(|a| &a.gates);
+        let compared =
+            gates.and_then(
+                |g| match (g.max_shadow_diff_rate, g.max_state_growth_ratio) {
+                    (Some(_), _) => Some("max_shadow_diff_rate compares window results"),
+                    (_, Some(_)) => Some("max_state_growth_ratio compares window states"),
+                    _ => None,
+                },
+            );
+        if let (Some(gate), ComponentKind::Enrich) = (compared, kind) {
+            return Err(RequestError::Invalid(format!(
+                "gates.{gate}: an enricher's rollout is gated on its traps, errors, dead letters \
+                 and call time"
+            )));
         }
         self.desired.routed = plan.operator.clone();
         self.desired.rollout = Some(plan);

@@ -46,6 +46,18 @@ impl ScopeState {
             .sum()
     }
 
+    /// About how many bytes the operator's state takes: its named values and its maps' entries
+    /// (not what the host keeps beside them). What the state-growth gate compares.
+    pub fn operator_bytes(&self) -> usize {
+        let maps = (self.maps.iter()).map(|(name, entries)| {
+            name.len()
+                + (entries.iter())
+                    .map(|(entry, value)| entry.len() + value.size())
+                    .sum::<usize>()
+        });
+        self.named_values_size() + maps.sum::<usize>()
+    }
+
     /// Reads a named value.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.values.get(name)

@@ -109,6 +109,7 @@ fn spec(options: &BenchOptions, code: OperatorCode) -> PipelineSpec {
         emit: Default::default(),
         sandbox: crate::spec::SandboxSpec::default(),
         placement: crate::spec::Placement::Local,
+        quarantine: None,
     }
 }
 

@@ -223,7 +223,7 @@ pub(super) fn build_shard(
             (limits.clone(), projection),
         ));
     }
-    let aggregate = build_aggregate(spec, loaded, limits, control, checkpoints)?;
+    let aggregate = build_aggregate(spec, loaded, limits, control, checkpoints, shards)?;
     let join = (spec.join.as_ref())
         .and_then(|join| join.interval)
         .map(IntervalJoin::new);
@@ -336,6 +336,7 @@ fn build_aggregate(
     limits: Limits,
     control: &PipelineControl,
     checkpoints: bool,
+    shards: usize,
 ) -> Result<Option<(WindowEngine, VersionedAggregate, CandidateFactory)>> {
     Ok(match (&spec.aggregate, &loaded.aggregate, &spec.window) {
         (Some(op), Some(code), Some(window)) => {
@@ -358,7 +359,8 @@ fn build_aggregate(
                 spec.enrichers.len() as u16,
                 label(op),
             )
-            .with_early_results(spec.emit.early_every);
+            .with_early_results(spec.emit.early_every)
+            .with_quarantine(spec.quarantine, shards);
             if !checkpoints {
                 engine.without_checkpoints();
             }
@@ -642,6 +644,7 @@ mod tests {
         let timeline = Timeline {
             advances: &advances,
             early: &[],
+            redrives: &[],
             end_of_input: false,
         };
         let out = shard

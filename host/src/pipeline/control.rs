@@ -66,6 +66,9 @@ pub struct LiveStats {
     pub state_keys: AtomicU64,
     /// The last committed checkpoint.
     pub last_checkpoint: Mutex<Option<CheckpointStats>>,
+    /// Keys parked in the quarantine (`[quarantine]`), over all shards, as they stand (before
+    /// the next checkpoint commits them).
+    pub quarantine: Mutex<std::collections::BTreeMap<String, crate::window::ParkedSummary>>,
 }
 
 impl LiveStats {
@@ -88,6 +91,7 @@ impl Default for LiveStats {
             input_backlog: AtomicU64::new(NO_BACKLOG),
             state_keys: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
+            quarantine: Mutex::default(),
         }
     }
 }

@@ -25,6 +25,8 @@ pub(super) enum ShardMsg {
         advances: Arc<Vec<(u64, Millis)>>,
         /// Arrival indexes after which every changed window emits early.
         early: Arc<Vec<u64>>,
+        /// Quarantined keys to re-drive (`None`: all), each after the arrival index it has.
+        redrives: Arc<Vec<(u64, Option<Arc<str>>)>>,
         end_of_input: bool,
         /// Whether windows may keep this batch's events pending into the next batches (see
         /// [`crate::window::WindowEngine::process_carrying`]): never before a barrier.

@@ -73,6 +73,7 @@ struct Batch {
     per_shard: Vec<Share>,
     advances: Vec<(u64, Millis)>,
     early: Vec<u64>,
+    redrives: Vec<(u64, Option<Arc<str>>)>,
     dead: Vec<DeadLetter>,
     records: usize,
     /// Bytes of the lines read into the batch (raw input; generated events count none).
@@ -85,6 +86,7 @@ impl Batch {
             per_shard: (0..shards).map(|_| Share::default()).collect(),
             advances: Vec::new(),
             early: Vec::new(),
+            redrives: Vec::new(),
             dead: Vec::new(),
             records: 0,
             bytes: 0,
@@ -94,7 +96,10 @@ impl Batch {
     /// Whether it holds anything besides events: watermark advances, requests for early
     /// results, dead letters.
     fn holds_marks(&self) -> bool {
-        !self.advances.is_empty() || !self.early.is_empty() || !self.dead.is_empty()
+        !self.advances.is_empty()
+            || !self.early.is_empty()
+            || !self.redrives.is_empty()
+            || !self.dead.is_empty()
     }
 
     /// Whether the batch holds `batch_size` records, or [`MAX_BATCH_BYTES`] of input.
@@ -173,6 +178,12 @@ impl Reading {
             }
             Record::Early if self.seq > 0 => {
                 batch.early.push(self.seq - 1);
+                None
+            }
+            Record::Redrive(key) => {
+                batch
+                    .redrives
+                    .push((self.seq.saturating_sub(1), key.clone()));
                 None
             }
             Record::Partition(name) => {
@@ -607,6 +618,7 @@ impl Router<'_> {
     fn send(&self, batch: &mut Batch, id: u64, end_of_input: bool, carry: bool) -> bool {
         let advances = Arc::new(std::mem::take(&mut batch.advances));
         let early = Arc::new(std::mem::take(&mut batch.early));
+        let redrives = Arc::new(std::mem::take(&mut batch.redrives));
         // A send waits only while the shard's queue is full: that wait is backpressure.
         let started = Instant::now();
         for (shard, tx) in self.shards.iter().enumerate() {
@@ -617,6 +629,7 @@ impl Router<'_> {
                     share,
                     advances: advances.clone(),
                     early: early.clone(),
+                    redrives: redrives.clone(),
                     end_of_input,
                     carry,
                 })
@@ -755,6 +768,7 @@ fn event_of(
         Record::Tick
         | Record::Advance(_)
         | Record::Early
+        | Record::Redrive(_)
         | Record::Partition(_)
         | Record::PartitionEnd(_) => None,
         Record::Clock(ms, _) => {

@@ -289,15 +289,18 @@ pub(super) fn run_thread(
                 share,
                 advances,
                 early,
+                redrives,
                 end_of_input,
                 carry,
             } => {
                 let timeline = Timeline {
                     advances: &advances,
                     early: &early,
+                    redrives: &redrives,
                     end_of_input,
                 };
                 let mut output = shard.process(share, &timeline, carry)?;
+                note_quarantine(control, &mut output.engine);
                 for share in std::mem::take(&mut output.spent) {
                     if !share.events.is_empty() {
                         let _ = spent.try_send(share); // or dropped here
@@ -342,6 +345,20 @@ fn await_commit(shard: &mut Shard, ack: &Receiver<()>) -> bool {
         shard.committed();
     }
     acknowledged
+}
+
+/// Tells the pipeline's status which keys the shard parked or let go.
+fn note_quarantine(control: &PipelineControl, engine: &mut crate::window::EngineOutput) {
+    if engine.quarantined.is_empty() {
+        return;
+    }
+    let mut parked = control.stats.quarantine.lock().expect("quarantine lock");
+    for (key, summary) in engine.quarantined.drain(..) {
+        match summary {
+            Some(summary) => parked.insert(key.to_string(), summary),
+            None => parked.remove(&*key),
+        };
+    }
 }
 
 #[cfg(test)]
@@ -457,6 +474,7 @@ mod tests {
             }]),
             advances: Arc::new(vec![(seq, ts)]),
             early: Arc::default(),
+            redrives: Arc::default(),
             end_of_input: false,
             carry: false,
         }
@@ -471,6 +489,7 @@ mod tests {
         let timeline = Timeline {
             advances: &[],
             early: &[],
+            redrives: &[],
             end_of_input: false,
         };
         let out = shard

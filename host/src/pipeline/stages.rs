@@ -154,6 +154,7 @@ impl Stages {
         let timeline = Timeline {
             advances,
             early: &[],
+            redrives: &[],
             end_of_input,
         };
         for stage in &mut self.stages {

@@ -41,6 +41,8 @@ pub const ADVANCE_PREFIX: &[u8] = b"#weir advance_ms=";
 /// An early line: every window that changed since its last emission emits its current result
 /// (`[emit] early_interval`).
 pub const EARLY_LINE: &[u8] = b"#weir early";
+/// The prefix of a redrive line: `#weir redrive key=<JSON text>`, or alone for every key.
+pub const REDRIVE_PREFIX: &[u8] = b"#weir redrive";
 
 /// Why a batch was not appended. Nothing of it is visible to the reader either way.
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +250,32 @@ impl IngestLog {
         self.write_batch(file, &text)?;
         self.last_append.fetch_max(now_ms, Ordering::AcqRel);
         self.last_events.fetch_max(now_ms, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Appends a redrive batch: a line per key of `keys` (`None`: one line for every key),
+    /// read by the pipeline at that place in its input, on every replay alike.
+    pub fn append_redrive(&self, now_ms: i64, keys: Option<&[String]>) -> Result<(), IngestError> {
+        let mut text = Vec::with_capacity(64);
+        text.extend_from_slice(CLOCK_PREFIX);
+        text.extend_from_slice(format!("{now_ms}\n").as_bytes());
+        match keys {
+            None => {
+                text.extend_from_slice(REDRIVE_PREFIX);
+                text.push(b'\n');
+            }
+            Some(keys) => {
+                for key in keys {
+                    text.extend_from_slice(REDRIVE_PREFIX);
+                    let json = serde_json::Value::String(key.clone()).to_string();
+                    text.extend_from_slice(format!(" key={json}\n").as_bytes());
+                }
+            }
+        }
+        text.extend_from_slice(END_LINE);
+        text.push(b'\n');
+        let file = self.file.lock().expect("ingest log lock");
+        self.write_batch(file, &text)?;
         Ok(())
     }
 

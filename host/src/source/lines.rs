@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::SourcePosition;
-use super::ingest::{ADVANCE_PREFIX, CLOCK_PREFIX, EARLY_LINE, END_LINE, GatedFile, IngestGate};
+use super::ingest::{
+    ADVANCE_PREFIX, CLOCK_PREFIX, EARLY_LINE, END_LINE, GatedFile, IngestGate, REDRIVE_PREFIX,
+};
 use super::{Record, Source, SourceError};
 
 /// How long a tailing reader without a gate waits at the end of its file before looking again.
@@ -210,6 +212,11 @@ impl Source for LineReader {
                 return Ok(Some(Record::Early));
             }
             if self.gate.is_some()
+                && let Some(rest) = bytes.strip_prefix(REDRIVE_PREFIX)
+            {
+                return Ok(Some(Record::Redrive(redriven_key(rest))));
+            }
+            if self.gate.is_some()
                 && let Some(ms) = bytes.strip_prefix(ADVANCE_PREFIX)
             {
                 let ms = std::str::from_utf8(ms).ok().and_then(|ms| ms.parse().ok());
@@ -278,6 +285,20 @@ impl Source for LineReader {
         }
         Ok(())
     }
+}
+
+/// The key of a redrive line's rest: ` key=<JSON text>`, or nothing for every key (a key that
+/// cannot be read names none, and re-drives nothing).
+fn redriven_key(rest: &[u8]) -> Option<std::sync::Arc<str>> {
+    let text = std::str::from_utf8(rest).ok()?.trim_start();
+    if text.is_empty() {
+        return None;
+    }
+    let key: String = text
+        .strip_prefix("key=")
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    Some(key.into())
 }
 
 #[cfg(test)]

@@ -72,6 +72,9 @@ pub enum Record {
     /// Every window that changed since its last emission emits its current result now (HTTP
     /// ingest with `[emit] early_interval`).
     Early,
+    /// The parked events of this quarantined key (`None`: of every key) go through the version
+    /// now serving it (HTTP ingest, `POST .../quarantine/redrive`).
+    Redrive(Option<std::sync::Arc<str>>),
     /// The lines that follow belong to this watermark partition (several files).
     Partition(std::sync::Arc<str>),
     /// This partition has ended: it no longer holds the watermark back.

@@ -14,6 +14,7 @@
 //! - `sinks`: `[sinks]` ([`SinksSpec`]);
 //! - `limits`: `[sandbox]` ([`SandboxSpec`]), shards, batch size, checkpoint interval;
 //! - `placement`: `[workers]` ([`Placement`]: in one process, or on the cluster's workers);
+//! - `quarantine`: `[quarantine]` ([`QuarantineSpec`]: parking keys whose events trap);
 //! - `served`: the rules for a spec sent to `weir serve` ([`Served`]);
 //! - `values`: the parsers of durations and sizes every section shares;
 //! - `raw`: the spec as written, whose check calls each section's in turn.
@@ -34,6 +35,7 @@ use crate::time::Millis;
 mod limits;
 mod operators;
 mod placement;
+mod quarantine;
 mod raw;
 mod served;
 mod sinks;
@@ -52,6 +54,7 @@ pub use operators::{
     SIDE_FIELD, StageSpec,
 };
 pub use placement::{MAX_SLICES, Placement};
+pub use quarantine::QuarantineSpec;
 pub use served::{MAX_SERVED_SHARDS, Served};
 pub use sinks::{NatsSinkSpec, Sink, SinksSpec};
 pub use source::{
@@ -177,6 +180,8 @@ pub struct PipelineSpec {
     pub emit: EmitSpec,
     /// Where the pipeline runs (`[workers]`).
     pub placement: Placement,
+    /// Whether keys whose events trap are parked rather than dead-lettered (`[quarantine]`).
+    pub quarantine: Option<QuarantineSpec>,
 }
 
 impl PipelineSpec {

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::limits::{self, RawSandbox};
 use super::operators::{self, RawJoin, RawOperator, RawStage};
 use super::placement::{self, RawWorkers};
+use super::quarantine::{self, RawQuarantine};
 use super::sinks::{self, RawSinks};
 use super::source::{self, RawSource, SourceSpec};
 use super::state::{self, RawState};
@@ -46,6 +47,7 @@ pub(super) struct RawSpec {
     #[serde(default)]
     pub(super) emit: RawEmit,
     pub(super) workers: Option<RawWorkers>,
+    pub(super) quarantine: Option<RawQuarantine>,
 }
 
 impl RawSpec {
@@ -87,6 +89,12 @@ impl RawSpec {
         let sandbox = limits::check_sandbox(&self.sandbox)?;
         let batch_size = limits::check_batch_size(self.batch_size)?;
         let placement = placement::check(self.workers, &input.spec)?;
+        let keyed_aggregate = dataflow.aggregate.is_some()
+            && dataflow.stages.is_empty()
+            && dataflow.join.is_none()
+            && !dataflow.global
+            && !dataflow.pre_aggregate;
+        let quarantine = quarantine::check(self.quarantine, keyed_aggregate, http)?;
         Ok(PipelineSpec {
             name: self.name,
             source: input.spec,
@@ -118,6 +126,7 @@ impl RawSpec {
             emit,
             sandbox,
             placement,
+            quarantine,
         })
     }
 }

@@ -60,6 +60,18 @@ impl Taken {
     }
 }
 
+/// Whether the call for `key` under way parked it (its failed events are the last park).
+fn parked_now(out: &EngineOutput, key: &str) -> bool {
+    out.parks.last().is_some_and(|park| &*park.key == key)
+}
+
+/// Parks `events` with those of the last park, after them.
+fn park_more(out: &mut EngineOutput, events: &[&Event]) {
+    let park = out.parks.last_mut().expect("a park under way");
+    park.events
+        .extend(events.iter().map(|event| (*event).clone()));
+}
+
 /// Splits `sizes` (each item's (events, bytes), or `None` if it goes alone) into runs of
 /// consecutive items whose carried ones fit one call: at most [`MAX_WINDOWS_PER_CALL`],
 /// [`MAX_EVENTS_PER_CALL`] events and [`MAX_NAMED_BYTES_PER_CALL`] bytes. Returns where each
@@ -85,6 +97,8 @@ pub(super) fn runs(sizes: impl Iterator<Item = Option<(usize, usize)>>) -> Vec<u
 pub(super) struct Calls {
     operator_index: u16,
     operator_label: String,
+    /// With a quarantine: whether refused events park their key too (traps always do).
+    parks: Option<bool>,
 }
 
 impl Calls {
@@ -94,7 +108,14 @@ impl Calls {
         Calls {
             operator_index,
             operator_label,
+            parks: None,
         }
+    }
+
+    /// Failed events park their key (`[quarantine]`) rather than becoming dead letters: those
+    /// that trapped, and those refused too if `errors`.
+    pub(super) fn park_failures(&mut self, errors: bool) {
+        self.parks = Some(errors);
     }
 
     /// The operator's place in the chain.
@@ -156,6 +177,12 @@ impl Calls {
         let mut failed = Vec::new();
         for (c, chunk) in batch.chunks(MAX_EVENTS_PER_CALL).enumerate() {
             let first = c * MAX_EVENTS_PER_CALL;
+            if parked_now(out, &scope.key) {
+                // The key was parked by an earlier event: the rest wait with it, in order.
+                park_more(out, chunk);
+                failed.extend(first..first + chunk.len());
+                continue;
+            }
             match cx.operator.add(scope, chunk) {
                 Ok(()) => {}
                 Err(OperatorError::Host(message)) => return Err(EngineError::Host(message)),
@@ -165,7 +192,10 @@ impl Calls {
                 }
                 Err(_) => {
                     for (i, event) in chunk.iter().enumerate() {
-                        if let Err(error) = cx.operator.add(scope, &[event]) {
+                        if parked_now(out, &scope.key) {
+                            park_more(out, &[event]);
+                            failed.push(first + i);
+                        } else if let Err(error) = cx.operator.add(scope, &[event]) {
                             self.failed(error, &scope.key, &[event], cx, out)?;
                             failed.push(first + i);
                         }
@@ -182,13 +212,21 @@ impl Calls {
     pub(super) fn failed(
         &self,
         error: OperatorError,
-        key: &str,
+        key: &Arc<str>,
         events: &[&Event],
         cx: &Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
         let (error, trapped) = counted(error, out)?;
         let reason = format!("{} {error}", self.label_for(cx, key));
+        if self.parks.is_some_and(|errors| trapped || errors) {
+            out.parks.push(super::output::Park {
+                key: key.clone(),
+                events: events.iter().map(|event| (*event).clone()).collect(),
+                reason,
+            });
+            return Ok(());
+        }
         out.dead_letters
             .extend(events.iter().map(|event| DeadLetter {
                 line: event.line,

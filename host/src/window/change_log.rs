@@ -144,6 +144,20 @@ pub(super) fn row(key: StateKey, record: &WindowRecord) -> Change {
     }
 }
 
+/// The row of a parked key (under the window [`super::quarantine::PARKED`]).
+pub(super) fn parked_row(key: StateKey, parked: super::quarantine::ParkedRecord) -> Change {
+    let record = WindowRecord {
+        version: 0,
+        changed: false,
+        last_output: None,
+        early: 0,
+        since_emit: 0,
+        inputs: Vec::new(),
+        parked: Some(parked),
+    };
+    row(key, &record)
+}
+
 /// The deletion of the row of a window under `key`.
 pub(super) fn closed_row(key: StateKey) -> Change {
     Change {
@@ -182,6 +196,9 @@ pub struct WindowRecord {
     /// applied after a restart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<StoredInput>,
+    /// A parked key's row (under the window [`super::quarantine::PARKED`]): its events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<super::quarantine::ParkedRecord>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -220,6 +220,7 @@ impl EmitState {
             early: self.early,
             since_emit: self.since_emit,
             inputs,
+            parked: None,
         }
     }
 

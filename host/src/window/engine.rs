@@ -50,6 +50,7 @@ use super::inputs::{Input, Inputs};
 use super::live::{LiveWindow, LiveWindows};
 use super::output::{Context, EngineOutput, LateEvent, Result, Timeline};
 use super::pending::{self, Pending};
+use super::quarantine::{ACCEPTED, Full, PARKED, ParkedEvent, Parking};
 use super::sessions::{self, Merge, Plan};
 use super::slab::WindowId;
 use crate::event::{DeadCause, DeadLetter, Share, Staged};
@@ -81,6 +82,8 @@ pub struct WindowEngine {
     scratch: Vec<Window>,
     /// An event's windows and, for those already open, their ids.
     found: Vec<(Window, Option<WindowId>)>,
+    /// Keys parked in the quarantine, with their events (`[quarantine]`; none without).
+    parking: Option<Parking>,
 }
 
 impl std::fmt::Debug for WindowEngine {
@@ -114,7 +117,23 @@ impl WindowEngine {
             log: ChangeLog::new(),
             scratch: Vec::new(),
             found: Vec::new(),
+            parking: None,
         }
+    }
+
+    /// Parks the keys whose events trap (or, with `errors`, are refused) instead of making
+    /// dead letters of them (see [`super::quarantine`]); one of `shards` engines sharing the
+    /// bounds.
+    pub fn with_quarantine(
+        mut self,
+        spec: Option<crate::spec::QuarantineSpec>,
+        shards: usize,
+    ) -> Self {
+        if let Some(spec) = spec {
+            self.calls.park_failures(spec.errors);
+            self.parking = Some(Parking::new(spec, shards));
+        }
+        self
     }
 
     /// An engine whose pipeline never checkpoints (memory state, or redb without an interval):
@@ -152,6 +171,18 @@ impl WindowEngine {
             return Vec::new();
         };
         let mut changes = Vec::with_capacity(log.touched.len() + log.closed.len());
+        for (key, parked) in self
+            .parking
+            .as_mut()
+            .map(Parking::take_touched)
+            .unwrap_or_default()
+        {
+            let state_key = self.calls.state_key(&key, PARKED);
+            changes.push(match parked {
+                Some(parked) => change_log::parked_row(state_key, parked),
+                None => change_log::closed_row(state_key),
+            });
+        }
         for (key, window) in log.closed {
             changes.push(change_log::closed_row(self.calls.state_key(&key, window)));
         }
@@ -174,7 +205,13 @@ impl WindowEngine {
         self.watermark = watermark;
         self.due.may_be_due();
         for row in rows {
-            let (key, window, record) = change_log::decode_row(row)?;
+            let (key, window, mut record) = change_log::decode_row(row)?;
+            if window == PARKED {
+                if let (Some(parking), Some(parked)) = (&mut self.parking, record.parked.take()) {
+                    parking.restore(key, parked);
+                }
+                continue;
+            }
             let id = self.open(&key, window, record.version);
             let live = self.windows.get_mut(id).expect("just opened");
             live.stored.restored();
@@ -187,6 +224,9 @@ impl WindowEngine {
             if live.emit.fires() {
                 self.queue(id);
             }
+        }
+        for key in self.parking.as_ref().map(Parking::keys).unwrap_or_default() {
+            self.windows.hold_key(&key);
         }
         // Restored windows are as the checkpoint has them.
         self.log.forget_touched();
@@ -215,7 +255,9 @@ impl WindowEngine {
         let (carried, first) = self.pending.begin(events.len());
         let arrived = Arrived::new(&carried, events, &[], first);
         self.run(&arrived, timeline, cx, out)?;
-        self.flush_all(&arrived, cx, out)
+        self.flush_all(&arrived, cx, out)?;
+        self.report_parking(out);
+        Ok(())
     }
 
     /// [`Self::process`], except that with `carry` the windows that do not fire in this batch
@@ -256,6 +298,7 @@ impl WindowEngine {
         ran?;
         let oldest = self.settle_dirty();
         self.pending.release(oldest, &mut released);
+        self.report_parking(out);
         Ok(released)
     }
 
@@ -272,7 +315,7 @@ impl WindowEngine {
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
-        let mut next = (0, 0);
+        let mut next = (0, 0, 0);
         let (current, first) = (events.current(), events.first());
         for (index, staged) in current.iter().enumerate() {
             if let Some(ahead) = current.get(index + KEY_PREFETCH_AHEAD) {
@@ -313,7 +356,9 @@ impl WindowEngine {
                 live.waiting.unlist();
             }
         }
-        self.flush().flush_pending_all(dirty, events, cx, out)
+        self.flush().flush_pending_all(dirty, events, cx, out)?;
+        self.settle_parks(out);
+        Ok(())
     }
 
     /// Adds the pending events of every window that waits with an event numbered before
@@ -331,7 +376,9 @@ impl WindowEngine {
                     .is_some_and(|live| live.waiting.first().is_some_and(|n| n < keep_from))
             })
             .collect();
-        self.flush().flush_pending_all(waiting, events, cx, out)
+        self.flush().flush_pending_all(waiting, events, cx, out)?;
+        self.settle_parks(out);
+        Ok(())
     }
 
     /// Drops from `dirty` the windows with nothing left to add (and closed ones). Returns the
@@ -343,36 +390,39 @@ impl WindowEngine {
         })
     }
 
-    /// Applies the timeline's advances and early firings before arrival index `before` (all
-    /// that are left, if `None`), in order; `next` is how far each list has been applied. At
-    /// the same index, the advance comes first.
+    /// Applies the timeline's advances, early firings and re-drives before arrival index
+    /// `before` (all that are left, if `None`), in order; `next` is how far each list has been
+    /// applied. At the same index, the advance comes first, then the early firing.
     fn catch_up(
         &mut self,
         before: Option<u64>,
         timeline: &Timeline<'_>,
-        next: &mut (usize, usize),
+        next: &mut (usize, usize, usize),
         events: &Arrived<'_>,
         cx: &mut Context<'_>,
         out: &mut EngineOutput,
     ) -> Result<()> {
         let due = |at: u64| before.is_none_or(|b| at < b);
         loop {
-            let advance = timeline.advances.get(next.0).filter(|(at, _)| due(*at));
-            let early = timeline.early.get(next.1).filter(|at| due(**at));
-            match (advance, early) {
-                (Some(&(at, watermark)), Some(&mark)) if at <= mark => {
-                    self.advance(at, watermark, events, cx, out)?;
+            let advance = timeline.advances.get(next.0).map(|&(at, _)| (at, 0));
+            let early = timeline.early.get(next.1).map(|&at| (at, 1));
+            let redrive = timeline.redrives.get(next.2).map(|(at, _)| (*at, 2));
+            let first = [advance, early, redrive].into_iter().flatten().min();
+            match first.filter(|(at, _)| due(*at)) {
+                None => return Ok(()),
+                Some((at, 0)) => {
+                    self.advance(at, timeline.advances[next.0].1, events, cx, out)?;
                     next.0 += 1;
                 }
-                (_, Some(&mark)) => {
-                    self.fire_all_early(mark, events, cx, out)?;
+                Some((at, 1)) => {
+                    self.fire_all_early(at, events, cx, out)?;
                     next.1 += 1;
                 }
-                (Some(&(at, watermark)), None) => {
-                    self.advance(at, watermark, events, cx, out)?;
-                    next.0 += 1;
+                Some((at, _)) => {
+                    let key = timeline.redrives[next.2].1.clone();
+                    self.redrive(key.as_ref(), at, events, cx, out)?;
+                    next.2 += 1;
                 }
-                (None, None) => return Ok(()),
             }
         }
     }
@@ -395,6 +445,10 @@ impl WindowEngine {
         ids.sort_unstable();
         for (_, id) in ids {
             self.flush().flush_pending(id, events, cx, out)?;
+            self.settle_parks(out);
+            if self.is_parked(&self.windows[id].key) {
+                continue;
+            }
             if self.windows[id].emit.changed() {
                 self.flush().emit(id, trigger, Firing::Early, cx, out)?;
             }
@@ -433,6 +487,9 @@ impl WindowEngine {
             .is_some_and(|origin| origin.withdrawn)
         {
             self.withdraw(staged);
+            return Ok(());
+        }
+        if self.is_parked(&staged.event.key) && self.park_arrival(staged, out) {
             return Ok(());
         }
         let event = &staged.event;
@@ -709,6 +766,7 @@ impl WindowEngine {
         out: &mut EngineOutput,
     ) -> Result<()> {
         self.watermark = self.watermark.max(watermark);
+        self.expire_parked(out);
         self.fire(seq, true, events, cx, out)?;
         while let Some(id) = self.windows.first_expired(self.watermark) {
             let live = self.close(id);
@@ -735,6 +793,9 @@ impl WindowEngine {
         while let Some(id) = self.due.pop(self.watermark) {
             let live = self.windows.get_mut(id).expect("a due window is live");
             live.queued.popped();
+            if self.parking.as_ref().is_some_and(|p| p.holds(&live.key)) {
+                continue; // held: queued again when its key is re-driven
+            }
             let window = live.window;
             if self.keeps_inputs {
                 // A stage's window may have no inputs left, and then no state to finish.
@@ -746,6 +807,7 @@ impl WindowEngine {
                 let closing = advance && self.is_late(&window);
                 self.flush()
                     .flush_and_emit(id, trigger, closing, events, cx, out)?;
+                self.settle_parks(out);
             } else {
                 group.push((id, advance && self.is_late(&window)));
                 if group.len() == MAX_WINDOWS_PER_CALL {
@@ -756,12 +818,14 @@ impl WindowEngine {
                         cx,
                         out,
                     )?;
+                    self.settle_parks(out);
                 }
             }
         }
         if !group.is_empty() {
             self.flush()
                 .flush_and_emit_all(group, trigger, events, cx, out)?;
+            self.settle_parks(out);
         }
         self.due.settle(self.watermark);
         Ok(())
@@ -784,11 +848,205 @@ impl WindowEngine {
                 continue; // due: it fires on time instead
             }
             self.flush().flush_pending(id, events, cx, out)?;
+            self.settle_parks(out);
+            if self.is_parked(&self.windows[id].key) {
+                continue;
+            }
             if self.windows[id].emit.changed() {
                 self.flush().emit(id, trigger, Firing::Early, cx, out)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether `key` is parked in the quarantine.
+    #[inline]
+    fn is_parked(&self, key: &str) -> bool {
+        self.parking.as_ref().is_some_and(|p| p.holds(key))
+    }
+
+    /// Keeps an event of a parked key, judged late at the current watermark as on arrival
+    /// (a late one is late as ever; one the quarantine cannot take is a dead letter). Returns
+    /// false for an event with no window at all, which goes the usual way.
+    fn park_arrival(&mut self, staged: &Staged, out: &mut EngineOutput) -> bool {
+        let event = &staged.event;
+        let mut windows = std::mem::take(&mut self.scratch);
+        let assigned = assign(&self.spec, event.timestamp, &mut windows).is_ok();
+        let on_time = windows.iter().any(|window| !self.is_late(window));
+        self.scratch = windows;
+        if !assigned {
+            return false;
+        }
+        if !on_time {
+            self.late(staged, out);
+            return true;
+        }
+        let parking = self.parking.as_mut().expect("a parked key");
+        let key = self.windows.own_key(&event.key);
+        let parked = ParkedEvent {
+            event: event.clone(),
+            at: self.watermark,
+        };
+        if let Err(Full(reason)) = parking.keep(&key, parked) {
+            out.dead_letters.push(full_letter(event, reason));
+        }
+        true
+    }
+
+    /// Parks the keys whose events failed in the calls just made (`out.parks`): each keeps
+    /// those events (judged on time, as they were accepted) and its windows are held.
+    fn settle_parks(&mut self, out: &mut EngineOutput) {
+        if out.parks.is_empty() {
+            return;
+        }
+        let Some(parking) = self.parking.as_mut() else {
+            out.parks.clear();
+            return;
+        };
+        let mut newly = Vec::new();
+        for park in std::mem::take(&mut out.parks) {
+            if parking.park(&park.key, self.watermark, &park.reason) {
+                newly.push(park.key.clone());
+            }
+            for event in park.events {
+                let parked = ParkedEvent {
+                    event,
+                    at: ACCEPTED,
+                };
+                if let Err(Full(reason)) = parking.keep(&park.key, parked.clone()) {
+                    out.dead_letters.push(full_letter(&parked.event, reason));
+                }
+            }
+        }
+        for key in newly {
+            tracing::info!(key = %key, "a key's events failed: parked in the quarantine");
+            self.windows.hold_key(&key);
+        }
+    }
+
+    /// What the status should know of the parked keys that changed.
+    fn report_parking(&mut self, out: &mut EngineOutput) {
+        if let Some(parking) = self.parking.as_mut() {
+            out.quarantined.extend(parking.take_reported());
+        }
+    }
+
+    /// Lets parked `key`'s windows go on: they expire again, and those with a result to emit
+    /// are queued (they fire at once if the watermark passed them).
+    fn release_windows(&mut self, key: &str) {
+        for id in self.windows.release_key(key) {
+            if self.windows[id].emit.fires() {
+                self.queue(id);
+            }
+        }
+    }
+
+    /// Re-drives `key` (`None`: every parked key): its parked events go, in order, through the
+    /// version now serving it, each judged late at the watermark it arrived at; then its windows
+    /// fire and close as the watermark says. A key the version fails again is parked again
+    /// with the events left; one not parked is left alone (a second re-drive does nothing).
+    fn redrive(
+        &mut self,
+        key: Option<&Arc<str>>,
+        trigger: u64,
+        events: &Arrived<'_>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        let Some(parking) = self.parking.as_ref() else {
+            return Ok(());
+        };
+        let keys = match key {
+            Some(key) if parking.holds(key) => vec![key.clone()],
+            Some(_) => return Ok(()),
+            None => parking.keys(),
+        };
+        for key in keys {
+            let parking = self.parking.as_mut().expect("checked");
+            let Some((key, parked)) = parking.release(&key) else {
+                continue;
+            };
+            tracing::info!(key = %key, events = parked.events.len(), "re-driving a parked key");
+            self.release_windows(&key);
+            self.add_parked(&key, parked.events, cx, out)?;
+        }
+        self.advance(trigger, self.watermark, events, cx, out)
+    }
+
+    /// Adds re-driven `events` of `key` to their windows, one call per event and window.
+    fn add_parked(
+        &mut self,
+        key: &Arc<str>,
+        parked: Vec<ParkedEvent>,
+        cx: &mut Context<'_>,
+        out: &mut EngineOutput,
+    ) -> Result<()> {
+        for parked in parked {
+            if self.is_parked(key) {
+                // Parked again by an earlier one: the rest wait again, in order.
+                let parking = self.parking.as_mut().expect("parked");
+                if let Err(Full(reason)) = parking.keep(key, parked.clone()) {
+                    out.dead_letters.push(full_letter(&parked.event, reason));
+                }
+                continue;
+            }
+            let mut windows = Vec::new();
+            if assign(&self.spec, parked.event.timestamp, &mut windows).is_err() {
+                continue; // cannot be: it was assigned when it arrived
+            }
+            windows.retain(|window| !self.windows.is_late(window, parked.at));
+            for window in windows {
+                let open = self.windows.of_key(key).iter().find(|(w, _)| *w == window);
+                let id = match open {
+                    Some(&(_, id)) => id,
+                    None => self.open(key, window, 0),
+                };
+                let stored = self.windows[id].stored.in_store();
+                let (state_key, mut scope) = self.calls.take(cx, key, window, stored)?;
+                let failed = self.calls.add(&mut scope, &[&parked.event], cx, out)?;
+                cx.state.put(state_key, scope.state)?;
+                let live = self.windows.get_mut(id).expect("a live window");
+                if live.emit.took(1 - failed.len(), false) {
+                    self.log.touch(&mut live.stored, id);
+                }
+                self.queue(id);
+                self.settle_parks(out);
+                if self.is_parked(key) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives up the keys parked for longer than the quarantine's TTL: their events become
+    /// dead letters, and their windows go on with what they hold.
+    fn expire_parked(&mut self, out: &mut EngineOutput) {
+        let Some(parking) = self.parking.as_mut() else {
+            return;
+        };
+        let ttl = parking.ttl();
+        for key in parking.expired(self.watermark) {
+            let Some((key, parked)) = parking.release(&key) else {
+                continue;
+            };
+            let reason = format!(
+                "parked in the quarantine for longer than its ttl ({ttl} ms of event time) and \
+                 never re-driven; parked for: {}",
+                parked.reason
+            );
+            for event in &parked.events {
+                out.dead_letters
+                    .push(full_letter(&event.event, reason.clone()));
+            }
+            tracing::warn!(key = %key, events = parked.events.len(), "a parked key expired");
+            for id in self.windows.release_key(&key) {
+                let live = self.windows.get_mut(id).expect("a live window");
+                if live.emit.fires() {
+                    (self.due).queue(&mut live.queued, &live.key, live.window, id, self.watermark);
+                }
+            }
+        }
     }
 
     /// The parts that adding and finishing windows work with, lent to them.
@@ -801,6 +1059,16 @@ impl WindowEngine {
             calls: &self.calls,
             keeps_inputs: self.keeps_inputs,
         }
+    }
+}
+
+/// A dead letter for a parked (or unparkable) event, with the reason.
+fn full_letter(event: &crate::event::Event, reason: String) -> DeadLetter {
+    DeadLetter {
+        line: event.line,
+        raw: event.to_json().to_string(),
+        reason,
+        cause: DeadCause::Trapped,
     }
 }
 

@@ -144,7 +144,13 @@ impl Flush<'_> {
         }
         let window = live.window;
         let (state_key, mut scope) = self.take_scope(id, cx)?;
+        let parks = out.parks.len();
         self.add_pending_to(id, &mut scope, events, cx, out)?;
+        if out.parks[parks..].iter().any(|park| park.key == scope.key) {
+            // Its key was just parked: the window is held with its state, closing or not.
+            cx.state.put(state_key, scope.state)?;
+            return Ok(());
+        }
         let outcome = self
             .fires(id)
             .then(|| cx.operator.finish(&mut scope, window));
@@ -179,10 +185,16 @@ impl Flush<'_> {
             taken.push(self.take_window(id, cx)?);
             closing.push(closes);
         }
+        let parks = out.parks.len();
         self.add_taken(&mut taken, events, cx, out)?;
-        let outcomes = self.finish_taken(&mut taken, cx)?;
+        // Windows whose key was just parked are held with their state, closing or not.
+        let parked: Vec<std::sync::Arc<str>> = out.parks[parks..]
+            .iter()
+            .map(|park| park.key.clone())
+            .collect();
+        let outcomes = self.finish_taken(&mut taken, &parked, cx)?;
         for ((window, closes), outcome) in taken.into_iter().zip(closing).zip(outcomes) {
-            if !closes {
+            if !closes || parked.contains(&window.scope.key) {
                 cx.state.put(window.state_key, window.scope.state)?;
             }
             if let Some(outcome) = outcome {
@@ -322,10 +334,11 @@ impl Flush<'_> {
     fn finish_taken(
         &mut self,
         taken: &mut [Taken],
+        parked: &[std::sync::Arc<str>],
         cx: &mut Context<'_>,
     ) -> Result<Vec<Option<Finished>>> {
         let firing: Vec<usize> = (0..taken.len())
-            .filter(|&i| self.fires(taken[i].id))
+            .filter(|&i| self.fires(taken[i].id) && !parked.contains(&taken[i].scope.key))
             .collect();
         self.calls.finish(taken, firing, cx)
     }

@@ -6,7 +6,7 @@
 //!
 //! Invariants kept here: (a) each live window is in `by_key[key]` exactly once, with its current
 //! extent (sessions are merged from those extents); (b) each is in `expiry` exactly once, at
-//! `end + lateness`; (c) a key is in `by_key` if and only if it has a live window; (d) all
+//! `end + lateness`, unless its key is held (parked in the quarantine: then in none); (c) a key is in `by_key` if and only if it has a live window; (d) all
 //! windows of a key share one `Arc<str>` ([`LiveWindows::own_key`]); (e) `opened` only grows,
 //! which fixes the order of early firings by interval.
 //!
@@ -163,6 +163,25 @@ impl LiveWindows {
         for &(_, id) in open {
             f(id, self.windows.get_mut(id).expect("a live window"));
         }
+    }
+
+    /// Holds `key`'s windows open whatever the watermark (its key is parked): they leave
+    /// `expiry` until [`Self::release_key`].
+    pub(super) fn hold_key(&mut self, key: &str) {
+        for &(window, id) in self.by_key.get(key).map_or(&[][..], Vec::as_slice) {
+            self.expiry
+                .remove(&(window.end.saturating_add(self.lateness), id));
+        }
+    }
+
+    /// Lets `key`'s held windows expire again. Returns them.
+    pub(super) fn release_key(&mut self, key: &str) -> Vec<WindowId> {
+        let open = self.by_key.get(key).map_or(&[][..], Vec::as_slice);
+        for &(window, id) in open {
+            self.expiry
+                .insert((window.end.saturating_add(self.lateness), id));
+        }
+        open.iter().map(|&(_, id)| id).collect()
     }
 
     /// The first window whose lateness the watermark has passed (closed next), if any.

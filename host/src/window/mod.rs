@@ -17,6 +17,7 @@ mod key_map;
 mod live;
 mod output;
 mod pending;
+mod quarantine;
 mod sessions;
 mod slab;
 
@@ -25,5 +26,8 @@ pub use assign::assign;
 pub use calls::MAX_EVENTS_PER_CALL;
 pub use change_log::WindowRecord;
 pub use engine::WindowEngine;
-pub use output::{Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Timeline};
+pub use output::{
+    Context, Emission, EmissionKind, EngineError, EngineOutput, LateEvent, Park, Timeline,
+};
 pub use pending::MAX_HELD_BATCHES;
+pub use quarantine::{ParkedRecord, ParkedSummary};

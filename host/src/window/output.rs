@@ -87,6 +87,9 @@ pub struct Timeline<'a> {
     pub advances: &'a [(u64, Millis)],
     /// Early firings.
     pub early: &'a [u64],
+    /// Re-drives of quarantined keys (`None`: every key), each after the arrival index it
+    /// has (see [`crate::window::WindowEngine`]'s quarantine).
+    pub redrives: &'a [(u64, Option<Arc<str>>)],
     /// Whether the input ends after the batch.
     pub end_of_input: bool,
 }
@@ -104,9 +107,25 @@ pub struct LateEvent {
     pub reason: String,
 }
 
+/// Events of a key that failed in a call, to be parked with the key (`[quarantine]`): the
+/// engine takes them before it returns.
+#[derive(Debug, Clone)]
+pub struct Park {
+    /// The key.
+    pub key: Arc<str>,
+    /// Its events that failed, and those after them in the same call, in order.
+    pub events: Vec<crate::event::Event>,
+    /// The failure.
+    pub reason: String,
+}
+
 /// Everything one batch produced.
 #[derive(Debug, Default)]
 pub struct EngineOutput {
+    /// Keys to park: taken by the engine before it returns, so always empty after.
+    pub parks: Vec<Park>,
+    /// Parked keys that changed (`None`: no longer parked), for the pipeline's status.
+    pub quarantined: Vec<(Arc<str>, Option<super::quarantine::ParkedSummary>)>,
     /// Window results.
     pub emissions: Vec<Emission>,
     /// Late events.

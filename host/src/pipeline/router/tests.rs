@@ -8,6 +8,7 @@ fn batch(records: usize, bytes: usize) -> Batch {
         per_shard: Vec::new(),
         advances: Vec::new(),
         early: Vec::new(),
+        redrives: Vec::new(),
         dead: Vec::new(),
         records,
         bytes,

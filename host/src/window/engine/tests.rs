@@ -17,6 +17,7 @@ fn timeline(advances: &[(u64, Millis)], end_of_input: bool) -> Timeline<'_> {
     Timeline {
         advances,
         early: &[],
+        redrives: &[],
         end_of_input,
     }
 }
@@ -961,4 +962,167 @@ fn a_stage_window_keeps_its_inputs_across_a_restart() {
         .cloned();
     assert_eq!(sum, Some(("sum".to_string(), Value::Int(4))), "{out:?}");
     assert_eq!(out.emissions[0].version, 2);
+}
+
+/// The native count-sum, trapping for keys starting with `boom` while `trapping`.
+struct TrapsOnBoom {
+    trapping: bool,
+}
+
+impl AggregateOperator for TrapsOnBoom {
+    fn add(&mut self, scope: &mut Scope, events: &[&Event]) -> crate::operator::Result<()> {
+        if self.trapping && scope.key.starts_with("boom") {
+            return Err(OperatorError::Trapped("boom traps".into()));
+        }
+        NativeCountSum.add(scope, events)
+    }
+    fn merge(&mut self, target: &mut Scope, source: &mut Scope) -> crate::operator::Result<()> {
+        NativeCountSum.merge(target, source)
+    }
+    fn finish(
+        &mut self,
+        scope: &mut Scope,
+        window: Window,
+    ) -> crate::operator::Result<crate::value::Fields> {
+        NativeCountSum.finish(scope, window)
+    }
+}
+
+fn rows_of(engine: &mut WindowEngine) -> Vec<TableRow> {
+    (engine.changes().into_iter())
+        .filter_map(|change| {
+            Some(TableRow {
+                key: change.key,
+                value: change.value?,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_parked_key_waits_across_a_restart_and_its_redrive_gives_what_a_run_without_the_trap_gives() {
+    let events = [
+        ("boom", 1, 1),
+        ("ann", 2, 1),
+        ("boom", 5, 2),
+        ("boom", 12, 3),
+        ("ann", 13, 1),
+        ("zed", 40, 1),
+        ("boom", 41, 4),
+    ];
+    let mut clean = emitted(&run(TUMBLING, 0, &events, false));
+    let quarantine = crate::spec::QuarantineSpec {
+        max_events_per_key: 10,
+        max_events: 100,
+        ttl: 1_000,
+        errors: false,
+    };
+    let new_engine = || {
+        WindowEngine::new(TUMBLING, 0, 0, "count-sum@1".into()).with_quarantine(Some(quarantine), 1)
+    };
+    let mut engine = new_engine();
+    let (mut operator, mut state) = (TrapsOnBoom { trapping: true }, MemoryBackend::default());
+    let staged = staged(&events);
+    let advances: Vec<(u64, Millis)> =
+        vec![(0, 1), (1, 2), (2, 5), (3, 12), (4, 13), (5, 40), (6, 41)];
+    let mut out = EngineOutput::default();
+    let mut cx = Context {
+        operator: &mut operator,
+        state: &mut state,
+    };
+    engine
+        .process(&staged, &timeline(&advances, false), &mut cx, &mut out)
+        .expect("the engine runs");
+    let mut got = emitted(&out);
+    assert!(
+        got.iter().all(|e| e.0 != "boom"),
+        "a parked key's windows fired: {got:?}"
+    );
+    assert!(out.dead_letters.is_empty(), "{:?}", out.dead_letters);
+    assert_eq!(out.quarantined.len(), 1);
+    assert_eq!(out.quarantined[0].1.as_ref().unwrap().events, 4);
+
+    // A restart from the checkpoint, the version fixed, and a re-drive after the events.
+    let rows = rows_of(&mut engine);
+    let mut engine = new_engine();
+    engine.restore(41, &rows).expect("the rows restore");
+    operator.trapping = false;
+    let mut cx = Context {
+        operator: &mut operator,
+        state: &mut state,
+    };
+    let redrives = [(6, Some(Arc::<str>::from("boom")))];
+    let redriven = Timeline {
+        advances: &[],
+        early: &[],
+        redrives: &redrives,
+        end_of_input: false,
+    };
+    let mut out = EngineOutput::default();
+    engine
+        .process(&[], &redriven, &mut cx, &mut out)
+        .expect("the engine runs");
+    got.extend(emitted(&out));
+    assert_eq!(out.quarantined, [("boom".into(), None)]);
+    // A second re-drive finds nothing parked.
+    let mut again = EngineOutput::default();
+    engine
+        .process(&[], &redriven, &mut cx, &mut again)
+        .expect("the engine runs");
+    assert!(again.emissions.is_empty(), "{:?}", again.emissions);
+    got.sort();
+    clean.sort();
+    assert_eq!(got, clean);
+    let parked_row_deleted = engine.changes().into_iter().any(|change| {
+        let key = StateKey::decode(&change.key).expect("a state key");
+        change.value.is_none()
+            && matches!(key.namespace, Namespace::Window { start, end } if start == end)
+    });
+    assert!(parked_row_deleted, "the parked key's row is deleted");
+}
+
+#[test]
+fn a_key_parked_past_its_ttl_gives_its_events_up_as_dead_letters_and_its_windows_go_on() {
+    let quarantine = crate::spec::QuarantineSpec {
+        max_events_per_key: 2,
+        max_events: 100,
+        ttl: 20,
+        errors: false,
+    };
+    let mut engine = WindowEngine::new(TUMBLING, 0, 0, "count-sum@1".into())
+        .with_quarantine(Some(quarantine), 1);
+    let (mut operator, mut state) = (TrapsOnBoom { trapping: true }, MemoryBackend::default());
+    let mut cx = Context {
+        operator: &mut operator,
+        state: &mut state,
+    };
+    let events = [
+        ("boom", 1, 1),
+        ("boom", 2, 1),
+        ("boom", 3, 1),
+        ("ann", 30, 1),
+        ("ann", 49, 1),
+        ("ann", 50, 1),
+    ];
+    let advances: Vec<(u64, Millis)> = vec![(0, 1), (1, 2), (2, 3), (3, 30), (4, 49), (5, 50)];
+    let mut out = EngineOutput::default();
+    engine
+        .process(
+            &staged(&events),
+            &timeline(&advances, false),
+            &mut cx,
+            &mut out,
+        )
+        .expect("the engine runs");
+    let reasons: Vec<&str> = out.dead_letters.iter().map(|d| d.reason.as_str()).collect();
+    // The window's three events trapped when it fired, at 30: the key was parked with two of
+    // them, the third found it full; at 50, parked since 30 with a TTL of 20, the two kept ones
+    // are given up.
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons[0].contains("max_events_per_key"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("ttl") && reasons[1].contains("boom traps"),
+        "{reasons:?}"
+    );
+    assert_eq!(out.quarantined.last().unwrap().1, None);
 }

@@ -358,6 +358,11 @@ fn every_route_answers_by_its_scope() {
         ("post", "/v1/pipelines/{name}/promote", Some("admin")),
         ("post", "/v1/pipelines/{name}/replay", Some("admin")),
         ("post", "/v1/pipelines/{name}/repro", Some("admin")),
+        (
+            "post",
+            "/v1/pipelines/{name}/quarantine/redrive",
+            Some("admin"),
+        ),
         ("post", "/v1/pipelines/{name}/savepoints", Some("admin")),
         ("get", "/v1/pipelines/{name}/savepoints", Some("read")),
         (

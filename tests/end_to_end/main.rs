@@ -22,6 +22,7 @@ mod operator_rollouts;
 mod partitioned;
 mod polyglot;
 mod properties;
+mod quarantine;
 mod quotas;
 mod recovery;
 mod reference;

@@ -140,6 +140,10 @@ pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
         )
         .route("/v1/pipelines/{name}/replay", post(savepoints::replay))
         .route("/v1/pipelines/{name}/repro", post(savepoints::repro))
+        .route(
+            "/v1/pipelines/{name}/quarantine/redrive",
+            post(savepoints::redrive),
+        )
         .route_layer(middleware::from_fn_with_state(gate, authorize));
     routes
         .fallback(|| async { ApiError::not_found("no such route; GET /openapi.json lists them") })

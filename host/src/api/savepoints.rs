@@ -15,7 +15,9 @@ use serde::Deserialize;
 use super::ApiError;
 use super::pipelines::{Pipeline, blocking};
 use crate::checkpoint::SavepointInfo;
-use crate::serve::{Caller, ReplayRequest, ReproRequest, RequestError, Server, Slot};
+use crate::serve::{
+    Caller, RedriveRequest, ReplayRequest, ReproRequest, RequestError, Server, Slot,
+};
 
 /// `{name}/savepoints/{savepoint}`: the pipeline, looked up, and the savepoint's name, both
 /// checked against the name rule after percent-decoding.
@@ -111,6 +113,24 @@ pub(super) async fn fork(
     })
     .await?;
     Ok((StatusCode::CREATED, Json(status)))
+}
+
+/// `POST /v1/pipelines/{name}/quarantine/redrive`: the parked keys asked (or all) go through
+/// the version now serving them.
+pub(super) async fn redrive(
+    Pipeline(slot): Pipeline,
+    body: Bytes,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let request: RedriveRequest = match body.is_empty() {
+        true => RedriveRequest::default(),
+        false => serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body is not a re-drive request ({{\"keys\": [...]}}, or {{}} for every parked key): {e}"
+            ))
+        })?,
+    };
+    let answer = blocking(move || slot.redrive(&request)).await?;
+    Ok((StatusCode::ACCEPTED, Json(answer)))
 }
 
 /// `POST /v1/pipelines/{name}/repro`: a repro bundle for a row the caller saw.

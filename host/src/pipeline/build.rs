@@ -248,6 +248,8 @@ pub(super) fn build_shard(
             index,
             shards,
         )?;
+        // The keys parked in the quarantine show in the status from the start.
+        super::shard::note_quarantine(control, &mut shard.parked_keys());
     }
     Ok(shard)
 }

@@ -123,6 +123,14 @@ impl Shard {
         self.state.committed();
     }
 
+    /// The keys parked in the quarantine that changed since last asked (all, after a restore).
+    pub fn parked_keys(&mut self) -> Vec<Quarantined> {
+        match &mut self.aggregate {
+            Some((engine, _, _)) => engine.parked_keys(),
+            None => Vec::new(),
+        }
+    }
+
     /// Restores a checkpoint: the watermark, the open windows (`windows`), the interval join's
     /// expiries and the enrichment TTLs (`state`: this shard's rows of the state table; only
     /// read when there is a join or a TTL).
@@ -300,7 +308,7 @@ pub(super) fn run_thread(
                     end_of_input,
                 };
                 let mut output = shard.process(share, &timeline, carry)?;
-                note_quarantine(control, &mut output.engine);
+                note_quarantine(control, &mut output.engine.quarantined);
                 for share in std::mem::take(&mut output.spent) {
                     if !share.events.is_empty() {
                         let _ = spent.try_send(share); // or dropped here
@@ -347,13 +355,16 @@ fn await_commit(shard: &mut Shard, ack: &Receiver<()>) -> bool {
     acknowledged
 }
 
+/// A parked key that changed, with what the status shows of it (`None`: no longer parked).
+type Quarantined = (std::sync::Arc<str>, Option<crate::window::ParkedSummary>);
+
 /// Tells the pipeline's status which keys the shard parked or let go.
-fn note_quarantine(control: &PipelineControl, engine: &mut crate::window::EngineOutput) {
-    if engine.quarantined.is_empty() {
+pub(super) fn note_quarantine(control: &PipelineControl, changed: &mut Vec<Quarantined>) {
+    if changed.is_empty() {
         return;
     }
     let mut parked = control.stats.quarantine.lock().expect("quarantine lock");
-    for (key, summary) in engine.quarantined.drain(..) {
+    for (key, summary) in changed.drain(..) {
         match summary {
             Some(summary) => parked.insert(key.to_string(), summary),
             None => parked.remove(&*key),

@@ -34,7 +34,9 @@ pub use error::{RequestError, ServeError};
 pub use managed::{Damage, Desired, Managed};
 pub use nats::{DEFAULT_SERVER, NatsArgumentError, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
-pub use slot::{ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome};
+pub use slot::{
+    RedriveRequest, ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome,
+};
 pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};

@@ -110,12 +110,14 @@ pub struct Slot {
 
 mod analysis;
 mod ingest;
+mod quarantine;
 mod replay;
 mod repro;
 mod savepoints;
 mod verify;
 
 pub use ingest::MAX_CONCURRENT_INGESTS;
+pub use quarantine::RedriveRequest;
 pub use replay::{ReplayRequest, SANDBOX_PREFIX};
 pub use repro::ReproRequest;
 
@@ -1002,11 +1004,19 @@ impl Slot {
         let figures = control
             .map(figures)
             .unwrap_or_else(|| serde_json::json!({}));
+        let quarantine = (managed.spec.quarantine.is_some())
+            .then(|| control.map(quarantine::status))
+            .map(|parked| {
+                parked.unwrap_or_else(|| serde_json::json!({"keys": 0, "events": 0, "parked": []}))
+            });
         if let serde_json::Value::Object(status) = &mut status {
             for part in [described, figures] {
                 if let serde_json::Value::Object(part) = part {
                     status.extend(part);
                 }
+            }
+            if let Some(quarantine) = quarantine {
+                status.insert("quarantine".into(), quarantine);
             }
         }
         // A gated rollout's step in progress, with its gates as they stand.

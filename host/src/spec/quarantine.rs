@@ -60,8 +60,8 @@ pub(super) fn check(
     };
     if !keyed_aggregate {
         return Err(invalid(
-            "[quarantine] parks the keys of a keyed aggregate: this pipeline has none, or stages, \
-             a join or a global aggregate",
+            "[quarantine] parks the keys of a keyed aggregate over tumbling or sliding windows: \
+             this pipeline has none, session windows, stages, a join or a global aggregate",
         ));
     }
     if !http {

@@ -94,7 +94,8 @@ impl RawSpec {
             && dataflow.join.is_none()
             && !dataflow.global
             && !dataflow.pre_aggregate;
-        let quarantine = quarantine::check(self.quarantine, keyed_aggregate, http)?;
+        let sessions = matches!(window, Some(super::WindowSpec::Session { .. }));
+        let quarantine = quarantine::check(self.quarantine, keyed_aggregate && !sessions, http)?;
         Ok(PipelineSpec {
             name: self.name,
             source: input.spec,

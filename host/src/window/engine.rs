@@ -924,6 +924,14 @@ impl WindowEngine {
         }
     }
 
+    /// The parked keys that changed since last asked (all of them after a restore).
+    pub fn parked_keys(&mut self) -> Vec<(Arc<str>, Option<super::quarantine::ParkedSummary>)> {
+        self.parking
+            .as_mut()
+            .map(Parking::take_reported)
+            .unwrap_or_default()
+    }
+
     /// What the status should know of the parked keys that changed.
     fn report_parking(&mut self, out: &mut EngineOutput) {
         if let Some(parking) = self.parking.as_mut() {

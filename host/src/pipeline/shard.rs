@@ -370,6 +370,9 @@ pub(super) fn note_quarantine(control: &PipelineControl, changed: &mut Vec<Quara
             None => parked.remove(&*key),
         };
     }
+    let events: usize = parked.values().map(|p| p.events).sum();
+    control.metrics.quarantined_keys.set(parked.len() as f64);
+    control.metrics.quarantined_events.set(events as f64);
 }
 
 #[cfg(test)]

@@ -35,6 +35,9 @@ pub struct PipelineMetrics {
     pub(crate) cpu_throttled: Counter,
     /// Linear memory the operator instances hold from the pipeline's pool.
     pub(crate) operator_memory: Gauge,
+    /// Keys parked in the quarantine, and their events.
+    pub(crate) quarantined_keys: Gauge,
+    pub(crate) quarantined_events: Gauge,
     /// Whether the series by kind and cause (made per batch) are recorded: not for a sandbox.
     recorded: bool,
 }
@@ -69,6 +72,8 @@ impl PipelineMetrics {
             cpu_used: metrics::counter!("weir_operator_cpu_microseconds_total", &[p()]),
             cpu_throttled: metrics::counter!("weir_operator_throttled_milliseconds_total", &[p()]),
             operator_memory: metrics::gauge!("weir_operator_memory_bytes", &[p()]),
+            quarantined_keys: metrics::gauge!("weir_quarantined_keys", &[p()]),
+            quarantined_events: metrics::gauge!("weir_quarantined_events", &[p()]),
             recorded: true,
         }
     }
@@ -94,6 +99,8 @@ impl PipelineMetrics {
             cpu_used: Counter::noop(),
             cpu_throttled: Counter::noop(),
             operator_memory: Gauge::noop(),
+            quarantined_keys: Gauge::noop(),
+            quarantined_events: Gauge::noop(),
             recorded: false,
         }
     }

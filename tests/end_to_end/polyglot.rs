@@ -673,6 +673,12 @@ fn weir_new_build_run_and_deploy_work_in_every_language() {
                 .current_dir(&dir),
         );
         assert!(deployed.contains("sha256:"), "{language}: {deployed}");
+        // `weir build` embedded the project's examples, and the server ran them at upload.
+        assert!(
+            deployed
+                .contains("\"verified\":{\"examples\":[{\"example\":\"examples/two-users.jsonl\""),
+            "{language}: {deployed}"
+        );
     }
     let (status, listed) = server.get("/v1/operators", Some(ADMIN));
     assert_eq!(status, 200);

@@ -56,7 +56,9 @@ pub(super) async fn get(
 }
 
 /// An upload's query: `?verify=<pipeline>:<savepoint>` runs the candidate's `migrate` over that
-/// savepoint's state first, and refuses the version with the first state it cannot convert.
+/// savepoint's state first, and refuses the version with the first state it cannot convert;
+/// `?verify=examples` runs the examples the component carries (`weir build` embeds a
+/// project's) and refuses it with the first that does not hold.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UploadQuery {
@@ -71,28 +73,37 @@ pub(super) async fn upload(
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let verify = match query.verify.as_deref().map(|v| v.split_once(':')) {
+    let verify = match query.verify.as_deref().map(|v| (v, v.split_once(':'))) {
         None => None,
-        Some(Some((pipeline, savepoint))) => Some((pipeline.to_owned(), savepoint.to_owned())),
-        Some(None) => {
+        Some(("examples", _)) => Some(Verify::Examples),
+        Some((_, Some((pipeline, savepoint)))) => {
+            Some(Verify::Migration(pipeline.to_owned(), savepoint.to_owned()))
+        }
+        Some((_, None)) => {
             return Err(ApiError::bad_request(
                 "verify: give <pipeline>:<savepoint>, the savepoint whose state the version's \
-                 migrate must convert",
+                 migrate must convert, or `examples` to run the examples the component carries",
             ));
         }
     };
     let limit = server.max_upload;
     // Compiling takes a while: off the async threads.
     let (info, verified) = blocking(move || {
-        let verified = match &verify {
-            Some((pipeline, savepoint)) if body.len() <= limit => Some(dry_run(
-                &server,
-                (&name, &version),
-                &body,
-                (pipeline, savepoint),
-            )?),
-            _ => None,
-        };
+        let verified =
+            match &verify {
+                Some(Verify::Migration(pipeline, savepoint)) if body.len() <= limit => Some(
+                    dry_run(&server, (&name, &version), &body, (pipeline, savepoint))?,
+                ),
+                Some(Verify::Examples) if body.len() <= limit => {
+                    // Compiled first: what is not a Weir component is refused as ever.
+                    server.registry.compile_upload(&name, &version, &body)?;
+                    Some(crate::serve::examples_dry_run(
+                        &server.pipelines_dir(),
+                        &body,
+                    )?)
+                }
+                _ => None,
+            };
         let owner = caller
             .as_ref()
             .map(|c| (c.name.as_str(), c.quota.max_operators));
@@ -109,6 +120,14 @@ pub(super) async fn upload(
         answer["verified"] = verified;
     }
     Ok((StatusCode::CREATED, Json(answer)))
+}
+
+/// What an upload asks to be checked before it is accepted.
+enum Verify {
+    /// A migration dry run over `<pipeline>:<savepoint>`.
+    Migration(String, String),
+    /// The examples the component carries.
+    Examples,
 }
 
 /// The migration dry run of an upload (see `serve::Slot::migration_dry_run`).

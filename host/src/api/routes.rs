@@ -83,7 +83,7 @@ pub const ROUTES: &[Route] = &[
         [(200, "text exposition format")]),
     route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),
-    route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes); with ?verify=<pipeline>:<savepoint> its migrate first converts every state of that savepoint another version wrote, and the first it cannot is the 400's counterexample",
+    route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes); with ?verify=<pipeline>:<savepoint> its migrate first converts every state of that savepoint another version wrote, and the first it cannot is the 400's counterexample; with ?verify=examples the examples it carries (weir build embeds them) run first, and the first that does not hold is the 400's",
         [(201, "the version (with `verified`: the dry run's scopes, when asked)"), (400, "not a Weir component, a bad name, or its migrate failed on the savepoint (the counterexample)"), (404, "the pipeline or savepoint to verify against is unknown"), (429, "a replay or another dry run is running"), (409, "version exists, or was deleted with other bytes (versions never change)"), (413, "too large"), (507, "the disk is full")]),
     route!(GET "/v1/operators/{name}/{version}", READ, "One version",
         [(200, "the version"), (404, "unknown")]),

@@ -70,6 +70,16 @@ pub(crate) fn build_project(args: BuildArgs) -> anyhow::Result<()> {
     for (example, results) in weir::project::check_examples(&project, &out)? {
         println!("example {example}: {results} results as expected");
     }
+    match weir::project::embed_examples(&project, &out)? {
+        Some(bytes) => println!(
+            "examples embedded in the component ({bytes} bytes): `weir deploy` has the server run them before it accepts the version"
+        ),
+        None if !project.file.examples.is_empty() => println!(
+            "examples too large to embed (over {} bytes): the server will not run them at upload",
+            weir::project::examples::MAX_EMBEDDED_BYTES
+        ),
+        None => {}
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! `weir deploy`: uploads a built component to a running `weir serve` as one version of a
-//! registry operator (`POST /v1/operators/{name}/{version}`), with an admin token. Depends on
-//! `client` and `names`.
+//! registry operator (`POST /v1/operators/{name}/{version}`), with an admin token; a component
+//! that carries its project's examples is uploaded with `?verify=examples`, so the server runs
+//! them before it accepts the version. Depends on `client`, `names` and the examples.
 
 use std::path::Path;
 use std::time::Duration;
@@ -32,7 +33,11 @@ pub fn deploy(
             module.display()
         ))
     })?;
-    let path = format!("/v1/operators/{name}/{version}");
+    let verify = match super::examples::embedded(&bytes) {
+        Ok(Some(_)) => "?verify=examples",
+        _ => "",
+    };
+    let path = format!("/v1/operators/{name}/{version}{verify}");
     let (status, body) = crate::client::post(
         server,
         token,

@@ -20,6 +20,9 @@ mod sdk;
 
 pub use build::{Toolchains, build};
 pub use deploy::deploy;
+pub use examples::{
+    Embedded, check_embedded, embed as embed_examples, embedded as embedded_examples,
+};
 pub use examples::{Example, check_examples};
 pub use new::new;
 

@@ -36,6 +36,7 @@ pub use nats::{DEFAULT_SERVER, NatsArgumentError, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{
     RedriveRequest, ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome,
+    examples_dry_run,
 };
 pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
 

@@ -120,6 +120,7 @@ pub use ingest::MAX_CONCURRENT_INGESTS;
 pub use quarantine::RedriveRequest;
 pub use replay::{ReplayRequest, SANDBOX_PREFIX};
 pub use repro::ReproRequest;
+pub use verify::examples_dry_run;
 
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

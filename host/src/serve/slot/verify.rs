@@ -6,7 +6,11 @@
 //! counterexample (its key, window, the state as it was
 //! and the error), and the version is refused. Nothing of the live pipeline is touched.
 //!
-//! Depends on `checkpoint`, `operator` and `state`.
+//! An upload's own examples (`?verify=examples`) run the same way, one sandboxed run at a time:
+//! those `weir build` embedded in the component, through it, in a pipeline of their own each
+//! ([`examples_dry_run`]).
+//!
+//! Depends on `checkpoint`, `operator`, `project` (the examples) and `state`.
 
 use std::sync::Arc;
 
@@ -105,4 +109,36 @@ impl Slot {
             "not_checked": skipped,
         }))
     }
+}
+
+/// Runs the examples the uploaded component `body` carries (see the module documentation), in
+/// a sandbox beside the pipelines in `pipelines`: how many results each gave, or the first that
+/// does not hold (a `400`).
+pub fn examples_dry_run(
+    pipelines: &std::path::Path,
+    body: &[u8],
+) -> Result<serde_json::Value, RequestError> {
+    let embedded = crate::project::embedded_examples(body)
+        .map_err(|e| RequestError::Invalid(format!("verify=examples: {e}")))?
+        .ok_or_else(|| {
+            RequestError::Invalid(
+                "verify=examples: the component carries no examples; build it with `weir build` \
+                 from a project whose weir.toml has [[examples]]"
+                    .into(),
+            )
+        })?;
+    let _turn = Turn::take()?;
+    let sandbox = Sandbox(pipelines.join(format!("{SANDBOX_PREFIX}examples-{}", sandbox_nonce())));
+    std::fs::create_dir_all(&sandbox.0).map_err(RequestError::from_io)?;
+    let module = sandbox.0.join("operator.wasm");
+    std::fs::write(&module, body).map_err(RequestError::from_io)?;
+    let checked = crate::project::check_embedded(&embedded, &module, &sandbox.0.join("run"))
+        .map_err(|e| match e {
+            crate::project::ProjectError::Io { source, .. } => RequestError::from_io(source),
+            other => RequestError::Invalid(format!("verify=examples: {other}")),
+        })?;
+    let examples: Vec<serde_json::Value> = (checked.iter())
+        .map(|(example, results)| serde_json::json!({"example": example, "results": results}))
+        .collect();
+    Ok(serde_json::json!({"examples": examples}))
 }

@@ -14,6 +14,7 @@ mod examples;
 mod gated_rollouts;
 mod hostile;
 mod hostile_server;
+mod kafka;
 mod live;
 mod nats;
 mod nexmark;

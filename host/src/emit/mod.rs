@@ -1,7 +1,8 @@
 //! Output: the JSON Lines records Weir writes (results, enriched events, late events, dead
 //! letters) and the sinks that receive them. Depends on `event`, `field_name`, `hashing`,
-//! `nats_client`, `spec`, `time`, `value` and `window`.
+//! `nats_client`, `spec`, `time`, `value` and `window`; the Kafka sink on `rdkafka`.
 
+mod kafka;
 mod nats;
 mod record;
 mod sink;

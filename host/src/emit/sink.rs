@@ -9,7 +9,10 @@
 //! standard error cannot be cut back: across restarts they are at-least-once. A NATS sink
 //! publishes each record with its `id` as `Nats-Msg-Id` and waits for every acknowledgement
 //! before a checkpoint records its position: the records a restart publishes again are the
-//! same, with the same ids, and the stream's de-duplication window drops them.
+//! same, with the same ids, and the stream's de-duplication window drops them. A Kafka sink
+//! produces in transactions each checkpoint commits, and records the partition's end offset;
+//! a restart reads back what was committed past it and does not produce it twice
+//! ([`super::kafka`]).
 //!
 //! Depends on `spec`.
 
@@ -32,6 +35,7 @@ enum Target {
     Stderr(std::io::Stderr),
     File(BufWriter<File>),
     Nats(Box<super::nats::NatsPublisher>),
+    Kafka(Box<super::kafka::KafkaPublisher>),
     Discard,
 }
 
@@ -73,6 +77,16 @@ impl SinkWriter {
     /// is given (recovery), cut back to that length; a file shorter than its committed length
     /// was damaged and is refused.
     pub fn open(sink: &Sink, committed: Option<u64>) -> Result<SinkWriter, SinkError> {
+        Self::open_as(sink, committed, "weir")
+    }
+
+    /// [`Self::open`] for a sink `owner` writes (`<pipeline>-<sink>`): a Kafka sink's
+    /// transactional id, the same for every run of the pipeline.
+    pub fn open_as(
+        sink: &Sink,
+        committed: Option<u64>,
+        owner: &str,
+    ) -> Result<SinkWriter, SinkError> {
         let (target, out) = match sink {
             Sink::Stdout => (
                 "standard output".to_owned(),
@@ -91,6 +105,15 @@ impl SinkWriter {
                         source: std::io::Error::other(e),
                     })?;
                 (target, Target::Nats(Box::new(publisher)))
+            }
+            Sink::Kafka(kafka) => {
+                let target = format!("kafka topic {} at {}", kafka.topic, kafka.kafka);
+                let publisher = super::kafka::KafkaPublisher::connect(kafka, owner, committed)
+                    .map_err(|e| SinkError {
+                        target: target.clone(),
+                        source: std::io::Error::other(e),
+                    })?;
+                (target, Target::Kafka(Box::new(publisher)))
             }
             Sink::File(path) => {
                 let target = path.display().to_string();
@@ -119,12 +142,19 @@ impl SinkWriter {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record).expect("records always serialise");
         self.line.push(b'\n');
-        self.position += self.line.len() as u64;
+        if !matches!(self.out, Target::Kafka(_)) {
+            self.position += self.line.len() as u64;
+        }
         let result = match &mut self.out {
             Target::Stdout(out) => out.write_all(&self.line),
             Target::Stderr(out) => out.write_all(&self.line),
             Target::File(out) => out.write_all(&self.line),
             Target::Nats(out) => {
+                let id = record.id();
+                let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+                out.publish(id, line).map_err(std::io::Error::other)
+            }
+            Target::Kafka(out) => {
                 let id = record.id();
                 let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
                 out.publish(id, line).map_err(std::io::Error::other)
@@ -160,6 +190,7 @@ impl SinkWriter {
             Target::Stderr(out) => out.flush(),
             Target::File(out) => out.flush(),
             Target::Nats(out) => out.flush().map_err(std::io::Error::other),
+            Target::Kafka(out) => out.flush().map_err(std::io::Error::other),
             Target::Discard => Ok(()),
         };
         result.map_err(|source| SinkError {
@@ -172,11 +203,18 @@ impl SinkWriter {
     /// the sink's position.
     pub fn sync(&mut self) -> Result<u64, SinkError> {
         self.flush()?;
-        if let Target::File(out) = &mut self.out {
-            out.get_ref().sync_data().map_err(|source| SinkError {
+        match &mut self.out {
+            Target::File(out) => out.get_ref().sync_data().map_err(|source| SinkError {
                 target: self.target.clone(),
                 source,
-            })?;
+            })?,
+            Target::Kafka(out) => {
+                self.position = out.commit().map_err(|e| SinkError {
+                    target: self.target.clone(),
+                    source: std::io::Error::other(e),
+                })?;
+            }
+            _ => {}
         }
         Ok(self.position)
     }

@@ -478,12 +478,18 @@ fn log_finished(summary: &Summary) {
 /// Opens the sinks, cut back to the lengths the checkpoint committed.
 fn open_sinks(spec: &PipelineSpec, manifest: Option<&Manifest>) -> Result<collector::Sinks> {
     let committed = manifest.map(|m| m.sinks);
+    let owner = |sink: &str| format!("weir-{}-{sink}", spec.name);
     Ok(collector::Sinks {
-        results: SinkWriter::open(&spec.sinks.results, committed.map(|s| s.results))?,
-        late: SinkWriter::open(&spec.sinks.late, committed.map(|s| s.late))?,
-        dead_letters: SinkWriter::open(
+        results: SinkWriter::open_as(
+            &spec.sinks.results,
+            committed.map(|s| s.results),
+            &owner("results"),
+        )?,
+        late: SinkWriter::open_as(&spec.sinks.late, committed.map(|s| s.late), &owner("late"))?,
+        dead_letters: SinkWriter::open_as(
             &spec.sinks.dead_letters,
             committed.map(|s| s.dead_letters),
+            &owner("dead-letters"),
         )?,
     })
 }
@@ -506,6 +512,12 @@ fn open_source(
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
         SourceSpec::Nexmark(nexmark) => Box::new(Nexmark::new(nexmark.clone(), &spec.key_field)),
         SourceSpec::Nats(nats) => Box::new(crate::source::NatsSource::new(nats.clone())?),
+        SourceSpec::Kafka(kafka) => Box::new(crate::source::KafkaSource::new(
+            kafka.clone(),
+            &spec.name,
+            &spec.key_field,
+            &spec.timestamp_field,
+        )?),
         SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(
             log,
             DEFAULT_MAX_LINE_BYTES,

@@ -10,6 +10,7 @@
 mod generator;
 mod ingest;
 mod interleave;
+mod kafka;
 mod lines;
 mod nats;
 mod nats_feed;
@@ -18,6 +19,7 @@ mod nexmark;
 pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
+pub use kafka::KafkaSource;
 pub use lines::LineReader;
 pub use nats::{NatsSource, partition_of_key};
 pub use nats_feed::{FeedSource, NatsFeed};
@@ -95,7 +97,7 @@ impl SourceError {
         self.error.kind() == std::io::ErrorKind::NotFound
     }
 
-    fn new(source_name: &str, error: std::io::Error) -> Self {
+    pub(crate) fn new(source_name: &str, error: std::io::Error) -> Self {
         SourceError {
             source_name: source_name.to_owned(),
             error,

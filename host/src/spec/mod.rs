@@ -56,10 +56,11 @@ pub use operators::{
 pub use placement::{MAX_SLICES, Placement};
 pub use quarantine::QuarantineSpec;
 pub use served::{MAX_SERVED_SHARDS, Served};
-pub use sinks::{NatsSinkSpec, Sink, SinksSpec};
+pub use sinks::{KafkaSinkSpec, NatsSinkSpec, Sink, SinksSpec};
 pub use source::{
-    DEFAULT_MAX_BEHIND, DEFAULT_SEGMENT_SIZE, GeneratorSpec, MAX_NEXMARK_RATE, MAX_PARTITIONS,
-    NatsPartitions, NatsSourceSpec, NexmarkKind, NexmarkSpec, PARTITION_TOKEN, SourceSpec,
+    DEFAULT_MAX_BEHIND, DEFAULT_SEGMENT_SIZE, GeneratorSpec, KafkaSourceSpec, MAX_NEXMARK_RATE,
+    MAX_PARTITIONS, NatsPartitions, NatsSourceSpec, NexmarkKind, NexmarkSpec, PARTITION_TOKEN,
+    SourceSpec,
 };
 pub use state::{DEFAULT_MEMORY_BUDGET, MAX_MEMORY_BUDGET, StateQuotaSpec, StateSpec};
 pub use values::{SizeError, parse_size};

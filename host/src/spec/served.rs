@@ -165,6 +165,12 @@ fn check_sinks(sinks: &RawSinks, sink_base: &Path, served: Served, nats: &[Strin
                 internal(field, &sink.subject)?;
                 continue;
             }
+            Some(RawSink::Kafka(_)) => {
+                return Err(invalid(format!(
+                    "{field}: a pipeline of weir serve writes files in its out/ directory or \
+                     NATS subjects; Kafka sinks are for `weir run`"
+                )));
+            }
             Some(RawSink::Named(name)) => Some(name.as_str()),
             None => None,
         };

@@ -60,6 +60,20 @@ pub enum Sink {
     Discard,
     /// Published to a NATS JetStream subject, each record with its id as `Nats-Msg-Id`.
     Nats(NatsSinkSpec),
+    /// Produced to a Kafka topic in transactions committed at each checkpoint.
+    Kafka(KafkaSinkSpec),
+}
+
+/// A Kafka topic to produce records to (`results = { kafka = "host:port", topic = "..." }`):
+/// each record's id is its key; partition 0 of the topic, in transactions committed with each
+/// checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSinkSpec {
+    /// The brokers, `host:port[,host:port...]`.
+    pub kafka: String,
+    /// The topic.
+    pub topic: String,
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),
@@ -88,6 +102,7 @@ pub(super) struct RawSinks {
 pub(super) enum RawSink {
     Named(String),
     Nats(NatsSinkSpec),
+    Kafka(KafkaSinkSpec),
 }
 
 /// Checks the `[sinks]`: results go to standard output and late events and dead letters to
@@ -114,6 +129,10 @@ fn sink(field: &str, raw: Option<RawSink>, default: Sink, base: &Path) -> Result
                 )));
             }
             return Ok(Sink::Nats(nats));
+        }
+        Some(RawSink::Kafka(kafka)) => {
+            super::source::check_kafka(&format!("sinks.{field}"), &kafka.kafka, &kafka.topic)?;
+            return Ok(Sink::Kafka(kafka));
         }
         Some(RawSink::Named(name)) => Some(name),
         None => None,

@@ -45,6 +45,23 @@ pub enum SourceSpec {
     Http(Option<PathBuf>),
     /// A NATS JetStream stream.
     Nats(NatsSourceSpec),
+    /// A Kafka topic.
+    Kafka(KafkaSourceSpec),
+}
+
+/// A Kafka topic to read (`[source] type = "kafka"`): every partition, each a watermark
+/// partition, its offset kept in the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceSpec {
+    /// The brokers, `host:port[,host:port...]`.
+    pub brokers: String,
+    /// The topic.
+    pub topic: String,
+    /// The consumer group named to the brokers (for monitoring only: Weir assigns partitions
+    /// itself and keeps offsets in its checkpoints). Default `weir-<pipeline>`.
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// A NATS JetStream stream to read (`[source] type = "nats"`).
@@ -279,6 +296,7 @@ pub(super) enum RawSource {
     Generator(GeneratorSpec),
     Nexmark(NexmarkSpec),
     Nats(NatsSourceSpec),
+    Kafka(KafkaSourceSpec),
 }
 
 /// The checked `[source]`.
@@ -378,6 +396,13 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
             }
             SourceSpec::Nats(nats)
         }
+        RawSource::Kafka(kafka) => {
+            check_kafka("source", &kafka.brokers, &kafka.topic)?;
+            if let Some(group) = &kafka.group {
+                crate::names::check("source.group", group)?;
+            }
+            SourceSpec::Kafka(kafka)
+        }
         RawSource::File { path } => SourceSpec::File(base.join(path)),
         RawSource::Files { paths } => {
             if paths.is_empty() || paths.len() > MAX_PARTITIONS {
@@ -407,6 +432,39 @@ fn check_source(raw: RawSource, base: &Path) -> Result<SourceSpec> {
         }
         RawSource::Nexmark(nexmark) => SourceSpec::Nexmark(nexmark),
     })
+}
+
+/// Checks Kafka brokers (`host:port`, comma-separated) and a topic name (Kafka's rule: 1 to
+/// 249 of letters, digits, `.`, `_` and `-`).
+pub(super) fn check_kafka(field: &str, brokers: &str, topic: &str) -> Result<()> {
+    let broker_ok = |b: &str| {
+        b.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.contains("://")
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-_[]:".contains(c))
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        })
+    };
+    if brokers.is_empty() || brokers.len() > 1024 || !brokers.split(',').all(broker_ok) {
+        return Err(invalid(format!(
+            "{field}: the brokers are host:port addresses, comma-separated, not {brokers:?}"
+        )));
+    }
+    let topic_ok = !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !topic_ok {
+        return Err(invalid(format!(
+            "{field}: {topic:?} is not a Kafka topic (1 to 249 letters, digits, '.', '_' or '-')"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a NATS server address and subjects: `nats://` (or `tls://`), printable, bounded.

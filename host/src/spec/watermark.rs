@@ -86,11 +86,16 @@ pub(super) fn check(
     };
     let idle_timeout = match &raw.idle_timeout {
         None => None,
-        Some(_) if !matches!(source, SourceSpec::Http(_) | SourceSpec::Nats(_)) => {
+        Some(_)
+            if !matches!(
+                source,
+                SourceSpec::Http(_) | SourceSpec::Nats(_) | SourceSpec::Kafka(_)
+            ) =>
+        {
             return Err(invalid(
                 "watermark.idle_timeout judges partitions by the clock at which their events \
-                 were accepted (by weir serve, or by a NATS server): it is for an HTTP or NATS \
-                 source",
+                 were accepted (by weir serve, a NATS server or a Kafka broker): it is for an \
+                 HTTP, NATS or Kafka source",
             ));
         }
         Some(raw) => Some(positive("watermark.idle_timeout", Some(raw))?),

@@ -1,0 +1,188 @@
+//! [`KafkaPublisher`]: the Kafka sink's producer. Records go to partition 0 of the topic, each
+//! keyed by its `id`, in a transaction that each checkpoint commits ([`KafkaPublisher::commit`],
+//! before the checkpoint records the partition's end offset). The transactional id is the
+//! pipeline's and the sink's, so a restarted run fences the one before it: whatever that one
+//! had not committed is aborted, never seen by a `read_committed` consumer. What it committed
+//! after its last checkpoint (it died between its commit and the checkpoint's) is read back from
+//! the checkpoint's offset when the sink opens, and those records, made again by the replay,
+//! are not produced twice.
+//!
+//! Used by the sinks (`emit::sink`); depends on `spec`.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::spec::KafkaSinkSpec;
+
+/// How long a transaction's commit (or the producer's start) may wait for the brokers.
+const BROKER_WAIT: Duration = Duration::from_secs(120);
+
+/// Why records could not be produced.
+#[derive(Debug, thiserror::Error)]
+#[error("kafka topic {topic} at {brokers}: {what}: {source}")]
+pub struct KafkaSinkError {
+    topic: String,
+    brokers: String,
+    what: &'static str,
+    #[source]
+    source: Box<KafkaError>,
+}
+
+/// Produces to partition 0 of one topic, in transactions.
+pub struct KafkaPublisher {
+    producer: ThreadedProducer<DefaultProducerContext>,
+    spec: KafkaSinkSpec,
+    /// Ids the run before this one committed after the checkpoint this one resumes from: not
+    /// produced again.
+    already: HashSet<String>,
+}
+
+impl KafkaPublisher {
+    /// A transactional producer named `transactional_id`; with `committed` (a recovery), the
+    /// ids committed past that offset are read back first.
+    pub fn connect(
+        spec: &KafkaSinkSpec,
+        transactional_id: &str,
+        committed: Option<u64>,
+    ) -> Result<KafkaPublisher, KafkaSinkError> {
+        let failed = |what, source| KafkaSinkError {
+            topic: spec.topic.clone(),
+            brokers: spec.kafka.clone(),
+            what,
+            source: Box::new(source),
+        };
+        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", &spec.kafka)
+            .set("transactional.id", transactional_id)
+            .set("enable.idempotence", "true")
+            .set("transaction.timeout.ms", "120000")
+            .set("linger.ms", "5")
+            .create()
+            .map_err(|e| failed("cannot create the producer", e))?;
+        producer
+            .init_transactions(BROKER_WAIT)
+            .map_err(|e| failed("cannot start its transactions", e))?;
+        let already = match committed {
+            Some(offset) => {
+                read_back(spec, offset).map_err(|e| failed("cannot read it back", e))?
+            }
+            None => HashSet::new(),
+        };
+        producer
+            .begin_transaction()
+            .map_err(|e| failed("cannot begin a transaction", e))?;
+        Ok(KafkaPublisher {
+            producer,
+            spec: spec.clone(),
+            already,
+        })
+    }
+
+    fn failed(&self, what: &'static str, source: KafkaError) -> KafkaSinkError {
+        KafkaSinkError {
+            topic: self.spec.topic.clone(),
+            brokers: self.spec.kafka.clone(),
+            what,
+            source: Box::new(source),
+        }
+    }
+
+    /// Produces one record keyed by `id`, unless the run before committed it already.
+    pub fn publish(&mut self, id: Option<&str>, payload: &[u8]) -> Result<(), KafkaSinkError> {
+        if let Some(id) = id
+            && !self.already.is_empty()
+            && self.already.remove(id)
+        {
+            return Ok(());
+        }
+        let key = id.unwrap_or("");
+        loop {
+            let record = BaseRecord::to(&self.spec.topic)
+                .partition(0)
+                .key(key)
+                .payload(payload);
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((error, _)) => return Err(self.failed("cannot produce", error)),
+            }
+        }
+    }
+
+    /// Waits until every record produced so far reached the brokers (in the open transaction).
+    pub fn flush(&mut self) -> Result<(), KafkaSinkError> {
+        self.producer
+            .flush(BROKER_WAIT)
+            .map_err(|e| self.failed("cannot deliver", e))
+    }
+
+    /// Commits the transaction and begins the next. Returns the partition's end offset: what
+    /// the checkpoint records.
+    pub fn commit(&mut self) -> Result<u64, KafkaSinkError> {
+        self.producer
+            .commit_transaction(BROKER_WAIT)
+            .map_err(|e| self.failed("cannot commit", e))?;
+        let (_, high) = self
+            .producer
+            .client()
+            .fetch_watermarks(&self.spec.topic, 0, BROKER_WAIT)
+            .map_err(|e| self.failed("cannot read its end offset", e))?;
+        self.producer
+            .begin_transaction()
+            .map_err(|e| self.failed("cannot begin a transaction", e))?;
+        Ok(high.max(0) as u64)
+    }
+}
+
+/// The ids of the records committed to partition 0 of the topic from `offset` on.
+fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, KafkaError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &spec.kafka)
+        .set("group.id", "weir-read-back")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let (_, high) = consumer.fetch_watermarks(&spec.topic, 0, BROKER_WAIT)?;
+    let mut ids = HashSet::new();
+    if high <= offset as i64 {
+        return Ok(ids);
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(&spec.topic, 0, Offset::Offset(offset as i64))?;
+    consumer.assign(&assignment)?;
+    let (deadline, mut quiet) = (Instant::now() + BROKER_WAIT, 0);
+    while Instant::now() < deadline && quiet < 10 {
+        let position = consumer
+            .position()?
+            .find_partition(&spec.topic, 0)
+            .and_then(|p| p.offset().to_raw())
+            .unwrap_or(offset as i64);
+        // Transaction markers take offsets too: the end may be past the last record.
+        if position >= high {
+            break;
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => {
+                if let Some(key) = message.key() {
+                    ids.insert(String::from_utf8_lossy(key).into_owned());
+                }
+                if message.offset() + 1 >= high {
+                    break;
+                }
+            }
+            Some(Err(error)) => tracing::warn!(%error, "reading a kafka sink back"),
+            // Nothing more to read: only aborted records or markers are left.
+            None => quiet += 1,
+        }
+    }
+    Ok(ids)
+}

@@ -1,0 +1,358 @@
+//! [`KafkaSource`]: events from a Kafka topic (`[source] type = "kafka"`). Weir assigns itself
+//! every partition of the topic (no consumer-group rebalancing decides who reads what) and keeps
+//! each partition's next offset in its checkpoint, so input is read exactly once into state; a
+//! restart resumes each partition where the checkpoint left it. Only committed records are read
+//! (`read_committed`). Each partition is a watermark partition (`<topic>/<partition>`), its
+//! records' timestamps its ingest clock (for `idle_timeout` and `max_ahead`, as a NATS server's
+//! publication time is); each record's value is one JSON event. With `[event] key =
+//! "@kafka.key"` or `timestamp = "@kafka.timestamp"`, the record's key or timestamp is put in the
+//! event under that name. Partitions added to the topic are found within seconds and read from
+//! their start. A broker that goes away is waited for (the client reconnects); tombstones
+//! (records without a value) are skipped.
+//!
+//! Depends on `spec`; the client is `rdkafka` (librdkafka).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{Record, Source, SourceError, SourcePosition};
+use crate::spec::KafkaSourceSpec;
+
+/// How long a read waits for a record before yielding a tick.
+const TICK: Duration = Duration::from_millis(100);
+/// How often the topic's partitions (new ones) and end offsets (the backlog) are asked for.
+const REFRESH: Duration = Duration::from_secs(2);
+/// How long the first look at the topic may take.
+const FIRST_METADATA: Duration = Duration::from_secs(30);
+/// The field a record's key goes into, if the spec names it.
+pub const KEY_FIELD: &str = "@kafka.key";
+/// The field a record's timestamp goes into, if the spec names it.
+pub const TIMESTAMP_FIELD: &str = "@kafka.timestamp";
+
+/// Reads every partition of one topic.
+pub struct KafkaSource {
+    consumer: BaseConsumer,
+    spec: KafkaSourceSpec,
+    /// Each partition's next offset (what the checkpoint keeps) and its lines handed out.
+    next: BTreeMap<i32, (i64, u64)>,
+    /// Lines handed out in all.
+    line: u64,
+    /// The partition the last record came from, as the router names it.
+    partition: Option<(i32, Arc<str>)>,
+    /// The latest record timestamp told to the router.
+    clock: Option<i64>,
+    /// A record read but not yet handed out (its clock went first): partition, offset, line.
+    held: Option<(i32, i64, Vec<u8>)>,
+    /// Which record fields to put in the event.
+    with_key: bool,
+    with_timestamp: bool,
+    refreshed: Instant,
+    backlog: Option<u64>,
+    /// When the last error was logged (one a second at most).
+    complained: Option<Instant>,
+    /// Whether the partitions were assigned: at the first read, after any resume (assigning
+    /// twice let records fetched for the first assignment come after the second's).
+    assigned: bool,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("topic", &self.spec.topic)
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+fn fail(spec: &KafkaSourceSpec, error: impl std::fmt::Display) -> SourceError {
+    SourceError::new(
+        &format!("kafka topic {} at {}", spec.topic, spec.brokers),
+        std::io::Error::other(error.to_string()),
+    )
+}
+
+impl KafkaSource {
+    /// Connects to the topic of `spec` for pipeline `pipeline`, whose events take their key from
+    /// `key_field` and their time from `timestamp_field`. Every partition is read from its
+    /// start until [`Source::resume`] says otherwise.
+    pub fn new(
+        spec: KafkaSourceSpec,
+        pipeline: &str,
+        key_field: &str,
+        timestamp_field: &str,
+    ) -> Result<KafkaSource, SourceError> {
+        let group = spec
+            .group
+            .clone()
+            .unwrap_or_else(|| format!("weir-{pipeline}"));
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &spec.brokers)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest")
+            // librdkafka waits a second (by default) before fetching again for a partition whose
+            // queue was full; the pipeline empties it much faster than that.
+            .set("fetch.queue.backoff.ms", "1")
+            .create()
+            .map_err(|e| fail(&spec, e))?;
+        let mut source = KafkaSource {
+            consumer,
+            next: BTreeMap::new(),
+            line: 0,
+            partition: None,
+            clock: None,
+            held: None,
+            with_key: key_field == KEY_FIELD,
+            with_timestamp: timestamp_field == TIMESTAMP_FIELD,
+            refreshed: Instant::now(),
+            backlog: None,
+            complained: None,
+            assigned: false,
+            spec,
+        };
+        let partitions = source.partitions(FIRST_METADATA)?;
+        if partitions.is_empty() {
+            return Err(fail(
+                &source.spec,
+                "the topic does not exist (create it, with its partitions, before the pipeline reads it)",
+            ));
+        }
+        for p in partitions {
+            source.next.insert(p, (0, 0));
+        }
+        Ok(source)
+    }
+
+    /// The topic's partitions, as the brokers say.
+    fn partitions(&self, timeout: Duration) -> Result<Vec<i32>, SourceError> {
+        let metadata = self
+            .consumer
+            .fetch_metadata(Some(&self.spec.topic), timeout)
+            .map_err(|e| fail(&self.spec, format!("cannot read the topic's metadata: {e}")))?;
+        Ok((metadata.topics().iter())
+            .filter(|t| t.name() == self.spec.topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect())
+    }
+
+    /// Reads every known partition from its next offset.
+    fn assign(&mut self) -> Result<(), SourceError> {
+        let mut assignment = TopicPartitionList::new();
+        for (&p, &(offset, _)) in &self.next {
+            let at = match offset {
+                0 => Offset::Beginning,
+                n => Offset::Offset(n),
+            };
+            (assignment.add_partition_offset(&self.spec.topic, p, at))
+                .map_err(|e| fail(&self.spec, e))?;
+        }
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| fail(&self.spec, e))
+    }
+
+    /// Now and then: takes new partitions (from their start) and measures the backlog.
+    fn refresh(&mut self) {
+        if self.refreshed.elapsed() < REFRESH {
+            return;
+        }
+        self.refreshed = Instant::now();
+        let Ok(partitions) = self.partitions(Duration::from_secs(1)) else {
+            return; // the brokers are away: next time
+        };
+        let new: Vec<i32> = partitions
+            .into_iter()
+            .filter(|p| !self.next.contains_key(p))
+            .collect();
+        if !new.is_empty() && self.assigned {
+            tracing::info!(topic = %self.spec.topic, partitions = ?new, "new partitions: read from their start");
+            let mut added = TopicPartitionList::new();
+            for &p in &new {
+                let _ = added.add_partition_offset(&self.spec.topic, p, Offset::Beginning);
+            }
+            // Only the new ones: the others' fetches go on untouched.
+            match self.consumer.incremental_assign(&added) {
+                Ok(()) => new.into_iter().for_each(|p| {
+                    self.next.insert(p, (0, 0));
+                }),
+                Err(error) => tracing::warn!(%error, "cannot read the new partitions yet"),
+            }
+        }
+        let mut behind = 0u64;
+        for (&p, &(offset, _)) in &self.next {
+            let watermarks =
+                (self.consumer).fetch_watermarks(&self.spec.topic, p, Duration::from_millis(500));
+            match watermarks {
+                Ok((_, high)) => behind += high.saturating_sub(offset).max(0) as u64,
+                Err(_) => return,
+            }
+        }
+        self.backlog = Some(behind);
+    }
+
+    /// The record's value as the event's line: with its key and timestamp put in if asked.
+    fn line(&self, value: &[u8], key: Option<&[u8]>, timestamp: Option<i64>) -> Vec<u8> {
+        fields_into(self.with_key, self.with_timestamp, value, key, timestamp)
+    }
+
+    /// Hands out the held record, counting it as read.
+    fn hand_out(&mut self) -> Option<Record> {
+        let (p, offset, line) = self.held.take()?;
+        self.line += 1;
+        let entry = self.next.entry(p).or_insert((0, 0));
+        *entry = (offset + 1, entry.1 + 1);
+        Some(Record::Line(self.line, line))
+    }
+
+    fn complain(&mut self, error: impl std::fmt::Display) {
+        if self
+            .complained
+            .is_none_or(|at| at.elapsed() > Duration::from_secs(1))
+        {
+            tracing::warn!(topic = %self.spec.topic, %error, "kafka: waiting for the brokers");
+            self.complained = Some(Instant::now());
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
+        if let Some(record) = self.hand_out() {
+            return Ok(Some(record));
+        }
+        if !self.assigned {
+            self.assign()?;
+            self.assigned = true;
+        }
+        self.refresh();
+        let message = match self.consumer.poll(TICK) {
+            None => return Ok(Some(Record::Tick)),
+            Some(Err(error)) => {
+                self.complain(error);
+                return Ok(Some(Record::Tick));
+            }
+            Some(Ok(message)) => message,
+        };
+        let (p, offset) = (message.partition(), message.offset());
+        if self.next.get(&p).is_some_and(|&(next, _)| offset < next) {
+            return Ok(Some(Record::Tick)); // read already: never twice
+        }
+        let Some(value) = message.payload() else {
+            // A tombstone: nothing to read, but the offset is passed.
+            let entry = self.next.entry(p).or_insert((0, 0));
+            entry.0 = offset + 1;
+            return Ok(Some(Record::Tick));
+        };
+        let timestamp = message.timestamp().to_millis();
+        let line = self.line(value, message.key(), timestamp);
+        self.held = Some((p, offset, line));
+        let same_partition = self.partition.as_ref().is_some_and(|(q, _)| *q == p);
+        let published = timestamp.unwrap_or_else(|| crate::time::wall_clock_ms() as i64);
+        let clock_moved = published > self.clock.unwrap_or(i64::MIN);
+        if same_partition && !clock_moved {
+            return Ok(self.hand_out());
+        }
+        let name: Arc<str> = match &self.partition {
+            Some((q, name)) if *q == p => name.clone(),
+            _ => format!("{}/{p}", self.spec.topic).into(),
+        };
+        self.partition = Some((p, name.clone()));
+        self.clock = Some(self.clock.map_or(published, |c| c.max(published)));
+        Ok(Some(Record::Clock(self.clock.expect("set"), Some(name))))
+    }
+
+    fn position(&self) -> SourcePosition {
+        SourcePosition {
+            line: self.line,
+            clock: self.clock,
+            files: (self.next.iter())
+                .map(|(&p, &(offset, lines))| SourcePosition {
+                    line: lines,
+                    offset: offset.max(0) as u64,
+                    rng: Some(p as u64),
+                    ..SourcePosition::default()
+                })
+                .collect(),
+            ..SourcePosition::default()
+        }
+    }
+
+    fn resume(&mut self, position: &SourcePosition) -> Result<(), SourceError> {
+        self.line = position.line;
+        self.clock = position.clock;
+        for part in &position.files {
+            let p = part.rng.unwrap_or(0) as i32;
+            self.next.insert(p, (part.offset as i64, part.line));
+        }
+        self.held = None;
+        self.partition = None;
+        if self.assigned {
+            self.assign()?;
+        }
+        Ok(())
+    }
+
+    fn backlog(&self) -> Option<u64> {
+        self.backlog
+    }
+}
+
+/// `value` (a JSON object) with the record's key and timestamp put in first, if asked.
+fn fields_into(
+    with_key: bool,
+    with_timestamp: bool,
+    value: &[u8],
+    key: Option<&[u8]>,
+    timestamp: Option<i64>,
+) -> Vec<u8> {
+    if !with_key && !with_timestamp {
+        return value.to_vec();
+    }
+    let Some(rest) = value.trim_ascii_start().strip_prefix(b"{") else {
+        return value.to_vec(); // not an object: its dead letter says so
+    };
+    let mut line = Vec::with_capacity(value.len() + 64);
+    line.push(b'{');
+    let mut put = |name: &str, value: serde_json::Value| {
+        line.extend_from_slice(format!("{}:{value},", serde_json::Value::from(name)).as_bytes());
+    };
+    if with_key && let Some(key) = key {
+        put(KEY_FIELD, String::from_utf8_lossy(key).into_owned().into());
+    }
+    if with_timestamp && let Some(timestamp) = timestamp {
+        put(TIMESTAMP_FIELD, timestamp.into());
+    }
+    if rest.trim_ascii_start().starts_with(b"}") && line.len() > 1 {
+        line.pop(); // no fields after ours
+    }
+    line.extend_from_slice(rest);
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_records_key_and_timestamp_go_into_its_event_when_asked() {
+        let line = |with_key, with_timestamp, value: &[u8]| {
+            fields_into(with_key, with_timestamp, value, Some(b"u1"), Some(42))
+        };
+        assert_eq!(line(false, false, br#"{"a":1}"#), br#"{"a":1}"#);
+        assert_eq!(
+            line(true, true, br#" {"a":1}"#),
+            br#"{"@kafka.key":"u1","@kafka.timestamp":42,"a":1}"#
+        );
+        assert_eq!(line(true, false, b"{}"), br#"{"@kafka.key":"u1"}"#);
+        assert_eq!(line(true, true, b"[1]"), b"[1]");
+    }
+}

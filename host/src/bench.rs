@@ -650,6 +650,115 @@ pub fn nats(
     })
 }
 
+/// What `weir bench kafka` measured.
+#[derive(Debug, Clone)]
+pub struct KafkaReport {
+    /// The same events from a JSON Lines file, results discarded.
+    pub file: Summary,
+    /// From the topic, results produced to another in transactions, a checkpoint a second.
+    pub kafka: Summary,
+    /// Producing the events into the topic (not part of the pipeline), events/s.
+    pub produce_rate: f64,
+    /// Whose brokers: the address given, or librdkafka's mock cluster in this process.
+    pub brokers: String,
+}
+
+/// The count-sum over `options.events` events read from a JSON Lines file, then from a Kafka
+/// topic of `partitions` partitions with the results produced to another topic in
+/// transactions (checkpoints every second): at `brokers`, or in a mock cluster started here.
+pub fn kafka(
+    options: &BenchOptions,
+    brokers: Option<&str>,
+    partitions: i32,
+) -> Result<KafkaReport, PipelineError> {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let fail = |e: &dyn std::fmt::Display| PipelineError::Config(format!("Kafka benchmark: {e}"));
+    let dir = tempfile_dir().map_err(|e| fail(&e))?;
+    let lines = event_lines(options.events, options.keys);
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").map_err(|e| fail(&e))?;
+    let mut file_spec = spec(options, OperatorCode::Component(options.module.clone()));
+    file_spec.source = SourceSpec::File(file);
+    let file_run = pipeline::run(&file_spec)?;
+
+    let nonce = format!("{}{}", std::process::id(), crate::time::wall_clock_ms());
+    let (events, results) = (
+        format!("weir-bench-{nonce}"),
+        format!("weir-bench-out-{nonce}"),
+    );
+    let mock = match brokers {
+        Some(_) => None,
+        None => {
+            let cluster: rdkafka::mocking::MockCluster<'static, DefaultProducerContext> =
+                rdkafka::mocking::MockCluster::new(1).map_err(|e| fail(&e))?;
+            cluster
+                .create_topic(&events, partitions, 1)
+                .map_err(|e| fail(&e))?;
+            cluster.create_topic(&results, 1, 1).map_err(|e| fail(&e))?;
+            Some(cluster)
+        }
+    };
+    let servers = match (&mock, brokers) {
+        (Some(cluster), _) => cluster.bootstrap_servers(),
+        (None, Some(brokers)) => brokers.to_owned(),
+        (None, None) => unreachable!("a mock without brokers"),
+    };
+    let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &servers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .create()
+        .map_err(|e| fail(&e))?;
+    let started = std::time::Instant::now();
+    for (i, line) in lines.iter().enumerate() {
+        let partition = (i % options.keys as usize) as i32 % partitions;
+        loop {
+            let record = BaseRecord::<(), str>::to(&events)
+                .partition(partition)
+                .payload(line);
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    _,
+                )) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Err((e, _)) => return Err(fail(&e)),
+            }
+        }
+    }
+    producer
+        .flush(std::time::Duration::from_secs(120))
+        .map_err(|e| fail(&e))?;
+    let produce_rate = lines.len() as f64 / started.elapsed().as_secs_f64();
+    let mut kafka_spec = spec(options, OperatorCode::Component(options.module.clone()));
+    kafka_spec.name = format!("bench-kafka-{nonce}");
+    kafka_spec.source = SourceSpec::Kafka(crate::spec::KafkaSourceSpec {
+        brokers: servers.clone(),
+        topic: events,
+        group: None,
+    });
+    kafka_spec.sinks.results = Sink::Kafka(crate::spec::KafkaSinkSpec {
+        kafka: servers.clone(),
+        topic: results,
+    });
+    kafka_spec.state = StateSpec::Redb(dir.join("data"));
+    kafka_spec.checkpoint_interval = Some(1_000);
+    let kafka_run = run_until(&kafka_spec, options.events)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(KafkaReport {
+        file: file_run,
+        kafka: kafka_run,
+        produce_rate,
+        brokers: match mock {
+            Some(_) => "librdkafka's mock cluster in this process".into(),
+            None => servers,
+        },
+    })
+}
+
 /// When the NATS benchmarks' events begin (ms since the epoch: 2026-01-01).
 const EVENTS_FROM_MS: i64 = 1_767_225_600_000;
 

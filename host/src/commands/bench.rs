@@ -182,6 +182,30 @@ pub(crate) enum BenchSuite {
         )]
         module: PathBuf,
     },
+    /// The count-sum reading a Kafka topic and producing its results to another in transactions
+    /// (a checkpoint a second), against the same events from a file: events/s and the Kafka
+    /// path's cost per event. At --brokers, or in librdkafka's mock cluster started in-process.
+    Kafka {
+        /// The brokers (host:port,...); default: a mock cluster in this process.
+        #[arg(long)]
+        brokers: Option<String>,
+        /// Events.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 1_000)]
+        keys: u64,
+        /// The events topic's partitions (the mock cluster keeps at most 5 MiB of each, about
+        /// 80,000 events: more events need more partitions or a real broker).
+        #[arg(long, default_value_t = 16)]
+        partitions: i32,
+        /// The count-sum component.
+        #[arg(
+            long,
+            default_value = "target/wasm32-wasip2/release/weir_example_tumbling_count_sum.wasm"
+        )]
+        module: PathBuf,
+    },
     /// The count-sum reading a NATS JetStream stream and publishing its results to one, against
     /// the same events from a file: events/s and the NATS path's cost per event. Needs a
     /// running `nats-server -js`.
@@ -220,6 +244,58 @@ pub(crate) enum BenchSuite {
         #[arg(long)]
         pin: bool,
     },
+}
+
+/// `weir bench kafka`.
+fn bench_kafka(
+    brokers: Option<&str>,
+    events: u64,
+    keys: u64,
+    partitions: i32,
+    module: PathBuf,
+) -> anyhow::Result<()> {
+    // The mock keeps 100,000 records or 5 MiB of a partition, whichever is less; the events'
+    // lines are about 55 bytes, so 5 MiB comes first (400,000 events in 4 partitions lost some).
+    const MOCK_RECORDS_PER_PARTITION: u64 = 80_000;
+    anyhow::ensure!(
+        events > 0 && keys > 0 && (1..=256).contains(&partitions),
+        "--events and --keys must be at least 1, --partitions 1 to 256"
+    );
+    anyhow::ensure!(
+        brokers.is_some() || events / partitions as u64 <= MOCK_RECORDS_PER_PARTITION,
+        "librdkafka's mock cluster keeps at most 5 MiB of a partition (and drops the oldest): \
+         with {events} events give at least {} partitions, or --brokers",
+        events.div_ceil(MOCK_RECORDS_PER_PARTITION)
+    );
+    let options = weir::bench::BenchOptions {
+        events,
+        keys,
+        shards: 1,
+        module,
+        others: Vec::new(),
+        batch_size: weir::spec::DEFAULT_BATCH_SIZE,
+        jsonl: false,
+    };
+    println!(
+        "tumbling count+sum (Rust Wasm), {events} events, {keys} keys, 1 shard, one process, \
+         {partitions} partitions, a checkpoint a second"
+    );
+    let report = weir::bench::kafka(&options, brokers, partitions)?;
+    let rate = weir::bench::BenchReport::rate;
+    let (file, kafka) = (rate(&report.file), rate(&report.kafka));
+    println!("brokers: {}", report.brokers);
+    println!("file source, results discarded      {file:>12.0} events/s");
+    println!(
+        "Kafka source, results to Kafka      {kafka:>12.0} events/s  ({} results produced)",
+        report.kafka.results_out
+    );
+    println!(
+        "Kafka path cost: {:.2} us per event more than the file ({:.2} x the file's rate); producing the events took {:.0} events/s",
+        (1.0 / kafka - 1.0 / file) * 1e6,
+        kafka / file,
+        report.produce_rate
+    );
+    Ok(())
 }
 
 /// `weir bench nats`.
@@ -391,6 +467,16 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "--runs applies to the count-sum, --checkpoints and `weir bench nexmark`; --recovery and \
          `weir bench nats` run once"
     );
+    if let Some(BenchSuite::Kafka {
+        brokers,
+        events,
+        keys,
+        partitions,
+        module,
+    }) = args.suite
+    {
+        return bench_kafka(brokers.as_deref(), events, keys, partitions, module);
+    }
     if let Some(BenchSuite::Nats {
         nats,
         events,

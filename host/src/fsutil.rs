@@ -20,6 +20,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let mut file = std::fs::File::create(partial)?;
         file.write_all(bytes)?;
         file.sync_all()?;
+        #[cfg(debug_assertions)]
+        if let Some(extension) = path.extension().and_then(|e| e.to_str()) {
+            crash_point(&format!("atomic-write-synced.{extension}"));
+        }
         std::fs::rename(partial, path)
     })();
     if result.is_err() {

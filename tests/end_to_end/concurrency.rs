@@ -3,7 +3,8 @@
 //!
 //! - savepoint listings racing each other, creates and deletes (a listing took an exclusive lock
 //!   and created a missing file; a failed listing let truncation delete a savepoint's input);
-//! - a damaged savepoint (it broke every savepoint route of its pipeline);
+//! - a damaged savepoint (it broke every savepoint route of its pipeline), and a listing that
+//!   fails (it counted as "no savepoints", and the log went);
 //! - slow request bodies (a few trickling connections held the whole in-flight budget);
 //! - a pipeline deleted during its replay (the replay's sandbox came back as a damaged pipeline
 //!   and held the server's one replay turn for minutes), and answers slower than the idle
@@ -11,7 +12,9 @@
 //! - resumed result streams that do not read (they took every reader of the server), and a
 //!   `Last-Event-ID` inside a record (a torn record);
 //! - a SIGKILL halfway through a fork, an upload or a savepoint (a half-made pipeline loaded as a
-//!   normal one; `.partial` and orphan files stayed for good);
+//!   normal one; `.partial` and orphan files stayed for good), and through its siblings: a
+//!   component half written, a pipeline delete, a replay's sandbox made, a damaged version
+//!   record (whose component must not be taken for an orphan);
 //! - a full disk (the pipeline stayed failed, `/healthz` said ok, a savepoint got no answer);
 //! - error messages naming the server's data directory; watermark partitions never forgotten.
 
@@ -229,6 +232,16 @@ fn a_damaged_savepoint_is_listed_as_damaged_and_keeps_the_whole_log_until_delete
         409,
     );
     assert!(refused.contains("damaged"), "{refused}");
+    let refused = server.expect_error(
+        "replaying from a damaged savepoint",
+        server.post_json(
+            "/v1/pipelines/orig/replay",
+            Some(ADMIN),
+            &json!({"versions": ["1.0.0", "1.0.0"], "keys": ["u1"], "savepoint": "empty"}),
+        ),
+        409,
+    );
+    assert!(refused.contains("damaged"), "{refused}");
     server.expect(
         "another savepoint",
         savepoint(&server, "orig", "other"),
@@ -271,6 +284,50 @@ fn a_damaged_savepoint_is_listed_as_damaged_and_keeps_the_whole_log_until_delete
         ),
         201,
     );
+}
+
+#[test]
+fn a_savepoint_listing_that_fails_keeps_the_whole_log_until_one_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    start_pipeline(&server, "orig", "8KiB");
+    let events = clicks(3_000, 20);
+    ingest_all(&server, "orig", &events[..1_000]);
+    server.wait_for_events_in("orig", 1_000);
+    server.kill();
+    drop(server);
+    // The savepoints' directory made unlistable: a file where it should be (as root, which
+    // the tests may run as, permissions would not stop the listing).
+    let saved = dir.path().join("pipelines/orig/data/savepoints");
+    let _ = std::fs::remove_dir_all(&saved);
+    std::fs::write(&saved, b"not a directory").unwrap();
+
+    let server = Server::start(dir.path());
+    let (status, _) = server.get("/v1/pipelines/orig/savepoints", Some(INGEST));
+    assert!(
+        status >= 500,
+        "a listing that cannot be made answered {status}"
+    );
+    let first_segment = dir.path().join("pipelines/orig/ingest.jsonl");
+    ingest_all(&server, "orig", &events[1_000..2_000]);
+    server.wait_for_checkpoint_of("orig", 2_000);
+    thread::sleep(Duration::from_millis(600)); // a few truncation ticks
+    assert!(
+        first_segment.exists(),
+        "the log was truncated while the savepoints could not be listed"
+    );
+
+    // Listable again (and empty): the next truncation reads them again and the log goes.
+    std::fs::remove_file(&saved).unwrap();
+    ingest_all(&server, "orig", &events[2_000..]);
+    server.wait_for("the log to be truncated once listed", PATIENCE, || {
+        if first_segment.exists() {
+            Err("the first segment is still there".into())
+        } else {
+            Ok(())
+        }
+    });
 }
 
 /// Opens a request that announces a body of `length` bytes and then sends one byte a second
@@ -742,6 +799,113 @@ fn a_crash_halfway_through_a_fork_an_upload_or_a_savepoint_leaves_it_done_or_abs
         200,
     );
     server.wait_for_events_in("copy", 1_000);
+}
+
+#[test]
+fn what_a_crash_leaves_of_an_upload_a_pipeline_delete_or_a_replay_is_removed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let crash = |point: &str, method: &str, path: &str, body: &[u8], content_type: &str| {
+        let mut server = Server::start_env(data, &[], &[("WEIR_TEST_CRASH_AT", point)]);
+        send_and_die(&mut server, method, path, body, content_type);
+    };
+    let v1 = std::fs::read(count_sum_v1()).unwrap();
+    // An upload dying with its component written but not yet in place: a `.partial`.
+    crash(
+        "atomic-write-synced.wasm",
+        "POST",
+        "/v1/operators/count-sum/1.0.0",
+        &v1,
+        "application/wasm",
+    );
+    let blobs = files_in(&data.join("operators/blobs"));
+    assert!(
+        blobs.iter().any(|n| n.ends_with(".partial")),
+        "the upload died before its component was half-made: {blobs:?}"
+    );
+    let mut server = Server::start(data);
+    assert_eq!(
+        files_in(&data.join("operators/blobs")),
+        Vec::<String>::new()
+    );
+    server.expect_error(
+        "the half-made upload",
+        server.get("/v1/operators/count-sum/1.0.0", Some(ADMIN)),
+        404,
+    );
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok("other", "1.0.0", &crate::server::count_sum_v2());
+    start_pipeline(&server, "doomed", "8KiB");
+    ingest_all(&server, "doomed", &clicks(500, 10));
+    server.wait_for_events_in("doomed", 500);
+    server.kill();
+    drop(server);
+
+    // A pipeline delete dying with the pipeline moved aside, and a replay with its sandbox made.
+    crash(
+        "pipeline-in-trash",
+        "DELETE",
+        "/v1/pipelines/doomed",
+        b"",
+        "application/json",
+    );
+    let trash = files_in(&data.join("pipelines"));
+    assert!(
+        trash.iter().any(|n| n.starts_with(".deleted-")),
+        "{trash:?}"
+    );
+    // The delete is done at the restart; the crash server above had nothing to replay, so the
+    // pipeline comes back for the replay's crash.
+    let server = Server::start(data);
+    assert_eq!(files_in(&data.join("pipelines")), Vec::<String>::new());
+    server.expect_error(
+        "the half-deleted pipeline",
+        server.get("/v1/pipelines/doomed", Some(ADMIN)),
+        404,
+    );
+    start_pipeline(&server, "doomed", "8KiB");
+    ingest_all(&server, "doomed", &clicks(500, 10));
+    server.wait_for_events_in("doomed", 500);
+    drop(server);
+    crash(
+        "sandbox-made",
+        "POST",
+        "/v1/pipelines/doomed/replay",
+        json!({"versions": ["1.0.0", "1.0.0"], "keys": ["u1"]})
+            .to_string()
+            .as_bytes(),
+        "application/json",
+    );
+    let sandboxes = files_in(&data.join("pipelines"));
+    assert!(
+        sandboxes.iter().any(|n| n.starts_with(".replay-")),
+        "{sandboxes:?}"
+    );
+
+    // A version record damaged on disk: every component stays (it may name any of them).
+    std::fs::write(data.join("operators/other/1.0.0.json"), b"{").unwrap();
+    let server = Server::start(data);
+    assert_eq!(files_in(&data.join("pipelines")), ["doomed"]);
+    assert_eq!(
+        files_in(&data.join("operators/blobs")).len(),
+        2,
+        "a component was removed while a record that may name it could not be read"
+    );
+    let listing = server.expect(
+        "the pipelines",
+        server.get("/v1/pipelines", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listing.as_array().map(Vec::len), Some(1), "{listing}");
+    server.expect(
+        "replaying after the crash",
+        server.post_json(
+            "/v1/pipelines/doomed/replay",
+            Some(ADMIN),
+            &json!({"versions": ["1.0.0", "1.0.0"], "keys": ["u1"]}),
+        ),
+        200,
+    );
 }
 
 /// The live model of the disk test's pipeline: tumbling 1 s windows behind a watermark

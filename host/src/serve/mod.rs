@@ -585,6 +585,7 @@ impl Server {
             crate::time::wall_clock_ms()
         ));
         std::fs::rename(&slot.dir, &trash).map_err(RequestError::from_io)?;
+        crate::fsutil::crash_point("pipeline-in-trash");
         self.publish_ownership();
         std::fs::remove_dir_all(&trash).map_err(RequestError::from_io)
     }

@@ -326,6 +326,7 @@ fn sandboxed(
     spec.shards = Some(1);
     spec.checkpoint_interval = None;
     std::fs::create_dir_all(dir.join("data")).map_err(RequestError::from_io)?;
+    crate::fsutil::crash_point("sandbox-made");
     Ok(spec)
 }
 

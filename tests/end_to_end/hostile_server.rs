@@ -834,14 +834,16 @@ fn request_bodies_in_flight_are_held_to_a_budget() {
     let server = Server::start_with(dir.path(), &["--max-inflight", "65536"]);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     create_and_start(&server);
+    create_and_start_spec(&server, &spec_named("other"));
+    create_and_start_spec(&server, &spec_named("third"));
     let address = server.url("").trim_start_matches("http://").to_owned();
-    // A sender announces a body as large as the whole budget, sends almost the pipeline's
+    // A sender announces a body as large as the whole budget, sends almost a pipeline's
     // quarter of it (16 KiB: bodies are charged what they deliver) and stops.
-    let slow_sender = || {
+    let slow_sender = |pipeline: &str| {
         let mut stream = TcpStream::connect(&address).unwrap();
         write!(
             stream,
-            "POST /v1/pipelines/{PIPELINE}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{}",
+            "POST /v1/pipelines/{pipeline}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST}\r\nContent-Length: 65536\r\n\r\n{}",
             " ".repeat((16 << 10) - 100)
         )
         .unwrap();
@@ -855,24 +857,61 @@ fn request_bodies_in_flight_are_held_to_a_budget() {
         let mut buf = [0u8; 64];
         !matches!(stream.read(&mut buf), Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
     };
-    let mut stream = slow_sender();
+    // Until `probe` answers 503 saying `budget`, with `stream` (re-opened to `pipeline` when
+    // the server answered it instead) holding its bytes.
+    let spent = |stream: &mut TcpStream,
+                 pipeline: &str,
+                 budget: &str,
+                 probe: &dyn Fn() -> (u16, String)| {
+        server.wait_for(
+            &format!("a 503 while the {budget} budget is spent"),
+            PATIENCE,
+            || match probe() {
+                (503, body) if body.contains(budget) => Ok(body),
+                (code, body) => {
+                    if answered(stream) {
+                        *stream = slow_sender(pipeline);
+                    }
+                    Err(format!("{code} {body}"))
+                }
+            },
+        )
+    };
+    let mut stream = slow_sender(PIPELINE);
     // Once the server has read what the sender sent, the pipeline's share is spent: the next
     // body is refused with 503, not queued.
-    let body = server.wait_for("a 503 while the budget is spent", PATIENCE, || {
-        match send(&server, PIPELINE, &clicks(5, 1)) {
-            (503, body) => Ok(body),
-            (code, body) => {
-                if answered(&mut stream) {
-                    stream = slow_sender();
-                }
-                Err(format!("{code} {body}"))
-            }
-        }
+    let body = spent(&mut stream, PIPELINE, "pipeline", &|| {
+        send(&server, PIPELINE, &clicks(5, 1))
     });
     assert!(body.contains("--max-inflight"), "{body}");
+    // Another pipeline's ingest, with the same token, goes on; so does a create.
+    assert_eq!(send(&server, "other", &clicks(5, 1)).0, 202);
+    server.expect(
+        "a create while one pipeline's share is spent",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec_named("fourth")),
+        201,
+    );
+    // A second slow sender on another pipeline with the same token: the token's half is spent,
+    // and its ingest into a third pipeline is refused, while another token's goes on.
+    let mut second = slow_sender("other");
+    spent(&mut second, "other", "token", &|| {
+        send(&server, "third", &clicks(5, 1))
+    });
+    let (code, body) = server.post_as(
+        "/v1/pipelines/third/events",
+        Some(ADMIN),
+        Some("application/x-ndjson"),
+        jsonl(&clicks(5, 1)).as_bytes(),
+        false,
+    );
+    assert_eq!(
+        code, 202,
+        "another token's ingest while one token's share is spent: {body}"
+    );
     // Requests without a body still pass, and the budget returns when the senders go.
     server.status(PIPELINE);
     drop(stream);
+    drop(second);
     server.wait_for("the budget to return", PATIENCE, || {
         match send(&server, PIPELINE, &clicks(5, 1)) {
             (202, _) => Ok(()),

@@ -330,6 +330,75 @@ fn a_savepoint_listing_that_fails_keeps_the_whole_log_until_one_succeeds() {
     });
 }
 
+#[test]
+fn a_stopped_pipelines_savepoint_and_its_start_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    start_pipeline(&server, "orig", "8KiB");
+    let events = clicks(1_000, 10);
+    ingest_all(&server, "orig", &events);
+    server.wait_for_checkpoint_of("orig", events.len());
+    // The savepoint of a stopped pipeline copies its store while a start opens it: both at
+    // once, released together, a few rounds.
+    for round in 0..5 {
+        server.expect(
+            "stopping",
+            server.post("/v1/pipelines/orig/stop", Some(ADMIN), b""),
+            200,
+        );
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let saver = {
+            let (client, barrier) = (server.client(), barrier.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                client.post_json(
+                    "/v1/pipelines/orig/savepoints",
+                    Some(ADMIN),
+                    &json!({"name": format!("s{round}")}),
+                )
+            })
+        };
+        barrier.wait();
+        let started = server.post("/v1/pipelines/orig/start", Some(ADMIN), b"");
+        let saved = saver.join().unwrap();
+        assert_eq!(
+            started.0, 200,
+            "round {round}: the start answered {started:?}"
+        );
+        assert_eq!(
+            saved.0, 201,
+            "round {round}: the savepoint answered {saved:?}"
+        );
+    }
+    let listing = server.expect(
+        "the savepoints",
+        server.get("/v1/pipelines/orig/savepoints", Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed_names(&listing), ["s0", "s1", "s2", "s3", "s4"]);
+    assert!(
+        (listing.as_array().unwrap().iter()).all(|s| s["damaged"].is_null()),
+        "{listing}"
+    );
+    // Each is whole: a fork from the last reads on from the same input.
+    server.expect(
+        "forking from a savepoint taken beside a start",
+        server.post_json(
+            "/v1/pipelines/orig/savepoints/s4/fork",
+            Some(ADMIN),
+            &fork_spec("copy"),
+        ),
+        201,
+    );
+    server.expect(
+        "starting the fork",
+        server.post("/v1/pipelines/copy/start", Some(ADMIN), b""),
+        200,
+    );
+    server.wait_for_events_in("copy", events.len());
+}
+
 /// Opens a request that announces a body of `length` bytes and then sends one byte a second
 /// until the server answers or `stop` is set; returns the status line of the answer (empty if
 /// the connection closed without one) and how long it took.

@@ -1028,6 +1028,21 @@ fn a_pipeline_failed_by_a_full_disk_shows_in_healthz_and_recovers_by_itself() {
     let last = ev("zz-final", events.last().unwrap().ts + 2 * bound, 1);
     events.push(last.clone());
     server.ingest("clicks", &[last]);
+    // A savepoint asked for as the pipeline meets the full disk: its barrier may be on its way
+    // when the collector fails, and it must still be answered (it was dropped before, with no
+    // answer in 6 of 7 tries).
+    let racing = {
+        let client = server.client();
+        thread::spawn(move || {
+            let asked = Instant::now();
+            let answer = client.post_json(
+                "/v1/pipelines/clicks/savepoints",
+                Some(ADMIN),
+                &json!({"name": "racing"}),
+            );
+            (answer, asked.elapsed())
+        })
+    };
     let status = server.wait_for("the pipeline to fail on the full disk", PATIENCE, || {
         let status = server.status("clicks");
         if status["disk_full"] == true {
@@ -1037,6 +1052,11 @@ fn a_pipeline_failed_by_a_full_disk_shows_in_healthz_and_recovers_by_itself() {
         }
     });
     assert!(status["error"].as_str().is_some(), "{status}");
+    let ((code, body), took) = racing.join().unwrap();
+    assert!(
+        matches!(code, 201 | 507) && took < Duration::from_secs(20),
+        "the savepoint racing the full disk: {code} {body} after {took:?}"
+    );
     // Degraded while it fails, and while it is started again and fails again.
     let healthz = server.wait_for("healthz to say degraded", PATIENCE, || {
         match health(&server) {

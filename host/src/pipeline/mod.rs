@@ -512,12 +512,15 @@ fn open_source(
         SourceSpec::Generator(g) => Box::new(Generator::new(g.clone())),
         SourceSpec::Nexmark(nexmark) => Box::new(Nexmark::new(nexmark.clone(), &spec.key_field)),
         SourceSpec::Nats(nats) => Box::new(crate::source::NatsSource::new(nats.clone())?),
-        SourceSpec::Kafka(kafka) => Box::new(crate::source::KafkaSource::new(
-            kafka.clone(),
-            &spec.name,
-            &spec.key_field,
-            &spec.timestamp_field,
-        )?),
+        SourceSpec::Kafka(kafka) => Box::new(
+            crate::source::KafkaSource::new(
+                kafka.clone(),
+                &spec.name,
+                &spec.key_field,
+                &spec.timestamp_field,
+            )?
+            .declaring(spec.partition_field.is_none()),
+        ),
         SourceSpec::Http(Some(log)) => Box::new(LineReader::tail(
             log,
             DEFAULT_MAX_LINE_BYTES,

@@ -191,6 +191,10 @@ impl Reading {
                 None
             }
             Record::PartitionEnd(name) => self.watermark.finish_partition(name),
+            Record::Declare(names) => {
+                self.watermark.declare(names);
+                None
+            }
             _ => None,
         };
         if let Some(w) = moved {
@@ -770,7 +774,8 @@ fn event_of(
         | Record::Early
         | Record::Redrive(_)
         | Record::Partition(_)
-        | Record::PartitionEnd(_) => None,
+        | Record::PartitionEnd(_)
+        | Record::Declare(_) => None,
         Record::Clock(ms, _) => {
             *ingest_clock = Some(ms);
             None

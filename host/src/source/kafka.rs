@@ -59,6 +59,11 @@ pub struct KafkaSource {
     /// Whether the partitions were assigned: at the first read, after any resume (assigning
     /// twice let records fetched for the first assignment come after the second's).
     assigned: bool,
+    /// Whether the partitions are the pipeline's watermark partitions (not with a
+    /// `partition_field`), to be declared to the router before any record.
+    declaring: bool,
+    /// Partitions to declare before the next record.
+    undeclared: Vec<String>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -117,6 +122,8 @@ impl KafkaSource {
             backlog: None,
             complained: None,
             assigned: false,
+            declaring: false,
+            undeclared: Vec::new(),
             spec,
         };
         let partitions = source.partitions(FIRST_METADATA)?;
@@ -130,6 +137,23 @@ impl KafkaSource {
             source.next.insert(p, (0, 0));
         }
         Ok(source)
+    }
+
+    /// Declares every partition to the router as a watermark partition before any record: each
+    /// holds the watermark back from the start, so which partition the brokers happen to send
+    /// first cannot make another's events late. Not with a `partition_field`, whose values are
+    /// the watermark partitions.
+    pub fn declaring(mut self, declaring: bool) -> Self {
+        self.declaring = declaring;
+        if declaring {
+            self.undeclared = self.next.keys().map(|&p| self.partition_name(p)).collect();
+        }
+        self
+    }
+
+    /// Partition `p`'s watermark partition name.
+    fn partition_name(&self, p: i32) -> String {
+        format!("{}/{p}", self.spec.topic)
     }
 
     /// The topic's partitions, as the brokers say.
@@ -183,6 +207,9 @@ impl KafkaSource {
             match self.consumer.incremental_assign(&added) {
                 Ok(()) => new.into_iter().for_each(|p| {
                     self.next.insert(p, (0, 0));
+                    if self.declaring {
+                        self.undeclared.push(self.partition_name(p));
+                    }
                 }),
                 Err(error) => tracing::warn!(%error, "cannot read the new partitions yet"),
             }
@@ -234,6 +261,9 @@ impl Source for KafkaSource {
             self.assigned = true;
         }
         self.refresh();
+        if !self.undeclared.is_empty() {
+            return Ok(Some(Record::Declare(std::mem::take(&mut self.undeclared))));
+        }
         let message = match self.consumer.poll(TICK) {
             None => return Ok(Some(Record::Tick)),
             Some(Err(error)) => {
@@ -263,7 +293,7 @@ impl Source for KafkaSource {
         }
         let name: Arc<str> = match &self.partition {
             Some((q, name)) if *q == p => name.clone(),
-            _ => format!("{}/{p}", self.spec.topic).into(),
+            _ => self.partition_name(p).into(),
         };
         self.partition = Some((p, name.clone()));
         self.clock = Some(self.clock.map_or(published, |c| c.max(published)));

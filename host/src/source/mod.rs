@@ -81,6 +81,9 @@ pub enum Record {
     Partition(std::sync::Arc<str>),
     /// This partition has ended: it no longer holds the watermark back.
     PartitionEnd(std::sync::Arc<str>),
+    /// These watermark partitions exist, events or not (a Kafka topic's partitions, known once
+    /// the brokers are asked): each holds the watermark back until it sends, ends or idles.
+    Declare(Vec<String>),
 }
 
 /// A source failed to read.

@@ -445,3 +445,211 @@ fn bad_kafka_specs_are_refused_before_anything_connects() {
         assert!(stderr.contains(fragment), "{source}: {stderr}");
     }
 }
+
+/// A served pipeline's spec reading `clicks` of Kafka cluster `local`.
+fn served_spec(name: &str, results: Value) -> Value {
+    json!({
+        "name": name,
+        "source": {"type": "kafka", "server": "local", "topic": "clicks"},
+        "event": {"key": "user", "timestamp": "ts"},
+        "watermark": {"bound": "2s"},
+        "window": {"type": "tumbling", "size": "1s"},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}],
+        "checkpoint_interval": "100ms",
+        "sinks": {"results": results},
+    })
+}
+
+#[test]
+fn a_served_pipeline_reads_a_topic_with_a_shadow_rollout_savepoint_fork_and_restart() {
+    use crate::server::{ADMIN, INGEST, PATIENCE, Server, create_and_start_spec};
+    let broker = Broker::start(4);
+    let dir = tempfile::tempdir().unwrap();
+    let local = format!("local={}", broker.servers);
+    let server = Server::start_with(dir.path(), &["--kafka", &local]);
+    server.upload_ok("count-sum", "1.0.0", &crate::server::count_sum_v1());
+    server.upload_ok(
+        "count-sum",
+        "1.1.0",
+        &crate::support::guest("count-sum-capped"),
+    );
+    let spec = served_spec("from-kafka", json!({"kafka": "local", "topic": "results"}));
+    create_and_start_spec(&server, &spec);
+    let status = server.status("from-kafka");
+    assert_eq!(status["source"]["type"], "kafka", "{status}");
+    assert_eq!(status["source"]["server"], "local", "{status}");
+    let stored = server.expect(
+        "the spec",
+        server.get("/v1/pipelines/from-kafka/spec", Some(ADMIN)),
+        200,
+    );
+    assert!(
+        !stored.to_string().contains(&broker.servers),
+        "stored by name: {stored}"
+    );
+    let refused = server.expect_error(
+        "sending events over HTTP",
+        server.post(
+            "/v1/pipelines/from-kafka/events",
+            Some(INGEST),
+            b"{\"user\": \"u1\", \"ts\": 1}",
+        ),
+        409,
+    );
+    assert!(refused.contains("Kafka topic"), "{refused}");
+
+    let producer = broker.producer();
+    let events = clicks(0, 3_000);
+    let (first, second) = events.split_at(1_500);
+    send(&producer, first, 4);
+    producer.flush(Duration::from_secs(30)).unwrap();
+    server.wait_for_events_in("from-kafka", first.len());
+    let saved = server.expect(
+        "a savepoint",
+        server.post_json(
+            "/v1/pipelines/from-kafka/savepoints",
+            Some(ADMIN),
+            &json!({"name": "mid"}),
+        ),
+        201,
+    );
+    server.expect(
+        "forking",
+        server.post_json(
+            "/v1/pipelines/from-kafka/savepoints/mid/fork",
+            Some(ADMIN),
+            &served_spec("forked", json!("results.jsonl")),
+        ),
+        201,
+    );
+    let mut http = crate::server::spec();
+    http["name"] = json!("over-http");
+    server.expect_error(
+        "forking a Kafka pipeline's savepoint into an HTTP one",
+        server.post_json(
+            "/v1/pipelines/from-kafka/savepoints/mid/fork",
+            Some(ADMIN),
+            &http,
+        ),
+        400,
+    );
+    // A shadow rollout of 1.1.0 (it caps sums at 100): compared live, serving nothing.
+    server.expect(
+        "a shadow rollout",
+        server.post_json(
+            "/v1/pipelines/from-kafka/rollout",
+            Some(ADMIN),
+            &json!({"version": "1.1.0", "percent": 0, "shadow": true}),
+        ),
+        200,
+    );
+    server.wait_for_routing("from-kafka", "the shadow to apply", |r| {
+        r["candidate"] == "1.1.0"
+    });
+    send(&producer, second, 4);
+    for (p, event) in far(4) {
+        send_raw(&producer, &event, p, event.to_string().as_bytes());
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    server.wait_for("the shadow's comparisons", PATIENCE, || {
+        let status = server.status("from-kafka");
+        let candidate = crate::server::version_entry(&status, "1.1.0");
+        match candidate["shadow_compared"].as_u64() {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
+    let late = server.output("from-kafka", "late.jsonl");
+    assert!(late.is_empty(), "late: {:?}", &late[..late.len().min(3)]);
+    // Stopped and started again: every result once, as from the file, the shadow's none.
+    server.expect(
+        "stopping",
+        server.post("/v1/pipelines/from-kafka/stop", Some(ADMIN), b""),
+        200,
+    );
+    server.expect(
+        "starting again",
+        server.post("/v1/pipelines/from-kafka/start", Some(ADMIN), b""),
+        200,
+    );
+    let want = file_results(&events);
+    let results = wait_for_results(&broker, want.len());
+    assert_exactly_once(&results, &want, &format!("{saved}"));
+
+    // The fork reads on from the savepoint's offsets: with the windows closed before it, the
+    // same results.
+    server.expect(
+        "starting the fork",
+        server.post("/v1/pipelines/forked/start", Some(ADMIN), b""),
+        200,
+    );
+    let before = shown(&results);
+    server.wait_for("the fork's results", PATIENCE, || {
+        let mut got = shown(&server.results("forked"));
+        for (window, value) in &before {
+            if window.1 < saved["watermark"].as_i64().unwrap_or(i64::MIN) {
+                got.entry(window.clone()).or_insert(*value);
+            }
+        }
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{} of {} windows", got.len(), want.len()))
+        }
+    });
+    let refused = server.expect_error(
+        "a replay",
+        server.post_json(
+            "/v1/pipelines/from-kafka/replay",
+            Some(ADMIN),
+            &json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]}),
+        ),
+        409,
+    );
+    assert!(refused.contains("Kafka"), "{refused}");
+}
+
+#[test]
+fn a_served_spec_names_a_kafka_cluster_and_never_an_address() {
+    use crate::server::{ADMIN, Server};
+    let broker = Broker::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let local = format!("local={}", broker.servers);
+    let server = Server::start_with(dir.path(), &["--kafka", &local]);
+    server.upload_ok("count-sum", "1.0.0", &crate::server::count_sum_v1());
+    let results = json!({"kafka": "local", "topic": "results"});
+    let hostile = [
+        json!({"type": "kafka", "brokers": broker.servers, "topic": "clicks"}),
+        json!({"type": "kafka", "server": broker.servers, "topic": "clicks"}),
+        json!({"type": "kafka", "server": "elsewhere", "topic": "clicks"}),
+        json!({"type": "kafka", "server": "local", "topic": "../clicks"}),
+        json!({"type": "kafka", "server": 7, "topic": "clicks"}),
+    ];
+    for source in hostile {
+        let mut spec = served_spec("evil", results.clone());
+        spec["source"] = source.clone();
+        let refused = server.expect_error(
+            &format!("a spec with source {source}"),
+            server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+            400,
+        );
+        assert!(!refused.is_empty());
+    }
+    for sink in [
+        json!({"kafka": broker.servers, "topic": "results"}),
+        json!({"kafka": "10.0.0.1:9092", "topic": "results"}),
+        json!({"kafka": "elsewhere", "topic": "results"}),
+    ] {
+        let spec = served_spec("evil", sink.clone());
+        server.expect_error(
+            &format!("a spec with results {sink}"),
+            server.post_json("/v1/pipelines", Some(ADMIN), &spec),
+            400,
+        );
+    }
+    server.expect_error(
+        "the pipeline that was never made",
+        server.get("/v1/pipelines/evil", Some(ADMIN)),
+        404,
+    );
+}

@@ -60,7 +60,7 @@ pub struct ServeOptions {
     /// How pipelines are treated.
     pub pipelines: PipelineLimits,
     /// The NATS servers pipelines may read from and publish to, by name (`--nats`).
-    pub nats: crate::serve::NatsServers,
+    pub nats: crate::serve::ExternalServers,
     /// How long a shutdown waits for the pipelines' final checkpoints.
     pub shutdown_timeout: Duration,
 }

@@ -67,6 +67,11 @@ pub(crate) struct ServeArgs {
     /// server, never an address.
     #[arg(long = "nats", value_name = "[NAME=]URL")]
     nats: Vec<String>,
+    /// A Kafka cluster pipelines may read a topic of and produce to: `NAME=host:port[,...]`
+    /// (its bootstrap brokers), or lone brokers named `default`; repeat for more. A served
+    /// spec names the cluster, never an address.
+    #[arg(long = "kafka", value_name = "[NAME=]BROKERS")]
+    kafka: Vec<String>,
 }
 
 /// File descriptors a started pipeline holds (ingest log writer and reader, state, three sinks,
@@ -134,10 +139,11 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_timeout,
         max_pipelines,
         nats,
+        kafka,
         auth,
     } = args;
     auth.install()?;
-    let nats = weir::serve::NatsServers::parse(&nats)?;
+    let nats = weir::serve::ExternalServers::parse(&nats)?.with_kafka(&kafka)?;
     let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
     anyhow::ensure!(
         !tokens.is_empty(),

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{NatsServers, RequestError, RolloutPlan};
+use super::{ExternalServers, RequestError, RolloutPlan};
 use crate::operator::{ComponentKind, Registry};
 use crate::rollout::{GateResult, Routing, StepOutcome, StepRecord};
 use crate::spec::{OperatorCode, PipelineSpec, Served, SourceSpec};
@@ -129,7 +129,7 @@ impl Managed {
     pub fn resolve(
         json: &serde_json::Value,
         dir: &Path,
-        (registry, nats): (&Registry, &NatsServers),
+        (registry, nats): (&Registry, &ExternalServers),
         served: Served,
     ) -> Result<PipelineSpec, RequestError> {
         let text = nats.resolve(json)?.to_string();
@@ -165,7 +165,7 @@ impl Managed {
             matches!(
                 &spec.source,
                 SourceSpec::Http(Some(log)) if *log == dir.join(INGEST_FILE)
-            ) || matches!(spec.source, SourceSpec::Nats(_))
+            ) || matches!(spec.source, SourceSpec::Nats(_) | SourceSpec::Kafka(_))
         );
         Ok(spec)
     }
@@ -174,7 +174,7 @@ impl Managed {
     pub fn create(
         json: serde_json::Value,
         dir: &Path,
-        resolving: (&Registry, &NatsServers),
+        resolving: (&Registry, &ExternalServers),
         owner: Option<String>,
     ) -> Result<Managed, RequestError> {
         let spec = Self::resolve(&json, dir, resolving, Served::New)?;
@@ -201,7 +201,7 @@ impl Managed {
     pub fn load(
         name: &str,
         dir: &Path,
-        resolving: (&Registry, &NatsServers),
+        resolving: (&Registry, &ExternalServers),
     ) -> Result<Managed, Damage> {
         let read = |file: &'static str| {
             std::fs::read_to_string(dir.join(file))
@@ -442,7 +442,7 @@ impl Managed {
     /// recorded in that checkpoint). Returns the promoted version.
     pub fn promote(
         &mut self,
-        resolving: (&Registry, &NatsServers),
+        resolving: (&Registry, &ExternalServers),
     ) -> Result<String, RequestError> {
         let plan = match (&self.desired.rollout, &self.desired.rolled_back) {
             (Some(plan), None) => plan.clone(),
@@ -547,6 +547,11 @@ impl Managed {
                 "server": self.spec_json["source"]["server"],
                 "stream": nats.stream,
                 "subjects": nats.subjects,
+            }),
+            SourceSpec::Kafka(kafka) => serde_json::json!({
+                "type": "kafka",
+                "server": self.spec_json["source"]["server"],
+                "topic": kafka.topic,
             }),
             _ => serde_json::json!({"type": "http"}),
         };

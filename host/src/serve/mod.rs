@@ -13,8 +13,8 @@
 //! depends on it, never the reverse.
 
 mod error;
+mod external;
 mod managed;
-mod nats;
 mod on_workers;
 mod rate;
 mod rollout;
@@ -31,8 +31,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::{info, warn};
 
 pub use error::{RequestError, ServeError};
+pub use external::{DEFAULT_SERVER, ExternalServers, NatsArgumentError};
 pub use managed::{Damage, Desired, Managed};
-pub use nats::{DEFAULT_SERVER, NatsArgumentError, NatsServers};
 pub use rollout::{RolloutPlan, RolloutRequest};
 pub use slot::{
     RedriveRequest, ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome,
@@ -78,7 +78,7 @@ pub struct Server {
     /// Uploaded operators.
     pub registry: Arc<Registry>,
     /// The NATS servers pipelines may read from and publish to (`--nats`).
-    pub nats: NatsServers,
+    pub nats: ExternalServers,
     pipelines: RwLock<BTreeMap<String, Arc<Slot>>>,
     /// Names whose directories are being created or removed, outside the table's lock.
     busy_names: Mutex<BTreeSet<String>>,
@@ -233,7 +233,7 @@ impl Server {
         tokens: Tokens,
         max_upload: usize,
         limits: PipelineLimits,
-        nats: NatsServers,
+        nats: ExternalServers,
     ) -> Result<Arc<Server>, ServeError> {
         let lock = lock_data_dir(&data)?;
         let runtime = WasmRuntime::shared()?;
@@ -340,7 +340,7 @@ impl Server {
     }
 
     /// What specs are resolved against: the registry and the NATS servers.
-    pub fn resolving(&self) -> (&Registry, &NatsServers) {
+    pub fn resolving(&self) -> (&Registry, &ExternalServers) {
         (&self.registry, &self.nats)
     }
 
@@ -423,13 +423,16 @@ impl Server {
             (crate::spec::SourceSpec::Nats(to), Some(from)) => {
                 (&to.url, &to.stream) == (&from.url, &from.stream)
             }
-            (crate::spec::SourceSpec::Http(_), None) => true,
+            (crate::spec::SourceSpec::Kafka(to), None) => from
+                .kafka_source()
+                .is_some_and(|from| (&to.brokers, &to.topic) == (&from.brokers, &from.topic)),
+            (crate::spec::SourceSpec::Http(_), None) => from.reads_ingest_log(),
             _ => false,
         };
         if !same_input {
             return Err(RequestError::Invalid(format!(
                 "a pipeline made from a savepoint reads the input of pipeline {:?} (its ingest \
-                 log, or the same NATS server and stream) from where the savepoint was taken",
+                 log, or the same NATS stream or Kafka topic) from where the savepoint was taken",
                 from.name
             )));
         }

@@ -197,7 +197,7 @@ impl Slot {
     }
 
     /// A slot for a pipeline found in the data directory, damaged or not.
-    pub fn load(name: &str, dir: &Path, resolving: (&Registry, &super::NatsServers)) -> Slot {
+    pub fn load(name: &str, dir: &Path, resolving: (&Registry, &super::ExternalServers)) -> Slot {
         let managed = Managed::load(name, dir, resolving);
         if let Err(reason) = &managed {
             warn!(pipeline = %name, %reason, "pipeline damaged: kept as failed");
@@ -356,6 +356,26 @@ impl Slot {
         }
     }
 
+    /// Whether the pipeline reads its own ingest log (events sent over HTTP), not a NATS stream
+    /// or a Kafka topic.
+    pub fn reads_ingest_log(&self) -> bool {
+        match &self.lock().managed {
+            Ok(managed) => matches!(managed.spec.source, crate::spec::SourceSpec::Http(_)),
+            Err(_) => true,
+        }
+    }
+
+    /// The topic a pipeline that reads Kafka reads.
+    pub fn kafka_source(&self) -> Option<crate::spec::KafkaSourceSpec> {
+        match &self.lock().managed {
+            Ok(managed) => match &managed.spec.source {
+                crate::spec::SourceSpec::Kafka(kafka) => Some(kafka.clone()),
+                _ => None,
+            },
+            Err(_) => None,
+        }
+    }
+
     /// How far the pipeline has read its input (a NATS stream's sequence, an ingest log's
     /// offset): the current or last run's, else its last checkpoint's; 0 before any.
     pub fn input_read(&self) -> u64 {
@@ -391,9 +411,9 @@ impl Slot {
                 return Err(damaged(reason));
             }
         }
-        let log = match self.nats_source() {
-            Some(_) => None,
-            None => Some(self.ingest_log()?),
+        let log = match self.reads_ingest_log() {
+            true => Some(self.ingest_log()?),
+            false => None,
         };
         let mut inner = self.lock();
         Self::reap(&mut inner);
@@ -810,7 +830,10 @@ impl Slot {
     }
 
     /// Makes the candidate the live version.
-    pub fn promote(&self, resolving: (&Registry, &super::NatsServers)) -> Result<(), RequestError> {
+    pub fn promote(
+        &self,
+        resolving: (&Registry, &super::ExternalServers),
+    ) -> Result<(), RequestError> {
         self.steer(resolving.0, |managed| {
             let version = managed.promote(resolving)?;
             info!(pipeline = %managed.name, %version, "promoted");
@@ -820,7 +843,7 @@ impl Slot {
 
     /// Follows the rollout schedule and the automatic rollback policy (a pipeline on workers:
     /// the schedule only, as the workers do not report their traps here yet).
-    pub fn tick(&self, resolving: (&Registry, &super::NatsServers)) {
+    pub fn tick(&self, resolving: (&Registry, &super::ExternalServers)) {
         let polled = self.poll_workers();
         let Ok(mut inner) = self.inner.try_lock() else {
             return; // busy: the next tick comes soon

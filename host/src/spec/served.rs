@@ -59,6 +59,20 @@ pub(super) fn check(
     check_sinks(&raw.sinks, sink_base, served, nats)
 }
 
+/// A served spec produces to and reads from only the Kafka clusters at `known` (their broker
+/// lists, among the NATS servers' URLs).
+fn known_kafka(known: &[String], field: &str, brokers: &str) -> Result<()> {
+    if known.iter().any(|k| k == brokers) {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{field}: a served pipeline connects only to the Kafka clusters weir serve was \
+             started with (--kafka), named in the spec by \"server\" (source) or \"kafka\" \
+             (sinks)"
+        )))
+    }
+}
+
 /// A served spec connects only to the NATS servers at `nats`.
 fn known(nats: &[String], field: &str, url: &str) -> Result<()> {
     if nats.iter().any(|known| known == url) {
@@ -104,12 +118,13 @@ fn check_source(raw: &RawSource, nats: &[String]) -> Result<()> {
                 internal("source.subjects", subject)?;
             }
         }
+        RawSource::Kafka(source) => known_kafka(nats, "source", &source.brokers)?,
         _ => {
             return Err(invalid(
                 "source: a pipeline of weir serve reads the events sent to it over HTTP \
-                 ({\"type\": \"http\"}) or a NATS stream of a server it was started with \
-                 ({\"type\": \"nats\", \"stream\": ...}); files, stdin and generators are \
-                 for `weir run`",
+                 ({\"type\": \"http\"}), a NATS stream ({\"type\": \"nats\", \"stream\": \
+                 ...}) or a Kafka topic ({\"type\": \"kafka\", \"topic\": ...}) of a server \
+                 it was started with; files, stdin and generators are for `weir run`",
             ));
         }
     }
@@ -165,11 +180,9 @@ fn check_sinks(sinks: &RawSinks, sink_base: &Path, served: Served, nats: &[Strin
                 internal(field, &sink.subject)?;
                 continue;
             }
-            Some(RawSink::Kafka(_)) => {
-                return Err(invalid(format!(
-                    "{field}: a pipeline of weir serve writes files in its out/ directory or \
-                     NATS subjects; Kafka sinks are for `weir run`"
-                )));
+            Some(RawSink::Kafka(sink)) => {
+                known_kafka(nats, field, &sink.kafka)?;
+                continue;
             }
             Some(RawSink::Named(name)) => Some(name.as_str()),
             None => None,

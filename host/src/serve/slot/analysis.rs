@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::{Inner, Slot};
 use crate::rollout::{CounterSnapshot, Evidence, GateResult, Routing};
-use crate::serve::{Managed, NatsServers, RequestError, RolloutPlan};
+use crate::serve::{ExternalServers, Managed, RequestError, RolloutPlan};
 
 /// The step of a gated rollout being held.
 #[derive(Debug)]
@@ -50,7 +50,7 @@ impl Slot {
         inner: &mut Inner,
         plan: &RolloutPlan,
         polled: Option<&BTreeMap<String, CounterSnapshot>>,
-        resolving: (&crate::operator::Registry, &NatsServers),
+        resolving: (&crate::operator::Registry, &ExternalServers),
     ) -> Result<(), RequestError> {
         let Some(analysis) = &plan.analysis else {
             return Ok(());

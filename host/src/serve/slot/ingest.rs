@@ -31,6 +31,12 @@ impl Slot {
                 self.name, nats.stream
             )));
         }
+        if let Some(kafka) = self.kafka_source() {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} reads Kafka topic {:?}: produce its events there",
+                self.name, kafka.topic
+            )));
+        }
         if self.closed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(RequestError::Conflict(format!(
                 "pipeline {:?} was deleted",

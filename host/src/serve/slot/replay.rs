@@ -170,6 +170,13 @@ impl Slot {
         let _turn = Turn::take()?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;
+        if let SourceSpec::Kafka(kafka) = &spec.source {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {:?} reads Kafka topic {:?}: a replay reads an ingest log or a NATS \
+                 stream, not yet a topic",
+                self.name, kafka.topic
+            )));
+        }
         for version in &request.versions {
             let known = registry
                 .get(&operator, version)

@@ -67,7 +67,7 @@ impl Slot {
         if !spec.enrichers.is_empty() || !matches!(spec.source, SourceSpec::Http(_)) {
             return Err(RequestError::Conflict(
                 "a repro reads the events an aggregate got from the pipeline's ingest log; this \
-                 pipeline enriches them first or reads a NATS stream"
+                 pipeline enriches them first or reads a NATS stream or a Kafka topic"
                     .into(),
             ));
         }

@@ -202,8 +202,9 @@ impl Slot {
     ) -> Result<SavepointInfo, RequestError> {
         let _hold = Hold::new(self);
         let saved = checkpoint::fork_savepoint(&self.data_dir()?, name, data, pipeline)?;
-        if self.nats_source().is_some() {
-            return Ok(saved); // the new pipeline reads the stream from the savepoint's sequence
+        if !self.reads_ingest_log() {
+            // The new pipeline reads the stream or topic from the savepoint's position.
+            return Ok(saved);
         }
         let log = self.ingest_log()?;
         let committed = log.gate().committed();

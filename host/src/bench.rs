@@ -739,6 +739,7 @@ pub fn kafka(
         brokers: servers.clone(),
         topic: events,
         group: None,
+        until: None,
     });
     kafka_spec.sinks.results = Sink::Kafka(crate::spec::KafkaSinkSpec {
         kafka: servers.clone(),

@@ -597,16 +597,38 @@ fn a_served_pipeline_reads_a_topic_with_a_shadow_rollout_savepoint_fork_and_rest
             Err(format!("{} of {} windows", got.len(), want.len()))
         }
     });
-    let refused = server.expect_error(
-        "a replay",
-        server.post_json(
-            "/v1/pipelines/from-kafka/replay",
-            Some(ADMIN),
-            &json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]}),
+    // Replays of one user through both versions, from the start and from the savepoint, to
+    // the live pipeline's last checkpoint (which has read every record).
+    for (request, from) in [
+        (
+            json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]}),
+            json!(0),
         ),
-        409,
-    );
-    assert!(refused.contains("Kafka"), "{refused}");
+        (
+            json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"}),
+            saved["input_offset"].clone(),
+        ),
+    ] {
+        let answer = server.expect(
+            "a replay",
+            server.post_json("/v1/pipelines/from-kafka/replay", Some(ADMIN), &request),
+            200,
+        );
+        assert_eq!(answer["input"]["from_offset"], from, "{answer}");
+        assert_eq!(answer["input"]["to_offset"], events.len() + 4, "{answer}");
+        let rows = answer["rows"].as_array().unwrap();
+        assert!(!rows.is_empty(), "{answer}");
+        for row in rows {
+            let start = row["window_start"].as_i64().unwrap();
+            let (count, sum) = want[&("u3".to_owned(), start)];
+            assert_eq!(
+                (&row["a"]["count"], &row["a"]["sum"]),
+                (&json!(count), &json!(sum)),
+                "{row}"
+            );
+            assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
+        }
+    }
 }
 
 #[test]

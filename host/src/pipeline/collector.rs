@@ -386,6 +386,8 @@ fn commit_gathered(
         .metrics
         .checkpointed(&stats, totals.scopes, state_bytes);
     (control.stats.checkpointed_offset).store(position.source.offset, Ordering::Relaxed);
+    *(control.stats.checkpointed_position.lock()).expect("stats lock") =
+        Some(position.source.clone());
     control
         .stats
         .state_keys

@@ -59,6 +59,9 @@ pub struct LiveStats {
     pub input_offset: AtomicU64,
     /// The input offset (bytes) of the last committed checkpoint: a replay starts there.
     pub checkpointed_offset: AtomicU64,
+    /// The source position of the last committed checkpoint (a Kafka topic's offsets are
+    /// per partition, in its `files`).
+    pub checkpointed_position: Mutex<Option<crate::source::SourcePosition>>,
     /// How far the source is behind the end of its input (NATS: stream sequences behind the
     /// last one on its subjects; [`NO_BACKLOG`] if it does not know).
     pub input_backlog: AtomicU64,
@@ -88,6 +91,7 @@ impl Default for LiveStats {
             watermark: AtomicI64::new(MINUS_INFINITY),
             input_offset: AtomicU64::new(0),
             checkpointed_offset: AtomicU64::new(0),
+            checkpointed_position: Mutex::new(None),
             input_backlog: AtomicU64::new(NO_BACKLOG),
             state_keys: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),

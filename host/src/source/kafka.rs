@@ -276,6 +276,10 @@ impl Source for KafkaSource {
         if self.next.get(&p).is_some_and(|&(next, _)| offset < next) {
             return Ok(Some(Record::Tick)); // read already: never twice
         }
+        let until = (self.spec.until.as_ref()).map(|until| until.get(&p).copied().unwrap_or(0));
+        if until.is_some_and(|until| offset >= until) {
+            return Ok(Some(Record::Tick)); // past where a replay stops
+        }
         let Some(value) = message.payload() else {
             // A tombstone: nothing to read, but the offset is passed.
             let entry = self.next.entry(p).or_insert((0, 0));
@@ -303,6 +307,13 @@ impl Source for KafkaSource {
     fn position(&self) -> SourcePosition {
         SourcePosition {
             line: self.line,
+            // Every partition's next offset summed: how far the source has read in all, for
+            // progress and a replay's end (each partition's is in `files`).
+            offset: self
+                .next
+                .values()
+                .map(|&(next, _)| next.max(0) as u64)
+                .sum(),
             clock: self.clock,
             files: (self.next.iter())
                 .map(|(&p, &(offset, lines))| SourcePosition {

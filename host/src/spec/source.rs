@@ -62,6 +62,10 @@ pub struct KafkaSourceSpec {
     /// itself and keeps offsets in its checkpoints). Default `weir-<pipeline>`.
     #[serde(default)]
     pub group: Option<String>,
+    /// Each partition's offset to stop before (a replay's sandbox: what the live pipeline's
+    /// last checkpoint had read); a partition not named is not read. Never from a spec.
+    #[serde(skip)]
+    pub until: Option<std::collections::BTreeMap<i32, i64>>,
 }
 
 /// A NATS JetStream stream to read (`[source] type = "nats"`).

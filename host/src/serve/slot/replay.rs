@@ -170,12 +170,9 @@ impl Slot {
         let _turn = Turn::take()?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;
-        if let SourceSpec::Kafka(kafka) = &spec.source {
-            return Err(RequestError::Conflict(format!(
-                "pipeline {:?} reads Kafka topic {:?}: a replay reads an ingest log or a NATS \
-                 stream, not yet a topic",
-                self.name, kafka.topic
-            )));
+        let mut spec = spec;
+        if let SourceSpec::Kafka(kafka) = &mut spec.source {
+            kafka.until = Some(self.kafka_checkpointed()?);
         }
         for version in &request.versions {
             let known = registry
@@ -219,6 +216,23 @@ impl Slot {
             Some(name) => Some(self.savepoint_offset(name)?),
             None => None,
         };
+        if self.kafka_source().is_some() {
+            // Offsets summed over the partitions, to the live pipeline's last checkpoint.
+            let end: u64 = self
+                .kafka_checkpointed()?
+                .values()
+                .map(|&o| o.max(0) as u64)
+                .sum();
+            let start = start.unwrap_or(0);
+            if end.saturating_sub(start) > MAX_REPLAY_MESSAGES {
+                return Err(RequestError::TooLarge(format!(
+                    "the topic from the savepoint holds {} records to its last checkpoint, more \
+                     than a replay reads ({MAX_REPLAY_MESSAGES}); replay from a later savepoint",
+                    end - start
+                )));
+            }
+            return Ok((start, end));
+        }
         if let Some(source) = self.nats_source() {
             // On workers: what the stream holds now (each slice has read its own part of it).
             let end = match self.on_workers()? {
@@ -248,6 +262,30 @@ impl Slot {
             )));
         }
         Ok((start, end))
+    }
+
+    /// Each partition's next offset at the live pipeline's last checkpoint: where a replay of a
+    /// Kafka topic stops.
+    fn kafka_checkpointed(&self) -> Result<BTreeMap<i32, i64>, RequestError> {
+        // The running pipeline's (its store is open), else the store's.
+        let running = (self.lock().control.as_ref())
+            .and_then(|control| control.stats.checkpointed_position.lock().ok()?.clone());
+        let stored = || {
+            let state = self.data_dir().ok()?.join(crate::state::STATE_FILE);
+            let bytes = crate::state::RedbStore::read_manifest_of(&state).ok()??;
+            let manifest: crate::checkpoint::Manifest = serde_json::from_slice(&bytes).ok()?;
+            Some(manifest.source)
+        };
+        let position = running.or_else(stored).ok_or_else(|| {
+            RequestError::Conflict(format!(
+                "pipeline {:?} has no checkpoint yet: a replay of a Kafka topic reads to the \
+                 live pipeline's last checkpoint",
+                self.name
+            ))
+        })?;
+        Ok((position.files.iter())
+            .map(|part| (part.rng.unwrap_or(0) as i32, part.offset as i64))
+            .collect())
     }
 
     /// A new sandbox directory for a replay of this pipeline, beside the pipelines.
@@ -343,7 +381,7 @@ fn sandboxed(
 fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(), RequestError> {
     let control = PipelineControl::sandboxed(&spec.name);
     let control = Arc::new(match spec.source {
-        SourceSpec::Nats(_) => control,
+        SourceSpec::Nats(_) | SourceSpec::Kafka(_) => control,
         _ => control.with_ingest_gate(IngestGate::fixed(end)),
     });
     let run = {

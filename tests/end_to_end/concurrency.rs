@@ -176,10 +176,16 @@ fn savepoint_listings_racing_creates_and_deletes_never_fail_nor_lose_a_savepoint
 
     // The log after the savepoint kept survived every truncation: a fork reads all of it.
     server.wait_for_events_in("orig", events.len());
+    fork_and_read(&server, "keep", events.len());
+}
+
+/// Forks pipeline `orig` from its savepoint `savepoint` into `copy`, starts it, and waits until
+/// it has read `events` events.
+fn fork_and_read(server: &Server, savepoint: &str, events: usize) {
     server.expect(
-        "forking from the savepoint kept",
+        &format!("forking from savepoint {savepoint}"),
         server.post_json(
-            "/v1/pipelines/orig/savepoints/keep/fork",
+            &format!("/v1/pipelines/orig/savepoints/{savepoint}/fork"),
             Some(ADMIN),
             &fork_spec("copy"),
         ),
@@ -190,18 +196,25 @@ fn savepoint_listings_racing_creates_and_deletes_never_fail_nor_lose_a_savepoint
         server.post("/v1/pipelines/copy/start", Some(ADMIN), b""),
         200,
     );
-    server.wait_for_events_in("copy", events.len());
+    server.wait_for_events_in("copy", events);
 }
 
-#[test]
-fn a_damaged_savepoint_is_listed_as_damaged_and_keeps_the_whole_log_until_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path());
+/// A server in `dir` with pipeline `orig` (8 KiB log segments) started, and the first 1,000
+/// of the 3,000 events returned read by it.
+fn orig_with_a_thousand_events(dir: &Path) -> (Server, Vec<crate::reference::Ev>) {
+    let server = Server::start(dir);
     server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
     start_pipeline(&server, "orig", "8KiB");
     let events = clicks(3_000, 20);
     ingest_all(&server, "orig", &events[..1_000]);
     server.wait_for_events_in("orig", 1_000);
+    (server, events)
+}
+
+#[test]
+fn a_damaged_savepoint_is_listed_as_damaged_and_keeps_the_whole_log_until_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, events) = orig_with_a_thousand_events(dir.path());
     server.expect("a good savepoint", savepoint(&server, "orig", "good"), 201);
     server.kill();
     drop(server);
@@ -289,12 +302,7 @@ fn a_damaged_savepoint_is_listed_as_damaged_and_keeps_the_whole_log_until_delete
 #[test]
 fn a_savepoint_listing_that_fails_keeps_the_whole_log_until_one_succeeds() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path());
-    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    start_pipeline(&server, "orig", "8KiB");
-    let events = clicks(3_000, 20);
-    ingest_all(&server, "orig", &events[..1_000]);
-    server.wait_for_events_in("orig", 1_000);
+    let (mut server, events) = orig_with_a_thousand_events(dir.path());
     server.kill();
     drop(server);
     // The savepoints' directory made unlistable: a file where it should be (as root, which
@@ -382,21 +390,7 @@ fn a_stopped_pipelines_savepoint_and_its_start_take_turns() {
         "{listing}"
     );
     // Each is whole: a fork from the last reads on from the same input.
-    server.expect(
-        "forking from a savepoint taken beside a start",
-        server.post_json(
-            "/v1/pipelines/orig/savepoints/s4/fork",
-            Some(ADMIN),
-            &fork_spec("copy"),
-        ),
-        201,
-    );
-    server.expect(
-        "starting the fork",
-        server.post("/v1/pipelines/copy/start", Some(ADMIN), b""),
-        200,
-    );
-    server.wait_for_events_in("copy", events.len());
+    fork_and_read(&server, "s4", events.len());
 }
 
 /// Opens a request that announces a body of `length` bytes and then sends one byte a second

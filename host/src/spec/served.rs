@@ -59,31 +59,37 @@ pub(super) fn check(
     check_sinks(&raw.sinks, sink_base, served, nats)
 }
 
+/// A served spec connects only to the NATS servers at `nats`.
+fn known(nats: &[String], field: &str, url: &str) -> Result<()> {
+    known_as(nats, field, url, ("NATS servers", "--nats", "nats"))
+}
+
 /// A served spec produces to and reads from only the Kafka clusters at `known` (their broker
 /// lists, among the NATS servers' URLs).
 fn known_kafka(known: &[String], field: &str, brokers: &str) -> Result<()> {
-    if known.iter().any(|k| k == brokers) {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "{field}: a served pipeline connects only to the Kafka clusters weir serve was \
-             started with (--kafka), named in the spec by \"server\" (source) or \"kafka\" \
-             (sinks)"
-        )))
-    }
+    known_as(
+        known,
+        field,
+        brokers,
+        ("Kafka clusters", "--kafka", "kafka"),
+    )
 }
 
-/// A served spec connects only to the NATS servers at `nats`.
-fn known(nats: &[String], field: &str, url: &str) -> Result<()> {
-    if nats.iter().any(|known| known == url) {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "{field}: a served pipeline connects only to the NATS servers weir serve was \
-             started with (--nats), named in the spec by \"server\" (source) or \"nats\" \
-             (sinks)"
-        )))
+/// `address` is among `known`, or the error says where a served spec may connect: to the
+/// `kind` named by `flag` at start, by `"server"` in a source or `sink_key` in a sink.
+fn known_as(
+    known: &[String],
+    field: &str,
+    address: &str,
+    (kind, flag, sink_key): (&str, &str, &str),
+) -> Result<()> {
+    if known.iter().any(|k| k == address) {
+        return Ok(());
     }
+    Err(invalid(format!(
+        "{field}: a served pipeline connects only to the {kind} weir serve was started with \
+         ({flag}), named in the spec by \"server\" (source) or \"{sink_key}\" (sinks)"
+    )))
 }
 
 /// A served spec does not reach the server's own streams and subjects: JetStream's API

@@ -739,6 +739,7 @@ pub fn kafka(
         brokers: servers.clone(),
         topic: events,
         group: None,
+        headers: false,
         until: None,
     });
     kafka_spec.sinks.results = Sink::Kafka(crate::spec::KafkaSinkSpec {

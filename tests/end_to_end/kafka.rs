@@ -675,3 +675,51 @@ fn a_served_spec_names_a_kafka_cluster_and_never_an_address() {
         404,
     );
 }
+
+#[test]
+fn a_records_headers_are_readable_and_one_can_be_the_events_key() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let broker = Broker::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    // The user travels in a header only; `headers = true` puts every header in the event too.
+    let spec = kafka_spec(dir.path(), &broker);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let text = text
+        .replace("key = \"user\"", "key = \"@kafka.header.user\"")
+        .replace("topic = \"clicks\"", "topic = \"clicks\"\nheaders = true");
+    std::fs::write(&spec, text).unwrap();
+    let producer = broker.producer();
+    let events = clicks(0, 600);
+    let on_partitions = (events.iter())
+        .map(|event| (partition_of(event, 2), event.clone()))
+        .chain(far(2));
+    for (i, (partition, event)) in on_partitions.enumerate() {
+        let user = event["user"].as_str().unwrap();
+        let mut value = event.clone();
+        value.as_object_mut().unwrap().remove("user");
+        let payload = value.to_string();
+        let trace = format!("t{i}");
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "user",
+                value: Some(user),
+            })
+            .insert(Header {
+                key: "trace",
+                value: Some(&trace),
+            });
+        let record = BaseRecord::<(), str>::to("clicks")
+            .partition(partition)
+            .payload(&payload)
+            .headers(headers);
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let weir = run(&spec);
+    let want = file_results(&events);
+    let results = wait_for_results(&broker, want.len());
+    let said = stop(weir);
+    assert_exactly_once(&results, &want, &said);
+    let dead = std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default();
+    assert!(dead.is_empty(), "{dead}");
+}

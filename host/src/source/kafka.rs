@@ -4,9 +4,8 @@
 //! restart resumes each partition where the checkpoint left it. Only committed records are read
 //! (`read_committed`). Each partition is a watermark partition (`<topic>/<partition>`), its
 //! records' timestamps its ingest clock (for `idle_timeout` and `max_ahead`, as a NATS server's
-//! publication time is); each record's value is one JSON event. With `[event] key =
-//! "@kafka.key"` or `timestamp = "@kafka.timestamp"`, the record's key or timestamp is put in the
-//! event under that name. Partitions added to the topic are found within seconds and read from
+//! publication time is); each record's value is one JSON event, with the record's key,
+//! timestamp or headers put in where the spec asks (`kafka_fields`). Partitions added to the topic are found within seconds and read from
 //! their start. A broker that goes away is waited for (the client reconnects); tombstones
 //! (records without a value) are skipped.
 //!
@@ -18,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::kafka_fields::{RecordFields, RecordParts};
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::spec::KafkaSourceSpec;
 
@@ -30,10 +30,6 @@ const TICK: Duration = Duration::from_millis(100);
 const REFRESH: Duration = Duration::from_secs(2);
 /// How long the first look at the topic may take.
 const FIRST_METADATA: Duration = Duration::from_secs(30);
-/// The field a record's key goes into, if the spec names it.
-pub const KEY_FIELD: &str = "@kafka.key";
-/// The field a record's timestamp goes into, if the spec names it.
-pub const TIMESTAMP_FIELD: &str = "@kafka.timestamp";
 
 /// Reads every partition of one topic.
 pub struct KafkaSource {
@@ -49,9 +45,8 @@ pub struct KafkaSource {
     clock: Option<i64>,
     /// A record read but not yet handed out (its clock went first): partition, offset, line.
     held: Option<(i32, i64, Vec<u8>)>,
-    /// Which record fields to put in the event.
-    with_key: bool,
-    with_timestamp: bool,
+    /// Which of a record's parts besides its value go into its event.
+    fields: RecordFields,
     refreshed: Instant,
     backlog: Option<u64>,
     /// When the last error was logged (one a second at most).
@@ -116,8 +111,7 @@ impl KafkaSource {
             partition: None,
             clock: None,
             held: None,
-            with_key: key_field == KEY_FIELD,
-            with_timestamp: timestamp_field == TIMESTAMP_FIELD,
+            fields: RecordFields::new(key_field, timestamp_field, spec.headers),
             refreshed: Instant::now(),
             backlog: None,
             complained: None,
@@ -226,9 +220,19 @@ impl KafkaSource {
         self.backlog = Some(behind);
     }
 
-    /// The record's value as the event's line: with its key and timestamp put in if asked.
-    fn line(&self, value: &[u8], key: Option<&[u8]>, timestamp: Option<i64>) -> Vec<u8> {
-        fields_into(self.with_key, self.with_timestamp, value, key, timestamp)
+    /// The record's value as the event's line, with its parts put in that the spec asks for.
+    fn line(&self, message: &BorrowedMessage<'_>, value: &[u8]) -> Vec<u8> {
+        let mut parts = RecordParts {
+            key: message.key(),
+            timestamp: message.timestamp().to_millis(),
+            headers: Vec::new(),
+        };
+        if self.fields.wants_headers()
+            && let Some(headers) = message.headers()
+        {
+            parts.headers = headers.iter().map(|h| (h.key, h.value)).collect();
+        }
+        self.fields.event_line(value, &parts)
     }
 
     /// Hands out the held record, counting it as read.
@@ -287,7 +291,7 @@ impl Source for KafkaSource {
             return Ok(Some(Record::Tick));
         };
         let timestamp = message.timestamp().to_millis();
-        let line = self.line(value, message.key(), timestamp);
+        let line = self.line(&message, value);
         self.held = Some((p, offset, line));
         let same_partition = self.partition.as_ref().is_some_and(|(q, _)| *q == p);
         let published = timestamp.unwrap_or_else(|| crate::time::wall_clock_ms() as i64);
@@ -344,56 +348,5 @@ impl Source for KafkaSource {
 
     fn backlog(&self) -> Option<u64> {
         self.backlog
-    }
-}
-
-/// `value` (a JSON object) with the record's key and timestamp put in first, if asked.
-fn fields_into(
-    with_key: bool,
-    with_timestamp: bool,
-    value: &[u8],
-    key: Option<&[u8]>,
-    timestamp: Option<i64>,
-) -> Vec<u8> {
-    if !with_key && !with_timestamp {
-        return value.to_vec();
-    }
-    let Some(rest) = value.trim_ascii_start().strip_prefix(b"{") else {
-        return value.to_vec(); // not an object: its dead letter says so
-    };
-    let mut line = Vec::with_capacity(value.len() + 64);
-    line.push(b'{');
-    let mut put = |name: &str, value: serde_json::Value| {
-        line.extend_from_slice(format!("{}:{value},", serde_json::Value::from(name)).as_bytes());
-    };
-    if with_key && let Some(key) = key {
-        put(KEY_FIELD, String::from_utf8_lossy(key).into_owned().into());
-    }
-    if with_timestamp && let Some(timestamp) = timestamp {
-        put(TIMESTAMP_FIELD, timestamp.into());
-    }
-    if rest.trim_ascii_start().starts_with(b"}") && line.len() > 1 {
-        line.pop(); // no fields after ours
-    }
-    line.extend_from_slice(rest);
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_records_key_and_timestamp_go_into_its_event_when_asked() {
-        let line = |with_key, with_timestamp, value: &[u8]| {
-            fields_into(with_key, with_timestamp, value, Some(b"u1"), Some(42))
-        };
-        assert_eq!(line(false, false, br#"{"a":1}"#), br#"{"a":1}"#);
-        assert_eq!(
-            line(true, true, br#" {"a":1}"#),
-            br#"{"@kafka.key":"u1","@kafka.timestamp":42,"a":1}"#
-        );
-        assert_eq!(line(true, false, b"{}"), br#"{"@kafka.key":"u1"}"#);
-        assert_eq!(line(true, true, b"[1]"), b"[1]");
     }
 }

@@ -11,6 +11,7 @@ mod generator;
 mod ingest;
 mod interleave;
 mod kafka;
+mod kafka_fields;
 mod lines;
 mod nats;
 mod nats_feed;

@@ -62,6 +62,9 @@ pub struct KafkaSourceSpec {
     /// itself and keeps offsets in its checkpoints). Default `weir-<pipeline>`.
     #[serde(default)]
     pub group: Option<String>,
+    /// Every header of a record into its event, as an object under `@kafka.headers`.
+    #[serde(default)]
+    pub headers: bool,
     /// Each partition's offset to stop before (a replay's sandbox: what the live pipeline's
     /// last checkpoint had read); a partition not named is not read. Never from a spec.
     #[serde(skip)]

@@ -723,3 +723,27 @@ fn a_records_headers_are_readable_and_one_can_be_the_events_key() {
     let dead = std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default();
     assert!(dead.is_empty(), "{dead}");
 }
+
+#[test]
+fn records_the_brokers_deleted_before_they_were_read_are_logged_as_lost() {
+    let broker = Broker::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = kafka_spec(dir.path(), &broker);
+    let producer = broker.producer();
+    send(&producer, &clicks(0, 50), 1);
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let weir = run(&spec);
+    std::thread::sleep(Duration::from_secs(3)); // read, and checkpointed every 100 ms
+    let first = stop(weir);
+    // 120,000 more while it is away: the mock keeps 5 MiB of a partition and deletes the
+    // oldest, among them records the pipeline has not read.
+    send(&producer, &clicks(50, 120_000), 1);
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let weir = run(&spec);
+    std::thread::sleep(Duration::from_secs(3));
+    let said = stop(weir);
+    assert!(
+        said.contains("deleted by the brokers") && said.contains("lost"),
+        "no loss reported:\n{first}\n{said}"
+    );
+}

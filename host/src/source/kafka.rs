@@ -59,6 +59,10 @@ pub struct KafkaSource {
     declaring: bool,
     /// Partitions to declare before the next record.
     undeclared: Vec<String>,
+    /// The pipeline's name (a metric's label).
+    pipeline: String,
+    /// When each partition's oldest kept offset was last asked for, after a gap in its offsets.
+    gap_checked: std::cell::RefCell<BTreeMap<i32, Instant>>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -118,6 +122,8 @@ impl KafkaSource {
             assigned: false,
             declaring: false,
             undeclared: Vec::new(),
+            pipeline: pipeline.to_owned(),
+            gap_checked: std::cell::RefCell::new(BTreeMap::new()),
             spec,
         };
         let partitions = source.partitions(FIRST_METADATA)?;
@@ -244,6 +250,34 @@ impl KafkaSource {
         Some(Record::Line(self.line, line))
     }
 
+    /// After a gap in partition `p`'s offsets (from `expected` to `offset`): the records the
+    /// brokers deleted (retention) before the pipeline read them, logged and counted in
+    /// `weir_kafka_records_lost_total`, never passed over in silence. Gaps are also transaction
+    /// markers and compaction, so the partition's oldest kept offset decides, asked for at most
+    /// once a second per partition.
+    fn count_lost(&self, p: i32, expected: i64, offset: i64) {
+        let mut checked = self.gap_checked.borrow_mut();
+        if checked
+            .get(&p)
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        checked.insert(p, Instant::now());
+        let topic = &self.spec.topic;
+        let Ok((oldest, _)) =
+            (self.consumer).fetch_watermarks(topic, p, Duration::from_millis(500))
+        else {
+            return;
+        };
+        let lost = oldest.min(offset) - expected;
+        if lost > 0 {
+            tracing::warn!(pipeline = %self.pipeline, %topic, partition = p, from = expected, to = oldest, lost, "kafka: records were deleted by the brokers (retention) before the pipeline read them; reading on from the oldest kept");
+            metrics::counter!("weir_kafka_records_lost_total", "pipeline" => self.pipeline.clone(), "topic" => topic.clone())
+                .increment(lost as u64);
+        }
+    }
+
     fn complain(&mut self, error: impl std::fmt::Display) {
         if self
             .complained
@@ -279,6 +313,10 @@ impl Source for KafkaSource {
         let (p, offset) = (message.partition(), message.offset());
         if self.next.get(&p).is_some_and(|&(next, _)| offset < next) {
             return Ok(Some(Record::Tick)); // read already: never twice
+        }
+        let expected = self.next.get(&p).map_or(0, |&(next, _)| next);
+        if expected > 0 && offset > expected {
+            self.count_lost(p, expected, offset);
         }
         let until = (self.spec.until.as_ref()).map(|until| until.get(&p).copied().unwrap_or(0));
         if until.is_some_and(|until| offset >= until) {

@@ -38,5 +38,6 @@ mod server;
 mod sources;
 mod stages;
 mod support;
+mod tls;
 mod verified_uploads;
 mod windows;

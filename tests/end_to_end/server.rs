@@ -658,10 +658,13 @@ impl Drop for Server {
     }
 }
 
-/// `host:port` from a line containing `listening on http://host:port` (whatever surrounds it).
+/// `host:port` from a line containing `listening on http://host:port` (or `https://`, whatever
+/// surrounds it).
 pub fn listening_address(line: &str) -> Option<String> {
-    const MARK: &str = "listening on http://";
-    let rest = &line[line.find(MARK)? + MARK.len()..];
+    let (at, mark) = ["listening on http://", "listening on https://"]
+        .into_iter()
+        .find_map(|mark| Some((line.find(mark)?, mark)))?;
+    let rest = &line[at + mark.len()..];
     let colon = rest.find(':')?;
     let port: String = rest[colon + 1..]
         .chars()

@@ -17,6 +17,7 @@ mod operators;
 mod pipelines;
 pub mod routes;
 mod savepoints;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +37,7 @@ pub use bodies::{BodyPolicy, DEFAULT_MIN_BODY_RATE};
 pub use error::ApiError;
 pub use listener::{ConnectionLimits, GuardedListener};
 pub use openapi::build as openapi_document;
+pub use tls::{Tls, TlsError};
 
 use crate::serve::{PipelineLimits, Scope, ServeError, Server, Tokens, Verdict};
 use routes::Access;
@@ -63,6 +65,9 @@ pub struct ServeOptions {
     pub nats: crate::serve::ExternalServers,
     /// How long a shutdown waits for the pipelines' final checkpoints.
     pub shutdown_timeout: Duration,
+    /// HTTPS with this certificate (`--tls-cert`, `--tls-key`; reloaded on SIGHUP), or plain
+    /// HTTP.
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// The default request body limit: 32 MiB.
@@ -235,7 +240,7 @@ pub fn spawn_metrics_endpoint(address: SocketAddr) -> Result<SocketAddr, std::io
                     ..ConnectionLimits::default()
                 };
                 let listener = GuardedListener::new(listener, limits);
-                serve_connections(listener, app, limits, std::future::pending()).await;
+                serve_connections(listener, app, (limits, None), std::future::pending()).await;
             })
         })?;
     Ok(bound)
@@ -472,6 +477,26 @@ async fn next_signal(terminate: &mut Option<tokio::signal::unix::Signal>) {
 }
 
 /// Waits for SIGINT or SIGTERM; a second one ends the process at once.
+/// Reads the TLS certificate and key again at every SIGHUP (a renewed certificate without a
+/// restart); one that cannot be read leaves the one in use.
+fn reload_on_sighup(tls: Arc<Tls>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the TLS certificate is not reloaded");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => info!("SIGHUP: the TLS certificate and key were read again"),
+                Err(error) => {
+                    tracing::warn!(%error, "SIGHUP: the TLS certificate was not reloaded; the one in use stays")
+                }
+            }
+        }
+    });
+}
+
 async fn shutdown_signal() {
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -490,7 +515,7 @@ async fn shutdown_signal() {
 async fn serve_connections(
     mut listener: GuardedListener,
     app: Router,
-    limits: ConnectionLimits,
+    (limits, tls): (ConnectionLimits, Option<Arc<Tls>>),
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     use axum::serve::Listener;
@@ -507,10 +532,25 @@ async fn serve_connections(
                     hyper_util::service::TowerToHyperService::new(app.clone()),
                     io.in_flight(),
                 );
-                let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
-                let connection = graceful.watch(connection);
+                let Some(tls) = &tls else {
+                    let connection =
+                        http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+                    let connection = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    continue;
+                };
+                // The handshake in the connection's own task, within the header timeout.
+                let (acceptor, http, watcher) = (tls.acceptor(), http.clone(), graceful.watcher());
                 tokio::spawn(async move {
-                    let _ = connection.await;
+                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(io));
+                    let Ok(Ok(stream)) = handshake.await else {
+                        return;
+                    };
+                    let connection =
+                        http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    let _ = watcher.watch(connection).await;
                 });
             }
             () = &mut shutdown => break,
@@ -555,11 +595,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         tokio::spawn(serve_connections(
             listener,
             app,
-            connections,
+            (connections, None),
             std::future::pending(),
         ));
     }
-    eprintln!("weir: listening on http://{address}");
+    let scheme = match &options.tls {
+        Some(tls) => {
+            reload_on_sighup(tls.clone());
+            "https"
+        }
+        None => "http",
+    };
+    eprintln!("weir: listening on {scheme}://{address}");
     info!(%address, data = %options.data.display(), "serving");
     let ticker = server.clone();
     tokio::spawn(async move {
@@ -572,7 +619,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     });
     let listener = GuardedListener::new(listener, options.connections);
     let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
-    let connections = options.connections;
+    let connections = (options.connections, options.tls.clone());
     let serving = tokio::spawn(serve_connections(listener, app, connections, async {
         let _ = stopped.await;
     }));

@@ -72,6 +72,13 @@ pub(crate) struct ServeArgs {
     /// spec names the cluster, never an address.
     #[arg(long = "kafka", value_name = "[NAME=]BROKERS")]
     kafka: Vec<String>,
+    /// Serve HTTPS with this certificate chain (PEM; with --tls-key). SIGHUP reads it and the
+    /// key again, for a renewed certificate without a restart.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM; with --tls-cert).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// File descriptors a started pipeline holds (ingest log writer and reader, state, three sinks,
@@ -140,8 +147,14 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_pipelines,
         nats,
         kafka,
+        tls_cert,
+        tls_key,
         auth,
     } = args;
+    let tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(weir::api::Tls::load(&cert, &key)?)),
+        _ => None,
+    };
     auth.install()?;
     let nats = weir::serve::ExternalServers::parse(&nats)?.with_kafka(&kafka)?;
     let tokens = weir::serve::Tokens::load(tokens.as_deref())?;
@@ -178,6 +191,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         shutdown_timeout: duration("--shutdown-timeout", &shutdown_timeout)?,
         nats,
+        tls,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -20,11 +20,8 @@ pub struct ClientError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientProblem {
-    /// The address is not `http://`.
-    #[error(
-        "the server must be an http:// address (weir has no TLS client built in: reach a TLS \
-         front end through a tunnel)"
-    )]
+    /// The address is not `http://` or `https://`.
+    #[error("the server must be an http:// or https:// address")]
     NotHttp,
     /// A method (and body) this client is not made to send.
     #[error("{method} with this body is not a call weir makes")]
@@ -37,9 +34,9 @@ pub enum ClientProblem {
     Transport(#[from] ureq::Error),
 }
 
-/// Refuses a server address this client cannot reach: only `http://` (no TLS built in).
+/// Refuses a server address this client cannot reach: only `http://` and `https://`.
 pub fn check_server(server: &str) -> Result<(), ClientError> {
-    if server.starts_with("http://") {
+    if server.starts_with("http://") || server.starts_with("https://") {
         return Ok(());
     }
     Err(ClientError {
@@ -83,11 +80,13 @@ pub fn call(
         problem,
     };
     check_server(server)?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .into();
+        .timeout_global(Some(timeout));
+    if server.starts_with("https://") {
+        config = config.tls_config(tls_config());
+    }
+    let agent: ureq::Agent = config.build().into();
     let url = format!("{}{path}", server.trim_end_matches('/'));
     let bearer = format!("Bearer {token}");
     let answer = match (method, body) {
@@ -143,4 +142,21 @@ pub fn render_replay(answer: &serde_json::Value) -> String {
         }
     ));
     out
+}
+
+/// HTTPS with rustls (ring), trusting the system's certificate authorities (and the file
+/// `SSL_CERT_FILE` names, or the directory `SSL_CERT_DIR` does, as other tools do).
+fn tls_config() -> ureq::tls::TlsConfig {
+    use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
+    let found = rustls_native_certs::load_native_certs();
+    let roots: Vec<Certificate<'static>> = (found.certs.iter())
+        .map(|der| Certificate::from_der(der.as_ref()).to_owned())
+        .collect();
+    TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::Specific(std::sync::Arc::new(roots)))
+        .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .build()
 }

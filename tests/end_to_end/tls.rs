@@ -1,5 +1,6 @@
-//! `weir serve` over HTTPS (`--tls-cert`, `--tls-key`), with real clients: curl trusting the
-//! test authority gets answers, beside connections that never start their handshake; a client that does not trust it, and one speaking plain HTTP,
+//! `weir serve` over HTTPS (`--tls-cert`, `--tls-key`), with real clients: curl and `weir
+//! savepoint --server https://...` trusting the test authority get answers, beside connections
+//! that never start their handshake; a client that does not trust it, and one speaking plain HTTP,
 //! get none; a renewed certificate from another authority is taken at SIGHUP without a restart;
 //! a SIGHUP with unreadable files keeps the one in use; files that are not a certificate and key
 //! stop the server at start with the reason. (Part of issue 45.)
@@ -64,6 +65,24 @@ fn weir_serve_answers_over_https_and_takes_a_renewed_certificate_at_sighup() {
     assert_eq!(curl(&address, "/v1/pipelines", Some(&ca)), Some(200));
     assert!(began.elapsed() < std::time::Duration::from_secs(5));
     drop(silent);
+    // Weir's own client over HTTPS, trusting the authorities SSL_CERT_FILE names.
+    let cli = |trusted: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["savepoint", "list", "nowhere", "--server"])
+            .arg(format!("https://{address}"))
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .env("SSL_CERT_FILE", trusted)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = cli(&ca);
+    assert!(said.contains("404"), "the CLI over HTTPS: {said}");
+    let said = cli(&renewed_ca);
+    assert!(
+        !said.contains("404"),
+        "the CLI trusted an unknown authority: {said}"
+    );
     assert_eq!(curl(&address, "/healthz", Some(&ca)), Some(200));
     assert_eq!(
         curl(&address, "/healthz", None),

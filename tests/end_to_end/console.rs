@@ -52,6 +52,11 @@ fn free_port() -> u16 {
 
 impl Browser {
     fn chromium() -> Browser {
+        Browser::chromium_with(&[])
+    }
+
+    /// Chromium with `extra` command-line arguments.
+    fn chromium_with(extra: &[String]) -> Browser {
         let port = free_port();
         let driver = Command::new("/usr/bin/chromedriver")
             .arg(format!("--port={port}"))
@@ -71,14 +76,20 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         }
         let profile = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        args.extend_from_slice(extra);
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1400,1000",
-                         format!("--user-data-dir={}", profile.path().display())]
-            }
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}
         }}});
         let answer = http(
             &agent,
@@ -879,4 +890,71 @@ fn a_gated_rollout_shows_its_steps_and_gates_in_the_console() {
             .contains("gate shadow_diff_rate")
     );
     browser.screenshot("gated-rollout");
+}
+
+/// The base64 SHA-256 of the public key of the certificate in `cert`, as Chromium's
+/// `--ignore-certificate-errors-spki-list` names a key it is to trust.
+fn spki_hash(cert: &str) -> String {
+    let script = format!(
+        "openssl x509 -in {cert} -pubkey -noout | openssl pkey -pubin -outform der \
+         | openssl dgst -sha256 -binary | base64"
+    );
+    let output = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(output.status.success(), "{script}");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn the_console_works_over_https_in_chromium() {
+    let keys = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = crate::served_nats::certificates(keys.path());
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with(data.path(), &["--tls-cert", &cert, "--tls-key", &key]);
+    let base = server.url("").replacen("http://", "https://", 1);
+    // A pipeline made over HTTPS (curl trusting the test authority) for the page to list.
+    let curl = |args: &[&str]| {
+        let output = Command::new("curl")
+            .args(["-sS", "--fail", "--cacert", &ca])
+            .args(["-H", &format!("Authorization: Bearer {ADMIN}")])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "curl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let component = count_sum_v1().display().to_string();
+    curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/wasm",
+        "--data-binary",
+        &format!("@{component}"),
+        &format!("{base}/v1/operators/count-sum/1.0.0"),
+    ]);
+    let spec = json!({"name": "secure", "source": {"type": "http"},
+        "event": {"key": "user", "timestamp": "ts"},
+        "window": {"type": "tumbling", "size": 1000},
+        "operators": [{"name": "count-sum", "version": "1.0.0", "kind": "aggregate"}]});
+    curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        &spec.to_string(),
+        &format!("{base}/v1/pipelines"),
+    ]);
+    // Chromium trusts this certificate's key only, as a browser trusts a deployment's.
+    let browser = Browser::chromium_with(&[format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_hash(&cert)
+    )]);
+    sign_in(&browser, &format!("{base}/"), ADMIN);
+    browser.wait_for("the pipeline listed over HTTPS", || {
+        (browser.count("#pipelines tr[data-pipeline]") == 1).then_some(())
+    });
 }

@@ -53,9 +53,23 @@ fn weir_serve_answers_over_https_and_takes_a_renewed_certificate_at_sighup() {
     );
     let server = Server::start_with(
         data.path(),
-        &["--tls-cert", &cert_arg, "--tls-key", &key_arg],
+        &[
+            "--tls-cert",
+            &cert_arg,
+            "--tls-key",
+            &key_arg,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
     );
     let address = server.url("").trim_start_matches("http://").to_owned();
+    // The metrics port speaks HTTPS with the same certificate.
+    let said = server.stderr();
+    let metrics = (said.split("metrics on https://").nth(1))
+        .and_then(|rest| rest.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no HTTPS metrics address: {said}"))
+        .to_owned();
+    assert_eq!(curl(&metrics, "/metrics", Some(&ca)), Some(200));
 
     // Connections that never start their handshake hold up no one else's.
     let silent: Vec<_> = (0..8)

@@ -588,14 +588,20 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             .await
             .map_err(|e| io_error(&metrics_listen.to_string(), e))?;
         let address = metrics.local_addr().map_err(|e| io_error("listener", e))?;
-        eprintln!("weir: metrics on http://{address}/metrics");
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        eprintln!("weir: metrics on {scheme}://{address}/metrics");
         let listener = GuardedListener::new(metrics, options.connections);
         let app = metrics_router(server.clone());
-        let connections = options.connections;
+        // The same certificate as the API's, when it has one.
+        let connections = (options.connections, options.tls.clone());
         tokio::spawn(serve_connections(
             listener,
             app,
-            (connections, None),
+            connections,
             std::future::pending(),
         ));
     }

@@ -3,6 +3,7 @@
 //!
 //! One test binary, a module per topic (like wasmtime's `tests/all`).
 
+mod audit;
 mod cluster;
 mod concurrency;
 mod console;

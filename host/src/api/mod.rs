@@ -8,6 +8,7 @@
 //! Depends on `serve` (the domain), and on `operator`, `checkpoint` and `names` for request and
 //! response shapes.
 
+mod audit;
 mod bodies;
 mod console;
 mod error;
@@ -119,6 +120,7 @@ pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
             "/v1/pipelines/{name}",
             get(pipelines::status).delete(pipelines::delete),
         )
+        .route("/v1/audit", get(audit::list))
         .route("/v1/pipelines/{name}/start", post(pipelines::start))
         .route("/v1/pipelines/{name}/stop", post(pipelines::stop))
         .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
@@ -402,11 +404,26 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
     }
     match verdict {
         Verdict::Unknown => refused(&request, StatusCode::UNAUTHORIZED, "unknown token"),
-        Verdict::Forbidden => refused(
-            &request,
-            StatusCode::FORBIDDEN,
-            "this token's scope does not allow this request",
-        ),
+        Verdict::Forbidden => {
+            let response = refused(
+                &request,
+                StatusCode::FORBIDDEN,
+                "this token's scope does not allow this request",
+            );
+            // A known token trying a change it may not make is on record too.
+            if audit::is_audited(request.method(), route.path) {
+                let call = audit::call(&request, route.path, name, &response);
+                audit::record(server, call).await;
+            }
+            response
+        }
+        Verdict::Allowed if audit::is_audited(request.method(), route.path) => {
+            let mut call = audit::call(&request, route.path, name.clone(), &Response::default());
+            let response = receive(&gate, request, name, next).await;
+            call.status = response.status().as_u16();
+            audit::record(server, call).await;
+            response
+        }
         Verdict::Allowed => receive(&gate, request, name, next).await,
     }
 }

@@ -81,6 +81,8 @@ pub const ROUTES: &[Route] = &[
         [(200, "{\"name\", \"scopes\"}")]),
     route!(GET "/metrics", Access::Token(Scope::Metrics), "Prometheus metrics (metrics or admin token; or no token on --metrics-listen)",
         [(200, "text exposition format")]),
+    route!(GET "/v1/audit", ADMIN, "The latest state-changing calls on record (?limit=N, default 100, at most 10000; oldest first): who (the token's name), method, route, path, status, at_ms. Every call but reads and ingest is put on record, synced, before its answer leaves",
+        [(200, "the records"), (400, "a bad limit")]),
     route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),
     route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes); with ?verify=<pipeline>:<savepoint> its migrate first converts every state of that savepoint another version wrote, and the first it cannot is the 400's counterexample; with ?verify=examples the examples it carries (weir build embeds them) run first, and the first that does not hold is the 400's",

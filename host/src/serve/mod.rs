@@ -12,6 +12,7 @@
 //! `names`, `operator`, `pipeline`, `rollout`, `source`, `spec`, `state` and `time`; `api`
 //! depends on it, never the reverse.
 
+mod audit;
 mod error;
 mod external;
 mod managed;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing::{info, warn};
 
+pub use audit::{AuditLog, AuditRecord, MAX_READ as AUDIT_MAX_READ};
 pub use error::{RequestError, ServeError};
 pub use external::{DEFAULT_SERVER, ExternalServers, NatsArgumentError};
 pub use managed::{Damage, Desired, Managed};
@@ -95,6 +97,8 @@ pub struct Server {
     owning: Mutex<()>,
     /// Says paths inside the data directory relative to it, in messages to callers.
     redactor: Redactor,
+    /// Who changed what: every state-changing call, durably.
+    pub audit: AuditLog,
     /// Held for the server's life: no second server uses the same data directory.
     _lock: File,
 }
@@ -238,7 +242,12 @@ impl Server {
         let lock = lock_data_dir(&data)?;
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
+        let audit = AuditLog::open(&data).map_err(|e| ServeError::Io {
+            path: data.join("audit.jsonl"),
+            message: e.to_string(),
+        })?;
         let server = Arc::new(Server {
+            audit,
             redactor: Redactor::new(&data),
             data,
             registry,

@@ -1,0 +1,73 @@
+//! The audit trail over HTTP: which calls are put on record (every state-changing call but
+//! ingest), putting them there once answered, and `GET /v1/audit` for admins. The log itself
+//! is `serve::AuditLog`.
+//!
+//! Depends on `serve`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{Method, StatusCode};
+
+use super::ApiError;
+use super::pipelines::blocking;
+use crate::serve::{AuditRecord, RequestError, Server};
+
+/// Whether a call of `method` on route `route` changes the server's state and goes on record:
+/// everything but reads, and ingest (data, not configuration; it has its own metrics).
+pub(super) fn is_audited(method: &Method, route: &str) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD) && route != "/v1/pipelines/{name}/events"
+}
+
+/// The record of a call of `request` on `route` by the token named `who`, answered `response`.
+pub(super) fn call(
+    request: &axum::extract::Request,
+    route: &str,
+    who: Option<String>,
+    response: &axum::response::Response,
+) -> AuditRecord {
+    AuditRecord {
+        at_ms: crate::time::wall_clock_ms(),
+        who: who.unwrap_or_default(),
+        method: request.method().to_string(),
+        route: route.to_owned(),
+        path: request.uri().path().to_owned(),
+        status: response.status().as_u16(),
+    }
+}
+
+/// Puts the answered call on record before the answer leaves. A failure to write is logged and
+/// counted (`weir_audit_failures_total`); the call itself was made.
+pub(super) async fn record(server: &Arc<Server>, call: AuditRecord) {
+    let server = server.clone();
+    let written = tokio::task::spawn_blocking(move || server.audit.append(&call)).await;
+    if let Ok(Err(error)) | Err(error) = written.map_err(std::io::Error::other) {
+        tracing::error!(%error, "the audit log could not be written");
+        metrics::counter!("weir_audit_failures_total").increment(1);
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuditQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /v1/audit[?limit=N]`: the latest N calls on record (default 100, at most 10,000),
+/// oldest first.
+pub(super) async fn list(
+    State(server): State<Arc<Server>>,
+    Query(query): Query<AuditQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > crate::serve::AUDIT_MAX_READ {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "limit is 1 to 10000 records",
+        ));
+    }
+    let records =
+        blocking(move || (server.audit.latest(limit)).map_err(RequestError::from_io)).await?;
+    Ok(Json(serde_json::json!({ "records": records })))
+}

@@ -646,6 +646,7 @@ fn a_served_spec_names_a_kafka_cluster_and_never_an_address() {
         json!({"type": "kafka", "server": "elsewhere", "topic": "clicks"}),
         json!({"type": "kafka", "server": "local", "topic": "../clicks"}),
         json!({"type": "kafka", "server": 7, "topic": "clicks"}),
+        json!({"type": "kafka", "server": "local", "topic": "__consumer_offsets"}),
     ];
     for source in hostile {
         let mut spec = served_spec("evil", results.clone());
@@ -661,6 +662,7 @@ fn a_served_spec_names_a_kafka_cluster_and_never_an_address() {
         json!({"kafka": broker.servers, "topic": "results"}),
         json!({"kafka": "10.0.0.1:9092", "topic": "results"}),
         json!({"kafka": "elsewhere", "topic": "results"}),
+        json!({"kafka": "local", "topic": "__transaction_state"}),
     ] {
         let spec = served_spec("evil", sink.clone());
         server.expect_error(

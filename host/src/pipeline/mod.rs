@@ -325,6 +325,7 @@ fn run_with_control(
     // Everything that can be refused is checked before any input is read.
     let loaded = build::Loaded::load(spec)?;
     let (store, manifest) = open_state(spec, options.fresh, &control)?;
+    note_resumed(&control, manifest.as_ref());
     let sinks = open_sinks(spec, manifest.as_ref())?;
     let mut source = open_source(spec, &control, manifest.as_ref())?;
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
@@ -389,6 +390,16 @@ fn run_with_control(
 
 /// A run's state store, and the directory it is in.
 type Store = (RedbStore, PathBuf);
+
+/// Publishes what the checkpoint this run resumes from had read, before the next one commits
+/// (a replay of a topic reads up to it while the run holds the store open).
+fn note_resumed(control: &PipelineControl, manifest: Option<&Manifest>) {
+    if let Some(m) = manifest {
+        let stats = &control.stats;
+        (stats.checkpointed_offset).store(m.source.offset, std::sync::atomic::Ordering::Relaxed);
+        *stats.checkpointed_position.lock().expect("stats lock") = Some(m.source.clone());
+    }
+}
 
 /// The run's state store and directory, and the checkpoint it resumes from (neither for
 /// memory state; no checkpoint for a `fresh` start or a first run), the store's totals counted

@@ -38,7 +38,7 @@ pub enum NatsArgumentError {
     #[error("--kafka {0:?}: give [NAME=]host:port[,host:port...] (the bootstrap brokers)")]
     NotBrokers(String),
     /// The same name twice.
-    #[error("--nats: the name {0:?} is given twice")]
+    #[error("--nats or --kafka: the name {0:?} is given twice")]
     NameTwice(String),
 }
 
@@ -159,7 +159,7 @@ impl ExternalServers {
             if source.contains_key("brokers") {
                 return Err(RequestError::Invalid(format!(
                     "source.brokers: a served pipeline names its Kafka cluster, \"server\": \
-                     (one of: {}), never an address",
+                     \"NAME\" (one of: {}), never an address",
                     names(&self.kafka)
                 )));
             }

@@ -62,7 +62,9 @@ pub struct KafkaSource {
     /// The pipeline's name (a metric's label).
     pipeline: String,
     /// When each partition's oldest kept offset was last asked for, after a gap in its offsets.
-    gap_checked: std::cell::RefCell<BTreeMap<i32, Instant>>,
+    /// (A `RefCell`: the record being read borrows the consumer.) With the earliest gap's
+    /// start not yet checked.
+    gap_checked: std::cell::RefCell<BTreeMap<i32, (Instant, Option<i64>)>>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -214,6 +216,14 @@ impl KafkaSource {
                 Err(error) => tracing::warn!(%error, "cannot read the new partitions yet"),
             }
         }
+        // Gaps seen within a second of a check, not yet checked: now.
+        let pending: Vec<(i32, i64)> = (self.gap_checked.borrow().iter())
+            .filter_map(|(&p, &(_, pending))| Some((p, pending?)))
+            .collect();
+        for (p, expected) in pending {
+            self.gap_checked.borrow_mut().remove(&p);
+            self.count_lost(p, expected, i64::MAX);
+        }
         let mut behind = 0u64;
         for (&p, &(offset, _)) in &self.next {
             let watermarks =
@@ -257,13 +267,16 @@ impl KafkaSource {
     /// once a second per partition.
     fn count_lost(&self, p: i32, expected: i64, offset: i64) {
         let mut checked = self.gap_checked.borrow_mut();
-        if checked
-            .get(&p)
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
-        {
+        let (last, pending) = checked.get(&p).copied().unzip();
+        let expected = pending
+            .flatten()
+            .map_or(expected, |earliest| earliest.min(expected));
+        if let Some(last) = last.filter(|at| at.elapsed() < Duration::from_secs(1)) {
+            checked.insert(p, (last, Some(expected))); // asked within the second: later
             return;
         }
-        checked.insert(p, Instant::now());
+        checked.insert(p, (Instant::now(), None));
+        drop(checked);
         let topic = &self.spec.topic;
         let Ok((oldest, _)) =
             (self.consumer).fetch_watermarks(topic, p, Duration::from_millis(500))
@@ -319,8 +332,12 @@ impl Source for KafkaSource {
             self.count_lost(p, expected, offset);
         }
         let until = (self.spec.until.as_ref()).map(|until| until.get(&p).copied().unwrap_or(0));
-        if until.is_some_and(|until| offset >= until) {
-            return Ok(Some(Record::Tick)); // past where a replay stops
+        if let Some(until) = until.filter(|&until| offset >= until) {
+            // Past where a replay stops: the partition is read to its end (records below it the
+            // brokers no longer hold do not keep the replay waiting).
+            let entry = self.next.entry(p).or_insert((0, 0));
+            entry.0 = entry.0.max(until);
+            return Ok(Some(Record::Tick));
         }
         let Some(value) = message.payload() else {
             // A tombstone: nothing to read, but the offset is passed.

@@ -92,6 +92,18 @@ fn known_as(
     )))
 }
 
+/// A served spec does not read or write Kafka's own topics (`__consumer_offsets`,
+/// `__transaction_state`: the brokers' bookkeeping).
+fn kafka_internal(field: &str, topic: &str) -> Result<()> {
+    if topic.starts_with("__") {
+        return Err(invalid(format!(
+            "{field}: {topic:?} is one of Kafka's own topics; a served pipeline reads and \
+             produces only application topics"
+        )));
+    }
+    Ok(())
+}
+
 /// A served spec does not reach the server's own streams and subjects: JetStream's API
 /// (`$JS.API...`, a publish to which is a request), key-value buckets and object stores (where
 /// the cluster keeps its leases, watermarks, specs and components).
@@ -124,7 +136,10 @@ fn check_source(raw: &RawSource, nats: &[String]) -> Result<()> {
                 internal("source.subjects", subject)?;
             }
         }
-        RawSource::Kafka(source) => known_kafka(nats, "source", &source.brokers)?,
+        RawSource::Kafka(source) => {
+            known_kafka(nats, "source", &source.brokers)?;
+            kafka_internal("source.topic", &source.topic)?;
+        }
         _ => {
             return Err(invalid(
                 "source: a pipeline of weir serve reads the events sent to it over HTTP \
@@ -188,6 +203,7 @@ fn check_sinks(sinks: &RawSinks, sink_base: &Path, served: Served, nats: &[Strin
             }
             Some(RawSink::Kafka(sink)) => {
                 known_kafka(nats, field, &sink.kafka)?;
+                kafka_internal(field, &sink.topic)?;
                 continue;
             }
             Some(RawSink::Named(name)) => Some(name.as_str()),

@@ -171,9 +171,15 @@ impl Slot {
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;
         let mut spec = spec;
-        if let SourceSpec::Kafka(kafka) = &mut spec.source {
-            kafka.until = Some(self.kafka_checkpointed()?);
-        }
+        // A topic is read to the offsets of the live pipeline's last checkpoint, read once.
+        let until = match &mut spec.source {
+            SourceSpec::Kafka(kafka) => {
+                let until = self.kafka_checkpointed()?;
+                kafka.until = Some(until.clone());
+                Some(until)
+            }
+            _ => None,
+        };
         for version in &request.versions {
             let known = registry
                 .get(&operator, version)
@@ -185,7 +191,7 @@ impl Slot {
             }
         }
         let _hold = Hold::new(self);
-        let (start, end) = self.replayed_input(request)?;
+        let (start, end) = self.replayed_input(request, until.as_ref())?;
         let sandbox = Sandbox(self.sandbox_dir()?);
         let mut outputs = Vec::with_capacity(2);
         for (index, version) in request.versions.iter().enumerate() {
@@ -210,19 +216,20 @@ impl Slot {
 
     /// Where the replay's input starts and ends: for an ingest log, byte offsets (to what is
     /// committed now); for a NATS stream, stream sequences (to the last one the live pipeline
-    /// read). From the savepoint's position, or from the start.
-    fn replayed_input(&self, request: &ReplayRequest) -> Result<(u64, u64), RequestError> {
+    /// read); for a Kafka topic, offsets summed over the partitions (to `kafka_until`, the live
+    /// pipeline's last checkpoint). From the savepoint's position, or from the start.
+    fn replayed_input(
+        &self,
+        request: &ReplayRequest,
+        kafka_until: Option<&BTreeMap<i32, i64>>,
+    ) -> Result<(u64, u64), RequestError> {
         let start = match &request.savepoint {
             Some(name) => Some(self.savepoint_offset(name)?),
             None => None,
         };
-        if self.kafka_source().is_some() {
+        if let Some(until) = kafka_until {
             // Offsets summed over the partitions, to the live pipeline's last checkpoint.
-            let end: u64 = self
-                .kafka_checkpointed()?
-                .values()
-                .map(|&o| o.max(0) as u64)
-                .sum();
+            let end: u64 = until.values().map(|&o| o.max(0) as u64).sum();
             let start = start.unwrap_or(0);
             if end.saturating_sub(start) > MAX_REPLAY_MESSAGES {
                 return Err(RequestError::TooLarge(format!(
@@ -375,7 +382,8 @@ fn sandboxed(
     Ok(spec)
 }
 
-/// Runs `spec` (an ingest log or a NATS stream) until it has read its input to `end`, then
+/// Runs `spec` (an ingest log, a NATS stream or a Kafka topic) until it has read its input to
+/// `end`, then
 /// stops it as a live pipeline stops: windows still open stay open. Stops early, refused, once
 /// `deleted` says the pipeline replayed is being deleted.
 fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(), RequestError> {

@@ -80,13 +80,13 @@ pub fn call(
         problem,
     };
     check_server(server)?;
-    let mut config = ureq::Agent::config_builder()
+    // TLS set up even for http://: a proxy may redirect to https://.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(timeout));
-    if server.starts_with("https://") {
-        config = config.tls_config(tls_config());
-    }
-    let agent: ureq::Agent = config.build().into();
+        .timeout_global(Some(timeout))
+        .tls_config(tls_config())
+        .build()
+        .into();
     let url = format!("{}{path}", server.trim_end_matches('/'));
     let bearer = format!("Bearer {token}");
     let answer = match (method, body) {

@@ -129,6 +129,16 @@ fn calls_from_many_callers_at_once_are_all_on_record_and_reading_it_is_guarded()
             );
         }
     }
+    // A refusal with a long path is on record with the path cut short.
+    let long = format!("/v1/pipelines/{}", "a".repeat(2_000));
+    server.expect_error(
+        "a long refused delete",
+        server.delete(&long, Some(INGEST)),
+        403,
+    );
+    let last = audit(&server, "?limit=1");
+    let path = last[0]["path"].as_str().unwrap();
+    assert!(path.len() <= 260 && path.ends_with("..."), "{path}");
     server.expect_error(
         "an ingest token reading the audit log",
         server.get("/v1/audit", Some(INGEST)),

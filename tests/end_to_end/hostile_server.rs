@@ -339,6 +339,7 @@ fn every_route_answers_by_its_scope() {
         ("get", "/console/{file}", None),
         ("get", "/metrics", Some("metrics")),
         ("get", "/v1/whoami", Some("read")),
+        ("get", "/v1/audit", Some("admin")),
         ("get", "/v1/operators", Some("read")),
         ("post", "/v1/operators/{name}/{version}", Some("admin")),
         ("get", "/v1/operators/{name}/{version}", Some("read")),

@@ -37,11 +37,14 @@ pub(super) fn call(
     }
 }
 
-/// Puts the answered call on record before the answer leaves. A failure to write is logged and
-/// counted (`weir_audit_failures_total`); the call itself was made.
-pub(super) async fn record(server: &Arc<Server>, call: AuditRecord) {
+/// Puts the answered call on record before the answer leaves (synced when it was let through;
+/// a refusal is not synced). A failure to write is logged and counted
+/// (`weir_audit_failures_total`); the call itself was made.
+pub(super) async fn record(server: &Arc<Server>, mut call: AuditRecord) {
+    call.at_ms = crate::time::wall_clock_ms();
+    let durable = call.status != 403;
     let server = server.clone();
-    let written = tokio::task::spawn_blocking(move || server.audit.append(&call)).await;
+    let written = tokio::task::spawn_blocking(move || server.audit.append(&call, durable)).await;
     if let Ok(Err(error)) | Err(error) = written.map_err(std::io::Error::other) {
         tracing::error!(%error, "the audit log could not be written");
         metrics::counter!("weir_audit_failures_total").increment(1);

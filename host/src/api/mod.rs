@@ -62,7 +62,8 @@ pub struct ServeOptions {
     pub connections: ConnectionLimits,
     /// How pipelines are treated.
     pub pipelines: PipelineLimits,
-    /// The NATS servers pipelines may read from and publish to, by name (`--nats`).
+    /// The NATS servers and Kafka clusters pipelines may read from and write to, by name
+    /// (`--nats`, `--kafka`).
     pub nats: crate::serve::ExternalServers,
     /// How long a shutdown waits for the pipelines' final checkpoints.
     pub shutdown_timeout: Duration,
@@ -419,10 +420,18 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         }
         Verdict::Allowed if audit::is_audited(request.method(), route.path) => {
             let mut call = audit::call(&request, route.path, name.clone(), &Response::default());
-            let response = receive(&gate, request, name, next).await;
-            call.status = response.status().as_u16();
-            audit::record(server, call).await;
-            response
+            // In a task of its own: a caller that hangs up mid-call does not keep the change
+            // it made off the record.
+            let (gate, server) = (gate.clone(), server.clone());
+            let answered = tokio::spawn(async move {
+                let response = receive(&gate, request, name, next).await;
+                call.status = response.status().as_u16();
+                audit::record(&server, call).await;
+                response
+            });
+            answered.await.unwrap_or_else(|error| {
+                ApiError::internal(format!("the call failed: {error}")).into_response()
+            })
         }
         Verdict::Allowed => receive(&gate, request, name, next).await,
     }
@@ -493,10 +502,10 @@ async fn next_signal(terminate: &mut Option<tokio::signal::unix::Signal>) {
     }
 }
 
-/// Waits for SIGINT or SIGTERM; a second one ends the process at once.
 /// Reads the TLS certificate and key again at every SIGHUP (a renewed certificate without a
-/// restart); one that cannot be read leaves the one in use.
-fn reload_on_sighup(tls: Arc<Tls>) {
+/// restart); one that cannot be read leaves the one in use. Without TLS a SIGHUP is noted and
+/// does nothing (its default would end the process without final checkpoints).
+fn reload_on_sighup(tls: Option<Arc<Tls>>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP: the TLS certificate is not reloaded");
@@ -504,6 +513,10 @@ fn reload_on_sighup(tls: Arc<Tls>) {
     };
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
+            let Some(tls) = &tls else {
+                info!("SIGHUP: nothing to reload (no --tls-cert)");
+                continue;
+            };
             match tls.reload() {
                 Ok(()) => info!("SIGHUP: the TLS certificate and key were read again"),
                 Err(error) => {
@@ -514,6 +527,7 @@ fn reload_on_sighup(tls: Arc<Tls>) {
     });
 }
 
+/// Waits for SIGINT or SIGTERM; a second one ends the process at once.
 async fn shutdown_signal() {
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -582,6 +596,7 @@ const MAX_READ_BUFFER: usize = 64 << 10;
 /// Runs the server until SIGINT or SIGTERM, then stops the pipelines, each with a final
 /// checkpoint, within the shutdown timeout.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    reload_on_sighup(options.tls.clone());
     let open = {
         let options = options.clone();
         tokio::task::spawn_blocking(move || {
@@ -622,12 +637,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             std::future::pending(),
         ));
     }
-    let scheme = match &options.tls {
-        Some(tls) => {
-            reload_on_sighup(tls.clone());
-            "https"
-        }
-        None => "http",
+    let scheme = if options.tls.is_some() {
+        "https"
+    } else {
+        "http"
     };
     eprintln!("weir: listening on {scheme}://{address}");
     info!(%address, data = %options.data.display(), "serving");

@@ -5,6 +5,9 @@
 //! The log is bounded: past [`MAX_BYTES`] it is rotated to `audit.1.jsonl` (the one before
 //! that is dropped), so it holds between one and two files' worth of the latest records.
 //!
+//! A refusal (a known token beyond its scope) is written without the sync, so a flood of them
+//! costs no disk flushes; paths are kept to [`MAX_PATH`] bytes, so no caller's record is large.
+//!
 //! Depends on `fsutil`.
 
 use std::fs::{File, OpenOptions};
@@ -18,6 +21,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_BYTES: u64 = 16 << 20;
 /// The most records one read returns.
 pub const MAX_READ: usize = 10_000;
+/// The longest path kept in a record, in bytes (longer ones are cut, and end in `...`).
+pub const MAX_PATH: usize = 256;
 
 /// One call on record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,23 +71,52 @@ impl AuditLog {
         })
     }
 
-    /// Appends `record` and syncs it; rotates first when the log is full.
-    pub fn append(&self, record: &AuditRecord) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(record).expect("a record serialises");
+    /// Appends `record`, synced when `durable`; rotates first when the log is full. A write
+    /// that fails halfway is cut back off, so the next record starts whole.
+    pub fn append(&self, record: &AuditRecord, durable: bool) -> std::io::Result<()> {
+        let mut record = record.clone();
+        if record.path.len() > MAX_PATH {
+            let mut end = MAX_PATH;
+            while !record.path.is_char_boundary(end) {
+                end -= 1;
+            }
+            record.path = format!("{}...", &record.path[..end]);
+        }
+        let mut line = serde_json::to_vec(&record).expect("a record serialises");
         line.push(b'\n');
         let mut file = self.file.lock().expect("audit lock");
         if file.1 + line.len() as u64 > MAX_BYTES {
-            std::fs::rename(&self.path, &self.rotated)?;
-            let fresh = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?;
-            *file = (fresh, 0);
+            self.rotate(&mut file)?;
         }
-        file.0.write_all(&line)?;
-        file.0.sync_data()?;
+        let written = file.0.write_all(&line).and_then(|()| match durable {
+            true => file.0.sync_data(),
+            false => Ok(()),
+        });
+        if let Err(error) = written {
+            let _ = file.0.set_len(file.1);
+            return Err(error);
+        }
         file.1 += line.len() as u64;
         metrics::counter!("weir_audit_records_total").increment(1);
+        Ok(())
+    }
+
+    /// Moves the full log aside (dropping the one before) and starts a new one, durably; a
+    /// rotation cut short is finished by the next.
+    fn rotate(&self, file: &mut (File, u64)) -> std::io::Result<()> {
+        match crate::fsutil::rename_durably(&self.path, &self.rotated) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let fresh = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        *file = (fresh, 0);
         Ok(())
     }
 
@@ -90,7 +124,7 @@ impl AuditLog {
     /// read (cut by a crash mid-write) is skipped.
     pub fn latest(&self, limit: usize) -> std::io::Result<Vec<AuditRecord>> {
         let limit = limit.min(MAX_READ);
-        let _file = self.file.lock().expect("audit lock");
+        // Read without the writers' lock: a record appended meanwhile may be left out.
         let mut records = std::collections::VecDeque::with_capacity(limit);
         for path in [&self.rotated, &self.path] {
             let file = match File::open(path) {
@@ -98,8 +132,8 @@ impl AuditLog {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            for line in BufReader::new(file).lines() {
-                let Ok(record) = serde_json::from_str::<AuditRecord>(&line?) else {
+            for line in BufReader::new(file).split(b'\n') {
+                let Ok(record) = serde_json::from_slice::<AuditRecord>(&line?) else {
                     continue;
                 };
                 if records.len() == limit {
@@ -141,7 +175,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = AuditLog::open(dir.path()).unwrap();
         for i in 0..5 {
-            log.append(&record(i)).unwrap();
+            log.append(&record(i), true).unwrap();
         }
         drop(log);
         // A line cut by a crash is skipped, and what follows is read.
@@ -151,7 +185,7 @@ mod tests {
             .unwrap();
         file.write_all(b"{\"at_ms\": 9, \"who\"").unwrap();
         let log = AuditLog::open(dir.path()).unwrap();
-        log.append(&record(5)).unwrap();
+        log.append(&record(5), true).unwrap();
         let latest = log.latest(3).unwrap();
         assert_eq!(
             latest.iter().map(|r| r.at_ms).collect::<Vec<_>>(),

@@ -413,13 +413,13 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
             );
             // A known token trying a change it may not make is on record too.
             if audit::is_audited(request.method(), route.path) {
-                let call = audit::call(&request, route.path, name, &response);
+                let call = audit::call(&request, route.path, name, response.status());
                 audit::record(server, call).await;
             }
             response
         }
         Verdict::Allowed if audit::is_audited(request.method(), route.path) => {
-            let mut call = audit::call(&request, route.path, name.clone(), &Response::default());
+            let mut call = audit::call(&request, route.path, name.clone(), StatusCode::OK);
             // In a task of its own: a caller that hangs up mid-call does not keep the change
             // it made off the record.
             let (gate, server) = (gate.clone(), server.clone());

@@ -5,8 +5,8 @@
 //! (`read_committed`). Each partition is a watermark partition (`<topic>/<partition>`), its
 //! records' timestamps its ingest clock (for `idle_timeout` and `max_ahead`, as a NATS server's
 //! publication time is); each record's value is one JSON event, with the record's key,
-//! timestamp or headers put in where the spec asks (`kafka_fields`). Partitions added to the topic are found within seconds and read from
-//! their start. A broker that goes away is waited for (the client reconnects); tombstones
+//! timestamp or headers put in where the spec asks (`kafka_fields`). Partitions added to the
+//! topic are found within seconds and read from their start. A broker that goes away is waited for (the client reconnects); tombstones
 //! (records without a value) are skipped.
 //!
 //! Depends on `spec`; the client is `rdkafka` (librdkafka).
@@ -61,10 +61,12 @@ pub struct KafkaSource {
     undeclared: Vec<String>,
     /// The pipeline's name (a metric's label).
     pipeline: String,
-    /// When each partition's oldest kept offset was last asked for, after a gap in its offsets.
-    /// (A `RefCell`: the record being read borrows the consumer.) With the earliest gap's
-    /// start not yet checked.
-    gap_checked: std::cell::RefCell<BTreeMap<i32, (Instant, Option<i64>)>>,
+    /// When each partition's oldest kept offset was last asked for, after a gap in its offsets,
+    /// with the earliest gap's start not yet checked.
+    gap_checked: BTreeMap<i32, (Instant, Option<i64>)>,
+    /// A gap seen in the last record read (partition, expected offset, offset), checked before
+    /// the next read (the record borrows the consumer while it is read).
+    gap: Option<(i32, i64, i64)>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -125,7 +127,8 @@ impl KafkaSource {
             declaring: false,
             undeclared: Vec::new(),
             pipeline: pipeline.to_owned(),
-            gap_checked: std::cell::RefCell::new(BTreeMap::new()),
+            gap_checked: BTreeMap::new(),
+            gap: None,
             spec,
         };
         let partitions = source.partitions(FIRST_METADATA)?;
@@ -217,11 +220,11 @@ impl KafkaSource {
             }
         }
         // Gaps seen within a second of a check, not yet checked: now.
-        let pending: Vec<(i32, i64)> = (self.gap_checked.borrow().iter())
+        let pending: Vec<(i32, i64)> = (self.gap_checked.iter())
             .filter_map(|(&p, &(_, pending))| Some((p, pending?)))
             .collect();
         for (p, expected) in pending {
-            self.gap_checked.borrow_mut().remove(&p);
+            self.gap_checked.remove(&p);
             self.count_lost(p, expected, i64::MAX);
         }
         let mut behind = 0u64;
@@ -265,8 +268,8 @@ impl KafkaSource {
     /// `weir_kafka_records_lost_total`, never passed over in silence. Gaps are also transaction
     /// markers and compaction, so the partition's oldest kept offset decides, asked for at most
     /// once a second per partition.
-    fn count_lost(&self, p: i32, expected: i64, offset: i64) {
-        let mut checked = self.gap_checked.borrow_mut();
+    fn count_lost(&mut self, p: i32, expected: i64, offset: i64) {
+        let checked = &mut self.gap_checked;
         let (last, pending) = checked.get(&p).copied().unzip();
         let expected = pending
             .flatten()
@@ -276,7 +279,6 @@ impl KafkaSource {
             return;
         }
         checked.insert(p, (Instant::now(), None));
-        drop(checked);
         let topic = &self.spec.topic;
         let Ok((oldest, _)) =
             (self.consumer).fetch_watermarks(topic, p, Duration::from_millis(500))
@@ -312,6 +314,9 @@ impl Source for KafkaSource {
             self.assigned = true;
         }
         self.refresh();
+        if let Some((p, expected, offset)) = self.gap.take() {
+            self.count_lost(p, expected, offset);
+        }
         if !self.undeclared.is_empty() {
             return Ok(Some(Record::Declare(std::mem::take(&mut self.undeclared))));
         }
@@ -324,12 +329,12 @@ impl Source for KafkaSource {
             Some(Ok(message)) => message,
         };
         let (p, offset) = (message.partition(), message.offset());
-        if self.next.get(&p).is_some_and(|&(next, _)| offset < next) {
+        let expected = self.next.get(&p).map_or(0, |&(next, _)| next);
+        if offset < expected {
             return Ok(Some(Record::Tick)); // read already: never twice
         }
-        let expected = self.next.get(&p).map_or(0, |&(next, _)| next);
         if expected > 0 && offset > expected {
-            self.count_lost(p, expected, offset);
+            self.gap = Some((p, expected, offset));
         }
         let until = (self.spec.until.as_ref()).map(|until| until.get(&p).copied().unwrap_or(0));
         if let Some(until) = until.filter(|&until| offset >= until) {

@@ -52,6 +52,24 @@ pub fn crash_point(point: &str) {
     let _ = point;
 }
 
+/// A point between two steps of an operation where a test may make the process wait, to let
+/// other processes reach the same point: in a debug build, with `WEIR_TEST_PAUSE_AT=<point>`,
+/// it sleeps there until the wall clock's next whole second but one, so that processes paused
+/// there go on at the same moment. Release builds have none.
+pub fn pause_point(point: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("WEIR_TEST_PAUSE_AT").is_ok_and(|at| at == point) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!("weir: pausing at {point} (WEIR_TEST_PAUSE_AT)");
+        let into_second = std::time::Duration::from_nanos(u64::from(now.subsec_nanos()));
+        std::thread::sleep(std::time::Duration::from_secs(2) - into_second);
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
+}
+
 /// Whether an I/O error says the disk (or the quota) is full.
 pub fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(

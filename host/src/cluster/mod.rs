@@ -380,11 +380,13 @@ impl Connection {
             if let Ok(store) = self.jetstream.get_key_value(name).await {
                 return Ok::<_, NatsFailure>(store);
             }
+            crate::fsutil::pause_point("bucket-missing");
             // The stream a key-value bucket is, made directly: the client's own bucket
             // creation first asks for account details that Debian's nats-server 2.9 answers
             // in a form the client cannot read.
             use async_nats::jetstream::stream::{Config, DiscardPolicy};
-            self.jetstream
+            let created = self
+                .jetstream
                 .create_stream(Config {
                     name: format!("KV_{name}"),
                     subjects: vec![format!("$KV.{name}.>")],
@@ -398,12 +400,14 @@ impl Connection {
                     num_replicas: 1,
                     ..Default::default()
                 })
-                .await
-                .map_err(NatsFailure::client)?;
-            self.jetstream
-                .get_key_value(name)
-                .await
-                .map_err(NatsFailure::client)
+                .await;
+            match (created, self.jetstream.get_key_value(name).await) {
+                (_, Ok(store)) => Ok(store),
+                // Another worker starting at the same time created it first (the server then
+                // refuses a second creation: "subjects overlap with an existing stream").
+                (Err(error), Err(_)) => Err(NatsFailure::client(error)),
+                (Ok(_), Err(error)) => Err(NatsFailure::client(error)),
+            }
         })
         .map_err(|e| self.error(&format!("bucket {name}"), e))
     }

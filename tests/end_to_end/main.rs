@@ -40,5 +40,6 @@ mod sources;
 mod stages;
 mod support;
 mod tls;
+mod tokens;
 mod verified_uploads;
 mod windows;

@@ -19,6 +19,7 @@ mod pipelines;
 pub mod routes;
 mod savepoints;
 mod tls;
+mod tokens;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,7 +41,7 @@ pub use listener::{ConnectionLimits, GuardedListener};
 pub use openapi::build as openapi_document;
 pub use tls::{Tls, TlsError};
 
-use crate::serve::{PipelineLimits, Scope, ServeError, Server, Tokens, Verdict};
+use crate::serve::{PipelineLimits, Reach, Scope, ServeError, Server, Tokens, Verdict};
 use routes::Access;
 
 /// How to serve.
@@ -122,6 +123,9 @@ pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
             get(pipelines::status).delete(pipelines::delete),
         )
         .route("/v1/audit", get(audit::list))
+        .route("/v1/tokens", get(tokens::list).post(tokens::create))
+        .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))
+        .route("/v1/tokens/{name}/rotate", post(tokens::rotate))
         .route("/v1/pipelines/{name}/start", post(pipelines::start))
         .route("/v1/pipelines/{name}/stop", post(pipelines::stop))
         .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
@@ -182,8 +186,11 @@ fn metrics_router(server: Arc<Server>) -> Router {
 /// reasons (which other routes keep behind a token). It takes no blocking thread, so a
 /// saturated blocking pool cannot silence it.
 async fn health(State(server): State<Arc<Server>>, request: Request) -> Response {
-    let admin = bearer(&request)
-        .is_some_and(|token| server.tokens.judge(token, Scope::Admin).0 == Verdict::Allowed);
+    // Names and reasons are for an admin of the whole server, not one narrowed to pipelines.
+    let admin = bearer(request.headers()).is_some_and(|token| {
+        let (verdict, caller) = server.tokens.judge(token, Scope::Admin);
+        verdict == Verdict::Allowed && caller.is_some_and(|c| c.pipelines.is_none())
+    });
     let health = server.health();
     let status = match health.status {
         "ok" => StatusCode::OK,
@@ -251,12 +258,8 @@ pub fn spawn_metrics_endpoint(address: SocketAddr) -> Result<SocketAddr, std::io
 
 /// The token of an `Authorization` header: the scheme `Bearer` in any case, one space, the
 /// token (RFC 9110).
-fn bearer(request: &Request) -> Option<&str> {
-    let value = request
-        .headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
+pub(super) fn bearer(headers: &header::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -389,7 +392,7 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         Access::Public => return next.run(request).await,
         Access::Token(scope) => scope,
     };
-    let Some(token) = bearer(&request) else {
+    let Some(token) = bearer(request.headers()) else {
         return refused(
             &request,
             StatusCode::UNAUTHORIZED,
@@ -397,20 +400,39 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         );
     };
     let (verdict, caller) = server.tokens.judge(token, scope);
-    let mut request = request;
+    let (mut request, pipeline) = named_pipeline(request).await;
+    let reach = match (&caller, verdict) {
+        (Some(caller), Verdict::Allowed) => {
+            caller.reach(request.method().as_str(), route.path, pipeline.as_deref())
+        }
+        _ => Reach::Allowed,
+    };
     let name = caller.as_ref().map(|caller| caller.name.clone());
     if let Some(caller) = caller {
         // Handlers that create something record it under the caller, within its quota.
         request.extensions_mut().insert(caller);
     }
-    match verdict {
-        Verdict::Unknown => refused(&request, StatusCode::UNAUTHORIZED, "unknown token"),
-        Verdict::Forbidden => {
-            let response = refused(
-                &request,
-                StatusCode::FORBIDDEN,
-                "this token's scope does not allow this request",
-            );
+    match (verdict, reach) {
+        (Verdict::Unknown, _) => refused(
+            &request,
+            StatusCode::UNAUTHORIZED,
+            "unknown token (or expired, or revoked)",
+        ),
+        (Verdict::Forbidden, _) | (_, Reach::Refused | Reach::Hidden) => {
+            let response = match reach {
+                Reach::Hidden => unread_body(&request, hidden(pipeline.as_deref())),
+                Reach::Refused => refused(
+                    &request,
+                    StatusCode::FORBIDDEN,
+                    "this token is narrowed to pipelines: it may use their routes and list \
+                     them, nothing else",
+                ),
+                Reach::Allowed => refused(
+                    &request,
+                    StatusCode::FORBIDDEN,
+                    "this token's scope does not allow this request",
+                ),
+            };
             // A known token trying a change it may not make is on record too.
             if audit::is_audited(request.method(), route.path) {
                 let call = audit::call(&request, route.path, name, response.status());
@@ -418,7 +440,7 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
             }
             response
         }
-        Verdict::Allowed if audit::is_audited(request.method(), route.path) => {
+        (Verdict::Allowed, _) if audit::is_audited(request.method(), route.path) => {
             let mut call = audit::call(&request, route.path, name.clone(), StatusCode::OK);
             // In a task of its own: a caller that hangs up mid-call does not keep the change
             // it made off the record.
@@ -433,8 +455,21 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
                 ApiError::internal(format!("the call failed: {error}")).into_response()
             })
         }
-        Verdict::Allowed => receive(&gate, request, name, next).await,
+        (Verdict::Allowed, _) => receive(&gate, request, name, next).await,
     }
+}
+
+/// The answer to a narrowed token naming another pipeline: the one an unknown pipeline gets,
+/// so that it learns no names.
+fn hidden(name: Option<&str>) -> Response {
+    let name = name.unwrap_or_default();
+    let error = match crate::names::check("pipeline name", name) {
+        Ok(()) => crate::serve::RequestError::NotFound(format!(
+            "there is no pipeline {name:?}; GET /v1/pipelines lists them"
+        )),
+        Err(e) => e.into(),
+    };
+    ApiError::from(error).into_response()
 }
 
 /// Turns axum's own plain-text rejections (body too large, bad JSON, ...) into JSON errors,

@@ -50,10 +50,18 @@ impl axum::extract::FromRequestParts<Arc<Server>> for Pipeline {
     }
 }
 
+/// `GET /v1/pipelines`: every pipeline's status; a token narrowed to pipelines sees its own.
 pub(super) async fn list(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
 ) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    blocking(move || Ok(Json(server.slots().iter().map(|s| s.status()).collect()))).await
+    let sees = move |name: &str| caller.as_ref().is_none_or(|c| c.sees(name));
+    blocking(move || {
+        let slots = server.slots();
+        let seen = slots.iter().filter(|slot| sees(&slot.name));
+        Ok(Json(seen.map(|slot| slot.status()).collect()))
+    })
+    .await
 }
 
 pub(super) async fn create(
@@ -320,9 +328,11 @@ fn result_event((offset, line): ResultLine) -> Event {
 }
 
 pub(super) async fn results(
+    State(server): State<Arc<Server>>,
     Pipeline(slot): Pipeline,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
+    let token = super::bearer(&headers).unwrap_or_default().to_owned();
     let after = match headers.get("last-event-id") {
         None => None,
         Some(value) => Some(
@@ -364,7 +374,25 @@ pub(super) async fn results(
         .map(|line| Ok::<_, Infallible>(result_event(line)));
     let earlier = tokio_stream::wrappers::ReceiverStream::new(earlier)
         .map(|line| Ok::<_, Infallible>(result_event(line)));
-    Ok(Sse::new(earlier.chain(live)).keep_alive(KeepAlive::default()))
+    let stream = earlier.chain(live).map_while(while_accepted(server, token));
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Lets a stream's items through while the token that opened it is still accepted, checked
+/// at most once a second: a stream whose token is revoked or expires sends what falls due
+/// within that second at most, then ends at its next record.
+fn while_accepted<T>(server: Arc<Server>, token: String) -> impl FnMut(T) -> Option<T> {
+    let mut checked = std::time::Instant::now();
+    move |item| {
+        if checked.elapsed() >= std::time::Duration::from_secs(1) {
+            checked = std::time::Instant::now();
+            let (verdict, _) = server.tokens.judge(&token, crate::serve::Scope::Read);
+            if verdict != crate::serve::Verdict::Allowed {
+                return None;
+            }
+        }
+        Some(item)
+    }
 }
 
 pub(super) async fn rollout(

@@ -20,6 +20,7 @@ mod on_workers;
 mod rate;
 mod rollout;
 mod slot;
+mod token_store;
 mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +41,8 @@ pub use slot::{
     RedriveRequest, ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome,
     examples_dry_run,
 };
-pub use tokens::{Caller, Scope, TokenQuota, Tokens, Verdict};
+pub use token_store::{Issued, MAX_TOKENS, NewToken, TokenRecord};
+pub use tokens::{Caller, Reach, Scope, TokenQuota, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};
 
@@ -234,12 +236,13 @@ impl Server {
     /// that were running. A damaged pipeline is kept as `failed` with the reason.
     pub fn open(
         data: PathBuf,
-        tokens: Tokens,
+        mut tokens: Tokens,
         max_upload: usize,
         limits: PipelineLimits,
         nats: ExternalServers,
     ) -> Result<Arc<Server>, ServeError> {
         let lock = lock_data_dir(&data)?;
+        tokens.open_store(&data)?;
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
         let audit = AuditLog::open(&data).map_err(|e| ServeError::Io {
@@ -330,10 +333,10 @@ impl Server {
     /// Sets `weir_token_pipelines` and `weir_token_operators` for every token with a quota.
     pub fn publish_ownership(&self) {
         for (token, quota) in self.tokens.with_quotas() {
-            let label = [("token", token.to_owned())];
-            metrics::gauge!("weir_token_pipelines", &label).set(self.owned_by(token) as f64);
+            let label = [("token", token.clone())];
+            metrics::gauge!("weir_token_pipelines", &label).set(self.owned_by(&token) as f64);
             metrics::gauge!("weir_token_operators", &label)
-                .set(self.registry.owned_by(token) as f64);
+                .set(self.registry.owned_by(&token) as f64);
             if let Some(limit) = quota.max_pipelines {
                 metrics::gauge!("weir_token_max_pipelines", &label).set(limit as f64);
             }

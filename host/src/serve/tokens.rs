@@ -1,17 +1,21 @@
-//! Bearer tokens, their scopes and quotas, from a JSON file and the environment. Every token is
-//! checked when the server starts (no empty, blank, short, duplicate or unprintable tokens), and
-//! a presented token is compared with every configured one in constant time. A token's quotas
-//! (how many pipelines and operator versions it may own) travel with the request as its
-//! [`Caller`].
+//! Bearer tokens, their scopes, quotas, pipelines and lives: those set at start (a JSON file
+//! and the environment, checked when the server starts: no empty, blank, short, duplicate or
+//! unprintable tokens) and those made over the API ([`TokenStore`]). A presented token is
+//! compared with every one in constant time; an expired one is unknown. A token's quotas (how
+//! many pipelines and operator versions it may own) and the pipelines it is narrowed to
+//! travel with the request as its [`Caller`], which also says which routes a narrowed token
+//! may reach ([`Caller::reach`]).
 //!
-//! Depends on `names`.
+//! Depends on `names` and `time`.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::ServeError;
+use super::token_store::TokenStore;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -71,15 +75,87 @@ pub struct Caller {
     pub quota: TokenQuota,
     /// Its scopes.
     pub scopes: Vec<Scope>,
+    /// The only pipelines it may address, if narrowed.
+    pub pipelines: Option<Vec<String>>,
+}
+
+/// Whether a caller may reach a route's target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// It may.
+    Allowed,
+    /// The route names a pipeline the token is not narrowed to: it is answered as if the
+    /// pipeline did not exist (`404`), so a narrowed token learns no other names.
+    Hidden,
+    /// A route that names no pipeline of the token's, or makes a new one: `403`.
+    Refused,
+}
+
+impl Caller {
+    /// Whether this caller may call `method route`, whose path names `pipeline` (the
+    /// `{name}` of `/v1/pipelines/{name}/...`, if the route has one). A token narrowed to
+    /// pipelines may use their routes, list pipelines (it sees its own) and ask who it is;
+    /// nothing else: no other pipeline, no operator or token, no new pipeline (a fork).
+    pub fn reach(&self, method: &str, route: &str, pipeline: Option<&str>) -> Reach {
+        let Some(mine) = &self.pipelines else {
+            return Reach::Allowed;
+        };
+        match pipeline {
+            Some(name) if !mine.iter().any(|p| p == name) => Reach::Hidden,
+            _ if route.ends_with("/fork") => Reach::Refused,
+            Some(_) => Reach::Allowed,
+            None if method == "GET" && matches!(route, "/v1/pipelines" | "/v1/whoami") => {
+                Reach::Allowed
+            }
+            None => Reach::Refused,
+        }
+    }
+
+    /// Whether the caller may see pipeline `name` (in a listing).
+    pub fn sees(&self, name: &str) -> bool {
+        self.pipelines
+            .as_ref()
+            .is_none_or(|mine| mine.iter().any(|p| p == name))
+    }
+}
+
+/// One accepted token: its name, the digest of its secret, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Its name.
+    pub name: String,
+    /// The SHA-256 digest of its secret.
+    pub digest: [u8; 32],
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+    /// What it may own.
+    pub quota: TokenQuota,
+    /// The only pipelines it may address, if narrowed.
+    pub pipelines: Option<Vec<String>>,
+    /// When it stops being accepted, ms since the epoch.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Grant {
+    fn caller(&self) -> Caller {
+        Caller {
+            name: self.name.clone(),
+            quota: self.quota,
+            scopes: self.scopes.clone(),
+            pipelines: self.pipelines.clone(),
+        }
+    }
 }
 
 /// The shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 8;
 
-/// The tokens the API accepts.
+/// The tokens the API accepts: those set at start, and those made over the API once the
+/// server has opened its data directory ([`Tokens::open_store`]).
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
-    entries: Vec<(String, [u8; 32], Vec<Scope>, TokenQuota)>,
+    fixed: Vec<Grant>,
+    store: Arc<TokenStore>,
 }
 
 /// What a presented token is.
@@ -161,12 +237,12 @@ impl Tokens {
                 return Err(fail(format!("{name}: the token has no scopes")));
             }
             let digest: [u8; 32] = Sha256::digest(entry.token.as_bytes()).into();
-            if tokens.entries.iter().any(|(_, other, ..)| *other == digest) {
+            if tokens.fixed.iter().any(|other| other.digest == digest) {
                 return Err(fail(format!(
                     "{name}: the same token is configured twice; give each caller its own"
                 )));
             }
-            if tokens.entries.iter().any(|(other, ..)| *other == name) {
+            if tokens.fixed.iter().any(|other| other.name == name) {
                 return Err(fail(format!(
                     "{name}: two tokens have this name; what a token owns is recorded by name"
                 )));
@@ -175,50 +251,90 @@ impl Tokens {
                 max_pipelines: entry.max_pipelines,
                 max_operators: entry.max_operators,
             };
-            tokens.entries.push((name, digest, entry.scopes, quota));
+            tokens.fixed.push(Grant {
+                name,
+                digest,
+                scopes: entry.scopes,
+                quota,
+                pipelines: None,
+                expires_at_ms: None,
+            });
         }
         Ok(tokens)
     }
 
-    /// Whether any token is configured.
+    /// Reads the tokens made over the API from data directory `dir`; from then on they are
+    /// accepted, and more can be made. One set at start keeps its name: a stored token of the
+    /// same name stops the start.
+    pub fn open_store(&mut self, dir: &Path) -> Result<(), ServeError> {
+        let store = TokenStore::open(dir)?;
+        if let Some(clash) = (store.list().iter()).find(|made| self.is_fixed(&made.name)) {
+            return Err(fail(format!(
+                "{}: a token made over the API has the name of one set at start; rename the one \
+                 set at start",
+                clash.name
+            )));
+        }
+        self.store = Arc::new(store);
+        Ok(())
+    }
+
+    /// The tokens made over the API.
+    pub fn store(&self) -> &TokenStore {
+        &self.store
+    }
+
+    /// Whether `name` is a token set at start.
+    pub fn is_fixed(&self, name: &str) -> bool {
+        self.fixed.iter().any(|grant| grant.name == name)
+    }
+
+    /// The tokens set at start, for a listing: name, scopes and quotas.
+    pub fn fixed(&self) -> impl Iterator<Item = &Grant> {
+        self.fixed.iter()
+    }
+
+    /// Whether any token is set at start (tokens made over the API need an admin first).
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.fixed.is_empty()
     }
 
     /// Judges a presented token for a scope (admin implies every scope). Compares against
-    /// every configured token, in constant time, so the answer's timing tells nothing.
+    /// every accepted token, in constant time, so the answer's timing tells nothing; an
+    /// expired token is unknown.
     pub fn judge(&self, presented: &str, scope: Scope) -> (Verdict, Option<Caller>) {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let made = self.store.grants();
         let mut found = None;
-        for (name, configured, scopes, quota) in &self.entries {
-            let same = configured
-                .iter()
+        for grant in self.fixed.iter().chain(made.1.iter()) {
+            let same = (grant.digest.iter())
                 .zip(digest.iter())
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
             if same {
-                found = Some((name.as_str(), scopes, *quota));
+                found = Some(grant);
             }
         }
-        let caller = |name: &str, quota, scopes: &[Scope]| Caller {
-            name: name.to_owned(),
-            quota,
-            scopes: scopes.to_vec(),
-        };
+        let now = crate::time::wall_clock_ms();
         match found {
             None => (Verdict::Unknown, None),
-            Some((name, scopes, quota)) if scope.granted_by(scopes) => {
-                (Verdict::Allowed, Some(caller(name, quota, scopes)))
+            Some(grant) if grant.expires_at_ms.is_some_and(|at| at <= now) => {
+                (Verdict::Unknown, None)
             }
-            Some((name, scopes, quota)) => (Verdict::Forbidden, Some(caller(name, quota, scopes))),
+            Some(grant) if scope.granted_by(&grant.scopes) => {
+                (Verdict::Allowed, Some(grant.caller()))
+            }
+            Some(grant) => (Verdict::Forbidden, Some(grant.caller())),
         }
     }
 
     /// The named tokens with a quota, for the ownership gauges.
-    pub fn with_quotas(&self) -> impl Iterator<Item = (&str, TokenQuota)> {
-        (self.entries.iter())
-            .filter(|(.., quota)| *quota != TokenQuota::default())
-            .map(|(name, .., quota)| (name.as_str(), *quota))
+    pub fn with_quotas(&self) -> Vec<(String, TokenQuota)> {
+        let made = self.store.grants();
+        (self.fixed.iter().chain(made.1.iter()))
+            .filter(|grant| grant.quota != TokenQuota::default())
+            .map(|grant| (grant.name.clone(), grant.quota))
+            .collect()
     }
 }
 
@@ -277,5 +393,49 @@ mod tests {
             tokens.judge("ingest-token", Scope::Ingest).0,
             Verdict::Unknown
         );
+    }
+
+    #[test]
+    fn an_expired_token_is_unknown() {
+        let mut tokens =
+            Tokens::from_entries(vec![entry("admin-token-1", &[Scope::Admin])]).unwrap();
+        let digest: [u8; 32] = Sha256::digest(b"old-token-1").into();
+        tokens.fixed.push(Grant {
+            name: "old".into(),
+            digest,
+            scopes: vec![Scope::Read],
+            quota: TokenQuota::default(),
+            pipelines: None,
+            expires_at_ms: Some(crate::time::wall_clock_ms() - 1),
+        });
+        assert_eq!(
+            tokens.judge("old-token-1", Scope::Read),
+            (Verdict::Unknown, None)
+        );
+    }
+
+    #[test]
+    fn a_narrowed_token_reaches_its_pipelines_only() {
+        let caller = Caller {
+            name: "producer".into(),
+            quota: TokenQuota::default(),
+            scopes: vec![Scope::Admin],
+            pipelines: Some(vec!["clicks".into()]),
+        };
+        let events = "/v1/pipelines/{name}/events";
+        assert_eq!(caller.reach("POST", events, Some("clicks")), Reach::Allowed);
+        assert_eq!(caller.reach("POST", events, Some("other")), Reach::Hidden);
+        assert_eq!(caller.reach("GET", "/v1/pipelines", None), Reach::Allowed);
+        assert_eq!(caller.reach("POST", "/v1/pipelines", None), Reach::Refused);
+        assert_eq!(caller.reach("POST", "/v1/tokens", None), Reach::Refused);
+        assert_eq!(caller.reach("GET", "/v1/operators", None), Reach::Refused);
+        let fork = "/v1/pipelines/{name}/savepoints/{savepoint}/fork";
+        assert_eq!(caller.reach("POST", fork, Some("clicks")), Reach::Refused);
+        assert!(caller.sees("clicks") && !caller.sees("other"));
+        let everyone = Caller {
+            pipelines: None,
+            ..caller
+        };
+        assert_eq!(everyone.reach("POST", "/v1/tokens", None), Reach::Allowed);
     }
 }

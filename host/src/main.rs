@@ -26,6 +26,8 @@ enum Command {
     Savepoint(SavepointArgs),
     /// Run the HTTP API, the operator registry and live pipelines (see docs/api.md).
     Serve(Box<ServeArgs>),
+    /// Make, list, rotate and revoke the tokens of a running `weir serve`.
+    Token(TokenArgs),
     /// Show the state in a data directory (offline, read-only), as JSON lines.
     State(StateArgs),
     /// Measure events/second of a tumbling count-and-sum, Wasm versus native.
@@ -87,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => run_pipeline(args),
         Command::Savepoint(args) => savepoint(args),
+        Command::Token(args) => token(args),
         Command::Replay(args) => replay(args),
         Command::Repro(args) => repro(args),
         Command::Cluster(args) => cluster(args),

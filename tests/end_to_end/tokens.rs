@@ -487,3 +487,53 @@ fn many_callers_making_revoking_and_rotating_tokens_at_once_lose_no_change() {
     want.sort();
     assert_eq!(names, want);
 }
+
+/// `weir token` makes, lists, rotates and revokes tokens through a running server.
+#[test]
+fn weir_token_manages_a_servers_tokens_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    with_two_pipelines(&server);
+    let url = server.url("");
+    let weir = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("token")
+            .args(args)
+            .args(["--server", url.trim_end_matches('/')])
+            .env("WEIR_ADMIN_TOKEN", ADMIN)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.success(), stdout, stderr)
+    };
+    let (ok, secret, stderr) = weir(&[
+        "create",
+        "producer",
+        "--scope",
+        "ingest",
+        "--pipeline",
+        "clicks",
+        "--expires-in",
+        "1h",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("not shown again"), "{stderr}");
+    server.expect("its ingest", ingest(&server, "clicks", &secret), 202);
+    server.expect_error("another's", ingest(&server, "orders", &secret), 404);
+    let (ok, listing, stderr) = weir(&["list"]);
+    assert!(ok, "{stderr}");
+    let listing: Value = serde_json::from_str(&listing).unwrap();
+    assert_eq!(listing["made"][0]["name"], "producer");
+    let (ok, renewed, stderr) = weir(&["rotate", "producer"]);
+    assert!(ok, "{stderr}");
+    server.expect_error("the old secret", ingest(&server, "clicks", &secret), 401);
+    server.expect("the new one", ingest(&server, "clicks", &renewed), 202);
+    let (ok, _, stderr) = weir(&["revoke", "producer"]);
+    assert!(ok, "{stderr}");
+    server.expect_error("revoked", ingest(&server, "clicks", &renewed), 401);
+    let (ok, _, stderr) = weir(&["create", "x", "--scope", "read", "--expires-in", "5w"]);
+    assert!(!ok && stderr.contains("--expires-in"), "{stderr}");
+    let (ok, _, stderr) = weir(&["revoke", "producer"]);
+    assert!(!ok && stderr.contains("404"), "{stderr}");
+}

@@ -15,6 +15,7 @@ mod savepoint;
 mod serve;
 mod signals;
 mod state;
+mod token;
 
 pub(crate) use bench::*;
 pub(crate) use bench_figures::*;
@@ -29,3 +30,4 @@ pub(crate) use savepoint::*;
 pub(crate) use serve::*;
 pub(crate) use signals::*;
 pub(crate) use state::*;
+pub(crate) use token::*;

@@ -285,6 +285,7 @@ fn every_route_answers_by_its_scope() {
                     "get" => server.get(&path, token).0,
                     "delete" => server.delete(&path, token).0,
                     "post" => server.post(&path, token, b"{}").0,
+                    "put" => server.put_json(&path, token, &json!({})).0,
                     other => panic!("a method the test does not know: {other}"),
                 }
             };
@@ -344,6 +345,8 @@ fn every_route_answers_by_its_scope() {
         ("post", "/v1/tokens", Some("admin")),
         ("delete", "/v1/tokens/{name}", Some("admin")),
         ("post", "/v1/tokens/{name}/rotate", Some("admin")),
+        ("get", "/v1/tenants", Some("admin")),
+        ("put", "/v1/tenants/{name}", Some("admin")),
         ("get", "/v1/operators", Some("read")),
         ("post", "/v1/operators/{name}/{version}", Some("admin")),
         ("get", "/v1/operators/{name}/{version}", Some("read")),

@@ -39,6 +39,7 @@ mod server;
 mod sources;
 mod stages;
 mod support;
+mod tenants;
 mod tls;
 mod tokens;
 mod verified_uploads;

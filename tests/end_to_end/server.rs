@@ -94,6 +94,16 @@ impl Client {
         self.answer(&format!("DELETE {path}"), request.call())
     }
 
+    /// `PUT path` with a JSON value.
+    pub fn put_json(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, String) {
+        let mut request = self.agent.put(self.url(path));
+        if let Some(token) = token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        request = request.header("Content-Type", "application/json");
+        self.answer(&format!("PUT {path}"), request.send(body.to_string()))
+    }
+
     /// `POST path` with a JSON body (`Content-Type: application/json`), or with no body and no
     /// content type when `body` is empty.
     pub fn post(&self, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {

@@ -260,6 +260,7 @@ fn a_narrowed_admin_reaches_its_own_pipelines_and_nothing_else_on_every_route() 
                     "get" => server.get(path, Some(&narrowed)),
                     "delete" => server.delete(path, Some(&narrowed)),
                     "post" => server.post(path, Some(&narrowed), b"{}"),
+                    "put" => server.put_json(path, Some(&narrowed), &json!({})),
                     other => panic!("a method the test does not know: {other}"),
                 }
             };

@@ -35,6 +35,7 @@ pub(super) fn call(
         route: route.to_owned(),
         path: request.uri().path().to_owned(),
         status: status.as_u16(),
+        tenant: None,
     }
 }
 
@@ -60,8 +61,10 @@ pub(super) struct AuditQuery {
 
 /// `GET /v1/audit[?limit=N]`: the latest N calls on record (default 100, at most 10,000),
 /// oldest first.
+/// A tenant's token gets its own tenant's records among the latest N.
 pub(super) async fn list(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<crate::serve::Caller>>,
     Query(query): Query<AuditQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let limit = query.limit.unwrap_or(100);
@@ -71,7 +74,10 @@ pub(super) async fn list(
             "limit is 1 to 10000 records",
         ));
     }
-    let records =
+    let mut records =
         blocking(move || (server.audit.latest(limit)).map_err(RequestError::from_io)).await?;
+    if let Some(caller) = caller {
+        records.retain(|record| caller.sees_tenant(record.tenant.as_deref()));
+    }
     Ok(Json(serde_json::json!({ "records": records })))
 }

@@ -18,6 +18,7 @@ mod operators;
 mod pipelines;
 pub mod routes;
 mod savepoints;
+mod tenants;
 mod tls;
 mod tokens;
 
@@ -126,6 +127,8 @@ pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
         .route("/v1/tokens", get(tokens::list).post(tokens::create))
         .route("/v1/tokens/{name}", axum::routing::delete(tokens::revoke))
         .route("/v1/tokens/{name}/rotate", post(tokens::rotate))
+        .route("/v1/tenants", get(tenants::list))
+        .route("/v1/tenants/{name}", axum::routing::put(tenants::set))
         .route("/v1/pipelines/{name}/start", post(pipelines::start))
         .route("/v1/pipelines/{name}/stop", post(pipelines::stop))
         .route("/v1/pipelines/{name}/events", post(pipelines::ingest))
@@ -165,14 +168,20 @@ pub fn router_with(server: Arc<Server>, bodies: BodyPolicy) -> Router {
         .with_state(server)
 }
 
-/// `GET /v1/whoami`: the token's name and scopes, for the console to show what it may.
+/// `GET /v1/whoami`: the token's name, scopes, tenant and pipelines, for the console to show
+/// what it may.
 async fn whoami(
     caller: Option<axum::Extension<crate::serve::Caller>>,
 ) -> axum::Json<serde_json::Value> {
-    let (name, scopes) = caller.map_or((None, Vec::new()), |axum::Extension(caller)| {
-        (Some(caller.name), caller.scopes)
-    });
-    axum::Json(serde_json::json!({"name": name, "scopes": scopes}))
+    let Some(axum::Extension(caller)) = caller else {
+        return axum::Json(serde_json::json!({"name": null, "scopes": []}));
+    };
+    axum::Json(serde_json::json!({
+        "name": caller.name,
+        "scopes": caller.scopes,
+        "tenant": caller.tenant,
+        "pipelines": caller.pipelines,
+    }))
 }
 
 /// `/metrics` alone, without a token, for `--metrics-listen`.
@@ -186,10 +195,12 @@ fn metrics_router(server: Arc<Server>) -> Router {
 /// reasons (which other routes keep behind a token). It takes no blocking thread, so a
 /// saturated blocking pool cannot silence it.
 async fn health(State(server): State<Arc<Server>>, request: Request) -> Response {
-    // Names and reasons are for an admin of the whole server, not one narrowed to pipelines.
+    // Names and reasons are for an admin of the whole server, not one narrowed to pipelines or
+    // bound to a tenant.
     let admin = bearer(request.headers()).is_some_and(|token| {
         let (verdict, caller) = server.tokens.judge(token, Scope::Admin);
-        verdict == Verdict::Allowed && caller.is_some_and(|c| c.pipelines.is_none())
+        verdict == Verdict::Allowed
+            && caller.is_some_and(|c| c.pipelines.is_none() && c.tenant.is_none())
     });
     let health = server.health();
     let status = match health.status {
@@ -210,12 +221,15 @@ async fn health(State(server): State<Arc<Server>>, request: Request) -> Response
     (status, axum::Json(body)).into_response()
 }
 
-async fn metrics(State(server): State<Arc<Server>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        server.metrics.render(),
-    )
-        .into_response()
+/// `/metrics`: every sample of a tenant's pipeline labelled with its `tenant`; a tenant's
+/// token gets its own tenant's samples only.
+async fn metrics(
+    State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<crate::serve::Caller>>,
+) -> Response {
+    let only = caller.and_then(|axum::Extension(caller)| caller.tenant);
+    let text = crate::serve::label_metrics(&server.metrics.render(), only.as_deref());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// `weir run --metrics-listen`: serves `GET /metrics` (Prometheus, no token: bind it where
@@ -267,25 +281,29 @@ pub(super) fn bearer(headers: &header::HeaderMap) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
-/// The pipeline a route names (`/v1/pipelines/{name}/...`), as its handler will read it.
-async fn named_pipeline(request: Request) -> (Request, Option<String>) {
+/// The `{name}` and `{version}` of the route's path, as its handler will read them.
+async fn path_names(request: Request) -> (Request, Option<String>, Option<String>) {
     use axum::extract::FromRequestParts;
     let (mut parts, body) = request.into_parts();
     let params = axum::extract::Path::<Vec<(String, String)>>::from_request_parts(&mut parts, &())
         .await
-        .ok()
-        .and_then(|axum::extract::Path(params)| {
-            params
-                .into_iter()
-                .find(|(key, _)| key == "name")
-                .map(|(_, name)| name)
-        });
-    let is_pipeline = (parts.extensions.get::<MatchedPath>())
+        .map(|axum::extract::Path(params)| params)
+        .unwrap_or_default();
+    let param = |key: &str| {
+        (params.iter())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let (name, version) = (param("name"), param("version"));
+    (Request::from_parts(parts, body), name, version)
+}
+
+/// The pipeline a route names (`/v1/pipelines/{name}/...`), as its handler will read it.
+async fn named_pipeline(request: Request) -> (Request, Option<String>) {
+    let is_pipeline = (request.extensions().get::<MatchedPath>())
         .is_some_and(|path| path.as_str().starts_with("/v1/pipelines/{name}"));
-    (
-        Request::from_parts(parts, body),
-        params.filter(|_| is_pipeline),
-    )
+    let (request, name, _) = path_names(request).await;
+    (request, name.filter(|_| is_pipeline))
 }
 
 /// Receives the request's body within the budgets and at the minimum rate (see `bodies`),
@@ -400,14 +418,15 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         );
     };
     let (verdict, caller) = server.tokens.judge(token, scope);
-    let (mut request, pipeline) = named_pipeline(request).await;
+    let (mut request, target, version) = path_names(request).await;
     let reach = match (&caller, verdict) {
         (Some(caller), Verdict::Allowed) => {
-            caller.reach(request.method().as_str(), route.path, pipeline.as_deref())
+            caller.reach(request.method().as_str(), route.path, target.as_deref())
         }
         _ => Reach::Allowed,
     };
     let name = caller.as_ref().map(|caller| caller.name.clone());
+    let tenant = caller.as_ref().and_then(|caller| caller.tenant.clone());
     if let Some(caller) = caller {
         // Handlers that create something record it under the caller, within its quota.
         request.extensions_mut().insert(caller);
@@ -420,7 +439,10 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         ),
         (Verdict::Forbidden, _) | (_, Reach::Refused | Reach::Hidden) => {
             let response = match reach {
-                Reach::Hidden => unread_body(&request, hidden(pipeline.as_deref())),
+                Reach::Hidden => {
+                    let hidden = hidden(route.path, target.unwrap_or_default(), version);
+                    unread_body(&request, hidden)
+                }
                 Reach::Refused => refused(
                     &request,
                     StatusCode::FORBIDDEN,
@@ -435,13 +457,15 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
             };
             // A known token trying a change it may not make is on record too.
             if audit::is_audited(request.method(), route.path) {
-                let call = audit::call(&request, route.path, name, response.status());
+                let mut call = audit::call(&request, route.path, name, response.status());
+                call.tenant = tenant;
                 audit::record(server, call).await;
             }
             response
         }
         (Verdict::Allowed, _) if audit::is_audited(request.method(), route.path) => {
             let mut call = audit::call(&request, route.path, name.clone(), StatusCode::OK);
+            call.tenant = tenant;
             // In a task of its own: a caller that hangs up mid-call does not keep the change
             // it made off the record.
             let (gate, server) = (gate.clone(), server.clone());
@@ -459,15 +483,20 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
     }
 }
 
-/// The answer to a narrowed token naming another pipeline: the one an unknown pipeline gets,
-/// so that it learns no names.
-fn hidden(name: Option<&str>) -> Response {
-    let name = name.unwrap_or_default();
-    let error = match crate::names::check("pipeline name", name) {
-        Ok(()) => crate::serve::RequestError::NotFound(format!(
-            "there is no pipeline {name:?}; GET /v1/pipelines lists them"
-        )),
+/// The answer to a token naming a pipeline (or operator `name` `version`) it may not see:
+/// the one a pipeline (or version) that does not exist gets, so that it learns no names.
+fn hidden(route: &str, name: String, version: Option<String>) -> Response {
+    let what = match route.starts_with("/v1/operators/") {
+        true => "operator name",
+        false => "pipeline name",
+    };
+    let error = match crate::names::check(what, &name) {
         Err(e) => e.into(),
+        Ok(()) if what == "operator name" => {
+            let version = version.unwrap_or_default();
+            crate::operator::RegistryError::Unknown { name, version }.into()
+        }
+        Ok(()) => crate::serve::unknown_pipeline(&name),
     };
     ApiError::from(error).into_response()
 }

@@ -38,8 +38,16 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OperatorPath {
     }
 }
 
-pub(super) async fn list(State(server): State<Arc<Server>>) -> Json<Vec<VersionInfo>> {
-    Json(server.registry.list())
+/// `GET /v1/operators`: every version the caller's tenant holds (a server token sees all).
+pub(super) async fn list(
+    State(server): State<Arc<Server>>,
+    caller: Option<Extension<Caller>>,
+) -> Json<Vec<VersionInfo>> {
+    let mut versions = server.registry.list();
+    if let Some(caller) = caller {
+        versions.retain(|info| caller.sees_name(&info.name));
+    }
+    Json(versions)
 }
 
 pub(super) async fn get(
@@ -87,6 +95,15 @@ pub(super) async fn upload(
         }
     };
     let limit = server.max_upload;
+    let tenant = caller.as_ref().and_then(|c| c.tenant.clone());
+    if let Some(tenant) = &tenant {
+        crate::serve::check_tenant_holds(tenant, "operator", &name)?;
+        if let Some(Verify::Migration(pipeline, _)) = &verify
+            && !crate::serve::tenant_holds(tenant, pipeline)
+        {
+            return Err(crate::serve::unknown_pipeline(pipeline).into());
+        }
+    }
     // Compiling takes a while: off the async threads.
     let (info, verified) = blocking(move || {
         let verified =
@@ -107,9 +124,12 @@ pub(super) async fn upload(
         let owner = caller
             .as_ref()
             .map(|c| (c.name.as_str(), c.quota.max_operators));
+        let prefix = tenant.as_ref().map(|t| format!("{t}."));
+        let group =
+            (prefix.as_deref()).map(|p| (p, server.tenants.quota(&p[..p.len() - 1]).max_operators));
         let info = server
             .registry
-            .upload(&name, &version, &body, limit, owner)?;
+            .upload(&name, &version, &body, limit, owner, group)?;
         server.publish_ownership();
         Ok((info, verified))
     })

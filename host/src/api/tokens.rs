@@ -18,24 +18,31 @@ use super::ApiError;
 use super::pipelines::blocking;
 use crate::serve::{Caller, NewToken, Server};
 
-/// `GET /v1/tokens`.
-pub(super) async fn list(State(server): State<Arc<Server>>) -> Json<serde_json::Value> {
+/// `GET /v1/tokens`: those the caller's tenant sees (a server admin sees all).
+pub(super) async fn list(
+    State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
+) -> Json<serde_json::Value> {
+    let sees = |tenant: Option<&str>| caller.as_ref().is_none_or(|c| c.sees_tenant(tenant));
     let fixed: Vec<serde_json::Value> = (server.tokens.fixed())
+        .filter(|grant| sees(grant.tenant.as_deref()))
         .map(|grant| {
             serde_json::json!({
                 "name": grant.name,
                 "scopes": grant.scopes,
+                "tenant": grant.tenant,
                 "max_pipelines": grant.quota.max_pipelines,
                 "max_operators": grant.quota.max_operators,
-                "set_at_start": true,
             })
         })
         .collect();
-    let made = server.tokens.store().list();
+    let made: Vec<_> = (server.tokens.store().list().into_iter())
+        .filter(|record| sees(record.tenant.as_deref()))
+        .collect();
     Json(serde_json::json!({ "set_at_start": fixed, "made": made }))
 }
 
-/// `POST /v1/tokens`: `{name, scopes, pipelines?, expires_in_s?, max_pipelines?,
+/// `POST /v1/tokens`: `{name, scopes, tenant?, pipelines?, expires_in_s?, max_pipelines?,
 /// max_operators?}`; answers the token with its secret (`token`), shown this once.
 pub(super) async fn create(
     State(server): State<Arc<Server>>,
@@ -44,16 +51,19 @@ pub(super) async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let new: NewToken = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body is not a token request ({{\"name\", \"scopes\", \"pipelines\", \
-             \"expires_in_s\", \"max_pipelines\", \"max_operators\"}}): {e}"
+            "the body is not a token request ({{\"name\", \"scopes\", \"tenant\", \
+             \"pipelines\", \"expires_in_s\", \"max_pipelines\", \"max_operators\"}}): {e}"
         ))
     })?;
-    let by = caller.map(|c| c.name.clone()).unwrap_or_default();
+    let (by, tenant) = caller.map_or((String::new(), None), |c| {
+        (c.name.clone(), c.tenant.clone())
+    });
     let issued = blocking(move || {
         let tokens = &server.tokens;
+        let by = (by.as_str(), tenant.as_deref());
         tokens
             .store()
-            .create(&new, &by, |name| tokens.is_fixed(name))
+            .create(&new, by, |name| tokens.is_fixed(name))
     })
     .await?;
     tracing::info!(token = %issued.record.name, "token made");
@@ -63,11 +73,16 @@ pub(super) async fn create(
 /// `DELETE /v1/tokens/{name}`.
 pub(super) async fn revoke(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    refuse_fixed(&server, &name)?;
+    refuse_fixed(&server, caller.as_deref(), &name)?;
     let revoked = name.clone();
-    blocking(move || server.tokens.store().revoke(&revoked)).await?;
+    blocking(move || {
+        let visible = |tenant: Option<&str>| caller.as_ref().is_none_or(|c| c.sees_tenant(tenant));
+        server.tokens.store().revoke(&revoked, visible)
+    })
+    .await?;
     tracing::info!(token = %name, "token revoked");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -75,20 +90,30 @@ pub(super) async fn revoke(
 /// `POST /v1/tokens/{name}/rotate`: the token with its new secret.
 pub(super) async fn rotate(
     State(server): State<Arc<Server>>,
+    caller: Option<axum::Extension<Caller>>,
     Path(name): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    refuse_fixed(&server, &name)?;
-    let issued = blocking(move || server.tokens.store().rotate(&name)).await?;
+    refuse_fixed(&server, caller.as_deref(), &name)?;
+    let issued = blocking(move || {
+        let visible = |tenant: Option<&str>| caller.as_ref().is_none_or(|c| c.sees_tenant(tenant));
+        server.tokens.store().rotate(&name, visible)
+    })
+    .await?;
     tracing::info!(token = %issued.record.name, "token rotated");
     Ok(Json(issued))
 }
 
-fn refuse_fixed(server: &Server, name: &str) -> Result<(), ApiError> {
-    if server.tokens.is_fixed(name) {
-        return Err(ApiError::conflict(format!(
-            "token {name:?} is set when the server starts (environment or --tokens file): change \
-             it there and restart"
-        )));
+/// Refuses a change of a token set at start (`409`), or answers one the caller's tenant
+/// cannot see as unknown.
+fn refuse_fixed(server: &Server, caller: Option<&Caller>, name: &str) -> Result<(), ApiError> {
+    let Some(grant) = server.tokens.fixed().find(|grant| grant.name == name) else {
+        return Ok(());
+    };
+    if caller.is_some_and(|c| !c.sees_tenant(grant.tenant.as_deref())) {
+        return Err(crate::serve::unknown_token(name).into());
     }
-    Ok(())
+    Err(ApiError::conflict(format!(
+        "token {name:?} is set when the server starts (environment or --tokens file): change \
+         it there and restart"
+    )))
 }

@@ -82,6 +82,16 @@ pub enum RegistryError {
         /// Its quota.
         limit: usize,
     },
+    /// A group of operators (a tenant's) has as many versions as its quota allows.
+    #[error(
+        "tenant {group:?} has {limit} operator versions, its quota (max_operators): delete one of them first, or ask a server admin for more"
+    )]
+    GroupQuota {
+        /// The group (the tenant).
+        group: String,
+        /// Its quota.
+        limit: usize,
+    },
     /// Reading or writing the registry's files failed.
     #[error("registry storage {path}: {source}")]
     Io {
@@ -257,7 +267,8 @@ impl Registry {
     }
 
     /// Validates and stores a new version, owned by `owner` (a token's name) if given, which may
-    /// own at most `quota` versions.
+    /// own at most `quota` versions; with `group` (`(prefix, limit)`), at most `limit` versions
+    /// of operators whose names start with `prefix` may exist (a tenant's).
     pub fn upload(
         &self,
         name: &str,
@@ -265,6 +276,7 @@ impl Registry {
         bytes: &[u8],
         limit: usize,
         owner: Option<(&str, Option<usize>)>,
+        group: Option<(&str, usize)>,
     ) -> Result<VersionInfo> {
         let info_path = self.info_path(name, version)?;
         if bytes.len() > limit {
@@ -306,6 +318,17 @@ impl Registry {
                 owner: owner.to_owned(),
                 limit,
             });
+        }
+        if let Some((prefix, limit)) = group {
+            let held = (self.versions.read().expect("registry lock").values())
+                .filter(|info| info.name.starts_with(prefix))
+                .count();
+            if held >= limit {
+                return Err(RegistryError::GroupQuota {
+                    group: prefix.trim_end_matches('.').to_owned(),
+                    limit,
+                });
+            }
         }
         let blob = self.blob_path(&info.digest);
         if !blob.exists() {

@@ -39,6 +39,9 @@ pub struct AuditRecord {
     pub path: String,
     /// The answer's status.
     pub status: u16,
+    /// The caller's tenant, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// The server's audit log.
@@ -167,6 +170,7 @@ mod tests {
             route: "/v1/pipelines".into(),
             path: "/v1/pipelines".into(),
             status: 201,
+            tenant: None,
         }
     }
 

@@ -44,6 +44,9 @@ pub enum ServeError {
         /// The parser's error.
         source: serde_json::Error,
     },
+    /// The tenants' quotas are unusable.
+    #[error("tenants: {0}")]
+    Tenants(String),
     /// A token's name is not a name.
     #[error("tokens: {0}")]
     TokenName(#[from] NameError),
@@ -121,6 +124,7 @@ impl From<RegistryError> for RequestError {
         match error {
             RegistryError::Exists { .. }
             | RegistryError::Quota { .. }
+            | RegistryError::GroupQuota { .. }
             | RegistryError::Deleted { .. } => RequestError::Conflict(error.to_string()),
             RegistryError::Unknown { .. } => RequestError::NotFound(error.to_string()),
             RegistryError::TooLarge { .. } => RequestError::TooLarge(error.to_string()),

@@ -20,6 +20,7 @@ mod on_workers;
 mod rate;
 mod rollout;
 mod slot;
+mod tenants;
 mod token_store;
 mod tokens;
 
@@ -41,7 +42,11 @@ pub use slot::{
     RedriveRequest, ReplayRequest, ReproRequest, ResultLine, Slot, SlotHealth, StopOutcome,
     examples_dry_run,
 };
-pub use token_store::{Issued, MAX_TOKENS, NewToken, TokenRecord};
+pub use tenants::{
+    TenantQuota, TenantStore, check_holds as check_tenant_holds, holds as tenant_holds,
+    label_metrics,
+};
+pub use token_store::{Issued, MAX_TOKENS, NewToken, TokenRecord, unknown as unknown_token};
 pub use tokens::{Caller, Reach, Scope, TokenQuota, Tokens, Verdict};
 
 use crate::operator::{Registry, WasmRuntime};
@@ -88,6 +93,8 @@ pub struct Server {
     busy_names: Mutex<BTreeSet<String>>,
     /// Who may call the API.
     pub tokens: Tokens,
+    /// The tenants' quotas.
+    pub tenants: TenantStore,
     /// The largest request body.
     pub max_upload: usize,
     /// Renders `/metrics`.
@@ -109,6 +116,13 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server").field("data", &self.data).finish()
     }
+}
+
+/// The answer for a pipeline that does not exist, or that the caller may not see.
+pub fn unknown_pipeline(name: &str) -> RequestError {
+    RequestError::NotFound(format!(
+        "there is no pipeline {name:?}; GET /v1/pipelines lists them"
+    ))
 }
 
 /// The process's Prometheus recorder, installed on first use.
@@ -243,6 +257,7 @@ impl Server {
     ) -> Result<Arc<Server>, ServeError> {
         let lock = lock_data_dir(&data)?;
         tokens.open_store(&data)?;
+        let tenants = TenantStore::open(&data)?;
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
         let audit = AuditLog::open(&data).map_err(|e| ServeError::Io {
@@ -258,6 +273,7 @@ impl Server {
             pipelines: RwLock::new(BTreeMap::new()),
             busy_names: Mutex::new(BTreeSet::new()),
             tokens,
+            tenants,
             max_upload,
             metrics: metrics_handle(),
             limits,
@@ -318,6 +334,18 @@ impl Server {
     /// returned is held until the pipeline is in the table.
     fn within_quota(&self, caller: Option<&Caller>) -> Result<MutexGuard<'_, ()>, RequestError> {
         let owning = self.owning.lock().expect("owning lock");
+        if let Some(tenant) = caller.and_then(|c| c.tenant.as_deref()) {
+            let limit = self.tenants.quota(tenant).max_pipelines;
+            let held = (self.slots().iter())
+                .filter(|slot| tenants::holds(tenant, &slot.name))
+                .count();
+            if held >= limit {
+                return Err(RequestError::Conflict(format!(
+                    "tenant {tenant:?} has {limit} pipelines, its quota (max_pipelines): delete \
+                     one of them first, or ask a server admin for more"
+                )));
+            }
+        }
         if let Some(Caller { name, quota, .. }) = caller
             && let Some(limit) = quota.max_pipelines
             && self.owned_by(name) >= limit
@@ -369,11 +397,7 @@ impl Server {
             .expect("pipelines lock")
             .get(name)
             .cloned()
-            .ok_or_else(|| {
-                RequestError::NotFound(format!(
-                    "there is no pipeline {name:?}; GET /v1/pipelines lists them"
-                ))
-            })
+            .ok_or_else(|| unknown_pipeline(name))
     }
 
     /// Every pipeline, by name.
@@ -395,7 +419,9 @@ impl Server {
         json: serde_json::Value,
         caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
+        let mut json = json;
         let (name, dir) = self.named_dir(&json)?;
+        self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         self.install(&name, &dir, json, caller, |_| Ok(()))
     }
@@ -412,7 +438,9 @@ impl Server {
         caller: Option<&Caller>,
     ) -> Result<Arc<Slot>, RequestError> {
         crate::names::check("savepoint name", savepoint)?;
+        let mut json = json;
         let (name, dir) = self.named_dir(&json)?;
+        self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         if spec.placement != crate::spec::Placement::Local {
             return Err(RequestError::Invalid(
@@ -459,6 +487,31 @@ impl Server {
         })?;
         info!(pipeline = %name, from = %from.name, %savepoint, "pipeline created from a savepoint");
         Ok(slot)
+    }
+
+    /// For a caller of a tenant: refuses a pipeline or operator name outside the tenant, and
+    /// holds the spec `json` to the tenant's quota (limits it leaves out are written in).
+    fn hold_to_tenant(
+        &self,
+        caller: Option<&Caller>,
+        name: &str,
+        json: &mut serde_json::Value,
+        dir: &std::path::Path,
+    ) -> Result<(), RequestError> {
+        let Some(tenant) = caller.and_then(|c| c.tenant.as_deref()) else {
+            return Ok(());
+        };
+        tenants::check_holds(tenant, "pipeline", name)?;
+        let spec = Managed::resolve(json, dir, self.resolving(), crate::spec::Served::New)?;
+        let stages = spec.stages.iter().map(|stage| &stage.aggregate);
+        let operators = spec.enrichers.iter().chain(&spec.aggregate).chain(stages);
+        for operator in operators {
+            if !matches!(operator.code, crate::spec::OperatorCode::Native(_)) {
+                tenants::check_holds(tenant, "operator", &operator.name)?;
+            }
+        }
+        tenants::bound_spec(json, &spec, tenant, &self.tenants.quota(tenant))?;
+        Ok(())
     }
 
     /// The name a spec gives and the directory that name makes (checked against the name rule).

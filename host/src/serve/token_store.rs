@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::tenants;
 use super::tokens::{Grant, Scope, TokenQuota};
 use super::{RequestError, ServeError};
 
@@ -52,12 +53,18 @@ pub struct NewToken {
     /// The most operator versions it may own.
     #[serde(default)]
     pub max_operators: Option<usize>,
+    /// The tenant it is bound to (a tenant's admin makes its own tenant's tokens only).
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 impl NewToken {
     /// Checks everything the caller sent, in one place.
     fn check(&self) -> Result<(), RequestError> {
         crate::names::check("token name", &self.name)?;
+        if let Some(tenant) = &self.tenant {
+            tenants::check_name(tenant)?;
+        }
         let invalid = |message: String| Err(RequestError::Invalid(message));
         if self.scopes.is_empty() {
             return invalid(
@@ -75,6 +82,14 @@ impl NewToken {
                 if pipelines[..i].contains(name) {
                     return invalid(format!("pipelines: {name:?} is named twice"));
                 }
+            }
+            if let Some(tenant) = &self.tenant
+                && let Some(outside) = pipelines.iter().find(|p| !tenants::holds(tenant, p))
+            {
+                return invalid(format!(
+                    "pipelines: {outside:?} is not tenant {tenant:?}'s (its pipelines are \
+                     named \"{tenant}.<name>\")"
+                ));
             }
             if self.scopes.contains(&Scope::Metrics) {
                 return invalid(
@@ -119,6 +134,9 @@ pub struct TokenRecord {
     pub created_by: String,
     /// When its secret was last replaced, ms since the epoch.
     pub rotated_at_ms: Option<u64>,
+    /// The tenant it is bound to.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 impl TokenRecord {
@@ -143,6 +161,7 @@ impl TokenRecord {
             },
             pipelines: self.pipelines.clone(),
             expires_at_ms: self.expires_at_ms,
+            tenant: self.tenant.clone(),
         })
     }
 }
@@ -212,14 +231,26 @@ impl TokenStore {
         listed
     }
 
-    /// Makes token `new` for caller `by`; `reserved` says whether a name belongs to a token
-    /// set at start.
+    /// Makes token `new` for the caller named `by` (of tenant `by_tenant`: it makes tokens of
+    /// that tenant only); `reserved` says whether a name belongs to a token set at start.
     pub fn create(
         &self,
         new: &NewToken,
-        by: &str,
+        (by, by_tenant): (&str, Option<&str>),
         reserved: impl Fn(&str) -> bool,
     ) -> Result<Issued, RequestError> {
+        let mut new = new.clone();
+        if let Some(own) = by_tenant {
+            match new.tenant.as_deref() {
+                Some(other) if other != own => {
+                    return Err(RequestError::Invalid(format!(
+                        "tenant: a token of tenant {own:?} makes tokens of tenant {own:?} only"
+                    )));
+                }
+                _ => new.tenant = Some(own.to_owned()),
+            }
+        }
+        let new = &new;
         new.check()?;
         if reserved(&new.name) {
             return Err(RequestError::Conflict(format!(
@@ -241,6 +272,7 @@ impl TokenStore {
             created_at_ms: now,
             created_by: by.to_owned(),
             rotated_at_ms: None,
+            tenant: new.tenant.clone(),
         };
         self.change(|records| {
             if records.iter().any(|r| r.name == new.name) {
@@ -263,27 +295,36 @@ impl TokenStore {
         })
     }
 
-    /// Revokes token `name`: refused from the moment this returns.
-    pub fn revoke(&self, name: &str) -> Result<(), RequestError> {
+    /// Revokes token `name` if `visible` lets the caller see its tenant: refused from the
+    /// moment this returns.
+    pub fn revoke(
+        &self,
+        name: &str,
+        visible: impl Fn(Option<&str>) -> bool,
+    ) -> Result<(), RequestError> {
         crate::names::check("token name", name)?;
         self.change(|records| {
-            let before = records.len();
-            records.retain(|r| r.name != name);
-            if records.len() == before {
-                return Err(unknown(name));
-            }
+            let at = (records.iter())
+                .position(|r| r.name == name && visible(r.tenant.as_deref()))
+                .ok_or_else(|| unknown(name))?;
+            records.remove(at);
             Ok(())
         })
     }
 
-    /// Gives token `name` a new secret: the old one is refused from the moment this returns.
-    pub fn rotate(&self, name: &str) -> Result<Issued, RequestError> {
+    /// Gives token `name` a new secret if `visible` lets the caller see its tenant: the old
+    /// one is refused from the moment this returns.
+    pub fn rotate(
+        &self,
+        name: &str,
+        visible: impl Fn(Option<&str>) -> bool,
+    ) -> Result<Issued, RequestError> {
         crate::names::check("token name", name)?;
         let (secret, sha256) = make_secret()?;
         let mut rotated = None;
         self.change(|records| {
             let record = (records.iter_mut())
-                .find(|r| r.name == name)
+                .find(|r| r.name == name && visible(r.tenant.as_deref()))
                 .ok_or_else(|| unknown(name))?;
             record.sha256 = sha256.clone();
             record.rotated_at_ms = Some(crate::time::wall_clock_ms());
@@ -322,7 +363,8 @@ impl TokenStore {
     }
 }
 
-fn unknown(name: &str) -> RequestError {
+/// The answer for a token the caller cannot see or that does not exist.
+pub fn unknown(name: &str) -> RequestError {
     RequestError::NotFound(format!(
         "no token named {name:?} was made over the API; GET /v1/tokens lists them"
     ))
@@ -365,6 +407,7 @@ mod tests {
             expires_in_s: Some(60),
             max_pipelines: None,
             max_operators: None,
+            tenant: None,
         }
     }
 
@@ -372,7 +415,9 @@ mod tests {
     fn a_made_token_is_kept_as_a_digest_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = TokenStore::open(dir.path()).unwrap();
-        let issued = store.create(&new("producer"), "admin", |_| false).unwrap();
+        let issued = store
+            .create(&new("producer"), ("admin", None), |_| false)
+            .unwrap();
         assert!(issued.token.starts_with(SECRET_PREFIX) && issued.token.len() == 69);
         let text = std::fs::read_to_string(dir.path().join(TOKENS_FILE)).unwrap();
         assert!(!text.contains(&issued.token), "the secret is not kept");
@@ -445,10 +490,16 @@ mod tests {
             ),
         ];
         for (request, expected) in cases {
-            let error = store.create(&request, "admin", |_| false).unwrap_err();
+            let error = store
+                .create(&request, ("admin", None), |_| false)
+                .unwrap_err();
             assert!(error.to_string().contains(expected), "{request:?}: {error}");
         }
-        assert!(store.create(&new("env"), "admin", |n| n == "env").is_err());
+        assert!(
+            store
+                .create(&new("env"), ("admin", None), |n| n == "env")
+                .is_err()
+        );
         assert!(store.list().is_empty());
     }
 

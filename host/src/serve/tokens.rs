@@ -55,6 +55,9 @@ struct Entry {
     /// The most operator versions it may own (those it uploaded and that exist).
     #[serde(default)]
     max_operators: Option<usize>,
+    /// The tenant it is bound to (none: the server's).
+    #[serde(default)]
+    tenant: Option<String>,
 }
 
 /// What a token may own; `None`: no limit of its own (the server's limits still apply).
@@ -77,6 +80,8 @@ pub struct Caller {
     pub scopes: Vec<Scope>,
     /// The only pipelines it may address, if narrowed.
     pub pipelines: Option<Vec<String>>,
+    /// The tenant it is bound to: it reaches only that tenant's pipelines and operators.
+    pub tenant: Option<String>,
 }
 
 /// Whether a caller may reach a route's target.
@@ -92,15 +97,29 @@ pub enum Reach {
 }
 
 impl Caller {
-    /// Whether this caller may call `method route`, whose path names `pipeline` (the
-    /// `{name}` of `/v1/pipelines/{name}/...`, if the route has one). A token narrowed to
-    /// pipelines may use their routes, list pipelines (it sees its own) and ask who it is;
-    /// nothing else: no other pipeline, no operator or token, no new pipeline (a fork).
-    pub fn reach(&self, method: &str, route: &str, pipeline: Option<&str>) -> Reach {
+    /// Whether this caller may call `method route`, whose `{name}` is `target` (if the route
+    /// has one). A tenant's token reaches only its tenant's pipelines and operators (others
+    /// are hidden; an upload is judged by its handler) and cannot set tenants. A token narrowed to pipelines may use their routes,
+    /// list pipelines (it sees its own) and ask who it is; nothing else: no other pipeline,
+    /// no operator or token, no new pipeline (a fork).
+    pub fn reach(&self, method: &str, route: &str, target: Option<&str>) -> Reach {
+        let names_pipeline = route.starts_with("/v1/pipelines/{name}");
+        if let Some(tenant) = &self.tenant {
+            // An upload names what it makes: its handler refuses a name outside the tenant
+            // with the naming rule, which says nothing of what exists.
+            let upload = method == "POST" && route == "/v1/operators/{name}/{version}";
+            let named = names_pipeline || (route.starts_with("/v1/operators/{name}") && !upload);
+            if named && !target.is_some_and(|name| super::tenants::holds(tenant, name)) {
+                return Reach::Hidden;
+            }
+            if route.starts_with("/v1/tenants") && method != "GET" {
+                return Reach::Refused;
+            }
+        }
         let Some(mine) = &self.pipelines else {
             return Reach::Allowed;
         };
-        match pipeline {
+        match target.filter(|_| names_pipeline) {
             Some(name) if !mine.iter().any(|p| p == name) => Reach::Hidden,
             _ if route.ends_with("/fork") => Reach::Refused,
             Some(_) => Reach::Allowed,
@@ -113,9 +132,18 @@ impl Caller {
 
     /// Whether the caller may see pipeline `name` (in a listing).
     pub fn sees(&self, name: &str) -> bool {
-        self.pipelines
-            .as_ref()
-            .is_none_or(|mine| mine.iter().any(|p| p == name))
+        self.sees_name(name)
+            && (self.pipelines.as_ref()).is_none_or(|mine| mine.iter().any(|p| p == name))
+    }
+
+    /// Whether the caller's tenant (if it has one) holds pipeline or operator `name`.
+    pub fn sees_name(&self, name: &str) -> bool {
+        (self.tenant.as_deref()).is_none_or(|tenant| super::tenants::holds(tenant, name))
+    }
+
+    /// Whether the caller sees what tenant `tenant` has (a token, an audit record, a metric).
+    pub fn sees_tenant(&self, tenant: Option<&str>) -> bool {
+        self.tenant.is_none() || self.tenant.as_deref() == tenant
     }
 }
 
@@ -134,6 +162,8 @@ pub struct Grant {
     pub pipelines: Option<Vec<String>>,
     /// When it stops being accepted, ms since the epoch.
     pub expires_at_ms: Option<u64>,
+    /// The tenant it is bound to.
+    pub tenant: Option<String>,
 }
 
 impl Grant {
@@ -143,6 +173,7 @@ impl Grant {
             quota: self.quota,
             scopes: self.scopes.clone(),
             pipelines: self.pipelines.clone(),
+            tenant: self.tenant.clone(),
         }
     }
 }
@@ -204,6 +235,7 @@ impl Tokens {
                     scopes: vec![scope],
                     max_pipelines: None,
                     max_operators: None,
+                    tenant: None,
                 });
             }
         }
@@ -251,6 +283,9 @@ impl Tokens {
                 max_pipelines: entry.max_pipelines,
                 max_operators: entry.max_operators,
             };
+            if let Some(tenant) = &entry.tenant {
+                super::tenants::check_name(tenant).map_err(|e| fail(format!("{name}: {e}")))?;
+            }
             tokens.fixed.push(Grant {
                 name,
                 digest,
@@ -258,6 +293,7 @@ impl Tokens {
                 quota,
                 pipelines: None,
                 expires_at_ms: None,
+                tenant: entry.tenant,
             });
         }
         Ok(tokens)
@@ -349,6 +385,7 @@ mod tests {
             scopes: scopes.to_vec(),
             max_pipelines: None,
             max_operators: None,
+            tenant: None,
         }
     }
 
@@ -407,6 +444,7 @@ mod tests {
             quota: TokenQuota::default(),
             pipelines: None,
             expires_at_ms: Some(crate::time::wall_clock_ms() - 1),
+            tenant: None,
         });
         assert_eq!(
             tokens.judge("old-token-1", Scope::Read),
@@ -421,6 +459,7 @@ mod tests {
             quota: TokenQuota::default(),
             scopes: vec![Scope::Admin],
             pipelines: Some(vec!["clicks".into()]),
+            tenant: None,
         };
         let events = "/v1/pipelines/{name}/events";
         assert_eq!(caller.reach("POST", events, Some("clicks")), Reach::Allowed);
@@ -437,5 +476,38 @@ mod tests {
             ..caller
         };
         assert_eq!(everyone.reach("POST", "/v1/tokens", None), Reach::Allowed);
+    }
+
+    #[test]
+    fn a_tenants_token_reaches_its_tenants_names_only() {
+        let caller = Caller {
+            name: "team-a-admin".into(),
+            quota: TokenQuota::default(),
+            scopes: vec![Scope::Admin],
+            pipelines: None,
+            tenant: Some("team-a".into()),
+        };
+        let status = "/v1/pipelines/{name}";
+        assert_eq!(
+            caller.reach("GET", status, Some("team-a.clicks")),
+            Reach::Allowed
+        );
+        assert_eq!(
+            caller.reach("GET", status, Some("team-b.clicks")),
+            Reach::Hidden
+        );
+        assert_eq!(caller.reach("GET", status, Some("clicks")), Reach::Hidden);
+        let version = "/v1/operators/{name}/{version}";
+        assert_eq!(
+            caller.reach("DELETE", version, Some("team-b.op")),
+            Reach::Hidden
+        );
+        assert_eq!(caller.reach("POST", "/v1/pipelines", None), Reach::Allowed);
+        assert_eq!(
+            caller.reach("PUT", "/v1/tenants/{name}", Some("team-a")),
+            Reach::Refused
+        );
+        assert!(caller.sees("team-a.x") && !caller.sees("team-b.x") && !caller.sees("x"));
+        assert!(caller.sees_tenant(Some("team-a")) && !caller.sees_tenant(None));
     }
 }

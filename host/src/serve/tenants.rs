@@ -1,0 +1,375 @@
+//! Tenants: teams sharing one server that cannot see each other. A tenant is a name; its
+//! pipelines and operators are named `<tenant>.<name>` (`team-a.clicks`), so no two tenants'
+//! names can meet and nothing needs a second namespace on disk. A token bound to a tenant
+//! reaches only names in it (others answer `404`, as if they did not exist: see
+//! `tokens::Caller::reach`); a token bound to none is the server's.
+//!
+//! Each tenant has quotas, set by a server admin (`PUT /v1/tenants/{name}`) and kept in
+//! `tenants.json` in the data directory; a tenant nobody set has [`TenantQuota::default`]. They
+//! count its pipelines and operator versions, and bound what each of its pipelines may ask
+//! for: a spec asking for more CPU, memory, state or ingest rate than the tenant's is refused
+//! with the limit, and one that asks for none gets the tenant's ([`bound_spec`]).
+//!
+//! Depends on `fsutil`, `spec` and `time`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use super::{RequestError, ServeError};
+use crate::spec::{PipelineSpec, SourceSpec};
+
+/// The file, in the data directory.
+pub const TENANTS_FILE: &str = "tenants.json";
+/// The longest tenant name.
+pub const MAX_TENANT_LEN: usize = 32;
+/// The most tenants with quotas of their own.
+pub const MAX_TENANTS: usize = 1_000;
+
+/// Checks a tenant's name: 1-32 ASCII letters, digits, `-` or `_`, starting with a letter or
+/// digit (no `.`: it ends the tenant's part of a name).
+pub fn check_name(name: &str) -> Result<(), RequestError> {
+    let bytes = name.as_bytes();
+    let ok = !bytes.is_empty()
+        && bytes.len() <= MAX_TENANT_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && (bytes.iter()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+    if ok {
+        return Ok(());
+    }
+    Err(RequestError::Invalid(format!(
+        "tenant {name:?}: 1-{MAX_TENANT_LEN} ASCII letters, digits, '-' or '_', starting with a \
+         letter or digit"
+    )))
+}
+
+/// Whether pipeline or operator `name` belongs to `tenant` (it is `<tenant>.<something>`).
+pub fn holds(tenant: &str, name: &str) -> bool {
+    name.strip_prefix(tenant)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .is_some_and(|rest| !rest.is_empty())
+}
+
+/// The tenant a pipeline or operator name belongs to, if it has a tenant's form.
+pub fn of(name: &str) -> Option<&str> {
+    let (tenant, rest) = name.split_once('.')?;
+    (check_name(tenant).is_ok() && !rest.is_empty()).then_some(tenant)
+}
+
+/// Refuses `name` (of a `what`: "pipeline", "operator") for a caller of `tenant`.
+pub fn check_holds(tenant: &str, what: &str, name: &str) -> Result<(), RequestError> {
+    if holds(tenant, name) {
+        return Ok(());
+    }
+    Err(RequestError::Invalid(format!(
+        "{what} {name:?}: tenant {tenant:?} names its {what}s \"{tenant}.<name>\""
+    )))
+}
+
+/// What a tenant may have and ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantQuota {
+    /// Pipelines.
+    pub max_pipelines: usize,
+    /// Operator versions.
+    pub max_operators: usize,
+    /// Cores each pipeline's operators may use (`sandbox.cpu`).
+    pub cpu: f64,
+    /// Bytes of memory all of each pipeline's instances may hold (`sandbox.total_memory`).
+    pub total_memory: u64,
+    /// Bytes of state each pipeline may keep (`state.max_bytes`).
+    pub state_bytes: u64,
+    /// Events per second each pipeline fed over HTTP may take
+    /// (`source.max_events_per_second`).
+    pub max_events_per_second: u64,
+}
+
+impl Default for TenantQuota {
+    fn default() -> Self {
+        TenantQuota {
+            max_pipelines: 20,
+            max_operators: 100,
+            cpu: 1.0,
+            total_memory: 1 << 30,
+            state_bytes: 1 << 30,
+            max_events_per_second: 100_000,
+        }
+    }
+}
+
+impl TenantQuota {
+    /// Checks a quota an admin sets, in one place.
+    fn check(&self) -> Result<(), RequestError> {
+        let invalid = |message: &str| Err(RequestError::Invalid(message.to_owned()));
+        if self.max_pipelines > 100_000 || self.max_operators > 1_000_000 {
+            return invalid("max_pipelines is at most 100000 and max_operators 1000000");
+        }
+        if !(0.01..=1024.0).contains(&self.cpu) {
+            return invalid("cpu is 0.01 to 1024 cores per pipeline");
+        }
+        if !(1 << 20..=16 << 30).contains(&self.total_memory) {
+            return invalid("total_memory is 1 MiB to 16 GiB per pipeline, in bytes");
+        }
+        if self.state_bytes == 0 || self.max_events_per_second == 0 {
+            return invalid("state_bytes and max_events_per_second are at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The tenants' quotas.
+#[derive(Debug, Default)]
+pub struct TenantStore {
+    path: Option<PathBuf>,
+    set: RwLock<BTreeMap<String, TenantQuota>>,
+    changing: Mutex<()>,
+}
+
+impl TenantStore {
+    /// The quotas kept in data directory `dir`.
+    pub fn open(dir: &Path) -> Result<TenantStore, ServeError> {
+        let path = dir.join(TENANTS_FILE);
+        let set: BTreeMap<String, TenantQuota> = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                ServeError::Tenants(format!(
+                    "{}: {e}; restore it, or delete it to give every tenant the default quotas",
+                    path.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(ServeError::Tenants(format!("{}: {e}", path.display()))),
+        };
+        for (name, quota) in &set {
+            check_name(name)
+                .and_then(|()| quota.check())
+                .map_err(|e| ServeError::Tenants(format!("{}: {e}", path.display())))?;
+        }
+        Ok(TenantStore {
+            path: Some(path),
+            set: RwLock::new(set),
+            changing: Mutex::new(()),
+        })
+    }
+
+    /// Tenant `name`'s quota: the one set, or the default.
+    pub fn quota(&self, name: &str) -> TenantQuota {
+        let set = self.set.read().expect("tenants lock");
+        set.get(name).copied().unwrap_or_default()
+    }
+
+    /// The tenants whose quotas were set.
+    pub fn list(&self) -> BTreeMap<String, TenantQuota> {
+        self.set.read().expect("tenants lock").clone()
+    }
+
+    /// Sets tenant `name`'s quota, durably, before it applies.
+    pub fn set(&self, name: &str, quota: TenantQuota) -> Result<(), RequestError> {
+        check_name(name)?;
+        quota.check()?;
+        let Some(path) = &self.path else {
+            return Err(RequestError::Internal(
+                "no data directory for tenants".into(),
+            ));
+        };
+        let _turn = self.changing.lock().expect("tenants change lock");
+        let mut set = self.list();
+        if !set.contains_key(name) && set.len() >= MAX_TENANTS {
+            return Err(RequestError::Conflict(format!(
+                "{MAX_TENANTS} tenants have quotas of their own already"
+            )));
+        }
+        set.insert(name.to_owned(), quota);
+        let text = serde_json::to_vec_pretty(&set).expect("quotas serialise");
+        crate::fsutil::write_atomic(path, &text).map_err(RequestError::from_io)?;
+        *self.set.write().expect("tenants lock") = set;
+        Ok(())
+    }
+}
+
+/// Holds a tenant's pipeline spec to its quota: a limit the spec asks more than is refused
+/// with the tenant's; one it leaves out is written into `json` as the tenant's. Returns
+/// whether `json` changed (then it is checked again).
+pub fn bound_spec(
+    json: &mut serde_json::Value,
+    spec: &PipelineSpec,
+    tenant: &str,
+    quota: &TenantQuota,
+) -> Result<bool, RequestError> {
+    let over = |field: &str, asked: String, allowed: String| {
+        Err(RequestError::Invalid(format!(
+            "{field} asks for {asked}; tenant {tenant:?} allows at most {allowed} per pipeline \
+             (a server admin sets it: PUT /v1/tenants/{tenant})"
+        )))
+    };
+    let mut set = Vec::new();
+    let cpu_millis = (quota.cpu * 1000.0).round() as u32;
+    match spec.sandbox.cpu_millicores {
+        None => set.push(("sandbox", "cpu", serde_json::json!(quota.cpu))),
+        Some(asked) if asked > cpu_millis => {
+            return over(
+                "sandbox.cpu",
+                format!("{} cores", f64::from(asked) / 1000.0),
+                format!("{}", quota.cpu),
+            );
+        }
+        Some(_) => {}
+    }
+    match spec.sandbox.total_memory {
+        None => set.push((
+            "sandbox",
+            "total_memory",
+            serde_json::json!(quota.total_memory),
+        )),
+        Some(asked) if asked as u64 > quota.total_memory => {
+            return over(
+                "sandbox.total_memory",
+                format!("{asked} bytes"),
+                format!("{} bytes", quota.total_memory),
+            );
+        }
+        Some(_) => {}
+    }
+    match spec.state_quota.max_bytes {
+        None => set.push(("state", "max_bytes", serde_json::json!(quota.state_bytes))),
+        Some(asked) if asked > quota.state_bytes => {
+            return over(
+                "state.max_bytes",
+                format!("{asked} bytes"),
+                format!("{} bytes", quota.state_bytes),
+            );
+        }
+        Some(_) => {}
+    }
+    if matches!(spec.source, SourceSpec::Http(_)) {
+        let rate = quota.max_events_per_second;
+        match spec.max_rate {
+            None => set.push(("source", "max_events_per_second", serde_json::json!(rate))),
+            Some(asked) if asked > rate => {
+                return over(
+                    "source.max_events_per_second",
+                    asked.to_string(),
+                    rate.to_string(),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    let changed = !set.is_empty();
+    for (table, field, value) in set {
+        let Some(object) = json.as_object_mut() else {
+            return Err(RequestError::Invalid(
+                "the spec is not a JSON object".into(),
+            ));
+        };
+        let table = object.entry(table).or_insert_with(|| serde_json::json!({}));
+        let Some(table) = table.as_object_mut() else {
+            return Err(RequestError::Invalid(format!(
+                "{field}: its table is not a JSON object"
+            )));
+        };
+        table.insert(field.to_owned(), value);
+    }
+    Ok(changed)
+}
+
+/// Prometheus text `text` with a `tenant` label on every sample of a pipeline that belongs to
+/// one; with `only`, the samples of tenant `only`'s pipelines alone (and the comment lines).
+pub fn label_metrics(text: &str, only: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for line in text.lines() {
+        let tenant = match line.starts_with('#') {
+            true => None,
+            false => pipeline_label(line).and_then(of),
+        };
+        if only.is_some() && !line.starts_with('#') && tenant != only {
+            continue;
+        }
+        match (tenant, line.find('{')) {
+            (Some(tenant), Some(at)) => {
+                out.push_str(&line[..=at]);
+                out.push_str(&format!("tenant=\"{tenant}\","));
+                out.push_str(&line[at + 1..]);
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The value of a sample line's `pipeline` label.
+fn pipeline_label(line: &str) -> Option<&str> {
+    let labels = &line[line.find('{')?..line.find('}')?];
+    let start = labels.find("pipeline=\"")? + "pipeline=\"".len();
+    let value = &labels[start..];
+    Some(&value[..value.find('"')?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_belong_to_the_tenant_they_start_with() {
+        assert!(holds("team-a", "team-a.clicks"));
+        assert!(!holds("team-a", "team-a."));
+        assert!(!holds("team-a", "team-ab.clicks"));
+        assert!(!holds("team-a", "clicks"));
+        assert_eq!(of("team-a.clicks"), Some("team-a"));
+        assert_eq!(of("clicks"), None);
+        for bad in ["", "a.b", "-a", &"a".repeat(33), "a b"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn quotas_are_kept_checked_and_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TenantStore::open(dir.path()).unwrap();
+        assert_eq!(store.quota("team-a"), TenantQuota::default());
+        let small = TenantQuota {
+            max_pipelines: 1,
+            ..TenantQuota::default()
+        };
+        store.set("team-a", small).unwrap();
+        assert_eq!(
+            TenantStore::open(dir.path()).unwrap().quota("team-a"),
+            small
+        );
+        let bad = TenantQuota {
+            cpu: 0.0,
+            ..TenantQuota::default()
+        };
+        assert!(store.set("team-b", bad).is_err());
+        assert!(store.set("a.b", small).is_err());
+    }
+
+    #[test]
+    fn metrics_get_a_tenant_label_and_a_tenant_sees_its_own() {
+        let text = "# TYPE weir_events_in_total counter\n\
+            weir_events_in_total{pipeline=\"team-a.clicks\"} 5\n\
+            weir_events_in_total{pipeline=\"team-b.clicks\"} 7\n\
+            weir_events_in_total{pipeline=\"clicks\"} 9\n\
+            weir_uploads_total 2\n";
+        let labelled = label_metrics(text, None);
+        assert!(
+            labelled.contains("{tenant=\"team-a\",pipeline=\"team-a.clicks\"} 5"),
+            "{labelled}"
+        );
+        assert!(
+            labelled.contains("{pipeline=\"clicks\"} 9") && labelled.contains("uploads_total 2")
+        );
+        let own = label_metrics(text, Some("team-a"));
+        assert!(
+            own.contains("team-a.clicks") && !own.contains("team-b") && !own.contains(" 9"),
+            "{own}"
+        );
+        assert!(
+            !own.contains("uploads_total") && own.contains("# TYPE"),
+            "{own}"
+        );
+    }
+}

@@ -178,3 +178,57 @@ fn hangup(server: &Server) {
         .unwrap();
     assert!(status.success());
 }
+
+/// `weir run --metrics-listen ... --tls-cert ... --tls-key ...` serves its metrics over HTTPS
+/// (as `weir worker` does, with the same options): a client trusting the authority gets them,
+/// one that does not and one speaking plain HTTP get nothing.
+#[test]
+fn weir_run_serves_its_metrics_over_https() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path());
+    std::fs::write(
+        dir.path().join("stdin.toml"),
+        "name = \"piped\"\n[source]\ntype = \"stdin\"\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
+         [window]\ntype = \"tumbling\"\nsize = 10\n\
+         [[operators]]\nname = \"count-sum\"\nkind = \"aggregate\"\nnative = \"count-sum\"\n\
+         [state]\nbackend = \"memory\"\n[sinks]\nresults = \"out.jsonl\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "run",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &cert,
+        ])
+        .args(["--tls-key", &key])
+        .arg(dir.path().join("stdin.toml"))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("metrics on ") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "no metrics address"
+        );
+    }
+    let address = (line.split("metrics on https://").nth(1))
+        .and_then(|rest| rest.split("/metrics").next())
+        .unwrap_or_else(|| panic!("not HTTPS: {line}"))
+        .to_owned();
+    assert_eq!(curl(&address, "/metrics", Some(&ca)), Some(200));
+    assert_eq!(
+        curl(&address, "/metrics", None),
+        None,
+        "an untrusted certificate"
+    );
+    assert_eq!(curl_url(&format!("http://{address}/metrics"), None), None);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -234,8 +234,11 @@ async fn metrics(
 
 /// `weir run --metrics-listen`: serves `GET /metrics` (Prometheus, no token: bind it where
 /// only the scraper can reach it) on `address` from a thread of its own, for the life of the
-/// process. Returns the address it listens on.
-pub fn spawn_metrics_endpoint(address: SocketAddr) -> Result<SocketAddr, std::io::Error> {
+/// process, over HTTPS with `tls`. Returns the address it listens on.
+pub fn spawn_metrics_endpoint(
+    address: SocketAddr,
+    tls: Option<Arc<Tls>>,
+) -> Result<SocketAddr, std::io::Error> {
     let handle = crate::serve::metrics_handle();
     let listener = std::net::TcpListener::bind(address)?;
     listener.set_nonblocking(true)?;
@@ -264,7 +267,7 @@ pub fn spawn_metrics_endpoint(address: SocketAddr) -> Result<SocketAddr, std::io
                     ..ConnectionLimits::default()
                 };
                 let listener = GuardedListener::new(listener, limits);
-                serve_connections(listener, app, (limits, None), std::future::pending()).await;
+                serve_connections(listener, app, (limits, tls), std::future::pending()).await;
             })
         })?;
     Ok(bound)

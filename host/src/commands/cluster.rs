@@ -4,10 +4,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Subcommand;
 
-use super::{NatsAuthArgs, on_signals};
+use super::{MetricsArgs, NatsAuthArgs, on_signals};
 
 /// The options of `weir cluster`.
 #[derive(Debug, clap::Args)]
@@ -120,10 +119,9 @@ pub(crate) struct WorkerArgs {
     /// Where to keep local state and components.
     #[arg(long, default_value = "weir-worker")]
     dir: PathBuf,
-    /// Serve Prometheus metrics at http://ADDR/metrics (no token: bind it where only the
-    /// scraper can reach it, e.g. 127.0.0.1:9464).
-    #[arg(long)]
-    metrics_listen: Option<std::net::SocketAddr>,
+    /// Prometheus metrics.
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 pub(crate) fn cluster(args: ClusterArgs) -> anyhow::Result<()> {
@@ -196,11 +194,7 @@ pub(crate) fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         id: args.id,
         dir: args.dir,
     })?;
-    if let Some(address) = args.metrics_listen {
-        let bound = weir::api::spawn_metrics_endpoint(address)
-            .with_context(|| format!("--metrics-listen {address}"))?;
-        eprintln!("weir: metrics on http://{bound}/metrics");
-    }
+    args.metrics.start()?;
     eprintln!("weir: worker {} started", worker.id());
     let stop = worker.stopper();
     on_signals(move || stop.store(true, std::sync::atomic::Ordering::SeqCst))?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::{NatsAuthArgs, stop_on_signals};
+use super::{MetricsArgs, NatsAuthArgs, stop_on_signals};
 
 /// The options of `weir run`.
 #[derive(Debug, clap::Args)]
@@ -29,10 +29,9 @@ pub(crate) struct RunArgs {
     /// Discard any checkpoint in the data directory and start from the beginning.
     #[arg(long)]
     fresh: bool,
-    /// Serve Prometheus metrics at http://ADDR/metrics while the pipeline runs (no token: bind
-    /// it where only the scraper can reach it, e.g. 127.0.0.1:9464).
-    #[arg(long)]
-    metrics_listen: Option<std::net::SocketAddr>,
+    /// Prometheus metrics while the pipeline runs.
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 /// `weir run`: one pipeline over its input to the end.
@@ -43,7 +42,7 @@ pub(crate) fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
         batch_size,
         checkpoint_interval,
         fresh,
-        metrics_listen,
+        metrics,
         auth,
     } = args;
     auth.install()?;
@@ -75,11 +74,7 @@ pub(crate) fn run_pipeline(args: RunArgs) -> anyhow::Result<()> {
             ),
         };
     }
-    if let Some(address) = metrics_listen {
-        let bound = weir::api::spawn_metrics_endpoint(address)
-            .with_context(|| format!("--metrics-listen {address}"))?;
-        eprintln!("weir: metrics on http://{bound}/metrics");
-    }
+    metrics.start()?;
     let control = weir::pipeline::standalone_control(&pipeline.name);
     stop_on_signals(control.clone())?;
     let progress = std::io::stderr()

@@ -263,9 +263,12 @@ fn served_specs_name_only_what_the_server_provides() {
 #[test]
 fn every_route_answers_by_its_scope() {
     let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.json");
+    let deploy = json!([{"name": "ci", "token": "deploy-secret-1", "scopes": ["deploy"]}]);
+    std::fs::write(&tokens, deploy.to_string()).unwrap();
     let server = Server::start_env(
         dir.path(),
-        &[],
+        &["--tokens", tokens.to_str().unwrap()],
         &[
             ("WEIR_METRICS_TOKEN", "metrics-secret"),
             ("WEIR_READ_TOKEN", "read-secret-1"),
@@ -307,6 +310,7 @@ fn every_route_answers_by_its_scope() {
                     let ingest = call(Some(INGEST));
                     let metrics = call(Some("metrics-secret"));
                     let read = call(Some("read-secret-1"));
+                    let deploy = call(Some("deploy-secret-1"));
                     let admin = call(Some(ADMIN));
                     assert!(
                         admin != 401 && admin != 403,
@@ -321,6 +325,12 @@ fn every_route_answers_by_its_scope() {
                     match scope {
                         "read" => assert!(read != 401 && read != 403, "{what}: {read}"),
                         _ => assert_eq!(read, 403, "{what} with the read token"),
+                    }
+                    match scope {
+                        "read" | "deploy" => {
+                            assert!(deploy != 401 && deploy != 403, "{what}: {deploy}")
+                        }
+                        _ => assert_eq!(deploy, 403, "{what} with the deploy token"),
                     }
                     match scope {
                         "metrics" => assert!(metrics != 401 && metrics != 403, "{what}: {metrics}"),
@@ -348,30 +358,30 @@ fn every_route_answers_by_its_scope() {
         ("get", "/v1/tenants", Some("admin")),
         ("put", "/v1/tenants/{name}", Some("admin")),
         ("get", "/v1/operators", Some("read")),
-        ("post", "/v1/operators/{name}/{version}", Some("admin")),
+        ("post", "/v1/operators/{name}/{version}", Some("deploy")),
         ("get", "/v1/operators/{name}/{version}", Some("read")),
         ("delete", "/v1/operators/{name}/{version}", Some("admin")),
         ("get", "/v1/pipelines", Some("read")),
-        ("post", "/v1/pipelines", Some("admin")),
+        ("post", "/v1/pipelines", Some("deploy")),
         ("get", "/v1/pipelines/{name}", Some("read")),
         ("get", "/v1/pipelines/{name}/spec", Some("read")),
         ("get", "/v1/pipelines/{name}/dead-letters", Some("read")),
         ("delete", "/v1/pipelines/{name}", Some("admin")),
-        ("post", "/v1/pipelines/{name}/start", Some("admin")),
-        ("post", "/v1/pipelines/{name}/stop", Some("admin")),
+        ("post", "/v1/pipelines/{name}/start", Some("deploy")),
+        ("post", "/v1/pipelines/{name}/stop", Some("deploy")),
         ("post", "/v1/pipelines/{name}/events", Some("ingest")),
         ("get", "/v1/pipelines/{name}/results", Some("read")),
-        ("post", "/v1/pipelines/{name}/rollout", Some("admin")),
-        ("post", "/v1/pipelines/{name}/rollback", Some("admin")),
-        ("post", "/v1/pipelines/{name}/promote", Some("admin")),
-        ("post", "/v1/pipelines/{name}/replay", Some("admin")),
-        ("post", "/v1/pipelines/{name}/repro", Some("admin")),
+        ("post", "/v1/pipelines/{name}/rollout", Some("deploy")),
+        ("post", "/v1/pipelines/{name}/rollback", Some("deploy")),
+        ("post", "/v1/pipelines/{name}/promote", Some("deploy")),
+        ("post", "/v1/pipelines/{name}/replay", Some("deploy")),
+        ("post", "/v1/pipelines/{name}/repro", Some("deploy")),
         (
             "post",
             "/v1/pipelines/{name}/quarantine/redrive",
-            Some("admin"),
+            Some("deploy"),
         ),
-        ("post", "/v1/pipelines/{name}/savepoints", Some("admin")),
+        ("post", "/v1/pipelines/{name}/savepoints", Some("deploy")),
         ("get", "/v1/pipelines/{name}/savepoints", Some("read")),
         (
             "delete",
@@ -381,7 +391,7 @@ fn every_route_answers_by_its_scope() {
         (
             "post",
             "/v1/pipelines/{name}/savepoints/{savepoint}/fork",
-            Some("admin"),
+            Some("deploy"),
         ),
     ];
     assert_eq!(checked, expected.len(), "routes in the document: {checked}");

@@ -119,7 +119,7 @@ fn tokens_made_over_the_api_work_at_once_and_survive_a_sigkill_as_digests() {
     drop(server);
     let mut server = Server::start(dir.path());
     server.expect("after a SIGKILL", ingest(&server, "clicks", &producer), 202);
-    for file in ["tokens.json", "audit.jsonl"] {
+    for file in ["api-tokens.json", "audit.jsonl"] {
         let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
         assert!(!text.contains(&producer), "the secret is in {file}");
     }

@@ -11,6 +11,7 @@ use crate::serve::Scope;
 fn scope_name(scope: Scope) -> &'static str {
     match scope {
         Scope::Admin => "admin",
+        Scope::Deploy => "deploy",
         Scope::Ingest => "ingest",
         Scope::Metrics => "metrics",
         Scope::Read => "read",

@@ -34,8 +34,10 @@ pub struct Route {
 }
 
 const ADMIN: Access = Access::Token(Scope::Admin);
-/// Reading: admin, read and ingest tokens.
+/// Reading: admin, deploy, read and ingest tokens.
 const READ: Access = Access::Token(Scope::Read);
+/// Making and changing: admin and deploy tokens.
+const DEPLOY: Access = Access::Token(Scope::Deploy);
 
 /// Answers every token-checked route can give, besides its own.
 pub const AUTH_RESPONSES: &[(u16, &str)] = &[
@@ -100,7 +102,7 @@ pub const ROUTES: &[Route] = &[
         [(200, "the tenant's quota"), (400, "a bad name or quota"), (403, "a tenant's token"), (409, "1,000 tenants have quotas already"), (507, "the disk is full")]),
     route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),
-    route!(POST "/v1/operators/{name}/{version}", ADMIN, "Upload a component (body: its bytes); with ?verify=<pipeline>:<savepoint> its migrate first converts every state of that savepoint another version wrote, and the first it cannot is the 400's counterexample; with ?verify=examples the examples it carries (weir build embeds them) run first, and the first that does not hold is the 400's",
+    route!(POST "/v1/operators/{name}/{version}", DEPLOY, "Upload a component (body: its bytes); with ?verify=<pipeline>:<savepoint> its migrate first converts every state of that savepoint another version wrote, and the first it cannot is the 400's counterexample; with ?verify=examples the examples it carries (weir build embeds them) run first, and the first that does not hold is the 400's",
         [(201, "the version (with `verified`: the dry run's scopes, when asked)"), (400, "not a Weir component, a bad name, or its migrate failed on the savepoint (the counterexample)"), (404, "the pipeline or savepoint to verify against is unknown"), (429, "a replay or another dry run is running"), (409, "version exists, or was deleted with other bytes (versions never change)"), (413, "too large"), (507, "the disk is full")]),
     route!(GET "/v1/operators/{name}/{version}", READ, "One version",
         [(200, "the version"), (404, "unknown")]),
@@ -108,7 +110,7 @@ pub const ROUTES: &[Route] = &[
         [(204, "deleted"), (404, "unknown"), (409, "in use by a pipeline (live or candidate)")]),
     route!(GET "/v1/pipelines", READ, "List pipelines with status (damaged ones as failed, with the reason)",
         [(200, "statuses")]),
-    route!(POST "/v1/pipelines", ADMIN, "Create a pipeline from a JSON spec",
+    route!(POST "/v1/pipelines", DEPLOY, "Create a pipeline from a JSON spec",
         [(201, "status"), (400, "invalid spec (the reason names the field)"), (409, "name taken"), (413, "too large"), (507, "the disk is full")]),
     route!(GET "/v1/pipelines/{name}", READ, "Pipeline status",
         [(200, "status"), (404, "unknown")]),
@@ -118,33 +120,33 @@ pub const ROUTES: &[Route] = &[
         [(200, "[{line, raw, reason, cause}]"), (400, "a bad limit"), (404, "unknown"), (409, "the dead letters do not go to a file")]),
     route!(DELETE "/v1/pipelines/{name}", ADMIN, "Stop and delete a pipeline with all its files",
         [(204, "deleted"), (404, "unknown"), (409, "still stopping: try again")]),
-    route!(POST "/v1/pipelines/{name}/start", ADMIN, "Start (resumes from the last checkpoint)",
+    route!(POST "/v1/pipelines/{name}/start", DEPLOY, "Start (resumes from the last checkpoint)",
         [(200, "status"), (404, "unknown"), (409, "damaged, or still stopping")]),
-    route!(POST "/v1/pipelines/{name}/stop", ADMIN, "Stop after a final checkpoint",
+    route!(POST "/v1/pipelines/{name}/stop", DEPLOY, "Stop after a final checkpoint",
         [(200, "stopped"), (202, "stopping: the pipeline is busy and stops in the background"), (404, "unknown"), (409, "damaged")]),
     route!(POST "/v1/pipelines/{name}/events", Access::Token(Scope::Ingest), "Send events: JSON Lines or a JSON array; durable before 202",
         [(202, "{\"accepted\": n}"), (400, "the body is not UTF-8 or not a JSON array"), (404, "unknown"), (409, "not running, or no HTTP source"), (413, "too large, or more than 100,000 events"), (429, "the pipeline handles 8 ingest requests already: retry after Retry-After"), (507, "the disk is full: nothing of the batch was kept")]),
     route!(GET "/v1/pipelines/{name}/results", READ, "Result records as Server-Sent Events (id: byte offset; resumes after Last-Event-ID)",
         [(200, "text/event-stream"), (400, "Last-Event-ID is not a number, or not where a record ends"), (404, "unknown"), (409, "the results do not go to a file, so they cannot be resumed")]),
-    route!(POST "/v1/pipelines/{name}/rollout", ADMIN, "Roll out a version: {version, percent | steps+every, shadow, policy}",
+    route!(POST "/v1/pipelines/{name}/rollout", DEPLOY, "Roll out a version: {version, percent | steps+every, shadow, policy}",
         [(200, "status"), (400, "invalid request"), (404, "unknown"), (409, "damaged")]),
-    route!(POST "/v1/pipelines/{name}/rollback", ADMIN, "Roll back: every key to the live version",
+    route!(POST "/v1/pipelines/{name}/rollback", DEPLOY, "Roll back: every key to the live version",
         [(200, "status"), (404, "unknown"), (409, "no rollout")]),
-    route!(POST "/v1/pipelines/{name}/promote", ADMIN, "Promote the candidate: it becomes the live version at the next barrier",
+    route!(POST "/v1/pipelines/{name}/promote", DEPLOY, "Promote the candidate: it becomes the live version at the next barrier",
         [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
-    route!(POST "/v1/pipelines/{name}/savepoints", ADMIN, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
+    route!(POST "/v1/pipelines/{name}/savepoints", DEPLOY, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
         [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped or failed first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full: answered at once")]),
-    route!(POST "/v1/pipelines/{name}/replay", ADMIN, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
+    route!(POST "/v1/pipelines/{name}/replay", DEPLOY, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
         [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, the log before the start was truncated (replay from a savepoint), the savepoint is damaged, or the pipeline was deleted during the replay"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
-    route!(POST "/v1/pipelines/{name}/repro", ADMIN, "A repro bundle for a row: {row: a result, shadow result, replay row or dead letter, versions: [live, candidate] (default: the live one and the row's own, or the rollout's candidate)}; the key's events in that window from the ingest log and what each version gives for them alone",
+    route!(POST "/v1/pipelines/{name}/repro", DEPLOY, "A repro bundle for a row: {row: a result, shadow result, replay row or dead letter, versions: [live, candidate] (default: the live one and the row's own, or the rollout's candidate)}; the key's events in that window from the ingest log and what each version gives for them alone",
         [(200, "the bundle"), (400, "a row that names no window (a late event, an input dead letter), a bad key or version"), (404, "unknown pipeline or version, or no event of the key in the window in the log"), (409, "both versions give the same, no single keyed aggregate fed from the ingest log, or the log before the window was truncated"), (413, "more than 10,000 events in the window"), (429, "a replay or another sandboxed run is running")]),
-    route!(POST "/v1/pipelines/{name}/quarantine/redrive", ADMIN, "Re-drive parked keys (a pipeline with a quarantine): {keys: [...]}, or {} for every parked key; their parked events go through the version now serving them, in order, exactly once",
+    route!(POST "/v1/pipelines/{name}/quarantine/redrive", DEPLOY, "Re-drive parked keys (a pipeline with a quarantine): {keys: [...]}, or {} for every parked key; their parked events go through the version now serving them, in order, exactly once",
         [(202, "the re-drive is in the ingest log: {redriving}"), (400, "a bad key list"), (404, "unknown pipeline"), (409, "no quarantine, a NATS-fed or worker pipeline, or deleted"), (507, "the disk is full")]),
     route!(GET "/v1/pipelines/{name}/savepoints", READ, "List the pipeline's savepoints",
         [(200, "savepoints, then those that cannot be read as {name, damaged}"), (404, "unknown pipeline")]),
     route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",
         [(204, "deleted"), (404, "unknown")]),
-    route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", ADMIN, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped",
+    route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", DEPLOY, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped",
         [(201, "the new pipeline's status"), (400, "invalid spec, or another key, window or chain than the savepoint's"), (404, "unknown pipeline or savepoint"), (409, "name taken, or the savepoint is damaged"), (507, "the disk is full")]),
 ];
 

@@ -24,7 +24,7 @@ enum TokenAction {
     Create {
         /// Its name (what it owns and does is recorded under it).
         name: String,
-        /// A scope: admin, ingest, read or metrics (repeat for more).
+        /// A scope: admin, deploy, ingest, read or metrics (repeat for more).
         #[arg(long = "scope", required = true)]
         scopes: Vec<String>,
         /// Narrow it to this pipeline (repeat for more); it then sees no other.

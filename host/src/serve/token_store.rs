@@ -1,7 +1,8 @@
 //! Tokens made over the API: created, listed, revoked and rotated by an admin while the server
-//! runs, effective at once, and kept in `tokens.json` in the data directory as SHA-256 digests
-//! of their secrets (a secret is shown once, in the answer that makes it; the file, the list
-//! and the audit log never hold it). Each secret is 32 bytes from the operating system's
+//! runs, effective at once, and kept in `api-tokens.json` in the data directory (not
+//! `tokens.json`, the name a `--tokens` file often has) as SHA-256 digests of their secrets (a
+//! secret is shown once, in the answer that makes it; the file, the list and the audit log
+//! never hold it). Each secret is 32 bytes from the operating system's
 //! random source, so its plain digest is as hard to reverse as the secret is to guess.
 //!
 //! A change is written (atomically, synced) before it takes effect and before it is answered,
@@ -23,7 +24,7 @@ use super::tokens::{Grant, Scope, TokenQuota};
 use super::{RequestError, ServeError};
 
 /// The file, in the data directory.
-pub const TOKENS_FILE: &str = "tokens.json";
+pub const TOKENS_FILE: &str = "api-tokens.json";
 /// The most tokens made over the API that a server keeps.
 pub const MAX_TOKENS: usize = 1_000;
 /// The most pipelines a token may be narrowed to.
@@ -68,7 +69,7 @@ impl NewToken {
         let invalid = |message: String| Err(RequestError::Invalid(message));
         if self.scopes.is_empty() {
             return invalid(
-                "a token needs at least one scope (admin, ingest, read, metrics)".into(),
+                "a token needs at least one scope (admin, deploy, ingest, read, metrics)".into(),
             );
         }
         if let Some(pipelines) = &self.pipelines {

@@ -23,6 +23,10 @@ use super::token_store::TokenStore;
 pub enum Scope {
     /// Everything: operators, pipelines, rollouts, result streams, ingest and metrics.
     Admin,
+    /// Making and changing operators and pipelines (uploads, creates, starts and stops,
+    /// rollouts, savepoints, forks, replays); also what `read` allows. Not deleting, not
+    /// tokens, tenants or the audit log: a CI pipeline's token.
+    Deploy,
     /// Sending events; also what `read` allows (a producer may watch what it feeds).
     Ingest,
     /// Reading `/metrics`.
@@ -37,7 +41,8 @@ impl Scope {
     fn granted_by(self, scopes: &[Scope]) -> bool {
         scopes.contains(&self)
             || scopes.contains(&Scope::Admin)
-            || (self == Scope::Read && scopes.contains(&Scope::Ingest))
+            || (self == Scope::Read
+                && (scopes.contains(&Scope::Ingest) || scopes.contains(&Scope::Deploy)))
     }
 }
 

@@ -78,6 +78,8 @@ function esc(value) {
 
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
 const isAdmin = () => Boolean(state.who && state.who.scopes.includes("admin"));
+// Making and changing pipelines and operators: an admin or a deploy token (deleting is admin's).
+const canDeploy = () => isAdmin() || Boolean(state.who && state.who.scopes.includes("deploy"));
 const isAbort = (e) => Boolean(e && e.name === "AbortError");
 const current = (view) => state.view === view;
 const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
@@ -404,7 +406,7 @@ function renderChrome() {
         <button type="button" id="sign-out" class="small">Sign out</button>
       </div>
     </div>
-    ${isAdmin() ? "" : `<div id="read-only" class="read-only" role="note">${esc(READ_ONLY_TEXT)}</div>`}`;
+    ${canDeploy() ? "" : `<div id="read-only" class="read-only" role="note">${esc(READ_ONLY_TEXT)}</div>`}`;
   top.hidden = false;
   $("sign-out").addEventListener("click", () => signOut());
 }
@@ -510,7 +512,7 @@ function enterNotFound() {
 function enterList() {
   const view = newView("list", { previous: null });
   document.title = "Pipelines · Weir";
-  const admin = isAdmin();
+  const admin = canDeploy();
   $("main").innerHTML = `
     <div class="page-head">
       <h1 tabindex="-1">Pipelines</h1>
@@ -546,7 +548,7 @@ async function pollList(view) {
   view.previous = { at, events: new Map(pipelines.map((p) => [p.name, num(p.events_in)])) };
   const rows = [...pipelines].sort(byName).map((p) => pipelineRowHTML(p, listRate(previous, p, at)));
   const empty = `<tr><td colspan="7" class="empty">No pipelines yet.${
-    isAdmin() ? " Create one with “New pipeline”." : ""}</td></tr>`;
+    canDeploy() ? " Create one with “New pipeline”." : ""}</td></tr>`;
   replaceHTML(view, $("pipelines-body"), rows.length ? rows.join("") : empty);
 }
 
@@ -663,17 +665,17 @@ function enterPipeline(name) {
   });
   document.title = `${name} · Weir`;
   $("main").innerHTML = pipelinePageHTML(name);
-  if (isAdmin()) wirePipelineActions(view);
+  if (canDeploy()) wirePipelineActions(view);
   renderCharts(view);
   view.refresh = every(view, POLL_MS, "poll:status", () => pollStatus(view));
   every(view, DEAD_LETTERS_MS, "poll:dead-letters", () => pollDeadLetters(view));
-  if (isAdmin()) view.refreshOperators = every(view, OPERATORS_MS, "poll:operators", () => pollRegistry(view));
+  if (canDeploy()) view.refreshOperators = every(view, OPERATORS_MS, "poll:operators", () => pollRegistry(view));
   loadSpec(view);
   tailResults(view);
 }
 
 function pipelinePageHTML(name) {
-  const admin = isAdmin();
+  const admin = canDeploy();
   return `
     <nav class="crumbs" aria-label="Breadcrumb"><a href="#/">← Pipelines</a></nav>
     <div class="page-head">
@@ -684,7 +686,7 @@ function pipelinePageHTML(name) {
       ${admin ? `<div class="row">
         <button type="button" id="start" class="primary">Start</button>
         <button type="button" id="stop">Stop</button>
-        <button type="button" id="delete-pipeline" class="danger">Delete</button>
+        ${isAdmin() ? `<button type="button" id="delete-pipeline" class="danger">Delete</button>` : ""}
       </div>` : ""}
     </div>
     <p id="pipeline-failure" class="callout bad" role="status" hidden></p>
@@ -785,7 +787,7 @@ function rolloutFormHTML() {
 function wirePipelineActions(view) {
   $("start").addEventListener("click", (e) => act(e.currentTarget, () => pipelineAction(view, "start")));
   $("stop").addEventListener("click", (e) => act(e.currentTarget, () => pipelineAction(view, "stop")));
-  $("delete-pipeline").addEventListener("click", (e) => act(e.currentTarget, () => deletePipeline(view)));
+  $("delete-pipeline")?.addEventListener("click", (e) => act(e.currentTarget, () => deletePipeline(view)));
   const form = $("rollout-form");
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -864,7 +866,7 @@ function renderStatus(view, s) {
   const failure = $("pipeline-failure");
   failure.hidden = !s.error;
   failure.textContent = s.error ? `${s.state}: ${s.error}` : "";
-  if (isAdmin()) {
+  if (canDeploy()) {
     $("start").disabled = s.state === "running" || s.state === "stopping";
     $("stop").disabled = s.state !== "running";
   }
@@ -874,7 +876,7 @@ function renderStatus(view, s) {
   replaceHTML(view, $("rollout-info"), rolloutInfoHTML(s));
   $("workers-panel").hidden = !s.workers;
   if (s.workers) replaceHTML(view, $("workers-info"), workersHTML(s.workers));
-  if (isAdmin()) {
+  if (canDeploy()) {
     replaceHTML(view, $("rollout-current-actions"), rolloutActionsHTML(s));
     renderVersionChoice(view);
   }
@@ -1403,7 +1405,7 @@ function resultHTML(r) {
 function enterOperators() {
   const view = newView("operators", { file: null, refresh: () => {} });
   document.title = "Operators · Weir";
-  const admin = isAdmin();
+  const admin = canDeploy();
   $("main").innerHTML = `
     <div class="page-head"><h1 tabindex="-1">Operators</h1></div>
     ${admin ? uploadFormHTML() : ""}

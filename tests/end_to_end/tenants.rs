@@ -95,37 +95,40 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
     // Every route with team-b's admin, aimed at team-a's pipeline and operator.
     let openapi = server.expect("GET /openapi.json", server.get("/openapi.json", None), 200);
     let mut walked = 0;
-    for (template, operations) in openapi["paths"].as_object().unwrap() {
-        let aimed = template
-            .replace("/v1/pipelines/{name}", "/v1/pipelines/team-a.clicks")
-            .replace("/v1/operators/{name}", "/v1/operators/team-a.count-sum")
-            .replace("{version}", "1.0.0")
-            .replace("{savepoint}", "nothing")
-            .replace("{name}", "a-admin");
-        for method in operations.as_object().unwrap().keys() {
-            let (status, body) = match method.as_str() {
-                "get" => server.get(&aimed, Some(&b)),
-                "delete" => server.delete(&aimed, Some(&b)),
-                "post" => server.post(&aimed, Some(&b), b"{}"),
-                "put" => server.put_json(&aimed, Some(&b), &json!({})),
-                other => panic!("a method the test does not know: {other}"),
-            };
-            let what = format!("{method} {aimed}: {status} {body}");
-            let upload = method == "post" && template.starts_with("/v1/operators/");
-            if upload {
-                assert_eq!(status, 400, "{what}");
-            } else if aimed.contains("team-a.") || aimed.starts_with("/v1/tokens/") {
-                assert_eq!(status, 404, "{what}");
-            } else if template.starts_with("/v1/tenants/") {
-                assert_eq!(status, 403, "{what}");
-            } else {
-                assert!(status != 401 && status != 403 && status < 500, "{what}");
-                assert!(!body.contains("team-a"), "{what}");
-            }
-            walked += 1;
+    for (aimed, method) in every_route(&openapi) {
+        let (status, body) = call(&server, &method, &aimed, &b);
+        let what = format!("{method} {aimed}: {status} {body}");
+        let upload = method == "post" && aimed.starts_with("/v1/operators/");
+        if upload {
+            assert_eq!(status, 400, "{what}");
+        } else if aimed.contains("team-a.") || aimed.starts_with("/v1/tokens/") {
+            assert_eq!(status, 404, "{what}");
+        } else if aimed.starts_with("/v1/tenants/") {
+            assert_eq!(status, 403, "{what}");
+        } else {
+            assert!(status != 401 && status != 403 && status < 500, "{what}");
+            assert!(!body.contains("team-a"), "{what}");
         }
+        walked += 1;
     }
     assert!(walked >= 30, "walked {walked}");
+    // Every route again with team-b's other kinds of token: nothing of team-a's answers, or
+    // changes, whatever the scope.
+    for scopes in [["deploy"], ["read"], ["ingest"], ["metrics"]] {
+        let token = token_of(&server, &format!("b-{}", scopes[0]), "team-b", &scopes);
+        for (aimed, method) in every_route(&openapi) {
+            let (status, body) = call(&server, &method, &aimed, &token);
+            let what = format!("{scopes:?} {method} {aimed}: {status} {body}");
+            assert!(
+                !(200..300).contains(&status) || !aimed.contains("team-a."),
+                "{what}"
+            );
+            assert!(status != 401 && status < 500, "{what}");
+            if !aimed.contains("team-a.") {
+                assert!(!body.contains("team-a"), "{what}");
+            }
+        }
+    }
     // Nothing of team-a's changed.
     assert_eq!(server.status("team-a.clicks")["state"], "running");
     server.expect("its operator", server.get(op, Some(&a)), 200);
@@ -370,4 +373,33 @@ fn a_tenant_is_held_to_the_quotas_a_server_admin_sets() {
         2,
         "{statuses:?}"
     );
+}
+
+/// Every route of the API document, aimed at team-a's pipeline, operator and admin token:
+/// its path and method.
+fn every_route(openapi: &Value) -> Vec<(String, String)> {
+    let mut routes = Vec::new();
+    for (template, operations) in openapi["paths"].as_object().unwrap() {
+        let aimed = template
+            .replace("/v1/pipelines/{name}", "/v1/pipelines/team-a.clicks")
+            .replace("/v1/operators/{name}", "/v1/operators/team-a.count-sum")
+            .replace("{version}", "1.0.0")
+            .replace("{savepoint}", "nothing")
+            .replace("{name}", "a-admin");
+        for method in operations.as_object().unwrap().keys() {
+            routes.push((aimed.clone(), method.clone()));
+        }
+    }
+    routes
+}
+
+/// Calls `method path` with `token` (and `{}` for a body).
+fn call(server: &Server, method: &str, path: &str, token: &str) -> (u16, String) {
+    match method {
+        "get" => server.get(path, Some(token)),
+        "delete" => server.delete(path, Some(token)),
+        "post" => server.post(path, Some(token), b"{}"),
+        "put" => server.put_json(path, Some(token), &json!({})),
+        other => panic!("a method the test does not know: {other}"),
+    }
 }

@@ -229,6 +229,23 @@ fn weir_run_serves_its_metrics_over_https() {
         "an untrusted certificate"
     );
     assert_eq!(curl_url(&format!("http://{address}/metrics"), None), None);
+    // A renewed certificate is served after a SIGHUP, which the run survives.
+    let renewed = tempfile::tempdir().unwrap();
+    let (renewed_ca, renewed_cert, renewed_key) = certificates(renewed.path());
+    std::fs::copy(&renewed_cert, &cert).unwrap();
+    std::fs::copy(&renewed_key, &key).unwrap();
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while curl(&address, "/metrics", Some(&renewed_ca)) != Some(200) {
+        let waited = std::time::Instant::now() < deadline;
+        assert!(waited, "the renewed certificate is not served");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended at SIGHUP"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

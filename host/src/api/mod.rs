@@ -234,7 +234,8 @@ async fn metrics(
 
 /// `weir run --metrics-listen`: serves `GET /metrics` (Prometheus, no token: bind it where
 /// only the scraper can reach it) on `address` from a thread of its own, for the life of the
-/// process, over HTTPS with `tls`. Returns the address it listens on.
+/// process, over HTTPS with `tls` (read again at every SIGHUP). Returns the address it listens
+/// on.
 pub fn spawn_metrics_endpoint(
     address: SocketAddr,
     tls: Option<Arc<Tls>>,
@@ -246,6 +247,12 @@ pub fn spawn_metrics_endpoint(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if tls.is_some() {
+        // A renewed certificate without a restart, as for `weir serve`; listened for before
+        // the address is returned (and printed), so no SIGHUP finds the default (exit).
+        let _inside = runtime.enter();
+        reload_on_sighup(tls.clone());
+    }
     std::thread::Builder::new()
         .name("weir-metrics".into())
         .spawn(move || {

@@ -40,8 +40,8 @@ fn upload(server: &Server, name: &str, version: &str, token: &str) -> (u16, Stri
 
 /// `team-a.clicks` and `team-b.clicks`, each running its tenant's count-sum; the two admins.
 fn two_teams(server: &Server) -> (String, String) {
-    let a = token_of(server, "a-admin", "team-a", &["admin"]);
-    let b = token_of(server, "b-admin", "team-b", &["admin"]);
+    let a = token_of(server, "team-a.admin", "team-a", &["admin"]);
+    let b = token_of(server, "team-b.admin", "team-b", &["admin"]);
     for (team, token) in [("team-a", &a), ("team-b", &b)] {
         let operator = format!("{team}.count-sum");
         server.expect("upload", upload(server, &operator, "1.0.0", token), 201);
@@ -101,10 +101,10 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
         let upload = method == "post" && aimed.starts_with("/v1/operators/");
         if upload {
             assert_eq!(status, 400, "{what}");
-        } else if aimed.contains("team-a.") || aimed.starts_with("/v1/tokens/") {
-            assert_eq!(status, 404, "{what}");
         } else if aimed.starts_with("/v1/tenants/") {
             assert_eq!(status, 403, "{what}");
+        } else if aimed.contains("team-a.") || aimed.starts_with("/v1/tokens/") {
+            assert_eq!(status, 404, "{what}");
         } else {
             assert!(status != 401 && status != 403 && status < 500, "{what}");
             assert!(!body.contains("team-a"), "{what}");
@@ -115,7 +115,7 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
     // Every route again with team-b's other kinds of token: nothing of team-a's answers, or
     // changes, whatever the scope.
     for scopes in [["deploy"], ["read"], ["ingest"], ["metrics"]] {
-        let token = token_of(&server, &format!("b-{}", scopes[0]), "team-b", &scopes);
+        let token = token_of(&server, &format!("team-b.{}", scopes[0]), "team-b", &scopes);
         for (aimed, method) in every_route(&openapi) {
             let (status, body) = call(&server, &method, &aimed, &token);
             let what = format!("{scopes:?} {method} {aimed}: {status} {body}");
@@ -139,9 +139,21 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
     );
 
     // A tenant names what it makes in its own tenant, and runs its own operators only.
+    // Another tenant's operator answers the same whether it exists or not, and as a built-in.
+    let mut native = spec_of("team-a.x", "team-b.count-sum");
+    native["operators"][0] = json!({"name": "team-b.count-sum", "kind": "aggregate",
+        "native": "count-sum"});
     let refusals = [
         (spec_of("clicks", "team-a.count-sum"), "team-a.<name>"),
-        (spec_of("team-a.x", "team-b.count-sum"), "operator"),
+        (
+            spec_of("team-a.x", "team-b.count-sum"),
+            "operator \"team-b.count-sum\"",
+        ),
+        (
+            spec_of("team-a.x", "team-b.nothing"),
+            "operator \"team-b.nothing\"",
+        ),
+        (native, "operator \"team-b.count-sum\""),
     ];
     for (spec, expected) in refusals {
         let message = server.expect_error(
@@ -160,23 +172,40 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
         server.post_json(
             "/v1/tokens",
             Some(&a),
-            &json!({"name": "a-reader", "scopes": ["read"]}),
+            &json!({"name": "team-a.reader", "scopes": ["read"]}),
         ),
         201,
     );
     assert_eq!(made["tenant"], "team-a", "{made}");
-    let other = json!({"name": "x", "scopes": ["read"], "tenant": "team-b"});
-    server.expect_error(
-        "another tenant's token",
-        server.post_json("/v1/tokens", Some(&a), &other),
-        400,
-    );
+    for (request, expected) in [
+        (
+            json!({"name": "team-b.x", "scopes": ["read"], "tenant": "team-b"}),
+            "tenant",
+        ),
+        (json!({"name": "x", "scopes": ["read"]}), "team-a.<name>"),
+        // A name another tenant holds answers as one of its own would: "exists".
+        (
+            json!({"name": "team-a.admin", "scopes": ["read"]}),
+            "exists",
+        ),
+    ] {
+        let status = if expected == "exists" { 409 } else { 400 };
+        let message = server.expect_error(
+            &request.to_string(),
+            server.post_json("/v1/tokens", Some(&a), &request),
+            status,
+        );
+        assert!(message.contains(expected), "{message}");
+    }
     let tokens = server.expect("tokens", server.get("/v1/tokens", Some(&a)), 200);
-    assert_eq!(names(&tokens["made"], "name"), ["a-admin", "a-reader"]);
+    assert_eq!(
+        names(&tokens["made"], "name"),
+        ["team-a.admin", "team-a.reader"]
+    );
     assert_eq!(tokens["set_at_start"], json!([]));
     server.expect_error(
         "revoking b's",
-        server.delete("/v1/tokens/b-admin", Some(&a)),
+        server.delete("/v1/tokens/team-b.admin", Some(&a)),
         404,
     );
     server.expect_error(
@@ -221,7 +250,7 @@ fn metrics_carry_the_tenant_and_a_tenants_token_sees_its_own() {
         ),
         202,
     );
-    let a_metrics = token_of(&server, "a-metrics", "team-a", &["metrics"]);
+    let a_metrics = token_of(&server, "team-a.metrics", "team-a", &["metrics"]);
     let everything = server.wait_for("both tenants' samples", crate::server::PATIENCE, || {
         let (_, text) = server.get("/metrics", Some("metrics-secret"));
         match text.contains("tenant=\"team-a\"") && text.contains("tenant=\"team-b\"") {
@@ -247,7 +276,7 @@ fn metrics_carry_the_tenant_and_a_tenants_token_sees_its_own() {
 fn a_tenant_is_held_to_the_quotas_a_server_admin_sets() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
-    let a = token_of(&server, "a-admin", "team-a", &["admin"]);
+    let a = token_of(&server, "team-a.admin", "team-a", &["admin"]);
     let quota = json!({"max_pipelines": 1, "max_operators": 1, "cpu": 0.5,
         "total_memory": 64 << 20, "state_bytes": 1 << 20, "max_events_per_second": 1000});
     server.expect(
@@ -385,7 +414,7 @@ fn every_route(openapi: &Value) -> Vec<(String, String)> {
             .replace("/v1/operators/{name}", "/v1/operators/team-a.count-sum")
             .replace("{version}", "1.0.0")
             .replace("{savepoint}", "nothing")
-            .replace("{name}", "a-admin");
+            .replace("{name}", "team-a.admin");
         for method in operations.as_object().unwrap().keys() {
             routes.push((aimed.clone(), method.clone()));
         }

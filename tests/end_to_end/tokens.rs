@@ -369,7 +369,7 @@ fn bad_token_requests_are_refused_with_the_reason_and_make_nothing() {
         (
             json!({"name": "WEIR_INGEST_TOKEN", "scopes": ["read"]}),
             409,
-            "set when",
+            "exists",
         ),
     ];
     for (request, status, expected) in cases {

@@ -456,8 +456,8 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
                 Reach::Refused => refused(
                     &request,
                     StatusCode::FORBIDDEN,
-                    "this token is narrowed to pipelines: it may use their routes and list \
-                     them, nothing else",
+                    "this token is narrowed to pipelines (their routes and the list only) or \
+                     bound to a tenant (no tenant's quotas): this route is not one it may use",
                 ),
                 Reach::Allowed => refused(
                     &request,

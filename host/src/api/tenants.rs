@@ -58,8 +58,9 @@ pub(super) async fn set(
 ) -> Result<Json<TenantQuota>, ApiError> {
     let quota: TenantQuota = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body is not a tenant's quota ({{\"max_pipelines\", \"max_operators\", \"cpu\", \
-             \"total_memory\", \"state_bytes\", \"max_events_per_second\"}}): {e}"
+            "the body is not a tenant's quota ({{\"max_pipelines\", \"max_operators\", \
+             \"max_tokens\", \"cpu\", \"total_memory\", \"state_bytes\", \
+             \"max_events_per_second\"}}): {e}"
         ))
     })?;
     blocking(move || server.tenants.set(&name, quota)).await?;

@@ -55,15 +55,14 @@ pub(super) async fn create(
              \"pipelines\", \"expires_in_s\", \"max_pipelines\", \"max_operators\"}}): {e}"
         ))
     })?;
-    let (by, tenant) = caller.map_or((String::new(), None), |c| {
-        (c.name.clone(), c.tenant.clone())
-    });
     let issued = blocking(move || {
         let tokens = &server.tokens;
-        let by = (by.as_str(), tenant.as_deref());
+        let maker = caller.as_deref();
+        let tenant = (maker.and_then(|m| m.tenant.as_deref())).or(new.tenant.as_deref());
+        let cap = tenant.map(|tenant| server.tenants.quota(tenant).max_tokens);
         tokens
             .store()
-            .create(&new, by, |name| tokens.is_fixed(name))
+            .create(&new, maker, |name| tokens.is_fixed(name), cap)
     })
     .await?;
     tracing::info!(token = %issued.record.name, "token made");

@@ -489,8 +489,10 @@ impl Server {
         Ok(slot)
     }
 
-    /// For a caller of a tenant: refuses a pipeline or operator name outside the tenant, and
-    /// holds the spec `json` to the tenant's quota (limits it leaves out are written in).
+    /// For a caller of a tenant: refuses a pipeline, operator, NATS subject or Kafka topic
+    /// outside the tenant, and holds the spec `json` to the tenant's quota (limits it leaves
+    /// out are written in). Operator names are read from the spec as sent, before anything is
+    /// looked up in the registry, so no answer depends on what another tenant has.
     fn hold_to_tenant(
         &self,
         caller: Option<&Caller>,
@@ -502,14 +504,9 @@ impl Server {
             return Ok(());
         };
         tenants::check_holds(tenant, "pipeline", name)?;
+        tenants::check_operator_names(tenant, json)?;
         let spec = Managed::resolve(json, dir, self.resolving(), crate::spec::Served::New)?;
-        let stages = spec.stages.iter().map(|stage| &stage.aggregate);
-        let operators = spec.enrichers.iter().chain(&spec.aggregate).chain(stages);
-        for operator in operators {
-            if !matches!(operator.code, crate::spec::OperatorCode::Native(_)) {
-                tenants::check_holds(tenant, "operator", &operator.name)?;
-            }
-        }
+        tenants::check_external_names(tenant, &spec)?;
         tenants::bound_spec(json, &spec, tenant, &self.tenants.quota(tenant))?;
         Ok(())
     }

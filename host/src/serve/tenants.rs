@@ -19,7 +19,7 @@ use std::sync::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::{RequestError, ServeError};
-use crate::spec::{PipelineSpec, SourceSpec};
+use crate::spec::{PipelineSpec, Sink, SourceSpec};
 
 /// The file, in the data directory.
 pub const TENANTS_FILE: &str = "tenants.json";
@@ -68,6 +68,77 @@ pub fn check_holds(tenant: &str, what: &str, name: &str) -> Result<(), RequestEr
     )))
 }
 
+/// Refuses a spec (as sent) of a tenant's pipeline naming an operator outside the tenant, in
+/// `operators` or a stage's `operator`, built-in ones included (a built-in's name is what
+/// rollouts, replays and repro bundles look versions up by).
+pub fn check_operator_names(tenant: &str, json: &serde_json::Value) -> Result<(), RequestError> {
+    let listed = |value: &serde_json::Value| value.as_array().cloned().unwrap_or_default();
+    let operators = listed(&json["operators"]);
+    let stages = listed(&json["stages"])
+        .into_iter()
+        .map(|stage| stage["operator"].clone());
+    for operator in operators.into_iter().chain(stages) {
+        match operator["name"].as_str() {
+            Some(name) => check_holds(tenant, "operator", name)?,
+            None => {
+                return Err(RequestError::Invalid(
+                    "operators: every operator needs a \"name\"".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a tenant's pipeline reading or writing NATS subjects or Kafka topics outside the
+/// tenant: each must start with `<tenant>.`, and a NATS source must name its subjects (a
+/// whole stream may hold other tenants' subjects).
+pub fn check_external_names(tenant: &str, spec: &PipelineSpec) -> Result<(), RequestError> {
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    match &spec.source {
+        SourceSpec::Nats(source) => {
+            if source.subjects.is_empty() && source.partitions.is_none() {
+                return Err(RequestError::Invalid(format!(
+                    "source.subjects: a pipeline of tenant {tenant:?} names the subjects it \
+                     reads (\"{tenant}.>\" for all of its own)"
+                )));
+            }
+            names.extend(
+                source
+                    .subjects
+                    .iter()
+                    .map(|s| ("source.subjects", s.as_str())),
+            );
+            if let Some(partitions) = &source.partitions {
+                names.push(("source.partitions.subject", &partitions.subject));
+            }
+        }
+        SourceSpec::Kafka(source) => names.push(("source.topic", &source.topic)),
+        _ => {}
+    }
+    let sinks = [
+        ("sinks.results", &spec.sinks.results),
+        ("sinks.late", &spec.sinks.late),
+        ("sinks.dead_letters", &spec.sinks.dead_letters),
+    ];
+    for (field, sink) in sinks {
+        match sink {
+            Sink::Nats(sink) => names.push((field, &sink.subject)),
+            Sink::Kafka(sink) => names.push((field, &sink.topic)),
+            _ => {}
+        }
+    }
+    for (field, name) in names {
+        if !holds(tenant, name) {
+            return Err(RequestError::Invalid(format!(
+                "{field}: {name:?} is not tenant {tenant:?}'s: its subjects and topics start \
+                 with \"{tenant}.\""
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What a tenant may have and ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -76,6 +147,8 @@ pub struct TenantQuota {
     pub max_pipelines: usize,
     /// Operator versions.
     pub max_operators: usize,
+    /// Tokens made over the API.
+    pub max_tokens: usize,
     /// Cores each pipeline's operators may use (`sandbox.cpu`).
     pub cpu: f64,
     /// Bytes of memory all of each pipeline's instances may hold (`sandbox.total_memory`).
@@ -92,6 +165,7 @@ impl Default for TenantQuota {
         TenantQuota {
             max_pipelines: 20,
             max_operators: 100,
+            max_tokens: 100,
             cpu: 1.0,
             total_memory: 1 << 30,
             state_bytes: 1 << 30,
@@ -106,6 +180,9 @@ impl TenantQuota {
         let invalid = |message: &str| Err(RequestError::Invalid(message.to_owned()));
         if self.max_pipelines > 100_000 || self.max_operators > 1_000_000 {
             return invalid("max_pipelines is at most 100000 and max_operators 1000000");
+        }
+        if self.max_tokens > super::MAX_TOKENS {
+            return invalid("max_tokens is at most 10000");
         }
         if !(0.01..=1024.0).contains(&self.cpu) {
             return invalid("cpu is 0.01 to 1024 cores per pipeline");
@@ -302,7 +379,8 @@ pub fn label_metrics(text: &str, only: Option<&str>) -> String {
 
 /// The value of a sample line's `pipeline` label.
 fn pipeline_label(line: &str) -> Option<&str> {
-    let labels = &line[line.find('{')?..line.find('}')?];
+    let open = line.find('{')?;
+    let labels = &line[open..open + line[open..].find('}')?];
     let start = labels.find("pipeline=\"")? + "pipeline=\"".len();
     let value = &labels[start..];
     Some(&value[..value.find('"')?])
@@ -371,5 +449,43 @@ mod tests {
             !own.contains("uploads_total") && own.contains("# TYPE"),
             "{own}"
         );
+    }
+
+    fn nats_spec(subjects: &str, results: &str) -> PipelineSpec {
+        let text = format!(
+            "name = \"team-a.p\"\n[source]\ntype = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n\
+             stream = \"S\"\nsubjects = {subjects}\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
+             [window]\ntype = \"tumbling\"\nsize = 10\n[[operators]]\nname = \"c\"\n\
+             kind = \"aggregate\"\nnative = \"count-sum\"\n[sinks]\n\
+             results = {{ nats = \"nats://127.0.0.1:4222\", subject = \"{results}\" }}\n"
+        );
+        PipelineSpec::parse(&text, false, Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn a_tenants_pipeline_reads_and_writes_its_own_subjects_only() {
+        let own = nats_spec("[\"team-a.>\"]", "team-a.results");
+        assert!(check_external_names("team-a", &own).is_ok());
+        for (spec, field) in [
+            (nats_spec("[]", "team-a.results"), "source.subjects"),
+            (
+                nats_spec("[\"team-b.>\"]", "team-a.results"),
+                "source.subjects",
+            ),
+            (nats_spec("[\">\"]", "team-a.results"), "source.subjects"),
+            (
+                nats_spec("[\"team-a.>\"]", "team-b.clicks"),
+                "sinks.results",
+            ),
+        ] {
+            let error = check_external_names("team-a", &spec).unwrap_err();
+            assert!(error.to_string().contains(field), "{error}");
+        }
+        let json = serde_json::json!({"operators": [{"name": "team-b.x", "native": "count-sum"}]});
+        assert!(check_operator_names("team-a", &json).is_err());
+        let stage = serde_json::json!({"stages": [{"operator": {"name": "team-b.x"}}]});
+        assert!(check_operator_names("team-a", &stage).is_err());
+        let nameless = serde_json::json!({"operators": [{"version": "1"}]});
+        assert!(check_operator_names("team-a", &nameless).is_err());
     }
 }

@@ -20,13 +20,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::tenants;
-use super::tokens::{Grant, Scope, TokenQuota};
+use super::tokens::{Caller, Grant, Scope, TokenQuota};
 use super::{RequestError, ServeError};
 
 /// The file, in the data directory.
 pub const TOKENS_FILE: &str = "api-tokens.json";
 /// The most tokens made over the API that a server keeps.
-pub const MAX_TOKENS: usize = 1_000;
+pub const MAX_TOKENS: usize = 10_000;
 /// The most pipelines a token may be narrowed to.
 pub const MAX_NARROWED: usize = 64;
 /// The longest life a token may be given: ten years.
@@ -232,34 +232,19 @@ impl TokenStore {
         listed
     }
 
-    /// Makes token `new` for the caller named `by` (of tenant `by_tenant`: it makes tokens of
-    /// that tenant only); `reserved` says whether a name belongs to a token set at start.
+    /// Makes token `new` for `maker` (the caller; none in tests): a tenant's caller makes
+    /// tokens of its tenant only, named `<tenant>.<name>`, at most `tenant_cap` of them; no
+    /// token outlives its maker or owns more than it may. `reserved` says whether a name
+    /// belongs to a token set at start.
     pub fn create(
         &self,
         new: &NewToken,
-        (by, by_tenant): (&str, Option<&str>),
+        maker: Option<&Caller>,
         reserved: impl Fn(&str) -> bool,
+        tenant_cap: Option<usize>,
     ) -> Result<Issued, RequestError> {
-        let mut new = new.clone();
-        if let Some(own) = by_tenant {
-            match new.tenant.as_deref() {
-                Some(other) if other != own => {
-                    return Err(RequestError::Invalid(format!(
-                        "tenant: a token of tenant {own:?} makes tokens of tenant {own:?} only"
-                    )));
-                }
-                _ => new.tenant = Some(own.to_owned()),
-            }
-        }
-        let new = &new;
+        let new = &bounded_by(new, maker)?;
         new.check()?;
-        if reserved(&new.name) {
-            return Err(RequestError::Conflict(format!(
-                "token {:?} is set when the server starts (environment or --tokens file): \
-                 choose another name",
-                new.name
-            )));
-        }
         let now = crate::time::wall_clock_ms();
         let (secret, sha256) = make_secret()?;
         let record = TokenRecord {
@@ -271,20 +256,30 @@ impl TokenStore {
             max_pipelines: new.max_pipelines,
             max_operators: new.max_operators,
             created_at_ms: now,
-            created_by: by.to_owned(),
+            created_by: maker.map(|m| m.name.clone()).unwrap_or_default(),
             rotated_at_ms: None,
             tenant: new.tenant.clone(),
         };
         self.change(|records| {
-            if records.iter().any(|r| r.name == new.name) {
+            // One answer whoever holds the name, so a tenant learns no other's names.
+            if reserved(&new.name) || records.iter().any(|r| r.name == new.name) {
                 return Err(RequestError::Conflict(format!(
-                    "a token named {:?} exists: revoke it, or rotate its secret",
+                    "a token named {:?} exists: choose another name (or revoke or rotate it)",
                     new.name
                 )));
             }
             if records.len() >= MAX_TOKENS {
                 return Err(RequestError::Conflict(format!(
                     "the server keeps {MAX_TOKENS} tokens made over the API already: revoke some"
+                )));
+            }
+            let of_tenant = |r: &&TokenRecord| r.tenant.is_some() && r.tenant == new.tenant;
+            if let Some(cap) = tenant_cap
+                && records.iter().filter(of_tenant).count() >= cap
+            {
+                return Err(RequestError::Conflict(format!(
+                    "tenant {:?} has {cap} tokens, its quota (max_tokens): revoke one first",
+                    new.tenant.as_deref().unwrap_or_default()
                 )));
             }
             records.push(record.clone());
@@ -350,6 +345,9 @@ impl TokenStore {
         };
         let _turn = self.changing.lock().expect("tokens change lock");
         let mut records = self.grants().0.clone();
+        // Expired tokens are refused already; each change drops them from the file too.
+        let now = crate::time::wall_clock_ms();
+        records.retain(|r| r.expires_at_ms.is_none_or(|at| at > now));
         edit(&mut records)?;
         let grants = (records.iter().map(TokenRecord::grant))
             .collect::<Result<Vec<_>, _>>()
@@ -369,6 +367,68 @@ pub fn unknown(name: &str) -> RequestError {
     RequestError::NotFound(format!(
         "no token named {name:?} was made over the API; GET /v1/tokens lists them"
     ))
+}
+
+/// `new` as `maker` may make it: of the maker's tenant (and named in it), living no longer
+/// than the maker, owning no more than it may.
+fn bounded_by(new: &NewToken, maker: Option<&Caller>) -> Result<NewToken, RequestError> {
+    let mut new = new.clone();
+    let Some(maker) = maker else {
+        return Ok(new);
+    };
+    let invalid = |message: String| Err(RequestError::Invalid(message));
+    if let Some(own) = maker.tenant.as_deref() {
+        match new.tenant.as_deref() {
+            Some(other) if other != own => {
+                return invalid(format!(
+                    "tenant: a token of tenant {own:?} makes tokens of tenant {own:?} only"
+                ));
+            }
+            _ => new.tenant = Some(own.to_owned()),
+        }
+    }
+    if let Some(tenant) = new.tenant.as_deref()
+        && !tenants::holds(tenant, &new.name)
+    {
+        return invalid(format!(
+            "name: tenant {tenant:?}'s tokens are named \"{tenant}.<name>\""
+        ));
+    }
+    if let Some(until) = maker.expires_at_ms {
+        let left_s = until.saturating_sub(crate::time::wall_clock_ms()) / 1000;
+        match new.expires_in_s {
+            Some(life) if life <= left_s => {}
+            _ => {
+                return invalid(format!(
+                    "expires_in_s: this token expires in {left_s} s; what it makes expires no \
+                     later"
+                ));
+            }
+        }
+    }
+    for (field, mine, theirs) in [
+        (
+            "max_pipelines",
+            maker.quota.max_pipelines,
+            &mut new.max_pipelines,
+        ),
+        (
+            "max_operators",
+            maker.quota.max_operators,
+            &mut new.max_operators,
+        ),
+    ] {
+        match (mine, *theirs) {
+            (Some(limit), Some(asked)) if asked > limit => {
+                return invalid(format!(
+                    "{field}: this token may own {limit}; what it makes may own no more"
+                ));
+            }
+            (Some(limit), None) => *theirs = Some(limit),
+            _ => {}
+        }
+    }
+    Ok(new)
 }
 
 /// A new secret and the hex of its digest.
@@ -417,7 +477,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = TokenStore::open(dir.path()).unwrap();
         let issued = store
-            .create(&new("producer"), ("admin", None), |_| false)
+            .create(&new("producer"), None, |_| false, None)
             .unwrap();
         assert!(issued.token.starts_with(SECRET_PREFIX) && issued.token.len() == 69);
         let text = std::fs::read_to_string(dir.path().join(TOKENS_FILE)).unwrap();
@@ -491,14 +551,12 @@ mod tests {
             ),
         ];
         for (request, expected) in cases {
-            let error = store
-                .create(&request, ("admin", None), |_| false)
-                .unwrap_err();
+            let error = store.create(&request, None, |_| false, None).unwrap_err();
             assert!(error.to_string().contains(expected), "{request:?}: {error}");
         }
         assert!(
             store
-                .create(&new("env"), ("admin", None), |n| n == "env")
+                .create(&new("env"), None, |n| n == "env", None)
                 .is_err()
         );
         assert!(store.list().is_empty());
@@ -515,5 +573,67 @@ mod tests {
         std::fs::write(dir.path().join(TOKENS_FILE), record).unwrap();
         let error = TokenStore::open(dir.path()).unwrap_err();
         assert!(error.to_string().contains("sha256"), "{error}");
+    }
+
+    #[test]
+    fn no_token_makes_one_stronger_than_itself_or_outside_its_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TokenStore::open(dir.path()).unwrap();
+        let maker = Caller {
+            name: "team-a.admin".into(),
+            quota: TokenQuota {
+                max_pipelines: Some(2),
+                max_operators: None,
+            },
+            scopes: vec![Scope::Admin],
+            pipelines: None,
+            tenant: Some("team-a".into()),
+            expires_at_ms: Some(crate::time::wall_clock_ms() + 3_600_000),
+        };
+        let make = |request: NewToken| store.create(&request, Some(&maker), |_| false, Some(1));
+        let forever = NewToken {
+            expires_in_s: None,
+            pipelines: None,
+            ..new("team-a.x")
+        };
+        assert!(make(forever).unwrap_err().to_string().contains("expires"));
+        let big = NewToken {
+            max_pipelines: Some(3),
+            pipelines: None,
+            ..new("team-a.x")
+        };
+        assert!(make(big).unwrap_err().to_string().contains("max_pipelines"));
+        let outside = NewToken {
+            pipelines: None,
+            ..new("x")
+        };
+        assert!(
+            make(outside)
+                .unwrap_err()
+                .to_string()
+                .contains("team-a.<name>")
+        );
+        let other = NewToken {
+            tenant: Some("team-b".into()),
+            pipelines: None,
+            ..new("team-b.x")
+        };
+        assert!(make(other).unwrap_err().to_string().contains("tenant"));
+        let fine = NewToken {
+            pipelines: None,
+            ..new("team-a.x")
+        };
+        let made = make(fine.clone()).unwrap();
+        assert_eq!(made.record.tenant.as_deref(), Some("team-a"));
+        assert_eq!(
+            made.record.max_pipelines,
+            Some(2),
+            "the maker's quota is its ceiling"
+        );
+        let second = NewToken {
+            name: "team-a.y".into(),
+            ..fine
+        };
+        assert!(make(second).unwrap_err().to_string().contains("max_tokens"));
     }
 }

@@ -87,6 +87,8 @@ pub struct Caller {
     pub pipelines: Option<Vec<String>>,
     /// The tenant it is bound to: it reaches only that tenant's pipelines and operators.
     pub tenant: Option<String>,
+    /// When its token stops being accepted, ms since the epoch.
+    pub expires_at_ms: Option<u64>,
 }
 
 /// Whether a caller may reach a route's target.
@@ -179,6 +181,7 @@ impl Grant {
             scopes: self.scopes.clone(),
             pipelines: self.pipelines.clone(),
             tenant: self.tenant.clone(),
+            expires_at_ms: self.expires_at_ms,
         }
     }
 }
@@ -465,6 +468,7 @@ mod tests {
             scopes: vec![Scope::Admin],
             pipelines: Some(vec!["clicks".into()]),
             tenant: None,
+            expires_at_ms: None,
         };
         let events = "/v1/pipelines/{name}/events";
         assert_eq!(caller.reach("POST", events, Some("clicks")), Reach::Allowed);
@@ -491,6 +495,7 @@ mod tests {
             scopes: vec![Scope::Admin],
             pipelines: None,
             tenant: Some("team-a".into()),
+            expires_at_ms: None,
         };
         let status = "/v1/pipelines/{name}";
         assert_eq!(

@@ -1415,9 +1415,9 @@ function enterOperators() {
         <thead><tr>
           <th scope="col">Name</th><th scope="col">Version</th><th scope="col">Digest</th>
           <th scope="col">World</th><th scope="col" class="num">Size</th><th scope="col">Uploaded</th>
-          <th scope="col">Used by</th>${admin ? '<th scope="col"><span class="sr-only">Actions</span></th>' : ""}
+          <th scope="col">Used by</th>${isAdmin() ? '<th scope="col"><span class="sr-only">Actions</span></th>' : ""}
         </tr></thead>
-        <tbody id="operators-body"><tr><td colspan="${admin ? 8 : 7}" class="empty">Loading…</td></tr></tbody>
+        <tbody id="operators-body"><tr><td colspan="${isAdmin() ? 8 : 7}" class="empty">Loading…</td></tr></tbody>
       </table>
     </div></div>`;
   if (admin) wireOperatorActions(view);

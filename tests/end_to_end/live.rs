@@ -274,14 +274,7 @@ fn every_pipeline_metric_is_scraped_with_its_value() {
 fn weir_run_serves_its_metrics_while_it_runs() {
     use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("stdin.toml"),
-        "name = \"piped\"\n[source]\ntype = \"stdin\"\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
-         [window]\ntype = \"tumbling\"\nsize = 10\n\
-         [[operators]]\nname = \"count-sum\"\nkind = \"aggregate\"\nnative = \"count-sum\"\n\
-         [state]\nbackend = \"memory\"\n[sinks]\nresults = \"out.jsonl\"\n",
-    )
-    .unwrap();
+    let spec = piped_spec(dir.path());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args([
             "run",
@@ -290,7 +283,7 @@ fn weir_run_serves_its_metrics_while_it_runs() {
             "--batch-size",
             "1",
         ])
-        .arg(dir.path().join("stdin.toml"))
+        .arg(spec)
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -714,4 +707,19 @@ fn a_replay_from_the_log_makes_the_same_idle_advances() {
             Err(format!("{} of {} bytes", now.len(), before.len()))
         }
     });
+}
+
+/// A spec in `dir` of a pipeline `piped` reading JSON Lines from standard input (`k`, `ts`)
+/// into a built-in count-sum over windows of 10 ms: its path.
+pub(crate) fn piped_spec(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("stdin.toml");
+    std::fs::write(
+        &path,
+        "name = \"piped\"\n[source]\ntype = \"stdin\"\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
+         [window]\ntype = \"tumbling\"\nsize = 10\n\
+         [[operators]]\nname = \"count-sum\"\nkind = \"aggregate\"\nnative = \"count-sum\"\n\
+         [state]\nbackend = \"memory\"\n[sinks]\nresults = \"out.jsonl\"\n",
+    )
+    .unwrap();
+    path
 }

@@ -423,7 +423,7 @@ fn every_route(openapi: &Value) -> Vec<(String, String)> {
 }
 
 /// Calls `method path` with `token` (and `{}` for a body).
-fn call(server: &Server, method: &str, path: &str, token: &str) -> (u16, String) {
+pub(crate) fn call(server: &Server, method: &str, path: &str, token: &str) -> (u16, String) {
     match method {
         "get" => server.get(path, Some(token)),
         "delete" => server.delete(path, Some(token)),

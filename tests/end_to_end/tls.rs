@@ -187,14 +187,7 @@ fn weir_run_serves_its_metrics_over_https() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
-    std::fs::write(
-        dir.path().join("stdin.toml"),
-        "name = \"piped\"\n[source]\ntype = \"stdin\"\n[event]\nkey = \"k\"\ntimestamp = \"ts\"\n\
-         [window]\ntype = \"tumbling\"\nsize = 10\n\
-         [[operators]]\nname = \"count-sum\"\nkind = \"aggregate\"\nnative = \"count-sum\"\n\
-         [state]\nbackend = \"memory\"\n[sinks]\nresults = \"out.jsonl\"\n",
-    )
-    .unwrap();
+    let spec = crate::live::piped_spec(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args([
             "run",
@@ -204,7 +197,7 @@ fn weir_run_serves_its_metrics_over_https() {
             &cert,
         ])
         .args(["--tls-key", &key])
-        .arg(dir.path().join("stdin.toml"))
+        .arg(spec)
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -448,23 +448,7 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
             "unknown token (or expired, or revoked)",
         ),
         (Verdict::Forbidden, _) | (_, Reach::Refused | Reach::Hidden) => {
-            let response = match reach {
-                Reach::Hidden => {
-                    let hidden = hidden(route.path, target.unwrap_or_default(), version);
-                    unread_body(&request, hidden)
-                }
-                Reach::Refused => refused(
-                    &request,
-                    StatusCode::FORBIDDEN,
-                    "this token is narrowed to pipelines (their routes and the list only) or \
-                     bound to a tenant (no tenant's quotas): this route is not one it may use",
-                ),
-                Reach::Allowed => refused(
-                    &request,
-                    StatusCode::FORBIDDEN,
-                    "this token's scope does not allow this request",
-                ),
-            };
+            let response = refusal(&request, route.path, reach, (target, version));
             // A known token trying a change it may not make is on record too.
             if audit::is_audited(request.method(), route.path) {
                 let mut call = audit::call(&request, route.path, name, response.status());
@@ -491,6 +475,30 @@ async fn authorize(State(gate): State<Gate>, request: Request, next: Next) -> Re
         }
         (Verdict::Allowed, _) => receive(&gate, request, name, next).await,
     }
+}
+
+/// The answer to a known token that may not make this call: beyond its scope (`403`), beyond
+/// its narrowing or tenant (`403`), or naming `(target, version)` it may not see (`404`).
+fn refusal(
+    request: &Request,
+    route: &str,
+    reach: Reach,
+    (target, version): (Option<String>, Option<String>),
+) -> Response {
+    let message = match reach {
+        Reach::Hidden => {
+            return unread_body(request, hidden(route, target.unwrap_or_default(), version));
+        }
+        Reach::Refused => {
+            "this token is narrowed to pipelines (their routes and the list only) or bound to a \
+             tenant (no tenant's quotas): this route is not one it may use"
+        }
+        Reach::Allowed => "this token's scope does not allow this request",
+    };
+    unread_body(
+        request,
+        ApiError::new(StatusCode::FORBIDDEN, message).into_response(),
+    )
 }
 
 /// The answer to a token naming a pipeline (or operator `name` `version`) it may not see:

@@ -275,81 +275,79 @@ pub fn bound_spec(
     tenant: &str,
     quota: &TenantQuota,
 ) -> Result<bool, RequestError> {
-    let over = |field: &str, asked: String, allowed: String| {
-        Err(RequestError::Invalid(format!(
-            "{field} asks for {asked}; tenant {tenant:?} allows at most {allowed} per pipeline \
-             (a server admin sets it: PUT /v1/tenants/{tenant})"
-        )))
-    };
-    let mut set = Vec::new();
-    let cpu_millis = (quota.cpu * 1000.0).round() as u32;
-    match spec.sandbox.cpu_millicores {
-        None => set.push(("sandbox", "cpu", serde_json::json!(quota.cpu))),
-        Some(asked) if asked > cpu_millis => {
-            return over(
-                "sandbox.cpu",
-                format!("{} cores", f64::from(asked) / 1000.0),
-                format!("{}", quota.cpu),
-            );
-        }
-        Some(_) => {}
-    }
-    match spec.sandbox.total_memory {
-        None => set.push((
-            "sandbox",
-            "total_memory",
+    let cpu = (quota.cpu * 1000.0).round() as u64;
+    // (table, field), what the spec asks (CPU in thousandths of a core), what the tenant
+    // allows, and what is written when the spec asks nothing.
+    let mut limits = vec![
+        (
+            ("sandbox", "cpu"),
+            spec.sandbox.cpu_millicores.map(u64::from),
+            cpu,
+            serde_json::json!(quota.cpu),
+        ),
+        (
+            ("sandbox", "total_memory"),
+            spec.sandbox.total_memory.map(|b| b as u64),
+            quota.total_memory,
             serde_json::json!(quota.total_memory),
-        )),
-        Some(asked) if asked as u64 > quota.total_memory => {
-            return over(
-                "sandbox.total_memory",
-                format!("{asked} bytes"),
-                format!("{} bytes", quota.total_memory),
-            );
-        }
-        Some(_) => {}
-    }
-    match spec.state_quota.max_bytes {
-        None => set.push(("state", "max_bytes", serde_json::json!(quota.state_bytes))),
-        Some(asked) if asked > quota.state_bytes => {
-            return over(
-                "state.max_bytes",
-                format!("{asked} bytes"),
-                format!("{} bytes", quota.state_bytes),
-            );
-        }
-        Some(_) => {}
-    }
+        ),
+        (
+            ("state", "max_bytes"),
+            spec.state_quota.max_bytes,
+            quota.state_bytes,
+            serde_json::json!(quota.state_bytes),
+        ),
+    ];
     if matches!(spec.source, SourceSpec::Http(_)) {
         let rate = quota.max_events_per_second;
-        match spec.max_rate {
-            None => set.push(("source", "max_events_per_second", serde_json::json!(rate))),
-            Some(asked) if asked > rate => {
-                return over(
-                    "source.max_events_per_second",
-                    asked.to_string(),
-                    rate.to_string(),
-                );
+        let field = ("source", "max_events_per_second");
+        limits.push((field, spec.max_rate, rate, serde_json::json!(rate)));
+    }
+    let mut changed = false;
+    for ((table, field), asked, allowed, default) in limits {
+        match asked {
+            Some(asked) if asked > allowed => {
+                let shown = |n: u64| match field {
+                    "cpu" => format!("{} cores", n as f64 / 1000.0),
+                    _ => n.to_string(),
+                };
+                return Err(RequestError::Invalid(format!(
+                    "{table}.{field} asks for {}; tenant {tenant:?} allows at most {} per \
+                     pipeline (a server admin sets it: PUT /v1/tenants/{tenant})",
+                    shown(asked),
+                    shown(allowed)
+                )));
             }
             Some(_) => {}
+            None => {
+                write_limit(json, table, field, default)?;
+                changed = true;
+            }
         }
     }
-    let changed = !set.is_empty();
-    for (table, field, value) in set {
-        let Some(object) = json.as_object_mut() else {
-            return Err(RequestError::Invalid(
-                "the spec is not a JSON object".into(),
-            ));
-        };
-        let table = object.entry(table).or_insert_with(|| serde_json::json!({}));
-        let Some(table) = table.as_object_mut() else {
-            return Err(RequestError::Invalid(format!(
-                "{field}: its table is not a JSON object"
-            )));
-        };
-        table.insert(field.to_owned(), value);
-    }
     Ok(changed)
+}
+
+/// Writes `value` as `table.field` of the spec `json`.
+fn write_limit(
+    json: &mut serde_json::Value,
+    table: &str,
+    field: &str,
+    value: serde_json::Value,
+) -> Result<(), RequestError> {
+    let Some(object) = json.as_object_mut() else {
+        return Err(RequestError::Invalid(
+            "the spec is not a JSON object".into(),
+        ));
+    };
+    let table = object.entry(table).or_insert_with(|| serde_json::json!({}));
+    let Some(table) = table.as_object_mut() else {
+        return Err(RequestError::Invalid(format!(
+            "{field}: its table is not a JSON object"
+        )));
+    };
+    table.insert(field.to_owned(), value);
+    Ok(())
 }
 
 /// Prometheus text `text` with a `tenant` label on every sample of a pipeline that belongs to

@@ -525,6 +525,12 @@ fn weir_token_manages_a_servers_tokens_from_the_command_line() {
     let (ok, _, stderr) = weir(&["revoke", "producer"]);
     assert!(ok, "{stderr}");
     server.expect_error("revoked", ingest(&server, "clicks", &renewed), 401);
+    let (ok, _, stderr) = weir(&[
+        "create", "team-x.r", "--scope", "read", "--tenant", "team-x",
+    ]);
+    assert!(ok, "{stderr}");
+    let (_, listing, _) = weir(&["list"]);
+    assert!(listing.contains("\"tenant\": \"team-x\""), "{listing}");
     let (ok, _, stderr) = weir(&["create", "x", "--scope", "read", "--expires-in", "5w"]);
     assert!(!ok && stderr.contains("--expires-in"), "{stderr}");
     let (ok, _, stderr) = weir(&["revoke", "producer"]);

@@ -33,6 +33,9 @@ enum TokenAction {
         /// How long it lives: seconds, or with a unit (90s, 30m, 12h, 7d).
         #[arg(long)]
         expires_in: Option<String>,
+        /// Bind it to this tenant (its name then starts with "<tenant>.").
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// List the tokens (never their secrets).
     List,
@@ -62,8 +65,12 @@ pub(crate) fn token(args: TokenArgs) -> anyhow::Result<()> {
             scopes,
             pipelines,
             expires_in,
+            tenant,
         } => {
             let mut request = serde_json::json!({ "name": name, "scopes": scopes });
+            if let Some(tenant) = tenant {
+                request["tenant"] = serde_json::json!(tenant);
+            }
             if !pipelines.is_empty() {
                 request["pipelines"] = serde_json::json!(pipelines);
             }

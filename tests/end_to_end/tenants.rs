@@ -214,6 +214,68 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
         404,
     );
 
+    // A server token making a name in a tenant is held to the tenant's rules too, and makes
+    // no token of a tenant's form without binding it.
+    let message = server.expect_error(
+        "the server's admin in team-a",
+        server.post_json(
+            "/v1/pipelines",
+            Some(ADMIN),
+            &spec_of("team-a.y", "team-b.count-sum"),
+        ),
+        400,
+    );
+    assert!(message.contains("operator"), "{message}");
+    let unbound = json!({"name": "team-a.x", "scopes": ["admin"]});
+    let message = server.expect_error(
+        "a server token in a tenant's form",
+        server.post_json("/v1/tokens", Some(ADMIN), &unbound),
+        400,
+    );
+    assert!(message.contains("tenant"), "{message}");
+    // A tenant is not made over names made outside it: they would become its own unchecked.
+    let outside = spec_of("orders.v2", "team-a.count-sum");
+    server.expect(
+        "a server pipeline",
+        server.post_json("/v1/pipelines", Some(ADMIN), &outside),
+        201,
+    );
+    for (what, answer) in [
+        (
+            "quotas",
+            server.put_json("/v1/tenants/orders", Some(ADMIN), &json!({})),
+        ),
+        (
+            "a token",
+            server.post_json(
+                "/v1/tokens",
+                Some(ADMIN),
+                &json!({"name": "orders.admin", "scopes": ["admin"], "tenant": "orders"}),
+            ),
+        ),
+    ] {
+        let message = server.expect_error(what, answer, 409);
+        assert!(message.contains("orders.v2"), "{message}");
+    }
+    // A token with a life rotates no token that outlives it.
+    let short = server.expect(
+        "a short-lived admin of team-a",
+        server.post_json(
+            "/v1/tokens",
+            Some(ADMIN),
+            &json!({"name": "team-a.short", "scopes": ["admin"], "tenant": "team-a",
+                "expires_in_s": 3600}),
+        ),
+        201,
+    );
+    let short = short["token"].as_str().unwrap();
+    let message = server.expect_error(
+        "rotating a longer-lived token",
+        server.post("/v1/tokens/team-a.admin/rotate", Some(short), b""),
+        400,
+    );
+    assert!(message.contains("expires"), "{message}");
+
     // The audit log and the tenants: each its own.
     let records = server.expect("audit", server.get("/v1/audit?limit=1000", Some(&a)), 200);
     let records = records["records"].as_array().unwrap();

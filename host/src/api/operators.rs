@@ -95,7 +95,7 @@ pub(super) async fn upload(
         }
     };
     let limit = server.max_upload;
-    let tenant = caller.as_ref().and_then(|c| c.tenant.clone());
+    let tenant = server.tenant_for(caller.as_deref(), &name);
     if let Some(tenant) = &tenant {
         crate::serve::check_tenant_holds(tenant, "operator", &name)?;
         if let Some(Verify::Migration(pipeline, _)) = &verify
@@ -169,10 +169,14 @@ fn dry_run(
 
 pub(super) async fn delete(
     State(server): State<Arc<Server>>,
+    caller: Option<Extension<Caller>>,
     OperatorPath { name, version }: OperatorPath,
 ) -> Result<StatusCode, ApiError> {
     blocking(move || {
         if let Some(user) = server.user_of(&name, &version) {
+            // A user outside the caller's tenant is not named.
+            let seen = caller.as_ref().is_none_or(|c| c.sees_name(&user));
+            let user = if seen { user } else { "of another tenant".to_owned() };
             return Err(RequestError::Conflict(format!(
                 "operator {name}@{version} is used by pipeline {user}: stop using it (promote or roll out another version, or delete the pipeline) first"
             )));

@@ -374,13 +374,21 @@ pub(super) async fn results(
         .map(|line| Ok::<_, Infallible>(result_event(line)));
     let earlier = tokio_stream::wrappers::ReceiverStream::new(earlier)
         .map(|line| Ok::<_, Infallible>(result_event(line)));
-    let stream = earlier.chain(live).map_while(while_accepted(server, token));
+    // A tick a second, so that an idle stream's token is checked too.
+    let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(
+        std::time::Duration::from_secs(1),
+    ))
+    .map(|_| None);
+    let stream = (earlier.chain(live).map(Some))
+        .merge(ticks)
+        .map_while(while_accepted(server, token))
+        .filter_map(|item| item);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 /// Lets a stream's items through while the token that opened it is still accepted, checked
-/// at most once a second: a stream whose token is revoked or expires sends what falls due
-/// within that second at most, then ends at its next record.
+/// at most once a second (and every second, on the ticks, `None`): a stream whose token is
+/// revoked or expires sends what falls due within that second at most, then ends.
 fn while_accepted<T>(server: Arc<Server>, token: String) -> impl FnMut(T) -> Option<T> {
     let mut checked = std::time::Instant::now();
     move |item| {

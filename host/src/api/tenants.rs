@@ -63,6 +63,10 @@ pub(super) async fn set(
              \"max_events_per_second\"}}): {e}"
         ))
     })?;
-    blocking(move || server.tenants.set(&name, quota)).await?;
+    blocking(move || {
+        server.check_new_tenant(&name)?;
+        server.tenants.set(&name, quota)
+    })
+    .await?;
     Ok(Json(quota))
 }

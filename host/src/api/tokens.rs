@@ -58,6 +58,16 @@ pub(super) async fn create(
     let issued = blocking(move || {
         let tokens = &server.tokens;
         let maker = caller.as_deref();
+        if let Some(tenant) = &new.tenant {
+            server.check_new_tenant(tenant)?;
+        } else if maker.is_none_or(|m| m.tenant.is_none())
+            && let Some(tenant) = server.tenant_of(&new.name)
+        {
+            return Err(crate::serve::RequestError::Invalid(format!(
+                "name: \"{tenant}.<name>\" is tenant {tenant:?}'s: give \"tenant\": \"{tenant}\", \
+                 or another name"
+            )));
+        }
         let tenant = (maker.and_then(|m| m.tenant.as_deref())).or(new.tenant.as_deref());
         let cap = tenant.map(|tenant| server.tenants.quota(tenant).max_tokens);
         tokens
@@ -95,7 +105,10 @@ pub(super) async fn rotate(
     refuse_fixed(&server, caller.as_deref(), &name)?;
     let issued = blocking(move || {
         let visible = |tenant: Option<&str>| caller.as_ref().is_none_or(|c| c.sees_tenant(tenant));
-        server.tokens.store().rotate(&name, visible)
+        server
+            .tokens
+            .store()
+            .rotate(&name, visible, caller.as_deref())
     })
     .await?;
     tracing::info!(token = %issued.record.name, "token rotated");

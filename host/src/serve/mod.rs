@@ -321,6 +321,49 @@ impl Server {
         Ok(server)
     }
 
+    /// Whether tenant `name` exists: a server admin set its quotas, or a token is bound to it.
+    pub fn is_tenant(&self, name: &str) -> bool {
+        self.tenants.list().contains_key(name) || self.tokens.binds_tenant(name)
+    }
+
+    /// The tenant a pipeline or operator name belongs to: the one its prefix names, if that
+    /// tenant exists (`team-a.clicks` is team-a's once team-a exists; `orders.v2` is no one's
+    /// while there is no tenant `orders`).
+    pub fn tenant_of(&self, name: &str) -> Option<String> {
+        tenants::of(name)
+            .filter(|tenant| self.is_tenant(tenant))
+            .map(str::to_owned)
+    }
+
+    /// The tenant whose rules a new pipeline or operator `name` made by `caller` follows: the
+    /// caller's, or, for a server token, the tenant the name belongs to (so a name in a
+    /// tenant is held to that tenant's rules and quotas whoever makes it).
+    pub fn tenant_for(&self, caller: Option<&Caller>, name: &str) -> Option<String> {
+        (caller.and_then(|c| c.tenant.clone())).or_else(|| self.tenant_of(name))
+    }
+
+    /// Refuses to make `tenant` a tenant (its quotas set, or a token bound to it) while
+    /// pipelines or operators made outside any tenant carry its prefix: they would become its
+    /// own unchecked.
+    pub fn check_new_tenant(&self, tenant: &str) -> Result<(), RequestError> {
+        tenants::check_name(tenant)?;
+        if self.is_tenant(tenant) {
+            return Ok(());
+        }
+        let pipelines = self.slots().into_iter().map(|slot| slot.name.clone());
+        let operators = self.registry.list().into_iter().map(|info| info.name);
+        if let Some(taken) = pipelines
+            .chain(operators)
+            .find(|n| tenants::holds(tenant, n))
+        {
+            return Err(RequestError::Conflict(format!(
+                "{taken:?} was made outside any tenant with tenant {tenant:?}'s prefix: rename \
+                 or delete what is named \"{tenant}.*\" before making the tenant"
+            )));
+        }
+        Ok(())
+    }
+
     /// How many pipelines token `owner` created (that still exist).
     fn owned_by(&self, owner: &str) -> usize {
         let owns = |slot: &Arc<Slot>| {
@@ -332,9 +375,13 @@ impl Server {
 
     /// Refuses a new pipeline of a token that owns as many as its quota allows; the guard
     /// returned is held until the pipeline is in the table.
-    fn within_quota(&self, caller: Option<&Caller>) -> Result<MutexGuard<'_, ()>, RequestError> {
+    fn within_quota(
+        &self,
+        caller: Option<&Caller>,
+        name: &str,
+    ) -> Result<MutexGuard<'_, ()>, RequestError> {
         let owning = self.owning.lock().expect("owning lock");
-        if let Some(tenant) = caller.and_then(|c| c.tenant.as_deref()) {
+        if let Some(tenant) = self.tenant_for(caller, name).as_deref() {
             let limit = self.tenants.quota(tenant).max_pipelines;
             let held = (self.slots().iter())
                 .filter(|slot| tenants::holds(tenant, &slot.name))
@@ -489,9 +536,9 @@ impl Server {
         Ok(slot)
     }
 
-    /// For a caller of a tenant: refuses a pipeline, operator, NATS subject or Kafka topic
-    /// outside the tenant, and holds the spec `json` to the tenant's quota (limits it leaves
-    /// out are written in). Operator names are read from the spec as sent, before anything is
+    /// For a pipeline of a tenant (the caller's, or the one its name belongs to): refuses a
+    /// pipeline, operator, NATS subject or Kafka topic outside the tenant, and holds the spec
+    /// `json` to the tenant's quota (limits it leaves out are written in). Operator names are read from the spec as sent, before anything is
     /// looked up in the registry, so no answer depends on what another tenant has.
     fn hold_to_tenant(
         &self,
@@ -500,9 +547,10 @@ impl Server {
         json: &mut serde_json::Value,
         dir: &std::path::Path,
     ) -> Result<(), RequestError> {
-        let Some(tenant) = caller.and_then(|c| c.tenant.as_deref()) else {
+        let Some(tenant) = self.tenant_for(caller, name) else {
             return Ok(());
         };
+        let tenant = tenant.as_str();
         tenants::check_holds(tenant, "pipeline", name)?;
         tenants::check_operator_names(tenant, json)?;
         let spec = Managed::resolve(json, dir, self.resolving(), crate::spec::Served::New)?;
@@ -535,7 +583,7 @@ impl Server {
         seed: impl FnOnce(&Managed) -> Result<(), RequestError>,
     ) -> Result<Arc<Slot>, RequestError> {
         let _reserved = self.reserve(name, true)?;
-        let owning = self.within_quota(caller)?;
+        let owning = self.within_quota(caller, name)?;
         if dir.exists() {
             warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
             std::fs::remove_dir_all(dir).map_err(RequestError::from_io)?;
@@ -681,7 +729,9 @@ impl Server {
                 damaged_pipelines.push(slot.name.clone());
             }
         }
-        let healthy = stalled.is_empty() && failed.is_empty();
+        // One tenant's failing pipeline is its own business, not the server's.
+        let server_wide = |names: &[String]| names.iter().any(|n| self.tenant_of(n).is_none());
+        let healthy = !server_wide(&stalled) && !server_wide(&failed);
         Health {
             status: if healthy { "ok" } else { "degraded" },
             stalled,

@@ -28,20 +28,22 @@ pub const MAX_TENANT_LEN: usize = 32;
 /// The most tenants with quotas of their own.
 pub const MAX_TENANTS: usize = 1_000;
 
-/// Checks a tenant's name: 1-32 ASCII letters, digits, `-` or `_`, starting with a letter or
-/// digit (no `.`: it ends the tenant's part of a name).
+/// Checks a tenant's name: 1-32 lowercase ASCII letters, digits, `-` or `_`, starting with a
+/// letter or digit (no `.`: it ends the tenant's part of a name; no capitals: `Team-A` and
+/// `team-a` would share directories on a case-insensitive file system).
 pub fn check_name(name: &str) -> Result<(), RequestError> {
     let bytes = name.as_bytes();
+    let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     let ok = !bytes.is_empty()
         && bytes.len() <= MAX_TENANT_LEN
-        && bytes[0].is_ascii_alphanumeric()
-        && (bytes.iter()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        && allowed(&bytes[0])
+        && (bytes.iter()).all(|b| allowed(b) || matches!(b, b'-' | b'_'));
     if ok {
         return Ok(());
     }
     Err(RequestError::Invalid(format!(
-        "tenant {name:?}: 1-{MAX_TENANT_LEN} ASCII letters, digits, '-' or '_', starting with a \
-         letter or digit"
+        "tenant {name:?}: 1-{MAX_TENANT_LEN} lowercase ASCII letters, digits, '-' or '_', \
+         starting with a letter or digit"
     )))
 }
 
@@ -351,13 +353,14 @@ fn write_limit(
 }
 
 /// Prometheus text `text` with a `tenant` label on every sample of a pipeline that belongs to
-/// one; with `only`, the samples of tenant `only`'s pipelines alone (and the comment lines).
-pub fn label_metrics(text: &str, only: Option<&str>) -> String {
+/// a `known` tenant; with `only`, the samples of tenant `only`'s pipelines alone (and the
+/// comment lines).
+pub fn label_metrics(text: &str, only: Option<&str>, known: impl Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     for line in text.lines() {
         let tenant = match line.starts_with('#') {
             true => None,
-            false => pipeline_label(line).and_then(of),
+            false => pipeline_label(line).and_then(of).filter(|t| known(t)),
         };
         if only.is_some() && !line.starts_with('#') && tenant != only {
             continue;
@@ -396,7 +399,7 @@ mod tests {
         assert!(!holds("team-a", "clicks"));
         assert_eq!(of("team-a.clicks"), Some("team-a"));
         assert_eq!(of("clicks"), None);
-        for bad in ["", "a.b", "-a", &"a".repeat(33), "a b"] {
+        for bad in ["", "a.b", "-a", &"a".repeat(33), "a b", "Team-a"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
     }
@@ -430,7 +433,7 @@ mod tests {
             weir_events_in_total{pipeline=\"team-b.clicks\"} 7\n\
             weir_events_in_total{pipeline=\"clicks\"} 9\n\
             weir_uploads_total 2\n";
-        let labelled = label_metrics(text, None);
+        let labelled = label_metrics(text, None, |_| true);
         assert!(
             labelled.contains("{tenant=\"team-a\",pipeline=\"team-a.clicks\"} 5"),
             "{labelled}"
@@ -438,7 +441,9 @@ mod tests {
         assert!(
             labelled.contains("{pipeline=\"clicks\"} 9") && labelled.contains("uploads_total 2")
         );
-        let own = label_metrics(text, Some("team-a"));
+        let own = label_metrics(text, Some("team-a"), |_| true);
+        let unknown = label_metrics(text, None, |t| t == "team-b");
+        assert!(!unknown.contains("tenant=\"team-a\"") && unknown.contains("tenant=\"team-b\""));
         assert!(
             own.contains("team-a.clicks") && !own.contains("team-b") && !own.contains(" 9"),
             "{own}"

@@ -308,12 +308,14 @@ impl TokenStore {
         })
     }
 
-    /// Gives token `name` a new secret if `visible` lets the caller see its tenant: the old
-    /// one is refused from the moment this returns.
+    /// Gives token `name` a new secret if `visible` lets the caller see its tenant and the
+    /// token is no stronger than `maker` (as for [`Self::create`]): the old one is refused from
+    /// the moment this returns.
     pub fn rotate(
         &self,
         name: &str,
         visible: impl Fn(Option<&str>) -> bool,
+        maker: Option<&Caller>,
     ) -> Result<Issued, RequestError> {
         crate::names::check("token name", name)?;
         let (secret, sha256) = make_secret()?;
@@ -322,6 +324,29 @@ impl TokenStore {
             let record = (records.iter_mut())
                 .find(|r| r.name == name && visible(r.tenant.as_deref()))
                 .ok_or_else(|| unknown(name))?;
+            // A new secret of a stronger token is as good as a stronger token.
+            if let Some(maker) = maker {
+                let asked = NewToken {
+                    name: record.name.clone(),
+                    scopes: record.scopes.clone(),
+                    pipelines: record.pipelines.clone(),
+                    expires_in_s: (record.expires_at_ms)
+                        .map(|at| at.saturating_sub(crate::time::wall_clock_ms()) / 1000),
+                    max_pipelines: record.max_pipelines,
+                    max_operators: record.max_operators,
+                    tenant: record.tenant.clone(),
+                };
+                bounded_by(&asked, Some(maker))?;
+                let unbounded =
+                    |mine: Option<usize>, theirs: Option<usize>| mine.is_some() && theirs.is_none();
+                if unbounded(maker.quota.max_pipelines, record.max_pipelines)
+                    || unbounded(maker.quota.max_operators, record.max_operators)
+                {
+                    return Err(RequestError::Invalid(format!(
+                        "token {name:?} may own more than this token: it cannot rotate it"
+                    )));
+                }
+            }
             record.sha256 = sha256.clone();
             record.rotated_at_ms = Some(crate::time::wall_clock_ms());
             rotated = Some(record.listed());

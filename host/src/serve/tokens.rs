@@ -328,6 +328,12 @@ impl Tokens {
         &self.store
     }
 
+    /// Whether a token (set at start or made over the API) is bound to tenant `tenant`.
+    pub fn binds_tenant(&self, tenant: &str) -> bool {
+        let made = self.store.grants();
+        (self.fixed.iter().chain(made.1.iter())).any(|g| g.tenant.as_deref() == Some(tenant))
+    }
+
     /// Whether `name` is a token set at start.
     pub fn is_fixed(&self, name: &str) -> bool {
         self.fixed.iter().any(|grant| grant.name == name)

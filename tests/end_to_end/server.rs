@@ -359,6 +359,8 @@ impl Client {
         }
         let lines = Arc::new(Mutex::new((Vec::new(), Vec::new())));
         let sink = Arc::clone(&lines);
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ending = Arc::clone(&ended);
         let (connected, on_connect) = mpsc::channel();
         thread::spawn(move || {
             let response = match request.call() {
@@ -381,7 +383,11 @@ impl Client {
             loop {
                 line.clear();
                 match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break, // the server went away
+                    Ok(0) | Err(_) => {
+                        // The server ended the stream, or went away.
+                        ending.store(true, std::sync::atomic::Ordering::Release);
+                        break;
+                    }
                     Ok(_) => {}
                 }
                 let text = String::from_utf8_lossy(&line);
@@ -415,19 +421,25 @@ impl Client {
             Ok(Err(e)) => panic!("GET {path} (SSE): {e}{}", self.diag()),
             Err(_) => eprintln!("GET {path} (SSE): no headers after 10 s, going on"),
         }
-        Subscription { lines }
+        Subscription { lines, ended }
     }
 }
 
 /// The `data:` lines of a server-sent event stream, as they arrive, with their ids.
 pub struct Subscription {
     lines: Arc<Mutex<Received>>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The `data:` payloads of a stream and the `id:` of each.
 type Received = (Vec<String>, Vec<Option<String>>);
 
 impl Subscription {
+    /// Whether the stream has ended (the server closed it).
+    pub fn ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The `data:` payloads received so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().expect("SSE lines").0.clone()

@@ -225,6 +225,32 @@ fn a_result_stream_ends_when_its_token_is_revoked() {
         before,
         "nothing after the revocation"
     );
+    assert!(watched.ended(), "the revoked token's stream ended");
+    // An idle stream ends too, and every stream ends with its pipeline.
+    let idle = make(
+        &server,
+        json!({"name": "idle", "scopes": ["read"], "pipelines": ["orders"]}),
+    );
+    let quiet = server.subscribe("/v1/pipelines/orders/results", &idle);
+    let other = server.subscribe("/v1/pipelines/clicks/results", ADMIN);
+    server.expect(
+        "revoking",
+        server.delete("/v1/tokens/idle", Some(ADMIN)),
+        204,
+    );
+    server.wait_for("the idle stream's end", Duration::from_secs(10), || {
+        quiet.ended().then_some(()).ok_or_else(|| "open".to_owned())
+    });
+    server.expect(
+        "deleting",
+        server.delete("/v1/pipelines/clicks", Some(ADMIN)),
+        204,
+    );
+    server.wait_for(
+        "the deleted pipeline's stream's end",
+        Duration::from_secs(10),
+        || other.ended().then_some(()).ok_or_else(|| "open".to_owned()),
+    );
 }
 
 fn ingest_events(server: &Server, events: &[crate::reference::Ev]) -> (u16, String) {

@@ -374,22 +374,37 @@ pub(super) async fn results(
         .map(|line| Ok::<_, Infallible>(result_event(line)));
     let earlier = tokio_stream::wrappers::ReceiverStream::new(earlier)
         .map(|line| Ok::<_, Infallible>(result_event(line)));
-    // A tick a second, so that an idle stream's token is checked too.
+    // A tick a second, so that an idle stream's token is checked too; the stream still ends
+    // when its records end (a reader too far behind, a pipeline deleted).
     let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(
         std::time::Duration::from_secs(1),
     ))
-    .map(|_| None);
-    let stream = (earlier.chain(live).map(Some))
+    .map(|_| Streamed::Tick);
+    let records =
+        (earlier.chain(live).map(Streamed::Record)).chain(tokio_stream::once(Streamed::End));
+    let stream = records
         .merge(ticks)
         .map_while(while_accepted(server, token))
         .filter_map(|item| item);
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// Lets a stream's items through while the token that opened it is still accepted, checked
-/// at most once a second (and every second, on the ticks, `None`): a stream whose token is
-/// revoked or expires sends what falls due within that second at most, then ends.
-fn while_accepted<T>(server: Arc<Server>, token: String) -> impl FnMut(T) -> Option<T> {
+/// What a result stream's merged input carries.
+enum Streamed<T> {
+    Record(T),
+    /// A second has passed.
+    Tick,
+    /// The records have ended.
+    End,
+}
+
+/// Lets a stream's records through while the token that opened it is still accepted, checked
+/// at most once a second (ticks included): a stream whose token is revoked or expires sends
+/// what falls due within that second at most, then ends; it ends with its records too.
+fn while_accepted<T>(
+    server: Arc<Server>,
+    token: String,
+) -> impl FnMut(Streamed<T>) -> Option<Option<T>> {
     let mut checked = std::time::Instant::now();
     move |item| {
         if checked.elapsed() >= std::time::Duration::from_secs(1) {
@@ -399,7 +414,11 @@ fn while_accepted<T>(server: Arc<Server>, token: String) -> impl FnMut(T) -> Opt
                 return None;
             }
         }
-        Some(item)
+        match item {
+            Streamed::Record(record) => Some(Some(record)),
+            Streamed::Tick => Some(None),
+            Streamed::End => None,
+        }
     }
 }
 

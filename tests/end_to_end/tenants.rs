@@ -276,6 +276,15 @@ fn two_tenants_see_and_reach_nothing_of_each_other_on_any_route() {
     );
     assert!(message.contains("expires"), "{message}");
 
+    // A tenant stays when its tokens go: its names are not no one's.
+    server.expect(
+        "revoking team-a's short token",
+        server.delete("/v1/tokens/team-a.short", Some(ADMIN)),
+        204,
+    );
+    let listed = server.expect("tenants", server.get("/v1/tenants", Some(ADMIN)), 200);
+    assert!(listed["tenants"]["team-a"].is_object(), "{listed}");
+
     // The audit log and the tenants: each its own.
     let records = server.expect("audit", server.get("/v1/audit?limit=1000", Some(&a)), 200);
     let records = records["records"].as_array().unwrap();

@@ -130,6 +130,13 @@ pub(super) async fn upload(
         let info = server
             .registry
             .upload(&name, &version, &body, limit, owner, group)?;
+        if tenant.is_none() && server.tenant_of(&name).is_some() {
+            // Its tenant was made while it was uploaded: it was not held to the tenant's rules.
+            server.registry.delete(&name, &version)?;
+            return Err(RequestError::Conflict(format!(
+                "operator {name:?}: its tenant was made meanwhile; send it again"
+            )));
+        }
         server.publish_ownership();
         Ok((info, verified))
     })

@@ -63,10 +63,6 @@ pub(super) async fn set(
              \"max_events_per_second\"}}): {e}"
         ))
     })?;
-    blocking(move || {
-        server.check_new_tenant(&name)?;
-        server.tenants.set(&name, quota)
-    })
-    .await?;
+    blocking(move || server.make_tenant(&name, Some(quota))).await?;
     Ok(Json(quota))
 }

@@ -58,11 +58,12 @@ pub(super) async fn create(
     let issued = blocking(move || {
         let tokens = &server.tokens;
         let maker = caller.as_deref();
-        if let Some(tenant) = &new.tenant {
-            server.check_new_tenant(tenant)?;
-        } else if maker.is_none_or(|m| m.tenant.is_none())
-            && let Some(tenant) = server.tenant_of(&new.name)
-        {
+        let server_maker = maker.is_none_or(|m| m.tenant.is_none());
+        if let (true, Some(tenant)) = (server_maker, &new.tenant) {
+            // The first token bound to a tenant makes it (a tenant's own admin makes its
+            // tenant's only: that is checked with the rest).
+            server.make_tenant(tenant, None)?;
+        } else if server_maker && let Some(tenant) = server.tenant_of(&new.name) {
             return Err(crate::serve::RequestError::Invalid(format!(
                 "name: \"{tenant}.<name>\" is tenant {tenant:?}'s: give \"tenant\": \"{tenant}\", \
                  or another name"

@@ -258,6 +258,14 @@ impl Server {
         let lock = lock_data_dir(&data)?;
         tokens.open_store(&data)?;
         let tenants = TenantStore::open(&data)?;
+        // Tenants of tokens (set at start, or made before tenants were kept) exist from now
+        // on; binding a token to a tenant at start hands it the names already in its form.
+        for tenant in tokens.tenants() {
+            if !tenants.contains(&tenant) {
+                let keep = tenants.set(&tenant, TenantQuota::default());
+                keep.map_err(|e| ServeError::Tenants(format!("{tenant}: {e}")))?;
+            }
+        }
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
         let audit = AuditLog::open(&data).map_err(|e| ServeError::Io {
@@ -321,9 +329,11 @@ impl Server {
         Ok(server)
     }
 
-    /// Whether tenant `name` exists: a server admin set its quotas, or a token is bound to it.
+    /// Whether tenant `name` exists. A tenant is made (and kept, with its quotas, in
+    /// `tenants.json`) when a server admin sets its quotas or a token is first bound to it,
+    /// and stays: revoking its tokens does not hand its names to no one.
     pub fn is_tenant(&self, name: &str) -> bool {
-        self.tenants.list().contains_key(name) || self.tokens.binds_tenant(name)
+        self.tenants.contains(name)
     }
 
     /// The tenant a pipeline or operator name belongs to: the one its prefix names, if that
@@ -342,26 +352,32 @@ impl Server {
         (caller.and_then(|c| c.tenant.clone())).or_else(|| self.tenant_of(name))
     }
 
-    /// Refuses to make `tenant` a tenant (its quotas set, or a token bound to it) while
-    /// pipelines or operators made outside any tenant carry its prefix: they would become its
-    /// own unchecked.
-    pub fn check_new_tenant(&self, tenant: &str) -> Result<(), RequestError> {
+    /// Makes tenant `tenant` with `quota` (or, with `None`, makes it with the default quotas if
+    /// it does not exist yet). A tenant is not made while pipelines or operators made outside
+    /// any tenant carry its prefix: they would become its own unchecked. Under the lock that
+    /// creates take, so no pipeline of its prefix is made outside it meanwhile.
+    pub fn make_tenant(
+        &self,
+        tenant: &str,
+        quota: Option<TenantQuota>,
+    ) -> Result<(), RequestError> {
         tenants::check_name(tenant)?;
-        if self.is_tenant(tenant) {
+        let _owning = self.owning.lock().expect("owning lock");
+        if !self.is_tenant(tenant) {
+            let pipelines = self.slots().into_iter().map(|slot| slot.name.clone());
+            let operators = self.registry.list().into_iter().map(|info| info.name);
+            let busy = self.busy_names.lock().expect("busy names lock").clone();
+            let mut names = pipelines.chain(operators).chain(busy);
+            if let Some(taken) = names.find(|n| tenants::holds(tenant, n)) {
+                return Err(RequestError::Conflict(format!(
+                    "{taken:?} was made outside any tenant with tenant {tenant:?}'s prefix: \
+                     rename or delete what is named \"{tenant}.*\" before making the tenant"
+                )));
+            }
+        } else if quota.is_none() {
             return Ok(());
         }
-        let pipelines = self.slots().into_iter().map(|slot| slot.name.clone());
-        let operators = self.registry.list().into_iter().map(|info| info.name);
-        if let Some(taken) = pipelines
-            .chain(operators)
-            .find(|n| tenants::holds(tenant, n))
-        {
-            return Err(RequestError::Conflict(format!(
-                "{taken:?} was made outside any tenant with tenant {tenant:?}'s prefix: rename \
-                 or delete what is named \"{tenant}.*\" before making the tenant"
-            )));
-        }
-        Ok(())
+        self.tenants.set(tenant, quota.unwrap_or_default())
     }
 
     /// How many pipelines token `owner` created (that still exist).
@@ -468,9 +484,9 @@ impl Server {
     ) -> Result<Arc<Slot>, RequestError> {
         let mut json = json;
         let (name, dir) = self.named_dir(&json)?;
-        self.hold_to_tenant(caller, &name, &mut json, &dir)?;
+        let tenant = self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
-        self.install(&name, &dir, json, caller, |_| Ok(()))
+        self.install(&name, &dir, json, caller, tenant.as_deref(), |_| Ok(()))
     }
 
     /// Creates a pipeline from savepoint `savepoint` of pipeline `from`, with the spec `json`
@@ -487,7 +503,7 @@ impl Server {
         crate::names::check("savepoint name", savepoint)?;
         let mut json = json;
         let (name, dir) = self.named_dir(&json)?;
-        self.hold_to_tenant(caller, &name, &mut json, &dir)?;
+        let tenant = self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         if spec.placement != crate::spec::Placement::Local {
             return Err(RequestError::Invalid(
@@ -528,7 +544,7 @@ impl Server {
                 "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),
             ));
         }
-        let slot = self.install(&name, &dir, json, caller, |made| {
+        let slot = self.install(&name, &dir, json, caller, tenant.as_deref(), |made| {
             let data = made.data_dir().expect("checked above: redb state");
             from.fork_into(savepoint, &name, &data, &made.dir).map(drop)
         })?;
@@ -538,7 +554,8 @@ impl Server {
 
     /// For a pipeline of a tenant (the caller's, or the one its name belongs to): refuses a
     /// pipeline, operator, NATS subject or Kafka topic outside the tenant, and holds the spec
-    /// `json` to the tenant's quota (limits it leaves out are written in). Operator names are read from the spec as sent, before anything is
+    /// `json` to the tenant's quota (limits it leaves out are written in); the tenant decided
+    /// (install checks it still is). Operator names are read from the spec as sent, before anything is
     /// looked up in the registry, so no answer depends on what another tenant has.
     fn hold_to_tenant(
         &self,
@@ -546,17 +563,17 @@ impl Server {
         name: &str,
         json: &mut serde_json::Value,
         dir: &std::path::Path,
-    ) -> Result<(), RequestError> {
-        let Some(tenant) = self.tenant_for(caller, name) else {
-            return Ok(());
+    ) -> Result<Option<String>, RequestError> {
+        let Some(owner) = self.tenant_for(caller, name) else {
+            return Ok(None);
         };
-        let tenant = tenant.as_str();
+        let tenant = owner.as_str();
         tenants::check_holds(tenant, "pipeline", name)?;
         tenants::check_operator_names(tenant, json)?;
         let spec = Managed::resolve(json, dir, self.resolving(), crate::spec::Served::New)?;
         tenants::check_external_names(tenant, &spec)?;
         tenants::bound_spec(json, &spec, tenant, &self.tenants.quota(tenant))?;
-        Ok(())
+        Ok(Some(owner))
     }
 
     /// The name a spec gives and the directory that name makes (checked against the name rule).
@@ -580,10 +597,16 @@ impl Server {
         dir: &std::path::Path,
         json: serde_json::Value,
         caller: Option<&Caller>,
+        tenant: Option<&str>,
         seed: impl FnOnce(&Managed) -> Result<(), RequestError>,
     ) -> Result<Arc<Slot>, RequestError> {
         let _reserved = self.reserve(name, true)?;
         let owning = self.within_quota(caller, name)?;
+        if self.tenant_for(caller, name).as_deref() != tenant {
+            return Err(RequestError::Conflict(format!(
+                "pipeline {name:?}: its tenant was made meanwhile; send it again"
+            )));
+        }
         if dir.exists() {
             warn!(path = %dir.display(), "removing a leftover directory before creating the pipeline");
             std::fs::remove_dir_all(dir).map_err(RequestError::from_io)?;

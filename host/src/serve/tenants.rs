@@ -239,7 +239,12 @@ impl TenantStore {
         set.get(name).copied().unwrap_or_default()
     }
 
-    /// The tenants whose quotas were set.
+    /// Whether tenant `name` exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.set.read().expect("tenants lock").contains_key(name)
+    }
+
+    /// The tenants, with their quotas.
     pub fn list(&self) -> BTreeMap<String, TenantQuota> {
         self.set.read().expect("tenants lock").clone()
     }

@@ -328,10 +328,12 @@ impl Tokens {
         &self.store
     }
 
-    /// Whether a token (set at start or made over the API) is bound to tenant `tenant`.
-    pub fn binds_tenant(&self, tenant: &str) -> bool {
+    /// Every tenant a token (set at start or made over the API) is bound to.
+    pub fn tenants(&self) -> std::collections::BTreeSet<String> {
         let made = self.store.grants();
-        (self.fixed.iter().chain(made.1.iter())).any(|g| g.tenant.as_deref() == Some(tenant))
+        (self.fixed.iter().chain(made.1.iter()))
+            .filter_map(|grant| grant.tenant.clone())
+            .collect()
     }
 
     /// Whether `name` is a token set at start.

@@ -323,15 +323,15 @@ fn a_token_past_its_life_is_refused_at_once() {
     let server = Server::start(dir.path());
     let short = make(
         &server,
-        json!({"name": "short", "scopes": ["read"], "expires_in_s": 1}),
+        json!({"name": "short", "scopes": ["read"], "expires_in_s": 2}),
     );
+    server.expect("alive", server.get("/v1/whoami", Some(&short)), 200);
     let listing = server.expect("the tokens", server.get("/v1/tokens", Some(ADMIN)), 200);
     assert!(
         listing["made"][0]["expires_at_ms"].as_u64() > Some(0),
         "{listing}"
     );
-    server.expect("alive", server.get("/v1/whoami", Some(&short)), 200);
-    thread::sleep(Duration::from_millis(1_100));
+    thread::sleep(Duration::from_millis(2_100));
     server.expect_error("expired", server.get("/v1/whoami", Some(&short)), 401);
 }
 
@@ -375,6 +375,21 @@ fn bad_token_requests_are_refused_with_the_reason_and_make_nothing() {
             "expires_in_s",
         ),
         (
+            json!({"name": "WEIR_X_TOKEN", "scopes": ["read"]}),
+            400,
+            "set at start",
+        ),
+        (
+            json!({"name": "token-2", "scopes": ["read"]}),
+            400,
+            "set at start",
+        ),
+        (
+            json!({"name": "typo.x", "scopes": ["read"], "tenant": "typo", "pipelines": ["x"]}),
+            400,
+            "pipelines",
+        ),
+        (
             json!({"name": "a", "scopes": ["read"], "expires_in_s": -5}),
             400,
             "expires_in_s",
@@ -386,8 +401,8 @@ fn bad_token_requests_are_refused_with_the_reason_and_make_nothing() {
         ),
         (
             json!({"name": "WEIR_INGEST_TOKEN", "scopes": ["read"]}),
-            409,
-            "exists",
+            400,
+            "set at start",
         ),
     ];
     for (request, status, expected) in cases {
@@ -427,6 +442,12 @@ fn bad_token_requests_are_refused_with_the_reason_and_make_nothing() {
     );
     let listing = server.expect("the tokens", server.get("/v1/tokens", Some(ADMIN)), 200);
     assert_eq!(listing["made"], json!([]), "nothing was made");
+    let tenants = server.expect("the tenants", server.get("/v1/tenants", Some(ADMIN)), 200);
+    assert_eq!(
+        tenants["tenants"],
+        json!({}),
+        "no tenant made for a refused token"
+    );
 }
 
 /// Eight callers making one name at once make one token; sixteen making sixteen make them all,

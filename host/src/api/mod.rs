@@ -2,8 +2,9 @@
 //! the listener and the process's signals. See `docs/api.md`. The domain is `serve`.
 //!
 //! Auth runs as middleware before any body is read, deciding from the route table (`routes`)
-//! by the matched route, so an unauthenticated or unauthorised request is refused with 401 or
-//! 403 whatever it carries, and changes nothing.
+//! by the matched route and from the caller's tenant and narrowing, so an unauthenticated or
+//! unauthorised request is refused with 401 or 403 (404 for a pipeline or operator it may not
+//! see) whatever it carries, and changes nothing.
 //!
 //! Depends on `serve` (the domain), and on `operator`, `checkpoint` and `names` for request and
 //! response shapes.
@@ -493,7 +494,7 @@ fn refusal(
         }
         Reach::Refused => {
             "this token is narrowed to pipelines (their routes and the list only) or bound to a \
-             tenant (no tenant's quotas): this route is not one it may use"
+             tenant (no tenant's quotas): this route is not one it may use; ask a server admin"
         }
         Reach::Allowed => "this token's scope does not allow this request",
     };

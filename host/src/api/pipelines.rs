@@ -399,15 +399,17 @@ enum Streamed<T> {
 }
 
 /// Lets a stream's records through while the token that opened it is still accepted, checked
-/// at most once a second (ticks included): a stream whose token is revoked or expires sends
-/// what falls due within that second at most, then ends; it ends with its records too.
+/// at every tick and at most once a second between them: a stream whose token is revoked or
+/// expires sends what falls due within that second at most, then ends; it ends with its
+/// records too.
 fn while_accepted<T>(
     server: Arc<Server>,
     token: String,
 ) -> impl FnMut(Streamed<T>) -> Option<Option<T>> {
     let mut checked = std::time::Instant::now();
     move |item| {
-        if checked.elapsed() >= std::time::Duration::from_secs(1) {
+        let tick = matches!(item, Streamed::Tick);
+        if tick || checked.elapsed() >= std::time::Duration::from_secs(1) {
             checked = std::time::Instant::now();
             let (verdict, _) = server.tokens.judge(&token, crate::serve::Scope::Read);
             if verdict != crate::serve::Verdict::Allowed {

@@ -58,6 +58,10 @@ pub(super) async fn create(
     let issued = blocking(move || {
         let tokens = &server.tokens;
         let maker = caller.as_deref();
+        // Everything the caller sent is checked before a tenant is made for it.
+        tokens
+            .store()
+            .check(&new, maker, |name| tokens.is_fixed(name))?;
         let server_maker = maker.is_none_or(|m| m.tenant.is_none());
         if let (true, Some(tenant)) = (server_maker, &new.tenant) {
             // The first token bound to a tenant makes it (a tenant's own admin makes its

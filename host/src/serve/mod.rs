@@ -118,6 +118,20 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// The tenants kept in `data`, with those of the tokens (set at start, or made before tenants
+/// were kept) made now: binding a token to a tenant at start hands it the names already in its
+/// form.
+fn open_tenants(data: &std::path::Path, tokens: &Tokens) -> Result<TenantStore, ServeError> {
+    let tenants = TenantStore::open(data)?;
+    for tenant in tokens.tenants() {
+        if !tenants.contains(&tenant) {
+            let keep = tenants.set(&tenant, TenantQuota::default());
+            keep.map_err(|e| ServeError::Tenants(format!("{tenant}: {e}")))?;
+        }
+    }
+    Ok(tenants)
+}
+
 /// The answer for a pipeline that does not exist, or that the caller may not see.
 pub fn unknown_pipeline(name: &str) -> RequestError {
     RequestError::NotFound(format!(
@@ -257,15 +271,7 @@ impl Server {
     ) -> Result<Arc<Server>, ServeError> {
         let lock = lock_data_dir(&data)?;
         tokens.open_store(&data)?;
-        let tenants = TenantStore::open(&data)?;
-        // Tenants of tokens (set at start, or made before tenants were kept) exist from now
-        // on; binding a token to a tenant at start hands it the names already in its form.
-        for tenant in tokens.tenants() {
-            if !tenants.contains(&tenant) {
-                let keep = tenants.set(&tenant, TenantQuota::default());
-                keep.map_err(|e| ServeError::Tenants(format!("{tenant}: {e}")))?;
-            }
-        }
+        let tenants = open_tenants(&data, &tokens)?;
         let runtime = WasmRuntime::shared()?;
         let registry = Arc::new(Registry::open(&data, runtime)?);
         let audit = AuditLog::open(&data).map_err(|e| ServeError::Io {

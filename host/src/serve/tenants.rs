@@ -10,7 +10,7 @@
 //! for: a spec asking for more CPU, memory, state or ingest rate than the tenant's is refused
 //! with the limit, and one that asks for none gets the tenant's ([`bound_spec`]).
 //!
-//! Depends on `fsutil`, `spec` and `time`.
+//! Depends on `fsutil` and `spec`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -262,7 +262,8 @@ impl TenantStore {
         let mut set = self.list();
         if !set.contains_key(name) && set.len() >= MAX_TENANTS {
             return Err(RequestError::Conflict(format!(
-                "{MAX_TENANTS} tenants have quotas of their own already"
+                "{MAX_TENANTS} tenants exist already: a tenant is removed by editing tenants.json \
+                 while the server is stopped, once nothing is named in it"
             )));
         }
         set.insert(name.to_owned(), quota);
@@ -274,8 +275,8 @@ impl TenantStore {
 }
 
 /// Holds a tenant's pipeline spec to its quota: a limit the spec asks more than is refused
-/// with the tenant's; one it leaves out is written into `json` as the tenant's. Returns
-/// whether `json` changed (then it is checked again).
+/// with the tenant's; one it leaves out is written into `json` as the tenant's (the caller
+/// checks `json` again). Returns whether `json` changed.
 pub fn bound_spec(
     json: &mut serde_json::Value,
     spec: &PipelineSpec,

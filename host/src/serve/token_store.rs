@@ -63,6 +63,14 @@ impl NewToken {
     /// Checks everything the caller sent, in one place.
     fn check(&self) -> Result<(), RequestError> {
         crate::names::check("token name", &self.name)?;
+        let numbered = (self.name.strip_prefix("token-"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if self.name.starts_with("WEIR_") || numbered {
+            return Err(RequestError::Invalid(format!(
+                "name: {:?} is a name tokens set at start take (WEIR_*, token-N): choose another",
+                self.name
+            )));
+        }
         if let Some(tenant) = &self.tenant {
             tenants::check_name(tenant)?;
         }
@@ -200,11 +208,12 @@ impl TokenStore {
         let path = dir.join(TOKENS_FILE);
         let records = match std::fs::read(&path) {
             Ok(bytes) => {
-                let file: TokensFile =
-                    serde_json::from_slice(&bytes).map_err(|source| ServeError::TokensJson {
-                        path: path.clone(),
-                        source,
-                    })?;
+                let file: TokensFile = serde_json::from_slice(&bytes).map_err(|e| {
+                    ServeError::Tokens(format!(
+                        "{}: {e}; restore it, or remove it to revoke every token made over the API",
+                        path.display()
+                    ))
+                })?;
                 file.tokens
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -230,6 +239,22 @@ impl TokenStore {
         let mut listed: Vec<TokenRecord> = self.grants().0.iter().map(|r| r.listed()).collect();
         listed.sort_by(|a, b| a.name.cmp(&b.name));
         listed
+    }
+
+    /// Checks request `new` of `maker` as [`Self::create`] will, without making anything (so
+    /// that nothing is made for a request that is refused).
+    pub fn check(
+        &self,
+        new: &NewToken,
+        maker: Option<&Caller>,
+        reserved: impl Fn(&str) -> bool,
+    ) -> Result<(), RequestError> {
+        let new = bounded_by(new, maker)?;
+        new.check()?;
+        if reserved(&new.name) || self.grants().0.iter().any(|r| r.name == new.name) {
+            return Err(taken(&new.name));
+        }
+        Ok(())
     }
 
     /// Makes token `new` for `maker` (the caller; none in tests): a tenant's caller makes
@@ -263,10 +288,7 @@ impl TokenStore {
         self.change(|records| {
             // One answer whoever holds the name, so a tenant learns no other's names.
             if reserved(&new.name) || records.iter().any(|r| r.name == new.name) {
-                return Err(RequestError::Conflict(format!(
-                    "a token named {:?} exists: choose another name (or revoke or rotate it)",
-                    new.name
-                )));
+                return Err(taken(&new.name));
             }
             if records.len() >= MAX_TOKENS {
                 return Err(RequestError::Conflict(format!(
@@ -385,6 +407,13 @@ impl TokenStore {
         *self.current.write().expect("tokens lock") = Arc::new((records, grants));
         Ok(())
     }
+}
+
+/// The answer for a name taken, whoever holds it.
+fn taken(name: &str) -> RequestError {
+    RequestError::Conflict(format!(
+        "a token named {name:?} exists: choose another name (or revoke or rotate it)"
+    ))
 }
 
 /// The answer for a token the caller cannot see or that does not exist.

@@ -293,6 +293,11 @@ impl Tokens {
             };
             if let Some(tenant) = &entry.tenant {
                 super::tenants::check_name(tenant).map_err(|e| fail(format!("{name}: {e}")))?;
+                if !super::tenants::holds(tenant, &name) {
+                    return Err(fail(format!(
+                        "{name}: a token of tenant {tenant:?} is named \"{tenant}.<name>\""
+                    )));
+                }
             }
             tokens.fixed.push(Grant {
                 name,
@@ -315,7 +320,8 @@ impl Tokens {
         if let Some(clash) = (store.list().iter()).find(|made| self.is_fixed(&made.name)) {
             return Err(fail(format!(
                 "{}: a token made over the API has the name of one set at start; rename the one \
-                 set at start",
+                 set at start, or revoke the other (remove it from api-tokens.json while the \
+                 server is stopped)",
                 clash.name
             )));
         }

@@ -632,6 +632,32 @@ fn the_console_shows_what_the_api_says_and_its_buttons_act(browser: &Browser) {
     browser.goto(&format!("{url}#/operators"));
     browser.find("tr[data-operator='count-sum@1.0.0']");
     assert!(browser.try_find("#upload").is_none());
+
+    // A deploy token changes things but deletes nothing; a token narrowed to a pipeline sees
+    // the console read-only (its registry and new pipelines are out of its reach).
+    let token = |request: Value| -> String {
+        let made = server.expect(
+            "a token",
+            server.post_json("/v1/tokens", Some(ADMIN), &request),
+            201,
+        );
+        made["token"].as_str().unwrap().to_owned()
+    };
+    let deploy = token(json!({"name": "ci", "scopes": ["deploy"]}));
+    browser.click("#sign-out");
+    sign_in(browser, &url, &deploy);
+    browser.find("#new-pipeline");
+    browser.goto(&format!("{url}#/pipelines/clicks"));
+    browser.find("#stop");
+    assert!(
+        browser.try_find("#delete-pipeline").is_none(),
+        "a delete for deploy"
+    );
+    let narrowed = token(json!({"name": "one", "scopes": ["admin"], "pipelines": ["clicks"]}));
+    browser.click("#sign-out");
+    sign_in(browser, &url, &narrowed);
+    browser.find("#read-only");
+    assert!(browser.try_find("#new-pipeline").is_none());
 }
 
 #[test]

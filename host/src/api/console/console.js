@@ -61,7 +61,7 @@ const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&
 
 const state = {
   token: null, // the bearer token (also in sessionStorage)
-  who: null, // {name, scopes} from /v1/whoami
+  who: null, // {name, scopes, pipelines} from /v1/whoami
   view: null, // the current page's data; replaced on every navigation
   error: null, // {message, source} shown in #error
   dismissed: null, // a polling error the user dismissed: not shown again until it changes
@@ -77,9 +77,13 @@ function esc(value) {
 }
 
 const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-const isAdmin = () => Boolean(state.who && state.who.scopes.includes("admin"));
+// A token narrowed to pipelines reaches no registry and makes no pipeline: the console is
+// read-only for it (its API still starts, stops and rolls out its own pipelines).
+const narrowed = () => Boolean(state.who && state.who.pipelines);
+const isAdmin = () => Boolean(state.who && state.who.scopes.includes("admin")) && !narrowed();
 // Making and changing pipelines and operators: an admin or a deploy token (deleting is admin's).
-const canDeploy = () => isAdmin() || Boolean(state.who && state.who.scopes.includes("deploy"));
+const canDeploy = () =>
+  isAdmin() || (Boolean(state.who && state.who.scopes.includes("deploy")) && !narrowed());
 const isAbort = (e) => Boolean(e && e.name === "AbortError");
 const current = (view) => state.view === view;
 const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
@@ -365,6 +369,8 @@ async function signIn(token) {
   state.who = {
     name: who && typeof who.name === "string" ? who.name : null,
     scopes: who && Array.isArray(who.scopes) ? who.scopes.map(String) : [],
+    // The pipelines a narrowed token reaches; null: not narrowed.
+    pipelines: who && Array.isArray(who.pipelines) ? who.pipelines.map(String) : null,
   };
   sessionStorage.setItem(TOKEN_KEY, token);
   renderChrome();

@@ -8,7 +8,7 @@ use std::thread;
 
 use serde_json::{Value, json};
 
-use crate::server::{ADMIN, Server, count_sum_v1, spec};
+use crate::server::{ADMIN, PATIENCE, Server, count_sum_v1, spec};
 
 /// A token of `tenant` with `scopes`, made by the server's admin; its secret.
 fn token_of(server: &Server, name: &str, tenant: &str, scopes: &[&str]) -> String {
@@ -502,4 +502,66 @@ pub(crate) fn call(server: &Server, method: &str, path: &str, token: &str) -> (u
         "put" => server.put_json(path, Some(token), &json!({})),
         other => panic!("a method the test does not know: {other}"),
     }
+}
+
+/// A tenant's stuck pipeline is listed by `/healthz` but does not make the server degraded
+/// (one tenant cannot have a shared server restarted by its orchestrator); a stuck pipeline of
+/// the server's own does.
+#[test]
+fn a_tenants_stuck_pipeline_does_not_make_the_server_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--stall-after", "2s"]);
+    let a = token_of(&server, "team-a.admin", "team-a", &["admin"]);
+    let spin = crate::support::guest("infinite-loop");
+    let spin = std::fs::read(spin).unwrap();
+    let spinning = |name: &str, operator: &str| {
+        let mut spec = spec_of(name, operator);
+        spec["sandbox"] = json!({"call_timeout": "60s"});
+        spec
+    };
+    let events: Vec<_> = (0..50)
+        .map(|i| crate::server::ev("spin-1", crate::server::BASE_TS + i, 1))
+        .collect();
+    let stuck = |token: &str, name: &str, operator: &str| {
+        server.expect(
+            "upload",
+            server.upload(operator, "1.0.0", &spin, Some(token)),
+            201,
+        );
+        let spec = spinning(name, operator);
+        server.expect(
+            "create",
+            server.post_json("/v1/pipelines", Some(token), &spec),
+            201,
+        );
+        let start = format!("/v1/pipelines/{name}/start");
+        server.expect("start", server.post(&start, Some(token), b""), 200);
+        let body = crate::server::jsonl(&events);
+        let path = format!("/v1/pipelines/{name}/events");
+        server.expect(
+            "ingest",
+            server.post(&path, Some(token), body.as_bytes()),
+            202,
+        );
+    };
+    stuck(&a, "team-a.stuck", "team-a.spin");
+    let health = server.wait_for("team-a's stuck pipeline listed", PATIENCE, || {
+        let (code, body) = server.get("/healthz", Some(ADMIN));
+        let health: Value = serde_json::from_str(&body).unwrap();
+        match health["stalled"] == json!(["team-a.stuck"]) {
+            true => Ok((code, health)),
+            false => Err(body),
+        }
+    });
+    assert_eq!(health.0, 200, "{:?}", health.1);
+    assert_eq!(health.1["status"], "ok");
+    stuck(ADMIN, "stuck", "spin");
+    server.wait_for(
+        "the server's own stuck pipeline to degrade it",
+        PATIENCE,
+        || match server.get("/healthz", Some(ADMIN)) {
+            (503, body) => Ok(body),
+            (code, body) => Err(format!("{code} {body}")),
+        },
+    );
 }

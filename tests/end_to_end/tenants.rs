@@ -402,6 +402,10 @@ fn a_tenant_is_held_to_the_quotas_a_server_admin_sets() {
         );
         assert!(message.contains(limit), "{message}");
     }
+    let mut spec = spec_of("team-a.wide", "team-a.op");
+    spec["shards"] = json!(8);
+    let message = server.expect_error("", server.post_json("/v1/pipelines", Some(&a), &spec), 400);
+    assert!(message.contains("shards asks for 8"), "{message}");
     let mut spec = spec_of("team-a.fast", "team-a.op");
     spec["source"]["max_events_per_second"] = json!(5000);
     let message = server.expect_error("", server.post_json("/v1/pipelines", Some(&a), &spec), 400);
@@ -425,6 +429,7 @@ fn a_tenant_is_held_to_the_quotas_a_server_admin_sets() {
     assert_eq!(stored["sandbox"]["total_memory"], 64 << 20);
     assert_eq!(stored["state"]["max_bytes"], 1 << 20);
     assert_eq!(stored["source"]["max_events_per_second"], 1000);
+    assert_eq!(stored["shards"], 2, "the tenant's default shards: {stored}");
     let message = server.expect_error(
         "a second pipeline",
         server.post_json(

@@ -98,7 +98,7 @@ pub const ROUTES: &[Route] = &[
         [(200, "the token, with its new secret in `token`"), (404, "no such token made over the API"), (409, "set at start: change it there and restart"), (507, "the disk is full")]),
     route!(GET "/v1/tenants", ADMIN, "Tenants and their quotas: {defaults, tenants: {name: {quota, pipelines, operators}}} (a tenant's token sees its own)",
         [(200, "the tenants")]),
-    route!(PUT "/v1/tenants/{name}", ADMIN, "Set a tenant's quotas (a server admin's token, bound to no tenant): {max_pipelines, max_operators, max_tokens, cpu, total_memory, state_bytes, max_events_per_second}, each left out taking its default; they apply to the tenant's next creates and uploads",
+    route!(PUT "/v1/tenants/{name}", ADMIN, "Set a tenant's quotas (a server admin's token, bound to no tenant): {max_pipelines, max_operators, max_tokens, shards, cpu, total_memory, state_bytes, max_events_per_second}, each left out taking its default; they apply to the tenant's next creates and uploads",
         [(200, "the tenant's quota"), (400, "a bad name or quota"), (403, "a tenant's token"), (409, "1,000 tenants have quotas already"), (507, "the disk is full")]),
     route!(GET "/v1/operators", READ, "List operator versions (GET /healthz lists registry entries that could not be read)",
         [(200, "versions")]),

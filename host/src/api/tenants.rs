@@ -53,7 +53,7 @@ pub(super) async fn set(
     let quota: TenantQuota = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "the body is not a tenant's quota ({{\"max_pipelines\", \"max_operators\", \
-             \"max_tokens\", \"cpu\", \"total_memory\", \"state_bytes\", \
+             \"max_tokens\", \"shards\", \"cpu\", \"total_memory\", \"state_bytes\", \
              \"max_events_per_second\"}}): {e}"
         ))
     })?;

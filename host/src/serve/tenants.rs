@@ -151,6 +151,9 @@ pub struct TenantQuota {
     pub max_operators: usize,
     /// Tokens made over the API.
     pub max_tokens: usize,
+    /// Shards (threads) each pipeline may have (`shards`; a spec without one gets this many
+    /// rather than one per core).
+    pub shards: usize,
     /// Cores each pipeline's operators may use (`sandbox.cpu`).
     pub cpu: f64,
     /// Bytes of memory all of each pipeline's instances may hold (`sandbox.total_memory`).
@@ -168,6 +171,7 @@ impl Default for TenantQuota {
             max_pipelines: 20,
             max_operators: 100,
             max_tokens: 100,
+            shards: 2,
             cpu: 1.0,
             total_memory: 1 << 30,
             state_bytes: 1 << 30,
@@ -185,6 +189,9 @@ impl TenantQuota {
         }
         if self.max_tokens > super::MAX_TOKENS {
             return invalid("max_tokens is at most 10000");
+        }
+        if !(1..=crate::spec::MAX_SHARDS).contains(&self.shards) {
+            return invalid("shards is 1 to 256 per pipeline");
         }
         if !(0.01..=1024.0).contains(&self.cpu) {
             return invalid("cpu is 0.01 to 1024 cores per pipeline");
@@ -288,6 +295,12 @@ pub fn bound_spec(
     // allows, and what is written when the spec asks nothing.
     let mut limits = vec![
         (
+            ("", "shards"),
+            spec.shards.map(|n| n as u64),
+            quota.shards as u64,
+            serde_json::json!(quota.shards),
+        ),
+        (
             ("sandbox", "cpu"),
             spec.sandbox.cpu_millicores.map(u64::from),
             cpu,
@@ -319,9 +332,14 @@ pub fn bound_spec(
                     "cpu" => format!("{} cores", n as f64 / 1000.0),
                     _ => n.to_string(),
                 };
+                let at = if table.is_empty() {
+                    field.to_owned()
+                } else {
+                    format!("{table}.{field}")
+                };
                 return Err(RequestError::Invalid(format!(
-                    "{table}.{field} asks for {}; tenant {tenant:?} allows at most {} per \
-                     pipeline (a server admin sets it: PUT /v1/tenants/{tenant})",
+                    "{at} asks for {}; tenant {tenant:?} allows at most {} per pipeline (a \
+                     server admin sets it: PUT /v1/tenants/{tenant})",
                     shown(asked),
                     shown(allowed)
                 )));
@@ -336,7 +354,7 @@ pub fn bound_spec(
     Ok(changed)
 }
 
-/// Writes `value` as `table.field` of the spec `json`.
+/// Writes `value` as `table.field` of the spec `json` (a top-level `field` without a table).
 fn write_limit(
     json: &mut serde_json::Value,
     table: &str,
@@ -348,6 +366,10 @@ fn write_limit(
             "the spec is not a JSON object".into(),
         ));
     };
+    if table.is_empty() {
+        object.insert(field.to_owned(), value);
+        return Ok(());
+    }
     let table = object.entry(table).or_insert_with(|| serde_json::json!({}));
     let Some(table) = table.as_object_mut() else {
         return Err(RequestError::Invalid(format!(

@@ -159,7 +159,8 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(&spec.topic, 0, Offset::Offset(offset as i64))?;
     consumer.assign(&assignment)?;
-    let (deadline, mut quiet) = (Instant::now() + BROKER_WAIT, 0);
+    let started = Instant::now();
+    let (deadline, mut quiet, mut moved) = (started + BROKER_WAIT, 0, false);
     while Instant::now() < deadline && quiet < 10 {
         let position = consumer
             .position()?
@@ -170,8 +171,10 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
         if position >= high {
             break;
         }
+        moved |= position > offset as i64;
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(message)) => {
+                (moved, quiet) = (true, 0);
                 if let Some(key) = message.key() {
                     ids.insert(String::from_utf8_lossy(key).into_owned());
                 }
@@ -180,8 +183,11 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
                 }
             }
             Some(Err(error)) => tracing::warn!(%error, "reading a kafka sink back"),
-            // Nothing more to read: only aborted records or markers are left.
-            None => quiet += 1,
+            // Nothing more to read: only aborted records or markers are left. Before anything
+            // has been read, silence is the brokers being slow to answer (a loaded machine):
+            // stopping then would miss committed records and produce them twice.
+            None if moved || started.elapsed() > Duration::from_secs(30) => quiet += 1,
+            None => {}
         }
     }
     Ok(ids)

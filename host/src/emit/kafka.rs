@@ -5,7 +5,8 @@
 //! had not committed is aborted, never seen by a `read_committed` consumer. What it committed
 //! after its last checkpoint (it died between its commit and the checkpoint's) is read back from
 //! the checkpoint's offset when the sink opens, and those records, made again by the replay,
-//! are not produced twice.
+//! are not produced twice; until the replay has made them all, each checkpoint records that
+//! same offset, so a crash before then reads them back again.
 //!
 //! Used by the sinks (`emit::sink`); depends on `spec`.
 
@@ -42,6 +43,11 @@ pub struct KafkaPublisher {
     /// Ids the run before this one committed after the checkpoint this one resumes from: not
     /// produced again.
     already: HashSet<String>,
+    /// Where those were read back from: while any of them is still to come, a checkpoint
+    /// records this offset rather than the end, so that a later recovery reads them back again
+    /// (a checkpoint taken before the replay reached them would otherwise forget them, and a
+    /// run after it would produce them twice).
+    read_from: Option<u64>,
 }
 
 impl KafkaPublisher {
@@ -82,6 +88,7 @@ impl KafkaPublisher {
             producer,
             spec: spec.clone(),
             already,
+            read_from: committed,
         })
     }
 
@@ -125,8 +132,9 @@ impl KafkaPublisher {
             .map_err(|e| self.failed("cannot deliver", e))
     }
 
-    /// Commits the transaction and begins the next. Returns the partition's end offset: what
-    /// the checkpoint records.
+    /// Commits the transaction and begins the next. Returns what the checkpoint records: the
+    /// partition's end offset, or, while records the run before committed are still to come,
+    /// the offset they were read back from.
     pub fn commit(&mut self) -> Result<u64, KafkaSinkError> {
         self.producer
             .commit_transaction(BROKER_WAIT)
@@ -139,7 +147,14 @@ impl KafkaPublisher {
         self.producer
             .begin_transaction()
             .map_err(|e| self.failed("cannot begin a transaction", e))?;
-        Ok(high.max(0) as u64)
+        match self.read_from {
+            // Records the run before committed are still to come: they are read back again.
+            Some(from) if !self.already.is_empty() => Ok(from),
+            _ => {
+                self.read_from = None;
+                Ok(high.max(0) as u64)
+            }
+        }
     }
 }
 

@@ -249,8 +249,7 @@ impl TokenStore {
         maker: Option<&Caller>,
         reserved: impl Fn(&str) -> bool,
     ) -> Result<(), RequestError> {
-        let new = bounded_by(new, maker)?;
-        new.check()?;
+        let new = checked(new, maker)?;
         if reserved(&new.name) || self.grants().0.iter().any(|r| r.name == new.name) {
             return Err(taken(&new.name));
         }
@@ -268,8 +267,7 @@ impl TokenStore {
         reserved: impl Fn(&str) -> bool,
         tenant_cap: Option<usize>,
     ) -> Result<Issued, RequestError> {
-        let new = &bounded_by(new, maker)?;
-        new.check()?;
+        let new = &checked(new, maker)?;
         let now = crate::time::wall_clock_ms();
         let (secret, sha256) = make_secret()?;
         let record = TokenRecord {
@@ -421,6 +419,13 @@ pub fn unknown(name: &str) -> RequestError {
     RequestError::NotFound(format!(
         "no token named {name:?} was made over the API; GET /v1/tokens lists them"
     ))
+}
+
+/// `new` as `maker` may make it, checked.
+fn checked(new: &NewToken, maker: Option<&Caller>) -> Result<NewToken, RequestError> {
+    let new = bounded_by(new, maker)?;
+    new.check()?;
+    Ok(new)
 }
 
 /// `new` as `maker` may make it: of the maker's tenant (and named in it), living no longer

@@ -4,8 +4,10 @@
 //! owners, routing, the workers' counters), a shadow rollout to half the keys, a replay of a
 //! key, a rollout to all and its promotion, stop and start again, delete. Against a real
 //! `nats-server -js` and three real workers; results are read from the results stream, each
-//! window once. Hostile: what workers cannot share is refused at create, and what needs the
-//! local run (savepoints) is refused with the reason.
+//! window once. Savepoints copy every slice's checkpoint from the cluster and fork a pipeline on
+//! workers that goes on from them. Hostile: what workers cannot share is refused at create,
+//! what needs the local run (a replay from a savepoint) is refused with the reason, a fork of
+//! another placement or slice count is refused, and a savepoint racing a delete gives up.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -77,9 +79,14 @@ impl Setup {
     }
 
     fn worker(&self, id: &str) -> Child {
+        self.worker_of(NAME, id)
+    }
+
+    /// A worker of pipeline `pipeline`, logging to `<id>.log`.
+    fn worker_of(&self, pipeline: &str, id: &str) -> Child {
         let log = std::fs::File::create(self.dir.path().join(format!("{id}.log"))).unwrap();
         let dir = self.dir.path().join(id);
-        let worker = spawn_worker(&self.nats.url, NAME, id, &dir, log.into(), &[]);
+        let worker = spawn_worker(&self.nats.url, pipeline, id, &dir, log.into(), &[]);
         self.started.track(worker)
     }
 
@@ -303,21 +310,13 @@ fn weir_serve_runs_a_pipeline_on_workers_through_shadow_replay_promote_stop_and_
     }
 
     // What needs this server's own run is refused with the reason.
-    for (what, action, body) in [
-        (
-            "a replay from a savepoint",
-            "replay",
-            json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"}),
-        ),
-        ("a savepoint", "savepoints", json!({"name": "mid"})),
-    ] {
-        let answer = server.post_json(&path(action), Some(ADMIN), &body);
-        let refused = server.expect_error(what, answer, 409);
-        assert!(
-            refused.contains("runs on the cluster's workers"),
-            "{refused}"
-        );
-    }
+    let body = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"});
+    let answer = server.post_json(&path("replay"), Some(ADMIN), &body);
+    let refused = server.expect_error("a replay from a savepoint", answer, 409);
+    assert!(
+        refused.contains("runs on the cluster's workers"),
+        "{refused}"
+    );
 
     // Deleted: the workers drop it and the cluster forgets it.
     server.expect(
@@ -506,4 +505,263 @@ fn a_gated_rollout_on_workers_is_stopped_by_its_shadow_gate() {
             Err(routing.to_string())
         }
     });
+}
+
+/// The results `subject` has in RESULTS, by window, each window once.
+fn results_of(client: &Client, subject: &str) -> BTreeMap<(String, i64), Value> {
+    let mut by_window = BTreeMap::new();
+    for (s, r) in client.read_all_subjects("RESULTS") {
+        if s != subject {
+            continue;
+        }
+        let window = (
+            r["key"].as_str().unwrap().to_owned(),
+            r["window_start"].as_i64().unwrap(),
+        );
+        assert!(
+            by_window.insert(window.clone(), r).is_none(),
+            "{window:?} twice"
+        );
+    }
+    by_window
+}
+
+/// A savepoint of a running pipeline on workers holds every slice's checkpoint; a pipeline
+/// forked from it runs on workers from those checkpoints: it emits no window the savepoint had
+/// closed, and the windows open across the savepoint count the events from both sides of it.
+/// A migration dry run reads every slice's state. Hostile: a bad name, a name taken (two takes
+/// at once: one wins), a fork of another placement or slice count; racing: a savepoint waiting
+/// for slices nobody runs gives up when the pipeline is deleted, which leaves nothing behind.
+#[test]
+fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on_from_it() {
+    let setup = Setup::start();
+    let server = &setup.server;
+    let path = |pipeline: &str, action: &str| format!("/v1/pipelines/{pipeline}/{action}");
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &workers_spec(6)),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post(&path(NAME, "start"), Some(ADMIN), b""),
+        200,
+    );
+    let _workers = ["w1", "w2"].map(|id| setup.worker(id));
+    setup.wait_for_owners(&["w1", "w2"]);
+    let first = clicks(0, 1_500);
+    setup.client.publish("clicks.web", &first);
+    setup.wait_for_windows(&first);
+
+    // Two takes of one name at once: one savepoint, the other told the name is taken.
+    let take = |name: &str| {
+        server.post_json(
+            &path(NAME, "savepoints"),
+            Some(ADMIN),
+            &json!({"name": name}),
+        )
+    };
+    let answers = std::thread::scope(|scope| {
+        let takes = [(); 2].map(|()| scope.spawn(|| take("mid")));
+        takes.map(|t| t.join().unwrap())
+    });
+    let mut statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    statuses.sort();
+    assert_eq!(statuses, [201, 409], "{answers:?}");
+    let saved: Value = answers
+        .iter()
+        .find(|(status, _)| *status == 201)
+        .map(|(_, body)| serde_json::from_str(body).unwrap())
+        .unwrap();
+    let slices = saved["slices"].as_array().expect("a savepoint per slice");
+    assert_eq!(slices.len(), 6, "{saved}");
+    // Every slice read past the first batch's last event before it was saved.
+    let saved_watermark = saved["watermark"].as_i64().expect("a watermark");
+    assert!(
+        saved_watermark >= first[1_400]["ts"].as_i64().unwrap(),
+        "{saved}"
+    );
+    server.expect_error("a bad name", take("../x"), 400);
+    let listed = server.expect(
+        "the listing",
+        server.get(&path(NAME, "savepoints"), Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["name"], "mid");
+    assert_eq!(listed[0]["slices"].as_array().unwrap().len(), 6, "{listed}");
+
+    // A migration dry run of version 2 reads the open windows' state of every slice.
+    let v2 = std::fs::read(crate::server::count_sum_v2()).unwrap();
+    let verified = server.expect(
+        "a verified upload",
+        server.post_as(
+            &format!("/v1/operators/count-sum/2.0.0?verify={NAME}:mid"),
+            Some(ADMIN),
+            Some("application/wasm"),
+            &v2,
+            true,
+        ),
+        201,
+    );
+    assert_eq!(
+        verified["verified"]["migrated"], 20,
+        "the 20 users' open windows: {verified}"
+    );
+
+    // Forks that do not fit the savepoint are refused.
+    let fork_spec = |slices: Option<usize>| {
+        let mut spec = workers_spec(slices.unwrap_or(6));
+        spec["name"] = json!("forked");
+        spec["sinks"]["results"]["subject"] = json!("results.forked");
+        if slices.is_none() {
+            spec.as_object_mut().unwrap().remove("workers");
+        }
+        spec
+    };
+    let fork =
+        |spec: &Value| server.post_json(&path(NAME, "savepoints/mid/fork"), Some(ADMIN), spec);
+    let refused = server.expect_error("a fork into 3 slices", fork(&fork_spec(Some(3))), 400);
+    assert!(refused.contains("cut into 6 slices"), "{refused}");
+    let refused = server.expect_error("a fork run here", fork(&fork_spec(None)), 400);
+    assert!(refused.contains("runs on workers too"), "{refused}");
+    server.expect_error(
+        "an unknown savepoint",
+        server.post_json(
+            &path(NAME, "savepoints/gone/fork"),
+            Some(ADMIN),
+            &fork_spec(Some(6)),
+        ),
+        404,
+    );
+
+    // The fork goes on from the savepoint: started, run by workers of its own, fed more.
+    server.expect("forking", fork(&fork_spec(Some(6))), 201);
+    server.expect(
+        "starting the fork",
+        server.post(&path("forked", "start"), Some(ADMIN), b""),
+        200,
+    );
+    let _forked_worker = ["f1"].map(|id| setup.worker_of("forked", id));
+    let second = clicks(1_500, 1_500);
+    setup.client.publish("clicks.web", &second);
+    let all: Vec<Value> = first.iter().chain(&second).cloned().collect();
+    let model = windows(&all);
+    let latest = all.iter().map(|e| e["ts"].as_i64().unwrap()).max().unwrap();
+    let forked_log =
+        || std::fs::read_to_string(setup.dir.path().join("f1.log")).unwrap_or_default();
+    let want: BTreeSet<(String, i64)> = (model.keys())
+        .filter(|(_, start)| start + 1000 <= latest && start + 1000 > saved_watermark)
+        .cloned()
+        .collect();
+    let forked = server.wait_for("the fork's results", PATIENCE, || {
+        let got = results_of(&setup.client, "results.forked");
+        let windows: BTreeSet<_> = got.keys().cloned().collect();
+        match want.is_subset(&windows) {
+            true => Ok(got),
+            false => Err(format!(
+                "{} of {} windows\n{}",
+                windows.len(),
+                want.len(),
+                forked_log()
+            )),
+        }
+    });
+    for ((user, start), r) in &forked {
+        assert!(
+            start + 1000 > saved_watermark,
+            "window {user} {start} was closed when the savepoint was taken: {r}"
+        );
+        let (count, sum) = model[&(user.clone(), *start)];
+        assert_eq!(
+            (&r["value"]["count"], &r["value"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{r}"
+        );
+    }
+    let spanning = first[1_499]["ts"].as_i64().unwrap() / 1000 * 1000;
+    assert!(
+        forked.keys().any(|(_, start)| *start == spanning),
+        "the window open across the savepoint: {forked:?}"
+    );
+
+    // Deleted, the savepoint is gone from the listing; deleting it again is 404.
+    server.expect(
+        "deleting the savepoint",
+        server.delete(&path(NAME, "savepoints/mid"), Some(ADMIN)),
+        204,
+    );
+    server.expect_error(
+        "deleting it again",
+        server.delete(&path(NAME, "savepoints/mid"), Some(ADMIN)),
+        404,
+    );
+    let listed = server.expect(
+        "the listing",
+        server.get(&path(NAME, "savepoints"), Some(ADMIN)),
+        200,
+    );
+    assert_eq!(listed, json!([]));
+
+    // Of a stopped pipeline: every slice's last checkpoint, at once.
+    server.expect(
+        "stopping",
+        server.post(&path(NAME, "stop"), Some(ADMIN), b""),
+        200,
+    );
+    setup.wait_for_owners(&[]);
+    let stopped = server.expect("a savepoint of the stopped pipeline", take("stopped"), 201);
+    for (slice, before) in stopped["slices"].as_array().unwrap().iter().zip(slices) {
+        assert!(
+            slice["checkpoint"].as_u64() >= before["checkpoint"].as_u64(),
+            "{slice} {before}"
+        );
+    }
+
+    // A savepoint of a pipeline whose slices nobody runs waits; a delete makes it give up at
+    // once and leaves nothing of the pipeline behind.
+    let mut idle = workers_spec(2);
+    idle["name"] = json!("idle");
+    idle["sinks"]["results"]["subject"] = json!("results.idle");
+    server.expect(
+        "creating idle",
+        server.post_json("/v1/pipelines", Some(ADMIN), &idle),
+        201,
+    );
+    server.expect(
+        "starting idle",
+        server.post(&path("idle", "start"), Some(ADMIN), b""),
+        200,
+    );
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            server.post_json(
+                &path("idle", "savepoints"),
+                Some(ADMIN),
+                &json!({"name": "never"}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let started = std::time::Instant::now();
+        server.expect(
+            "deleting idle",
+            server.delete("/v1/pipelines/idle", Some(ADMIN)),
+            204,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        let (status, body) = waiting.join().unwrap();
+        assert!(status == 409 || status == 404, "{status} {body}");
+    });
+    let pipelines = setup.dir.path().join("serve/pipelines");
+    let left: Vec<_> = std::fs::read_dir(&pipelines)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("idle"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

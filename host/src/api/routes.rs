@@ -134,8 +134,8 @@ pub const ROUTES: &[Route] = &[
         [(200, "status"), (404, "unknown"), (409, "no rollout")]),
     route!(POST "/v1/pipelines/{name}/promote", DEPLOY, "Promote the candidate: it becomes the live version at the next barrier",
         [(200, "status"), (404, "unknown"), (409, "no rollout, or it was rolled back")]),
-    route!(POST "/v1/pipelines/{name}/savepoints", DEPLOY, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on",
-        [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped or failed first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (507, "the disk is full: answered at once")]),
+    route!(POST "/v1/pipelines/{name}/savepoints", DEPLOY, "Take a savepoint {name}: a running pipeline's next checkpoint, a stopped one's last; it keeps the ingest log from its offset on. Of a pipeline on workers: every slice's first checkpoint uploaded after the request (a stopped one's last), copied from the cluster, with each slice's position under `slices`",
+        [(201, "the savepoint"), (400, "a bad name"), (404, "unknown pipeline"), (409, "exists, 32 savepoints already, no checkpoint yet, or the pipeline stopped or failed first"), (429, "no checkpoint within 60 s: it is taken at the next one"), (503, "the cluster's NATS server does not answer"), (507, "the disk is full: answered at once")]),
     route!(POST "/v1/pipelines/{name}/replay", DEPLOY, "Replay recorded input through two versions in a sandbox: {versions: [a, b], keys | sample, from, to, savepoint}; both versions' results per window, differences marked",
         [(200, "the comparison"), (400, "invalid request"), (404, "unknown pipeline, version or savepoint"), (409, "no keyed aggregate, the log before the start was truncated (replay from a savepoint), the savepoint is damaged, or the pipeline was deleted during the replay"), (413, "more than 1 GiB of log to replay"), (429, "another replay is running")]),
     route!(POST "/v1/pipelines/{name}/repro", DEPLOY, "A repro bundle for a row: {row: a result, shadow result, replay row or dead letter, versions: [live, candidate] (default: the live one and the row's own, or the rollout's candidate)}; the key's events in that window from the ingest log and what each version gives for them alone",
@@ -146,8 +146,8 @@ pub const ROUTES: &[Route] = &[
         [(200, "savepoints, then those that cannot be read as {name, damaged}"), (404, "unknown pipeline")]),
     route!(DELETE "/v1/pipelines/{name}/savepoints/{savepoint}", ADMIN, "Delete a savepoint (the ingest log it kept may then be truncated)",
         [(204, "deleted"), (404, "unknown")]),
-    route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", DEPLOY, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped",
-        [(201, "the new pipeline's status"), (400, "invalid spec, or another key, window or chain than the savepoint's"), (404, "unknown pipeline or savepoint"), (409, "name taken, or the savepoint is damaged"), (507, "the disk is full")]),
+    route!(POST "/v1/pipelines/{name}/savepoints/{savepoint}/fork", DEPLOY, "Create a new pipeline (body: its spec) from a savepoint: its state, and the ingest log after it; created stopped. A savepoint of a pipeline on workers makes a pipeline on workers with as many slices, each seeded from its slice at the first start",
+        [(201, "the new pipeline's status"), (400, "invalid spec, another key, window or chain than the savepoint's, or another placement or slice count"), (404, "unknown pipeline or savepoint"), (409, "name taken, or the savepoint is damaged"), (507, "the disk is full")]),
 ];
 
 /// The route with this method and template.

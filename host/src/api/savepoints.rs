@@ -45,8 +45,29 @@ impl axum::extract::FromRequestParts<Arc<Server>> for SavepointPath {
     }
 }
 
-/// What a savepoint looks like in the API.
+/// What a savepoint looks like in the API: of a pipeline on workers, its figures summed over
+/// the slices, and each slice's position under `slices`.
 fn describe(saved: &SavepointInfo) -> serde_json::Value {
+    let mut described = describe_one(saved);
+    if !saved.slices.is_empty() {
+        let slices: Vec<_> = (saved.slices.iter().enumerate())
+            .map(|(slice, m)| {
+                serde_json::json!({
+                    "slice": slice,
+                    "checkpoint": m.id,
+                    "input_offset": m.source.offset,
+                    "events": m.events,
+                    "watermark": (m.watermark != i64::MIN).then_some(m.watermark),
+                })
+            })
+            .collect();
+        described["slices"] = slices.into();
+        described["input_offset"] = serde_json::Value::Null;
+    }
+    described
+}
+
+fn describe_one(saved: &SavepointInfo) -> serde_json::Value {
     let m = &saved.manifest;
     serde_json::json!({
         "name": saved.name,

@@ -15,6 +15,7 @@ mod inspect;
 pub mod manifest;
 mod recovery;
 mod savepoint;
+mod sliced;
 
 pub use crate::source::SourcePosition;
 pub use commit::{Barrier, Changes, CommitListener, Committer};
@@ -25,6 +26,7 @@ pub use savepoint::{
     Listing, MAX_SAVEPOINTS, SavepointError, SavepointInfo, create_savepoint, delete_savepoint,
     fork_savepoint, list_savepoints, remove_leftover_copies, restore_savepoint, save_from,
 };
+pub use sliced::{commit_sliced, discard_staged, fork_sliced, slice_dir, stage_sliced};
 
 /// Name of the file beside `state.redb` that records the last committed checkpoint id. It is
 /// written after each commit, so a state file that is replaced, emptied or rolled back is

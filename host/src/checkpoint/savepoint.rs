@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{MARKER_FILE, Manifest, SinkPositions, write_marker};
+use super::{MARKER_FILE, Manifest, SinkPositions, sliced, write_marker};
 use crate::state::{RedbStore, StateError, redb_backend::STATE_FILE};
 
 /// The most savepoints one data directory keeps: each is a full copy of the state (and, for a
@@ -74,6 +74,12 @@ pub enum SavepointError {
     /// The directory holds as many savepoints as allowed.
     #[error("the pipeline holds {MAX_SAVEPOINTS} savepoints already: delete one first")]
     Full,
+    /// The savepoint is of a pipeline cut into slices, where one process's state was expected.
+    #[error(
+        "savepoint {0:?} holds a pipeline on workers, cut into slices: it seeds a pipeline on \
+         workers with as many slices"
+    )]
+    Sliced(String),
 }
 
 /// What `list` shows of a savepoint.
@@ -85,6 +91,10 @@ pub struct SavepointInfo {
     pub manifest: Manifest,
     /// Its size on disk.
     pub bytes: u64,
+    /// A pipeline cut into slices (on workers): each slice's manifest, by slice (`manifest` is
+    /// then their summary: slice 0's, with the events summed and the lowest watermark). Empty
+    /// for one process's savepoint.
+    pub slices: Vec<Manifest>,
 }
 
 /// What [`list_savepoints`] finds in a data directory.
@@ -141,7 +151,7 @@ impl SavepointError {
     }
 }
 
-fn check_name(name: &str) -> Result<(), SavepointError> {
+pub(super) fn check_name(name: &str) -> Result<(), SavepointError> {
     crate::names::check("savepoint name", name).map_err(SavepointError::BadName)
 }
 
@@ -160,7 +170,7 @@ fn read_manifest(store: &RedbStore) -> Result<Option<Manifest>, SavepointError> 
 
 /// The manifest of savepoint `name`, whose file is `path`, read without locking or creating the
 /// file: `Ok(None)` if it was deleted meanwhile.
-fn read_saved(path: &Path, name: &str) -> Result<Option<Manifest>, SavepointError> {
+pub(super) fn read_saved(path: &Path, name: &str) -> Result<Option<Manifest>, SavepointError> {
     let damaged = |reason: String| SavepointError::Damaged {
         name: name.into(),
         reason,
@@ -177,6 +187,18 @@ fn read_saved(path: &Path, name: &str) -> Result<Option<Manifest>, SavepointErro
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| damaged(format!("its manifest is unreadable: {e}")))
+}
+
+/// Refuses a name taken (by either kind of savepoint) and a directory holding as many
+/// savepoints as allowed.
+pub(super) fn check_room(data_dir: &Path, name: &str) -> Result<(), SavepointError> {
+    if savepoint_path(data_dir, name).exists() || sliced::sliced_path(data_dir, name).exists() {
+        return Err(SavepointError::Exists(name.into()));
+    }
+    if list_savepoints(data_dir)?.len() >= MAX_SAVEPOINTS {
+        return Err(SavepointError::Full);
+    }
+    Ok(())
 }
 
 fn file_size(path: &Path) -> u64 {
@@ -202,14 +224,9 @@ pub fn save_from(
     check_name(name)?;
     let manifest =
         read_manifest(store)?.ok_or_else(|| SavepointError::NoCheckpoint(data_dir.to_owned()))?;
+    check_room(data_dir, name)?;
     let path = savepoint_path(data_dir, name);
-    if path.exists() {
-        return Err(SavepointError::Exists(name.into()));
-    }
     let dir = path.parent().expect("savepoints have a directory");
-    if list_savepoints(data_dir)?.len() >= MAX_SAVEPOINTS {
-        return Err(SavepointError::Full);
-    }
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| SavepointError::Io { path, source }
@@ -233,17 +250,21 @@ pub fn save_from(
         name: name.into(),
         manifest,
         bytes: file_size(&path),
+        slices: Vec::new(),
     })
 }
 
-/// Deletes savepoint `name` (damaged or not).
+/// Deletes savepoint `name` (damaged or not, of one process or sliced).
 pub fn delete_savepoint(data_dir: &Path, name: &str) -> Result<(), SavepointError> {
     check_name(name)?;
     let path = savepoint_path(data_dir, name);
     match std::fs::remove_file(&path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(SavepointError::Unknown { name: name.into() })
+            match sliced::delete_sliced(data_dir, name)? {
+                true => Ok(()),
+                false => Err(SavepointError::Unknown { name: name.into() }),
+            }
         }
         Err(source) => Err(SavepointError::Io { path, source }),
     }
@@ -254,6 +275,9 @@ fn existing(data_dir: &Path, name: &str) -> Result<(PathBuf, Manifest), Savepoin
     let path = savepoint_path(data_dir, name);
     match read_saved(&path, name)? {
         Some(manifest) => Ok((path, manifest)),
+        None if sliced::sliced_path(data_dir, name).exists() => {
+            Err(SavepointError::Sliced(name.into()))
+        }
         None => Err(SavepointError::Unknown { name: name.into() }),
     }
 }
@@ -285,14 +309,32 @@ pub fn fork_savepoint(
 ) -> Result<SavepointInfo, SavepointError> {
     check_name(name)?;
     let (path, _) = existing(data_dir, name)?;
+    let saved = fork_file(&path, name, target, pipeline)?;
+    Ok(SavepointInfo {
+        name: name.into(),
+        manifest: saved,
+        bytes: file_size(&path),
+        slices: Vec::new(),
+    })
+}
+
+/// Copies savepoint file `path` (of savepoint `name`) into the new data directory `target` as
+/// pipeline `pipeline`'s state, renamed to it with its output positions set to zero; the
+/// manifest as saved.
+pub(super) fn fork_file(
+    path: &Path,
+    name: &str,
+    target: &Path,
+    pipeline: &str,
+) -> Result<Manifest, SavepointError> {
     std::fs::create_dir_all(target).map_err(|source| SavepointError::Io {
         path: target.to_owned(),
         source,
     })?;
     let state = target.join(STATE_FILE);
-    copy_saved(&path, &state, name)?;
+    copy_saved(path, &state, name)?;
     let store = RedbStore::open(target)?;
-    let saved = read_manifest(&store)?.ok_or_else(|| SavepointError::Manifest(path.clone()))?;
+    let saved = read_manifest(&store)?.ok_or_else(|| SavepointError::Manifest(path.to_owned()))?;
     let forked = Manifest {
         pipeline: pipeline.to_owned(),
         sinks: SinkPositions::default(),
@@ -304,11 +346,7 @@ pub fn fork_savepoint(
         path: target.join(MARKER_FILE),
         source: std::io::Error::other(e),
     })?;
-    Ok(SavepointInfo {
-        name: name.into(),
-        manifest: saved,
-        bytes: file_size(&path),
-    })
+    Ok(saved)
 }
 
 /// The savepoints of a data directory, by name, and those that cannot be read. Opens no file
@@ -329,20 +367,32 @@ pub fn list_savepoints(data_dir: &Path) -> Result<Listing, SavepointError> {
                 source,
             })?
             .path();
-        let Some(name) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".redb"))
-            .filter(|n| crate::names::check("savepoint name", n).is_ok())
-        else {
-            continue; // a copy being made (`.partial`), or not a savepoint (not a name)
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let (name, is_sliced) = match (
+            file_name.strip_suffix(".redb"),
+            sliced::sliced_name(file_name),
+        ) {
+            (Some(name), _) => (name, false),
+            (None, Some(name)) => (name, true),
+            // A copy being made (`.partial`), or not a savepoint.
+            (None, None) => continue,
         };
-        match read_saved(&path, name) {
-            Ok(Some(manifest)) => listing.saved.push(SavepointInfo {
-                name: name.into(),
-                manifest,
-                bytes: file_size(&path),
+        if crate::names::check("savepoint name", name).is_err() {
+            continue; // not a savepoint (not a name)
+        }
+        let read = match is_sliced {
+            true => sliced::read_sliced(&path, name),
+            false => read_saved(&path, name).map(|manifest| {
+                manifest.map(|manifest| SavepointInfo {
+                    name: name.into(),
+                    manifest,
+                    bytes: file_size(&path),
+                    slices: Vec::new(),
+                })
             }),
+        };
+        match read {
+            Ok(Some(info)) => listing.saved.push(info),
             Ok(None) => {} // deleted while listed
             Err(SavepointError::Damaged { name, reason }) => listing.damaged.push((name, reason)),
             Err(e) => return Err(e),
@@ -360,12 +410,28 @@ pub fn remove_leftover_copies(data_dir: &Path) {
         data_dir.join(format!("{STATE_FILE}.restoring")),
         data_dir.join(format!("{STATE_FILE}.creating")),
     ];
-    let partials = std::fs::read_dir(data_dir.join("savepoints"))
+    let entries: Vec<PathBuf> = std::fs::read_dir(data_dir.join("savepoints"))
         .into_iter()
         .flatten()
         .flatten()
         .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "partial"));
+        .collect();
+    let is_sliced_leftover = |path: &&PathBuf| {
+        (path.file_name().and_then(|n| n.to_str())).is_some_and(sliced::is_leftover)
+    };
+    for path in entries.iter().filter(is_sliced_leftover) {
+        match std::fs::remove_dir_all(path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed a sliced copy left by a crash")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove a leftover copy")
+            }
+        }
+    }
+    let partials = (entries.iter())
+        .filter(|path| path.extension().is_some_and(|e| e == "partial") && path.is_file())
+        .cloned();
     for path in leftovers.into_iter().chain(partials) {
         match std::fs::remove_file(&path) {
             Ok(()) => tracing::info!(path = %path.display(), "removed a copy left by a crash"),
@@ -405,6 +471,7 @@ pub fn restore_savepoint(data_dir: &Path, name: &str) -> Result<SavepointInfo, S
         name: name.into(),
         manifest,
         bytes: file_size(&path),
+        slices: Vec::new(),
     })
 }
 

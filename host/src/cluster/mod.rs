@@ -28,6 +28,7 @@ mod periodic;
 mod progress;
 mod renewer;
 mod rollout;
+mod savepoints;
 mod snapshots;
 mod watermarks;
 mod worker;
@@ -103,6 +104,22 @@ pub enum ClusterError {
     /// A stored record or component is damaged or does not match its digest.
     #[error("damaged shared data: {0}")]
     Damaged(String),
+    /// A savepoint could not be taken or seeded (no checkpoint yet, a pipeline shared already).
+    #[error("{0}")]
+    NotSaved(String),
+    /// Slices uploaded no checkpoint within the time a savepoint waits.
+    #[error(
+        "pipeline {pipeline:?}: slices {slices:?} uploaded no checkpoint within {seconds} s (is \
+         a worker running them?); take the savepoint again"
+    )]
+    NoCheckpointInTime {
+        /// The pipeline.
+        pipeline: String,
+        /// The slices that did not.
+        slices: Vec<usize>,
+        /// How long it waited.
+        seconds: u64,
+    },
     /// Workers still hold slices of a pipeline being withdrawn.
     #[error(
         "pipeline {pipeline:?}: its workers still hold slices after {seconds} s; withdraw it \
@@ -302,6 +319,24 @@ impl Cluster {
     /// The last sequence of `stream` on `subjects` (all when empty), if the server says.
     pub fn last_sequence(&self, stream: &str, subjects: &[String]) -> Option<u64> {
         progress::last_sequence(&self.connection, stream, subjects)
+    }
+
+    /// Copies every slice's checkpoint of `name` into `target/slice-<i>/`, for a savepoint (see
+    /// [`savepoints::save`]); the slice count.
+    pub fn save_slices(
+        &self,
+        name: &str,
+        target: &std::path::Path,
+        wait: Duration,
+        abandon: &dyn Fn() -> bool,
+    ) -> Result<usize> {
+        savepoints::save(&self.connection, name, target, wait, abandon)
+    }
+
+    /// Seeds the `slices` slices of `name`, not shared yet, from a savepoint's copies in
+    /// `source/slice-<i>/` (see [`savepoints::seed`]).
+    pub fn seed_slices(&self, name: &str, source: &std::path::Path, slices: usize) -> Result<()> {
+        savepoints::seed(&self.connection, name, source, slices)
     }
 
     /// The workers holding slices of `name` now.

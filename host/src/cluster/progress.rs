@@ -132,6 +132,27 @@ pub(super) fn reported(
     Ok(out)
 }
 
+/// What was last reported of slice `slice` of `pipeline`, with the report's revision in the
+/// bucket (a later report has a higher one); `None` if nothing stands or the server does not
+/// answer now.
+pub(super) fn latest(
+    connection: &Connection,
+    pipeline: &str,
+    slice: usize,
+) -> Option<(u64, Progress)> {
+    let bucket = connection.bucket(PROGRESS_BUCKET, FORGET).ok()?;
+    let key = format!("{pipeline}.{slice}");
+    let entry = connection
+        .block_on(super::timed(bucket.entry(key)))
+        .ok()?
+        .ok()??;
+    if entry.operation != async_nats::jetstream::kv::Operation::Put {
+        return None;
+    }
+    let progress = serde_json::from_slice::<Progress>(&entry.value).ok()?;
+    Some((entry.revision, progress))
+}
+
 /// The counters of every slice in `reported`, summed by version.
 pub(super) fn summed(reported: &BTreeMap<usize, Progress>) -> BTreeMap<String, CounterSnapshot> {
     let mut sum: BTreeMap<String, CounterSnapshot> = BTreeMap::new();

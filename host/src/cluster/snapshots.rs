@@ -261,6 +261,37 @@ impl Snapshots {
         serde_json::from_slice(&bytes).ok()
     }
 
+    /// The input sequence slice `slice`'s uploaded checkpoints last reached, as recorded
+    /// (`None`: none recorded, or the record could not be read now).
+    pub(super) fn uploaded_sequence(&self, pipeline: &str, slice: usize) -> Option<u64> {
+        self.uploaded(pipeline, slice)?.get("sequence")?.as_u64()
+    }
+
+    /// Seeds slice `slice` of `pipeline` with the checkpoint in data directory `data` (a
+    /// savepoint's slice, made this pipeline's): a base of epoch 0, which the slice's first
+    /// owner restores and then follows with its own epoch's. For a pipeline whose slices have
+    /// no checkpoint yet (any other chain's epoch is higher and would be restored instead).
+    pub(super) fn seed(&self, pipeline: &str, slice: usize, data: &Path) -> Result<()> {
+        let damaged = |e: &dyn std::fmt::Display| {
+            ClusterError::Damaged(format!("the savepoint's slice {slice}: {e}"))
+        };
+        let store = RedbStore::open(data).map_err(|e| damaged(&e))?;
+        let (id, _) = manifest_id(&store).map_err(|e| damaged(&e))?;
+        drop(store);
+        let file = data.join(STATE_FILE);
+        let io = |source| ClusterError::Io {
+            path: file.clone(),
+            source,
+        };
+        let bytes = std::fs::metadata(&file).map_err(io)?.len();
+        let objects = self.store(pipeline, slice)?;
+        let name = link_name(pipeline, slice, true, 0, id);
+        let mut reader = (self.connection)
+            .block_on(tokio::fs::File::open(&file))
+            .map_err(io)?;
+        self.put(&objects, &name, &mut reader, bytes)
+    }
+
     fn delete(&self, store: &ObjectStore, name: &str) {
         let _ = self.connection.block_on(super::timed(store.delete(name)));
     }

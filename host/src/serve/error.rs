@@ -139,6 +139,8 @@ impl From<crate::cluster::ClusterError> for RequestError {
         use crate::cluster::ClusterError as E;
         match error {
             E::StillHeld { .. } => RequestError::Unavailable(error.to_string()),
+            E::NoCheckpointInTime { .. } => RequestError::Busy(error.to_string()),
+            E::NotSaved(_) => RequestError::Conflict(error.to_string()),
             E::Nats { .. } => RequestError::Unavailable(format!(
                 "the cluster cannot be reached: {error}; the request was not carried out, retry \
                  it once the NATS server answers"
@@ -193,6 +195,7 @@ impl From<crate::checkpoint::SavepointError> for RequestError {
             | E::Full
             | E::NoCheckpoint(_)
             | E::Damaged { .. }
+            | E::Sliced(_)
             | E::NotTaken { .. } => RequestError::Conflict(error.to_string()),
             E::Io { source, .. } => RequestError::from_io(source),
             _ => RequestError::Internal(error.to_string()),

@@ -511,14 +511,8 @@ impl Server {
         let (name, dir) = self.named_dir(&json)?;
         let tenant = self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
-        if spec.placement != crate::spec::Placement::Local {
-            return Err(RequestError::Invalid(
-                "workers: a fork runs in this server from the savepoint's state; leave \
-                 \"workers\" out of its spec"
-                    .into(),
-            ));
-        }
         let saved = from.find_savepoint(savepoint)?;
+        on_workers::check_fork_placement(&spec, savepoint, &saved)?;
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
             return Err(RequestError::Invalid(format!(
@@ -545,12 +539,17 @@ impl Server {
                 from.name
             )));
         }
-        if !matches!(spec.state, crate::spec::StateSpec::Redb(_)) {
+        let sliced = !saved.slices.is_empty();
+        if !sliced && !matches!(spec.state, crate::spec::StateSpec::Redb(_)) {
             return Err(RequestError::Invalid(
                 "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),
             ));
         }
         let slot = self.install(&name, &dir, json, caller, tenant.as_deref(), |made| {
+            if sliced {
+                let seed = made.dir.join(on_workers::SEED_DIR);
+                return from.fork_slices_into(savepoint, &name, &seed).map(drop);
+            }
             let data = made.data_dir().expect("checked above: redb state");
             from.fork_into(savepoint, &name, &data, &made.dir).map(drop)
         })?;

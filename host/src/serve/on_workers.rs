@@ -5,7 +5,9 @@
 //! checkpoint; a rollout, rollback or promotion becomes the routing the workers follow (a
 //! promotion also shares the rewritten spec); deleting it withdraws it with its checkpoints.
 //! Its status, version counters (and so the automatic rollback policy) come from what the
-//! workers report; a replay reads the stream to its end now. Savepoints are not available.
+//! workers report; a replay reads the stream to its end now. A savepoint copies every slice's
+//! checkpoint from the cluster; a pipeline forked from one keeps the copies in [`SEED_DIR`]
+//! until its first start seeds its slices with them.
 //!
 //! One connection per NATS server, opened on first use and kept for the process (like the
 //! Wasm engine): the control plane's calls then cost a request or two each.
@@ -25,6 +27,10 @@ use crate::spec::{OperatorCode, PipelineSpec, Placement, SourceSpec};
 /// How long a delete waits for the workers to give a stopped pipeline's slices up before it
 /// withdraws the pipeline (a slice still held then is dropped without a final upload).
 const GIVE_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// The directory, in a pipeline forked from a savepoint of a pipeline on workers, that holds
+/// the savepoint's slices (made its own) until its first start seeds the cluster with them.
+pub const SEED_DIR: &str = "seed";
 
 /// Whether `managed` runs on workers.
 pub fn placed_on_workers(managed: &Managed) -> bool {
@@ -84,12 +90,84 @@ pub fn share(managed: &Managed, registry: &Registry, running: bool) -> Result<()
         // A served spec names no reference data (it would be a file of the caller's).
         references: BTreeMap::new(),
     };
+    seed_if_forked(&cluster, managed)?;
     cluster.share(shared)?;
     if let Some(routing) = managed.routing() {
         cluster.route(&managed.name, &routing, &components)?;
     }
     cluster.set_stopped(&managed.name, !running)?;
     Ok(())
+}
+
+/// Before a forked pipeline's first share: seeds its slices with the savepoint's, then forgets
+/// them (a crash before that seeds them again, the same objects). A pipeline the cluster
+/// already knows runs from its own checkpoints.
+fn seed_if_forked(cluster: &Cluster, managed: &Managed) -> Result<(), RequestError> {
+    let seed = managed.dir.join(SEED_DIR);
+    if !seed.exists() {
+        return Ok(());
+    }
+    let slices = (0..crate::spec::MAX_SLICES)
+        .take_while(|&slice| crate::checkpoint::slice_dir(&seed, slice).exists())
+        .count();
+    match cluster.seed_slices(&managed.name, &seed, slices) {
+        Ok(()) => {}
+        Err(crate::cluster::ClusterError::NotSaved(reason)) => {
+            tracing::warn!(pipeline = %managed.name, %reason, "the savepoint's slices were not seeded");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    std::fs::remove_dir_all(&seed).map_err(RequestError::from_io)
+}
+
+/// Refuses a fork whose placement does not fit its savepoint: one process's savepoint seeds a
+/// pipeline this server runs; one cut into slices (of a pipeline on workers) seeds a pipeline
+/// on workers cut into as many slices (the state is kept by slice).
+pub fn check_fork_placement(
+    spec: &PipelineSpec,
+    savepoint: &str,
+    saved: &crate::checkpoint::SavepointInfo,
+) -> Result<(), RequestError> {
+    let cut = saved.slices.len();
+    let asked = match (&spec.placement, &spec.source) {
+        (Placement::Local, _) => None,
+        (Placement::Workers { slices }, SourceSpec::Nats(nats)) => Some(
+            slices
+                .or(nats.partitions.as_ref().map(|p| p.count))
+                .unwrap_or(crate::cluster::DEFAULT_SLICES),
+        ),
+        (Placement::Workers { slices }, _) => {
+            Some(slices.unwrap_or(crate::cluster::DEFAULT_SLICES))
+        }
+    };
+    match (asked, cut) {
+        (None, 0) => Ok(()),
+        (None, cut) => Err(RequestError::Invalid(format!(
+            "savepoint {savepoint:?} is of a pipeline on workers, cut into {cut} slices: a \
+             pipeline made from it runs on workers too (\"workers\": {{\"slices\": {cut}}})"
+        ))),
+        (Some(_), 0) => Err(RequestError::Invalid(format!(
+            "savepoint {savepoint:?} is of a pipeline this server runs: a pipeline made from it \
+             runs here too; leave \"workers\" out of its spec"
+        ))),
+        (Some(asked), cut) if asked != cut => Err(RequestError::Invalid(format!(
+            "savepoint {savepoint:?} is cut into {cut} slices, and this spec into {asked}: the \
+             state is kept by slice, so give \"workers\": {{\"slices\": {cut}}}"
+        ))),
+        (Some(_), _) => Ok(()),
+    }
+}
+
+/// Copies every slice's checkpoint of the pipeline into `target/slice-<i>/` for a savepoint:
+/// of a running pipeline each slice's first upload from now (waiting at most `wait`, and no
+/// longer once `abandon` says so), of a stopped one the last.
+pub fn save(
+    spec: &PipelineSpec,
+    target: &std::path::Path,
+    wait: Duration,
+    abandon: &dyn Fn() -> bool,
+) -> Result<usize, RequestError> {
+    Ok(cluster_of(spec)?.save_slices(&spec.name, target, wait, abandon)?)
 }
 
 /// Has the workers give the pipeline's slices up, each after a final checkpoint.

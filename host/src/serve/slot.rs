@@ -672,6 +672,8 @@ impl Slot {
 
     /// Withdraws a pipeline placed on workers from the cluster (it is being deleted).
     pub fn withdraw_from_workers(&self) -> Result<(), RequestError> {
+        // A savepoint being copied from the cluster gives up (it sees the delete) first.
+        let _store_turn = self.store_turn.lock().expect("store turn lock");
         let spec = match &self.lock().managed {
             Ok(managed) if on_workers::placed_on_workers(managed) => managed.spec.clone(),
             _ => return Ok(()),

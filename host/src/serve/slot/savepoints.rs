@@ -110,7 +110,9 @@ impl Slot {
     /// the stopped pipeline's store).
     pub fn savepoint(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         crate::names::check("savepoint name", name)?;
-        self.refuse_on_workers("a savepoint")?;
+        if self.on_workers()? {
+            return self.savepoint_on_workers(name);
+        }
         let dir = self.data_dir()?;
         let _hold = Hold::new(self);
         let store_turn = self.store_turn.lock().expect("store turn lock");
@@ -149,6 +151,33 @@ impl Slot {
         Ok(saved)
     }
 
+    /// Takes savepoint `name` of a pipeline on workers: every slice's checkpoint, copied from
+    /// the cluster (of a running pipeline, each slice's first upload after the request). A
+    /// delete waits for it (it takes the store's turn) and makes it give up.
+    fn savepoint_on_workers(&self, name: &str) -> Result<SavepointInfo, RequestError> {
+        let dir = self.sliced_home()?;
+        let _store_turn = self.store_turn.lock().expect("store turn lock");
+        self.check_not_deleting(&self.lock())?;
+        let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
+        let staged = checkpoint::stage_sliced(&dir, name)?;
+        let saved = super::on_workers::save(&spec, &staged, SAVEPOINT_WAIT, &|| self.is_deleted());
+        if let Err(e) = saved {
+            checkpoint::discard_staged(&dir, name);
+            return Err(e);
+        }
+        Ok(checkpoint::commit_sliced(&dir, name)?)
+    }
+
+    /// Where a pipeline on workers keeps its savepoints: its data directory (it has no state
+    /// here otherwise).
+    fn sliced_home(&self) -> Result<PathBuf, RequestError> {
+        self.with_managed(|managed| {
+            Ok(managed
+                .data_dir()
+                .unwrap_or_else(|| managed.dir.join("data")))
+        })
+    }
+
     /// Waits for the savepoint the running pipeline takes at its next checkpoint.
     fn saved_at_checkpoint(
         &self,
@@ -174,7 +203,15 @@ impl Slot {
 
     /// The pipeline's savepoints, by name, and those that cannot be read.
     pub fn savepoints(&self) -> Result<checkpoint::Listing, RequestError> {
-        Ok(checkpoint::list_savepoints(&self.data_dir()?)?)
+        Ok(checkpoint::list_savepoints(&self.savepoint_home()?)?)
+    }
+
+    /// The directory holding the pipeline's savepoints.
+    fn savepoint_home(&self) -> Result<PathBuf, RequestError> {
+        match self.on_workers()? {
+            true => self.sliced_home(),
+            false => self.data_dir(),
+        }
     }
 
     /// Savepoint `name`: unknown (404) or damaged (409) if it cannot be used.
@@ -184,7 +221,7 @@ impl Slot {
 
     /// Deletes savepoint `name`; the ingest log it pinned may be truncated from then on.
     pub fn delete_savepoint(&self, name: &str) -> Result<(), RequestError> {
-        checkpoint::delete_savepoint(&self.data_dir()?, name)?;
+        checkpoint::delete_savepoint(&self.savepoint_home()?, name)?;
         self.refresh_pin();
         Ok(())
     }
@@ -229,6 +266,26 @@ impl Slot {
                 .map_err(RequestError::from_io)?;
         }
         Ok(saved)
+    }
+}
+
+impl Slot {
+    /// Copies sliced savepoint `name` (of this pipeline on workers) into `target`, made new
+    /// pipeline `pipeline`'s slices, for its first start to seed the cluster with. Returns the
+    /// savepoint.
+    pub fn fork_slices_into(
+        &self,
+        name: &str,
+        pipeline: &str,
+        target: &Path,
+    ) -> Result<SavepointInfo, RequestError> {
+        let _hold = Hold::new(self);
+        Ok(checkpoint::fork_sliced(
+            &self.sliced_home()?,
+            name,
+            target,
+            pipeline,
+        )?)
     }
 }
 

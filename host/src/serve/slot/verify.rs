@@ -44,7 +44,7 @@ impl Slot {
             )));
         }
         let index = spec.enrichers.len() as u16;
-        self.find_savepoint(savepoint)?;
+        let saved = self.find_savepoint(savepoint)?;
         // One sandboxed run at a time, replays included.
         let _turn = Turn::take()?;
         let pipelines = self
@@ -56,48 +56,70 @@ impl Slot {
             self.name,
             sandbox_nonce()
         )));
-        crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &sandbox.0, "verify")?;
-        let store = RedbStore::open(&sandbox.0)?;
+        // A pipeline on workers saved each slice's state: every slice is checked.
+        let stores: Vec<std::path::PathBuf> = match saved.slices.len() {
+            0 => {
+                crate::checkpoint::fork_savepoint(
+                    &self.data_dir()?,
+                    savepoint,
+                    &sandbox.0,
+                    "verify",
+                )?;
+                vec![sandbox.0.clone()]
+            }
+            slices => {
+                self.fork_slices_into(savepoint, "verify", &sandbox.0)?;
+                (0..slices)
+                    .map(|slice| crate::checkpoint::slice_dir(&sandbox.0, slice))
+                    .collect()
+            }
+        };
         let mut instance = candidate.instantiate(Limits::default(), Projection::All)?;
         let (mut scopes, mut migrated, mut skipped) = (0usize, 0usize, 0usize);
         let mut refused: Option<String> = None;
-        // Row by row: a savepoint's state is not read into memory at once.
-        store.visit(false, (&[], &[0xff; 3]), |row_key, value| {
-            let Some(key) = StateKey::decode(row_key).filter(|k| k.operator == index) else {
-                return true;
-            };
-            scopes += 1;
-            if migrated >= MAX_VERIFIED_SCOPES {
-                skipped += 1;
-                return true;
+        for path in &stores {
+            if refused.is_some() {
+                break;
             }
-            let Ok(state) = crate::state::decode_scope(value) else {
-                return true;
-            };
-            let Some(from) = state.written_by.clone().filter(|by| by != version) else {
-                return true;
-            };
-            let before = serde_json::to_value(&state).unwrap_or_default();
-            let mut scope = Scope {
-                key: Arc::clone(&key.key),
-                state,
-            };
-            if let Err(error) = instance.migrate(&mut scope, &from) {
-                let window = match key.namespace {
-                    Namespace::Window { start, end } => format!(", window [{start}, {end})"),
-                    Namespace::Global => String::new(),
+            let store = RedbStore::open(path)?;
+            // Row by row: a savepoint's state is not read into memory at once.
+            store.visit(false, (&[], &[0xff; 3]), |row_key, value| {
+                let Some(key) = StateKey::decode(row_key).filter(|k| k.operator == index) else {
+                    return true;
                 };
-                refused = Some(format!(
-                    "{operator}@{version} was refused: its migrate failed on savepoint \
+                scopes += 1;
+                if migrated >= MAX_VERIFIED_SCOPES {
+                    skipped += 1;
+                    return true;
+                }
+                let Ok(state) = crate::state::decode_scope(value) else {
+                    return true;
+                };
+                let Some(from) = state.written_by.clone().filter(|by| by != version) else {
+                    return true;
+                };
+                let before = serde_json::to_value(&state).unwrap_or_default();
+                let mut scope = Scope {
+                    key: Arc::clone(&key.key),
+                    state,
+                };
+                if let Err(error) = instance.migrate(&mut scope, &from) {
+                    let window = match key.namespace {
+                        Namespace::Window { start, end } => format!(", window [{start}, {end})"),
+                        Namespace::Global => String::new(),
+                    };
+                    refused = Some(format!(
+                        "{operator}@{version} was refused: its migrate failed on savepoint \
                      {savepoint:?} of pipeline {:?}: key {:?}{window}, state written by {from}: \
                      {before}; {error}",
-                    self.name, &*key.key
-                ));
-                return false;
-            }
-            migrated += 1;
-            true
-        })?;
+                        self.name, &*key.key
+                    ));
+                    return false;
+                }
+                migrated += 1;
+                true
+            })?;
+        }
         if let Some(refused) = refused {
             return Err(RequestError::Invalid(refused));
         }

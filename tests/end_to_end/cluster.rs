@@ -383,7 +383,8 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     cluster.close_windows();
     let took = cluster.wait_for_owners(&["w1", "w3"]);
     eprintln!("slices of the killed worker taken over after {took:?}");
-    // Measured 4.4-6.5 s (a 5 s lease, 1 s beats, the restore); 25 s leaves room for a loaded
+    // Measured 1.9 s (the survivors' probes find it gone at their next beat, then the
+    // restore; 4.4-6.5 s when they waited for its 5 s leases); 25 s leaves room for a loaded
     // machine and still fails a takeover that waits on more than a few leases.
     assert!(
         took < Duration::from_secs(25),
@@ -394,6 +395,10 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     workers.into_values().for_each(kill);
     let logs = cluster.logs(&["w1", "w2", "w3"]);
     assert_exactly_once(&results, &all, &logs);
+    assert!(
+        logs.contains("worker w2 is gone"),
+        "found gone by a probe: {logs}"
+    );
     let resumed =
         logs.matches("(from checkpoint ").count() - logs.matches("(from checkpoint none)").count();
     assert!(
@@ -834,6 +839,9 @@ fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_r
     kill(w2);
     let logs = cluster.logs(&["w1", "w2"]);
     assert!(logs.contains("slice lease lost"), "{logs}");
+    // Frozen, its connection stays open: a probe goes unanswered, which is not proof it is
+    // gone, so its slices waited for its leases to expire.
+    assert!(!logs.contains("worker w2 is gone"), "{logs}");
     assert_exactly_once(&results, &all, &logs);
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv::{Operation, Store};
 use tokio_stream::StreamExt;
 
+use super::liveness::ANSWERS;
 use super::{Connection, LEASE, LEASES_BUCKET, NatsFailure, Result, timed};
 
 /// How long a listing of keys may wait for its next key.
@@ -82,7 +83,7 @@ impl Leases {
                 .error("membership", NatsFailure::NotConnected));
         }
         let key = format!("members.{}.{}", self.pipeline, self.me());
-        let value = self.me().as_bytes().to_vec().into();
+        let value = format!("{}:{ANSWERS}", self.me()).into_bytes().into();
         match self.connection.block_on(timed(self.bucket.put(key, value))) {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(self.connection.error("membership", NatsFailure::client(e))),
@@ -125,6 +126,56 @@ impl Leases {
             }
         }
         Ok(owners)
+    }
+
+    /// What other members that answer probes hold, read before they are probed: by member,
+    /// its membership's and its slice leases' keys with their revisions now (a member that
+    /// renews meanwhile moves them, and [`evict`](Self::evict) then deletes nothing of it).
+    pub(super) fn held_by_others(&self) -> Result<BTreeMap<String, Vec<(String, u64)>>> {
+        let members = format!("members.{}.", self.pipeline);
+        let slices = format!("slices.{}.", self.pipeline);
+        let mut entries = Vec::new();
+        for key in self.keys()? {
+            if let Ok(Ok(Some(entry))) = self.connection.block_on(timed(self.bucket.entry(&key)))
+                && entry.operation == Operation::Put
+            {
+                entries.push((
+                    key,
+                    String::from_utf8_lossy(&entry.value).into_owned(),
+                    entry.revision,
+                ));
+            }
+        }
+        let mut held: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        for (key, value, revision) in &entries {
+            let Some(member) = key.strip_prefix(&members) else {
+                continue;
+            };
+            if member != self.me() && value == &format!("{member}:{ANSWERS}") {
+                held.entry(member.to_owned())
+                    .or_default()
+                    .push((key.clone(), *revision));
+            }
+        }
+        for (key, value, revision) in entries {
+            let owner = value.split(':').next().unwrap_or_default();
+            if key.starts_with(&slices)
+                && let Some(keys) = held.get_mut(owner)
+            {
+                keys.push((key, revision));
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes what a member that is gone held (see [`held_by_others`](Self::held_by_others)),
+    /// each key only at the revision it was read at.
+    pub(super) fn evict(&self, held: &[(String, u64)]) {
+        for (key, revision) in held {
+            let _ = self.connection.block_on(timed(
+                self.bucket.delete_expect_revision(key, Some(*revision)),
+            ));
+        }
     }
 
     fn keys(&self) -> Result<Vec<String>> {

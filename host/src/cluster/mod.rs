@@ -24,6 +24,7 @@
 mod delta;
 mod deploy;
 mod leases;
+mod liveness;
 mod periodic;
 mod progress;
 mod renewer;
@@ -109,8 +110,9 @@ pub enum ClusterError {
     NotSaved(String),
     /// Slices uploaded no checkpoint within the time a savepoint waits.
     #[error(
-        "pipeline {pipeline:?}: slices {slices:?} uploaded no checkpoint within {seconds} s (is \
-         a worker running them?); take the savepoint again"
+        "pipeline {pipeline:?}: slices {slices:?} did not reach a checkpoint to save within \
+         {seconds} s (is a worker running them, or still giving them up?); take the savepoint \
+         again"
     )]
     NoCheckpointInTime {
         /// The pipeline.

@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 use super::deploy::{PipelineRecord, fetch_file, fetch_record};
 use super::leases::Leases;
+use super::liveness::{self, Responder};
 use super::progress::Reporter;
 use super::renewer::Renewer;
 use super::rollout::{FetchedCode, read_routing, resolver};
@@ -71,6 +72,8 @@ pub struct Worker {
     _exchange: Option<Exchange>,
     /// Reports each slice's progress for `weir cluster status`.
     _reporter: Reporter,
+    /// Answers the other workers' probes while this process lives.
+    _responder: Responder,
     connection: Arc<Connection>,
     /// The components fetched, for the spec and for rollouts.
     code: FetchedCode,
@@ -92,6 +95,8 @@ impl Worker {
         let dir = options.dir.join(&record.name);
         let code = FetchedCode::default();
         let spec = shared_spec(&connection, &record, &dir, &code)?;
+        // Answering before any lease is taken: a peer that probes sees this process at once.
+        let responder = Responder::start(&connection, &record.name, &id)?;
         let leases = Leases::open(connection.clone(), &record.name, Some(&id))?;
         let renewer = Renewer::start(leases).map_err(|source| ClusterError::Io {
             path: options.dir.clone(),
@@ -123,6 +128,7 @@ impl Worker {
             runs,
             _exchange: exchange,
             _reporter: reporter,
+            _responder: responder,
             connection,
             code,
             routing: None,
@@ -253,6 +259,7 @@ impl Worker {
 
     /// Gives up the slices no longer this worker's and takes the free ones that are.
     fn rebalance(&mut self) {
+        self.evict_gone();
         let members = match self.renewer.leases().members() {
             Ok(members) if members.contains(&self.id) => members,
             Ok(_) => return, // our own membership is not visible yet
@@ -282,6 +289,31 @@ impl Worker {
                 warn!(worker = %self.id, slice, error = %e, "cannot run slice");
                 self.renewer.leases().release(slice, revision);
                 self.failed.insert(slice, Instant::now());
+            }
+        }
+    }
+
+    /// Frees the membership and leases of the other workers whose process is gone (their
+    /// probe is answered "no responders"), so their slices are taken at this beat instead of
+    /// once their leases expire. A worker that is slow, or a server that does not say, is left
+    /// to the leases' expiry.
+    fn evict_gone(&self) {
+        let leases = self.renewer.leases();
+        let held = match leases.held_by_others() {
+            Ok(held) => held,
+            Err(e) => {
+                warn!(worker = %self.id, error = %e, "leases unknown");
+                return;
+            }
+        };
+        for (member, keys) in held {
+            if liveness::is_gone(&self.connection, &self.record.name, &member) {
+                leases.evict(&keys);
+                info!(worker = %self.id, gone = %member, leases = keys.len() - 1, "a worker is gone: its leases freed");
+                eprintln!(
+                    "weir: worker {}: worker {member} is gone; its slices are free",
+                    self.id
+                );
             }
         }
     }

@@ -51,7 +51,10 @@ fn describe(saved: &SavepointInfo) -> serde_json::Value {
     let mut described = describe_one(saved);
     if !saved.slices.is_empty() {
         let slices: Vec<_> = (saved.slices.iter().enumerate())
-            .map(|(slice, m)| {
+            .map(|(slice, manifest)| {
+                let Some(m) = manifest else {
+                    return serde_json::json!({"slice": slice, "empty": true});
+                };
                 serde_json::json!({
                     "slice": slice,
                     "checkpoint": m.id,

@@ -26,7 +26,9 @@ pub use savepoint::{
     Listing, MAX_SAVEPOINTS, SavepointError, SavepointInfo, create_savepoint, delete_savepoint,
     fork_savepoint, list_savepoints, remove_leftover_copies, restore_savepoint, save_from,
 };
-pub use sliced::{commit_sliced, discard_staged, fork_sliced, slice_dir, stage_sliced};
+pub use sliced::{
+    commit_sliced, discard_staged, fork_sliced, is_empty_slice, mark_empty, slice_dir, stage_sliced,
+};
 
 /// Name of the file beside `state.redb` that records the last committed checkpoint id. It is
 /// written after each commit, so a state file that is replaced, emptied or rolled back is

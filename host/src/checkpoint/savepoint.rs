@@ -91,10 +91,10 @@ pub struct SavepointInfo {
     pub manifest: Manifest,
     /// Its size on disk.
     pub bytes: u64,
-    /// A pipeline cut into slices (on workers): each slice's manifest, by slice (`manifest` is
-    /// then their summary: slice 0's, with the events summed and the lowest watermark). Empty
-    /// for one process's savepoint.
-    pub slices: Vec<Manifest>,
+    /// A pipeline cut into slices (on workers): each slice's manifest, by slice, `None` for a
+    /// slice that had read nothing (`manifest` is then their summary: the first slice's, with
+    /// the events summed and the lowest watermark). Empty for one process's savepoint.
+    pub slices: Vec<Option<Manifest>>,
 }
 
 /// What [`list_savepoints`] finds in a data directory.

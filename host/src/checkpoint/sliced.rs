@@ -1,6 +1,7 @@
 //! Savepoints of a pipeline cut into slices (one placed on `weir worker`s): a directory
 //! `<data dir>/savepoints/<name>.slices/` holding each slice's checkpoint as a data directory of
-//! its own, `slice-<i>/state.redb`, copied from the cluster's object store. Staged beside its
+//! its own, `slice-<i>/state.redb`, copied from the cluster's object store (or, for a slice
+//! that had read nothing, `slice-<i>/EMPTY`). Staged beside its
 //! final name (`.slices.partial`) and renamed into place whole; deleted by a rename away
 //! (`.slices.deleting`) before its removal, so a listing sees all of it or none.
 //!
@@ -15,6 +16,21 @@ use crate::state::STATE_FILE;
 
 /// What ends a sliced savepoint's directory name.
 const SUFFIX: &str = ".slices";
+/// The file standing for a slice that had read nothing (and has no checkpoint).
+const EMPTY_FILE: &str = "EMPTY";
+
+/// Records slice `slice` of the sliced savepoint (or its staging, or a fork's copy) in `dir` as
+/// one that had read nothing.
+pub fn mark_empty(dir: &Path, slice: usize) -> std::io::Result<()> {
+    let slice_dir = slice_dir(dir, slice);
+    std::fs::create_dir_all(&slice_dir)?;
+    std::fs::write(slice_dir.join(EMPTY_FILE), b"")
+}
+
+/// Whether slice `slice` in `dir` is one that had read nothing.
+pub fn is_empty_slice(dir: &Path, slice: usize) -> bool {
+    slice_dir(dir, slice).join(EMPTY_FILE).exists()
+}
 
 /// The directory of sliced savepoint `name`.
 pub(super) fn sliced_path(data_dir: &Path, name: &str) -> PathBuf {
@@ -108,23 +124,28 @@ pub(super) fn read_sliced(dir: &Path, name: &str) -> Result<Option<SavepointInfo
     }
     let (mut slices, mut bytes) = (Vec::with_capacity(count), 0);
     for slice in 0..count {
+        if is_empty_slice(dir, slice) {
+            slices.push(None);
+            continue;
+        }
         let file = slice_dir(dir, slice).join(STATE_FILE);
         match read_saved(&file, name)? {
-            Some(manifest) => slices.push(manifest),
+            Some(manifest) => slices.push(Some(manifest)),
             None if dir.exists() => return Err(damaged(format!("slice {slice} is missing"))),
             None => return Ok(None), // deleted while read
         }
         bytes += std::fs::metadata(&file).map_or(0, |m| m.len());
     }
-    if slices
-        .iter()
-        .any(|m| m.fingerprint != slices[0].fingerprint)
-    {
+    let read: Vec<&Manifest> = slices.iter().flatten().collect();
+    let Some(first) = read.first() else {
+        return Err(damaged("no slice of it holds a checkpoint".into()));
+    };
+    if read.iter().any(|m| m.fingerprint != first.fingerprint) {
         return Err(damaged("its slices were taken with different specs".into()));
     }
     Ok(Some(SavepointInfo {
         name: name.into(),
-        manifest: summary(&slices),
+        manifest: summary(&read),
         bytes,
         slices,
     }))
@@ -147,10 +168,10 @@ fn slice_count(dir: &Path) -> std::io::Result<usize> {
     Ok(highest.map_or(0, |h| h + 1))
 }
 
-/// The savepoint as a whole: slice 0's manifest with the events summed, the lowest watermark
-/// and the earliest commit time.
-fn summary(slices: &[Manifest]) -> Manifest {
-    let mut whole = slices[0].clone();
+/// The savepoint as a whole: the first slice's manifest with the events summed, the lowest
+/// watermark and the earliest commit time.
+fn summary(slices: &[&Manifest]) -> Manifest {
+    let mut whole = Manifest::clone(slices[0]);
     whole.events = slices.iter().map(|m| m.events).sum();
     whole.watermark = slices.iter().map(|m| m.watermark).min().unwrap_or(i64::MIN);
     whole.committed_at_ms = (slices.iter().map(|m| m.committed_at_ms).min()).unwrap_or(0);
@@ -185,7 +206,14 @@ pub fn fork_sliced(
     let dir = sliced_path(data_dir, name);
     let saved =
         read_sliced(&dir, name)?.ok_or_else(|| SavepointError::Unknown { name: name.into() })?;
-    for slice in 0..saved.slices.len() {
+    for (slice, manifest) in saved.slices.iter().enumerate() {
+        if manifest.is_none() {
+            mark_empty(target, slice).map_err(|source| SavepointError::Io {
+                path: slice_dir(target, slice),
+                source,
+            })?;
+            continue;
+        }
         let file = slice_dir(&dir, slice).join(STATE_FILE);
         fork_file(&file, name, &slice_dir(target, slice), pipeline)?;
     }
@@ -287,7 +315,7 @@ mod tests {
         take(dir.path(), "mid", 2);
         let target = tempfile::tempdir().unwrap();
         let saved = fork_sliced(dir.path(), "mid", target.path(), "forked").unwrap();
-        assert_eq!(saved.slices[1].pipeline, "p", "the savepoint as saved");
+        assert_eq!(saved.slices[1].as_ref().unwrap().pipeline, "p", "as saved");
         for slice in 0..2 {
             let store = RedbStore::open(&slice_dir(target.path(), slice)).unwrap();
             let manifest: Manifest =
@@ -300,6 +328,33 @@ mod tests {
             fork_sliced(dir.path(), "gone", target.path(), "forked"),
             Err(SavepointError::Unknown { .. })
         ));
+    }
+
+    #[test]
+    fn a_slice_that_had_read_nothing_is_saved_and_forked_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = stage_sliced(dir.path(), "sparse").unwrap();
+        commit(&slice_dir(&staged, 0), 10, 100);
+        mark_empty(&staged, 1).unwrap();
+        commit(&slice_dir(&staged, 2), 12, 50);
+        let saved = commit_sliced(dir.path(), "sparse").unwrap();
+        assert!(saved.slices[1].is_none(), "{saved:?}");
+        assert_eq!(saved.manifest.events, 150);
+        let target = tempfile::tempdir().unwrap();
+        fork_sliced(dir.path(), "sparse", target.path(), "forked").unwrap();
+        assert!(is_empty_slice(target.path(), 1));
+        assert!(slice_dir(target.path(), 2).join(STATE_FILE).exists());
+        // Every slice empty: nothing saved, so not a savepoint.
+        let staged = stage_sliced(dir.path(), "none").unwrap();
+        mark_empty(&staged, 0).unwrap();
+        assert!(matches!(
+            commit_sliced(dir.path(), "none"),
+            Err(SavepointError::Damaged { .. })
+        ));
+        assert!(
+            !staging(dir.path(), "none").exists(),
+            "the staging is removed"
+        );
     }
 
     #[test]

@@ -232,11 +232,28 @@ impl Snapshots {
     /// Says, in the pipelines bucket (`uploaded.<pipeline>.<slice>`), how far a slice's
     /// uploaded checkpoints reach: what a takeover would resume from (`weir cluster status`).
     fn record_uploaded(&self, chain: &Chain) {
-        let key = uploaded_key(&chain.pipeline, chain.slice);
+        self.record_reached(
+            &chain.pipeline,
+            chain.slice,
+            chain.epoch,
+            (chain.head, chain.head_sequence),
+        );
+    }
+
+    /// Records that slice `slice`'s chain of epoch `epoch` reaches `checkpoint` at input
+    /// sequence `sequence`.
+    fn record_reached(
+        &self,
+        pipeline: &str,
+        slice: usize,
+        epoch: u64,
+        (checkpoint, sequence): (u64, u64),
+    ) {
+        let key = uploaded_key(pipeline, slice);
         let value = serde_json::json!({
-            "checkpoint": chain.head,
-            "sequence": chain.head_sequence,
-            "epoch": chain.epoch,
+            "checkpoint": checkpoint,
+            "sequence": sequence,
+            "epoch": epoch,
             "at_ms": crate::time::wall_clock_ms(),
         });
         if let Ok(bucket) = self
@@ -267,17 +284,24 @@ impl Snapshots {
         self.uploaded(pipeline, slice)?.get("sequence")?.as_u64()
     }
 
-    /// Seeds slice `slice` of `pipeline` with the checkpoint in data directory `data` (a
-    /// savepoint's slice, made this pipeline's): a base of epoch 0, which the slice's first
-    /// owner restores and then follows with its own epoch's. For a pipeline whose slices have
-    /// no checkpoint yet (any other chain's epoch is higher and would be restored instead).
+    /// Seeds slice `slice` of `pipeline`, not shared yet, with the checkpoint in data directory
+    /// `data` (a savepoint's slice, made this pipeline's): whatever its store still holds (of
+    /// an earlier pipeline of the name, or a fenced worker's late upload) is deleted, then the
+    /// checkpoint is uploaded as a base of epoch 0, which the slice's first owner restores and
+    /// follows with its own epoch's, and recorded as what the slice's uploads reach.
     pub(super) fn seed(&self, pipeline: &str, slice: usize, data: &Path) -> Result<()> {
-        let damaged = |e: &dyn std::fmt::Display| {
-            ClusterError::Damaged(format!("the savepoint's slice {slice}: {e}"))
-        };
-        let store = RedbStore::open(data).map_err(|e| damaged(&e))?;
-        let (id, _) = manifest_id(&store).map_err(|e| damaged(&e))?;
-        drop(store);
+        let (id, sequence) = self.seed_id(slice, data)?;
+        let objects = self.store(pipeline, slice)?;
+        for link in self.links(pipeline, slice)? {
+            self.delete(&objects, &link.name);
+        }
+        if !self.links(pipeline, slice)?.is_empty() {
+            return Err(ClusterError::NotSaved(format!(
+                "slice {slice}'s object store {} still holds checkpoints that could not be \
+                 deleted; start the pipeline again",
+                bucket(pipeline, slice)
+            )));
+        }
         let file = data.join(STATE_FILE);
         let io = |source| ClusterError::Io {
             path: file.clone(),
@@ -289,7 +313,36 @@ impl Snapshots {
         let mut reader = (self.connection)
             .block_on(tokio::fs::File::open(&file))
             .map_err(io)?;
-        self.put(&objects, &name, &mut reader, bytes)
+        self.put(&objects, &name, &mut reader, bytes)?;
+        self.record_reached(pipeline, slice, 0, (id, sequence));
+        Ok(())
+    }
+
+    /// Whether slice `slice` of `pipeline` was seeded from `data` (its epoch-0 base is there).
+    pub(super) fn seeded(&self, pipeline: &str, slice: usize, data: &Path) -> Result<bool> {
+        let (id, _) = self.seed_id(slice, data)?;
+        let links = self.links(pipeline, slice)?;
+        Ok(links
+            .iter()
+            .any(|link| link.base && link.epoch == 0 && link.id == id))
+    }
+
+    /// The checkpoint id and input sequence of a savepoint's slice in `data`.
+    fn seed_id(&self, slice: usize, data: &Path) -> Result<(u64, u64)> {
+        let damaged = |e: &dyn std::fmt::Display| {
+            ClusterError::Damaged(format!("the savepoint's slice {slice}: {e}"))
+        };
+        let store = RedbStore::open(data).map_err(|e| damaged(&e))?;
+        manifest_id(&store).map_err(|e| damaged(&e))
+    }
+
+    /// The input sequence the checkpoint restored into `data_dir` reached.
+    pub(super) fn restored_sequence(data_dir: &Path) -> Result<u64> {
+        let store = RedbStore::open(data_dir)
+            .map_err(|e| ClusterError::Damaged(format!("a restored checkpoint: {e}")))?;
+        let (_, sequence) = manifest_id(&store)
+            .map_err(|e| ClusterError::Damaged(format!("a restored checkpoint: {e}")))?;
+        Ok(sequence)
     }
 
     fn delete(&self, store: &ObjectStore, name: &str) {

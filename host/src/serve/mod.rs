@@ -522,7 +522,13 @@ impl Server {
                 saved.manifest.fingerprint
             )));
         }
+        let sliced = !saved.slices.is_empty();
         let same_input = match (&spec.source, from.nats_source()) {
+            // Slices cut by partition or by key group, over the same subjects, as saved.
+            (crate::spec::SourceSpec::Nats(to), Some(from)) if sliced => {
+                (&to.url, &to.stream, &to.subjects, &to.partitions)
+                    == (&from.url, &from.stream, &from.subjects, &from.partitions)
+            }
             (crate::spec::SourceSpec::Nats(to), Some(from)) => {
                 (&to.url, &to.stream) == (&from.url, &from.stream)
             }
@@ -535,11 +541,11 @@ impl Server {
         if !same_input {
             return Err(RequestError::Invalid(format!(
                 "a pipeline made from a savepoint reads the input of pipeline {:?} (its ingest \
-                 log, or the same NATS stream or Kafka topic) from where the savepoint was taken",
+                 log, or the same NATS stream or Kafka topic; of a pipeline on workers, the \
+                 same subjects and partitions) from where the savepoint was taken",
                 from.name
             )));
         }
-        let sliced = !saved.slices.is_empty();
         if !sliced && !matches!(spec.state, crate::spec::StateSpec::Redb(_)) {
             return Err(RequestError::Invalid(
                 "a pipeline made from a savepoint keeps its state in redb ([state] backend)".into(),

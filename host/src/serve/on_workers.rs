@@ -110,13 +110,7 @@ fn seed_if_forked(cluster: &Cluster, managed: &Managed) -> Result<(), RequestErr
     let slices = (0..crate::spec::MAX_SLICES)
         .take_while(|&slice| crate::checkpoint::slice_dir(&seed, slice).exists())
         .count();
-    match cluster.seed_slices(&managed.name, &seed, slices) {
-        Ok(()) => {}
-        Err(crate::cluster::ClusterError::NotSaved(reason)) => {
-            tracing::warn!(pipeline = %managed.name, %reason, "the savepoint's slices were not seeded");
-        }
-        Err(e) => return Err(e.into()),
-    }
+    cluster.seed_slices(&managed.name, &seed, slices)?;
     std::fs::remove_dir_all(&seed).map_err(RequestError::from_io)
 }
 

@@ -208,7 +208,7 @@ impl Slot {
     fn with(name: &str, dir: &Path, managed: Result<Managed, Damage>) -> Slot {
         let slot = Self::bare(name, dir, managed);
         replay::remove_leftover_sandboxes(dir);
-        if let Ok(data) = slot.data_dir() {
+        if let Ok(data) = slot.savepoint_home() {
             crate::checkpoint::remove_leftover_copies(&data);
         }
         slot.refresh_pin();

@@ -156,7 +156,14 @@ impl Slot {
     /// delete waits for it (it takes the store's turn) and makes it give up.
     fn savepoint_on_workers(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         let dir = self.sliced_home()?;
-        let _store_turn = self.store_turn.lock().expect("store turn lock");
+        // A second savepoint meanwhile is told at once, not held for as long as this one.
+        let Ok(_store_turn) = self.store_turn.try_lock() else {
+            return Err(RequestError::Busy(format!(
+                "a savepoint of pipeline {:?} is being taken, or the pipeline is starting: take \
+                 this one once it is done",
+                self.name
+            )));
+        };
         self.check_not_deleting(&self.lock())?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let staged = checkpoint::stage_sliced(&dir, name)?;
@@ -207,7 +214,7 @@ impl Slot {
     }
 
     /// The directory holding the pipeline's savepoints.
-    fn savepoint_home(&self) -> Result<PathBuf, RequestError> {
+    pub(super) fn savepoint_home(&self) -> Result<PathBuf, RequestError> {
         match self.on_workers()? {
             true => self.sliced_home(),
             false => self.data_dir(),

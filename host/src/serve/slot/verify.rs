@@ -67,10 +67,11 @@ impl Slot {
                 )?;
                 vec![sandbox.0.clone()]
             }
-            slices => {
+            _ => {
                 self.fork_slices_into(savepoint, "verify", &sandbox.0)?;
-                (0..slices)
-                    .map(|slice| crate::checkpoint::slice_dir(&sandbox.0, slice))
+                (saved.slices.iter().enumerate())
+                    .filter(|(_, manifest)| manifest.is_some())
+                    .map(|(slice, _)| crate::checkpoint::slice_dir(&sandbox.0, slice))
                     .collect()
             }
         };

@@ -7,7 +7,9 @@
 //! Depends on `cluster`, `nats_client`, `pipeline`, `source`, `spec`, `state`, `time` and `value`.
 
 mod cluster;
+mod takeover;
 pub use cluster::{ClusterReport, ClusterShape, cluster};
+pub use takeover::{TakeoverReport, takeover};
 
 use std::path::PathBuf;
 

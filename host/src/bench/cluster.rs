@@ -167,7 +167,7 @@ fn bench_input(
 
 /// The spec of the run's pipeline `name`: the count-sum of `module` over `stream` of the server
 /// at `url` (in `partitions` when given), its results published to `bench-results.<nonce>`.
-fn pipeline_text(
+pub(super) fn pipeline_text(
     name: &str,
     url: &str,
     (stream, nonce): (&str, &str),
@@ -220,24 +220,42 @@ fn spawn_workers(
 ) -> Result<Workers, SetupError> {
     let mut children = Workers(Vec::new());
     for index in 0..shape.workers {
-        let mut command = if shape.pin {
-            let mut taskset = Command::new("taskset");
-            taskset.args(["-c", &(index % cores).to_string()]).arg(exe);
-            taskset
-        } else {
-            Command::new(exe)
-        };
-        let child = command
-            .args(["worker", "--nats", url, "--pipeline", name, "--id"])
-            .arg(format!("w{index}"))
-            .arg("--dir")
-            .arg(dir.join(format!("w{index}")))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        children.0.push(child);
+        let core = shape.pin.then_some(index % cores);
+        children.0.push(spawn_worker(
+            exe,
+            core,
+            url,
+            (name, dir),
+            &format!("w{index}"),
+        )?);
     }
     Ok(children)
+}
+
+/// Starts worker `id` (`exe`, this executable) of pipeline `name` on the server at `url`, in
+/// directory `dir/<id>`, pinned to `core` if given.
+pub(super) fn spawn_worker(
+    exe: &Path,
+    core: Option<usize>,
+    url: &str,
+    (name, dir): (&str, &Path),
+    id: &str,
+) -> std::io::Result<Child> {
+    let mut command = match core {
+        Some(core) => {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", &core.to_string()]).arg(exe);
+            taskset
+        }
+        None => Command::new(exe),
+    };
+    command
+        .args(["worker", "--nats", url, "--pipeline", name, "--id", id])
+        .arg("--dir")
+        .arg(dir.join(id))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
 }
 
 /// Waits until the `results` stream holds `expected` messages: the time since `started`, or
@@ -333,7 +351,7 @@ async fn publish_partitioned(
 }
 
 /// The worker processes of a run, killed however the run ends (a failed spawn included).
-struct Workers(Vec<Child>);
+pub(super) struct Workers(pub(super) Vec<Child>);
 
 impl Drop for Workers {
     fn drop(&mut self) {

@@ -243,6 +243,10 @@ pub(crate) enum BenchSuite {
         /// With --workers: pin worker i to core i (taskset).
         #[arg(long)]
         pin: bool,
+        /// Instead of throughput: how long a SIGKILLed worker's slices wait for another owner,
+        /// and a joining worker for its share (two workers, then a third), `--runs` times.
+        #[arg(long)]
+        takeover: bool,
     },
 }
 
@@ -363,6 +367,38 @@ pub(crate) fn bench_nats(
             run.nats_cpu.as_secs_f64() / millions,
         );
     }
+    Ok(())
+}
+
+/// `weir bench nats --takeover`.
+fn bench_takeover(url: &str, module: &std::path::Path, runs: u32) -> anyhow::Result<()> {
+    println!(
+        "two workers sharing a count-sum in 6 slices: one SIGKILLed, then a third started;          owners read every 50 ms"
+    );
+    let (mut takeovers, mut joins) = (Vec::new(), Vec::new());
+    for run in 1..=runs.max(1) {
+        let report = weir::bench::takeover(url, module)?;
+        println!(
+            "run {run}: slices of the killed worker held again after {:.2} s; the joining \
+             worker held its share {:.2} s after it joined",
+            report.takeover.as_secs_f64(),
+            report.join.as_secs_f64()
+        );
+        takeovers.push(report.takeover.as_secs_f64());
+        joins.push(report.join.as_secs_f64());
+    }
+    let median = |figures: &mut Vec<f64>| {
+        figures.sort_by(f64::total_cmp);
+        (
+            figures[figures.len() / 2],
+            figures[0],
+            figures[figures.len() - 1],
+        )
+    };
+    let (takeover, low, high) = median(&mut takeovers);
+    println!("takeover after SIGKILL: median {takeover:.2} s ({low:.2}-{high:.2})");
+    let (join, low, high) = median(&mut joins);
+    println!("share of a joining worker: median {join:.2} s ({low:.2}-{high:.2})");
     Ok(())
 }
 
@@ -487,9 +523,13 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         partitions,
         pin,
         auth,
+        takeover,
     }) = args.suite
     {
         auth.install()?;
+        if takeover {
+            return bench_takeover(&nats, &module, args.runs);
+        }
         let shape = (per_message, partitions, pin);
         return bench_nats(&nats, events, keys, module, &workers, shape);
     }

@@ -373,7 +373,7 @@ pub(crate) fn bench_nats(
 /// `weir bench nats --takeover`.
 fn bench_takeover(url: &str, module: &std::path::Path, runs: u32) -> anyhow::Result<()> {
     println!(
-        "two workers sharing a count-sum in 6 slices: one SIGKILLed, then a third started;          owners read every 50 ms"
+        "two workers sharing a count-sum in 6 slices: one SIGKILLed, then a third started; owners read every 50 ms"
     );
     let (mut takeovers, mut joins) = (Vec::new(), Vec::new());
     for run in 1..=runs.max(1) {
@@ -499,9 +499,17 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         return bench_serve(&shape, module);
     }
     anyhow::ensure!(
-        args.runs == 1 || !(args.recovery || matches!(args.suite, Some(BenchSuite::Nats { .. }))),
-        "--runs applies to the count-sum, --checkpoints and `weir bench nexmark`; --recovery and \
-         `weir bench nats` run once"
+        args.runs == 1
+            || !(args.recovery
+                || matches!(
+                    args.suite,
+                    Some(BenchSuite::Nats {
+                        takeover: false,
+                        ..
+                    })
+                )),
+        "--runs applies to the count-sum, --checkpoints, `weir bench nexmark` and `weir bench nats \
+         --takeover`; --recovery and `weir bench nats` run once"
     );
     if let Some(BenchSuite::Kafka {
         brokers,

@@ -5,9 +5,9 @@
 //! key, a rollout to all and its promotion, stop and start again, delete. Against a real
 //! `nats-server -js` and three real workers; results are read from the results stream, each
 //! window once. Savepoints copy every slice's checkpoint from the cluster and fork a pipeline on
-//! workers that goes on from them. Hostile: what workers cannot share is refused at create,
-//! what needs the local run (a replay from a savepoint) is refused with the reason, a fork of
-//! another placement or slice count is refused, and a savepoint racing a delete gives up.
+//! workers that goes on from them, and a replay from one runs each slice from its own state and
+//! position. Hostile: what workers cannot share is refused at create, a fork of another
+//! placement, cut or slice count is refused, and a savepoint racing a delete gives up.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -309,14 +309,11 @@ fn weir_serve_runs_a_pipeline_on_workers_through_shadow_replay_promote_stop_and_
         }
     }
 
-    // What needs this server's own run is refused with the reason.
+    // A replay from a savepoint that is not there.
     let body = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"});
     let answer = server.post_json(&path("replay"), Some(ADMIN), &body);
-    let refused = server.expect_error("a replay from a savepoint", answer, 409);
-    assert!(
-        refused.contains("runs on the cluster's workers"),
-        "{refused}"
-    );
+    let refused = server.expect_error("a replay from an unknown savepoint", answer, 404);
+    assert!(refused.contains("no savepoint"), "{refused}");
 
     // Deleted: the workers drop it and the cluster forgets it.
     server.expect(
@@ -694,6 +691,34 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
     assert!(
         forked.keys().any(|(_, start)| *start == spanning),
         "the window open across the savepoint: {forked:?}"
+    );
+
+    // A replay of one key from the savepoint runs its slice from the slice's state and
+    // position: the window open across the savepoint counts both sides, none closed before it
+    // shows.
+    let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"});
+    let answer = server.expect(
+        "a replay from the savepoint",
+        server.post_json(&path(NAME, "replay"), Some(ADMIN), &replay),
+        200,
+    );
+    let rows = answer["rows"].as_array().unwrap();
+    for row in rows {
+        let start = row["window_start"].as_i64().unwrap();
+        assert!(
+            start + 1000 > saved_watermark,
+            "closed before the savepoint: {row}"
+        );
+        let (count, sum) = model[&("u3".to_owned(), start)];
+        assert_eq!(
+            (&row["a"]["count"], &row["a"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{row}"
+        );
+    }
+    assert!(
+        rows.iter().any(|row| row["window_start"] == spanning),
+        "the window open across the savepoint: {answer}"
     );
 
     // Deleted, the savepoint is gone from the listing; deleting it again is 404.

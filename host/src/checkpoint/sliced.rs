@@ -193,6 +193,22 @@ pub(super) fn delete_sliced(data_dir: &Path, name: &str) -> Result<bool, Savepoi
     Ok(true)
 }
 
+/// Makes slice `slice` of sliced savepoint `name` of `data_dir` the state of pipeline
+/// `pipeline` in the new data directory `target` (a replay's sandbox), renamed to it with its
+/// output positions set to zero. Refused for a slice that had read nothing.
+pub fn fork_slice(
+    data_dir: &Path,
+    name: &str,
+    slice: usize,
+    target: &Path,
+    pipeline: &str,
+) -> Result<Manifest, SavepointError> {
+    check_name(name)?;
+    let dir = sliced_path(data_dir, name);
+    let file = slice_dir(&dir, slice).join(STATE_FILE);
+    fork_file(&file, name, target, pipeline)
+}
+
 /// Makes sliced savepoint `name` of `data_dir` the slices of another pipeline, `pipeline`:
 /// each slice's checkpoint copied to `target/slice-<i>/`, renamed to that pipeline with its
 /// output positions set to zero. Returns the savepoint as saved.

@@ -186,6 +186,17 @@ pub fn stream_end(source: &crate::spec::NatsSourceSpec) -> Result<u64, RequestEr
         .unwrap_or(0))
 }
 
+/// The last sequence of the stream the pipeline reads on `subject`, now (0: none).
+pub fn subject_end(spec: &PipelineSpec, subject: &str) -> Result<u64, RequestError> {
+    let SourceSpec::Nats(source) = &spec.source else {
+        return Ok(0);
+    };
+    let cluster = connect(&source.url)?;
+    Ok(cluster
+        .last_sequence(&source.stream, &[subject.to_owned()])
+        .unwrap_or(0))
+}
+
 /// The counters by version of the pipeline's slices, summed (see [`Cluster::counters`]).
 pub fn counters(
     spec: &PipelineSpec,

@@ -114,6 +114,7 @@ mod quarantine;
 mod replay;
 mod repro;
 mod savepoints;
+mod sliced_replay;
 mod verify;
 
 pub use ingest::MAX_CONCURRENT_INGESTS;

@@ -164,9 +164,6 @@ impl Slot {
         registry: &Registry,
     ) -> Result<serde_json::Value, RequestError> {
         request.check()?;
-        if request.savepoint.is_some() {
-            self.refuse_on_workers("a replay from a savepoint")?;
-        }
         let _turn = Turn::take()?;
         let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
         let operator = replayable(&spec)?;
@@ -194,8 +191,17 @@ impl Slot {
         let (start, end) = self.replayed_input(request, until.as_ref())?;
         let sandbox = Sandbox(self.sandbox_dir()?);
         let mut outputs = Vec::with_capacity(2);
+        let sliced = match &request.savepoint {
+            Some(name) => !self.find_savepoint(name)?.slices.is_empty(),
+            None => false,
+        };
         for (index, version) in request.versions.iter().enumerate() {
             let dir = sandbox.0.join(index.to_string());
+            if let (true, Some(savepoint)) = (sliced, &request.savepoint) {
+                let sandbox = (dir.as_path(), version.as_str(), registry);
+                outputs.push(self.replay_slices(&spec, sandbox, (request, savepoint), end)?);
+                continue;
+            }
             let spec = sandboxed(&spec, &dir, version, registry, end)?;
             if let Some(savepoint) = &request.savepoint {
                 let data = match &spec.state {
@@ -204,7 +210,7 @@ impl Slot {
                 };
                 crate::checkpoint::fork_savepoint(&self.data_dir()?, savepoint, &data, &spec.name)?;
             }
-            run_to(&spec, end, || self.is_deleted())?;
+            run_to(&spec, end, RunOptions::default(), || self.is_deleted())?;
             outputs.push(dir.join("results.jsonl"));
         }
         let keys = chosen_keys(request, &outputs)?;
@@ -304,9 +310,18 @@ impl Slot {
         Ok(pipelines.join(format!("{SANDBOX_PREFIX}{}-{}", self.name, sandbox_nonce())))
     }
 
-    /// The input offset of savepoint `name`.
+    /// The input offset of savepoint `name` (of a pipeline on workers, the lowest of its
+    /// slices').
     fn savepoint_offset(&self, name: &str) -> Result<u64, RequestError> {
-        Ok(self.find_savepoint(name)?.manifest.source.offset)
+        let saved = self.find_savepoint(name)?;
+        if saved.slices.is_empty() {
+            return Ok(saved.manifest.source.offset);
+        }
+        let offsets = saved
+            .slices
+            .iter()
+            .map(|m| m.as_ref().map_or(0, |m| m.source.offset));
+        Ok(offsets.min().unwrap_or(0))
     }
 
     /// Offset 0, if the log still starts there.
@@ -357,7 +372,7 @@ pub(super) fn sandbox_nonce() -> String {
 /// The pipeline's spec for a sandbox in `dir` running `version`: state in `dir/data`, results
 /// in `dir/results.jsonl`, late events and dead letters discarded, one shard, no checkpoints; a
 /// NATS stream read to sequence `end` and no further.
-fn sandboxed(
+pub(super) fn sandboxed(
     spec: &PipelineSpec,
     dir: &Path,
     version: &str,
@@ -386,7 +401,12 @@ fn sandboxed(
 /// `end`, then
 /// stops it as a live pipeline stops: windows still open stay open. Stops early, refused, once
 /// `deleted` says the pipeline replayed is being deleted.
-fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(), RequestError> {
+pub(super) fn run_to(
+    spec: &PipelineSpec,
+    end: u64,
+    options: RunOptions,
+    deleted: impl Fn() -> bool,
+) -> Result<(), RequestError> {
     let control = PipelineControl::sandboxed(&spec.name);
     let control = Arc::new(match spec.source {
         SourceSpec::Nats(_) | SourceSpec::Kafka(_) => control,
@@ -396,9 +416,7 @@ fn run_to(spec: &PipelineSpec, end: u64, deleted: impl Fn() -> bool) -> Result<(
         let (spec, control) = (spec.clone(), control.clone());
         std::thread::Builder::new()
             .name(format!("weir-replay-{}", spec.name))
-            .spawn(move || {
-                crate::pipeline::run_controlled(&spec, RunOptions::default(), Some(control))
-            })
+            .spawn(move || crate::pipeline::run_controlled(&spec, options, Some(control)))
             .map_err(RequestError::from_io)?
     };
     let began = Instant::now();

@@ -177,7 +177,7 @@ impl Slot {
 
     /// Where a pipeline on workers keeps its savepoints: its data directory (it has no state
     /// here otherwise).
-    fn sliced_home(&self) -> Result<PathBuf, RequestError> {
+    pub(super) fn sliced_home(&self) -> Result<PathBuf, RequestError> {
         self.with_managed(|managed| {
             Ok(managed
                 .data_dir()

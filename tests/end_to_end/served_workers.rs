@@ -802,3 +802,178 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The same on a stream cut into partitions: a savepoint holds each partition's slice at its
+/// own sequence; a fork from it goes on where each left off; a replay from it runs one key's
+/// partition alone.
+#[test]
+fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partition() {
+    const PARTITIONS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("nats.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "mappings = {{ \"clicks.*\": \"part.{{{{partition({PARTITIONS},1)}}}}.{{{{wildcard(1)}}}}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let nats = NatsServer::start_with(&["-c", &config.display().to_string()]);
+    let client = Client::connect(&nats.url);
+    client.stream("CLICKS", &["part.>"]);
+    client.stream("RESULTS", &["results.>"]);
+    let server = Server::start_with(&dir.path().join("serve"), &["--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok(
+        "count-sum",
+        "1.1.0",
+        &crate::support::guest("count-sum-capped"),
+    );
+    let spec = |name: &str| {
+        let mut spec = workers_spec(PARTITIONS);
+        spec["name"] = json!(name);
+        spec["source"]["partitions"] =
+            json!({"count": PARTITIONS, "subject": "part.{partition}.*"});
+        spec["sinks"]["results"]["subject"] = json!(format!("results.{name}"));
+        spec
+    };
+    let path = |pipeline: &str, action: &str| format!("/v1/pipelines/{pipeline}/{action}");
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(ADMIN), &spec("parted")),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post(&path("parted", "start"), Some(ADMIN), b""),
+        200,
+    );
+    let started = crate::support::Reaper::default();
+    let worker = |pipeline: &str, id: &str| {
+        let log = std::fs::File::create(dir.path().join(format!("{id}.log"))).unwrap();
+        started.track(spawn_worker(
+            &nats.url,
+            pipeline,
+            id,
+            &dir.path().join(id),
+            log.into(),
+            &[],
+        ))
+    };
+    let _workers = ["p1", "p2"].map(|id| worker("parted", id));
+    let publish = |events: &[Value]| {
+        client.runtime.block_on(async {
+            let mut acks = Vec::new();
+            for e in events {
+                let subject = format!("clicks.{}", e["user"].as_str().unwrap());
+                acks.push(
+                    client
+                        .jetstream
+                        .publish(subject, e.to_string().into())
+                        .await
+                        .unwrap(),
+                );
+            }
+            for ack in acks {
+                ack.await.unwrap();
+            }
+        })
+    };
+    let first = clicks(0, 1_000);
+    publish(&first);
+    let first_closed = (windows(&first).into_keys())
+        .filter(|(_, start)| start + 1000 <= first[999]["ts"].as_i64().unwrap())
+        .count();
+    server.wait_for("the first batch's results", PATIENCE, || {
+        let got = results_of(&client, "results.parted").len();
+        // Each partition's watermark is the lowest of all: the last window of each is open.
+        if got + 20 >= first_closed {
+            Ok(())
+        } else {
+            Err(format!("{got} of {first_closed}"))
+        }
+    });
+    let saved = server.expect(
+        "a savepoint",
+        server.post_json(
+            &path("parted", "savepoints"),
+            Some(ADMIN),
+            &json!({"name": "cut"}),
+        ),
+        201,
+    );
+    let slices = saved["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), PARTITIONS, "{saved}");
+    let saved_watermark = saved["watermark"].as_i64().unwrap();
+
+    server.expect(
+        "forking",
+        server.post_json(
+            &path("parted", "savepoints/cut/fork"),
+            Some(ADMIN),
+            &spec("parted-fork"),
+        ),
+        201,
+    );
+    server.expect(
+        "starting the fork",
+        server.post(&path("parted-fork", "start"), Some(ADMIN), b""),
+        200,
+    );
+    let _fork_worker = ["f1"].map(|id| worker("parted-fork", id));
+    let second = clicks(1_000, 1_000);
+    publish(&second);
+    let all: Vec<Value> = first.iter().chain(&second).cloned().collect();
+    let model = windows(&all);
+    let latest = second[999]["ts"].as_i64().unwrap();
+    let spanning = first[999]["ts"].as_i64().unwrap() / 1000 * 1000;
+    let forked = server.wait_for("the fork's results", PATIENCE, || {
+        let got = results_of(&client, "results.parted-fork");
+        let done = (model.keys())
+            .filter(|(_, start)| *start == spanning)
+            .all(|window| got.contains_key(window));
+        if done && !got.is_empty() {
+            Ok(got)
+        } else {
+            Err(format!("{} results", got.len()))
+        }
+    });
+    for ((user, start), r) in &forked {
+        assert!(
+            start + 1000 > saved_watermark,
+            "closed before the savepoint: {r}"
+        );
+        assert!(start + 1000 <= latest, "{r}");
+        let (count, sum) = model[&(user.clone(), *start)];
+        assert_eq!(
+            (&r["value"]["count"], &r["value"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{r}"
+        );
+    }
+
+    let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u7"], "savepoint": "cut"});
+    let answer = server.expect(
+        "a replay from the savepoint",
+        server.post_json(&path("parted", "replay"), Some(ADMIN), &replay),
+        200,
+    );
+    let rows = answer["rows"].as_array().unwrap();
+    assert!(
+        rows.iter().any(|row| row["window_start"] == spanning),
+        "{answer}"
+    );
+    for row in rows {
+        let start = row["window_start"].as_i64().unwrap();
+        assert!(
+            start + 1000 > saved_watermark,
+            "closed before the savepoint: {row}"
+        );
+        let (count, sum) = model[&("u7".to_owned(), start)];
+        assert_eq!(
+            (&row["a"]["count"], &row["a"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{row}"
+        );
+    }
+}

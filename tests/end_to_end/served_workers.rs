@@ -506,8 +506,13 @@ fn a_gated_rollout_on_workers_is_stopped_by_its_shadow_gate() {
 
 /// The results `subject` has in RESULTS, by window, each window once.
 fn results_of(client: &Client, subject: &str) -> BTreeMap<(String, i64), Value> {
+    results_in(client, "RESULTS", subject)
+}
+
+/// The results `subject` has in `stream`, by window, each window once.
+fn results_in(client: &Client, stream: &str, subject: &str) -> BTreeMap<(String, i64), Value> {
     let mut by_window = BTreeMap::new();
-    for (s, r) in client.read_all_subjects("RESULTS") {
+    for (s, r) in client.read_all_subjects(stream) {
         if s != subject {
             continue;
         }
@@ -976,4 +981,88 @@ fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partiti
             "{row}"
         );
     }
+}
+
+/// A tenant's pipeline (`team-a.clicks`, its operator `team-a.count-sum`) runs on workers like
+/// the server's own: its name's dot keeps it apart in the cluster's keys, and its checkpoint
+/// stores get a name of their own. A worker killed under it is found gone and its slices taken.
+#[test]
+fn a_tenant_s_pipeline_runs_on_workers() {
+    let setup = Setup::start();
+    let server = &setup.server;
+    setup.client.stream("TEAM_A", &["team-a.clicks.>"]);
+    setup.client.stream("TEAM_A_RESULTS", &["team-a.results"]);
+    let made = server.expect(
+        "a tenant's token",
+        server.post_json(
+            "/v1/tokens",
+            Some(ADMIN),
+            &json!({"name": "team-a.admin", "scopes": ["admin"], "tenant": "team-a"}),
+        ),
+        201,
+    );
+    let token = made["token"].as_str().unwrap();
+    let bytes = std::fs::read(count_sum_v1()).unwrap();
+    server.expect(
+        "the tenant's operator",
+        server.upload("team-a.count-sum", "1.0.0", &bytes, Some(token)),
+        201,
+    );
+    let mut spec = workers_spec(4);
+    spec["name"] = json!("team-a.clicks");
+    spec["operators"][0]["name"] = json!("team-a.count-sum");
+    spec["source"] = json!({"type": "nats", "stream": "TEAM_A", "subjects": ["team-a.clicks.>"]});
+    spec["sinks"]["results"]["subject"] = json!("team-a.results");
+    server.expect(
+        "creating",
+        server.post_json("/v1/pipelines", Some(token), &spec),
+        201,
+    );
+    server.expect(
+        "starting",
+        server.post("/v1/pipelines/team-a.clicks/start", Some(token), b""),
+        200,
+    );
+    let [t1, _t2] = ["t1", "t2"].map(|id| setup.worker_of("team-a.clicks", id));
+    server.wait_for("both workers holding slices", PATIENCE, || {
+        let status = server.status("team-a.clicks")["workers"].clone();
+        let owners: BTreeSet<String> = (status["owners"].as_object().into_iter().flatten())
+            .filter_map(|(_, o)| o.as_str().map(str::to_owned))
+            .collect();
+        let held = status["owners"].as_object().map_or(0, |o| o.len());
+        match (held, owners.len()) {
+            (4, 2) => Ok(()),
+            _ => Err(status.to_string()),
+        }
+    });
+    let first = clicks(0, 800);
+    setup.client.publish("team-a.clicks.web", &first);
+    crate::cluster::kill(t1);
+    let second = clicks(800, 700);
+    setup.client.publish("team-a.clicks.web", &second);
+    let all: Vec<Value> = first.iter().chain(&second).cloned().collect();
+    let latest = all.iter().map(|e| e["ts"].as_i64().unwrap()).max().unwrap();
+    let want: BTreeSet<(String, i64)> = (windows(&all).into_keys())
+        .filter(|(_, start)| start + 1000 <= latest)
+        .collect();
+    let got = server.wait_for("the tenant's results", PATIENCE, || {
+        let got = results_in(&setup.client, "TEAM_A_RESULTS", "team-a.results");
+        let have: BTreeSet<_> = got.keys().cloned().collect();
+        let log = || std::fs::read_to_string(setup.dir.path().join("t2.log")).unwrap_or_default();
+        match have == want {
+            true => Ok(got),
+            false => Err(format!("{} of {}\n{}", have.len(), want.len(), log())),
+        }
+    });
+    let model = windows(&all);
+    for (window, r) in &got {
+        let (count, sum) = model[window];
+        assert_eq!(
+            (&r["value"]["count"], &r["value"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{r}"
+        );
+    }
+    let log = std::fs::read_to_string(setup.dir.path().join("t2.log")).unwrap();
+    assert!(log.contains("worker t1 is gone"), "{log}");
 }

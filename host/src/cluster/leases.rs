@@ -104,6 +104,8 @@ impl Leases {
             .keys()?
             .into_iter()
             .filter_map(|key| key.strip_prefix(&prefix).map(str::to_owned))
+            // A worker's name has no dots: the rest is another pipeline's (`<this>.<more>`).
+            .filter(|member| !member.contains('.'))
             .collect();
         // A listing made while a member renews may name it twice.
         members.sort();
@@ -135,7 +137,14 @@ impl Leases {
         let members = format!("members.{}.", self.pipeline);
         let slices = format!("slices.{}.", self.pipeline);
         let mut entries = Vec::new();
-        for key in self.keys()? {
+        let ours = |key: &String| {
+            let member = key.strip_prefix(&members).is_some_and(|m| !m.contains('.'));
+            let slice = key
+                .strip_prefix(&slices)
+                .is_some_and(|s| s.parse::<usize>().is_ok());
+            member || slice
+        };
+        for key in self.keys()?.into_iter().filter(ours) {
             if let Ok(Ok(Some(entry))) = self.connection.block_on(timed(self.bucket.entry(&key)))
                 && entry.operation == Operation::Put
             {
@@ -148,7 +157,7 @@ impl Leases {
         }
         let mut held: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
         for (key, value, revision) in &entries {
-            let Some(member) = key.strip_prefix(&members) else {
+            let Some(member) = key.strip_prefix(&members).filter(|m| !m.contains('.')) else {
                 continue;
             };
             if member != self.me() && value == &format!("{member}:{ANSWERS}") {
@@ -159,7 +168,8 @@ impl Leases {
         }
         for (key, value, revision) in entries {
             let owner = value.split(':').next().unwrap_or_default();
-            if key.starts_with(&slices)
+            let slice = key.strip_prefix(&slices).map(str::parse::<usize>);
+            if matches!(slice, Some(Ok(_)))
                 && let Some(keys) = held.get_mut(owner)
             {
                 keys.push((key, revision));

@@ -184,13 +184,18 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// `Result` for the cluster.
 pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
 
-/// Checks a name used in bucket keys: the name rule, and no dots (a dot separates the key's
-/// parts).
+/// Checks a name used in bucket keys and subjects: the name rule; a worker's has no dots (a
+/// dot separates a key's parts, and a worker's name is the last); a pipeline's may have them
+/// (a tenant's pipeline is `<tenant>.<name>`: every key family has a fixed number of parts
+/// after the pipeline's, so names never meet, and listings of members and leases skip what
+/// has a dot after the prefix), but none last, where a key would have an empty part.
 fn check_name(what: &'static str, name: &str) -> Result<()> {
     crate::names::check(what, name)?;
-    if name.contains('.') {
+    let pipeline = what == "pipeline name";
+    if (!pipeline && name.contains('.')) || name.ends_with('.') {
         return Err(ClusterError::BadName(format!(
-            "{what} {name:?}: no dots in a shared pipeline's or a worker's name"
+            "{what} {name:?}: no dots in a worker's name, and none at the end of a shared \
+             pipeline's"
         )));
     }
     Ok(())
@@ -339,6 +344,12 @@ impl Cluster {
     /// `source/slice-<i>/` (see [`savepoints::seed`]).
     pub fn seed_slices(&self, name: &str, source: &std::path::Path, slices: usize) -> Result<()> {
         savepoints::seed(&self.connection, name, source, slices)
+    }
+
+    /// The last sequence of `stream` on `subject`: `None` if it holds no message there, an
+    /// error if the server does not say.
+    pub fn last_sequence_on(&self, stream: &str, subject: &str) -> Result<Option<u64>> {
+        progress::last_sequence_on(&self.connection, stream, subject)
     }
 
     /// The workers holding slices of `name` now.

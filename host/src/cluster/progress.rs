@@ -164,6 +164,30 @@ pub(super) fn summed(reported: &BTreeMap<usize, Progress>) -> BTreeMap<String, C
     sum
 }
 
+/// The last sequence of `stream` on `subject` (wildcards allowed): `None` if the server says it
+/// holds no message there, an error if it does not say.
+pub(super) fn last_sequence_on(
+    connection: &Connection,
+    stream: &str,
+    subject: &str,
+) -> Result<Option<u64>> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let what = format!("the last message of stream {stream} on {subject}");
+    let fail = |e: super::NatsFailure| connection.error(&what, e);
+    connection.block_on(async {
+        let stream = super::timed(connection.jetstream.get_stream(stream))
+            .await
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(super::NatsFailure::client(e)))?;
+        match super::timed(stream.get_last_raw_message_by_subject(subject)).await {
+            Ok(Ok(message)) => Ok(Some(message.sequence)),
+            Ok(Err(e)) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Ok(Err(e)) => Err(fail(super::NatsFailure::client(e))),
+            Err(elapsed) => Err(fail(elapsed.into())),
+        }
+    })
+}
+
 /// The last sequence of `stream` on any of `subjects` (wildcards and all; every subject if
 /// there are none), or `None` if the server does not say (no such stream, no message).
 pub(super) fn last_sequence(

@@ -42,6 +42,10 @@ pub struct WorkerOptions {
     pub dir: PathBuf,
 }
 
+/// How long a member must stay gone to its probes, without renewing its membership, before its
+/// leases are freed (longer than a reconnection, which renews at once).
+const GONE_AFTER: Duration = Duration::from_millis(1_500);
+
 /// How long a slice whose run failed is left alone before this worker takes it again.
 const COOLDOWN: Duration = Duration::from_secs(5);
 
@@ -79,6 +83,8 @@ pub struct Worker {
     code: FetchedCode,
     /// The routing stored by `weir cluster rollout`, with its revision.
     routing: Option<(u64, Routing)>,
+    /// Members whose probe found them gone once: when, and their membership's revision then.
+    suspects: BTreeMap<String, (Instant, u64)>,
 }
 
 impl Worker {
@@ -132,6 +138,7 @@ impl Worker {
             connection,
             code,
             routing: None,
+            suspects: BTreeMap::new(),
             id,
             dir,
             record,
@@ -293,11 +300,13 @@ impl Worker {
         }
     }
 
-    /// Frees the membership and leases of the other workers whose process is gone (their
-    /// probe is answered "no responders"), so their slices are taken at this beat instead of
-    /// once their leases expire. A worker that is slow, or a server that does not say, is left
-    /// to the leases' expiry.
-    fn evict_gone(&self) {
+    /// Frees the membership and leases of the other workers whose process is gone, so their
+    /// slices are taken within two beats instead of once their leases expire: a member whose
+    /// probe is answered "no responders" twice, [`GONE_AFTER`] apart, without a membership
+    /// renewal between (a worker whose connection dropped for a moment, and which the server
+    /// therefore forgot, renews at once on reconnecting). A worker that is slow, or a server that
+    /// does not say, is left to the leases' expiry.
+    fn evict_gone(&mut self) {
         let leases = self.renewer.leases();
         let held = match leases.held_by_others() {
             Ok(held) => held,
@@ -306,8 +315,23 @@ impl Worker {
                 return;
             }
         };
+        self.suspects.retain(|member, _| held.contains_key(member));
         for (member, keys) in held {
-            if liveness::is_gone(&self.connection, &self.record.name, &member) {
+            // The membership comes first: its revision moves at every renewal.
+            let renewed = keys.first().map_or(0, |(_, revision)| *revision);
+            if !liveness::is_gone(&self.connection, &self.record.name, &member) {
+                self.suspects.remove(&member);
+                continue;
+            }
+            let since = match self.suspects.get(&member) {
+                Some((since, revision)) if *revision == renewed => *since,
+                _ => {
+                    self.suspects.insert(member, (Instant::now(), renewed));
+                    continue;
+                }
+            };
+            if since.elapsed() >= GONE_AFTER {
+                self.suspects.remove(&member);
                 leases.evict(&keys);
                 info!(worker = %self.id, gone = %member, leases = keys.len() - 1, "a worker is gone: its leases freed");
                 eprintln!(

@@ -123,16 +123,9 @@ pub fn check_fork_placement(
     saved: &crate::checkpoint::SavepointInfo,
 ) -> Result<(), RequestError> {
     let cut = saved.slices.len();
-    let asked = match (&spec.placement, &spec.source) {
-        (Placement::Local, _) => None,
-        (Placement::Workers { slices }, SourceSpec::Nats(nats)) => Some(
-            slices
-                .or(nats.partitions.as_ref().map(|p| p.count))
-                .unwrap_or(crate::cluster::DEFAULT_SLICES),
-        ),
-        (Placement::Workers { slices }, _) => {
-            Some(slices.unwrap_or(crate::cluster::DEFAULT_SLICES))
-        }
+    let asked = match spec.placement {
+        Placement::Local => None,
+        Placement::Workers { .. } => Some(slice_count(spec)),
     };
     match (asked, cut) {
         (None, 0) => Ok(()),
@@ -186,15 +179,38 @@ pub fn stream_end(source: &crate::spec::NatsSourceSpec) -> Result<u64, RequestEr
         .unwrap_or(0))
 }
 
-/// The last sequence of the stream the pipeline reads on `subject`, now (0: none).
-pub fn subject_end(spec: &PipelineSpec, subject: &str) -> Result<u64, RequestError> {
+/// The last sequence of each partition of the stream the pipeline reads, now (0: none yet); an
+/// error if the server does not say.
+pub fn partition_ends(spec: &PipelineSpec) -> Result<Vec<u64>, RequestError> {
     let SourceSpec::Nats(source) = &spec.source else {
-        return Ok(0);
+        return Ok(Vec::new());
+    };
+    let Some(partitions) = &source.partitions else {
+        return Ok(Vec::new());
     };
     let cluster = connect(&source.url)?;
-    Ok(cluster
-        .last_sequence(&source.stream, &[subject.to_owned()])
-        .unwrap_or(0))
+    (0..partitions.count)
+        .map(|p| {
+            let last = cluster.last_sequence_on(&source.stream, &partitions.subject_of(p))?;
+            Ok(last.unwrap_or(0))
+        })
+        .collect()
+}
+
+/// How many slices a pipeline on workers is cut into: its spec's `workers.slices`, else its
+/// stream's partition count, else the default.
+pub fn slice_count(spec: &PipelineSpec) -> usize {
+    let partitions = match &spec.source {
+        SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+        _ => None,
+    };
+    let asked = match spec.placement {
+        Placement::Workers { slices } => slices,
+        Placement::Local => None,
+    };
+    asked
+        .or(partitions)
+        .unwrap_or(crate::cluster::DEFAULT_SLICES)
 }
 
 /// The counters by version of the pipeline's slices, summed (see [`Cluster::counters`]).

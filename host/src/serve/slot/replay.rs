@@ -191,15 +191,18 @@ impl Slot {
         let (start, end) = self.replayed_input(request, until.as_ref())?;
         let sandbox = Sandbox(self.sandbox_dir()?);
         let mut outputs = Vec::with_capacity(2);
-        let sliced = match &request.savepoint {
-            Some(name) => !self.find_savepoint(name)?.slices.is_empty(),
-            None => false,
+        // A savepoint of a pipeline on workers: each slice replayed to its own end.
+        let slice_ends = match &request.savepoint {
+            Some(name) if !self.find_savepoint(name)?.slices.is_empty() => {
+                Some((name, self.slice_ends(&spec, name, end)?))
+            }
+            _ => None,
         };
         for (index, version) in request.versions.iter().enumerate() {
             let dir = sandbox.0.join(index.to_string());
-            if let (true, Some(savepoint)) = (sliced, &request.savepoint) {
+            if let Some((savepoint, ends)) = &slice_ends {
                 let sandbox = (dir.as_path(), version.as_str(), registry);
-                outputs.push(self.replay_slices(&spec, sandbox, (request, savepoint), end)?);
+                outputs.push(self.replay_slices(&spec, sandbox, (request, savepoint), ends)?);
                 continue;
             }
             let spec = sandboxed(&spec, &dir, version, registry, end)?;
@@ -317,10 +320,8 @@ impl Slot {
         if saved.slices.is_empty() {
             return Ok(saved.manifest.source.offset);
         }
-        let offsets = saved
-            .slices
-            .iter()
-            .map(|m| m.as_ref().map_or(0, |m| m.source.offset));
+        // The slices that had read something (the others start at the stream's start).
+        let offsets = saved.slices.iter().flatten().map(|m| m.source.offset);
         Ok(offsets.min().unwrap_or(0))
     }
 

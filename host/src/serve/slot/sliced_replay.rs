@@ -18,14 +18,40 @@ use crate::serve::RequestError;
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
 
 impl Slot {
-    /// Runs `version` over sliced savepoint `savepoint` in `dir` (see the module documentation)
-    /// up to stream sequence `end`: the file of its results.
+    /// Where each slice's replay from sliced savepoint `savepoint` ends: the stream sequence
+    /// `end` for slices of key groups, each partition's last sequence now for a partitioned
+    /// stream. Read once, so both versions replay the same input. Refused if the pipeline is no
+    /// longer cut as the savepoint was.
+    pub(super) fn slice_ends(
+        &self,
+        spec: &PipelineSpec,
+        savepoint: &str,
+        end: u64,
+    ) -> Result<Vec<u64>, RequestError> {
+        let saved = self.find_savepoint(savepoint)?;
+        let cut = super::on_workers::slice_count(spec);
+        if saved.slices.len() != cut {
+            return Err(RequestError::Conflict(format!(
+                "savepoint {savepoint:?} is cut into {} slices and pipeline {:?} now into {cut}: \
+                 its slices' state no longer matches the pipeline's, so it cannot be replayed",
+                saved.slices.len(),
+                self.name
+            )));
+        }
+        match super::on_workers::partition_ends(spec)? {
+            ends if ends.is_empty() => Ok(vec![end; cut]),
+            ends => Ok(ends),
+        }
+    }
+
+    /// Runs `version` over sliced savepoint `savepoint` in `dir` (see the module documentation),
+    /// slice `i` up to stream sequence `ends[i]`: the file of its results.
     pub(super) fn replay_slices(
         &self,
         spec: &PipelineSpec,
         (dir, version, registry): (&Path, &str, &Registry),
         (request, savepoint): (&ReplayRequest, &str),
-        end: u64,
+        ends: &[u64],
     ) -> Result<PathBuf, RequestError> {
         let saved = self.find_savepoint(savepoint)?;
         let slices = saved.slices.len();
@@ -36,7 +62,7 @@ impl Slot {
         let results = dir.join("results.jsonl");
         std::fs::create_dir_all(dir).map_err(RequestError::from_io)?;
         let mut all = std::fs::File::create(&results).map_err(RequestError::from_io)?;
-        for (slice, manifest) in saved.slices.iter().enumerate() {
+        for ((slice, manifest), &slice_end) in saved.slices.iter().enumerate().zip(ends) {
             let holds = |key: &String| match &partitions {
                 Some(p) => crate::source::partition_of_key(key, p.count) == slice,
                 None => KeyGroups::slice(slice, slices).contains(crate::state::key_group(key)),
@@ -44,39 +70,28 @@ impl Slot {
             if !request.keys.is_empty() && !request.keys.iter().any(holds) {
                 continue;
             }
-            let slice_dir = dir.join(format!("slice-{slice}"));
-            let (slice_end, options) = match &partitions {
-                Some(p) => (
-                    super::on_workers::subject_end(spec, &p.subject_of(slice))?,
-                    RunOptions::default(),
-                ),
-                None => {
-                    let options = RunOptions {
-                        key_groups: Some(KeyGroups::slice(slice, slices)),
-                        ..RunOptions::default()
-                    };
-                    (end, options)
-                }
-            };
             let from = manifest.as_ref().map_or(0, |m| m.source.offset);
             if from >= slice_end {
                 continue; // nothing after the savepoint on this slice
             }
+            let slice_dir = dir.join(format!("slice-{slice}"));
             let mut spec = sandboxed(spec, &slice_dir, version, registry, slice_end)?;
-            if let (Some(_), SourceSpec::Nats(nats)) = (&partitions, &mut spec.source) {
-                nats.partition = Some(slice);
-            }
+            let options = match (&partitions, &mut spec.source) {
+                (Some(_), SourceSpec::Nats(nats)) => {
+                    nats.partition = Some(slice);
+                    RunOptions::default()
+                }
+                _ => RunOptions {
+                    key_groups: Some(KeyGroups::slice(slice, slices)),
+                    ..RunOptions::default()
+                },
+            };
             if manifest.is_some() {
                 let StateSpec::Redb(data) = &spec.state else {
                     unreachable!("sandboxes keep their state in redb")
                 };
-                crate::checkpoint::fork_slice(
-                    &self.sliced_home()?,
-                    savepoint,
-                    slice,
-                    data,
-                    &spec.name,
-                )?;
+                let home = self.sliced_home()?;
+                crate::checkpoint::fork_slice(&home, savepoint, slice, data, &spec.name)?;
             }
             run_to(&spec, slice_end, options, || self.is_deleted())?;
             append(&mut all, &slice_dir.join("results.jsonl"))?;

@@ -629,6 +629,31 @@ fn a_served_pipeline_reads_a_topic_with_a_shadow_rollout_savepoint_fork_and_rest
             assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
         }
     }
+    // A repro of a result: the key's events in its window, read from the topic to the live
+    // pipeline's last checkpoint, through both versions, which agree here (no sum reaches
+    // 1.1.0's cap), so it is refused with what both gave: the window's count and sum.
+    let row = (results.iter())
+        .find(|r| r["key"] == "u3")
+        .expect("a result of u3");
+    let window = ("u3".to_owned(), row["window_start"].as_i64().unwrap());
+    let refused = server.expect_error(
+        "a repro of a result",
+        server.post_json(
+            "/v1/pipelines/from-kafka/repro",
+            Some(ADMIN),
+            &json!({"row": row, "versions": ["1.0.0", "1.1.0"]}),
+        ),
+        409,
+    );
+    let (count, sum) = want[&window];
+    let said = [
+        format!("\"count\":{count}"),
+        format!("\"sum\":{sum}"),
+        "nothing to reproduce".into(),
+    ];
+    for said in said {
+        assert!(refused.contains(&said), "{said}: {refused}");
+    }
 }
 
 #[test]

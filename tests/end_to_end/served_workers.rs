@@ -251,6 +251,29 @@ fn weir_serve_runs_a_pipeline_on_workers_through_shadow_replay_promote_stop_and_
         assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
     }
 
+    // A repro bundle of a result whose sum 1.1.0 caps: the key's events in its window, read
+    // from the stream, through both versions.
+    let (window, row) = (results.iter())
+        .find(|(_, r)| r["value"]["sum"].as_i64().unwrap() > 100)
+        .expect("a sum over 100");
+    let bundle = server.expect(
+        "a repro of a result",
+        server.post_json(
+            &path("repro"),
+            Some(ADMIN),
+            &json!({"row": row, "versions": ["1.0.0", "1.1.0"]}),
+        ),
+        200,
+    );
+    let (count, sum) = windows(&first)[window];
+    assert_eq!(
+        bundle["events"].as_array().unwrap().len() as i64,
+        count,
+        "{bundle}"
+    );
+    assert_eq!(bundle["expected"]["output"]["sum"], json!(sum), "{bundle}");
+    assert_eq!(bundle["candidate"]["output"]["sum"], json!(100), "{bundle}");
+
     // Then to every key, and promoted: the workers follow.
     let everyone = json!({"version": "1.1.0", "percent": 100});
     server.expect(

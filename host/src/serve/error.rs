@@ -170,6 +170,16 @@ impl From<crate::operator::LoadError> for RequestError {
     }
 }
 
+impl From<crate::source::SourceError> for RequestError {
+    /// The pipeline's stream or topic could not be read (its server away, say): nothing was
+    /// done, and the call may be made again.
+    fn from(error: crate::source::SourceError) -> Self {
+        RequestError::Unavailable(format!(
+            "the pipeline's input cannot be read now ({error}); try again once it can"
+        ))
+    }
+}
+
 impl From<crate::source::IngestError> for RequestError {
     fn from(error: crate::source::IngestError) -> Self {
         match error {

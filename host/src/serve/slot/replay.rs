@@ -282,7 +282,7 @@ impl Slot {
 
     /// Each partition's next offset at the live pipeline's last checkpoint: where a replay of a
     /// Kafka topic stops.
-    fn kafka_checkpointed(&self) -> Result<BTreeMap<i32, i64>, RequestError> {
+    pub(super) fn kafka_checkpointed(&self) -> Result<BTreeMap<i32, i64>, RequestError> {
         // The running pipeline's (its store is open), else the store's.
         let running = (self.lock().control.as_ref())
             .and_then(|control| control.stats.checkpointed_position.lock().ok()?.clone());

@@ -1,6 +1,7 @@
 //! Repro bundles ([`crate::repro::Bundle`]): the row a user saw (a result, a candidate's shadow
 //! result, a replay row, a dead letter) names a key and a window; the key's events in that
-//! window are read from the pipeline's ingest log, and each of two versions runs them alone, from
+//! window are read from the pipeline's input (its ingest log, NATS stream or Kafka topic, to where
+//! the live pipeline read), and each of two versions runs them alone, from
 //! an empty state, in a sandbox (file source, state in memory, one shard, every window closed at
 //! the end). The bundle carries the events and what each version gave; a pair that gives the
 //! same is refused, as there is nothing to reproduce.
@@ -24,6 +25,35 @@ use crate::time::Millis;
 
 /// The most events one bundle carries.
 pub const MAX_REPRO_EVENTS: usize = 10_000;
+/// How long reading a stream or topic to where the pipeline read may take.
+const READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Calls `line` with each line `source` yields until `done` says its position is where the
+/// pipeline had read (or the input ends); refused after [`READ_LIMIT`].
+fn read_source(
+    mut source: Box<dyn crate::source::Source>,
+    done: impl Fn(&crate::source::SourcePosition) -> bool,
+    line: &mut dyn FnMut(&[u8]) -> Result<(), RequestError>,
+) -> Result<(), RequestError> {
+    use crate::source::Record;
+    let began = std::time::Instant::now();
+    loop {
+        match source.next_record()? {
+            Some(Record::Line(_, bytes)) => line(&bytes)?,
+            Some(Record::Tick) if done(&source.position()) => return Ok(()),
+            Some(Record::Tick) if began.elapsed() > READ_LIMIT => {
+                return Err(RequestError::Busy(format!(
+                    "the input could not be read to where the pipeline had read within {} s: \
+                     try again",
+                    READ_LIMIT.as_secs()
+                )));
+            }
+            Some(Record::Tick) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Some(_) => {}
+            None => return Ok(()),
+        }
+    }
+}
 
 /// What a repro is made from (`POST /v1/pipelines/{name}/repro`).
 #[derive(Debug, Clone, Deserialize)]
@@ -64,10 +94,10 @@ impl Slot {
             Ok((managed.spec.clone(), rollout))
         })?;
         let operator = replayable(&spec)?;
-        if !spec.enrichers.is_empty() || !matches!(spec.source, SourceSpec::Http(_)) {
+        if !spec.enrichers.is_empty() {
             return Err(RequestError::Conflict(
-                "a repro reads the events an aggregate got from the pipeline's ingest log; this \
-                 pipeline enriches them first or reads a NATS stream or a Kafka topic"
+                "a repro reads the events an aggregate got from the pipeline's input; this \
+                 pipeline enriches them first"
                     .into(),
             ));
         }
@@ -84,8 +114,6 @@ impl Slot {
         }
         let _turn = Turn::take()?;
         let _hold = Hold::new(self);
-        self.whole_log()?;
-        let end = self.ingest_log()?.gate().committed();
         let sandbox = Sandbox(self.sandbox_dir()?);
         std::fs::create_dir_all(&sandbox.0).map_err(RequestError::from_io)?;
         let input = sandbox.0.join("events.jsonl");
@@ -95,7 +123,7 @@ impl Slot {
             false => error,
         };
         let events = self
-            .window_events(&spec, &target, end, &input)
+            .window_events(&spec, &target, &input)
             .map_err(deleted)?;
         let mut said = Vec::with_capacity(2);
         for (index, version) in [&live, &candidate].into_iter().enumerate() {
@@ -140,71 +168,125 @@ impl Slot {
         })
     }
 
-    /// The key's events in the window, in arrival order, from the whole ingest log up to
-    /// `end`; also written, as they were sent, to `input` for the sandboxed runs.
+    /// The key's events in the window, in arrival order, from the pipeline's input up to where
+    /// it has read ([`Slot::each_input_line`]); also written, as they were sent, to `input` for
+    /// the sandboxed runs.
     fn window_events(
         &self,
         spec: &PipelineSpec,
         target: &Target,
-        end: u64,
         input: &Path,
     ) -> Result<Vec<ReproEvent>, RequestError> {
         use std::io::Write;
-        let log = self.dir.join(super::INGEST_FILE);
-        let segments = crate::source::segments(&log).map_err(RequestError::from_io)?;
         let mut decoder = crate::event::Decoder::new(&spec.key_field, &spec.timestamp_field);
         let mut written =
             std::io::BufWriter::new(std::fs::File::create(input).map_err(RequestError::from_io)?);
         let (mut events, mut line_no) = (Vec::new(), 0u64);
-        for (base, path) in segments {
-            let file = std::fs::File::open(&path).map_err(RequestError::from_io)?;
-            let mut offset = base;
-            for line in std::io::BufReader::new(file).split(b'\n') {
-                let line = line.map_err(RequestError::from_io)?;
-                offset += line.len() as u64 + 1;
-                if offset > end {
-                    break;
-                }
-                if line.first() == Some(&b'#') {
-                    continue;
-                }
-                line_no += 1;
-                let Ok(event) = decoder.decode(line_no, &line) else {
-                    continue;
-                };
-                if event.key.as_str() != target.key
-                    || event.timestamp < target.start
-                    || event.timestamp >= target.end
-                {
-                    continue;
-                }
-                if events.len() == MAX_REPRO_EVENTS {
-                    return Err(RequestError::TooLarge(format!(
-                        "key {:?} has more than {MAX_REPRO_EVENTS} events in the window; a repro \
-                         carries at most that many",
-                        target.key
-                    )));
-                }
-                written
-                    .write_all(&line)
-                    .and_then(|()| written.write_all(b"\n"))
-                    .map_err(RequestError::from_io)?;
-                events.push(ReproEvent {
-                    timestamp: event.timestamp,
-                    fields: (event.fields.iter())
-                        .map(|(name, value)| (name.to_string(), value_json(value)))
-                        .collect(),
-                });
+        self.each_input_line(spec, &mut |line| {
+            line_no += 1;
+            let Ok(event) = decoder.decode(line_no, line) else {
+                return Ok(());
+            };
+            if event.key.as_str() != target.key
+                || event.timestamp < target.start
+                || event.timestamp >= target.end
+            {
+                return Ok(());
             }
-        }
+            if events.len() == MAX_REPRO_EVENTS {
+                return Err(RequestError::TooLarge(format!(
+                    "key {:?} has more than {MAX_REPRO_EVENTS} events in the window; a repro \
+                     carries at most that many",
+                    target.key
+                )));
+            }
+            written
+                .write_all(line)
+                .and_then(|()| written.write_all(b"\n"))
+                .map_err(RequestError::from_io)?;
+            events.push(ReproEvent {
+                timestamp: event.timestamp,
+                fields: (event.fields.iter())
+                    .map(|(name, value)| (name.to_string(), value_json(value)))
+                    .collect(),
+            });
+            Ok(())
+        })?;
         written.flush().map_err(RequestError::from_io)?;
         if events.is_empty() {
             return Err(RequestError::NotFound(format!(
-                "the ingest log holds no event of key {:?} in window [{}, {})",
+                "the pipeline's input holds no event of key {:?} in window [{}, {})",
                 target.key, target.start, target.end
             )));
         }
         Ok(events)
+    }
+
+    /// Calls `line` with every input line the live pipeline has read: its ingest log (whole, to
+    /// what is committed), its NATS stream (to the sequence it read; on workers, to the
+    /// stream's last message now) or its Kafka topic (to its last checkpoint's offsets).
+    fn each_input_line(
+        &self,
+        spec: &PipelineSpec,
+        line: &mut dyn FnMut(&[u8]) -> Result<(), RequestError>,
+    ) -> Result<(), RequestError> {
+        match &spec.source {
+            SourceSpec::Nats(nats) => {
+                let end = match self.on_workers()? {
+                    true => super::on_workers::stream_end(nats)?,
+                    false => self.input_read(),
+                };
+                let mut nats = nats.clone();
+                nats.until = Some(end);
+                let source = crate::source::NatsSource::new(nats)?;
+                read_source(Box::new(source), |at| at.offset >= end, line)
+            }
+            SourceSpec::Kafka(kafka) => {
+                let until = self.kafka_checkpointed()?;
+                let mut kafka = kafka.clone();
+                kafka.until = Some(until.clone());
+                let source = crate::source::KafkaSource::new(
+                    kafka,
+                    &spec.name,
+                    &spec.key_field,
+                    &spec.timestamp_field,
+                )?;
+                let done = |at: &crate::source::SourcePosition| {
+                    until.iter().all(|(&p, &next)| {
+                        let read = at.files.iter().find(|f| f.rng == Some(p as u64));
+                        read.map_or(next <= 0, |f| f.offset as i64 >= next)
+                    })
+                };
+                read_source(Box::new(source), done, line)
+            }
+            _ => self.each_log_line(line),
+        }
+    }
+
+    /// Calls `line` with every event line of the whole ingest log, to what is committed.
+    fn each_log_line(
+        &self,
+        line: &mut dyn FnMut(&[u8]) -> Result<(), RequestError>,
+    ) -> Result<(), RequestError> {
+        self.whole_log()?;
+        let end = self.ingest_log()?.gate().committed();
+        let log = self.dir.join(super::INGEST_FILE);
+        let segments = crate::source::segments(&log).map_err(RequestError::from_io)?;
+        for (base, path) in segments {
+            let file = std::fs::File::open(&path).map_err(RequestError::from_io)?;
+            let mut offset = base;
+            for read in std::io::BufReader::new(file).split(b'\n') {
+                let read = read.map_err(RequestError::from_io)?;
+                offset += read.len() as u64 + 1;
+                if offset > end {
+                    return Ok(());
+                }
+                if read.first() != Some(&b'#') {
+                    line(&read)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -842,7 +842,7 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
     crate::server::create_and_start_spec(&server, &spec);
     let reaper = crate::support::Reaper::default();
     let mut workers = Vec::new();
-    for id in ["w1", "w2"] {
+    for id in ["w1", "w2", "w3"] {
         let dir = data.path().join(id);
         let worker =
             crate::cluster::spawn_worker(&nats.url, "on-workers", id, &dir, Stdio::null(), &[]);
@@ -865,11 +865,25 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
                 ))
             })
             .collect();
-        owners.iter().all(|o| o == "w1" || o == "w2").then_some(())
+        let held: std::collections::BTreeSet<&String> = owners.iter().collect();
+        (held.len() == 3
+            && owners
+                .iter()
+                .all(|o| ["w1", "w2", "w3"].contains(&o.as_str())))
+        .then_some(())
     });
     assert_eq!(browser.number("#workers-slices"), Some(4.0));
-    assert_eq!(browser.number("#workers-members"), Some(2.0));
-    // A rollout to 50 % from the page's buttons, taken up by the workers.
+    assert_eq!(browser.number("#workers-members"), Some(3.0));
+    // In shadow, then to 50 % of the keys, from the page's buttons, taken up by the workers.
+    browser.accept_confirmations();
+    let option = "#rollout-version option[value='2.0.0']";
+    browser.wait_for("the version to choose", || browser.try_find(option));
+    browser.click(option);
+    browser.click("#rollout-shadow");
+    browser.wait_for("the shadow rollout", || {
+        let status = server.status("on-workers");
+        (status["workers"]["routing"]["shadow"] == true).then_some(())
+    });
     roll_out_from_the_page(&browser, "2.0.0", "50");
     browser.wait_for("the workers applying the rollout at 50 %", || {
         (browser.number("#rollout-applied")? == 50.0).then_some(())
@@ -879,7 +893,52 @@ fn a_pipeline_on_workers_shows_its_slices_and_rolls_out_in_the_console() {
         status["workers"]["routing"]["candidate"], "2.0.0",
         "{status}"
     );
+
+    // A savepoint taken from the page lists every slice; a replay of one key from the page
+    // shows both versions' windows.
+    browser.type_into("#savepoint-name", "from-page");
+    browser.click("#savepoint-take");
+    browser.wait_for("the savepoint in the list", || {
+        let slices = browser
+            .text("#savepoints-table tr[data-savepoint='from-page'] td[data-field='slices']");
+        (slices == "4").then_some(())
+    });
+    browser.wait_for("both versions to choose from", || {
+        browser.try_find("#replay-b option[value='2.0.0']")
+    });
+    browser.click("#replay-a option[value='1.0.0']");
+    browser.click("#replay-b option[value='2.0.0']");
+    browser.type_into("#replay-keys", "u3");
+    browser.click("#replay-run");
+    browser.wait_for("the replay's windows", || {
+        browser.try_find("#replay-table tr[data-key='u3']")
+    });
+    let answer = server.expect(
+        "the same replay over the API",
+        server.post_json(
+            "/v1/pipelines/on-workers/replay",
+            Some(ADMIN),
+            &json!({"versions": ["1.0.0", "2.0.0"], "keys": ["u3"]}),
+        ),
+        200,
+    );
+    let rows = answer["rows"].as_array().unwrap().len();
+    assert_eq!(
+        browser.count("#replay-table tr[data-key='u3']"),
+        rows,
+        "{answer}"
+    );
     browser.screenshot("workers-pipeline");
+
+    // Promoted from the page: the workers' routing names 2.0.0 alone.
+    browser.wait_for("the promote button", || {
+        browser.try_find("#rollout-promote")
+    });
+    browser.click("#rollout-promote");
+    browser.wait_for("2.0.0 live on the workers", || {
+        let routing = server.status("on-workers")["workers"]["routing"].clone();
+        (routing["live"] == "2.0.0" && routing["candidate"].is_null()).then_some(())
+    });
 }
 
 #[test]

@@ -45,8 +45,10 @@ impl axum::extract::FromRequestParts<Arc<Server>> for SavepointPath {
     }
 }
 
-/// What a savepoint looks like in the API: of a pipeline on workers, its figures summed over
-/// the slices, and each slice's position under `slices`.
+/// What a savepoint looks like in the API: of a pipeline on workers, its events summed over
+/// the slices (a slice of key groups reads every event of the stream, so there they count
+/// each event once per slice), its lowest watermark, and each slice's position under
+/// `slices`.
 fn describe(saved: &SavepointInfo) -> serde_json::Value {
     let mut described = describe_one(saved);
     if !saved.slices.is_empty() {

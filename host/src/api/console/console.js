@@ -676,6 +676,7 @@ function enterPipeline(name) {
   view.refresh = every(view, POLL_MS, "poll:status", () => pollStatus(view));
   every(view, DEAD_LETTERS_MS, "poll:dead-letters", () => pollDeadLetters(view));
   if (canDeploy()) view.refreshOperators = every(view, OPERATORS_MS, "poll:operators", () => pollRegistry(view));
+  view.refreshSavepoints = every(view, OPERATORS_MS, "poll:savepoints", () => pollSavepoints(view));
   loadSpec(view);
   tailResults(view);
 }
@@ -727,6 +728,15 @@ function pipelinePageHTML(name) {
       <div id="rollout-info"><p class="muted">Loading…</p></div>
       ${admin ? rolloutFormHTML() : ""}
     </section>
+
+    <div class="two-col">
+      <section class="card" id="savepoints-panel" aria-labelledby="savepoints-heading">
+        <h2 id="savepoints-heading">Savepoints</h2>
+        ${admin ? savepointFormHTML() : ""}
+        <div id="savepoints-info"><p class="muted">Loading…</p></div>
+      </section>
+      ${admin ? replayCardHTML() : ""}
+    </div>
 
     <div class="two-col">
       <section class="card" aria-labelledby="results-heading">
@@ -790,7 +800,59 @@ function rolloutFormHTML() {
     </form>`;
 }
 
+function savepointFormHTML() {
+  return `
+    <form id="savepoint-form" class="row" novalidate>
+      <div class="field">
+        <label for="savepoint-name">Name</label>
+        <input id="savepoint-name" type="text" maxlength="64" placeholder="before-v2" autocomplete="off">
+      </div>
+      <button type="submit" id="savepoint-take" class="primary">Take a savepoint</button>
+    </form>`;
+}
+
+function replayCardHTML() {
+  return `
+    <section class="card" id="replay-panel" aria-labelledby="replay-heading">
+      <h2 id="replay-heading">Replay</h2>
+      <p class="note">The pipeline's recorded input through two versions of its aggregate, side by
+        side, in a sandbox; the live pipeline is not touched.</p>
+      <form id="replay-form" class="rollout-form" novalidate>
+        <div class="field">
+          <label for="replay-a">Version A</label>
+          <select id="replay-a"><option value="">loading…</option></select>
+        </div>
+        <div class="field">
+          <label for="replay-b">Version B</label>
+          <select id="replay-b"><option value="">loading…</option></select>
+        </div>
+        <div class="field">
+          <label for="replay-keys">Keys (comma-separated)</label>
+          <input id="replay-keys" type="text" autocomplete="off" placeholder="ann, bob">
+        </div>
+        <div class="field">
+          <label for="replay-savepoint">From</label>
+          <select id="replay-savepoint"><option value="">the start</option></select>
+        </div>
+        <button type="submit" id="replay-run" class="primary">Replay</button>
+      </form>
+      <div id="replay-result" aria-live="polite"></div>
+    </section>`;
+}
+
 function wirePipelineActions(view) {
+  $("savepoint-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act($("savepoint-take"), () => takeSavepoint(view));
+  });
+  $("savepoints-info").addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-delete-savepoint]");
+    if (button) act(button, () => deleteSavepoint(view, button.getAttribute("data-delete-savepoint")));
+  });
+  $("replay-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act($("replay-run"), () => runReplay(view));
+  });
   $("start").addEventListener("click", (e) => act(e.currentTarget, () => pipelineAction(view, "start")));
   $("stop").addEventListener("click", (e) => act(e.currentTarget, () => pipelineAction(view, "stop")));
   $("delete-pipeline")?.addEventListener("click", (e) => act(e.currentTarget, () => deletePipeline(view)));
@@ -1204,6 +1266,7 @@ async function pollRegistry(view) {
   if (!current(view)) return;
   view.operators = Array.isArray(operators) ? operators : [];
   renderVersionChoice(view);
+  renderReplayChoice(view);
 }
 
 /** The versions one may roll out: the live operator's other registry versions. */
@@ -1278,6 +1341,127 @@ async function rollBack(view) {
   if (!window.confirm(question)) return;
   await api("POST", `${pipelinePath(view.name)}/rollback`, { reason: ROLLBACK_REASON });
   view.refresh();
+}
+
+// -- Savepoints and replays --
+
+async function pollSavepoints(view) {
+  const listed = await api("GET", `${pipelinePath(view.name)}/savepoints`, undefined, { signal: view.abort.signal });
+  if (!current(view)) return;
+  view.savepoints = Array.isArray(listed) ? listed : [];
+  replaceHTML(view, $("savepoints-info"), savepointsHTML(view.savepoints));
+  renderReplayChoice(view);
+}
+
+/** The savepoints, newest first: what each holds, and (for admins) a delete button. */
+function savepointsHTML(saved) {
+  if (!saved.length) return '<p class="muted">No savepoint yet.</p>';
+  const rows = [...saved]
+    .sort((a, b) => num(b.committed_at_ms) - num(a.committed_at_ms))
+    .map((s) => {
+      if (s.damaged) {
+        return `<tr data-savepoint="${esc(s.name)}"><th scope="row">${esc(s.name)}</th>
+          <td colspan="4" class="bad-text">damaged: ${esc(s.damaged)}</td>${deleteCellHTML(s)}</tr>`;
+      }
+      const slices = Array.isArray(s.slices) ? s.slices.length : 0;
+      return `<tr data-savepoint="${esc(s.name)}">
+          <th scope="row">${esc(s.name)}</th>
+          <td class="num" data-field="events">${esc(fmtInt(num(s.events)))}</td>
+          <td data-field="watermark">${esc(s.watermark === null || s.watermark === undefined ? "—" : isoTime(s.watermark))}</td>
+          <td class="num" data-field="slices">${esc(slices ? fmtInt(slices) : "—")}</td>
+          <td class="num" data-field="bytes">${esc(fmtBytes(num(s.bytes)))}</td>
+          ${deleteCellHTML(s)}
+        </tr>`;
+    });
+  return `<div class="scroll"><table id="savepoints-table" class="data">
+      <caption class="sr-only">The pipeline's savepoints, newest first</caption>
+      <thead><tr><th scope="col">Name</th><th scope="col" class="num">Events</th><th scope="col">Watermark</th>
+        <th scope="col" class="num">Slices</th><th scope="col" class="num">Size</th>${isAdmin() ? '<th scope="col"><span class="sr-only">Delete</span></th>' : ""}</tr></thead>
+      <tbody>${rows.join("")}</tbody></table></div>`;
+}
+
+function deleteCellHTML(s) {
+  if (!isAdmin()) return "";
+  return `<td><button type="button" class="danger small" data-delete-savepoint="${esc(s.name)}">Delete</button></td>`;
+}
+
+async function takeSavepoint(view) {
+  const name = $("savepoint-name").value.trim();
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(name) || name.includes("..")) {
+    throw new Error("A savepoint's name is 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit.");
+  }
+  await api("POST", `${pipelinePath(view.name)}/savepoints`, { name });
+  $("savepoint-name").value = "";
+  view.refreshSavepoints();
+}
+
+async function deleteSavepoint(view, name) {
+  if (!window.confirm(`Delete the savepoint ${name} of ${view.name}? This cannot be undone.`)) return;
+  await api("DELETE", `${pipelinePath(view.name)}/savepoints/${encodeURIComponent(name)}`);
+  view.refreshSavepoints();
+}
+
+/** The replay's choices: the aggregate's versions in the registry, and the savepoints. */
+function renderReplayChoice(view) {
+  const live = view.status && view.status.operator;
+  const a = $("replay-a");
+  if (!a || !live) return;
+  const versions = (view.operators || [])
+    .filter((o) => o.name === live.name)
+    .map((o) => String(o.version))
+    .sort(compareVersions);
+  const saved = (view.savepoints || []).filter((s) => !s.damaged).map((s) => s.name);
+  const key = JSON.stringify([live.name, versions, saved]);
+  if (key === view.replayKey) return;
+  view.replayKey = key;
+  const options = versions.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  for (const [id, preferred] of [["replay-a", live.version], ["replay-b", view.status.rollout && view.status.rollout.candidate]]) {
+    const select = $(id);
+    const chosen = select.value;
+    select.innerHTML = options || '<option value="">no version</option>';
+    if (versions.includes(chosen)) select.value = chosen;
+    else if (versions.includes(preferred)) select.value = preferred;
+  }
+  const from = $("replay-savepoint");
+  const chosen = from.value;
+  from.innerHTML = '<option value="">the start</option>' +
+    saved.map((s) => `<option value="${esc(s)}">savepoint ${esc(s)}</option>`).join("");
+  if (saved.includes(chosen)) from.value = chosen;
+}
+
+async function runReplay(view) {
+  const versions = [$("replay-a").value, $("replay-b").value];
+  if (!versions[0] || !versions[1]) throw new Error("Choose two versions to compare.");
+  const keys = $("replay-keys").value.split(",").map((k) => k.trim()).filter(Boolean);
+  if (!keys.length) throw new Error("Name at least one key to replay.");
+  const body = { versions, keys };
+  const savepoint = $("replay-savepoint").value;
+  if (savepoint) body.savepoint = savepoint;
+  $("replay-result").innerHTML = '<p class="muted">Replaying…</p>';
+  const answer = await api("POST", `${pipelinePath(view.name)}/replay`, body);
+  if (!current(view)) return;
+  $("replay-result").innerHTML = replayHTML(answer);
+}
+
+/** A replay's answer: each window of the keys, what A and B gave, the differences marked. */
+function replayHTML(answer) {
+  const rows = Array.isArray(answer && answer.rows) ? answer.rows : [];
+  const [a, b] = answer.versions || ["A", "B"];
+  const shown = (v) => (v === null || v === undefined ? "—" : JSON.stringify(v));
+  const body = rows.map((r) => `<tr data-key="${esc(r.key)}" data-window="${esc(r.window_start)}" data-same="${r.same ? "yes" : "no"}">
+      <th scope="row">${esc(r.key)}</th>
+      <td data-field="window">${esc(isoTime(r.window_start))}</td>
+      <td data-field="a"><code>${esc(truncate(shown(r.a), RAW_MAX))}</code></td>
+      <td data-field="b"><code>${esc(truncate(shown(r.b), RAW_MAX))}</code></td>
+      <td data-field="same">${r.same ? "same" : '<strong class="bad-text">differs</strong>'}</td>
+    </tr>`);
+  const summary = `${fmtInt(rows.length)} window(s), ${fmtInt(num(answer.differing))} differing${answer.truncated ? " (truncated)" : ""}`;
+  return `<p id="replay-summary" class="note" data-differing="${esc(num(answer.differing))}">${esc(summary)}</p>
+    <div class="scroll"><table id="replay-table" class="data">
+      <caption class="sr-only">Each window of the keys replayed, through version ${esc(a)} and ${esc(b)}</caption>
+      <thead><tr><th scope="col">Key</th><th scope="col">Window</th><th scope="col">${esc(a)}</th>
+        <th scope="col">${esc(b)}</th><th scope="col">Same?</th></tr></thead>
+      <tbody>${body.join("") || '<tr><td colspan="5" class="empty">No window of these keys.</td></tr>'}</tbody></table></div>`;
 }
 
 // -- Dead letters --

@@ -81,15 +81,7 @@ impl Partitioned {
     /// The cluster, its pipeline's spec ending with `more` and aggregating with `module`.
     fn start_with_module(more: &str, module: PathBuf) -> Partitioned {
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("nats.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "mappings = {{ \"clicks.*\": \"part.{{{{partition({PARTITIONS},1)}}}}.{{{{wildcard(1)}}}}\" }}\n"
-            ),
-        )
-        .unwrap();
-        let server = NatsServer::start_with(&["-c", &config.display().to_string()]);
+        let server = mapped_server(dir.path(), PARTITIONS);
         let client = Client::connect(&server.url);
         client.stream("CLICKS", &["part.>"]);
         client.stream("RESULTS", &["results"]);
@@ -287,6 +279,20 @@ impl Producer {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.thread.join().unwrap()
     }
+}
+
+/// A `nats-server -js` whose configuration (written in `dir`) maps `clicks.<key>` onto
+/// `part.<partition>.<key>` among `count` partitions.
+pub(crate) fn mapped_server(dir: &Path, count: usize) -> NatsServer {
+    let config = dir.join("nats.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "mappings = {{ \"clicks.*\": \"part.{{{{partition({count},1)}}}}.{{{{wildcard(1)}}}}\" }}\n"
+        ),
+    )
+    .unwrap();
+    NatsServer::start_with(&["-c", &config.display().to_string()])
 }
 
 /// Publishes each event to `clicks.<its user>`, as a producer would.

@@ -562,16 +562,7 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
     let setup = Setup::start();
     let server = &setup.server;
     let path = |pipeline: &str, action: &str| format!("/v1/pipelines/{pipeline}/{action}");
-    server.expect(
-        "creating",
-        server.post_json("/v1/pipelines", Some(ADMIN), &workers_spec(6)),
-        201,
-    );
-    server.expect(
-        "starting",
-        server.post(&path(NAME, "start"), Some(ADMIN), b""),
-        200,
-    );
+    crate::server::create_and_start_spec(server, &workers_spec(6));
     let _workers = ["w1", "w2"].map(|id| setup.worker(id));
     setup.wait_for_owners(&["w1", "w2"]);
     let first = clicks(0, 1_500);
@@ -703,18 +694,7 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
             )),
         }
     });
-    for ((user, start), r) in &forked {
-        assert!(
-            start + 1000 > saved_watermark,
-            "window {user} {start} was closed when the savepoint was taken: {r}"
-        );
-        let (count, sum) = model[&(user.clone(), *start)];
-        assert_eq!(
-            (&r["value"]["count"], &r["value"]["sum"]),
-            (&json!(count), &json!(sum)),
-            "{r}"
-        );
-    }
+    assert_goes_on_from(&forked, &model, saved_watermark);
     let spanning = first[1_499]["ts"].as_i64().unwrap() / 1000 * 1000;
     assert!(
         forked.keys().any(|(_, start)| *start == spanning),
@@ -731,19 +711,7 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
         200,
     );
     let rows = answer["rows"].as_array().unwrap();
-    for row in rows {
-        let start = row["window_start"].as_i64().unwrap();
-        assert!(
-            start + 1000 > saved_watermark,
-            "closed before the savepoint: {row}"
-        );
-        let (count, sum) = model[&("u3".to_owned(), start)];
-        assert_eq!(
-            (&row["a"]["count"], &row["a"]["sum"]),
-            (&json!(count), &json!(sum)),
-            "{row}"
-        );
-    }
+    assert_replayed_from(rows, "u3", &model, saved_watermark);
     assert!(
         rows.iter().any(|row| row["window_start"] == spanning),
         "the window open across the savepoint: {answer}"
@@ -838,15 +806,7 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
 fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partition() {
     const PARTITIONS: usize = 4;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("nats.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "mappings = {{ \"clicks.*\": \"part.{{{{partition({PARTITIONS},1)}}}}.{{{{wildcard(1)}}}}\" }}\n"
-        ),
-    )
-    .unwrap();
-    let nats = NatsServer::start_with(&["-c", &config.display().to_string()]);
+    let nats = crate::partitioned::mapped_server(dir.path(), PARTITIONS);
     let client = Client::connect(&nats.url);
     client.stream("CLICKS", &["part.>"]);
     client.stream("RESULTS", &["results.>"]);
@@ -966,19 +926,8 @@ fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partiti
             Err(format!("{} results", got.len()))
         }
     });
-    for ((user, start), r) in &forked {
-        assert!(
-            start + 1000 > saved_watermark,
-            "closed before the savepoint: {r}"
-        );
-        assert!(start + 1000 <= latest, "{r}");
-        let (count, sum) = model[&(user.clone(), *start)];
-        assert_eq!(
-            (&r["value"]["count"], &r["value"]["sum"]),
-            (&json!(count), &json!(sum)),
-            "{r}"
-        );
-    }
+    assert_goes_on_from(&forked, &model, saved_watermark);
+    assert!(forked.keys().all(|(_, start)| start + 1000 <= latest));
 
     let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u7"], "savepoint": "cut"});
     let answer = server.expect(
@@ -991,19 +940,7 @@ fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partiti
         rows.iter().any(|row| row["window_start"] == spanning),
         "{answer}"
     );
-    for row in rows {
-        let start = row["window_start"].as_i64().unwrap();
-        assert!(
-            start + 1000 > saved_watermark,
-            "closed before the savepoint: {row}"
-        );
-        let (count, sum) = model[&("u7".to_owned(), start)];
-        assert_eq!(
-            (&row["a"]["count"], &row["a"]["sum"]),
-            (&json!(count), &json!(sum)),
-            "{row}"
-        );
-    }
+    assert_replayed_from(rows, "u7", &model, saved_watermark);
 }
 
 /// A tenant's pipeline (`team-a.clicks`, its operator `team-a.count-sum`) runs on workers like
@@ -1088,4 +1025,48 @@ fn a_tenant_s_pipeline_runs_on_workers() {
     }
     let log = std::fs::read_to_string(setup.dir.path().join("t2.log")).unwrap();
     assert!(log.contains("worker t1 is gone"), "{log}");
+}
+
+/// A fork's results: none of a window the savepoint had closed, each as the model says over the
+/// events from both sides of the savepoint.
+fn assert_goes_on_from(
+    forked: &BTreeMap<(String, i64), Value>,
+    model: &BTreeMap<(String, i64), (i64, i64)>,
+    saved_watermark: i64,
+) {
+    for ((user, start), r) in forked {
+        assert!(
+            start + 1000 > saved_watermark,
+            "window {user} {start} was closed when the savepoint was taken: {r}"
+        );
+        let (count, sum) = model[&(user.clone(), *start)];
+        assert_eq!(
+            (&r["value"]["count"], &r["value"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{r}"
+        );
+    }
+}
+
+/// A replay's rows of `key` from a savepoint: none of a window the savepoint had closed,
+/// version A's as the model says.
+fn assert_replayed_from(
+    rows: &[Value],
+    key: &str,
+    model: &BTreeMap<(String, i64), (i64, i64)>,
+    saved_watermark: i64,
+) {
+    for row in rows {
+        let start = row["window_start"].as_i64().unwrap();
+        assert!(
+            start + 1000 > saved_watermark,
+            "closed before the savepoint: {row}"
+        );
+        let (count, sum) = model[&(key.to_owned(), start)];
+        assert_eq!(
+            (&row["a"]["count"], &row["a"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{row}"
+        );
+    }
 }

@@ -60,13 +60,27 @@ impl Drop for Responder {
     }
 }
 
-/// Whether worker `worker` of `pipeline` is gone: `true` only when the server says nobody
-/// listens on its subject (a timeout, a server away or any other failure is not proof).
-pub(super) fn is_gone(connection: &Connection, pipeline: &str, worker: &str) -> bool {
-    let client = connection.jetstream.client();
-    let request = client.request(subject(pipeline, worker), bytes::Bytes::new());
-    match connection.block_on(async { tokio::time::timeout(PROBE_TIMEOUT, request).await }) {
-        Ok(Err(e)) => e.kind() == RequestErrorKind::NoResponders,
-        _ => false,
-    }
+/// Which of `workers` of `pipeline` are gone, probed at once (a frozen one costs the others
+/// no more than one timeout): `true` only when the server says nobody listens on its subject
+/// (a timeout, a server away or any other failure is not proof).
+pub(super) fn gone(connection: &Connection, pipeline: &str, workers: &[&str]) -> Vec<bool> {
+    let probes: Vec<_> = (workers.iter())
+        .map(|worker| {
+            let (client, subject) = (connection.jetstream.client(), subject(pipeline, worker));
+            connection.runtime.spawn(async move {
+                let request = client.request(subject, bytes::Bytes::new());
+                match tokio::time::timeout(PROBE_TIMEOUT, request).await {
+                    Ok(Err(e)) => e.kind() == RequestErrorKind::NoResponders,
+                    _ => false,
+                }
+            })
+        })
+        .collect();
+    connection.block_on(async {
+        let mut gone = Vec::with_capacity(probes.len());
+        for probe in probes {
+            gone.push(probe.await.unwrap_or(false));
+        }
+        gone
+    })
 }

@@ -60,6 +60,10 @@ pub(super) fn save(
             .collect(),
     };
     for (slice, target_sequence) in targets.into_iter().enumerate() {
+        // A delete meanwhile: no more downloads into a directory about to go.
+        if (wait.abandon)() {
+            return Err(abandoned(pipeline));
+        }
         restore_covering(&snapshots, pipeline, (slice, target_sequence), target)?;
     }
     if (0..record.slices).all(|slice| is_empty_slice(target, slice)) {
@@ -83,10 +87,7 @@ impl Wait<'_> {
     /// After a poll that left `slices` waiting: an error if the wait is over, else a pause.
     fn again(&self, slices: Vec<usize>) -> Result<()> {
         if (self.abandon)() {
-            return Err(ClusterError::NotSaved(format!(
-                "the savepoint of pipeline {:?} was abandoned (the pipeline is being deleted)",
-                self.pipeline
-            )));
+            return Err(abandoned(self.pipeline));
         }
         if Instant::now() >= self.deadline {
             return Err(ClusterError::NoCheckpointInTime {
@@ -98,6 +99,12 @@ impl Wait<'_> {
         std::thread::sleep(POLL);
         Ok(())
     }
+}
+
+fn abandoned(pipeline: &str) -> ClusterError {
+    ClusterError::NotSaved(format!(
+        "the savepoint of pipeline {pipeline:?} was abandoned (the pipeline is being deleted)"
+    ))
 }
 
 /// Waits until no worker holds a slice of a stopped pipeline (each gives its slice up after

@@ -316,10 +316,12 @@ impl Worker {
             }
         };
         self.suspects.retain(|member, _| held.contains_key(member));
-        for (member, keys) in held {
+        let members: Vec<&str> = held.keys().map(String::as_str).collect();
+        let gone = liveness::gone(&self.connection, &self.record.name, &members);
+        for ((member, keys), gone) in held.into_iter().zip(gone) {
             // The membership comes first: its revision moves at every renewal.
             let renewed = keys.first().map_or(0, |(_, revision)| *revision);
-            if !liveness::is_gone(&self.connection, &self.record.name, &member) {
+            if !gone {
                 self.suspects.remove(&member);
                 continue;
             }

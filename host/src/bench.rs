@@ -743,10 +743,12 @@ pub fn kafka(
         group: None,
         headers: false,
         until: None,
+        partition: None,
     });
     kafka_spec.sinks.results = Sink::Kafka(crate::spec::KafkaSinkSpec {
         kafka: servers.clone(),
         topic: results,
+        partition: 0,
     });
     kafka_spec.state = StateSpec::Redb(dir.join("data"));
     kafka_spec.checkpoint_interval = Some(1_000);

@@ -51,6 +51,11 @@ impl Broker {
 
     /// Every committed record of `topic`'s partition 0, as JSON, in order.
     fn read_committed(&self, topic: &str) -> Vec<Value> {
+        self.read_committed_in(topic, 0)
+    }
+
+    /// Every committed record of `topic`'s partition `p`, as JSON, in order.
+    fn read_committed_in(&self, topic: &str, p: i32) -> Vec<Value> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.servers)
             .set("group.id", "test-reader")
@@ -59,11 +64,14 @@ impl Broker {
             .create()
             .unwrap();
         let (_, high) = consumer
-            .fetch_watermarks(topic, 0, Duration::from_secs(10))
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
             .unwrap();
+        if high == 0 {
+            return Vec::new();
+        }
         let mut assignment = TopicPartitionList::new();
         assignment
-            .add_partition_offset(topic, 0, Offset::Beginning)
+            .add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
         consumer.assign(&assignment).unwrap();
         let (mut records, mut quiet) = (Vec::new(), 0);
@@ -773,4 +781,126 @@ fn records_the_brokers_deleted_before_they_were_read_are_logged_as_lost() {
         said.contains("deleted by the brokers") && said.contains("lost"),
         "no loss reported:\n{first}\n{said}"
     );
+}
+
+/// `weir worker`s share a pipeline that reads a topic of four partitions and writes its
+/// results to another: a slice per partition, each reading its partition alone and writing
+/// the results topic's partition of the same number under a transactional id of its own.
+/// One of two workers is SIGKILLed under input: the other takes its slices from their uploaded
+/// checkpoints, its transactions fence the dead one's, and a `read_committed` consumer reads
+/// every result once, as the file source gives them.
+#[test]
+fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_sigkill() {
+    let broker = Broker::start(4);
+    broker.cluster.create_topic("results4", 4, 1).unwrap();
+    let nats = crate::nats::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!(
+        "[source]\ntype = \"kafka\"\nbrokers = \"{}\"\ntopic = \"clicks\"",
+        broker.servers
+    );
+    let results = format!("{{ kafka = \"{}\", topic = \"results4\" }}", broker.servers);
+    let spec = spec(dir.path(), &source, &results);
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let text = text
+        .replace("name = \"from-kafka\"", "name = \"shared-kafka\"")
+        .replace("late = \"late.jsonl\"", "late = \"discard\"")
+        .replace(
+            "dead_letters = \"dead.jsonl\"",
+            "dead_letters = \"discard\"",
+        );
+    std::fs::write(&spec, text).unwrap();
+    let deployed = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["cluster", "deploy", "--nats", &nats.url])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&deployed.stderr).into_owned()
+        + &String::from_utf8_lossy(&deployed.stdout);
+    assert!(deployed.status.success(), "{said}");
+    let reaper = crate::support::Reaper::default();
+    let worker = |id: &str| {
+        let log = std::fs::File::create(dir.path().join(format!("{id}.log"))).unwrap();
+        let child = crate::cluster::spawn_worker(
+            &nats.url,
+            "shared-kafka",
+            id,
+            &dir.path().join(id),
+            log.into(),
+            &[],
+        );
+        reaper.track(child)
+    };
+    let logs = || {
+        ["w1", "w2"]
+            .map(|id| {
+                std::fs::read_to_string(dir.path().join(format!("{id}.log"))).unwrap_or_default()
+            })
+            .join("\n---\n")
+    };
+    let w1 = worker("w1");
+    let mut w2 = Some(worker("w2"));
+    // Both hold slices before the input comes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "status", "--nats", &nats.url, "shared-kafka"])
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+        let owners: BTreeSet<&str> = (status["owners"].as_object().into_iter().flatten())
+            .filter_map(|(_, owner)| owner.as_str())
+            .collect();
+        if owners.len() == 2 && status["owners"].as_object().map(|o| o.len()) == Some(4) {
+            assert_eq!(status["slices"], 4, "a slice per partition: {status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{status}
+{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let events = clicks(0, 3_000);
+    let want = file_results(&events);
+    let producer = broker.producer();
+    for (n, chunk) in events.chunks(300).enumerate() {
+        send(&producer, chunk, 4);
+        std::thread::sleep(Duration::from_millis(150));
+        if n == 4
+            && let Some(w2) = w2.take()
+        {
+            crate::cluster::kill(w2);
+        }
+    }
+    for (p, event) in far(4) {
+        send_raw(&producer, &event, p, event.to_string().as_bytes());
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (results, by_partition) = loop {
+        let by_partition: Vec<Vec<Value>> = (0..4)
+            .map(|p| broker.read_committed_in("results4", p))
+            .collect();
+        let results: Vec<Value> = by_partition.iter().flatten().cloned().collect();
+        if shown(&results).len() >= want.len() || Instant::now() > deadline {
+            break (results, by_partition);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    crate::cluster::kill(w1);
+    assert_exactly_once(&results, &want, &logs());
+    // A key's results all in the partition its events came from: its slice's.
+    for (p, records) in by_partition.iter().enumerate() {
+        for r in records
+            .iter()
+            .filter(|r| !r["key"].as_str().unwrap().starts_with("zz"))
+        {
+            let event = json!({"user": r["key"]});
+            assert_eq!(partition_of(&event, 4) as usize, p, "{r}");
+        }
+    }
+    assert!(logs().contains("worker w2 is gone"), "{}", logs());
 }

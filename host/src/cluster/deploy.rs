@@ -158,6 +158,7 @@ fn slice_count(
     }
     let partitions = match &spec.source {
         SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+        SourceSpec::Kafka(kafka) => Some(kafka_partitions(spec, kafka)?),
         _ => None,
     };
     if let (Some(partitions), Some(slices)) = (partitions, asked)
@@ -185,6 +186,25 @@ fn slice_count(
         )));
     }
     Ok(slices)
+}
+
+/// How many partitions the topic a shared pipeline reads has now (a slice each).
+fn kafka_partitions(spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
+    let source = crate::source::KafkaSource::new(
+        kafka.clone(),
+        &spec.name,
+        &spec.key_field,
+        &spec.timestamp_field,
+    )
+    .map_err(ClusterError::Feed)?;
+    let count = source.partition_count();
+    if count > MAX_SLICES {
+        return Err(ClusterError::Unshareable(format!(
+            "the topic has {count} partitions; a shared pipeline has a slice per partition, at \
+             most {MAX_SLICES}"
+        )));
+    }
+    Ok(count)
 }
 
 /// Stores `record` in the pipelines bucket (workers follow it within a beat).
@@ -406,10 +426,15 @@ fn with_lags(
 ) -> Result<serde_json::Map<String, serde_json::Value>> {
     let spec = PipelineSpec::parse(&record.spec, record.json, Path::new("."))?;
     let SourceSpec::Nats(source) = &spec.source else {
-        return Err(ClusterError::Damaged(format!(
-            "pipeline record {}: its source is not a NATS stream",
-            record.name
-        )));
+        // A Kafka topic: what the slices read is in their progress; no lag measured here.
+        return Ok((progress.iter())
+            .map(|(slice, p)| {
+                (
+                    slice.to_string(),
+                    serde_json::to_value(p).expect("serialises"),
+                )
+            })
+            .collect());
     };
     let mut out = serde_json::Map::new();
     for (slice, p) in progress {

@@ -207,11 +207,15 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
 pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     check_name("pipeline name", &spec.name)?;
     let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
-    if !matches!(spec.source, SourceSpec::Nats(_)) {
-        return refuse("its source must be a NATS stream ([source] type = \"nats\")");
+    if !matches!(spec.source, SourceSpec::Nats(_) | SourceSpec::Kafka(_)) {
+        return refuse(
+            "its source must be a NATS stream or a Kafka topic ([source] type = \"nats\" or \"kafka\")",
+        );
     }
-    if !matches!(spec.sinks.results, Sink::Nats(_)) {
-        return refuse("its results must go to NATS (results = { nats = ..., subject = ... })");
+    if !matches!(spec.sinks.results, Sink::Nats(_) | Sink::Kafka(_)) {
+        return refuse(
+            "its results must go to NATS or Kafka (results = { nats = ..., subject = ... } or { kafka = ..., topic = ... })",
+        );
     }
     for (name, sink) in [
         ("late", &spec.sinks.late),

@@ -27,7 +27,7 @@ use super::{BEAT, ClusterError, Connection, Result, check_name, check_shareable}
 use crate::pipeline::{KeyGroups, PipelineControl, PipelineError, RunOptions, Summary};
 use crate::rollout::Routing;
 use crate::source::NatsFeed;
-use crate::spec::{OperatorCode, PipelineSpec, SourceSpec, StateSpec};
+use crate::spec::{OperatorCode, PipelineSpec, Sink, SourceSpec, StateSpec};
 
 /// How a worker is started (`weir worker`).
 #[derive(Debug, Clone)]
@@ -109,12 +109,15 @@ impl Worker {
             source,
         })?;
         let snapshots = Arc::new(Snapshots::open(connection.clone())?);
-        let SourceSpec::Nats(input) = &spec.source else {
-            unreachable!("check_shareable refuses other sources")
-        };
         let runs = Runs::default();
-        let (feed, exchange) = match &input.partitions {
-            Some(_) => {
+        // One reader shared by the slices of a stream cut by key group; a partitioned stream
+        // or a Kafka topic is read a partition a slice, with the watermarks exchanged.
+        let unpartitioned = match &spec.source {
+            SourceSpec::Nats(input) if input.partitions.is_none() => Some(input),
+            _ => None,
+        };
+        let (feed, exchange) = match unpartitioned {
+            None => {
                 let exchange = Exchange::start(
                     connection.clone(),
                     &record.name,
@@ -123,7 +126,7 @@ impl Worker {
                 )?;
                 (None, Some(exchange))
             }
-            None => {
+            Some(input) => {
                 let feed = NatsFeed::start(input.clone()).map_err(ClusterError::Feed)?;
                 (Some(feed), None)
             }
@@ -397,8 +400,20 @@ impl Worker {
                 nats.partition = Some(slice);
                 true
             }
+            SourceSpec::Kafka(kafka) => {
+                kafka.partition = Some(slice as i32);
+                true
+            }
             _ => false,
         };
+        // A slice writes a Kafka topic's partition of its own, under a transactional id of its
+        // own: its next owner fences it, and its read-back sees its own records only.
+        let sinks = &mut spec.sinks;
+        for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
+            if let Sink::Kafka(kafka) = sink {
+                kafka.partition = slice as i32;
+            }
+        }
         (spec, partitioned)
     }
 

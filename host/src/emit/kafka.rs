@@ -1,7 +1,8 @@
-//! [`KafkaPublisher`]: the Kafka sink's producer. Records go to partition 0 of the topic, each
-//! keyed by its `id`, in a transaction that each checkpoint commits ([`KafkaPublisher::commit`],
-//! before the checkpoint records the partition's end offset). The transactional id is the
-//! pipeline's and the sink's, so a restarted run fences the one before it: whatever that one
+//! [`KafkaPublisher`]: the Kafka sink's producer. Records go to one partition of the topic (0,
+//! or a shared pipeline's slice's own), each keyed by its `id`, in a transaction that each
+//! checkpoint commits ([`KafkaPublisher::commit`], before the checkpoint records the
+//! partition's end offset). The transactional id is the pipeline's and the sink's (and the
+//! partition's, past 0), so a restarted run (a slice's next owner) fences the one before it: whatever that one
 //! had not committed is aborted, never seen by a `read_committed` consumer. What it committed
 //! after its last checkpoint (it died between its commit and the checkpoint's) is read back from
 //! the checkpoint's offset when the sink opens, and those records, made again by the replay,
@@ -36,7 +37,16 @@ pub struct KafkaSinkError {
     source: Box<KafkaError>,
 }
 
-/// Produces to partition 0 of one topic, in transactions.
+/// The transactional id of a producer `base` writing `spec`'s partition: `base` for partition 0,
+/// else with the partition after it (each slice of a shared pipeline its own).
+fn transactional_id_of(base: &str, spec: &KafkaSinkSpec) -> String {
+    match spec.partition {
+        0 => base.to_owned(),
+        p => format!("{base}-p{p}"),
+    }
+}
+
+/// Produces to one partition of one topic, in transactions.
 pub struct KafkaPublisher {
     producer: ThreadedProducer<DefaultProducerContext>,
     spec: KafkaSinkSpec,
@@ -66,7 +76,10 @@ impl KafkaPublisher {
         };
         let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
             .set("bootstrap.servers", &spec.kafka)
-            .set("transactional.id", transactional_id)
+            .set(
+                "transactional.id",
+                transactional_id_of(transactional_id, spec),
+            )
             .set("enable.idempotence", "true")
             .set("transaction.timeout.ms", "120000")
             .set("linger.ms", "5")
@@ -112,7 +125,7 @@ impl KafkaPublisher {
         let key = id.unwrap_or("");
         loop {
             let record = BaseRecord::to(&self.spec.topic)
-                .partition(0)
+                .partition(self.spec.partition)
                 .key(key)
                 .payload(payload);
             match self.producer.send(record) {
@@ -142,7 +155,7 @@ impl KafkaPublisher {
         let (_, high) = self
             .producer
             .client()
-            .fetch_watermarks(&self.spec.topic, 0, BROKER_WAIT)
+            .fetch_watermarks(&self.spec.topic, self.spec.partition, BROKER_WAIT)
             .map_err(|e| self.failed("cannot read its end offset", e))?;
         self.producer
             .begin_transaction()
@@ -158,7 +171,7 @@ impl KafkaPublisher {
     }
 }
 
-/// The ids of the records committed to partition 0 of the topic from `offset` on.
+/// The ids of the records committed to the sink's partition of the topic from `offset` on.
 fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, KafkaError> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &spec.kafka)
@@ -166,20 +179,20 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .create()?;
-    let (_, high) = consumer.fetch_watermarks(&spec.topic, 0, BROKER_WAIT)?;
+    let (_, high) = consumer.fetch_watermarks(&spec.topic, spec.partition, BROKER_WAIT)?;
     let mut ids = HashSet::new();
     if high <= offset as i64 {
         return Ok(ids);
     }
     let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(&spec.topic, 0, Offset::Offset(offset as i64))?;
+    assignment.add_partition_offset(&spec.topic, spec.partition, Offset::Offset(offset as i64))?;
     consumer.assign(&assignment)?;
     let started = Instant::now();
     let (deadline, mut quiet, mut moved) = (started + BROKER_WAIT, 0, false);
     while Instant::now() < deadline && quiet < 10 {
         let position = consumer
             .position()?
-            .find_partition(&spec.topic, 0)
+            .find_partition(&spec.topic, spec.partition)
             .and_then(|p| p.offset().to_raw())
             .unwrap_or(offset as i64);
         // Transaction markers take offsets too: the end may be past the last record.

@@ -131,17 +131,36 @@ impl KafkaSource {
             gap: None,
             spec,
         };
-        let partitions = source.partitions(FIRST_METADATA)?;
+        let mut partitions = source.partitions(FIRST_METADATA)?;
         if partitions.is_empty() {
             return Err(fail(
                 &source.spec,
                 "the topic does not exist (create it, with its partitions, before the pipeline reads it)",
             ));
         }
+        if let Some(own) = source.spec.partition {
+            // A shared pipeline's slice: its partition alone.
+            if !partitions.contains(&own) {
+                return Err(fail(
+                    &source.spec,
+                    format!(
+                        "the topic has no partition {own} (it has {}): a shared pipeline has a \
+                         slice per partition, fixed when it is deployed",
+                        partitions.len()
+                    ),
+                ));
+            }
+            partitions = vec![own];
+        }
         for p in partitions {
             source.next.insert(p, (0, 0));
         }
         Ok(source)
+    }
+
+    /// How many partitions it reads (the topic's, or a slice's one).
+    pub fn partition_count(&self) -> usize {
+        self.next.len()
     }
 
     /// Declares every partition to the router as a watermark partition before any record: each
@@ -198,9 +217,10 @@ impl KafkaSource {
         let Ok(partitions) = self.partitions(Duration::from_secs(1)) else {
             return; // the brokers are away: next time
         };
+        // A slice reads its own partition alone; partitions added later are not its.
         let new: Vec<i32> = partitions
             .into_iter()
-            .filter(|p| !self.next.contains_key(p))
+            .filter(|p| !self.next.contains_key(p) && self.spec.partition.is_none())
             .collect();
         if !new.is_empty() && self.assigned {
             tracing::info!(topic = %self.spec.topic, partitions = ?new, "new partitions: read from their start");

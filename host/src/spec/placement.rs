@@ -44,7 +44,8 @@ pub(super) fn check(raw: Option<RawWorkers>, source: &SourceSpec) -> Result<Plac
     let SourceSpec::Nats(nats) = source else {
         return Err(invalid(
             "workers: only a pipeline that reads a NATS stream ([source] type = \"nats\") can \
-             run on workers; leave [workers] out to run it in one process",
+             be placed on workers from a spec (one reading a Kafka topic is shared with `weir \
+             cluster deploy`); leave [workers] out to run it in one process",
         ));
     };
     if let Some(slices) = raw.slices {

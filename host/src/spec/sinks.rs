@@ -74,6 +74,10 @@ pub struct KafkaSinkSpec {
     pub kafka: String,
     /// The topic.
     pub topic: String,
+    /// The partition written: 0, or a shared pipeline's slice's own (each slice writes its own,
+    /// under a transactional id of its own). Never from a spec.
+    #[serde(skip)]
+    pub partition: i32,
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),

@@ -69,6 +69,9 @@ pub struct KafkaSourceSpec {
     /// last checkpoint had read); a partition not named is not read. Never from a spec.
     #[serde(skip)]
     pub until: Option<std::collections::BTreeMap<i32, i64>>,
+    /// Read only this partition (a shared pipeline's slice); never from a spec.
+    #[serde(skip)]
+    pub partition: Option<i32>,
 }
 
 /// A NATS JetStream stream to read (`[source] type = "nats"`).

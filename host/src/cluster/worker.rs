@@ -127,7 +127,11 @@ impl Worker {
                 (None, Some(exchange))
             }
             Some(input) => {
-                let feed = NatsFeed::start(input.clone()).map_err(ClusterError::Feed)?;
+                // Each line decoded once for the worker's every slice (a join's runs decode
+                // their own: they key each side apart).
+                let decoder = (spec.join.is_none())
+                    .then(|| crate::event::Decoder::new(&spec.key_field, &spec.timestamp_field));
+                let feed = NatsFeed::start(input.clone(), decoder).map_err(ClusterError::Feed)?;
                 (Some(feed), None)
             }
         };

@@ -343,8 +343,10 @@ impl Router<'_> {
         sharing: bool,
     ) -> bool {
         let tick = matches!(record, Record::Tick);
-        if let Record::Line(_, line) = record {
-            batch.bytes += line.len();
+        match record {
+            Record::Line(_, line) => batch.bytes += line.len(),
+            Record::Decoded(_, bytes) => batch.bytes += bytes,
+            _ => {}
         }
         if tick {
             // Keeps the lags current while the input pauses.
@@ -781,6 +783,9 @@ fn event_of(
             None
         }
         Record::Event(event) => Some(event),
+        Record::Decoded(event, _) => too_far_ahead(event, *ingest_clock, max_ahead)
+            .map_err(|dead_letter| dead.push(dead_letter))
+            .ok(),
         Record::Line(line, bytes) => match decoder.decode(line, &bytes) {
             Ok(event) => too_far_ahead(event, *ingest_clock, max_ahead)
                 .map_err(|dead_letter| dead.push(dead_letter))

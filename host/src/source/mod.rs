@@ -60,6 +60,9 @@ pub struct SourcePosition {
 pub enum Record {
     /// A raw line, to be decoded (line number, bytes without the newline).
     Line(u64, Vec<u8>),
+    /// A line decoded already (a shared feed decodes each line once for every run it feeds):
+    /// its event, and how many bytes the line had. Judged as a decoded [`Record::Line`] is.
+    Decoded(Event, usize),
     /// A ready event (generated sources).
     Event(Event),
     /// Nothing yet (a tailing source waiting for more input): the router uses the pause to

@@ -113,6 +113,28 @@ struct Current {
     payload: bytes::Bytes,
     next: usize,
     taken: u64,
+    /// Its lines decoded already, in order (a shared feed's: `None` for a line that does not
+    /// decode, which is handed out as it is, to be refused as a run refuses it).
+    decoded: Option<Decoded>,
+}
+
+/// A message's lines decoded once by a shared feed, for every run it feeds.
+pub(super) type Decoded = std::sync::Arc<[Option<crate::event::Event>]>;
+
+/// Decodes each line of `payload` (`sequence`'s) with `decoder`, in the order [`Framing`]
+/// hands them out: `None` for a line that does not decode.
+pub(super) fn decode_lines(
+    decoder: &mut crate::event::Decoder,
+    sequence: u64,
+    payload: &[u8],
+) -> Decoded {
+    let mut decoded = Vec::new();
+    let mut next = 0;
+    while let Some((start, end, after)) = next_line(payload, next) {
+        decoded.push(decoder.decode(sequence, &payload[start..end]).ok());
+        next = after;
+    }
+    decoded.into()
 }
 
 /// The next line of `payload` from byte `from` that is not blank: where it begins and ends
@@ -136,7 +158,12 @@ impl Framing {
     pub(super) fn take_pending(&mut self) -> Option<Record> {
         let current = self.current.as_mut()?;
         let (start, end, after) = next_line(&current.payload, current.next)?;
-        let line = current.payload[start..end].to_vec();
+        let index = current.taken as usize;
+        let event = (current.decoded.as_ref()).and_then(|decoded| decoded.get(index)?.clone());
+        let record = match event {
+            Some(event) => Record::Decoded(event, end - start),
+            None => Record::Line(current.sequence, current.payload[start..end].to_vec()),
+        };
         current.next = after;
         current.taken += 1;
         self.line += 1;
@@ -145,7 +172,7 @@ impl Framing {
             self.sequence = sequence;
             self.current = None;
         }
-        Some(Record::Line(sequence, line))
+        Some(record)
     }
 
     /// The record a message starts with: a tick for one already read (delivered again), or
@@ -156,6 +183,18 @@ impl Framing {
         subject: &str,
         published: i64,
         payload: bytes::Bytes,
+    ) -> Record {
+        self.frame_decoded(sequence, subject, published, payload, None)
+    }
+
+    /// [`frame`](Self::frame) for a message whose lines a shared feed decoded already.
+    pub(super) fn frame_decoded(
+        &mut self,
+        sequence: u64,
+        subject: &str,
+        published: i64,
+        payload: bytes::Bytes,
+        decoded: Option<Decoded>,
     ) -> Record {
         if sequence <= self.sequence {
             return Record::Tick; // delivered again after a reconnect: already read
@@ -180,6 +219,7 @@ impl Framing {
             payload,
             next,
             taken,
+            decoded,
         });
         let subject = (self.partitions.as_ref())
             .and_then(|partitions| partitions.of_subject(subject))

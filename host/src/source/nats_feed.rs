@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::nats::{Framing, NatsSource, StreamEnd, Taken};
+use super::nats::{Decoded, Framing, NatsSource, StreamEnd, Taken, decode_lines};
 use super::{Record, Source, SourceError, SourcePosition};
 use crate::spec::NatsSourceSpec;
 
@@ -27,6 +27,8 @@ struct FeedMessage {
     subject: Arc<str>,
     published: i64,
     payload: bytes::Bytes,
+    /// Its lines decoded, once for every run, if the feed decodes.
+    decoded: Option<Decoded>,
 }
 
 /// A message, or the error that stops every run reading the feed (shared among them).
@@ -56,8 +58,12 @@ impl std::fmt::Debug for NatsFeed {
 }
 
 impl NatsFeed {
-    /// Starts reading `spec`'s stream for the runs that subscribe.
-    pub fn start(spec: NatsSourceSpec) -> Result<NatsFeed, SourceError> {
+    /// Starts reading `spec`'s stream for the runs that subscribe; with `decoder`, decoding
+    /// each line once for all of them (each run would otherwise decode every line itself).
+    pub fn start(
+        spec: NatsSourceSpec,
+        decoder: Option<crate::event::Decoder>,
+    ) -> Result<NatsFeed, SourceError> {
         let stream = spec.stream.clone();
         let reader = NatsSource::new(spec)?;
         let end = reader.end();
@@ -67,7 +73,7 @@ impl NatsFeed {
             .name("weir-nats-feed".into())
             .spawn({
                 let (inbox, stop) = (inbox.clone(), stop.clone());
-                move || feed(reader, &inbox, &stop)
+                move || feed(reader, decoder, &inbox, &stop)
             })
             .map_err(|e| SourceError::new(&format!("nats stream {stream}"), e))?;
         Ok(NatsFeed {
@@ -102,7 +108,12 @@ impl Drop for NatsFeed {
 }
 
 /// The feed's loop: take new subscribers (going back for one that is behind), read, deliver.
-fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBool) {
+fn feed(
+    mut reader: NatsSource,
+    mut decoder: Option<crate::event::Decoder>,
+    inbox: &Mutex<Vec<Subscriber>>,
+    stop: &AtomicBool,
+) {
     let mut subscribers: Vec<Subscriber> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let joined: Vec<Subscriber> = std::mem::take(&mut *inbox.lock().expect("feed lock"));
@@ -140,11 +151,14 @@ fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBoo
             continue;
         }
         reader.skip_to(sequence);
+        let decoded =
+            (decoder.as_mut()).map(|decoder| decode_lines(decoder, sequence, &message.payload));
         let shared = Arc::new(FeedMessage {
             sequence,
             subject: message.subject.as_str().into(),
             published,
             payload: message.payload.clone(),
+            decoded,
         });
         // A run that stopped has dropped its queue: it is forgotten.
         subscribers.retain_mut(|subscriber| {
@@ -192,11 +206,12 @@ impl Source for FeedSource {
             receiver
         });
         match queue.recv_timeout(TICK) {
-            Ok(Ok(message)) => Ok(Some(self.framing.frame(
+            Ok(Ok(message)) => Ok(Some(self.framing.frame_decoded(
                 message.sequence,
                 &message.subject,
                 message.published,
                 message.payload.clone(),
+                message.decoded.clone(),
             ))),
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),

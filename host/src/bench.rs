@@ -749,6 +749,7 @@ pub fn kafka(
         kafka: servers.clone(),
         topic: results,
         partition: 0,
+        read_back_from: None,
     });
     kafka_spec.state = StateSpec::Redb(dir.join("data"));
     kafka_spec.checkpoint_interval = Some(1_000);

@@ -809,12 +809,24 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
             "dead_letters = \"dead.jsonl\"",
             "dead_letters = \"discard\"",
         );
-    std::fs::write(&spec, text).unwrap();
-    let deployed = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["cluster", "deploy", "--nats", &nats.url])
-        .arg(&spec)
-        .output()
-        .unwrap();
+    let deploy = |text: &str| {
+        std::fs::write(&spec, text).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "deploy", "--nats", &nats.url])
+            .arg(&spec)
+            .output()
+            .unwrap()
+    };
+    // Hostile: results to a topic of one partition, where four slices would each write their
+    // own, is refused at deploy.
+    let refused = deploy(&text.replace("\"results4\"", "\"results\""));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("fewer than the pipeline's 4 slices"),
+        "{said}"
+    );
+    let deployed = deploy(&text);
     let said = String::from_utf8_lossy(&deployed.stderr).into_owned()
         + &String::from_utf8_lossy(&deployed.stdout);
     assert!(deployed.status.success(), "{said}");

@@ -108,6 +108,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
         Err(e) => return Err(e),
     };
     let slices = slice_count(spec, shared.slices, existing.as_ref())?;
+    check_sink_partitions(spec, slices)?;
     let stopped = existing.as_ref().is_some_and(|e| e.stopped);
     let mut code = existing.map(|e| e.code).unwrap_or_default();
     for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
@@ -189,15 +190,14 @@ fn slice_count(
 }
 
 /// How many partitions the topic a shared pipeline reads has now (a slice each).
-fn kafka_partitions(spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
-    let source = crate::source::KafkaSource::new(
-        kafka.clone(),
-        &spec.name,
-        &spec.key_field,
-        &spec.timestamp_field,
-    )
-    .map_err(ClusterError::Feed)?;
-    let count = source.partition_count();
+fn kafka_partitions(_spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
+    let count = topic_partitions(&kafka.brokers, &kafka.topic)?;
+    if count == 0 {
+        return Err(ClusterError::Unshareable(format!(
+            "kafka topic {} at {} does not exist: create it, with its partitions, first",
+            kafka.topic, kafka.brokers
+        )));
+    }
     if count > MAX_SLICES {
         return Err(ClusterError::Unshareable(format!(
             "the topic has {count} partitions; a shared pipeline has a slice per partition, at \
@@ -205,6 +205,51 @@ fn kafka_partitions(spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) -
         )));
     }
     Ok(count)
+}
+
+/// How many partitions Kafka topic `topic` has, as the brokers at `brokers` say (0: none).
+fn topic_partitions(brokers: &str, topic: &str) -> Result<usize> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let fail = |e: rdkafka::error::KafkaError| {
+        ClusterError::Unshareable(format!(
+            "kafka topic {topic} at {brokers}: cannot read its partitions: {e}"
+        ))
+    };
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(fail)?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
+        .map_err(fail)?;
+    Ok((metadata.topics().iter())
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len())
+        .sum())
+}
+
+/// Refuses Kafka sinks whose topics have fewer partitions than the pipeline has slices: each
+/// slice writes the partition of its own number, and commits it at every checkpoint.
+fn check_sink_partitions(spec: &PipelineSpec, slices: usize) -> Result<()> {
+    let sinks = [
+        ("results", &spec.sinks.results),
+        ("late", &spec.sinks.late),
+        ("dead_letters", &spec.sinks.dead_letters),
+    ];
+    for (name, sink) in sinks {
+        if let crate::spec::Sink::Kafka(kafka) = sink {
+            let count = topic_partitions(&kafka.kafka, &kafka.topic)?;
+            if count < slices {
+                return Err(ClusterError::Unshareable(format!(
+                    "sinks.{name}: kafka topic {} has {count} partitions, fewer than the \
+                     pipeline's {slices} slices (each slice writes the partition of its own \
+                     number): add partitions to it, or send {name} to NATS",
+                    kafka.topic
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stores `record` in the pipelines bucket (workers follow it within a beat).

@@ -201,9 +201,10 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Refuses what several workers cannot share: input other than a NATS stream, output other
-/// than NATS subjects (or nowhere), and what combines keys after the aggregate (stages, global
-/// aggregates, pre-aggregation: their keys would have to cross processes).
+/// Refuses what several workers cannot share: input other than a NATS stream or a Kafka topic,
+/// results other than NATS subjects or Kafka topics, files (a slice moves between machines),
+/// and what combines keys after the aggregate (stages, global aggregates, pre-aggregation:
+/// their keys would have to cross processes).
 pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     check_name("pipeline name", &spec.name)?;
     let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
@@ -223,7 +224,7 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     ] {
         if matches!(sink, Sink::File(_)) {
             return Err(ClusterError::Unshareable(format!(
-                "sinks.{name} is a file, which a slice moving to another machine cannot take along: use a NATS subject"
+                "sinks.{name} is a file, which a slice moving to another machine cannot take along: use a NATS subject or a Kafka topic"
             )));
         }
     }

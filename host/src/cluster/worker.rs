@@ -454,7 +454,17 @@ impl Worker {
         let slice_dir = self.dir.join(format!("slice-{slice}"));
         let data = slice_dir.join("data");
         let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
-        let (spec, partitioned) = self.slice_spec(slice, data);
+        let (mut spec, partitioned) = self.slice_spec(slice, data);
+        if restored.is_none() {
+            // An owner before may have committed results to Kafka and been killed before its
+            // first checkpoint was uploaded: its slice's partition is read back from its start.
+            let sinks = &mut spec.sinks;
+            for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
+                if let Sink::Kafka(kafka) = sink {
+                    kafka.read_back_from = Some(0);
+                }
+            }
+        }
         let uploader = Uploader::start(
             self.snapshots.clone(),
             &self.record.name,

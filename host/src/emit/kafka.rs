@@ -88,6 +88,9 @@ impl KafkaPublisher {
         producer
             .init_transactions(BROKER_WAIT)
             .map_err(|e| failed("cannot start its transactions", e))?;
+        // Without a checkpoint: nothing to read back, unless a run before may have committed
+        // records without any checkpoint recording it (a slice's earlier owner).
+        let committed = committed.or(spec.read_back_from);
         let already = match committed {
             Some(offset) => {
                 read_back(spec, offset).map_err(|e| failed("cannot read it back", e))?

@@ -6,7 +6,9 @@
 //! records' timestamps its ingest clock (for `idle_timeout` and `max_ahead`, as a NATS server's
 //! publication time is); each record's value is one JSON event, with the record's key,
 //! timestamp or headers put in where the spec asks (`kafka_fields`). Partitions added to the
-//! topic are found within seconds and read from their start. A broker that goes away is waited for (the client reconnects); tombstones
+//! topic are found within seconds and read from their start. A shared pipeline's slice reads
+//! one partition alone (`partition`), and partitions added later are not its (said once, as an
+//! error). A broker that goes away is waited for (the client reconnects); tombstones
 //! (records without a value) are skipped.
 //!
 //! Depends on `spec`; the client is `rdkafka` (librdkafka).
@@ -67,6 +69,8 @@ pub struct KafkaSource {
     /// A gap seen in the last record read (partition, expected offset, offset), checked before
     /// the next read (the record borrows the consumer while it is read).
     gap: Option<(i32, i64, i64)>,
+    /// A slice's topic gained partitions it does not read: said once.
+    said_added: bool,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -129,6 +133,7 @@ impl KafkaSource {
             pipeline: pipeline.to_owned(),
             gap_checked: BTreeMap::new(),
             gap: None,
+            said_added: false,
             spec,
         };
         let mut partitions = source.partitions(FIRST_METADATA)?;
@@ -156,11 +161,6 @@ impl KafkaSource {
             source.next.insert(p, (0, 0));
         }
         Ok(source)
-    }
-
-    /// How many partitions it reads (the topic's, or a slice's one).
-    pub fn partition_count(&self) -> usize {
-        self.next.len()
     }
 
     /// Declares every partition to the router as a watermark partition before any record: each
@@ -217,11 +217,18 @@ impl KafkaSource {
         let Ok(partitions) = self.partitions(Duration::from_secs(1)) else {
             return; // the brokers are away: next time
         };
-        // A slice reads its own partition alone; partitions added later are not its.
-        let new: Vec<i32> = partitions
+        let mut new: Vec<i32> = partitions
             .into_iter()
-            .filter(|p| !self.next.contains_key(p) && self.spec.partition.is_none())
+            .filter(|p| !self.next.contains_key(p))
             .collect();
+        if self.spec.partition.is_some() && !new.is_empty() {
+            // A slice reads its own partition alone: a partition added to the topic after the
+            // pipeline was shared is nobody's, and keys the producers move there are lost to it.
+            if !std::mem::replace(&mut self.said_added, true) {
+                tracing::error!(topic = %self.spec.topic, partitions = ?new, "partitions added to a shared pipeline's topic are not read: deploy it under a new name with as many slices");
+            }
+            new.clear();
+        }
         if !new.is_empty() && self.assigned {
             tracing::info!(topic = %self.spec.topic, partitions = ?new, "new partitions: read from their start");
             let mut added = TopicPartitionList::new();

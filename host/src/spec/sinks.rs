@@ -78,6 +78,12 @@ pub struct KafkaSinkSpec {
     /// under a transactional id of its own). Never from a spec.
     #[serde(skip)]
     pub partition: i32,
+    /// Where a run without a checkpoint reads back what runs before it committed (a shared
+    /// pipeline's slice taken before any of its checkpoints was uploaded: 0, its partition's
+    /// start, as a killed first owner may have committed records and no checkpoint). Never
+    /// from a spec.
+    #[serde(skip)]
+    pub read_back_from: Option<u64>,
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),

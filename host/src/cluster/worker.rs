@@ -129,9 +129,9 @@ impl Worker {
             Some(input) => {
                 // Each line decoded once for the worker's every slice (a join's runs decode
                 // their own: they key each side apart).
-                let decoder = (spec.join.is_none())
-                    .then(|| crate::event::Decoder::new(&spec.key_field, &spec.timestamp_field));
-                let feed = NatsFeed::start(input.clone(), decoder).map_err(ClusterError::Feed)?;
+                let decoding = (spec.join.is_none())
+                    .then(|| (spec.key_field.clone(), spec.timestamp_field.clone()));
+                let feed = NatsFeed::start(input.clone(), decoding).map_err(ClusterError::Feed)?;
                 (Some(feed), None)
             }
         };
@@ -436,7 +436,17 @@ impl Worker {
         let control = PipelineControl::new(&label, resolver(spec, self.code.clone()), None)
             .with_commit_listener(uploader.listener());
         let control = Arc::new(match &self.feed {
-            Some(feed) => control.with_source(Box::new(feed.source())),
+            Some(feed) => {
+                let groups = KeyGroups::slice(slice, self.record.slices);
+                let source = feed.source();
+                // The slice of key group 0 writes every run's dead letters, with whole events.
+                let light = !groups.contains(0) && spec.partition_field.is_none();
+                let source = match light {
+                    true => source.owning(u32::from(groups.first)..groups.end),
+                    false => source,
+                };
+                control.with_source(Box::new(source))
+            }
             None => control,
         });
         if partitioned {

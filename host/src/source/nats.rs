@@ -90,6 +90,9 @@ pub(super) struct Framing {
     /// A partitioned stream's partitions: a message's watermark partition is its partition's
     /// number, not its whole subject (which names its key too).
     partitions: Option<crate::spec::NatsPartitions>,
+    /// The key groups of the run, when a shared feed decodes for it: a decoded event of
+    /// another key group is handed out without its fields (the run only takes its time).
+    pub(super) owned: Option<std::ops::Range<u32>>,
 }
 
 /// The partition of a stream cut into `count` partitions that `key` belongs to: what a NATS
@@ -159,7 +162,20 @@ impl Framing {
         let current = self.current.as_mut()?;
         let (start, end, after) = next_line(&current.payload, current.next)?;
         let index = current.taken as usize;
-        let event = (current.decoded.as_ref()).and_then(|decoded| decoded.get(index)?.clone());
+        let owned = &self.owned;
+        let event = (current.decoded.as_ref())
+            .and_then(|decoded| decoded.get(index)?.as_ref())
+            .map(|event| match owned {
+                Some(owned) if !owned.contains(&u32::from(crate::state::key_group(&event.key))) => {
+                    crate::event::Event {
+                        line: event.line,
+                        key: event.key.clone(),
+                        timestamp: event.timestamp,
+                        fields: Vec::new(),
+                    }
+                }
+                _ => event.clone(),
+            });
         let record = match event {
             Some(event) => Record::Decoded(event, end - start),
             None => Record::Line(current.sequence, current.payload[start..end].to_vec()),
@@ -259,6 +275,7 @@ impl Framing {
             clock: position.clock,
             skip: position.part,
             partitions: self.partitions.take(),
+            owned: self.owned.take(),
             ..Framing::default()
         };
     }
@@ -686,5 +703,58 @@ mod tests {
         assert_eq!(resumed.position().line, 4);
         // Delivered again after a reconnect: already read.
         assert_eq!(records(&mut resumed, &[(6, "a", "w")]), ["tick"]);
+    }
+
+    #[test]
+    fn lines_decoded_by_a_shared_feed_are_handed_out_in_order_and_whole_only_to_their_owner() {
+        let payload: &[u8] =
+            b"{\"k\":\"a\",\"t\":1,\"v\":1}\nnot json\n\n{\"k\":\"b\",\"t\":2,\"v\":2}";
+        let mut decoder = crate::event::Decoder::new("k", "t");
+        let decoded = decode_lines(&mut decoder, 7, payload);
+        assert_eq!(decoded.len(), 3, "blank lines are not lines");
+        let group_of_a = u32::from(crate::state::key_group("a"));
+        let mut framing = Framing {
+            owned: Some(group_of_a..group_of_a + 1),
+            ..Framing::default()
+        };
+        let bytes = bytes::Bytes::copy_from_slice(payload);
+        let first = framing.frame_decoded(7, "s", 1_000, bytes.clone(), Some(decoded.clone()));
+        assert!(matches!(first, Record::Clock(..)));
+        match framing.take_pending() {
+            Some(Record::Decoded(event, _)) => {
+                assert_eq!(
+                    (event.key.as_str(), event.fields.len()),
+                    ("a", 3),
+                    "{event:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // What does not decode is handed out as it is: the run makes its dead letter.
+        assert!(
+            matches!(framing.take_pending(), Some(Record::Line(7, line)) if line == b"not json")
+        );
+        match framing.take_pending() {
+            Some(Record::Decoded(event, _)) => {
+                // Another key group's: its time and key only.
+                assert_eq!(
+                    (event.key.as_str(), event.timestamp, event.fields.len()),
+                    ("b", 2, 0)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(framing.take_pending().is_none());
+        // A resume in the middle of the message goes on at the right decoded line.
+        let mut framing = Framing::default();
+        framing.frame_decoded(7, "s", 1_000, bytes.clone(), Some(decoded.clone()));
+        framing.take_pending();
+        let mut resumed = Framing::default();
+        resumed.resume(&framing.position());
+        resumed.frame_decoded(7, "s", 1_000, bytes, Some(decoded));
+        assert!(matches!(resumed.take_pending(), Some(Record::Line(7, _))));
+        assert!(
+            matches!(resumed.take_pending(), Some(Record::Decoded(e, _)) if e.key.as_str() == "b")
+        );
     }
 }

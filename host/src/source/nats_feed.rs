@@ -27,8 +27,9 @@ struct FeedMessage {
     subject: Arc<str>,
     published: i64,
     payload: bytes::Bytes,
-    /// Its lines decoded, once for every run, if the feed decodes.
-    decoded: Option<Decoded>,
+    /// Its lines decoded, by the first run that frames it, for every run (if the feed's runs
+    /// share their decoding).
+    decoded: std::sync::OnceLock<Decoded>,
 }
 
 /// A message, or the error that stops every run reading the feed (shared among them).
@@ -43,6 +44,8 @@ struct Subscriber {
 /// A consumer of one stream whose messages go to every subscribed run.
 pub struct NatsFeed {
     stream: String,
+    /// The key and time fields, if the runs share their decoding of each line.
+    decoding: Option<(String, String)>,
     inbox: Arc<Mutex<Vec<Subscriber>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -58,11 +61,12 @@ impl std::fmt::Debug for NatsFeed {
 }
 
 impl NatsFeed {
-    /// Starts reading `spec`'s stream for the runs that subscribe; with `decoder`, decoding
-    /// each line once for all of them (each run would otherwise decode every line itself).
+    /// Starts reading `spec`'s stream for the runs that subscribe; with `decoding` (the key and
+    /// time fields), each line is decoded once, by the first run that frames its message, for
+    /// all of them (each run would otherwise decode every line itself).
     pub fn start(
         spec: NatsSourceSpec,
-        decoder: Option<crate::event::Decoder>,
+        decoding: Option<(String, String)>,
     ) -> Result<NatsFeed, SourceError> {
         let stream = spec.stream.clone();
         let reader = NatsSource::new(spec)?;
@@ -73,11 +77,12 @@ impl NatsFeed {
             .name("weir-nats-feed".into())
             .spawn({
                 let (inbox, stop) = (inbox.clone(), stop.clone());
-                move || feed(reader, decoder, &inbox, &stop)
+                move || feed(reader, &inbox, &stop)
             })
             .map_err(|e| SourceError::new(&format!("nats stream {stream}"), e))?;
         Ok(NatsFeed {
             stream,
+            decoding,
             inbox,
             stop,
             thread: Some(thread),
@@ -93,6 +98,8 @@ impl NatsFeed {
             queue: None,
             framing: Framing::default(),
             end: self.end.clone(),
+            decoder: (self.decoding.as_ref())
+                .map(|(key, time)| crate::event::Decoder::new(key, time)),
         }
     }
 }
@@ -108,12 +115,7 @@ impl Drop for NatsFeed {
 }
 
 /// The feed's loop: take new subscribers (going back for one that is behind), read, deliver.
-fn feed(
-    mut reader: NatsSource,
-    mut decoder: Option<crate::event::Decoder>,
-    inbox: &Mutex<Vec<Subscriber>>,
-    stop: &AtomicBool,
-) {
+fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBool) {
     let mut subscribers: Vec<Subscriber> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let joined: Vec<Subscriber> = std::mem::take(&mut *inbox.lock().expect("feed lock"));
@@ -151,14 +153,12 @@ fn feed(
             continue;
         }
         reader.skip_to(sequence);
-        let decoded =
-            (decoder.as_mut()).map(|decoder| decode_lines(decoder, sequence, &message.payload));
         let shared = Arc::new(FeedMessage {
             sequence,
             subject: message.subject.as_str().into(),
             published,
             payload: message.payload.clone(),
-            decoded,
+            decoded: std::sync::OnceLock::new(),
         });
         // A run that stopped has dropped its queue: it is forgotten.
         subscribers.retain_mut(|subscriber| {
@@ -180,9 +180,20 @@ pub struct FeedSource {
     framing: Framing,
     /// The last sequence on the stream's subjects, as the feed's reader keeps it.
     end: StreamEnd,
+    /// Its decoder, if the runs share their decoding: used for the messages it frames first.
+    decoder: Option<crate::event::Decoder>,
 }
 
 impl FeedSource {
+    /// Hands the run the decoded events of key groups outside `owned` without their fields: it
+    /// takes their time and key only (the router routes them nowhere). Not for a run whose
+    /// dead letters are written (it shows whole events) or whose watermark partitions are a
+    /// field's.
+    pub fn owning(mut self, owned: std::ops::Range<u32>) -> Self {
+        self.framing.owned = Some(owned);
+        self
+    }
+
     fn fail(&self, error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> SourceError {
         SourceError::new(
             &format!("nats stream {}", self.stream),
@@ -211,7 +222,10 @@ impl Source for FeedSource {
                 &message.subject,
                 message.published,
                 message.payload.clone(),
-                message.decoded.clone(),
+                (self.decoder.as_mut()).map(|decoder| {
+                    let decode = || decode_lines(decoder, message.sequence, &message.payload);
+                    message.decoded.get_or_init(decode).clone()
+                }),
             ))),
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),

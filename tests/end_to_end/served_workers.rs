@@ -756,16 +756,7 @@ fn a_savepoint_of_a_pipeline_on_workers_forks_a_pipeline_on_workers_that_goes_on
     let mut idle = workers_spec(2);
     idle["name"] = json!("idle");
     idle["sinks"]["results"]["subject"] = json!("results.idle");
-    server.expect(
-        "creating idle",
-        server.post_json("/v1/pipelines", Some(ADMIN), &idle),
-        201,
-    );
-    server.expect(
-        "starting idle",
-        server.post(&path("idle", "start"), Some(ADMIN), b""),
-        200,
-    );
+    crate::server::create_and_start_spec(server, &idle);
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
             server.post_json(

@@ -127,11 +127,7 @@ impl Worker {
                 (None, Some(exchange))
             }
             Some(input) => {
-                // Each line decoded once for the worker's every slice (a join's runs decode
-                // their own: they key each side apart).
-                let decoding = (spec.join.is_none())
-                    .then(|| (spec.key_field.clone(), spec.timestamp_field.clone()));
-                let feed = NatsFeed::start(input.clone(), decoding).map_err(ClusterError::Feed)?;
+                let feed = NatsFeed::start(input.clone()).map_err(ClusterError::Feed)?;
                 (Some(feed), None)
             }
         };
@@ -437,10 +433,15 @@ impl Worker {
             .with_commit_listener(uploader.listener());
         let control = Arc::new(match &self.feed {
             Some(feed) => {
-                let groups = KeyGroups::slice(slice, self.record.slices);
-                let source = feed.source();
+                // Each line decoded once for the worker's slices of this spec's fields (a
+                // join's runs decode their own: they key each side apart).
+                let shared = spec.join.is_none();
+                let decoding =
+                    shared.then(|| (spec.key_field.clone(), spec.timestamp_field.clone()));
+                let source = feed.source(decoding);
                 // The slice of key group 0 writes every run's dead letters, with whole events.
-                let light = !groups.contains(0) && spec.partition_field.is_none();
+                let groups = KeyGroups::slice(slice, self.record.slices);
+                let light = shared && !groups.contains(0) && spec.partition_field.is_none();
                 let source = match light {
                     true => source.owning(u32::from(groups.first)..groups.end),
                     false => source,

@@ -200,21 +200,23 @@ impl Framing {
         published: i64,
         payload: bytes::Bytes,
     ) -> Record {
-        self.frame_decoded(sequence, subject, published, payload, None)
+        self.frame_decoded(sequence, subject, published, payload, || None)
     }
 
-    /// [`frame`](Self::frame) for a message whose lines a shared feed decoded already.
+    /// [`frame`](Self::frame) for a message whose lines a shared feed decodes (`decoded`, asked
+    /// only for a message not read already).
     pub(super) fn frame_decoded(
         &mut self,
         sequence: u64,
         subject: &str,
         published: i64,
         payload: bytes::Bytes,
-        decoded: Option<Decoded>,
+        decoded: impl FnOnce() -> Option<Decoded>,
     ) -> Record {
         if sequence <= self.sequence {
             return Record::Tick; // delivered again after a reconnect: already read
         }
+        let decoded = decoded();
         // Lines handed out before a restart, of a message read in part, are skipped.
         let (mut next, mut taken) = (0, 0);
         if let Some((partial, skip)) = self.skip.take()
@@ -718,7 +720,7 @@ mod tests {
             ..Framing::default()
         };
         let bytes = bytes::Bytes::copy_from_slice(payload);
-        let first = framing.frame_decoded(7, "s", 1_000, bytes.clone(), Some(decoded.clone()));
+        let first = framing.frame_decoded(7, "s", 1_000, bytes.clone(), || Some(decoded.clone()));
         assert!(matches!(first, Record::Clock(..)));
         match framing.take_pending() {
             Some(Record::Decoded(event, _)) => {
@@ -747,11 +749,11 @@ mod tests {
         assert!(framing.take_pending().is_none());
         // A resume in the middle of the message goes on at the right decoded line.
         let mut framing = Framing::default();
-        framing.frame_decoded(7, "s", 1_000, bytes.clone(), Some(decoded.clone()));
+        framing.frame_decoded(7, "s", 1_000, bytes.clone(), || Some(decoded.clone()));
         framing.take_pending();
         let mut resumed = Framing::default();
         resumed.resume(&framing.position());
-        resumed.frame_decoded(7, "s", 1_000, bytes, Some(decoded));
+        resumed.frame_decoded(7, "s", 1_000, bytes, || Some(decoded));
         assert!(matches!(resumed.take_pending(), Some(Record::Line(7, _))));
         assert!(
             matches!(resumed.take_pending(), Some(Record::Decoded(e, _)) if e.key.as_str() == "b")

@@ -21,15 +21,19 @@ const DEPTH: usize = 4_096;
 /// How long a read waits for the next message before yielding a tick.
 const TICK: Duration = Duration::from_millis(100);
 
+/// The key and time fields lines are decoded with.
+type Fields = (String, String);
+
 /// One message, shared by the runs it is handed to.
 struct FeedMessage {
     sequence: u64,
     subject: Arc<str>,
     published: i64,
     payload: bytes::Bytes,
-    /// Its lines decoded, by the first run that frames it, for every run (if the feed's runs
-    /// share their decoding).
-    decoded: std::sync::OnceLock<Decoded>,
+    /// Its lines decoded by the first run that frames it and decodes for the others, with the
+    /// key and time fields it decoded with: a run of other fields (a spec redeployed since)
+    /// decodes for itself.
+    decoded: std::sync::OnceLock<(Arc<Fields>, Decoded)>,
 }
 
 /// A message, or the error that stops every run reading the feed (shared among them).
@@ -44,8 +48,6 @@ struct Subscriber {
 /// A consumer of one stream whose messages go to every subscribed run.
 pub struct NatsFeed {
     stream: String,
-    /// The key and time fields, if the runs share their decoding of each line.
-    decoding: Option<(String, String)>,
     inbox: Arc<Mutex<Vec<Subscriber>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -61,13 +63,8 @@ impl std::fmt::Debug for NatsFeed {
 }
 
 impl NatsFeed {
-    /// Starts reading `spec`'s stream for the runs that subscribe; with `decoding` (the key and
-    /// time fields), each line is decoded once, by the first run that frames its message, for
-    /// all of them (each run would otherwise decode every line itself).
-    pub fn start(
-        spec: NatsSourceSpec,
-        decoding: Option<(String, String)>,
-    ) -> Result<NatsFeed, SourceError> {
+    /// Starts reading `spec`'s stream for the runs that subscribe.
+    pub fn start(spec: NatsSourceSpec) -> Result<NatsFeed, SourceError> {
         let stream = spec.stream.clone();
         let reader = NatsSource::new(spec)?;
         let end = reader.end();
@@ -82,7 +79,6 @@ impl NatsFeed {
             .map_err(|e| SourceError::new(&format!("nats stream {stream}"), e))?;
         Ok(NatsFeed {
             stream,
-            decoding,
             inbox,
             stop,
             thread: Some(thread),
@@ -90,16 +86,20 @@ impl NatsFeed {
         })
     }
 
-    /// A source for one run, reading from the feed from where the run resumes.
-    pub fn source(&self) -> FeedSource {
+    /// A source for one run, reading from the feed from where the run resumes; with `decoding`
+    /// (its key and time fields), each line is decoded once, by the first run of those fields
+    /// that frames its message, for all of them (each would otherwise decode every line).
+    pub fn source(&self, decoding: Option<(String, String)>) -> FeedSource {
         FeedSource {
             stream: self.stream.clone(),
             inbox: self.inbox.clone(),
             queue: None,
             framing: Framing::default(),
             end: self.end.clone(),
-            decoder: (self.decoding.as_ref())
-                .map(|(key, time)| crate::event::Decoder::new(key, time)),
+            decoder: decoding.map(|(key, time)| {
+                let decoder = crate::event::Decoder::new(&key, &time);
+                (Arc::new((key, time)), decoder)
+            }),
         }
     }
 }
@@ -180,8 +180,9 @@ pub struct FeedSource {
     framing: Framing,
     /// The last sequence on the stream's subjects, as the feed's reader keeps it.
     end: StreamEnd,
-    /// Its decoder, if the runs share their decoding: used for the messages it frames first.
-    decoder: Option<crate::event::Decoder>,
+    /// Its fields and decoder, if it shares its decoding: used for the messages it frames
+    /// first.
+    decoder: Option<(Arc<Fields>, crate::event::Decoder)>,
 }
 
 impl FeedSource {
@@ -222,10 +223,15 @@ impl Source for FeedSource {
                 &message.subject,
                 message.published,
                 message.payload.clone(),
-                (self.decoder.as_mut()).map(|decoder| {
-                    let decode = || decode_lines(decoder, message.sequence, &message.payload);
-                    message.decoded.get_or_init(decode).clone()
-                }),
+                || {
+                    let (ours, decoder) = self.decoder.as_mut()?;
+                    let decode = || {
+                        let lines = decode_lines(decoder, message.sequence, &message.payload);
+                        (ours.clone(), lines)
+                    };
+                    let (theirs, decoded) = message.decoded.get_or_init(decode);
+                    (theirs == ours).then(|| decoded.clone())
+                },
             ))),
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Some(Record::Tick)),

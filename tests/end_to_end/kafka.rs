@@ -902,6 +902,19 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
         }
         std::thread::sleep(Duration::from_millis(300));
     };
+    // Each slice's lag is its partition's end less what it read.
+    let status = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["cluster", "status", "--nats", &nats.url, "shared-kafka"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+    let lags: Vec<&Value> = (status["progress"].as_object().into_iter().flatten())
+        .map(|(_, p)| &p["lag"])
+        .collect();
+    assert!(
+        !lags.is_empty() && lags.iter().all(|lag| lag.is_u64()),
+        "{status}"
+    );
     crate::cluster::kill(w1);
     assert_exactly_once(&results, &want, &logs());
     // A key's results all in the partition its events came from: its slice's.

@@ -207,6 +207,34 @@ fn kafka_partitions(_spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) 
     Ok(count)
 }
 
+/// Each slice's progress with its `lag`: the offsets between what it read and its partition's
+/// end now (`null` when the brokers do not say).
+fn kafka_lags(
+    kafka: &crate::spec::KafkaSourceSpec,
+    progress: &BTreeMap<usize, super::progress::Progress>,
+) -> serde_json::Map<String, serde_json::Value> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: Option<BaseConsumer> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .create()
+        .ok();
+    let mut out = serde_json::Map::new();
+    for (slice, p) in progress {
+        let high = (consumer.as_ref()).and_then(|consumer| {
+            let timeout = std::time::Duration::from_secs(2);
+            consumer
+                .fetch_watermarks(&kafka.topic, *slice as i32, timeout)
+                .ok()
+        });
+        let mut value = serde_json::to_value(p).expect("serialises");
+        value["lag"] = high
+            .map(|(_, high)| (high.max(0) as u64).saturating_sub(p.read))
+            .into();
+        out.insert(slice.to_string(), value);
+    }
+    out
+}
+
 /// How many partitions Kafka topic `topic` has, as the brokers at `brokers` say (0: none).
 fn topic_partitions(brokers: &str, topic: &str) -> Result<usize> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -470,16 +498,15 @@ fn with_lags(
     progress: &BTreeMap<usize, super::progress::Progress>,
 ) -> Result<serde_json::Map<String, serde_json::Value>> {
     let spec = PipelineSpec::parse(&record.spec, record.json, Path::new("."))?;
-    let SourceSpec::Nats(source) = &spec.source else {
-        // A Kafka topic: what the slices read is in their progress; no lag measured here.
-        return Ok((progress.iter())
-            .map(|(slice, p)| {
-                (
-                    slice.to_string(),
-                    serde_json::to_value(p).expect("serialises"),
-                )
-            })
-            .collect());
+    let source = match &spec.source {
+        SourceSpec::Nats(source) => source,
+        SourceSpec::Kafka(kafka) => return Ok(kafka_lags(kafka, progress)),
+        _ => {
+            return Err(ClusterError::Damaged(format!(
+                "pipeline record {}: its source is neither a NATS stream nor a Kafka topic",
+                record.name
+            )));
+        }
     };
     let mut out = serde_json::Map::new();
     for (slice, p) in progress {

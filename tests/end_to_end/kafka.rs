@@ -850,16 +850,20 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
             })
             .join("\n---\n")
     };
+    // What `weir cluster status` says of the pipeline.
+    let status = || {
+        let said = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "status", "--nats", &nats.url, "shared-kafka"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&said.stdout).unwrap_or_default()
+    };
     let w1 = worker("w1");
     let mut w2 = Some(worker("w2"));
     // Both hold slices before the input comes.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["cluster", "status", "--nats", &nats.url, "shared-kafka"])
-            .output()
-            .unwrap();
-        let status: Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+        let status = status();
         let owners: BTreeSet<&str> = (status["owners"].as_object().into_iter().flatten())
             .filter_map(|(_, owner)| owner.as_str())
             .collect();
@@ -903,11 +907,7 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
         std::thread::sleep(Duration::from_millis(300));
     };
     // Each slice's lag is its partition's end less what it read.
-    let status = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["cluster", "status", "--nats", &nats.url, "shared-kafka"])
-        .output()
-        .unwrap();
-    let status: Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+    let status = status();
     let lags: Vec<&Value> = (status["progress"].as_object().into_iter().flatten())
         .map(|(_, p)| &p["lag"])
         .collect();

@@ -40,6 +40,19 @@ fn workers_spec(slices: usize) -> Value {
     })
 }
 
+/// `weir serve` in `dir/serve` with the cluster of the NATS server at `url`, the count-sum
+/// uploaded as 1.0.0 and its capped version as 1.1.0.
+fn serving(dir: &std::path::Path, url: &str) -> Server {
+    let server = Server::start_with(&dir.join("serve"), &["--nats", url]);
+    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
+    server.upload_ok(
+        "count-sum",
+        "1.1.0",
+        &crate::support::guest("count-sum-capped"),
+    );
+    server
+}
+
 /// In-order clicks of 20 users from index `from`, 7 ms apart, amounts up to 90.
 fn clicks(from: usize, n: usize) -> Vec<Value> {
     (from..from + n)
@@ -62,13 +75,7 @@ impl Setup {
         client.stream("CLICKS", &["clicks.>"]);
         client.stream("RESULTS", &["results.>"]);
         let dir = tempfile::tempdir().unwrap();
-        let server = Server::start_with(&dir.path().join("serve"), &["--nats", &nats.url]);
-        server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-        server.upload_ok(
-            "count-sum",
-            "1.1.0",
-            &crate::support::guest("count-sum-capped"),
-        );
+        let server = serving(dir.path(), &nats.url);
         Setup {
             nats,
             client,
@@ -801,13 +808,7 @@ fn a_savepoint_of_a_partitioned_pipeline_on_workers_forks_and_replays_by_partiti
     let client = Client::connect(&nats.url);
     client.stream("CLICKS", &["part.>"]);
     client.stream("RESULTS", &["results.>"]);
-    let server = Server::start_with(&dir.path().join("serve"), &["--nats", &nats.url]);
-    server.upload_ok("count-sum", "1.0.0", &count_sum_v1());
-    server.upload_ok(
-        "count-sum",
-        "1.1.0",
-        &crate::support::guest("count-sum-capped"),
-    );
+    let server = serving(dir.path(), &nats.url);
     let spec = |name: &str| {
         let mut spec = workers_spec(PARTITIONS);
         spec["name"] = json!(name);

@@ -56,17 +56,19 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(|text| text)
+    }
+
+    /// [`Cluster::start`] with the spec's text changed by `change`.
+    fn start_with(change: impl FnOnce(String) -> String) -> Cluster {
         let server = NatsServer::start();
         let client = Client::connect(&server.url);
         client.stream("CLICKS", &["clicks.>"]);
         client.stream("RESULTS", &["results"]);
         let dir = tempfile::tempdir().unwrap();
         let spec = dir.path().join("pipeline.toml");
-        std::fs::write(
-            &spec,
-            spec_text(&server.url, &crate::server::count_sum_v1()),
-        )
-        .unwrap();
+        let text = spec_text(&server.url, &crate::server::count_sum_v1());
+        std::fs::write(&spec, change(text)).unwrap();
         let output = weir(&["cluster", "deploy", "--nats", &server.url])
             .arg(&spec)
             .output()
@@ -127,18 +129,20 @@ impl Cluster {
         serde_json::from_value(status["owners"].clone()).unwrap()
     }
 
-    /// Waits until the six slices are run by exactly the workers `ids`, two each: how long
-    /// that took.
+    /// Waits until the six slices (and the stage slice, if the pipeline has one) are run by
+    /// exactly the workers `ids`, as evenly as they go: how long that took.
     fn wait_for_owners(&self, ids: &[&str]) -> Duration {
         let started = Instant::now();
         let want: BTreeSet<&str> = ids.iter().copied().collect();
+        let total = 6 + usize::from(!self.status()["stage_slice"].is_null());
         loop {
             let owners = self.owners();
             let held: BTreeSet<&str> = owners.values().map(String::as_str).collect();
-            let even = want
-                .iter()
-                .all(|id| owners.values().filter(|o| o == id).count() == 6 / ids.len());
-            if owners.len() == 6 && held == want && even {
+            let even = want.iter().all(|id| {
+                let count = owners.values().filter(|o| o == id).count();
+                count == total / ids.len() || count == total.div_ceil(ids.len())
+            });
+            if owners.len() == total && held == want && even {
                 return started.elapsed();
             }
             assert!(
@@ -407,6 +411,49 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     );
 }
 
+/// A global aggregate on workers: each slice folds its key groups' events into partials, and a
+/// seventh slice, the stage slice, combines them into one result per window over every key,
+/// as one process does. A worker SIGKILLed mid-run (the stage slice's or another's) loses and
+/// repeats nothing: every window's result is the model's, once.
+#[test]
+fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_after_a_sigkill() {
+    let cluster = Cluster::start_with(|text| {
+        text.replace("kind = \"aggregate\"\n", "kind = \"aggregate\"\nglobal = true\n")
+    });
+    let status = cluster.status();
+    assert_eq!(status["stage_slice"], 6, "{status}");
+    let (eu, us) = input();
+    let mut workers: BTreeMap<&str, Child> =
+        ["w1", "w2", "w3"].map(|id| (id, cluster.worker(id))).into();
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    cluster.publish(&eu[..800], &us[..800]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    cluster.purge_read_input();
+    // w1 holds slices 0, 3 and 6 (the stage slice); w2 holds two slices of key groups.
+    let owners = cluster.owners();
+    let victim = owners["6"].clone();
+    kill(workers.remove(victim.as_str()).unwrap());
+    cluster.publish(&eu[800..], &us[800..]);
+    cluster.close_windows();
+    let survivors: Vec<&str> = workers.keys().copied().collect();
+    cluster.wait_for_owners(&survivors);
+    let global: Vec<Value> = (eu.iter().chain(&us))
+        .map(|event| {
+            let mut event = event.clone();
+            event["user"] = "*".into();
+            event
+        })
+        .collect();
+    let results = wait_for_results(&cluster.client, windows(&global).len());
+    workers.into_values().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2", "w3"]);
+    assert_exactly_once(&results, &global, &logs);
+    assert!(
+        logs.matches("runs slice 6 (from checkpoint ").count() >= 2,
+        "the stage slice was taken over: {logs}"
+    );
+}
+
 #[test]
 fn workers_joining_and_leaving_move_slices_with_their_state() {
     let cluster = Cluster::start();
@@ -500,10 +547,10 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
     refused(
         &good.replace(
             "[sinks]",
-            "[[stages]]\nkey = \"*\"\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n[stages.aggregate]\nname = \"c\"\nversion = \"1\"\nnative = \"count-sum\"\n[sinks]",
+            "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n[stages.operator]\nname = \"c\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n[sinks]\nlate = { kafka = \"127.0.0.1:1\", topic = \"late\" }",
         ),
         &[],
-        "stages",
+        "writes NATS subjects only",
     );
     refused(&good.replace("shared-clicks", "a."), &[], "no dots");
     refused(&good, &["--slices", "0"], "from 1 to 64");

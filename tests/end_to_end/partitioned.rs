@@ -27,8 +27,9 @@ struct Partitioned {
     server: NatsServer,
     client: Client,
     dir: tempfile::TempDir,
-    /// The aggregate's component.
+    /// The aggregate's component, and what its table says besides (`global = true`).
     module: PathBuf,
+    aggregate_more: &'static str,
     /// Every worker started, killed when the test ends however it ends.
     started: crate::support::Reaper,
 }
@@ -41,6 +42,17 @@ fn weir(args: &[&str]) -> Command {
 
 /// The spec, with `more` at its end (a `[watermark]` table, say).
 fn spec_text_with(url: &str, count: usize, more: &str, module: &Path) -> String {
+    spec_text_of(url, count, more, module, "")
+}
+
+/// [`spec_text_with`], the aggregate's table ending with `aggregate_more`.
+fn spec_text_of(
+    url: &str,
+    count: usize,
+    more: &str,
+    module: &Path,
+    aggregate_more: &str,
+) -> String {
     format!(
         r#"name = "{PIPELINE}"
 checkpoint_interval = "200ms"
@@ -60,7 +72,7 @@ name = "count-sum"
 version = "1.0.0"
 kind = "aggregate"
 module = {module:?}
-[sinks]
+{aggregate_more}[sinks]
 results = {{ nats = "{url}", subject = "results" }}
 dead_letters = {{ nats = "{url}", subject = "dead" }}
 {more}
@@ -80,6 +92,12 @@ impl Partitioned {
 
     /// The cluster, its pipeline's spec ending with `more` and aggregating with `module`.
     fn start_with_module(more: &str, module: PathBuf) -> Partitioned {
+        Self::start_of(more, module, "")
+    }
+
+    /// The cluster, its pipeline's spec ending with `more`, aggregating with `module`, its
+    /// aggregate's table ending with `aggregate_more`.
+    fn start_of(more: &str, module: PathBuf, aggregate_more: &'static str) -> Partitioned {
         let dir = tempfile::tempdir().unwrap();
         let server = mapped_server(dir.path(), PARTITIONS);
         let client = Client::connect(&server.url);
@@ -91,6 +109,7 @@ impl Partitioned {
             client,
             dir,
             module,
+            aggregate_more,
             started: Default::default(),
         };
         let deployed = cluster.deploy_with(PARTITIONS, more);
@@ -104,7 +123,8 @@ impl Partitioned {
 
     fn deploy_with(&self, count: usize, more: &str) -> std::process::Output {
         let spec = self.dir.path().join("pipeline.toml");
-        let text = spec_text_with(&self.server.url, count, more, &self.module);
+        let (url, module) = (&self.server.url, &self.module);
+        let text = spec_text_of(url, count, more, module, self.aggregate_more);
         std::fs::write(&spec, text).unwrap();
         weir(&["cluster", "deploy", "--nats", &self.server.url])
             .arg(&spec)
@@ -195,16 +215,20 @@ impl Partitioned {
         }
     }
 
-    /// Waits until every slice is run by one of `ids`, evenly.
+    /// Waits until every slice (and the stage slice, if the pipeline has one) is run by one of
+    /// `ids`, as evenly as they go.
     fn wait_for_owners(&self, ids: &[&str]) {
         let started = Instant::now();
         loop {
             let status = self.status();
             let owners: BTreeMap<String, String> =
                 serde_json::from_value(status["owners"].clone()).unwrap_or_default();
-            let even = (ids.iter())
-                .all(|id| owners.values().filter(|o| o == id).count() == PARTITIONS / ids.len());
-            if owners.len() == PARTITIONS && even {
+            let total = PARTITIONS + usize::from(!status["stage_slice"].is_null());
+            let even = ids.iter().all(|id| {
+                let count = owners.values().filter(|o| o == id).count();
+                count == total / ids.len() || count == total.div_ceil(ids.len())
+            });
+            if owners.len() == total && even {
                 return;
             }
             assert!(
@@ -404,6 +428,34 @@ fn one_worker_and_three_on_a_partitioned_stream_give_the_same_results_as_the_mod
     let one = run_with_workers(&["w1"]);
     let three = run_with_workers(&["w1", "w2", "w3"]);
     assert_eq!(one, three, "the same results, ids and values");
+}
+
+/// A global aggregate over a partitioned stream: every slice has partials of the same buckets
+/// (each reads its own keys), which the stage slice tells apart by slice and combines, one
+/// result per window over every key, the same for one worker and three.
+#[test]
+fn a_global_aggregate_over_partitions_gives_the_model_s_one_result_per_window() {
+    let events = clicks(0, 3_000);
+    let global: Vec<Value> = (events.iter())
+        .map(|event| {
+            let mut event = event.clone();
+            event["user"] = "*".into();
+            event
+        })
+        .collect();
+    let run = |workers: &[&str]| {
+        let module = crate::server::count_sum_v1();
+        let cluster = Partitioned::start_of("", module, "global = true\n");
+        let children: Vec<Child> = workers.iter().map(|id| cluster.worker(id, false)).collect();
+        cluster.wait_for_owners(workers);
+        cluster.publish(&events);
+        cluster.publish(&closing());
+        let results = results(&cluster.client, windows(&global).len());
+        children.into_iter().for_each(kill);
+        assert_exactly_once(&results, &global, &cluster.logs(workers));
+        results.into_iter().collect::<BTreeMap<String, Value>>()
+    };
+    assert_eq!(run(&["w1"]), run(&["w1", "w2", "w3"]), "ids and values");
 }
 
 #[test]

@@ -57,7 +57,7 @@ pub fn deploy(url: &str, path: &Path, slices: Option<usize>) -> Result<PipelineR
         source,
     })?;
     let mut components = BTreeMap::new();
-    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
+    for operator in spec.operators() {
         if let OperatorCode::Component(file) = &operator.code {
             components.insert(operator.label(), file.clone());
         }
@@ -111,7 +111,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
     check_sink_partitions(spec, slices)?;
     let stopped = existing.as_ref().is_some_and(|e| e.stopped);
     let mut code = existing.map(|e| e.code).unwrap_or_default();
-    for operator in spec.enrichers.iter().chain(spec.aggregate.as_ref()) {
+    for operator in spec.operators() {
         if matches!(operator.code, OperatorCode::Native(_)) {
             continue;
         }
@@ -312,6 +312,8 @@ pub fn withdraw(connection: &Connection, name: &str) -> Result<()> {
         Err(ClusterError::Unknown(_)) | Err(ClusterError::Damaged(_)) => MAX_SLICES,
         Err(e) => return Err(e),
     };
+    // A pipeline with stages has one slice more, which runs them.
+    let slices = slices + 1;
     let mut keys = vec![record_key(name), super::rollout::routing_key(name)];
     keys.extend((0..slices).map(|slice| super::snapshots::uploaded_key(name, slice)));
     connection.purge(PIPELINES_BUCKET, std::time::Duration::ZERO, &keys)?;
@@ -320,7 +322,7 @@ pub fn withdraw(connection: &Connection, name: &str) -> Result<()> {
     for slice in 0..slices {
         super::snapshots::forget(connection, name, slice)?;
     }
-    Ok(())
+    super::stage_stream::forget(connection, name)
 }
 
 /// Uploads a file (a component, reference data) by its digest unless the store has it, and
@@ -432,6 +434,9 @@ pub(super) fn status_of(
     name: &str,
 ) -> Result<serde_json::Value> {
     let record = fetch_record(connection, name)?;
+    // The stage slice, if the pipeline has one, comes after the others.
+    let staged = PipelineSpec::parse(&record.spec, record.json, Path::new("."))
+        .is_ok_and(|spec| super::stage_stream::staged(&spec));
     let leases = Leases::open(connection.clone(), name, None)?;
     let owners: BTreeMap<String, String> = leases
         .owners()?
@@ -441,7 +446,7 @@ pub(super) fn status_of(
     let routing = super::rollout::read_routing(connection, name)?.map(|(_, routing)| routing);
     let bucket = connection.bucket(PIPELINES_BUCKET, std::time::Duration::ZERO)?;
     let mut uploaded = serde_json::Map::new();
-    for slice in 0..record.slices {
+    for slice in 0..record.slices + usize::from(staged) {
         let entry = connection.block_on(bucket.get(super::snapshots::uploaded_key(name, slice)));
         if let Ok(Some(bytes)) = entry
             && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -464,6 +469,7 @@ pub(super) fn status_of(
         "versions": versions,
         "workers": workers,
         "slices": record.slices,
+        "stage_slice": staged.then_some(record.slices),
         "stopped": record.stopped,
         "members": leases.members()?,
         "owners": owners,

@@ -31,6 +31,8 @@ mod renewer;
 mod rollout;
 mod savepoints;
 mod snapshots;
+mod stage_stream;
+pub use stage_stream::staged;
 mod watermarks;
 mod worker;
 
@@ -202,9 +204,9 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
 }
 
 /// Refuses what several workers cannot share: input other than a NATS stream or a Kafka topic,
-/// results other than NATS subjects or Kafka topics, files (a slice moves between machines),
-/// and what combines keys after the aggregate (stages, global aggregates, pre-aggregation:
-/// their keys would have to cross processes).
+/// results other than NATS subjects or Kafka topics, and files (a slice moves between
+/// machines). Stages, global and pre-aggregated aggregates run on a slice of their own, fed by
+/// the others through a stream (`stage_stream.rs`), and write NATS subjects only.
 pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
     check_name("pipeline name", &spec.name)?;
     let refuse = |why: &str| Err(ClusterError::Unshareable(why.to_owned()));
@@ -228,16 +230,11 @@ pub fn check_shareable(spec: &PipelineSpec) -> Result<()> {
             )));
         }
     }
-    if !spec.stages.is_empty() || spec.global || spec.pre_aggregate {
-        return refuse(
-            "stages, global aggregates and pre-aggregation combine keys across slices; a shared pipeline is enrichers and one keyed aggregate",
-        );
-    }
+    stage_stream::check(spec)?;
     if spec.checkpoint_interval.is_none() {
         return refuse("it needs a checkpoint_interval: slices move by their checkpoints");
     }
-    let operators = spec.enrichers.iter().chain(spec.aggregate.as_ref());
-    for operator in operators {
+    for operator in spec.operators() {
         if !matches!(
             operator.code,
             OperatorCode::Component(_)

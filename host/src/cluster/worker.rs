@@ -49,6 +49,9 @@ const GONE_AFTER: Duration = Duration::from_millis(1_500);
 /// How long a slice whose run failed is left alone before this worker takes it again.
 const COOLDOWN: Duration = Duration::from_secs(5);
 
+/// What a slice's thread runs.
+type SliceThread = Box<dyn FnOnce() -> Result<Summary, PipelineError> + Send>;
+
 /// A slice this worker runs.
 struct SliceRun {
     control: Arc<PipelineControl>,
@@ -109,6 +112,9 @@ impl Worker {
             source,
         })?;
         let snapshots = Arc::new(Snapshots::open(connection.clone())?);
+        if super::stage_stream::staged(&spec) {
+            super::stage_stream::ensure(&connection, &record.name)?;
+        }
         let runs = Runs::default();
         // One reader shared by the slices of a stream cut by key group; a partitioned stream
         // or a Kafka topic is read a partition a slice, with the watermarks exchanged.
@@ -278,7 +284,9 @@ impl Worker {
                 return;
             }
         };
-        let mine: Vec<usize> = (0..self.record.slices)
+        // A pipeline with stages has one slice more, the last, which runs them.
+        let slices = self.record.slices + usize::from(super::stage_stream::staged(&self.spec));
+        let mine: Vec<usize> = (0..slices)
             .filter(|slice| members[slice % members.len()] == self.id)
             .collect();
         let surplus: Vec<usize> = (self.running.keys())
@@ -406,6 +414,11 @@ impl Worker {
             }
             _ => false,
         };
+        // The results of a slice upstream of a stage slice go to it.
+        if super::stage_stream::staged(&spec) {
+            let sink = super::stage_stream::sink(&self.connection, &self.record.name, slice);
+            spec.sinks.results = Sink::Nats(sink);
+        }
         // A slice writes a Kafka topic's partition of its own, under a transactional id of its
         // own: its next owner fences it, and its read-back sees its own records only.
         let sinks = &mut spec.sinks;
@@ -440,8 +453,14 @@ impl Worker {
                     shared.then(|| (spec.key_field.clone(), spec.timestamp_field.clone()));
                 let source = feed.source(decoding);
                 // The slice of key group 0 writes every run's dead letters, with whole events.
+                // A global or pre-aggregated aggregate routes by bucket, not by key: every
+                // slice gets whole events.
                 let groups = KeyGroups::slice(slice, self.record.slices);
-                let light = shared && !groups.contains(0) && spec.partition_field.is_none();
+                let bucketed = spec.global || spec.pre_aggregate;
+                let light = shared
+                    && !groups.contains(0)
+                    && spec.partition_field.is_none()
+                    && !bucketed;
                 let source = match light {
                     true => source.owning(u32::from(groups.first)..groups.end),
                     false => source,
@@ -465,17 +484,6 @@ impl Worker {
         let slice_dir = self.dir.join(format!("slice-{slice}"));
         let data = slice_dir.join("data");
         let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
-        let (mut spec, partitioned) = self.slice_spec(slice, data);
-        if restored.is_none() {
-            // An owner before may have committed results to Kafka and been killed before its
-            // first checkpoint was uploaded: its slice's partition is read back from its start.
-            let sinks = &mut spec.sinks;
-            for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
-                if let Sink::Kafka(kafka) = sink {
-                    kafka.read_back_from = Some(0);
-                }
-            }
-        }
         let uploader = Uploader::start(
             self.snapshots.clone(),
             &self.record.name,
@@ -487,23 +495,23 @@ impl Worker {
             path: slice_dir.clone(),
             source,
         })?;
-        let control = self.slice_control(&spec, slice, &uploader, partitioned);
-        let options = RunOptions {
-            fresh: false,
-            key_groups: (!partitioned).then(|| KeyGroups::slice(slice, self.record.slices)),
+        let stage_slice = super::stage_stream::staged(&self.spec) && slice == self.record.slices;
+        let (control, run) = match stage_slice {
+            true => self.stage_run(data, &uploader)?,
+            false => self.keyed_run(slice, data, restored.is_none(), &uploader),
         };
         let thread = std::thread::Builder::new()
             .name(format!("weir-slice-{slice}"))
-            .spawn({
-                let control = control.clone();
-                move || crate::pipeline::run_controlled(&spec, options, Some(control))
-            })
+            .spawn(run)
             .map_err(|source| ClusterError::Io {
                 path: slice_dir,
                 source,
             })?;
-        // Reported (`progress.rs`), and of a partitioned stream, its watermark exchanged.
-        (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
+        // Reported (`progress.rs`), and of a partitioned stream, its watermark exchanged (not
+        // the stage slice's: its watermark follows the others').
+        if !stage_slice {
+            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
+        }
         info!(worker = %self.id, slice, resumed_from = ?restored, "slice taken");
         eprintln!(
             "weir: worker {} runs slice {slice} (from checkpoint {})",
@@ -529,6 +537,65 @@ impl Worker {
             },
         );
         Ok(())
+    }
+
+    /// The control and the run of slice `slice` of key groups (or of a partition), its state in
+    /// `data` (`fresh` if no checkpoint of it was restored).
+    fn keyed_run(
+        &self,
+        slice: usize,
+        data: PathBuf,
+        fresh: bool,
+        uploader: &Uploader,
+    ) -> (Arc<PipelineControl>, SliceThread) {
+        let (mut spec, partitioned) = self.slice_spec(slice, data);
+        if fresh {
+            // An owner before may have committed results to Kafka and been killed before its
+            // first checkpoint was uploaded: its slice's partition is read back from its start.
+            let sinks = &mut spec.sinks;
+            for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
+                if let Sink::Kafka(kafka) = sink {
+                    kafka.read_back_from = Some(0);
+                }
+            }
+        }
+        let control = self.slice_control(&spec, slice, uploader, partitioned);
+        let staged = super::stage_stream::staged(&spec);
+        let options = RunOptions {
+            fresh: false,
+            key_groups: (!partitioned).then(|| KeyGroups::slice(slice, self.record.slices)),
+            upstream_of_stages: staged.then_some(slice),
+        };
+        let run = {
+            let control = control.clone();
+            Box::new(move || crate::pipeline::run_controlled(&spec, options, Some(control)))
+        };
+        (control, run)
+    }
+
+    /// The control and the run of the stage slice, its state in `data`: it reads the other
+    /// slices' results from their stream.
+    fn stage_run(
+        &self,
+        data: PathBuf,
+        uploader: &Uploader,
+    ) -> Result<(Arc<PipelineControl>, SliceThread)> {
+        let mut spec = self.spec.clone();
+        spec.state = StateSpec::Redb(data);
+        let label = format!("{}/stages", self.record.name);
+        let control = PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
+            .with_commit_listener(uploader.listener());
+        let control = Arc::new(control);
+        let input = super::stage_stream::source(&self.connection, &self.record.name);
+        let upstream = crate::source::NatsSource::new(input).map_err(ClusterError::Feed)?;
+        let slices = self.record.slices;
+        let run = {
+            let control = control.clone();
+            Box::new(move || {
+                crate::pipeline::run_stage_slice(&spec, Box::new(upstream), slices, control)
+            })
+        };
+        Ok((control, run))
     }
 
     /// Stops slice `slice` after a final checkpoint, uploads it and releases the lease.
@@ -626,7 +693,7 @@ fn shared_spec(
     check_shareable(&spec)?;
     fetch_code(connection, record, &dir.join("operators"), code)?;
     let fetched = code.lock().expect("code lock");
-    for operator in spec.enrichers.iter_mut().chain(spec.aggregate.as_mut()) {
+    for operator in spec.operators_mut() {
         if !matches!(
             operator.code,
             OperatorCode::Component(_) | OperatorCode::Registry

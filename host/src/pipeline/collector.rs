@@ -17,6 +17,7 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use super::control::SavepointRequest;
 use super::messages::{Part, Position, RoutingChange};
 use super::stages::Stages;
+use super::upstream::MarkPacer;
 use super::{PipelineControl, PipelineError, Result, ResultLine, ShardSnapshot};
 use crate::checkpoint::{Changes, CheckpointStats, Committer, SavepointError, SinkPositions};
 use crate::emit::{
@@ -32,6 +33,9 @@ pub(super) struct Sinks {
     pub results: SinkWriter,
     pub late: SinkWriter,
     pub dead_letters: SinkWriter,
+    /// A slice of a pipeline whose stages another slice runs: its results go to that slice,
+    /// as upstream records with marks of its watermark (see `upstream.rs`).
+    pub upstream: Option<MarkPacer>,
 }
 
 /// What the collector needs to commit checkpoints and tell the shards after each.
@@ -150,6 +154,7 @@ fn write_batch(
         mut late,
         mut dead,
         traps,
+        advances,
         ..
     } = output;
     events.sort_by_key(|staged| staged.seq);
@@ -157,7 +162,10 @@ fn write_batch(
     // Several events of one line (a NATS message of many) are ordered by what they say:
     // the shards' parts come in any order.
     dead.sort_by(|a, b| (a.line, &a.raw, &a.reason).cmp(&(b.line, &b.raw, &b.reason)));
-    let kinds = write_results(&emissions, &events, label, sinks, control)?;
+    let kinds = match sinks.upstream.is_some() {
+        true => write_upstream(&emissions, &advances, label, sinks)?,
+        false => write_results(&emissions, &events, label, sinks, control)?,
+    };
     for l in &late {
         sinks.late.write(&late_record(l))?;
     }
@@ -294,6 +302,47 @@ fn write_results(
     Ok(kinds)
 }
 
+/// Writes the emissions of a slice whose stages another slice runs as upstream records, then
+/// its watermark's mark if one is due (once every record before it is acknowledged).
+fn write_upstream(
+    emissions: &[Emission],
+    advances: &[(u64, crate::time::Millis)],
+    label: &OperatorLabel,
+    sinks: &mut Sinks,
+) -> Result<Kinds> {
+    let pacer = sinks.upstream.as_mut().expect("a slice upstream of stages");
+    let slice = pacer.slice;
+    let mut written = 0;
+    for emission in emissions {
+        for record in super::upstream::records(&label.pipeline, slice, emission) {
+            sinks.results.write(&record)?;
+            written += 1;
+        }
+    }
+    if let Some((_, watermark)) = advances.last() {
+        pacer.advanced(*watermark);
+    }
+    write_mark(sinks, false)?;
+    Ok([
+        ("result", written),
+        ("update", 0),
+        ("early", 0),
+        ("retract", 0),
+        ("event", 0),
+    ])
+}
+
+/// Writes a slice's mark if one is due (or, `now`, any pending one) after every record before
+/// it is acknowledged.
+fn write_mark(sinks: &mut Sinks, now: bool) -> Result<()> {
+    let Some(mark) = sinks.upstream.as_mut().and_then(|pacer| pacer.due(now)) else {
+        return Ok(());
+    };
+    sinks.results.flush()?;
+    sinks.results.write(&mark)?;
+    Ok(())
+}
+
 /// Counts what a batch wrote in the pipeline's figures and metrics.
 fn count_written(
     kinds: &Kinds,
@@ -365,6 +414,7 @@ fn commit_gathered(
             .map_err(|error| PipelineError::Stage { error })?;
         add_snapshot(&mut changes, &mut quota_written, snapshot);
     }
+    write_mark(sinks, true)?;
     let sink_positions = SinkPositions {
         results: sinks.results.sync()?,
         late: sinks.late.sync()?,
@@ -511,6 +561,7 @@ mod tests {
             results: sink("results.jsonl"),
             late: sink("late.jsonl"),
             dead_letters: sink("dead.jsonl"),
+            upstream: None,
         };
         let (ack_tx, ack) = sync_channel::<()>(1);
         let checkpointer = Checkpointer {

@@ -36,7 +36,9 @@ mod outcome;
 mod router;
 mod shard;
 mod stages;
+mod stage_slice;
 mod telemetry;
+pub mod upstream;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +53,7 @@ pub use control::{
 pub use enrichment::{Enrichment, REFERENCE_MAP};
 pub use outcome::{Rejects, ShardError};
 pub use shard::{CandidateFactory, Shard, ShardOutput, ShardSnapshot};
+pub use stage_slice::run_stage_slice;
 
 use crate::checkpoint::{
     CheckpointError, CheckpointStats, Committer, Manifest, fingerprint, recover,
@@ -171,6 +174,11 @@ pub struct RunOptions {
     /// several processes); `None`: all. Every event is still read, numbered and observed by
     /// the watermark, so results are those of a run over all key groups, restricted to these.
     pub key_groups: Option<KeyGroups>,
+    /// This run is slice `n` of a pipeline shared by workers whose stages (a global or
+    /// pre-aggregated aggregate's combine among them) another slice runs: it runs none, and
+    /// writes its aggregate's results to its results sink as upstream records for that slice
+    /// (see [`upstream`]).
+    pub upstream_of_stages: Option<usize>,
 }
 
 /// A contiguous range `[first, end)` of key groups.
@@ -326,7 +334,8 @@ fn run_with_control(
     let loaded = build::Loaded::load(spec)?;
     let (store, manifest) = open_state(spec, options.fresh, &control)?;
     note_resumed(&control, manifest.as_ref());
-    let sinks = open_sinks(spec, manifest.as_ref())?;
+    let mut sinks = open_sinks(spec, manifest.as_ref())?;
+    sinks.upstream = options.upstream_of_stages.map(upstream::MarkPacer::new);
     let mut source = open_source(spec, &control, manifest.as_ref())?;
     let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
     let (routing, candidate) = resume_routing(spec, &control, manifest.as_ref())?;
@@ -340,7 +349,10 @@ fn run_with_control(
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
         .collect::<Result<Vec<_>>>()?;
-    let stages = build::build_stages(spec, &loaded, &resume, &control)?;
+    let stages = match options.upstream_of_stages {
+        Some(_) => None,
+        None => build::build_stages(spec, &loaded, &resume, &control)?,
+    };
     info!(shards, "pipeline started");
 
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(shards * 4 + 4);
@@ -502,6 +514,7 @@ fn open_sinks(spec: &PipelineSpec, manifest: Option<&Manifest>) -> Result<collec
             committed.map(|s| s.dead_letters),
             &owner("dead-letters"),
         )?,
+        upstream: None,
     })
 }
 

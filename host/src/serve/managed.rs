@@ -498,10 +498,7 @@ impl Managed {
     /// Every operator version the pipeline runs, as `(name, version)`: its chain's, then a
     /// rollout's candidate.
     pub(super) fn operator_versions(&self) -> impl Iterator<Item = (&str, &str)> {
-        let live = (self.spec.enrichers.iter())
-            .chain(self.spec.aggregate.iter())
-            .chain(self.spec.stages.iter().map(|stage| &stage.aggregate))
-            .map(|op| (op.name.as_str(), op.version.as_str()));
+        let live = (self.spec.operators()).map(|op| (op.name.as_str(), op.version.as_str()));
         let candidate = self.desired.rollout.as_ref().and_then(|plan| {
             let operator = match &plan.operator {
                 None => self.spec.aggregate.as_ref().map(|op| op.name.as_str()),

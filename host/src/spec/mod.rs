@@ -186,6 +186,18 @@ pub struct PipelineSpec {
 }
 
 impl PipelineSpec {
+    /// Every operator: the enrichers, the aggregate, then each stage's.
+    pub fn operators(&self) -> impl Iterator<Item = &OperatorSpec> {
+        let stages = self.stages.iter().map(|stage| &stage.aggregate);
+        self.enrichers.iter().chain(&self.aggregate).chain(stages)
+    }
+
+    /// [`Self::operators`], to change.
+    pub fn operators_mut(&mut self) -> impl Iterator<Item = &mut OperatorSpec> {
+        let stages = self.stages.iter_mut().map(|stage| &mut stage.aggregate);
+        (self.enrichers.iter_mut()).chain(&mut self.aggregate).chain(stages)
+    }
+
     /// Reads a spec file: TOML, or JSON when the name ends in `.json`.
     pub fn load(path: &Path) -> Result<PipelineSpec> {
         let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {

@@ -1,0 +1,283 @@
+//! [`run_stage_slice`]: the slice of a pipeline shared by workers that runs its stages (a global
+//! or pre-aggregated aggregate's combine among them). It reads the other slices' upstream
+//! records (`upstream.rs`) from their stream, holds their results until every slice's mark has
+//! passed them, and then hands them, in canonical order, with the watermark that lowest mark
+//! sets, to the collector, which runs the stages, writes the pipeline's sinks and commits
+//! checkpoints as in a run of its own (this file plays the router's and the shards' part).
+//!
+//! A checkpoint is taken only when nothing is held: its position is the stream's just after the
+//! last record handed over, its partitions the slices' marks, so a restore reads on from there
+//! with the stages' state of that moment.
+//!
+//! Depends on `source`, `spec`, `time`, `watermark` and `window`, and of `pipeline` on `build`,
+//! `collector` (through `mod.rs`), `messages` and `upstream`.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::{Duration, Instant};
+
+use tracing::{info, instrument};
+
+use super::messages::{Part, Position, RouterPart};
+use super::upstream::{Upstream, parse};
+use super::{PipelineControl, PipelineError, Result, ShardOutput, ShardSnapshot, Summary, build};
+use crate::event::{DeadCause, DeadLetter};
+use crate::source::{Record, Source, SourcePosition};
+use crate::spec::PipelineSpec;
+use crate::time::{MINUS_INFINITY, Millis};
+use crate::watermark::PartitionMark;
+use crate::window::EngineOutput;
+
+/// The most results held for a mark before the slice stops with an error (a slice that never
+/// marks would otherwise make it hold its whole input).
+const MAX_HELD: usize = 4_000_000;
+
+/// Runs the stages of `spec`, a pipeline of `slices` slices upstream of them, from `upstream`
+/// (their records' stream), until the control asks for a stop: then a last checkpoint.
+#[instrument(skip_all, fields(pipeline = %spec.name))]
+pub fn run_stage_slice(
+    spec: &PipelineSpec,
+    mut upstream: Box<dyn Source>,
+    slices: usize,
+    control: Arc<PipelineControl>,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let loaded = build::Loaded::load(spec)?;
+    let (store, manifest) = super::open_state(spec, false, &control)?;
+    super::note_resumed(&control, manifest.as_ref());
+    let sinks = super::open_sinks(spec, manifest.as_ref())?;
+    let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
+    let (routing, candidate) = super::resume_routing(spec, &control, manifest.as_ref())?;
+    let resume = build::Resume {
+        store: store.as_ref(),
+        manifest: manifest.as_ref(),
+        watermark,
+        routing: routing.as_ref(),
+        candidate: candidate.as_ref(),
+    };
+    let stages = build::build_stages(spec, &loaded, &resume, &control)?
+        .ok_or_else(|| PipelineError::Config("the pipeline has no stages to run".into()))?;
+    let mut feeder = Feeder::new(slices, spec.global || spec.pre_aggregate);
+    if let Some(manifest) = &manifest {
+        upstream
+            .resume(&manifest.source)
+            .map_err(PipelineError::Source)?;
+        feeder.resume(manifest.events, manifest.watermark, &manifest.partitions);
+    }
+    feeder.position = upstream.position();
+    let (ack_tx, ack) = sync_channel::<()>(1);
+    let (part_tx, part_rx) = sync_channel::<(u64, Part)>(8);
+    let checkpointer = super::checkpointer(
+        spec,
+        store.as_ref(),
+        manifest.as_ref(),
+        vec![ack_tx],
+        &control,
+    );
+    let collector =
+        super::spawn_collector(spec, part_rx, 1, sinks, checkpointer, Some(stages), &control);
+    info!(slices, "stage slice started");
+    let interval = spec
+        .checkpoint_interval
+        .map_or(Duration::from_secs(1), |ms| Duration::from_millis(ms as u64));
+    let fed = feeder.feed(upstream.as_mut(), &part_tx, &ack, interval, &control);
+    drop(part_tx);
+    let (collected, results_out, late, dead_letters) =
+        collector.join().expect("the collector thread panicked");
+    let collected = collected?;
+    fed?;
+    Ok(Summary {
+        events_in: feeder.read,
+        results_out,
+        late,
+        dead_letters,
+        traps: collected.traps,
+        shards: 1,
+        resumed_from: manifest.map(|m| m.id),
+        checkpoints: collected.checkpoints,
+        elapsed: started.elapsed(),
+        router_cpu: None,
+        shards_cpu: None,
+    })
+}
+
+/// The name of slice `slice`'s watermark partition in the stage slice's checkpoints.
+fn partition_name(slice: usize) -> String {
+    format!("slice-{slice}")
+}
+
+/// What the stage slice holds between the upstream stream and the collector.
+struct Feeder {
+    /// Each upstream slice's mark.
+    marks: Vec<Millis>,
+    /// The watermark handed over last: the lowest mark then.
+    watermark: Millis,
+    /// Results held until the lowest mark passes.
+    held: Vec<crate::window::Emission>,
+    /// Records that are not upstream records, with why.
+    dead: Vec<DeadLetter>,
+    /// The next trigger (each hand-over is one arrival index).
+    events: u64,
+    /// The next batch id.
+    batch: u64,
+    /// Partials are told apart by slice.
+    bucketed: bool,
+    /// The stream's position after the last record handed over, and the marks then.
+    position: SourcePosition,
+    marks_then: Vec<Millis>,
+    /// Records read by this run.
+    read: u64,
+    last_checkpoint: Instant,
+}
+
+impl Feeder {
+    fn new(slices: usize, bucketed: bool) -> Feeder {
+        Feeder {
+            marks: vec![MINUS_INFINITY; slices],
+            watermark: MINUS_INFINITY,
+            held: Vec::new(),
+            dead: Vec::new(),
+            events: 0,
+            batch: 0,
+            bucketed,
+            position: SourcePosition::default(),
+            marks_then: vec![MINUS_INFINITY; slices],
+            read: 0,
+            last_checkpoint: Instant::now(),
+        }
+    }
+
+    /// Takes up a checkpoint's trigger count, watermark and marks.
+    fn resume(&mut self, events: u64, watermark: Millis, partitions: &[PartitionMark]) {
+        self.events = events;
+        self.watermark = watermark;
+        for (slice, mark) in self.marks.iter_mut().enumerate() {
+            let name = partition_name(slice);
+            if let Some(saved) = partitions.iter().find(|p| p.name == name) {
+                *mark = saved.max_timestamp;
+            }
+        }
+        self.marks_then = self.marks.clone();
+    }
+
+    /// Reads and hands over until a stop, then takes a last checkpoint.
+    fn feed(
+        &mut self,
+        upstream: &mut dyn Source,
+        parts: &SyncSender<(u64, Part)>,
+        ack: &Receiver<()>,
+        interval: Duration,
+        control: &PipelineControl,
+    ) -> Result<()> {
+        while !control.stopping() {
+            control.beat();
+            match upstream.next_record().map_err(PipelineError::Source)? {
+                Some(Record::Line(line, bytes)) => self.take(line, &bytes),
+                Some(_) => {}
+                None => break,
+            }
+            if self.held.len() > MAX_HELD {
+                return Err(PipelineError::Config(format!(
+                    "{} results of the slices wait for a slice's mark: is a slice stuck?",
+                    self.held.len()
+                )));
+            }
+            let lowest = self.marks.iter().copied().min().unwrap_or(MINUS_INFINITY);
+            if lowest > self.watermark || !self.dead.is_empty() {
+                self.hand_over(lowest.max(self.watermark), parts)?;
+                self.position = upstream.position();
+                self.marks_then = self.marks.clone();
+            }
+            if self.held.is_empty() && self.last_checkpoint.elapsed() >= interval {
+                self.checkpoint(parts, ack)?;
+            }
+        }
+        if self.batch > 0 || self.read > 0 {
+            self.checkpoint(parts, ack)?;
+        }
+        Ok(())
+    }
+
+    /// Takes one upstream record.
+    fn take(&mut self, line: u64, bytes: &[u8]) {
+        self.read += 1;
+        match parse(bytes, self.marks.len(), self.bucketed) {
+            Ok(Upstream::Mark(slice, mark)) => {
+                self.marks[slice] = self.marks[slice].max(mark);
+            }
+            Ok(Upstream::Result(_, emission)) => self.held.push(emission),
+            Err(reason) => self.dead.push(DeadLetter {
+                line,
+                raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
+                reason: reason.to_string(),
+                cause: DeadCause::Stage,
+            }),
+        }
+    }
+
+    /// Hands the held results, and the dead letters, to the collector with the watermark
+    /// advanced to `watermark`.
+    fn hand_over(&mut self, watermark: Millis, parts: &SyncSender<(u64, Part)>) -> Result<()> {
+        let trigger = self.events;
+        let mut emissions = std::mem::take(&mut self.held);
+        for emission in &mut emissions {
+            emission.trigger = trigger;
+        }
+        emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let advances = match watermark > self.watermark {
+            true => vec![(trigger, watermark)],
+            false => Vec::new(),
+        };
+        let router = RouterPart {
+            dead: std::mem::take(&mut self.dead),
+            advances: Arc::new(advances),
+            end_of_input: false,
+        };
+        let shard = ShardOutput {
+            engine: EngineOutput {
+                emissions,
+                ..EngineOutput::default()
+            },
+            ..ShardOutput::default()
+        };
+        let id = self.batch;
+        self.batch += 1;
+        self.events += 1;
+        self.watermark = watermark;
+        let gone = || PipelineError::Config("the collector stopped".into());
+        parts.send((id, Part::Router(router))).map_err(|_| gone())?;
+        parts.send((id, Part::Shard(shard))).map_err(|_| gone())?;
+        Ok(())
+    }
+
+    /// Commits a checkpoint at the position after the last hand-over, and waits until it is
+    /// durable.
+    fn checkpoint(&mut self, parts: &SyncSender<(u64, Part)>, ack: &Receiver<()>) -> Result<()> {
+        let partitions = (self.marks_then.iter().enumerate())
+            .map(|(slice, mark)| PartitionMark {
+                name: partition_name(slice),
+                max_timestamp: *mark,
+                last_seen: None,
+                finished: false,
+            })
+            .collect();
+        let position = Position {
+            source: self.position.clone(),
+            events: self.events,
+            watermark: self.watermark,
+            partitions,
+            finished: false,
+            started: Instant::now(),
+            routing: None,
+        };
+        let id = self.batch;
+        self.batch += 1;
+        let gone = || PipelineError::Config("the collector stopped".into());
+        let barrier = Box::new((position, None, Vec::new()));
+        parts.send((id, Part::Position(barrier))).map_err(|_| gone())?;
+        (parts.send((id, Part::Snapshot(ShardSnapshot::default())))).map_err(|_| gone())?;
+        ack.recv().map_err(|_| gone())?;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! The records between the two halves of a pipeline with stages (or a global or pre-aggregated
+//! aggregate) shared by workers: each slice of key groups (or partition) writes its aggregate's
+//! window results, and marks of how far its watermark has come, as [`UpstreamRecord`]s to a
+//! stream; the one slice that runs the stages (`stage_slice.rs`) reads them back.
+//!
+//! A slice writes a mark only after every result before it is acknowledged (see
+//! [`MarkPacer`]), so a result never follows, on the stream, a mark its window's end is under.
+//! Updates travel as the retraction of the result they replace, then the update (changelog
+//! form), so a record stands alone. Values keep their types (the serde form of
+//! [`crate::value::Value`]), a partial's bytes among them.
+//!
+//! Depends on `emit` (its record trait), `time`, `value` and `window`.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{Millis, Window};
+use crate::value::Fields;
+use crate::window::{Emission, EmissionKind};
+
+/// What a slice writes for the stage slice.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct UpstreamRecord {
+    /// Unique on the stream (the NATS sink de-duplicates on it): the slice, then the window
+    /// result's id or the mark's watermark.
+    pub id: String,
+    /// The slice that wrote it.
+    pub slice: usize,
+    /// A result, or a mark.
+    pub body: Body,
+}
+
+/// An [`UpstreamRecord`]'s content.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub enum Body {
+    /// A window result, update, early result or retraction of the aggregate.
+    Result {
+        key: String,
+        start: Millis,
+        end: Millis,
+        kind: String,
+        version: u64,
+        value: Fields,
+    },
+    /// The slice's watermark reached this, and every result it fired up to it came before.
+    Mark(Millis),
+}
+
+impl crate::emit::Record for UpstreamRecord {
+    fn id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+}
+
+/// The records of `emission` of slice `slice` of `pipeline`: in changelog form (an update or
+/// early result that replaces one is preceded by the retraction of what it replaces).
+pub fn records(pipeline: &str, slice: usize, emission: &Emission) -> Vec<UpstreamRecord> {
+    let record = |kind: EmissionKind, version: u64, value: &Fields| {
+        let retract = if kind == EmissionKind::Retract { "r" } else { "" };
+        let window = emission.window;
+        UpstreamRecord {
+            id: format!(
+                "{slice}/{pipeline}/{}/{}/{version}{retract}/{}",
+                window.start, window.end, emission.key
+            ),
+            slice,
+            body: Body::Result {
+                key: emission.key.to_string(),
+                start: window.start,
+                end: window.end,
+                kind: kind.as_str().to_owned(),
+                version,
+                value: value.clone(),
+            },
+        }
+    };
+    let mut out = Vec::with_capacity(2);
+    if let (Some(previous), EmissionKind::Update | EmissionKind::Early) =
+        (&emission.replaces, emission.kind)
+    {
+        out.push(record(
+            EmissionKind::Retract,
+            emission.version - 1,
+            previous,
+        ));
+    }
+    out.push(record(emission.kind, emission.version, &emission.value));
+    out
+}
+
+/// The mark of slice `slice` at `watermark`.
+pub fn mark(slice: usize, watermark: Millis) -> UpstreamRecord {
+    UpstreamRecord {
+        id: format!("{slice}/mark/{watermark}"),
+        slice,
+        body: Body::Mark(watermark),
+    }
+}
+
+/// Why a line on the stage stream is not an upstream record.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Not the JSON of one.
+    #[error("not a slice's record for the stages: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// Of a slice the pipeline does not have.
+    #[error("from slice {slice}, but the pipeline has {slices} slices")]
+    Slice { slice: usize, slices: usize },
+    /// Of no kind a window result has.
+    #[error("a result of kind {0:?}, which no window result has")]
+    Kind(String),
+    /// A window that ends before it starts.
+    #[error("a window from {start} to {end}, which ends before it starts")]
+    Window { start: Millis, end: Millis },
+}
+
+/// What the stage slice reads: a result (as an emission, its trigger the caller's to set) of a
+/// slice, or a slice's mark.
+#[derive(Debug)]
+pub enum Upstream {
+    Result(usize, Emission),
+    Mark(usize, Millis),
+}
+
+/// Reads an upstream record of a pipeline of `slices` slices. A global or pre-aggregated
+/// aggregate's partials (`bucketed`) are told apart by slice (`<bucket>.<slice>`): two slices of
+/// a partitioned stream may each have a partial of one bucket, and the stages keep their inputs
+/// by key.
+pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, UpstreamError> {
+    let record: UpstreamRecord = serde_json::from_slice(line)?;
+    let slice = record.slice;
+    if slice >= slices {
+        return Err(UpstreamError::Slice { slice, slices });
+    }
+    let (key, start, end, kind, version, value) = match record.body {
+        Body::Mark(watermark) => return Ok(Upstream::Mark(slice, watermark)),
+        Body::Result {
+            key,
+            start,
+            end,
+            kind,
+            version,
+            value,
+        } => (key, start, end, kind, version, value),
+    };
+    let kind = match kind.as_str() {
+        "result" => EmissionKind::Result,
+        "update" => EmissionKind::Update,
+        "early" => EmissionKind::Early,
+        "retract" => EmissionKind::Retract,
+        _ => return Err(UpstreamError::Kind(kind)),
+    };
+    if end < start {
+        return Err(UpstreamError::Window { start, end });
+    }
+    let key = match bucketed {
+        true => format!("{key}.{slice}"),
+        false => key,
+    };
+    Ok(Upstream::Result(
+        slice,
+        Emission {
+            trigger: 0,
+            key: key.into(),
+            window: Window { start, end },
+            kind,
+            version,
+            value,
+            replaces: None,
+            operator_version: None,
+        },
+    ))
+}
+
+/// When a slice writes its next mark: at most every [`MARK_EVERY`] (each one waits for the
+/// acknowledgement of every result before it), and at every checkpoint.
+#[derive(Debug)]
+pub struct MarkPacer {
+    /// The slice.
+    pub slice: usize,
+    /// The watermark not marked yet.
+    pending: Option<Millis>,
+    last: Instant,
+}
+
+/// How often a slice marks its watermark at most.
+pub const MARK_EVERY: Duration = Duration::from_millis(50);
+
+impl MarkPacer {
+    /// A pacer for slice `slice`.
+    pub fn new(slice: usize) -> MarkPacer {
+        MarkPacer {
+            slice,
+            pending: None,
+            last: Instant::now(),
+        }
+    }
+
+    /// The watermark came to `watermark`.
+    pub fn advanced(&mut self, watermark: Millis) {
+        self.pending = Some(watermark);
+    }
+
+    /// The mark to write now, if one is due (or `now` asks for any pending one).
+    pub fn due(&mut self, now: bool) -> Option<UpstreamRecord> {
+        if !now && self.last.elapsed() < MARK_EVERY {
+            return None;
+        }
+        let watermark = self.pending.take()?;
+        self.last = Instant::now();
+        Some(mark(self.slice, watermark))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn emission(kind: EmissionKind, replaces: Option<Fields>) -> Emission {
+        Emission {
+            trigger: 9,
+            key: "k/3".into(),
+            window: Window { start: 0, end: 10 },
+            kind,
+            version: 2,
+            value: vec![
+                ("n".into(), crate::value::Value::Int(2)),
+                ("p".into(), crate::value::Value::Bytes(vec![0, 255])),
+            ],
+            replaces,
+            operator_version: None,
+        }
+    }
+
+    #[test]
+    fn an_update_travels_as_its_retraction_then_itself_with_its_types() {
+        let previous = vec![("n".into(), crate::value::Value::Float(1.0))];
+        let written = records("p", 1, &emission(EmissionKind::Update, Some(previous.clone())));
+        assert_eq!(written.len(), 2);
+        let lines: Vec<Vec<u8>> = (written.iter())
+            .map(|r| serde_json::to_vec(r).unwrap())
+            .collect();
+        let Upstream::Result(1, retraction) = parse(&lines[0], 2, false).unwrap() else {
+            panic!("a result")
+        };
+        assert_eq!(retraction.kind, EmissionKind::Retract);
+        assert_eq!((retraction.version, &retraction.value), (1, &previous));
+        let Upstream::Result(1, update) = parse(&lines[1], 2, true).unwrap() else {
+            panic!("a result")
+        };
+        assert_eq!(update.kind, EmissionKind::Update);
+        assert_eq!(&*update.key, "k/3.1", "a partial's bucket told apart by slice");
+        assert_eq!(update.value, emission(EmissionKind::Update, None).value);
+        assert_ne!(written[0].id, written[1].id);
+    }
+
+    #[test]
+    fn hostile_lines_are_refused_with_their_reason() {
+        assert!(matches!(
+            parse(b"{\"garbage\": 1}", 2, false),
+            Err(UpstreamError::Malformed(_))
+        ));
+        let foreign = serde_json::to_vec(&mark(7, 5)).unwrap();
+        assert!(matches!(
+            parse(&foreign, 2, false),
+            Err(UpstreamError::Slice { slice: 7, .. })
+        ));
+        let mut record = records("p", 0, &emission(EmissionKind::Result, None)).remove(0);
+        if let Body::Result { kind, .. } = &mut record.body {
+            *kind = "explode".into();
+        }
+        let line = serde_json::to_vec(&record).unwrap();
+        assert!(matches!(parse(&line, 2, false), Err(UpstreamError::Kind(_))));
+    }
+
+    #[test]
+    fn marks_are_paced_but_a_checkpoint_takes_any_pending_one() {
+        let mut pacer = MarkPacer::new(0);
+        pacer.advanced(5);
+        assert!(pacer.due(false).is_none(), "too soon after the start");
+        assert_eq!(pacer.due(true).map(|m| m.body), Some(Body::Mark(5)));
+        assert!(pacer.due(true).is_none(), "nothing pending");
+        pacer.advanced(7);
+        std::thread::sleep(MARK_EVERY);
+        assert_eq!(pacer.due(false).map(|m| m.body), Some(Body::Mark(7)));
+    }
+}

@@ -454,6 +454,62 @@ fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_aft
     );
 }
 
+/// A stage after the keyed aggregate (the top three users by count per second), on three
+/// workers: the stage slice's results are one process's over the same events from a file
+/// (`weir run`), ids and values.
+#[test]
+fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
+    const STAGE: &str = "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n\
+        [stages.operator]\nname = \"top-keys\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n";
+    let with_stage = |text: String| text.replace("[sinks]", &format!("{STAGE}[sinks]"));
+    let cluster = Cluster::start_with(with_stage);
+    let (eu, us) = input();
+    let workers = ["w1", "w2", "w3"].map(|id| cluster.worker(id));
+    cluster.wait_for_owners(&["w1", "w2", "w3"]);
+    cluster.publish(&eu, &us);
+    cluster.close_windows();
+
+    // One process, the same events in a file, in the order of the stream.
+    let dir = cluster.dir.path();
+    let far = serde_json::json!({"user": "zz", "ts": BASE + 100_000_000, "amount": 0});
+    let lines: String = (eu.iter().chain(&us).chain([&far, &far]))
+        .map(|event| format!("{event}\n"))
+        .collect();
+    std::fs::write(dir.join("events.jsonl"), lines).unwrap();
+    let module = crate::server::count_sum_v1();
+    let text = with_stage(spec_text(&cluster.server.url, &module));
+    let source = format!("type = \"nats\"\nurl = \"{}\"\nstream = \"CLICKS\"", cluster.server.url);
+    let text = text.replace(&source, "type = \"file\"\npath = \"events.jsonl\"");
+    let results = format!("results = {{ nats = \"{}\", subject = \"results\" }}", cluster.server.url);
+    let text = text.replace(&results, "results = \"single.jsonl\"");
+    std::fs::write(dir.join("single.toml"), text).unwrap();
+    let run = weir(&["run", "--fresh"])
+        .arg(dir.join("single.toml"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    // The file ends, which closes the far events' window too; the stream does not.
+    let single: BTreeMap<String, Value> = (std::fs::read_to_string(dir.join("single.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|record| record["window_start"].as_i64() < Some(BASE + 100_000_000))
+        .map(|record| (record["id"].as_str().unwrap().to_owned(), record))
+        .collect();
+    assert!(single.len() >= 20, "a result per second of input: {single:?}");
+
+    let shared: BTreeMap<String, Value> = wait_for_results(&cluster.client, single.len())
+        .into_iter()
+        .collect();
+    workers.into_iter().for_each(kill);
+    assert_eq!(
+        shared,
+        single,
+        "{}",
+        cluster.logs(&["w1", "w2", "w3"])
+    );
+}
+
 #[test]
 fn workers_joining_and_leaving_move_slices_with_their_state() {
     let cluster = Cluster::start();

@@ -40,12 +40,8 @@ fn weir(args: &[&str]) -> Command {
     command
 }
 
-/// The spec, with `more` at its end (a `[watermark]` table, say).
-fn spec_text_with(url: &str, count: usize, more: &str, module: &Path) -> String {
-    spec_text_of(url, count, more, module, "")
-}
-
-/// [`spec_text_with`], the aggregate's table ending with `aggregate_more`.
+/// The spec, with `more` at its end (a `[watermark]` table, say) and `aggregate_more` at the end
+/// of its aggregate's table (`global = true`).
 fn spec_text_of(
     url: &str,
     count: usize,

@@ -433,6 +433,14 @@ fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_aft
     let owners = cluster.owners();
     let victim = owners["6"].clone();
     kill(workers.remove(victim.as_str()).unwrap());
+    // Garbage on the stream between the slices: dead letters of the stage slice, with why.
+    let garbage = [
+        serde_json::json!({"garbage": true}),
+        serde_json::json!({"id": "x", "slice": 99, "body": {"Mark": 5}}),
+    ];
+    cluster
+        .client
+        .publish(&format!("weir-stages.2.{PIPELINE}"), &garbage);
     cluster.publish(&eu[800..], &us[800..]);
     cluster.close_windows();
     let survivors: Vec<&str> = workers.keys().copied().collect();
@@ -452,6 +460,12 @@ fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_aft
         logs.matches("runs slice 6 (from checkpoint ").count() >= 2,
         "the stage slice was taken over: {logs}"
     );
+    for why in [
+        "not a slice's record for the stages",
+        "from slice 99, but the pipeline has 6 slices",
+    ] {
+        assert!(logs.contains(why), "a dead letter says {why:?}: {logs}");
+    }
 }
 
 /// A stage after the keyed aggregate (the top three users by count per second), on three
@@ -607,6 +621,11 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
         ),
         &[],
         "writes NATS subjects only",
+    );
+    refused(
+        &good.replace("kind = \"aggregate\"\n", "kind = \"aggregate\"\nglobal = true\n"),
+        &[],
+        "deployed without stages",
     );
     refused(&good.replace("shared-clicks", "a."), &[], "no dots");
     refused(&good, &["--slices", "0"], "from 1 to 64");

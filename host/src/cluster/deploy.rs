@@ -109,6 +109,7 @@ pub fn share(connection: &Connection, shared: Shared<'_>) -> Result<PipelineReco
     };
     let slices = slice_count(spec, shared.slices, existing.as_ref())?;
     check_sink_partitions(spec, slices)?;
+    check_stage_slice_kept(spec, existing.as_ref())?;
     let stopped = existing.as_ref().is_some_and(|e| e.stopped);
     let mut code = existing.map(|e| e.code).unwrap_or_default();
     for operator in spec.operators() {
@@ -187,6 +188,28 @@ fn slice_count(
         )));
     }
     Ok(slices)
+}
+
+/// Refuses a redeploy that adds the stage slice to a pipeline deployed without one, or takes it
+/// away: the slices' results would change their way (to the sinks, or to the stage slice)
+/// under the state they hold.
+fn check_stage_slice_kept(spec: &PipelineSpec, existing: Option<&PipelineRecord>) -> Result<()> {
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let before = PipelineSpec::parse(&existing.spec, existing.json, Path::new("."))
+        .is_ok_and(|spec| super::stage_stream::staged(&spec));
+    if before != super::stage_stream::staged(spec) {
+        let (was, now) = match before {
+            true => ("with", "without"),
+            false => ("without", "with"),
+        };
+        return Err(ClusterError::Unshareable(format!(
+            "pipeline {} is deployed {was} stages (or a global or pre-aggregated aggregate), and              this spec is {now}: its slices' state and results would change their way; withdraw              it first, or deploy under another name",
+            spec.name
+        )));
+    }
+    Ok(())
 }
 
 /// How many partitions the topic a shared pipeline reads has now (a slice each).

@@ -1019,6 +1019,61 @@ fn a_tenant_s_pipeline_runs_on_workers() {
     assert!(log.contains("worker t1 is gone"), "{log}");
 }
 
+/// A served pipeline with a stage on workers: the top users by count per second, from the stage
+/// slice, as the model says; its savepoints are not taken yet (409).
+#[test]
+fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice() {
+    let setup = Setup::start();
+    let server = &setup.server;
+    server.upload_ok("top-keys", "1.0.0", &crate::support::component("top-keys"));
+    let mut spec = workers_spec(4);
+    spec["stages"] = json!([{
+        "window": {"type": "tumbling", "size": 1000},
+        "operator": {"name": "top-keys", "version": "1.0.0", "kind": "aggregate"}
+    }]);
+    crate::server::create_and_start_spec(server, &spec);
+    let _workers = ["w1", "w2"].map(|id| setup.worker(id));
+    server.wait_for("five slices held, the stage slice among them", PATIENCE, || {
+        let status = setup.workers_status();
+        match (status["stage_slice"].as_u64(), status["owners"].as_object()) {
+            (Some(4), Some(owners)) if owners.len() == 5 => Ok(()),
+            _ => Err(format!("{status}\n{}", setup.logs())),
+        }
+    });
+    let events = clicks(0, 1_500);
+    setup.client.publish("clicks.web", &events);
+    // One stage result per closed second, under the one key of a stage without a key field.
+    let seconds: Vec<Value> = (events.iter())
+        .map(|event| json!({"user": "*", "ts": event["ts"], "amount": 0}))
+        .collect();
+    let got = setup.wait_for_windows(&seconds);
+    let model = windows(&events);
+    for ((_, start), r) in &got {
+        // The model's top three users of that second: most clicks first, a tie to the lower key.
+        let mut users: Vec<(i64, &str)> = (model.iter())
+            .filter(|((_, s), _)| s == start)
+            .map(|((user, _), (count, _))| (-count, user.as_str()))
+            .collect();
+        users.sort();
+        let mut top = serde_json::Map::new();
+        for (rank, (count, user)) in users.iter().take(3).enumerate() {
+            top.insert(format!("key_{}", rank + 1), json!(user));
+            top.insert(format!("count_{}", rank + 1), json!(-count));
+        }
+        assert_eq!(r["value"], Value::Object(top), "{r}");
+    }
+    let error = server.expect_error(
+        "a savepoint",
+        server.post_json(
+            &format!("/v1/pipelines/{NAME}/savepoints"),
+            Some(ADMIN),
+            &json!({"name": "s"}),
+        ),
+        409,
+    );
+    assert!(error.contains("stage slice"), "{error}");
+}
+
 /// A fork's results: none of a window the savepoint had closed, each as the model says over the
 /// events from both sides of the savepoint.
 fn assert_goes_on_from(

@@ -418,7 +418,10 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
 #[test]
 fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_after_a_sigkill() {
     let cluster = Cluster::start_with(|text| {
-        text.replace("kind = \"aggregate\"\n", "kind = \"aggregate\"\nglobal = true\n")
+        text.replace(
+            "kind = \"aggregate\"\n",
+            "kind = \"aggregate\"\nglobal = true\n",
+        )
     });
     let status = cluster.status();
     assert_eq!(status["stage_slice"], 6, "{status}");
@@ -492,9 +495,15 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
     std::fs::write(dir.join("events.jsonl"), lines).unwrap();
     let module = crate::server::count_sum_v1();
     let text = with_stage(spec_text(&cluster.server.url, &module));
-    let source = format!("type = \"nats\"\nurl = \"{}\"\nstream = \"CLICKS\"", cluster.server.url);
+    let source = format!(
+        "type = \"nats\"\nurl = \"{}\"\nstream = \"CLICKS\"",
+        cluster.server.url
+    );
     let text = text.replace(&source, "type = \"file\"\npath = \"events.jsonl\"");
-    let results = format!("results = {{ nats = \"{}\", subject = \"results\" }}", cluster.server.url);
+    let results = format!(
+        "results = {{ nats = \"{}\", subject = \"results\" }}",
+        cluster.server.url
+    );
     let text = text.replace(&results, "results = \"single.jsonl\"");
     std::fs::write(dir.join("single.toml"), text).unwrap();
     let run = weir(&["run", "--fresh"])
@@ -510,18 +519,64 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
         .filter(|record| record["window_start"].as_i64() < Some(BASE + 100_000_000))
         .map(|record| (record["id"].as_str().unwrap().to_owned(), record))
         .collect();
-    assert!(single.len() >= 20, "a result per second of input: {single:?}");
+    assert!(
+        single.len() >= 20,
+        "a result per second of input: {single:?}"
+    );
 
     let shared: BTreeMap<String, Value> = wait_for_results(&cluster.client, single.len())
         .into_iter()
         .collect();
     workers.into_iter().for_each(kill);
-    assert_eq!(
-        shared,
-        single,
-        "{}",
-        cluster.logs(&["w1", "w2", "w3"])
+    assert_eq!(shared, single, "{}", cluster.logs(&["w1", "w2", "w3"]));
+}
+
+/// A rollout of a stage's operator on workers: the stage slice takes it up at its next
+/// checkpoint, and the windows that close after it are the candidate's, each once.
+#[test]
+fn a_rollout_of_a_stage_s_operator_reaches_the_stage_slice() {
+    let top_keys = crate::support::component("top-keys");
+    let stage = format!(
+        "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n[stages.operator]\n\
+         name = \"top-keys\"\nversion = \"1.0.0\"\nkind = \"aggregate\"\nmodule = {top_keys:?}\n"
     );
+    let cluster = Cluster::start_with(|text| text.replace("[sinks]", &format!("{stage}[sinks]")));
+    let (eu, us) = input();
+    let workers = ["w1", "w2"].map(|id| cluster.worker(id));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.publish(&eu, &[]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    let url = cluster.server.url.clone();
+    let output = weir(&["cluster", "rollout", "--nats", &url, PIPELINE, "2.0.0"])
+        .args(["--percent", "100", "--operator", "top-keys", "--module"])
+        .arg(&top_keys)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let deadline = Instant::now() + crate::server::PATIENCE;
+    let taken_up = |id: &str| cluster.logs(&[id]).contains("routes 100% of keys");
+    while !["w1", "w2"].into_iter().all(taken_up) {
+        assert!(Instant::now() < deadline, "{}", cluster.logs(&["w1", "w2"]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The stage slice applies it at its next checkpoint (every 200 ms while it reads).
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.publish(&[], &us);
+    cluster.close_windows();
+    // A second of eu and of us each, eleven seconds each.
+    let results = wait_for_results(&cluster.client, 22);
+    workers.into_iter().for_each(kill);
+    let logs = cluster.logs(&["w1", "w2"]);
+    assert_eq!(results.len(), 22, "{results:?}\n{logs}");
+    let version = |r: &Value| r["operator_version"].as_str().unwrap().to_owned();
+    let us_start = us[0]["ts"].as_i64().unwrap() / 1000 * 1000;
+    for (id, r) in &results {
+        let later = r["window_start"].as_i64().unwrap() >= us_start;
+        if later {
+            assert_eq!(version(r), "2.0.0", "{id}: {r}\n{logs}");
+        }
+    }
+    assert!(results.iter().any(|(_, r)| version(r) == "1.0.0"), "{logs}");
 }
 
 #[test]
@@ -623,7 +678,10 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
         "writes NATS subjects only",
     );
     refused(
-        &good.replace("kind = \"aggregate\"\n", "kind = \"aggregate\"\nglobal = true\n"),
+        &good.replace(
+            "kind = \"aggregate\"\n",
+            "kind = \"aggregate\"\nglobal = true\n",
+        ),
         &[],
         "deployed without stages",
     );

@@ -1033,13 +1033,17 @@ fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice() {
     }]);
     crate::server::create_and_start_spec(server, &spec);
     let _workers = ["w1", "w2"].map(|id| setup.worker(id));
-    server.wait_for("five slices held, the stage slice among them", PATIENCE, || {
-        let status = setup.workers_status();
-        match (status["stage_slice"].as_u64(), status["owners"].as_object()) {
-            (Some(4), Some(owners)) if owners.len() == 5 => Ok(()),
-            _ => Err(format!("{status}\n{}", setup.logs())),
-        }
-    });
+    server.wait_for(
+        "five slices held, the stage slice among them",
+        PATIENCE,
+        || {
+            let status = setup.workers_status();
+            match (status["stage_slice"].as_u64(), status["owners"].as_object()) {
+                (Some(4), Some(owners)) if owners.len() == 5 => Ok(()),
+                _ => Err(format!("{status}\n{}", setup.logs())),
+            }
+        },
+    );
     let events = clicks(0, 1_500);
     setup.client.publish("clicks.web", &events);
     // One stage result per closed second, under the one key of a stage without a key field.

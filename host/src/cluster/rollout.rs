@@ -116,12 +116,14 @@ fn store_routing(connection: &Connection, pipeline: &str, routing: &Routing) -> 
         .map_err(|e| connection.error("storing the routing", NatsFailure::client(e)))
 }
 
-/// The operator's name and live version in the spec: the aggregate, or the enricher named.
+/// The operator's name and live version in the spec: the aggregate, or the enricher or
+/// stage operator named.
 fn live_version(text: &str, json: bool, operator: Option<&str>) -> Result<(String, String)> {
     let spec = PipelineSpec::parse(text, json, Path::new("."))?;
+    let stages = || spec.stages.iter().map(|stage| &stage.aggregate);
     let found = match operator {
         None => spec.aggregate.as_ref(),
-        Some(name) => spec.enrichers.iter().find(|e| e.name == name),
+        Some(name) => (spec.enrichers.iter().chain(stages())).find(|op| op.name == name),
     };
     found
         .map(|op| (op.name.clone(), op.version.clone()))
@@ -168,9 +170,13 @@ pub(super) type FetchedCode = Arc<Mutex<BTreeMap<String, (PathBuf, String)>>>;
 pub(super) fn resolver(spec: &PipelineSpec, code: FetchedCode) -> Resolver {
     let aggregate = spec.aggregate.as_ref().map(|op| op.name.clone());
     let enrichers: Vec<String> = spec.enrichers.iter().map(|op| op.name.clone()).collect();
+    let stages: Vec<String> = (spec.stages.iter())
+        .map(|stage| stage.aggregate.name.clone())
+        .collect();
     Box::new(move |named: Option<&str>, version: &str| {
         let (name, kind) = match (named, &aggregate) {
             (Some(name), _) if enrichers.iter().any(|e| e == name) => (name, ComponentKind::Enrich),
+            (Some(name), _) if stages.iter().any(|s| s == name) => (name, ComponentKind::Aggregate),
             (None, Some(name)) => (name.as_str(), ComponentKind::Aggregate),
             _ => {
                 return Err(ResolveError::Unknown(format!(

@@ -457,10 +457,8 @@ impl Worker {
                 // slice gets whole events.
                 let groups = KeyGroups::slice(slice, self.record.slices);
                 let bucketed = spec.global || spec.pre_aggregate;
-                let light = shared
-                    && !groups.contains(0)
-                    && spec.partition_field.is_none()
-                    && !bucketed;
+                let light =
+                    shared && !groups.contains(0) && spec.partition_field.is_none() && !bucketed;
                 let source = match light {
                     true => source.owning(u32::from(groups.first)..groups.end),
                     false => source,

@@ -50,7 +50,7 @@ pub(crate) enum ClusterAction {
         /// Run the candidate in shadow (it serves nothing).
         #[arg(long)]
         shadow: bool,
-        /// An enricher to roll out instead of the aggregate.
+        /// An enricher or a stage's operator to roll out instead of the aggregate.
         #[arg(long)]
         operator: Option<String>,
     },
@@ -61,7 +61,7 @@ pub(crate) enum ClusterAction {
         nats: String,
         /// The pipeline.
         pipeline: String,
-        /// An enricher instead of the aggregate.
+        /// An enricher or a stage's operator instead of the aggregate.
         #[arg(long)]
         operator: Option<String>,
     },

@@ -35,8 +35,8 @@ mod messages;
 mod outcome;
 mod router;
 mod shard;
-mod stages;
 mod stage_slice;
+mod stages;
 mod telemetry;
 pub mod upstream;
 

@@ -564,51 +564,8 @@ impl Router<'_> {
         watermark: &PartitionedWatermark,
         finished: bool,
     ) -> Position {
-        let requested = self.control.take_request();
-        // A pipeline without an aggregate has no routing until its first enricher rollout: the
-        // request's live version is what runs.
-        let current = match (&self.routing, &requested) {
-            (Some(current), _) => Some(current.clone()),
-            (None, Some(requested)) => Some(Routing {
-                candidate: None,
-                percent: 0,
-                shadow: false,
-                ..requested.clone()
-            }),
-            (None, None) => None,
-        };
-        if let (Some(current), Some(requested)) = (current, requested)
-            && current != requested
-        {
-            // The code the shards need: a new candidate's, or a promoted version's that they
-            // do not hold as the candidate.
-            let needed = match &requested.candidate {
-                Some(version) if current.candidate.as_ref() != Some(version) => Some(version),
-                None if requested.live != current.live
-                    && current.candidate.as_ref() != Some(&requested.live) =>
-                {
-                    Some(&requested.live)
-                }
-                _ => None,
-            };
-            let candidate = match needed {
-                Some(version) => {
-                    (self.control.resolve)(requested.operator.as_deref(), version).map(Some)
-                }
-                None => Ok(None),
-            };
-            match candidate {
-                Ok(candidate) => {
-                    self.pending_change = Some(RoutingChange {
-                        routing: requested.clone(),
-                        candidate,
-                    });
-                    self.routing = Some(requested);
-                }
-                Err(message) => {
-                    tracing::warn!(error = %message, "routing request ignored: cannot load the candidate")
-                }
-            }
+        if let Some(change) = requested_change(self.control, &mut self.routing) {
+            self.pending_change = Some(change);
         }
         Position {
             source: source.position(),
@@ -948,6 +905,60 @@ fn partition_of<'a>(
         };
     }
     Cow::Borrowed(named.as_deref().unwrap_or(""))
+}
+
+/// Takes the routing asked for since the last checkpoint, if it differs from `routing`: the
+/// change to apply from this checkpoint on (with the candidate's code, loaded here), and
+/// `routing` made the new one. A candidate that cannot be loaded leaves the routing as it was.
+pub(super) fn requested_change(
+    control: &PipelineControl,
+    routing: &mut Option<Routing>,
+) -> Option<RoutingChange> {
+    let requested = control.take_request();
+    // A pipeline without an aggregate has no routing until its first enricher rollout: the
+    // request's live version is what runs.
+    let current = match (&*routing, &requested) {
+        (Some(current), _) => Some(current.clone()),
+        (None, Some(requested)) => Some(Routing {
+            candidate: None,
+            percent: 0,
+            shadow: false,
+            ..requested.clone()
+        }),
+        (None, None) => None,
+    };
+    if let (Some(current), Some(requested)) = (current, requested)
+        && current != requested
+    {
+        // The code the shards need: a new candidate's, or a promoted version's that they
+        // do not hold as the candidate.
+        let needed = match &requested.candidate {
+            Some(version) if current.candidate.as_ref() != Some(version) => Some(version),
+            None if requested.live != current.live
+                && current.candidate.as_ref() != Some(&requested.live) =>
+            {
+                Some(&requested.live)
+            }
+            _ => None,
+        };
+        let candidate = match needed {
+            Some(version) => (control.resolve)(requested.operator.as_deref(), version).map(Some),
+            None => Ok(None),
+        };
+        match candidate {
+            Ok(candidate) => {
+                *routing = Some(requested.clone());
+                return Some(RoutingChange {
+                    routing: requested,
+                    candidate,
+                });
+            }
+            Err(message) => {
+                tracing::warn!(error = %message, "routing request ignored: cannot load the candidate")
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

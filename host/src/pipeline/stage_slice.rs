@@ -58,6 +58,7 @@ pub fn run_stage_slice(
     let stages = build::build_stages(spec, &loaded, &resume, &control)?
         .ok_or_else(|| PipelineError::Config("the pipeline has no stages to run".into()))?;
     let mut feeder = Feeder::new(slices, spec.global || spec.pre_aggregate);
+    feeder.routing = routing.clone();
     if let Some(manifest) = &manifest {
         upstream
             .resume(&manifest.source)
@@ -74,12 +75,21 @@ pub fn run_stage_slice(
         vec![ack_tx],
         &control,
     );
-    let collector =
-        super::spawn_collector(spec, part_rx, 1, sinks, checkpointer, Some(stages), &control);
+    let collector = super::spawn_collector(
+        spec,
+        part_rx,
+        1,
+        sinks,
+        checkpointer,
+        Some(stages),
+        &control,
+    );
     info!(slices, "stage slice started");
     let interval = spec
         .checkpoint_interval
-        .map_or(Duration::from_secs(1), |ms| Duration::from_millis(ms as u64));
+        .map_or(Duration::from_secs(1), |ms| {
+            Duration::from_millis(ms as u64)
+        });
     let fed = feeder.feed(upstream.as_mut(), &part_tx, &ack, interval, &control);
     drop(part_tx);
     let (collected, results_out, late, dead_letters) =
@@ -128,6 +138,9 @@ struct Feeder {
     /// Records read by this run.
     read: u64,
     last_checkpoint: Instant,
+    /// Which versions of a stage's operator serve which keys (a rollout), changed at a
+    /// checkpoint.
+    routing: Option<crate::rollout::Routing>,
 }
 
 impl Feeder {
@@ -144,6 +157,7 @@ impl Feeder {
             marks_then: vec![MINUS_INFINITY; slices],
             read: 0,
             last_checkpoint: Instant::now(),
+            routing: None,
         }
     }
 
@@ -189,11 +203,11 @@ impl Feeder {
                 self.marks_then = self.marks.clone();
             }
             if self.held.is_empty() && self.last_checkpoint.elapsed() >= interval {
-                self.checkpoint(parts, ack)?;
+                self.checkpoint(parts, ack, control)?;
             }
         }
         if self.batch > 0 || self.read > 0 {
-            self.checkpoint(parts, ack)?;
+            self.checkpoint(parts, ack, control)?;
         }
         Ok(())
     }
@@ -250,9 +264,15 @@ impl Feeder {
         Ok(())
     }
 
-    /// Commits a checkpoint at the position after the last hand-over, and waits until it is
-    /// durable.
-    fn checkpoint(&mut self, parts: &SyncSender<(u64, Part)>, ack: &Receiver<()>) -> Result<()> {
+    /// Commits a checkpoint at the position after the last hand-over, with the routing a
+    /// rollout asked for since the last one, and waits until it is durable.
+    fn checkpoint(
+        &mut self,
+        parts: &SyncSender<(u64, Part)>,
+        ack: &Receiver<()>,
+        control: &PipelineControl,
+    ) -> Result<()> {
+        let change = super::router::requested_change(control, &mut self.routing);
         let partitions = (self.marks_then.iter().enumerate())
             .map(|(slice, mark)| PartitionMark {
                 name: partition_name(slice),
@@ -268,13 +288,15 @@ impl Feeder {
             partitions,
             finished: false,
             started: Instant::now(),
-            routing: None,
+            routing: self.routing.clone(),
         };
         let id = self.batch;
         self.batch += 1;
         let gone = || PipelineError::Config("the collector stopped".into());
-        let barrier = Box::new((position, None, Vec::new()));
-        parts.send((id, Part::Position(barrier))).map_err(|_| gone())?;
+        let barrier = Box::new((position, change, Vec::new()));
+        parts
+            .send((id, Part::Position(barrier)))
+            .map_err(|_| gone())?;
         (parts.send((id, Part::Snapshot(ShardSnapshot::default())))).map_err(|_| gone())?;
         ack.recv().map_err(|_| gone())?;
         self.last_checkpoint = Instant::now();

@@ -57,7 +57,11 @@ impl crate::emit::Record for UpstreamRecord {
 /// early result that replaces one is preceded by the retraction of what it replaces).
 pub fn records(pipeline: &str, slice: usize, emission: &Emission) -> Vec<UpstreamRecord> {
     let record = |kind: EmissionKind, version: u64, value: &Fields| {
-        let retract = if kind == EmissionKind::Retract { "r" } else { "" };
+        let retract = if kind == EmissionKind::Retract {
+            "r"
+        } else {
+            ""
+        };
         let window = emission.window;
         UpstreamRecord {
             id: format!(
@@ -236,7 +240,11 @@ mod tests {
     #[test]
     fn an_update_travels_as_its_retraction_then_itself_with_its_types() {
         let previous = vec![("n".into(), crate::value::Value::Float(1.0))];
-        let written = records("p", 1, &emission(EmissionKind::Update, Some(previous.clone())));
+        let written = records(
+            "p",
+            1,
+            &emission(EmissionKind::Update, Some(previous.clone())),
+        );
         assert_eq!(written.len(), 2);
         let lines: Vec<Vec<u8>> = (written.iter())
             .map(|r| serde_json::to_vec(r).unwrap())
@@ -250,7 +258,10 @@ mod tests {
             panic!("a result")
         };
         assert_eq!(update.kind, EmissionKind::Update);
-        assert_eq!(&*update.key, "k/3.1", "a partial's bucket told apart by slice");
+        assert_eq!(
+            &*update.key, "k/3.1",
+            "a partial's bucket told apart by slice"
+        );
         assert_eq!(update.value, emission(EmissionKind::Update, None).value);
         assert_ne!(written[0].id, written[1].id);
     }
@@ -271,7 +282,10 @@ mod tests {
             *kind = "explode".into();
         }
         let line = serde_json::to_vec(&record).unwrap();
-        assert!(matches!(parse(&line, 2, false), Err(UpstreamError::Kind(_))));
+        assert!(matches!(
+            parse(&line, 2, false),
+            Err(UpstreamError::Kind(_))
+        ));
     }
 
     #[test]

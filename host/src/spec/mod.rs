@@ -195,7 +195,9 @@ impl PipelineSpec {
     /// [`Self::operators`], to change.
     pub fn operators_mut(&mut self) -> impl Iterator<Item = &mut OperatorSpec> {
         let stages = self.stages.iter_mut().map(|stage| &mut stage.aggregate);
-        (self.enrichers.iter_mut()).chain(&mut self.aggregate).chain(stages)
+        (self.enrichers.iter_mut())
+            .chain(&mut self.aggregate)
+            .chain(stages)
     }
 
     /// Reads a spec file: TOML, or JSON when the name ends in `.json`.

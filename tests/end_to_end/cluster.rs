@@ -531,6 +531,110 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
     assert_eq!(shared, single, "{}", cluster.logs(&["w1", "w2", "w3"]));
 }
 
+/// Sessions with allowed lateness before a stage, on two workers: late events bridge sessions
+/// already emitted, so the aggregate retracts them and emits the merged one; the stage slice
+/// takes each retraction after the result it withdraws (in its slice's order), so the stage's
+/// final values are one process's over the same events (`weir run`); only the number of
+/// updates may differ.
+#[test]
+fn retractions_upstream_reach_the_stage_slice_in_order_and_its_final_values_are_one_process_s() {
+    let stage = "[[stages]]\n[stages.window]\ntype = \"tumbling\"\nsize = \"1s\"\n\
+        [stages.operator]\nname = \"top-keys\"\nkind = \"aggregate\"\nnative = \"top-keys\"\n";
+    let sessions = |text: String| {
+        text.replace(
+            "type = \"tumbling\"\nsize = \"1s\"\n[[operators]]",
+            "type = \"session\"\ngap = \"50ms\"\nallowed_lateness = \"2s\"\n[[operators]]",
+        )
+        .replace("[sinks]", &format!("{stage}[sinks]"))
+    };
+    let cluster = Cluster::start_with(sessions);
+    // Each round: every user twice, 100 ms apart (two sessions); the next round 300 ms later
+    // (closing both); then, late, an event 60 ms into the round, which bridges them.
+    let event = |user: usize, ts: i64| serde_json::json!({"user": format!("u{user}"), "ts": BASE + ts, "amount": 1});
+    let round = |r: i64| -> Vec<Value> {
+        (0..6)
+            .flat_map(|u| [event(u, r * 300), event(u, r * 300 + 100)])
+            .collect()
+    };
+    let bridges = |r: i64| -> Vec<Value> { (0..6).map(|u| event(u, r * 300 + 60)).collect() };
+    let mut events = round(0);
+    for r in 1..12 {
+        events.extend(round(r));
+        events.extend(bridges(r - 1));
+    }
+    let far = event(9, 100_000_000);
+    let workers = ["w1", "w2"].map(|id| cluster.worker(id));
+    cluster.wait_for_owners(&["w1", "w2"]);
+    cluster.client.publish("clicks.eu", &events);
+    cluster
+        .client
+        .publish("clicks.eu", std::slice::from_ref(&far));
+
+    let dir = cluster.dir.path();
+    let lines: String = (events.iter().chain([&far]))
+        .map(|event| format!("{event}\n"))
+        .collect();
+    std::fs::write(dir.join("events.jsonl"), lines).unwrap();
+    let url = &cluster.server.url;
+    let text = sessions(spec_text(url, &crate::server::count_sum_v1()))
+        .replace(
+            &format!("type = \"nats\"\nurl = \"{url}\"\nstream = \"CLICKS\""),
+            "type = \"file\"\npath = \"events.jsonl\"",
+        )
+        .replace(
+            &format!("results = {{ nats = \"{url}\", subject = \"results\" }}"),
+            "results = \"single.jsonl\"",
+        );
+    std::fs::write(dir.join("single.toml"), text).unwrap();
+    let run = weir(&["run", "--fresh"])
+        .arg(dir.join("single.toml"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    // The last version of each stage window's result, by window start.
+    let last = |records: &mut dyn Iterator<Item = Value>| -> BTreeMap<i64, (u64, Value)> {
+        let mut out: BTreeMap<i64, (u64, Value)> = BTreeMap::new();
+        for r in records.filter(|r| r["window_start"].as_i64() < Some(BASE + 100_000_000)) {
+            let version = r["version"].as_u64().unwrap();
+            let start = r["window_start"].as_i64().unwrap();
+            if out.get(&start).is_none_or(|(v, _)| *v < version) {
+                out.insert(start, (version, r["value"].clone()));
+            }
+        }
+        out
+    };
+    let single = std::fs::read_to_string(dir.join("single.jsonl")).unwrap();
+    let single = last(&mut single.lines().map(|l| serde_json::from_str(l).unwrap()));
+    assert!(
+        single.values().any(|(v, _)| *v > 1),
+        "updates upstream reach the stage: {single:?}"
+    );
+    let values = |m: &BTreeMap<i64, (u64, Value)>| -> BTreeMap<i64, Value> {
+        m.iter().map(|(s, (_, v))| (*s, v.clone())).collect()
+    };
+    let deadline = Instant::now() + crate::server::PATIENCE;
+    let shared = loop {
+        let shared = last(
+            &mut cluster
+                .client
+                .read_all("RESULTS")
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+        if values(&shared) == values(&single) || Instant::now() > deadline {
+            break shared;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    workers.into_iter().for_each(kill);
+    assert_eq!(
+        values(&shared),
+        values(&single),
+        "{}",
+        cluster.logs(&["w1", "w2"])
+    );
+}
+
 /// A rollout of a stage's operator on workers: the stage slice takes it up at its next
 /// checkpoint, and the windows that close after it are the candidate's, each once.
 #[test]

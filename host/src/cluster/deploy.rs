@@ -205,7 +205,9 @@ fn check_stage_slice_kept(spec: &PipelineSpec, existing: Option<&PipelineRecord>
             false => ("without", "with"),
         };
         return Err(ClusterError::Unshareable(format!(
-            "pipeline {} is deployed {was} stages (or a global or pre-aggregated aggregate), and              this spec is {now}: its slices' state and results would change their way; withdraw              it first, or deploy under another name",
+            "pipeline {} is deployed {was} stages (or a global or pre-aggregated aggregate), and \
+             this spec is {now}: its slices' state and results would change their way; withdraw \
+             it first, or deploy under another name",
             spec.name
         )));
     }

@@ -496,6 +496,8 @@ struct Pending {
     rebase: bool,
     /// The last checkpoint uploaded (the chain's head).
     uploaded: u64,
+    /// The input sequence it reached, once this uploader uploaded one.
+    uploaded_sequence: Option<u64>,
     /// No more checkpoints will come: upload what is queued and stop.
     closed: bool,
 }
@@ -624,6 +626,12 @@ impl Uploader {
             .is_some_and(|thread| thread.is_finished())
     }
 
+    /// The input sequence the checkpoint this uploader uploaded last reached (what a takeover
+    /// would resume from, while this worker holds the slice), if it uploaded one.
+    pub(super) fn uploaded_sequence(&self) -> Option<u64> {
+        (self.shared.pending.lock().expect("upload lock")).uploaded_sequence
+    }
+
     /// Uploads what is queued (unless fenced) and stops: the last uploaded checkpoint.
     pub(super) fn finish(mut self) -> u64 {
         self.shared.pending.lock().expect("upload lock").closed = true;
@@ -685,6 +693,7 @@ fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
                 failures = 0;
                 let mut pending = shared.pending.lock().expect("upload lock");
                 pending.uploaded = chain.head;
+                pending.uploaded_sequence = Some(chain.head_sequence);
                 // A base copies the newest commit: the checkpoints queued meanwhile that it
                 // holds are done.
                 while pending.queue.front().is_some_and(|q| q.id <= chain.head) {

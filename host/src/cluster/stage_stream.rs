@@ -15,10 +15,6 @@ use crate::spec::{NatsSinkSpec, NatsSourceSpec, PipelineSpec};
 /// slice's replay after a takeover (checkpoints are a few seconds apart at most).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(10 * 60);
 
-/// How long records stay on the stream: the stage slice reads them within seconds; a day
-/// covers a pipeline stopped and resumed.
-const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-
 /// Whether a shared pipeline has a stage slice (stages, a global or pre-aggregated aggregate).
 pub fn staged(spec: &PipelineSpec) -> bool {
     !spec.stages.is_empty() || spec.global || spec.pre_aggregate
@@ -74,7 +70,8 @@ pub(super) fn ensure(connection: &Connection, pipeline: &str) -> Result<()> {
                     name: stream.clone(),
                     subjects: vec![subject(pipeline, "*")],
                     duplicate_window: DUPLICATE_WINDOW,
-                    max_age: MAX_AGE,
+                    // Kept until the stage slice's uploaded checkpoint is past them (`purge`),
+                    // however long the pipeline is stopped.
                     max_message_size: 8 << 20,
                     discard: DiscardPolicy::Old,
                     num_replicas: 1,
@@ -89,6 +86,24 @@ pub(super) fn ensure(connection: &Connection, pipeline: &str) -> Result<()> {
             }
         })
         .map_err(|e| connection.error(&format!("stream {stream}"), e))
+}
+
+/// Purges the records of `pipeline`'s stream up to sequence `read` (what the stage slice's
+/// uploaded checkpoint has read: a takeover resumes after it).
+pub(super) fn purge(connection: &Connection, pipeline: &str, read: u64) -> Result<()> {
+    let stream = name(pipeline);
+    let fail = |e: NatsFailure| connection.error(&format!("purging stream {stream}"), e);
+    connection.block_on(async {
+        let found = super::timed(connection.jetstream.get_stream(&stream)).await;
+        let stream = found
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        super::timed(async { stream.purge().sequence(read + 1).await })
+            .await
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))
+            .map(drop)
+    })
 }
 
 /// Deletes the stream of `pipeline`, if there is one (the pipeline is withdrawn).

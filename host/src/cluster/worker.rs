@@ -49,6 +49,9 @@ const GONE_AFTER: Duration = Duration::from_millis(1_500);
 /// How long a slice whose run failed is left alone before this worker takes it again.
 const COOLDOWN: Duration = Duration::from_secs(5);
 
+/// How often the worker running the stage slice purges what it has read from its stream.
+const PURGE_EVERY: Duration = Duration::from_secs(10);
+
 /// What a slice's thread runs.
 type SliceThread = Box<dyn FnOnce() -> Result<Summary, PipelineError> + Send>;
 
@@ -88,6 +91,8 @@ pub struct Worker {
     routing: Option<(u64, Routing)>,
     /// Members whose probe found them gone once: when, and their membership's revision then.
     suspects: BTreeMap<String, (Instant, u64)>,
+    /// When the stage stream was last purged of what the stage slice run here has read.
+    purged_at: Instant,
 }
 
 impl Worker {
@@ -148,6 +153,7 @@ impl Worker {
             code,
             routing: None,
             suspects: BTreeMap::new(),
+            purged_at: Instant::now(),
             id,
             dir,
             record,
@@ -208,6 +214,28 @@ impl Worker {
         }
         self.follow_rollout();
         self.rebalance();
+        self.purge_stage_stream();
+    }
+
+    /// Every [`PURGE_EVERY`], while this worker runs the stage slice: purges from the stage
+    /// stream what its last uploaded checkpoint has read (a takeover resumes after it).
+    fn purge_stage_stream(&mut self) {
+        if self.purged_at.elapsed() < PURGE_EVERY {
+            return;
+        }
+        self.purged_at = Instant::now();
+        let stage_slice = self.record.slices;
+        let Some(run) = self.running.get(&stage_slice) else {
+            return;
+        };
+        if !super::stage_stream::staged(&self.spec) {
+            return;
+        }
+        if let Some(read) = run.uploader.uploaded_sequence()
+            && let Err(e) = super::stage_stream::purge(&self.connection, &self.record.name, read)
+        {
+            warn!(worker = %self.id, error = %e, "cannot purge the stage stream");
+        }
     }
 
     /// Takes up what was stored of the pipeline since the last look: a new spec (a promotion,
@@ -481,6 +509,10 @@ impl Worker {
     fn take(&mut self, slice: usize, revision: u64) -> Result<()> {
         let slice_dir = self.dir.join(format!("slice-{slice}"));
         let data = slice_dir.join("data");
+        if super::stage_stream::staged(&self.spec) {
+            // Made again if the pipeline was withdrawn and deployed again meanwhile.
+            super::stage_stream::ensure(&self.connection, &self.record.name)?;
+        }
         let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
         let uploader = Uploader::start(
             self.snapshots.clone(),
@@ -584,6 +616,9 @@ impl Worker {
         let control = PipelineControl::new(&label, resolver(&spec, self.code.clone()), None)
             .with_commit_listener(uploader.listener());
         let control = Arc::new(control);
+        if let Some((_, routing)) = &self.routing {
+            control.request(routing.clone());
+        }
         let input = super::stage_stream::source(&self.connection, &self.record.name);
         let upstream = crate::source::NatsSource::new(input).map_err(ClusterError::Feed)?;
         let slices = self.record.slices;

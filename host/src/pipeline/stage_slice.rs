@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, instrument};
 
 use super::messages::{Part, Position, RouterPart};
-use super::upstream::{Upstream, parse};
+use super::upstream::{Latest, Upstream, parse};
 use super::{PipelineControl, PipelineError, Result, ShardOutput, ShardSnapshot, Summary, build};
 use crate::event::{DeadCause, DeadLetter};
 use crate::source::{Record, Source, SourcePosition};
@@ -28,9 +28,10 @@ use crate::time::{MINUS_INFINITY, Millis};
 use crate::watermark::PartitionMark;
 use crate::window::EngineOutput;
 
-/// The most results held for a mark before the slice stops with an error (a slice that never
-/// marks would otherwise make it hold its whole input).
-const MAX_HELD: usize = 4_000_000;
+/// The most results, and bytes of them, held for a mark before the slice stops with an error
+/// (a slice that never marks would otherwise make it hold its whole input).
+const MAX_HELD: usize = 1_000_000;
+const MAX_HELD_BYTES: usize = 256 << 20;
 
 /// Runs the stages of `spec`, a pipeline of `slices` slices upstream of them, from `upstream`
 /// (their records' stream), until the control asks for a stop: then a last checkpoint.
@@ -58,6 +59,7 @@ pub fn run_stage_slice(
     let stages = build::build_stages(spec, &loaded, &resume, &control)?
         .ok_or_else(|| PipelineError::Config("the pipeline has no stages to run".into()))?;
     let mut feeder = Feeder::new(slices, spec.global || spec.pre_aggregate);
+    feeder.lateness = spec.allowed_lateness;
     feeder.routing = routing.clone();
     if let Some(manifest) = &manifest {
         upstream
@@ -122,8 +124,15 @@ struct Feeder {
     marks: Vec<Millis>,
     /// The watermark handed over last: the lowest mark then.
     watermark: Millis,
-    /// Results held until the lowest mark passes.
+    /// Results held until the lowest mark passes, in the stream's order, and their bytes.
     held: Vec<crate::window::Emission>,
+    held_bytes: usize,
+    /// The latest version of each result seen: an older one sent again is dropped.
+    latest: Latest,
+    /// The pipeline's allowed lateness: how long a slice may still change a window that ended.
+    lateness: Millis,
+    /// The batch id the last checkpoint was taken before.
+    checkpointed_at: u64,
     /// Records that are not upstream records, with why.
     dead: Vec<DeadLetter>,
     /// The next trigger (each hand-over is one arrival index).
@@ -149,6 +158,10 @@ impl Feeder {
             marks: vec![MINUS_INFINITY; slices],
             watermark: MINUS_INFINITY,
             held: Vec::new(),
+            held_bytes: 0,
+            latest: Latest::default(),
+            lateness: 0,
+            checkpointed_at: 0,
             dead: Vec::new(),
             events: 0,
             batch: 0,
@@ -190,10 +203,13 @@ impl Feeder {
                 Some(_) => {}
                 None => break,
             }
-            if self.held.len() > MAX_HELD {
+            if self.held.len() > MAX_HELD || self.held_bytes > MAX_HELD_BYTES {
                 return Err(PipelineError::Config(format!(
-                    "{} results of the slices wait for a slice's mark: is a slice stuck?",
-                    self.held.len()
+                    "{} results of the slices ({} bytes) wait for a slice's mark: is a slice \
+                     stuck? Its marks: {:?}",
+                    self.held.len(),
+                    self.held_bytes,
+                    self.marks
                 )));
             }
             let lowest = self.marks.iter().copied().min().unwrap_or(MINUS_INFINITY);
@@ -202,11 +218,15 @@ impl Feeder {
                 self.position = upstream.position();
                 self.marks_then = self.marks.clone();
             }
-            if self.held.is_empty() && self.last_checkpoint.elapsed() >= interval {
+            // Only when nothing is held, and something was handed over since the last one or
+            // a rollout asks for a new routing (which applies from a checkpoint on).
+            let due = self.last_checkpoint.elapsed() >= interval;
+            let changed = self.batch > self.checkpointed_at || control.has_request();
+            if self.held.is_empty() && changed && due {
                 self.checkpoint(parts, ack, control)?;
             }
         }
-        if self.batch > 0 || self.read > 0 {
+        if self.batch > self.checkpointed_at {
             self.checkpoint(parts, ack, control)?;
         }
         Ok(())
@@ -219,7 +239,12 @@ impl Feeder {
             Ok(Upstream::Mark(slice, mark)) => {
                 self.marks[slice] = self.marks[slice].max(mark);
             }
-            Ok(Upstream::Result(_, emission)) => self.held.push(emission),
+            Ok(Upstream::Result(slice, emission)) => {
+                if self.latest.admits(slice, &emission) {
+                    self.held_bytes += bytes.len();
+                    self.held.push(emission);
+                }
+            }
             Err(reason) => self.dead.push(DeadLetter {
                 line,
                 raw: String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned(),
@@ -230,18 +255,24 @@ impl Feeder {
     }
 
     /// Hands the held results, and the dead letters, to the collector with the watermark
-    /// advanced to `watermark`.
+    /// advanced to `watermark` after them. Each result is an arrival of its own, in the
+    /// stream's order: a retraction goes in after the result it withdraws, as its slice wrote
+    /// them (one trigger for all would put every retraction first).
     fn hand_over(&mut self, watermark: Millis, parts: &SyncSender<(u64, Part)>) -> Result<()> {
-        let trigger = self.events;
         let mut emissions = std::mem::take(&mut self.held);
-        for emission in &mut emissions {
-            emission.trigger = trigger;
+        self.held_bytes = 0;
+        for (n, emission) in emissions.iter_mut().enumerate() {
+            emission.trigger = self.events + n as u64;
         }
-        emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let arrivals = emissions.len().max(1) as u64;
+        let last = self.events + arrivals - 1;
         let advances = match watermark > self.watermark {
-            true => vec![(trigger, watermark)],
+            true => vec![(last, watermark)],
             false => Vec::new(),
         };
+        // No slice changes a window that ended more than a lateness before the lowest mark.
+        let settled = watermark.saturating_sub(self.lateness).saturating_sub(1);
+        self.latest.forget_ended(settled);
         let router = RouterPart {
             dead: std::mem::take(&mut self.dead),
             advances: Arc::new(advances),
@@ -256,7 +287,7 @@ impl Feeder {
         };
         let id = self.batch;
         self.batch += 1;
-        self.events += 1;
+        self.events += arrivals;
         self.watermark = watermark;
         let gone = || PipelineError::Config("the collector stopped".into());
         parts.send((id, Part::Router(router))).map_err(|_| gone())?;
@@ -300,6 +331,7 @@ impl Feeder {
         (parts.send((id, Part::Snapshot(ShardSnapshot::default())))).map_err(|_| gone())?;
         ack.recv().map_err(|_| gone())?;
         self.last_checkpoint = Instant::now();
+        self.checkpointed_at = self.batch;
         Ok(())
     }
 }

@@ -177,6 +177,51 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     ))
 }
 
+/// The latest version of each upstream window result seen, by slice, key and window. A slice's
+/// publisher sends a record that went unacknowledged again after later ones, so the stream may
+/// hold a result after its update, or a retraction after the update that replaced what it
+/// withdraws: such an older record is dropped rather than undo a newer one.
+#[derive(Debug, Default)]
+pub struct Latest {
+    seen: crate::hashing::HashMap<(usize, std::sync::Arc<str>, Window), (u64, bool)>,
+}
+
+impl Latest {
+    /// Whether `emission` of slice `slice` is newer than what was seen of its window (a
+    /// retraction of the version seen is; the version it withdraws, arriving after it, is
+    /// not), noting it if so.
+    pub fn admits(&mut self, slice: usize, emission: &Emission) -> bool {
+        let retracts = emission.kind == EmissionKind::Retract;
+        let key = (slice, emission.key.clone(), emission.window);
+        if let Some(&(version, withdrawn)) = self.seen.get(&key) {
+            let newer = match retracts {
+                true => emission.version > version || (emission.version == version && !withdrawn),
+                false => emission.version > version,
+            };
+            if !newer {
+                return false;
+            }
+        }
+        self.seen.insert(key, (emission.version, retracts));
+        true
+    }
+
+    /// Forgets the windows that ended at or before `end`: no slice changes them any more.
+    pub fn forget_ended(&mut self, end: Millis) {
+        self.seen.retain(|(_, _, window), _| window.end > end);
+    }
+
+    /// How many windows it remembers.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether it remembers none.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
 /// When a slice writes its next mark: at most every [`MARK_EVERY`] (each one waits for the
 /// acknowledgement of every result before it), and at every checkpoint.
 #[derive(Debug)]
@@ -286,6 +331,42 @@ mod tests {
             parse(&line, 2, false),
             Err(UpstreamError::Kind(_))
         ));
+    }
+
+    #[test]
+    fn a_record_sent_again_after_newer_ones_is_dropped() {
+        let mut latest = Latest::default();
+        let at = |kind, version| Emission {
+            kind,
+            version,
+            ..emission(kind, None)
+        };
+        // The update (v2) came before the retraction of v1 and before v1 itself.
+        assert!(latest.admits(0, &at(EmissionKind::Update, 2)));
+        assert!(!latest.admits(0, &at(EmissionKind::Retract, 1)));
+        assert!(!latest.admits(0, &at(EmissionKind::Result, 1)));
+        assert!(!latest.admits(0, &at(EmissionKind::Update, 2)), "a repeat");
+        // Another slice's result of the same key and window is its own.
+        assert!(latest.admits(1, &at(EmissionKind::Result, 1)));
+        // A retraction of what was seen counts once; the version it withdrew, arriving late,
+        // does not come back.
+        assert!(latest.admits(0, &at(EmissionKind::Retract, 2)));
+        assert!(!latest.admits(0, &at(EmissionKind::Retract, 2)));
+        assert!(!latest.admits(0, &at(EmissionKind::Update, 2)));
+        assert!(latest.admits(0, &at(EmissionKind::Update, 3)));
+        // A retraction before the result it withdraws: the result is then dropped.
+        let other = |kind, version| Emission {
+            window: Window { start: 10, end: 20 },
+            ..at(kind, version)
+        };
+        assert!(latest.admits(0, &other(EmissionKind::Retract, 1)));
+        assert!(!latest.admits(0, &other(EmissionKind::Result, 1)));
+        latest.forget_ended(10);
+        assert_eq!(
+            latest.len(),
+            1,
+            "the windows ending at 10 forgotten, of both slices"
+        );
     }
 
     #[test]

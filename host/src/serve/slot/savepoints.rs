@@ -158,7 +158,9 @@ impl Slot {
         let dir = self.sliced_home()?;
         if self.with_managed(|managed| Ok(crate::cluster::staged(&managed.spec)))? {
             return Err(RequestError::Conflict(format!(
-                "pipeline {:?} runs on workers with a stage slice (stages, a global or                  pre-aggregated aggregate), whose savepoints are not taken yet: take one of it                  run by this server, or save by a stop and start",
+                "pipeline {:?} runs on workers with a stage slice (stages, a global or \
+                 pre-aggregated aggregate), whose savepoints are not taken yet; a stop keeps \
+                 every slice's state until its start",
                 self.name
             )));
         }

@@ -527,6 +527,20 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
     let shared: BTreeMap<String, Value> = wait_for_results(&cluster.client, single.len())
         .into_iter()
         .collect();
+    // The stream between the slices is purged of what the stage slice's uploads have read.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let purged = loop {
+        let state = cluster.client.runtime.block_on(async {
+            let name = format!("weir-stages-{PIPELINE}");
+            let mut stream = cluster.client.jetstream.get_stream(name).await.unwrap();
+            stream.info().await.unwrap().state.clone()
+        });
+        if state.first_sequence > 1 || Instant::now() > deadline {
+            break state;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(purged.first_sequence > 1, "never purged: {purged:?}");
     workers.into_iter().for_each(kill);
     assert_eq!(shared, single, "{}", cluster.logs(&["w1", "w2", "w3"]));
 }

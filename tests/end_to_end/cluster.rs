@@ -541,6 +541,14 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
         std::thread::sleep(Duration::from_millis(500));
     };
     assert!(purged.first_sequence > 1, "never purged: {purged:?}");
+    // `weir cluster status` shows the stage slice's progress: it has read its whole stream.
+    let status = cluster.status();
+    let stage = &status["progress"]["6"];
+    assert_eq!(stage["lag"], 0, "{status}");
+    assert!(
+        stage["read"].as_u64() >= Some(purged.first_sequence - 1),
+        "{status}"
+    );
     workers.into_iter().for_each(kill);
     assert_eq!(shared, single, "{}", cluster.logs(&["w1", "w2", "w3"]));
 }

@@ -481,10 +481,15 @@ pub(super) fn status_of(
     }
     // A partitioned stream's slices' watermarks (the pipeline's is the lowest of them).
     let watermarks = super::watermarks::published(connection, name, record.slices)?;
-    let progress = super::progress::reported(connection, name, record.slices)?;
+    let progress =
+        super::progress::reported(connection, name, record.slices + usize::from(staged))?;
     let workers = per_worker(&progress);
     let versions = super::progress::summed(&progress);
     let progress = with_lags(connection, &record, &progress)?;
+    let progress = match staged {
+        true => with_stage_lag(connection, &record, progress),
+        false => progress,
+    };
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
@@ -523,6 +528,20 @@ fn per_worker(
 
 /// Each slice's progress, by slice, with its `lag`: the stream sequences between what it read
 /// and the last message on its subjects (its partition's, or the stream's), now.
+/// `progress` with the stage slice's lag: the records of its stream it has not read.
+fn with_stage_lag(
+    connection: &Connection,
+    record: &PipelineRecord,
+    mut progress: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    if let Some(value) = progress.get_mut(&record.slices.to_string()) {
+        let last = super::stage_stream::last_sequence(connection, &record.name);
+        let read = value["read"].as_u64().unwrap_or(0);
+        value["lag"] = last.map(|last| last.saturating_sub(read)).into();
+    }
+    progress
+}
+
 fn with_lags(
     connection: &Connection,
     record: &PipelineRecord,

@@ -88,6 +88,19 @@ pub(super) fn ensure(connection: &Connection, pipeline: &str) -> Result<()> {
         .map_err(|e| connection.error(&format!("stream {stream}"), e))
 }
 
+/// The last sequence of `pipeline`'s stream (purged or not), if the server says.
+pub(super) fn last_sequence(connection: &Connection, pipeline: &str) -> Option<u64> {
+    let stream = name(pipeline);
+    connection.block_on(async {
+        let mut stream = super::timed(connection.jetstream.get_stream(&stream))
+            .await
+            .ok()?
+            .ok()?;
+        let info = super::timed(stream.info()).await.ok()?.ok()?;
+        Some(info.state.last_sequence)
+    })
+}
+
 /// Purges the records of `pipeline`'s stream up to sequence `read` (what the stage slice's
 /// uploaded checkpoint has read: a takeover resumes after it).
 pub(super) fn purge(connection: &Connection, pipeline: &str, read: u64) -> Result<()> {

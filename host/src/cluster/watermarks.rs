@@ -116,8 +116,10 @@ impl Exchanging {
         if !self.connection.connected() {
             return; // the runs keep their floors: they can only have been too low
         }
+        // Not the stage slice's (the last, past the input's): its watermark follows the others'.
         let runs: Vec<(usize, Arc<PipelineControl>)> = (self.runs.lock().expect("runs lock"))
             .iter()
+            .filter(|(slice, _)| **slice < self.slices)
             .map(|(slice, control)| (*slice, control.clone()))
             .collect();
         self.written

@@ -539,9 +539,7 @@ impl Worker {
             })?;
         // Reported (`progress.rs`), and of a partitioned stream, its watermark exchanged (not
         // the stage slice's: its watermark follows the others').
-        if !stage_slice {
-            (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
-        }
+        (self.runs.lock().expect("runs lock")).insert(slice, control.clone());
         info!(worker = %self.id, slice, resumed_from = ?restored, "slice taken");
         eprintln!(
             "weir: worker {} runs slice {slice} (from checkpoint {})",

@@ -13,6 +13,7 @@
 //! `collector` (through `mod.rs`), `messages` and `upstream`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
@@ -199,7 +200,12 @@ impl Feeder {
         while !control.stopping() {
             control.beat();
             match upstream.next_record().map_err(PipelineError::Source)? {
-                Some(Record::Line(line, bytes)) => self.take(line, &bytes),
+                Some(Record::Line(line, bytes)) => {
+                    self.take(line, &bytes);
+                    // How far it read, for its lag (its records are not events: none counted).
+                    let read = upstream.position().offset;
+                    control.stats.input_offset.store(read, Ordering::Relaxed);
+                }
                 Some(_) => {}
                 None => break,
             }

@@ -91,6 +91,23 @@ impl Renewer {
         self.lock().remove(&slice);
     }
 
+    /// Renews slice `slice`'s lease now: whether this process holds it still (then nobody
+    /// else has taken the slice, nor can before the lease runs out). A lease found lost is left
+    /// to the renewing thread, which stops the slice.
+    pub(super) fn confirm(&self, slice: usize) -> bool {
+        let mut held = self.lock();
+        let Some(lease) = held.get_mut(&slice).filter(|lease| !lease.lost) else {
+            return false;
+        };
+        match self.shared.leases.renew(slice, lease.revision) {
+            Renewal::Held(revision) => {
+                (lease.revision, lease.renewed) = (revision, Instant::now());
+                true
+            }
+            Renewal::Lost | Renewal::Unreachable => false,
+        }
+    }
+
     /// The held slices whose lease was lost.
     pub(super) fn lost(&self) -> Vec<usize> {
         (self.lock().iter())

@@ -693,7 +693,9 @@ fn upload_loop(shared: &Shared, snapshots: &Snapshots, mut chain: Chain) {
                 failures = 0;
                 let mut pending = shared.pending.lock().expect("upload lock");
                 pending.uploaded = chain.head;
-                pending.uploaded_sequence = Some(chain.head_sequence);
+                if !shared.fenced.load(Ordering::SeqCst) {
+                    pending.uploaded_sequence = Some(chain.head_sequence);
+                }
                 // A base copies the newest commit: the checkpoints queued meanwhile that it
                 // holds are done.
                 while pending.queue.front().is_some_and(|q| q.id <= chain.head) {

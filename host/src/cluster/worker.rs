@@ -231,9 +231,15 @@ impl Worker {
         if !super::stage_stream::staged(&self.spec) {
             return;
         }
-        if let Some(read) = run.uploader.uploaded_sequence()
-            && let Err(e) = super::stage_stream::purge(&self.connection, &self.record.name, read)
-        {
+        // What was uploaded, then the lease confirmed: a worker that lost the slice without
+        // knowing it yet (its uploads may have gone on) purges nothing its taker needs.
+        let Some(read) = run.uploader.uploaded_sequence() else {
+            return;
+        };
+        if !self.renewer.confirm(stage_slice) {
+            return;
+        }
+        if let Err(e) = super::stage_stream::purge(&self.connection, &self.record.name, read) {
             warn!(worker = %self.id, error = %e, "cannot purge the stage stream");
         }
     }
@@ -271,7 +277,13 @@ impl Worker {
         let changed = record.spec != self.record.spec || record.json != self.record.json;
         let mut taken = true;
         if changed {
+            let staged = super::stage_stream::staged(&self.spec);
             match shared_spec(&self.connection, &record, &self.dir, &self.code) {
+                Ok(spec) if super::stage_stream::staged(&spec) != staged => {
+                    // Refused at deploy; a record written otherwise is not followed.
+                    taken = false;
+                    warn!(worker = %self.id, "the record adds or takes away the stage slice; restart the worker");
+                }
                 Ok(spec) if record.slices == self.record.slices => {
                     info!(worker = %self.id, "pipeline spec changed; slices taken from now run it");
                     eprintln!(

@@ -29,10 +29,11 @@ use crate::time::{MINUS_INFINITY, Millis};
 use crate::watermark::PartitionMark;
 use crate::window::EngineOutput;
 
-/// The most results, and bytes of them, held for a mark before the slice stops with an error
-/// (a slice that never marks would otherwise make it hold its whole input).
-const MAX_HELD: usize = 1_000_000;
-const MAX_HELD_BYTES: usize = 256 << 20;
+/// The most results, and bytes of them, held for a mark: past that they are handed over
+/// without the watermark moving (a window that fires for a million keys, or slices that run
+/// ahead of one replaying after a takeover), which the stages take as they would with it.
+const MAX_HELD: usize = 100_000;
+const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Runs the stages of `spec`, a pipeline of `slices` slices upstream of them, from `upstream`
 /// (their records' stream), until the control asks for a stop: then a last checkpoint.
@@ -125,8 +126,9 @@ struct Feeder {
     marks: Vec<Millis>,
     /// The watermark handed over last: the lowest mark then.
     watermark: Millis,
-    /// Results held until the lowest mark passes, in the stream's order, and their bytes.
-    held: Vec<crate::window::Emission>,
+    /// Results held until the lowest mark passes, with their slices, in the stream's order,
+    /// and their bytes.
+    held: Vec<(usize, crate::window::Emission)>,
     held_bytes: usize,
     /// The latest version of each result seen: an older one sent again is dropped.
     latest: Latest,
@@ -209,17 +211,9 @@ impl Feeder {
                 Some(_) => {}
                 None => break,
             }
-            if self.held.len() > MAX_HELD || self.held_bytes > MAX_HELD_BYTES {
-                return Err(PipelineError::Config(format!(
-                    "{} results of the slices ({} bytes) wait for a slice's mark: is a slice \
-                     stuck? Its marks: {:?}",
-                    self.held.len(),
-                    self.held_bytes,
-                    self.marks
-                )));
-            }
+            let full = self.held.len() > MAX_HELD || self.held_bytes > MAX_HELD_BYTES;
             let lowest = self.marks.iter().copied().min().unwrap_or(MINUS_INFINITY);
-            if lowest > self.watermark || !self.dead.is_empty() {
+            if lowest > self.watermark || !self.dead.is_empty() || full {
                 self.hand_over(lowest.max(self.watermark), parts)?;
                 self.position = upstream.position();
                 self.marks_then = self.marks.clone();
@@ -248,7 +242,7 @@ impl Feeder {
             Ok(Upstream::Result(slice, emission)) => {
                 if self.latest.admits(slice, &emission) {
                     self.held_bytes += bytes.len();
-                    self.held.push(emission);
+                    self.held.push((slice, emission));
                 }
             }
             Err(reason) => self.dead.push(DeadLetter {
@@ -261,16 +255,22 @@ impl Feeder {
     }
 
     /// Hands the held results, and the dead letters, to the collector with the watermark
-    /// advanced to `watermark` after them. Each result is an arrival of its own, in the
-    /// stream's order: a retraction goes in after the result it withdraws, as its slice wrote
-    /// them (one trigger for all would put every retraction first).
+    /// advanced to `watermark` after them. What one event made in its slice is one arrival
+    /// (a retraction first, as one process has it: the stage's window fires once for both);
+    /// arrivals go in the stream's order, so a retraction follows the result it withdraws (one
+    /// arrival for all would put every retraction first).
     fn hand_over(&mut self, watermark: Millis, parts: &SyncSender<(u64, Part)>) -> Result<()> {
-        let mut emissions = std::mem::take(&mut self.held);
+        let held = std::mem::take(&mut self.held);
         self.held_bytes = 0;
-        for (n, emission) in emissions.iter_mut().enumerate() {
-            emission.trigger = self.events + n as u64;
+        let mut arrivals: crate::hashing::HashMap<(usize, u64), u64> = Default::default();
+        let mut emissions = Vec::with_capacity(held.len());
+        for (slice, mut emission) in held {
+            let next = self.events + arrivals.len() as u64;
+            emission.trigger = *arrivals.entry((slice, emission.trigger)).or_insert(next);
+            emissions.push(emission);
         }
-        let arrivals = emissions.len().max(1) as u64;
+        emissions.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let arrivals = arrivals.len().max(1) as u64;
         let last = self.events + arrivals - 1;
         let advances = match watermark > self.watermark {
             true => vec![(last, watermark)],

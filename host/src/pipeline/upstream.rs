@@ -34,8 +34,11 @@ pub struct UpstreamRecord {
 /// An [`UpstreamRecord`]'s content.
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub enum Body {
-    /// A window result, update, early result or retraction of the aggregate.
+    /// A window result, update, early result or retraction of the aggregate, with the arrival
+    /// index (in its slice) that made it: what one event's processing emitted goes in together.
     Result {
+        #[serde(default)]
+        trigger: u64,
         key: String,
         start: Millis,
         end: Millis,
@@ -70,6 +73,7 @@ pub fn records(pipeline: &str, slice: usize, emission: &Emission) -> Vec<Upstrea
             ),
             slice,
             body: Body::Result {
+                trigger: emission.trigger,
                 key: emission.key.to_string(),
                 start: window.start,
                 end: window.end,
@@ -119,8 +123,8 @@ pub enum UpstreamError {
     Window { start: Millis, end: Millis },
 }
 
-/// What the stage slice reads: a result (as an emission, its trigger the caller's to set) of a
-/// slice, or a slice's mark.
+/// What the stage slice reads: a result (as an emission, its trigger the one in its slice) of
+/// a slice, or a slice's mark.
 #[derive(Debug)]
 pub enum Upstream {
     Result(usize, Emission),
@@ -137,16 +141,17 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     if slice >= slices {
         return Err(UpstreamError::Slice { slice, slices });
     }
-    let (key, start, end, kind, version, value) = match record.body {
+    let (trigger, key, start, end, kind, version, value) = match record.body {
         Body::Mark(watermark) => return Ok(Upstream::Mark(slice, watermark)),
         Body::Result {
+            trigger,
             key,
             start,
             end,
             kind,
             version,
             value,
-        } => (key, start, end, kind, version, value),
+        } => (trigger, key, start, end, kind, version, value),
     };
     let kind = match kind.as_str() {
         "result" => EmissionKind::Result,
@@ -165,7 +170,7 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     Ok(Upstream::Result(
         slice,
         Emission {
-            trigger: 0,
+            trigger,
             key: key.into(),
             window: Window { start, end },
             kind,

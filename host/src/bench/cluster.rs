@@ -40,6 +40,9 @@ pub struct ClusterShape {
     pub per_message: usize,
     /// Pin worker `i` to core `i` (modulo the machine's cores).
     pub pin: bool,
+    /// The aggregate is global: one result per window over every key, its partials combined
+    /// on the stage slice.
+    pub global: bool,
 }
 
 /// The CPU time (user and system) of process `pid` so far, from `/proc`.
@@ -87,6 +90,10 @@ pub fn cluster(
 ) -> Result<ClusterReport, PipelineError> {
     let fail = |e: SetupError| PipelineError::Config(format!("cluster benchmark at {url}: {e}"));
     let (lines, expected, closing) = bench_input((events, keys), shape.partitions);
+    let expected = match shape.global {
+        true => (expected.iter().map(|(_, minute)| (0, *minute))).collect(),
+        false => expected,
+    };
 
     let nonce = format!("c{}{}", std::process::id(), crate::time::wall_clock_ms());
     let (stream, results) = (
@@ -116,6 +123,13 @@ pub fn cluster(
     let spec = dir.join("pipeline.toml");
     let text =
         pipeline_text(&name, url, (&stream, &nonce), module, shape.partitions).map_err(fail)?;
+    let text = match shape.global {
+        true => text.replace(
+            "kind = \"aggregate\"\n",
+            "kind = \"aggregate\"\nglobal = true\n",
+        ),
+        false => text,
+    };
     std::fs::write(&spec, text).map_err(|e| fail(e.into()))?;
     crate::cluster::deploy(url, &spec, None).map_err(|e| fail(e.into()))?;
 

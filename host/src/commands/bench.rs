@@ -243,6 +243,10 @@ pub(crate) enum BenchSuite {
         /// With --workers: pin worker i to core i (taskset).
         #[arg(long)]
         pin: bool,
+        /// With --workers: a global aggregate (one result per minute over every key), its
+        /// partials combined on the stage slice.
+        #[arg(long)]
+        global: bool,
         /// Instead of throughput: how long a SIGKILLed worker's slices wait for another owner,
         /// and a joining worker for its share (two workers, then a third), `--runs` times.
         #[arg(long)]
@@ -309,7 +313,7 @@ pub(crate) fn bench_nats(
     keys: u64,
     module: PathBuf,
     workers: &[usize],
-    (per_message, partitions, pin): (usize, Option<usize>, bool),
+    (per_message, partitions, pin, global): (usize, Option<usize>, bool, bool),
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=10_000).contains(&per_message),
@@ -353,13 +357,15 @@ pub(crate) fn bench_nats(
             partitions,
             per_message,
             pin,
+            global,
         };
         let run = weir::bench::cluster(url, &module, (events, keys), shape)?;
         let millions = events as f64 / 1e6;
         println!(
-            "shared by {count} worker process(es), {}{} {:>8.0} events/s  ({} results, {:.2} s from the workers' start; CPU per million events: workers {:.2} s, nats-server {:.2} s)",
+            "shared by {count} worker process(es), {}{}{} {:>8.0} events/s  ({} results, {:.2} s from the workers' start; CPU per million events: workers {:.2} s, nats-server {:.2} s)",
             partitions.map_or("6 slices reading all".into(), |p| format!("{p} partitions")),
             if pin { ", pinned" } else { "" },
+            if global { ", global aggregate" } else { "" },
             run.rate(),
             run.results,
             run.elapsed.as_secs_f64(),
@@ -530,6 +536,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         per_message,
         partitions,
         pin,
+        global,
         auth,
         takeover,
     }) = args.suite
@@ -538,7 +545,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<()> {
         if takeover {
             return bench_takeover(&nats, &module, args.runs);
         }
-        let shape = (per_message, partitions, pin);
+        let shape = (per_message, partitions, pin, global);
         return bench_nats(&nats, events, keys, module, &workers, shape);
     }
     bench_count_sum(args)

@@ -314,10 +314,10 @@ fn write_upstream(
     let slice = pacer.slice;
     let mut written = 0;
     for emission in emissions {
-        for record in super::upstream::records(&label.pipeline, slice, emission) {
-            sinks.results.write(&record)?;
-            written += 1;
-        }
+        sinks
+            .results
+            .write(&super::upstream::record(&label.pipeline, slice, emission))?;
+        written += 1;
     }
     if let Some((_, watermark)) = advances.last() {
         pacer.advanced(*watermark);

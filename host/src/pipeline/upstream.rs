@@ -5,8 +5,8 @@
 //!
 //! A slice writes a mark only after every result before it is acknowledged (see
 //! [`MarkPacer`]), so a result never follows, on the stream, a mark its window's end is under.
-//! Updates travel as the retraction of the result they replace, then the update (changelog
-//! form), so a record stands alone. Values keep their types (the serde form of
+//! A record is one emission whole (an update with the result it replaces, as the stages take
+//! it in one process). Values keep their types (the serde form of
 //! [`crate::value::Value`]), a partial's bytes among them.
 //!
 //! Depends on `emit` (its record trait), `time`, `value` and `window`.
@@ -45,6 +45,9 @@ pub enum Body {
         kind: String,
         version: u64,
         value: Fields,
+        /// For an update or early result: the result it replaces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<Fields>,
     },
     /// The slice's watermark reached this, and every result it fired up to it came before.
     Mark(Millis),
@@ -56,45 +59,32 @@ impl crate::emit::Record for UpstreamRecord {
     }
 }
 
-/// The records of `emission` of slice `slice` of `pipeline`: in changelog form (an update or
-/// early result that replaces one is preceded by the retraction of what it replaces).
-pub fn records(pipeline: &str, slice: usize, emission: &Emission) -> Vec<UpstreamRecord> {
-    let record = |kind: EmissionKind, version: u64, value: &Fields| {
-        let retract = if kind == EmissionKind::Retract {
-            "r"
-        } else {
-            ""
-        };
-        let window = emission.window;
-        UpstreamRecord {
-            id: format!(
-                "{slice}/{pipeline}/{}/{}/{version}{retract}/{}",
-                window.start, window.end, emission.key
-            ),
-            slice,
-            body: Body::Result {
-                trigger: emission.trigger,
-                key: emission.key.to_string(),
-                start: window.start,
-                end: window.end,
-                kind: kind.as_str().to_owned(),
-                version,
-                value: value.clone(),
-            },
-        }
+/// The record of `emission` of slice `slice` of `pipeline`: the emission whole, an update
+/// with the result it replaces (so the stages withdraw that and take the update in one
+/// arrival, as in one process).
+pub fn record(pipeline: &str, slice: usize, emission: &Emission) -> UpstreamRecord {
+    let retract = match emission.kind {
+        EmissionKind::Retract => "r",
+        _ => "",
     };
-    let mut out = Vec::with_capacity(2);
-    if let (Some(previous), EmissionKind::Update | EmissionKind::Early) =
-        (&emission.replaces, emission.kind)
-    {
-        out.push(record(
-            EmissionKind::Retract,
-            emission.version - 1,
-            previous,
-        ));
+    let (window, version) = (emission.window, emission.version);
+    UpstreamRecord {
+        id: format!(
+            "{slice}/{pipeline}/{}/{}/{version}{retract}/{}",
+            window.start, window.end, emission.key
+        ),
+        slice,
+        body: Body::Result {
+            trigger: emission.trigger,
+            key: emission.key.to_string(),
+            start: window.start,
+            end: window.end,
+            kind: emission.kind.as_str().to_owned(),
+            version,
+            value: emission.value.clone(),
+            replaces: emission.replaces.clone(),
+        },
     }
-    out.push(record(emission.kind, emission.version, &emission.value));
-    out
 }
 
 /// The mark of slice `slice` at `watermark`.
@@ -141,7 +131,7 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     if slice >= slices {
         return Err(UpstreamError::Slice { slice, slices });
     }
-    let (trigger, key, start, end, kind, version, value) = match record.body {
+    let (trigger, key, start, end, kind, version, value, replaces) = match record.body {
         Body::Mark(watermark) => return Ok(Upstream::Mark(slice, watermark)),
         Body::Result {
             trigger,
@@ -151,7 +141,8 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
             kind,
             version,
             value,
-        } => (trigger, key, start, end, kind, version, value),
+            replaces,
+        } => (trigger, key, start, end, kind, version, value, replaces),
     };
     let kind = match kind.as_str() {
         "result" => EmissionKind::Result,
@@ -176,7 +167,7 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
             kind,
             version,
             value,
-            replaces: None,
+            replaces,
             operator_version: None,
         },
     ))
@@ -288,32 +279,26 @@ mod tests {
     }
 
     #[test]
-    fn an_update_travels_as_its_retraction_then_itself_with_its_types() {
+    fn an_update_travels_whole_with_what_it_replaces_and_its_types() {
         let previous = vec![("n".into(), crate::value::Value::Float(1.0))];
-        let written = records(
-            "p",
-            1,
-            &emission(EmissionKind::Update, Some(previous.clone())),
-        );
-        assert_eq!(written.len(), 2);
-        let lines: Vec<Vec<u8>> = (written.iter())
-            .map(|r| serde_json::to_vec(r).unwrap())
-            .collect();
-        let Upstream::Result(1, retraction) = parse(&lines[0], 2, false).unwrap() else {
+        let update = emission(EmissionKind::Update, Some(previous.clone()));
+        let line = serde_json::to_vec(&record("p", 1, &update)).unwrap();
+        let Upstream::Result(1, read) = parse(&line, 2, true).unwrap() else {
             panic!("a result")
         };
-        assert_eq!(retraction.kind, EmissionKind::Retract);
-        assert_eq!((retraction.version, &retraction.value), (1, &previous));
-        let Upstream::Result(1, update) = parse(&lines[1], 2, true).unwrap() else {
-            panic!("a result")
-        };
-        assert_eq!(update.kind, EmissionKind::Update);
         assert_eq!(
-            &*update.key, "k/3.1",
+            (read.kind, read.version, read.trigger),
+            (EmissionKind::Update, 2, 9)
+        );
+        assert_eq!(read.replaces, Some(previous), "a float stays a float");
+        assert_eq!(read.value, update.value, "bytes stay bytes");
+        assert_eq!(
+            &*read.key, "k/3.1",
             "a partial's bucket told apart by slice"
         );
-        assert_eq!(update.value, emission(EmissionKind::Update, None).value);
-        assert_ne!(written[0].id, written[1].id);
+        let retraction = record("p", 1, &emission(EmissionKind::Retract, None));
+        assert_ne!(retraction.id, record("p", 1, &update).id);
+        assert_ne!(record("p", 0, &update).id, record("p", 1, &update).id);
     }
 
     #[test]
@@ -327,11 +312,11 @@ mod tests {
             parse(&foreign, 2, false),
             Err(UpstreamError::Slice { slice: 7, .. })
         ));
-        let mut record = records("p", 0, &emission(EmissionKind::Result, None)).remove(0);
-        if let Body::Result { kind, .. } = &mut record.body {
+        let mut written = record("p", 0, &emission(EmissionKind::Result, None));
+        if let Body::Result { kind, .. } = &mut written.body {
             *kind = "explode".into();
         }
-        let line = serde_json::to_vec(&record).unwrap();
+        let line = serde_json::to_vec(&written).unwrap();
         assert!(matches!(
             parse(&line, 2, false),
             Err(UpstreamError::Kind(_))

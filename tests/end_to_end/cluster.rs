@@ -471,6 +471,41 @@ fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_aft
     }
 }
 
+/// The stage slice's input purged past its checkpoint (by hand: the workers purge only what an
+/// uploaded checkpoint has read) is found missing when the slice is taken again, and said,
+/// rather than the stages going on without it.
+#[test]
+fn a_stage_slice_whose_input_was_purged_past_its_checkpoint_says_so() {
+    let cluster = Cluster::start_with(|text| {
+        text.replace(
+            "kind = \"aggregate\"\n",
+            "kind = \"aggregate\"\nglobal = true\n",
+        )
+    });
+    let (eu, us) = input();
+    let w1 = cluster.worker("w1");
+    cluster.wait_for_owners(&["w1"]);
+    cluster.publish(&eu[..500], &us[..500]);
+    assert!(!wait_for_results(&cluster.client, 1).is_empty());
+    terminate(w1);
+    // One record more than the stage slice has read, gone; then one it will read.
+    let subject = format!("weir-stages.0.{PIPELINE}");
+    let garbage = [serde_json::json!({"garbage": 1})];
+    cluster.client.publish(&subject, &garbage);
+    cluster.client.runtime.block_on(async {
+        let name = format!("weir-stages-{PIPELINE}");
+        let stream = cluster.client.jetstream.get_stream(name).await.unwrap();
+        stream.purge().await.unwrap();
+    });
+    cluster.client.publish(&subject, &garbage);
+    let _w1 = cluster.worker("w1");
+    let deadline = Instant::now() + crate::server::PATIENCE;
+    while !cluster.logs(&["w1"]).contains("are gone from the stream") {
+        assert!(Instant::now() < deadline, "{}", cluster.logs(&["w1"]));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A stage after the keyed aggregate (the top three users by count per second), on three
 /// workers: the stage slice's results are one process's over the same events from a file
 /// (`weir run`), ids and values.

@@ -199,13 +199,26 @@ impl Feeder {
         interval: Duration,
         control: &PipelineControl,
     ) -> Result<()> {
+        // The stream's sequences follow each other: the first record read must be the one
+        // after the checkpoint's, or what lies between is gone (purged past the checkpoint).
+        let mut expected = Some(self.position.offset + 1);
         while !control.stopping() {
             control.beat();
             match upstream.next_record().map_err(PipelineError::Source)? {
                 Some(Record::Line(line, bytes)) => {
-                    self.take(line, &bytes);
                     // How far it read, for its lag (its records are not events: none counted).
                     let read = upstream.position().offset;
+                    if let Some(expected) = expected.take()
+                        && read > expected
+                    {
+                        return Err(PipelineError::Config(format!(
+                            "the slices' records from sequence {expected} to {} are gone from \
+                             the stream (purged past this slice's checkpoint): the stages would \
+                             miss them",
+                            read - 1
+                        )));
+                    }
+                    self.take(line, &bytes);
                     control.stats.input_offset.store(read, Ordering::Relaxed);
                 }
                 Some(_) => {}

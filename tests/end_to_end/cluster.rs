@@ -498,12 +498,13 @@ fn a_stage_slice_whose_input_was_purged_past_its_checkpoint_says_so() {
         stream.purge().await.unwrap();
     });
     cluster.client.publish(&subject, &garbage);
-    let _w1 = cluster.worker("w1");
+    let w1 = cluster.worker("w1");
     let deadline = Instant::now() + crate::server::PATIENCE;
     while !cluster.logs(&["w1"]).contains("are gone from the stream") {
         assert!(Instant::now() < deadline, "{}", cluster.logs(&["w1"]));
         std::thread::sleep(Duration::from_millis(200));
     }
+    kill(w1);
 }
 
 /// A stage after the keyed aggregate (the top three users by count per second), on three

@@ -19,6 +19,14 @@ use crate::nats::{
 
 const PIPELINE: &str = "shared-clicks";
 
+/// The spec's aggregate made global (one result per window over every key).
+fn global(text: String) -> String {
+    text.replace(
+        "kind = \"aggregate\"\n",
+        "kind = \"aggregate\"\nglobal = true\n",
+    )
+}
+
 fn spec_text(url: &str, module: &Path) -> String {
     format!(
         r#"name = "{PIPELINE}"
@@ -91,6 +99,44 @@ impl Cluster {
         self.publish(eu, us);
         assert!(!wait_for_results(&self.client, 1).is_empty());
         workers
+    }
+
+    /// Workers w1, w2 and w3 holding every slice between them, the first 800 events of each
+    /// subject read, and the input before them purged once every slice's upload is past it.
+    fn three_workers_halfway(&self, eu: &[Value], us: &[Value]) -> BTreeMap<&'static str, Child> {
+        let workers = ["w1", "w2", "w3"].map(|id| (id, self.worker(id))).into();
+        self.wait_for_owners(&["w1", "w2", "w3"]);
+        self.publish(&eu[..800], &us[..800]);
+        assert!(!wait_for_results(&self.client, 1).is_empty());
+        self.purge_read_input();
+        workers
+    }
+
+    /// Runs the spec `text` of this cluster in one process (`weir run`) over `events` from a
+    /// file instead of the stream, its results to a file: those results.
+    fn run_in_one_process(&self, text: &str, events: &[Value]) -> Vec<Value> {
+        let (dir, url) = (self.dir.path(), &self.server.url);
+        let lines: String = events.iter().map(|event| format!("{event}\n")).collect();
+        std::fs::write(dir.join("events.jsonl"), lines).unwrap();
+        let text = text
+            .replace(
+                &format!("type = \"nats\"\nurl = \"{url}\"\nstream = \"CLICKS\""),
+                "type = \"file\"\npath = \"events.jsonl\"",
+            )
+            .replace(
+                &format!("results = {{ nats = \"{url}\", subject = \"results\" }}"),
+                "results = \"single.jsonl\"",
+            );
+        std::fs::write(dir.join("single.toml"), text).unwrap();
+        let run = weir(&["run", "--fresh"])
+            .arg(dir.join("single.toml"))
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{run:?}");
+        (std::fs::read_to_string(dir.join("single.jsonl")).unwrap())
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
     }
 
     fn worker(&self, id: &str) -> Child {
@@ -376,12 +422,7 @@ fn a_worker_serves_its_slices_metrics() {
 fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
     let cluster = Cluster::start();
     let (eu, us) = input();
-    let mut workers: BTreeMap<&str, Child> =
-        ["w1", "w2", "w3"].map(|id| (id, cluster.worker(id))).into();
-    cluster.wait_for_owners(&["w1", "w2", "w3"]);
-    cluster.publish(&eu[..800], &us[..800]);
-    assert!(!wait_for_results(&cluster.client, 1).is_empty());
-    cluster.purge_read_input();
+    let mut workers = cluster.three_workers_halfway(&eu, &us);
     kill(workers.remove("w2").unwrap());
     cluster.publish(&eu[800..], &us[800..]);
     cluster.close_windows();
@@ -417,22 +458,12 @@ fn a_sigkilled_worker_s_slices_are_taken_over_with_nothing_lost_or_repeated() {
 /// repeats nothing: every window's result is the model's, once.
 #[test]
 fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_after_a_sigkill() {
-    let cluster = Cluster::start_with(|text| {
-        text.replace(
-            "kind = \"aggregate\"\n",
-            "kind = \"aggregate\"\nglobal = true\n",
-        )
-    });
+    let cluster = Cluster::start_with(global);
     let status = cluster.status();
     assert_eq!(status["stage_slice"], 6, "{status}");
     let (eu, us) = input();
-    let mut workers: BTreeMap<&str, Child> =
-        ["w1", "w2", "w3"].map(|id| (id, cluster.worker(id))).into();
-    cluster.wait_for_owners(&["w1", "w2", "w3"]);
-    cluster.publish(&eu[..800], &us[..800]);
-    assert!(!wait_for_results(&cluster.client, 1).is_empty());
-    cluster.purge_read_input();
-    // w1 holds slices 0, 3 and 6 (the stage slice); w2 holds two slices of key groups.
+    let mut workers = cluster.three_workers_halfway(&eu, &us);
+    // One worker holds slices 0, 3 and 6 (the stage slice), the others two each.
     let owners = cluster.owners();
     let victim = owners["6"].clone();
     kill(workers.remove(victim.as_str()).unwrap());
@@ -476,12 +507,7 @@ fn a_global_aggregate_on_workers_combines_on_a_stage_slice_with_nothing_lost_aft
 /// rather than the stages going on without it.
 #[test]
 fn a_stage_slice_whose_input_was_purged_past_its_checkpoint_says_so() {
-    let cluster = Cluster::start_with(|text| {
-        text.replace(
-            "kind = \"aggregate\"\n",
-            "kind = \"aggregate\"\nglobal = true\n",
-        )
-    });
+    let cluster = Cluster::start_with(global);
     let (eu, us) = input();
     let w1 = cluster.worker("w1");
     cluster.wait_for_owners(&["w1"]);
@@ -523,35 +549,17 @@ fn a_stage_after_the_aggregate_on_workers_gives_a_single_process_s_results() {
     cluster.close_windows();
 
     // One process, the same events in a file, in the order of the stream.
-    let dir = cluster.dir.path();
     let far = serde_json::json!({"user": "zz", "ts": BASE + 100_000_000, "amount": 0});
-    let lines: String = (eu.iter().chain(&us).chain([&far, &far]))
-        .map(|event| format!("{event}\n"))
+    let events: Vec<Value> = (eu.iter().chain(&us).chain([&far, &far]))
+        .cloned()
         .collect();
-    std::fs::write(dir.join("events.jsonl"), lines).unwrap();
-    let module = crate::server::count_sum_v1();
-    let text = with_stage(spec_text(&cluster.server.url, &module));
-    let source = format!(
-        "type = \"nats\"\nurl = \"{}\"\nstream = \"CLICKS\"",
-        cluster.server.url
-    );
-    let text = text.replace(&source, "type = \"file\"\npath = \"events.jsonl\"");
-    let results = format!(
-        "results = {{ nats = \"{}\", subject = \"results\" }}",
-        cluster.server.url
-    );
-    let text = text.replace(&results, "results = \"single.jsonl\"");
-    std::fs::write(dir.join("single.toml"), text).unwrap();
-    let run = weir(&["run", "--fresh"])
-        .arg(dir.join("single.toml"))
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{run:?}");
+    let text = with_stage(spec_text(
+        &cluster.server.url,
+        &crate::server::count_sum_v1(),
+    ));
     // The file ends, which closes the far events' window too; the stream does not.
-    let single: BTreeMap<String, Value> = (std::fs::read_to_string(dir.join("single.jsonl")))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+    let single: BTreeMap<String, Value> = (cluster.run_in_one_process(&text, &events))
+        .into_iter()
         .filter(|record| record["window_start"].as_i64() < Some(BASE + 100_000_000))
         .map(|record| (record["id"].as_str().unwrap().to_owned(), record))
         .collect();
@@ -628,27 +636,12 @@ fn retractions_upstream_reach_the_stage_slice_in_order_and_its_final_values_are_
         .client
         .publish("clicks.eu", std::slice::from_ref(&far));
 
-    let dir = cluster.dir.path();
-    let lines: String = (events.iter().chain([&far]))
-        .map(|event| format!("{event}\n"))
-        .collect();
-    std::fs::write(dir.join("events.jsonl"), lines).unwrap();
-    let url = &cluster.server.url;
-    let text = sessions(spec_text(url, &crate::server::count_sum_v1()))
-        .replace(
-            &format!("type = \"nats\"\nurl = \"{url}\"\nstream = \"CLICKS\""),
-            "type = \"file\"\npath = \"events.jsonl\"",
-        )
-        .replace(
-            &format!("results = {{ nats = \"{url}\", subject = \"results\" }}"),
-            "results = \"single.jsonl\"",
-        );
-    std::fs::write(dir.join("single.toml"), text).unwrap();
-    let run = weir(&["run", "--fresh"])
-        .arg(dir.join("single.toml"))
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{run:?}");
+    let events: Vec<Value> = events.iter().chain([&far]).cloned().collect();
+    let text = sessions(spec_text(
+        &cluster.server.url,
+        &crate::server::count_sum_v1(),
+    ));
+    let single = cluster.run_in_one_process(&text, &events);
     // The last version of each stage window's result, by window start.
     let last = |records: &mut dyn Iterator<Item = Value>| -> BTreeMap<i64, (u64, Value)> {
         let mut out: BTreeMap<i64, (u64, Value)> = BTreeMap::new();
@@ -661,8 +654,7 @@ fn retractions_upstream_reach_the_stage_slice_in_order_and_its_final_values_are_
         }
         out
     };
-    let single = std::fs::read_to_string(dir.join("single.jsonl")).unwrap();
-    let single = last(&mut single.lines().map(|l| serde_json::from_str(l).unwrap()));
+    let single = last(&mut single.into_iter());
     assert!(
         single.values().any(|(v, _)| *v > 1),
         "updates upstream reach the stage: {single:?}"
@@ -839,14 +831,7 @@ fn what_cannot_be_shared_and_damaged_shared_records_are_refused() {
         &[],
         "writes NATS subjects only",
     );
-    refused(
-        &good.replace(
-            "kind = \"aggregate\"\n",
-            "kind = \"aggregate\"\nglobal = true\n",
-        ),
-        &[],
-        "deployed without stages",
-    );
+    refused(&global(good.clone()), &[], "deployed without stages");
     refused(&good.replace("shared-clicks", "a."), &[], "no dots");
     refused(&good, &["--slices", "0"], "from 1 to 64");
     refused(&good, &["--slices", "4"], "cannot be cut into 4");

@@ -526,8 +526,6 @@ fn per_worker(
         .collect()
 }
 
-/// Each slice's progress, by slice, with its `lag`: the stream sequences between what it read
-/// and the last message on its subjects (its partition's, or the stream's), now.
 /// `progress` with the stage slice's lag: the records of its stream it has not read.
 fn with_stage_lag(
     connection: &Connection,
@@ -542,6 +540,8 @@ fn with_stage_lag(
     progress
 }
 
+/// Each slice's progress, by slice, with its `lag`: the stream sequences between what it read
+/// and the last message on its subjects (its partition's, or the stream's), now.
 fn with_lags(
     connection: &Connection,
     record: &PipelineRecord,

@@ -199,28 +199,28 @@ impl Feeder {
         interval: Duration,
         control: &PipelineControl,
     ) -> Result<()> {
-        // The stream's sequences follow each other: the first record read must be the one
-        // after the checkpoint's, or what lies between is gone (purged past the checkpoint).
-        let mut expected = Some(self.position.offset + 1);
+        // The stream's sequences follow each other, and a read takes one message at most: a
+        // read that moves further skipped records gone from the stream (purged past what this
+        // slice has read).
+        let mut before = self.position.offset;
+        control.stats.input_offset.store(before, Ordering::Relaxed);
         while !control.stopping() {
             control.beat();
-            match upstream.next_record().map_err(PipelineError::Source)? {
-                Some(Record::Line(line, bytes)) => {
-                    // How far it read, for its lag (its records are not events: none counted).
-                    let read = upstream.position().offset;
-                    if let Some(expected) = expected.take()
-                        && read > expected
-                    {
-                        return Err(PipelineError::Config(format!(
-                            "the slices' records from sequence {expected} to {} are gone from \
-                             the stream (purged past this slice's checkpoint): the stages would \
-                             miss them",
-                            read - 1
-                        )));
-                    }
-                    self.take(line, &bytes);
-                    control.stats.input_offset.store(read, Ordering::Relaxed);
-                }
+            let record = upstream.next_record().map_err(PipelineError::Source)?;
+            let read = upstream.position().offset;
+            if read > before + 1 {
+                return Err(PipelineError::Config(format!(
+                    "the slices' records from sequence {} to {} are gone from the stream \
+                     (purged past what this slice read): the stages would miss them",
+                    before + 1,
+                    read - 1
+                )));
+            }
+            before = read;
+            // How far it read, for its lag (its records are not events: none counted).
+            control.stats.input_offset.store(read, Ordering::Relaxed);
+            match record {
+                Some(Record::Line(line, bytes)) => self.take(line, &bytes),
                 Some(_) => {}
                 None => break,
             }
@@ -252,8 +252,8 @@ impl Feeder {
             Ok(Upstream::Mark(slice, mark)) => {
                 self.marks[slice] = self.marks[slice].max(mark);
             }
-            Ok(Upstream::Result(slice, emission)) => {
-                if self.latest.admits(slice, &emission) {
+            Ok(Upstream::Result(slice, mut emission)) => {
+                if self.latest.admits(slice, &mut emission) {
                     self.held_bytes += bytes.len();
                     self.held.push((slice, emission));
                 }

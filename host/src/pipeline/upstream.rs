@@ -173,32 +173,60 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     ))
 }
 
-/// The latest version of each upstream window result seen, by slice, key and window. A slice's
-/// publisher sends a record that went unacknowledged again after later ones, so the stream may
-/// hold a result after its update, or a retraction after the update that replaced what it
-/// withdraws: such an older record is dropped rather than undo a newer one.
+/// What the stages took last of each upstream window result, by slice, key and window: its
+/// version, and its value unless it was withdrawn. A slice's publisher sends a record that went
+/// unacknowledged again after later ones, so the stream may hold a result after its update, or
+/// a retraction after the update that replaced what it withdraws: such an older record is
+/// dropped rather than undo a newer one. And what a newer one withdraws is made what the stages
+/// took (a version in between may not have come yet): a stage keyed by a field withdraws it
+/// from the key it went to.
 #[derive(Debug, Default)]
 pub struct Latest {
-    seen: crate::hashing::HashMap<(usize, std::sync::Arc<str>, Window), (u64, bool)>,
+    seen: crate::hashing::HashMap<ResultOf, Taken>,
 }
 
+/// A slice's window result: its slice, key and window.
+type ResultOf = (usize, std::sync::Arc<str>, Window);
+
+/// What the stages took of one: its version, and its value unless it was withdrawn.
+type Taken = (u64, Option<Fields>);
+
 impl Latest {
-    /// Whether `emission` of slice `slice` is newer than what was seen of its window (a
-    /// retraction of the version seen is; the version it withdraws, arriving after it, is
-    /// not), noting it if so.
-    pub fn admits(&mut self, slice: usize, emission: &Emission) -> bool {
+    /// Whether `emission` of slice `slice` is newer than what was taken of its window (a
+    /// retraction of the version taken is; the version it withdraws, arriving after it, is
+    /// not), noting it if so, with what it withdraws made what was taken.
+    pub fn admits(&mut self, slice: usize, emission: &mut Emission) -> bool {
         let retracts = emission.kind == EmissionKind::Retract;
         let key = (slice, emission.key.clone(), emission.window);
-        if let Some(&(version, withdrawn)) = self.seen.get(&key) {
-            let newer = match retracts {
-                true => emission.version > version || (emission.version == version && !withdrawn),
-                false => emission.version > version,
-            };
-            if !newer {
-                return false;
+        let taken = match self.seen.remove(&key) {
+            None => None,
+            Some((version, taken)) => {
+                let newer = match retracts {
+                    true => {
+                        emission.version > version
+                            || (emission.version == version && taken.is_some())
+                    }
+                    false => emission.version > version,
+                };
+                if !newer {
+                    self.seen.insert(key, (version, taken));
+                    return false;
+                }
+                Some(taken)
             }
+        };
+        let now = match retracts {
+            true => None,
+            false => Some(emission.value.clone()),
+        };
+        match (retracts, taken) {
+            // A retraction withdraws what was taken; of nothing taken, there is nothing to do
+            // (it is passed on, and the stages drop it).
+            (true, Some(Some(value))) => emission.value = value,
+            (false, Some(taken)) => emission.replaces = taken,
+            _ => {}
         }
-        self.seen.insert(key, (emission.version, retracts));
+        self.seen.insert(key, (emission.version, now));
         true
     }
 
@@ -332,29 +360,49 @@ mod tests {
             ..emission(kind, None)
         };
         // The update (v2) came before the retraction of v1 and before v1 itself.
-        assert!(latest.admits(0, &at(EmissionKind::Update, 2)));
-        assert!(!latest.admits(0, &at(EmissionKind::Retract, 1)));
-        assert!(!latest.admits(0, &at(EmissionKind::Result, 1)));
-        assert!(!latest.admits(0, &at(EmissionKind::Update, 2)), "a repeat");
+        assert!(latest.admits(0, &mut at(EmissionKind::Update, 2)));
+        assert!(!latest.admits(0, &mut at(EmissionKind::Retract, 1)));
+        assert!(!latest.admits(0, &mut at(EmissionKind::Result, 1)));
+        assert!(
+            !latest.admits(0, &mut at(EmissionKind::Update, 2)),
+            "a repeat"
+        );
         // Another slice's result of the same key and window is its own.
-        assert!(latest.admits(1, &at(EmissionKind::Result, 1)));
+        assert!(latest.admits(1, &mut at(EmissionKind::Result, 1)));
         // A retraction of what was seen counts once; the version it withdrew, arriving late,
         // does not come back.
-        assert!(latest.admits(0, &at(EmissionKind::Retract, 2)));
-        assert!(!latest.admits(0, &at(EmissionKind::Retract, 2)));
-        assert!(!latest.admits(0, &at(EmissionKind::Update, 2)));
-        assert!(latest.admits(0, &at(EmissionKind::Update, 3)));
+        assert!(latest.admits(0, &mut at(EmissionKind::Retract, 2)));
+        assert!(!latest.admits(0, &mut at(EmissionKind::Retract, 2)));
+        assert!(!latest.admits(0, &mut at(EmissionKind::Update, 2)));
+        assert!(latest.admits(0, &mut at(EmissionKind::Update, 3)));
         // A retraction before the result it withdraws: the result is then dropped.
         let other = |kind, version| Emission {
             window: Window { start: 10, end: 20 },
             ..at(kind, version)
         };
-        assert!(latest.admits(0, &other(EmissionKind::Retract, 1)));
-        assert!(!latest.admits(0, &other(EmissionKind::Result, 1)));
+        assert!(latest.admits(0, &mut other(EmissionKind::Retract, 1)));
+        assert!(!latest.admits(0, &mut other(EmissionKind::Result, 1)));
+        // v2 not come yet: v3 withdraws what was taken, v1, not v2.
+        let third = |kind, version, value: i64| Emission {
+            window: Window { start: 20, end: 30 },
+            value: vec![("n".into(), crate::value::Value::Int(value))],
+            replaces: Some(vec![("n".into(), crate::value::Value::Int(value - 1))]),
+            ..at(kind, version)
+        };
+        let mut first = third(EmissionKind::Result, 1, 10);
+        first.replaces = None;
+        assert!(latest.admits(0, &mut first));
+        let mut skipping = third(EmissionKind::Update, 3, 30);
+        assert!(latest.admits(0, &mut skipping));
+        assert_eq!(skipping.replaces, Some(first.value.clone()), "v1 withdrawn");
+        assert!(!latest.admits(0, &mut third(EmissionKind::Update, 2, 20)));
+        let mut retraction = third(EmissionKind::Retract, 3, 99);
+        assert!(latest.admits(0, &mut retraction));
+        assert_eq!(retraction.value, skipping.value, "what was taken withdrawn");
         latest.forget_ended(10);
         assert_eq!(
             latest.len(),
-            1,
+            2,
             "the windows ending at 10 forgotten, of both slices"
         );
     }

@@ -160,7 +160,7 @@ fn slice_count(
     }
     let partitions = match &spec.source {
         SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
-        SourceSpec::Kafka(kafka) => Some(kafka_partitions(spec, kafka)?),
+        SourceSpec::Kafka(kafka) => Some(kafka_partitions(kafka)?),
         _ => None,
     };
     if let (Some(partitions), Some(slices)) = (partitions, asked)
@@ -197,8 +197,7 @@ fn check_stage_slice_kept(spec: &PipelineSpec, existing: Option<&PipelineRecord>
     let Some(existing) = existing else {
         return Ok(());
     };
-    let before = PipelineSpec::parse(&existing.spec, existing.json, Path::new("."))
-        .is_ok_and(|spec| super::stage_stream::staged(&spec));
+    let before = super::stage_stream::recorded(existing);
     if before != super::stage_stream::staged(spec) {
         let (was, now) = match before {
             true => ("with", "without"),
@@ -215,7 +214,7 @@ fn check_stage_slice_kept(spec: &PipelineSpec, existing: Option<&PipelineRecord>
 }
 
 /// How many partitions the topic a shared pipeline reads has now (a slice each).
-fn kafka_partitions(_spec: &PipelineSpec, kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
+fn kafka_partitions(kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
     let count = topic_partitions(&kafka.brokers, &kafka.topic)?;
     if count == 0 {
         return Err(ClusterError::Unshareable(format!(
@@ -262,7 +261,7 @@ fn kafka_lags(
 
 /// How many partitions Kafka topic `topic` has, as the brokers at `brokers` say (0: none).
 fn topic_partitions(brokers: &str, topic: &str) -> Result<usize> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::consumer::BaseConsumer;
     let fail = |e: rdkafka::error::KafkaError| {
         ClusterError::Unshareable(format!(
             "kafka topic {topic} at {brokers}: cannot read its partitions: {e}"
@@ -272,13 +271,9 @@ fn topic_partitions(brokers: &str, topic: &str) -> Result<usize> {
         .set("bootstrap.servers", brokers)
         .create()
         .map_err(fail)?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
-        .map_err(fail)?;
-    Ok((metadata.topics().iter())
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .map(|t| t.partitions().len())
-        .sum())
+    let timeout = std::time::Duration::from_secs(10);
+    let partitions = crate::source::topic_partitions(&consumer, topic, timeout);
+    Ok(partitions.map_err(fail)?.len())
 }
 
 /// Refuses Kafka sinks whose topics have fewer partitions than the pipeline has slices: each
@@ -460,8 +455,7 @@ pub(super) fn status_of(
 ) -> Result<serde_json::Value> {
     let record = fetch_record(connection, name)?;
     // The stage slice, if the pipeline has one, comes after the others.
-    let staged = PipelineSpec::parse(&record.spec, record.json, Path::new("."))
-        .is_ok_and(|spec| super::stage_stream::staged(&spec));
+    let staged = super::stage_stream::recorded(&record);
     let leases = Leases::open(connection.clone(), name, None)?;
     let owners: BTreeMap<String, String> = leases
         .owners()?

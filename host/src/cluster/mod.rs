@@ -203,6 +203,17 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The name of `pipeline`'s JetStream store or stream called `prefix`: such a name cannot have
+/// dots, so the name of a pipeline that has them (a tenant's) is written in hexadecimal, after
+/// `_x`: `_` never follows the prefix otherwise (`-` does), so no two pipelines share one.
+fn dotless_name(prefix: &str, pipeline: &str) -> String {
+    if pipeline.contains('.') {
+        let hex: String = pipeline.bytes().map(|b| format!("{b:02x}")).collect();
+        return format!("{prefix}_x-{hex}");
+    }
+    format!("{prefix}-{pipeline}")
+}
+
 /// Refuses what several workers cannot share: input other than a NATS stream or a Kafka topic,
 /// results other than NATS subjects or Kafka topics, and files (a slice moves between
 /// machines). Stages, global and pre-aggregated aggregates run on a slice of their own, fed by

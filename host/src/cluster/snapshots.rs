@@ -88,15 +88,12 @@ pub(super) fn uploaded_key(pipeline: &str, slice: usize) -> String {
     format!("uploaded.{pipeline}.{slice}")
 }
 
-/// The object store of slice `slice` of `pipeline`. A store's name cannot have dots, so the
-/// name of a pipeline that has them (a tenant's) is written in hexadecimal, after `_x`: `_`
-/// never follows the prefix otherwise (`-` does), so no two pipelines share a store.
+/// The object store of slice `slice` of `pipeline` (see [`super::dotless_name`]).
 fn bucket(pipeline: &str, slice: usize) -> String {
-    if pipeline.contains('.') {
-        let hex: String = pipeline.bytes().map(|b| format!("{b:02x}")).collect();
-        return format!("{CHECKPOINTS_BUCKET}_x-{hex}-{slice}");
-    }
-    format!("{CHECKPOINTS_BUCKET}-{pipeline}-{slice}")
+    format!(
+        "{}-{slice}",
+        super::dotless_name(CHECKPOINTS_BUCKET, pipeline)
+    )
 }
 
 /// Deletes slice `slice`'s object store of `pipeline`, if there is one (the pipeline is

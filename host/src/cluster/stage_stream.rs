@@ -20,14 +20,15 @@ pub fn staged(spec: &PipelineSpec) -> bool {
     !spec.stages.is_empty() || spec.global || spec.pre_aggregate
 }
 
-/// The stream's name: a stream's name cannot have dots, so a name that has them (a tenant's) is
-/// written in hexadecimal after `_x` (as the checkpoint stores are).
+/// Whether the pipeline of `record` has a stage slice, as its spec says.
+pub(super) fn recorded(record: &super::deploy::PipelineRecord) -> bool {
+    PipelineSpec::parse(&record.spec, record.json, std::path::Path::new("."))
+        .is_ok_and(|spec| staged(&spec))
+}
+
+/// The stream's name (see [`super::dotless_name`]).
 fn name(pipeline: &str) -> String {
-    if pipeline.contains('.') {
-        let hex: String = pipeline.bytes().map(|b| format!("{b:02x}")).collect();
-        return format!("weir-stages_x-{hex}");
-    }
-    format!("weir-stages-{pipeline}")
+    super::dotless_name("weir-stages", pipeline)
 }
 
 /// The subject slice `slice` publishes to. The pipeline's name comes last: a dotted name adds

@@ -224,13 +224,12 @@ impl Worker {
             return;
         }
         self.purged_at = Instant::now();
-        let stage_slice = self.record.slices;
+        let Some(stage_slice) = self.stage_slice() else {
+            return;
+        };
         let Some(run) = self.running.get(&stage_slice) else {
             return;
         };
-        if !super::stage_stream::staged(&self.spec) {
-            return;
-        }
         // What was uploaded, then the lease confirmed: a worker that lost the slice without
         // knowing it yet (its uploads may have gone on) purges nothing its taker needs.
         let Some(read) = run.uploader.uploaded_sequence() else {
@@ -313,6 +312,11 @@ impl Worker {
         !stopped
     }
 
+    /// The stage slice, if the pipeline has one: the last, after the input's slices.
+    fn stage_slice(&self) -> Option<usize> {
+        super::stage_stream::staged(&self.spec).then_some(self.record.slices)
+    }
+
     /// Gives up the slices no longer this worker's and takes the free ones that are.
     fn rebalance(&mut self) {
         self.evict_gone();
@@ -324,8 +328,7 @@ impl Worker {
                 return;
             }
         };
-        // A pipeline with stages has one slice more, the last, which runs them.
-        let slices = self.record.slices + usize::from(super::stage_stream::staged(&self.spec));
+        let slices = self.record.slices + usize::from(self.stage_slice().is_some());
         let mine: Vec<usize> = (0..slices)
             .filter(|slice| members[slice % members.len()] == self.id)
             .collect();
@@ -537,7 +540,7 @@ impl Worker {
             path: slice_dir.clone(),
             source,
         })?;
-        let stage_slice = super::stage_stream::staged(&self.spec) && slice == self.record.slices;
+        let stage_slice = self.stage_slice() == Some(slice);
         let (control, run) = match stage_slice {
             true => self.stage_run(data, &uploader)?,
             false => self.keyed_run(slice, data, restored.is_none(), &uploader),

@@ -187,6 +187,24 @@ pub(super) struct Resume<'a> {
     pub(super) candidate: Option<&'a VersionCode>,
 }
 
+impl<'a> Resume<'a> {
+    /// Resuming from `manifest` (if any) in `store`, at its watermark, with its routing and
+    /// the candidate's code.
+    pub(super) fn of(
+        store: Option<&'a (RedbStore, std::path::PathBuf)>,
+        manifest: Option<&'a Manifest>,
+        (routing, candidate): (Option<&'a Routing>, Option<&'a VersionCode>),
+    ) -> Resume<'a> {
+        Resume {
+            store,
+            manifest,
+            watermark: manifest.map_or(crate::time::MINUS_INFINITY, |m| m.watermark),
+            routing,
+            candidate,
+        }
+    }
+}
+
 /// Builds shard `index` of `shards`.
 pub(super) fn build_shard(
     spec: &PipelineSpec,

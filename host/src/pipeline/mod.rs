@@ -65,7 +65,7 @@ use crate::rollout::Routing;
 use crate::source::{Generator, Interleaved, LineReader, Nexmark, Source, SourceError};
 use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
 use crate::state::{KEY_GROUPS, RedbStore, StateError};
-use crate::time::{MINUS_INFINITY, Millis};
+use crate::time::Millis;
 use crate::window::EngineError;
 use messages::{Part, ShardMsg};
 
@@ -337,15 +337,13 @@ fn run_with_control(
     let mut sinks = open_sinks(spec, manifest.as_ref())?;
     sinks.upstream = options.upstream_of_stages.map(upstream::MarkPacer::new);
     let mut source = open_source(spec, &control, manifest.as_ref())?;
-    let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
     let (routing, candidate) = resume_routing(spec, &control, manifest.as_ref())?;
-    let resume = build::Resume {
-        store: store.as_ref(),
-        manifest: manifest.as_ref(),
-        watermark,
-        routing: routing.as_ref(),
-        candidate: candidate.as_ref(),
-    };
+    let resume = build::Resume::of(
+        store.as_ref(),
+        manifest.as_ref(),
+        (routing.as_ref(), candidate.as_ref()),
+    );
+    let watermark = resume.watermark;
     let workers = (0..shards)
         .map(|index| build::build_shard(spec, &loaded, &resume, &control, index, shards))
         .collect::<Result<Vec<_>>>()?;

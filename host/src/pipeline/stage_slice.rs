@@ -1,7 +1,7 @@
 //! [`run_stage_slice`]: the slice of a pipeline shared by workers that runs its stages (a global
 //! or pre-aggregated aggregate's combine among them). It reads the other slices' upstream
 //! records (`upstream.rs`) from their stream, holds their results until every slice's mark has
-//! passed them, and then hands them, in canonical order, with the watermark that lowest mark
+//! passed them, and then hands them, in the stream's order, with the watermark that lowest mark
 //! sets, to the collector, which runs the stages, writes the pipeline's sinks and commits
 //! checkpoints as in a run of its own (this file plays the router's and the shards' part).
 //!
@@ -49,20 +49,15 @@ pub fn run_stage_slice(
     let (store, manifest) = super::open_state(spec, false, &control)?;
     super::note_resumed(&control, manifest.as_ref());
     let sinks = super::open_sinks(spec, manifest.as_ref())?;
-    let watermark = manifest.as_ref().map_or(MINUS_INFINITY, |m| m.watermark);
     let (routing, candidate) = super::resume_routing(spec, &control, manifest.as_ref())?;
-    let resume = build::Resume {
-        store: store.as_ref(),
-        manifest: manifest.as_ref(),
-        watermark,
-        routing: routing.as_ref(),
-        candidate: candidate.as_ref(),
-    };
+    let resume = build::Resume::of(
+        store.as_ref(),
+        manifest.as_ref(),
+        (routing.as_ref(), candidate.as_ref()),
+    );
     let stages = build::build_stages(spec, &loaded, &resume, &control)?
         .ok_or_else(|| PipelineError::Config("the pipeline has no stages to run".into()))?;
-    let mut feeder = Feeder::new(slices, spec.global || spec.pre_aggregate);
-    feeder.lateness = spec.allowed_lateness;
-    feeder.routing = routing.clone();
+    let mut feeder = Feeder::new(slices, spec, routing.clone());
     if let Some(manifest) = &manifest {
         upstream
             .resume(&manifest.source)
@@ -138,7 +133,7 @@ struct Feeder {
     checkpointed_at: u64,
     /// Records that are not upstream records, with why.
     dead: Vec<DeadLetter>,
-    /// The next trigger (each hand-over is one arrival index).
+    /// The next arrival index (one for what one event made in one slice).
     events: u64,
     /// The next batch id.
     batch: u64,
@@ -156,24 +151,25 @@ struct Feeder {
 }
 
 impl Feeder {
-    fn new(slices: usize, bucketed: bool) -> Feeder {
+    /// The feeder of `spec`'s stages, from `slices` slices, with the `routing` resumed.
+    fn new(slices: usize, spec: &PipelineSpec, routing: Option<crate::rollout::Routing>) -> Feeder {
         Feeder {
             marks: vec![MINUS_INFINITY; slices],
             watermark: MINUS_INFINITY,
             held: Vec::new(),
             held_bytes: 0,
             latest: Latest::default(),
-            lateness: 0,
+            lateness: spec.allowed_lateness,
             checkpointed_at: 0,
             dead: Vec::new(),
             events: 0,
             batch: 0,
-            bucketed,
+            bucketed: spec.global || spec.pre_aggregate,
             position: SourcePosition::default(),
             marks_then: vec![MINUS_INFINITY; slices],
             read: 0,
             last_checkpoint: Instant::now(),
-            routing: None,
+            routing,
         }
     }
 

@@ -4,7 +4,8 @@
 //! stream; the one slice that runs the stages (`stage_slice.rs`) reads them back.
 //!
 //! A slice writes a mark only after every result before it is acknowledged (see
-//! [`MarkPacer`]), so a result never follows, on the stream, a mark its window's end is under.
+//! [`MarkPacer`]), so every result its watermark fired on the way to a mark is on the stream
+//! before that mark.
 //! A record is one emission whole (an update with the result it replaces, as the stages take
 //! it in one process). Values keep their types (the serde form of
 //! [`crate::value::Value`]), a partial's bytes among them.

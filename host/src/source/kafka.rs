@@ -82,6 +82,20 @@ impl std::fmt::Debug for KafkaSource {
     }
 }
 
+/// The partitions of `topic` that `consumer`'s brokers know, within `timeout` (none: no such
+/// topic). `weir cluster deploy` counts a shared pipeline's slices with it.
+pub fn topic_partitions(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, rdkafka::error::KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    Ok((metadata.topics().iter())
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect())
+}
+
 fn fail(spec: &KafkaSourceSpec, error: impl std::fmt::Display) -> SourceError {
     SourceError::new(
         &format!("kafka topic {} at {}", spec.topic, spec.brokers),
@@ -182,14 +196,8 @@ impl KafkaSource {
 
     /// The topic's partitions, as the brokers say.
     fn partitions(&self, timeout: Duration) -> Result<Vec<i32>, SourceError> {
-        let metadata = self
-            .consumer
-            .fetch_metadata(Some(&self.spec.topic), timeout)
-            .map_err(|e| fail(&self.spec, format!("cannot read the topic's metadata: {e}")))?;
-        Ok((metadata.topics().iter())
-            .filter(|t| t.name() == self.spec.topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect())
+        topic_partitions(&self.consumer, &self.spec.topic, timeout)
+            .map_err(|e| fail(&self.spec, format!("cannot read the topic's metadata: {e}")))
     }
 
     /// Reads every known partition from its next offset.

@@ -231,34 +231,6 @@ fn kafka_partitions(kafka: &crate::spec::KafkaSourceSpec) -> Result<usize> {
     Ok(count)
 }
 
-/// Each slice's progress with its `lag`: the offsets between what it read and its partition's
-/// end now (`null` when the brokers do not say).
-fn kafka_lags(
-    kafka: &crate::spec::KafkaSourceSpec,
-    progress: &BTreeMap<usize, super::progress::Progress>,
-) -> serde_json::Map<String, serde_json::Value> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: Option<BaseConsumer> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
-        .create()
-        .ok();
-    let mut out = serde_json::Map::new();
-    for (slice, p) in progress {
-        let high = (consumer.as_ref()).and_then(|consumer| {
-            let timeout = std::time::Duration::from_secs(2);
-            consumer
-                .fetch_watermarks(&kafka.topic, *slice as i32, timeout)
-                .ok()
-        });
-        let mut value = serde_json::to_value(p).expect("serialises");
-        value["lag"] = high
-            .map(|(_, high)| (high.max(0) as u64).saturating_sub(p.read))
-            .into();
-        out.insert(slice.to_string(), value);
-    }
-    out
-}
-
 /// How many partitions Kafka topic `topic` has, as the brokers at `brokers` say (0: none).
 fn topic_partitions(brokers: &str, topic: &str) -> Result<usize> {
     use rdkafka::consumer::BaseConsumer;
@@ -479,11 +451,12 @@ pub(super) fn status_of(
         super::progress::reported(connection, name, record.slices + usize::from(staged))?;
     let workers = per_worker(&progress);
     let versions = super::progress::summed(&progress);
-    let progress = with_lags(connection, &record, &progress)?;
-    let progress = match staged {
-        true => with_stage_lag(connection, &record, progress),
-        false => progress,
-    };
+    let progress = with_lags(
+        connection,
+        &record,
+        &progress,
+        staged.then_some(record.slices),
+    )?;
     Ok(serde_json::json!({
         "pipeline": name,
         "routing": routing,
@@ -520,48 +493,64 @@ fn per_worker(
         .collect()
 }
 
-/// `progress` with the stage slice's lag: the records of its stream it has not read.
-fn with_stage_lag(
-    connection: &Connection,
-    record: &PipelineRecord,
-    mut progress: serde_json::Map<String, serde_json::Value>,
-) -> serde_json::Map<String, serde_json::Value> {
-    if let Some(value) = progress.get_mut(&record.slices.to_string()) {
-        let last = super::stage_stream::last_sequence(connection, &record.name);
-        let read = value["read"].as_u64().unwrap_or(0);
-        value["lag"] = last.map(|last| last.saturating_sub(read)).into();
-    }
-    progress
-}
-
-/// Each slice's progress, by slice, with its `lag`: the stream sequences between what it read
-/// and the last message on its subjects (its partition's, or the stream's), now.
+/// Each slice's progress, by slice, with its `lag`: what is in its input now past what it
+/// read (the stream sequences on its subjects, its partition's or the stream's; its Kafka
+/// partition's offsets; the stage slice's stream).
 fn with_lags(
     connection: &Connection,
     record: &PipelineRecord,
     progress: &BTreeMap<usize, super::progress::Progress>,
+    stage_slice: Option<usize>,
 ) -> Result<serde_json::Map<String, serde_json::Value>> {
     let spec = PipelineSpec::parse(&record.spec, record.json, Path::new("."))?;
-    let source = match &spec.source {
-        SourceSpec::Nats(source) => source,
-        SourceSpec::Kafka(kafka) => return Ok(kafka_lags(kafka, progress)),
-        _ => {
-            return Err(ClusterError::Damaged(format!(
-                "pipeline record {}: its source is neither a NATS stream nor a Kafka topic",
-                record.name
-            )));
-        }
-    };
+    let mut end_of = input_ends(connection, &spec, &record.name)?;
     let mut out = serde_json::Map::new();
     for (slice, p) in progress {
-        let subjects = match &source.partitions {
-            Some(partitions) => vec![partitions.subject_of(*slice)],
-            None => source.subjects.clone(),
+        let end = match Some(*slice) == stage_slice {
+            true => super::stage_stream::last_sequence(connection, &record.name),
+            false => end_of(*slice),
         };
-        let last = super::progress::last_sequence(connection, &source.stream, &subjects);
         let mut value = serde_json::to_value(p).expect("serialises");
-        value["lag"] = last.map(|last| last.saturating_sub(p.read)).into();
+        value["lag"] = end.map(|end| end.saturating_sub(p.read)).into();
         out.insert(slice.to_string(), value);
     }
     Ok(out)
+}
+
+/// Where each slice's input ends now, by slice (`None`: not known): the last stream sequence
+/// on its subjects, or its Kafka partition's next offset. The brokers are asked once at most
+/// while they do not answer (a status of 64 slices would wait 2 s for each).
+fn input_ends<'a>(
+    connection: &'a Connection,
+    spec: &'a PipelineSpec,
+    pipeline: &str,
+) -> Result<Box<dyn FnMut(usize) -> Option<u64> + 'a>> {
+    match &spec.source {
+        SourceSpec::Nats(source) => Ok(Box::new(move |slice| {
+            let subjects = match &source.partitions {
+                Some(partitions) => vec![partitions.subject_of(slice)],
+                None => source.subjects.clone(),
+            };
+            super::progress::last_sequence(connection, &source.stream, &subjects)
+        })),
+        SourceSpec::Kafka(kafka) => {
+            use rdkafka::consumer::{BaseConsumer, Consumer};
+            let mut consumer: Option<BaseConsumer> = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &kafka.brokers)
+                .create()
+                .ok();
+            Ok(Box::new(move |slice| {
+                let timeout = std::time::Duration::from_secs(2);
+                let asked = consumer.as_ref()?;
+                let ends = asked.fetch_watermarks(&kafka.topic, slice as i32, timeout);
+                if ends.is_err() {
+                    consumer = None;
+                }
+                ends.ok().map(|(_, high)| high.max(0) as u64)
+            }))
+        }
+        _ => Err(ClusterError::Damaged(format!(
+            "pipeline record {pipeline}: its source is neither a NATS stream nor a Kafka topic"
+        ))),
+    }
 }

@@ -439,10 +439,11 @@ impl Worker {
         self.routing = Some(stored);
     }
 
-    /// The spec slice `slice` runs: the pipeline's, its state in `data`, on one shard unless it
-    /// says otherwise; and whether the slice reads a partition of its own (of a partitioned
-    /// stream, every key of it) rather than its key groups of the whole stream.
-    fn slice_spec(&self, slice: usize, data: PathBuf) -> (PipelineSpec, bool) {
+    /// The spec slice `slice` runs: the pipeline's, its state in `data` (`fresh`: no checkpoint
+    /// of it restored), on one shard unless it says otherwise; and whether the slice reads a
+    /// partition of its own (of a partitioned stream, every key of it) rather than its key
+    /// groups of the whole stream.
+    fn slice_spec(&self, slice: usize, data: PathBuf, fresh: bool) -> (PipelineSpec, bool) {
         let mut spec = self.spec.clone();
         spec.state = StateSpec::Redb(data);
         spec.shards = Some(spec.shards.unwrap_or(1));
@@ -463,11 +464,16 @@ impl Worker {
             spec.sinks.results = Sink::Nats(sink);
         }
         // A slice writes a Kafka topic's partition of its own, under a transactional id of its
-        // own: its next owner fences it, and its read-back sees its own records only.
+        // own: its next owner fences it, and its read-back sees its own records only. An owner
+        // before a `fresh` one may have committed results to Kafka and been killed before its
+        // first checkpoint was uploaded: the partition is then read back from its start.
         let sinks = &mut spec.sinks;
         for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
             if let Sink::Kafka(kafka) = sink {
                 kafka.partition = slice as i32;
+                if fresh {
+                    kafka.read_back_from = Some(0);
+                }
             }
         }
         (spec, partitioned)
@@ -591,17 +597,7 @@ impl Worker {
         fresh: bool,
         uploader: &Uploader,
     ) -> (Arc<PipelineControl>, SliceThread) {
-        let (mut spec, partitioned) = self.slice_spec(slice, data);
-        if fresh {
-            // An owner before may have committed results to Kafka and been killed before its
-            // first checkpoint was uploaded: its slice's partition is read back from its start.
-            let sinks = &mut spec.sinks;
-            for sink in [&mut sinks.results, &mut sinks.late, &mut sinks.dead_letters] {
-                if let Sink::Kafka(kafka) = sink {
-                    kafka.read_back_from = Some(0);
-                }
-            }
-        }
+        let (spec, partitioned) = self.slice_spec(slice, data, fresh);
         let control = self.slice_control(&spec, slice, uploader, partitioned);
         let staged = super::stage_stream::staged(&spec);
         let options = RunOptions {

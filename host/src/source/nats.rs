@@ -121,8 +121,9 @@ struct Current {
     decoded: Option<Decoded>,
 }
 
-/// A message's lines decoded once by a shared feed, for every run it feeds.
-pub(super) type Decoded = std::sync::Arc<[Option<crate::event::Event>]>;
+/// A message's lines decoded once by a shared feed, for every run it feeds: each event with
+/// its key group (worked out once, not by every run that looks whether it owns the event).
+pub(super) type Decoded = std::sync::Arc<[Option<(u16, crate::event::Event)>]>;
 
 /// Decodes each line of `payload` (`sequence`'s) with `decoder`, in the order [`Framing`]
 /// hands them out: `None` for a line that does not decode.
@@ -134,7 +135,8 @@ pub(super) fn decode_lines(
     let mut decoded = Vec::new();
     let mut next = 0;
     while let Some((start, end, after)) = next_line(payload, next) {
-        decoded.push(decoder.decode(sequence, &payload[start..end]).ok());
+        let event = decoder.decode(sequence, &payload[start..end]).ok();
+        decoded.push(event.map(|event| (crate::state::key_group(&event.key), event)));
         next = after;
     }
     decoded.into()
@@ -165,15 +167,13 @@ impl Framing {
         let owned = &self.owned;
         let event = (current.decoded.as_ref())
             .and_then(|decoded| decoded.get(index)?.as_ref())
-            .map(|event| match owned {
-                Some(owned) if !owned.contains(&u32::from(crate::state::key_group(&event.key))) => {
-                    crate::event::Event {
-                        line: event.line,
-                        key: event.key.clone(),
-                        timestamp: event.timestamp,
-                        fields: Vec::new(),
-                    }
-                }
+            .map(|(group, event)| match owned {
+                Some(owned) if !owned.contains(&u32::from(*group)) => crate::event::Event {
+                    line: event.line,
+                    key: event.key.clone(),
+                    timestamp: event.timestamp,
+                    fields: Vec::new(),
+                },
                 _ => event.clone(),
             });
         let record = match event {

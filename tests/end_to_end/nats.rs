@@ -601,6 +601,44 @@ fn sigterm_stops_an_endless_nats_run_after_a_final_checkpoint_and_it_goes_on_fro
 }
 
 #[test]
+fn a_stream_deleted_and_made_again_under_a_checkpoint_is_refused_not_skipped() {
+    let (_server, client, _dir, spec) = setup();
+    let events = clicks(0, 300);
+    client.publish("clicks.all", &events);
+    let weir = run(&spec);
+    assert!(!wait_for_results(&client, 1).is_empty());
+    // Let a checkpoint cover all 300 events, then stop it.
+    std::thread::sleep(Duration::from_millis(1500));
+    stop(weir);
+    // Made again with 100 new events: reading on from sequence 301 would skip all of them.
+    client
+        .runtime
+        .block_on(client.jetstream.delete_stream("CLICKS"))
+        .unwrap();
+    client.stream("CLICKS", &["clicks.>"]);
+    client.publish("clicks.all", &clicks(300, 100));
+    let mut weir = run(&spec);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = weir.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir run went on past a remade stream"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut weir.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("deleted and made again") && stderr.contains("start the pipeline afresh"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_quiet_subject_stops_holding_the_watermark_back_by_the_servers_clock() {
     let (_server, client, _dir, path) = setup();
     let text = std::fs::read_to_string(&path).unwrap();

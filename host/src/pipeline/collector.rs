@@ -313,10 +313,10 @@ fn write_upstream(
     let pacer = sinks.upstream.as_mut().expect("a slice upstream of stages");
     let slice = pacer.slice;
     let mut written = 0;
-    for emission in emissions {
-        sinks
-            .results
-            .write(&super::upstream::record(&label.pipeline, slice, emission))?;
+    for (at, emission) in emissions.iter().enumerate() {
+        let open = at + 1 < emissions.len();
+        let record = super::upstream::record(&label.pipeline, slice, emission, open);
+        sinks.results.write(&record)?;
         written += 1;
     }
     if let Some((_, watermark)) = advances.last() {

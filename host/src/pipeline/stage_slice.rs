@@ -5,6 +5,10 @@
 //! sets, to the collector, which runs the stages, writes the pipeline's sinks and commits
 //! checkpoints as in a run of its own (this file plays the router's and the shards' part).
 //!
+//! A slice's results are held apart while more of the same batch of it are to come (they are
+//! `open`): what one event made in a slice reaches the stages whole, in one hand-over, even when
+//! another slice's mark moves the lowest mark between two of its results.
+//!
 //! A checkpoint is taken only when nothing is held: its position is the stream's just after the
 //! last record handed over, its partitions the slices' marks, so a restore reads on from there
 //! with the stages' state of that moment.
@@ -27,7 +31,7 @@ use crate::source::{Record, Source, SourcePosition};
 use crate::spec::PipelineSpec;
 use crate::time::{MINUS_INFINITY, Millis};
 use crate::watermark::PartitionMark;
-use crate::window::EngineOutput;
+use crate::window::{Emission, EngineOutput};
 
 /// The most results, and bytes of them, held for a mark: past that they are handed over
 /// without the watermark moving (a window that fires for a million keys, or slices that run
@@ -57,12 +61,15 @@ pub fn run_stage_slice(
     );
     let stages = build::build_stages(spec, &loaded, &resume, &control)?
         .ok_or_else(|| PipelineError::Config("the pipeline has no stages to run".into()))?;
-    let mut feeder = Feeder::new(slices, spec, routing.clone());
-    if let Some(manifest) = &manifest {
+    let bucketed = spec.global || spec.pre_aggregate;
+    let mut feeder = Feeder::new(slices, spec.allowed_lateness, bucketed, routing.clone());
+    if let (Some((store, _)), Some(manifest)) = (&store, &manifest) {
         upstream
             .resume(&manifest.source)
             .map_err(PipelineError::Source)?;
         feeder.resume(manifest.events, manifest.watermark, &manifest.partitions);
+        let rows = store.scan(true, &[], &[0xff; 3])?;
+        feeder.latest = Latest::restore(&rows).map_err(|e| PipelineError::Config(e.to_string()))?;
     }
     feeder.position = upstream.position();
     let (ack_tx, ack) = sync_channel::<()>(1);
@@ -121,10 +128,10 @@ struct Feeder {
     marks: Vec<Millis>,
     /// The watermark handed over last: the lowest mark then.
     watermark: Millis,
-    /// Results held until the lowest mark passes, with their slices, in the stream's order,
-    /// and their bytes.
-    held: Vec<(usize, crate::window::Emission)>,
-    held_bytes: usize,
+    /// Results held until the lowest mark passes, with their slices, in the stream's order.
+    held: Held,
+    /// Each slice's results whose batch is not closed yet (see the module's doc).
+    open: Vec<Held>,
     /// The latest version of each result seen: an older one sent again is dropped.
     latest: Latest,
     /// The pipeline's allowed lateness: how long a slice may still change a window that ended.
@@ -151,20 +158,26 @@ struct Feeder {
 }
 
 impl Feeder {
-    /// The feeder of `spec`'s stages, from `slices` slices, with the `routing` resumed.
-    fn new(slices: usize, spec: &PipelineSpec, routing: Option<crate::rollout::Routing>) -> Feeder {
+    /// The feeder of stages from `slices` slices, with the pipeline's allowed `lateness`,
+    /// partials told apart by slice if `bucketed`, and the `routing` resumed.
+    fn new(
+        slices: usize,
+        lateness: Millis,
+        bucketed: bool,
+        routing: Option<crate::rollout::Routing>,
+    ) -> Feeder {
         Feeder {
             marks: vec![MINUS_INFINITY; slices],
             watermark: MINUS_INFINITY,
-            held: Vec::new(),
-            held_bytes: 0,
+            held: Held::default(),
+            open: (0..slices).map(|_| Held::default()).collect(),
             latest: Latest::default(),
-            lateness: spec.allowed_lateness,
+            lateness,
             checkpointed_at: 0,
             dead: Vec::new(),
             events: 0,
             batch: 0,
-            bucketed: spec.global || spec.pre_aggregate,
+            bucketed,
             position: SourcePosition::default(),
             marks_then: vec![MINUS_INFINITY; slices],
             read: 0,
@@ -220,10 +233,8 @@ impl Feeder {
                 Some(_) => {}
                 None => break,
             }
-            let full = self.held.len() > MAX_HELD || self.held_bytes > MAX_HELD_BYTES;
-            let lowest = self.marks.iter().copied().min().unwrap_or(MINUS_INFINITY);
-            if lowest > self.watermark || !self.dead.is_empty() || full {
-                self.hand_over(lowest.max(self.watermark), parts)?;
+            if let Some(watermark) = self.hand_over_due() {
+                self.hand_over(watermark, parts)?;
                 self.position = upstream.position();
                 self.marks_then = self.marks.clone();
             }
@@ -231,7 +242,7 @@ impl Feeder {
             // a rollout asks for a new routing (which applies from a checkpoint on).
             let due = self.last_checkpoint.elapsed() >= interval;
             let changed = self.batch > self.checkpointed_at || control.has_request();
-            if self.held.is_empty() && changed && due {
+            if self.holds_nothing() && changed && due {
                 self.checkpoint(parts, ack, control)?;
             }
         }
@@ -246,12 +257,19 @@ impl Feeder {
         self.read += 1;
         match parse(bytes, self.marks.len(), self.bucketed) {
             Ok(Upstream::Mark(slice, mark)) => {
+                self.close(slice);
                 self.marks[slice] = self.marks[slice].max(mark);
             }
-            Ok(Upstream::Result(slice, mut emission)) => {
+            Ok(Upstream::Result {
+                slice,
+                mut emission,
+                open,
+            }) => {
                 if self.latest.admits(slice, &mut emission) {
-                    self.held_bytes += bytes.len();
-                    self.held.push((slice, emission));
+                    self.open[slice].push(slice, emission, bytes.len());
+                }
+                if !open {
+                    self.close(slice);
                 }
             }
             Err(reason) => self.dead.push(DeadLetter {
@@ -263,14 +281,40 @@ impl Feeder {
         }
     }
 
+    /// Slice `slice`'s batch is closed: its results are held like the rest.
+    fn close(&mut self, slice: usize) {
+        let closed = std::mem::take(&mut self.open[slice]);
+        self.held.bytes += closed.bytes;
+        self.held.results.extend(closed.results);
+    }
+
+    /// Whether no result is held, open or not.
+    fn holds_nothing(&self) -> bool {
+        self.held.results.is_empty() && self.open.iter().all(|o| o.results.is_empty())
+    }
+
+    /// The watermark to hand the held results over with, if it is time: the lowest mark moved,
+    /// there are dead letters to write, or too much is held (then open batches go too).
+    fn hand_over_due(&mut self) -> Option<Millis> {
+        let count =
+            self.held.results.len() + self.open.iter().map(|o| o.results.len()).sum::<usize>();
+        let bytes = self.held.bytes + self.open.iter().map(|o| o.bytes).sum::<usize>();
+        let full = count > MAX_HELD || bytes > MAX_HELD_BYTES;
+        if full {
+            (0..self.open.len()).for_each(|slice| self.close(slice));
+        }
+        let lowest = self.marks.iter().copied().min().unwrap_or(MINUS_INFINITY);
+        let due = lowest > self.watermark || !self.dead.is_empty() || full;
+        due.then(|| lowest.max(self.watermark))
+    }
+
     /// Hands the held results, and the dead letters, to the collector with the watermark
     /// advanced to `watermark` after them. What one event made in its slice is one arrival
     /// (a retraction first, as one process has it: the stage's window fires once for both);
     /// arrivals go in the stream's order, so a retraction follows the result it withdraws (one
     /// arrival for all would put every retraction first).
     fn hand_over(&mut self, watermark: Millis, parts: &SyncSender<(u64, Part)>) -> Result<()> {
-        let held = std::mem::take(&mut self.held);
-        self.held_bytes = 0;
+        let held = std::mem::take(&mut self.held).results;
         let mut arrivals: crate::hashing::HashMap<(usize, u64), u64> = Default::default();
         let mut emissions = Vec::with_capacity(held.len());
         for (slice, mut emission) in held {
@@ -343,10 +387,123 @@ impl Feeder {
         parts
             .send((id, Part::Position(barrier)))
             .map_err(|_| gone())?;
-        (parts.send((id, Part::Snapshot(ShardSnapshot::default())))).map_err(|_| gone())?;
+        let snapshot = ShardSnapshot {
+            windows: self.latest.changes(),
+            ..ShardSnapshot::default()
+        };
+        (parts.send((id, Part::Snapshot(snapshot)))).map_err(|_| gone())?;
         ack.recv().map_err(|_| gone())?;
         self.last_checkpoint = Instant::now();
         self.checkpointed_at = self.batch;
         Ok(())
+    }
+}
+
+/// Results of slices, in the order they were read, and their bytes on the stream.
+#[derive(Default)]
+struct Held {
+    results: Vec<(usize, Emission)>,
+    bytes: usize,
+}
+
+impl Held {
+    fn push(&mut self, slice: usize, emission: Emission, bytes: usize) {
+        self.results.push((slice, emission));
+        self.bytes += bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::upstream::{mark, record};
+    use crate::time::Window;
+    use crate::window::EmissionKind;
+
+    /// A result of key `k` in window [0, 10) of kind `kind` and version `version`, made by
+    /// slice event (trigger) `trigger`.
+    fn emission(kind: EmissionKind, version: u64, trigger: u64) -> Emission {
+        Emission {
+            trigger,
+            key: "k".into(),
+            window: Window { start: 0, end: 10 },
+            kind,
+            version,
+            value: vec![("n".into(), crate::value::Value::Int(version as i64))],
+            replaces: None,
+            operator_version: None,
+        }
+    }
+
+    /// Feeds `records` (as a slice wrote them) and returns the emissions of each hand-over.
+    fn feed(
+        feeder: &mut Feeder,
+        records: &[crate::pipeline::upstream::UpstreamRecord],
+    ) -> Vec<Vec<Emission>> {
+        let (parts, handed) = sync_channel(64);
+        for (line, record) in records.iter().enumerate() {
+            feeder.take(line as u64, &serde_json::to_vec(record).unwrap());
+            if let Some(watermark) = feeder.hand_over_due() {
+                feeder.hand_over(watermark, &parts).unwrap();
+            }
+        }
+        drop(parts);
+        handed
+            .iter()
+            .filter_map(|(_, part)| match part {
+                Part::Shard(shard) => Some(shard.engine.emissions),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_one_event_made_in_a_slice_is_handed_over_whole_though_a_mark_came_between() {
+        let mut feeder = Feeder::new(2, 100, false, None);
+        let result = emission(EmissionKind::Result, 1, 3);
+        let retract = emission(EmissionKind::Retract, 1, 7);
+        let update = emission(EmissionKind::Update, 2, 7);
+        let handed = feed(
+            &mut feeder,
+            &[
+                record("p", 0, &result, false),
+                mark(0, 50),
+                mark(1, 20),
+                // A late event in slice 0 withdraws the result and makes its update: two
+                // records, and slice 1's mark moves the lowest mark between them.
+                record("p", 0, &retract, true),
+                mark(1, 30),
+                record("p", 0, &update, false),
+                mark(1, 40),
+            ],
+        );
+        let kinds: Vec<Vec<(EmissionKind, u64)>> = (handed.iter())
+            .map(|e| e.iter().map(|e| (e.kind, e.trigger)).collect())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                vec![(EmissionKind::Result, 0)],
+                vec![],
+                vec![(EmissionKind::Retract, 2), (EmissionKind::Update, 2)],
+            ],
+            "the retraction and its update in one hand-over, as one arrival"
+        );
+        assert!(feeder.holds_nothing());
+    }
+
+    #[test]
+    fn an_open_batch_is_held_past_other_slices_marks_so_no_checkpoint_skips_it() {
+        let mut feeder = Feeder::new(2, 0, false, None);
+        let update = emission(EmissionKind::Update, 2, 2);
+        let handed = feed(
+            &mut feeder,
+            &[mark(0, 50), record("p", 0, &update, true), mark(1, 30)],
+        );
+        assert_eq!(handed.len(), 1, "slice 1's mark moved the lowest");
+        assert!(handed[0].is_empty(), "but slice 0's batch is still open");
+        assert!(!feeder.holds_nothing(), "so no checkpoint is taken past it");
+        let handed = feed(&mut feeder, &[mark(0, 60), mark(1, 60)]);
+        assert_eq!(handed[0].len(), 1, "its mark closed it");
     }
 }

@@ -5,7 +5,10 @@
 //!
 //! A slice writes a mark only after every result before it is acknowledged (see
 //! [`MarkPacer`]), so every result its watermark fired on the way to a mark is on the stream
-//! before that mark.
+//! before that mark. Every result but the last of what one batch of the slice emitted is
+//! marked `open`: the stage slice holds a slice's open results until the one that closes
+//! them, so what one event made (a retraction and the result that follows it) is never
+//! handed to the stages in two parts.
 //! A record is one emission whole (an update with the result it replaces, as the stages take
 //! it in one process). Values keep their types (the serde form of
 //! [`crate::value::Value`]), a partial's bytes among them.
@@ -49,6 +52,9 @@ pub enum Body {
         /// For an update or early result: the result it replaces.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replaces: Option<Fields>,
+        /// More results of the same batch of the slice follow (the last one closes it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        open: bool,
     },
     /// The slice's watermark reached this, and every result it fired up to it came before.
     Mark(Millis),
@@ -62,8 +68,8 @@ impl crate::emit::Record for UpstreamRecord {
 
 /// The record of `emission` of slice `slice` of `pipeline`: the emission whole, an update
 /// with the result it replaces (so the stages withdraw that and take the update in one
-/// arrival, as in one process).
-pub fn record(pipeline: &str, slice: usize, emission: &Emission) -> UpstreamRecord {
+/// arrival, as in one process), `open` unless it is the last of its batch.
+pub fn record(pipeline: &str, slice: usize, emission: &Emission, open: bool) -> UpstreamRecord {
     let retract = match emission.kind {
         EmissionKind::Retract => "r",
         _ => "",
@@ -84,6 +90,7 @@ pub fn record(pipeline: &str, slice: usize, emission: &Emission) -> UpstreamReco
             version,
             value: emission.value.clone(),
             replaces: emission.replaces.clone(),
+            open,
         },
     }
 }
@@ -115,10 +122,14 @@ pub enum UpstreamError {
 }
 
 /// What the stage slice reads: a result (as an emission, its trigger the one in its slice) of
-/// a slice, or a slice's mark.
+/// a slice, and whether more of its batch follow; or a slice's mark.
 #[derive(Debug)]
 pub enum Upstream {
-    Result(usize, Emission),
+    Result {
+        slice: usize,
+        emission: Emission,
+        open: bool,
+    },
     Mark(usize, Millis),
 }
 
@@ -132,7 +143,7 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
     if slice >= slices {
         return Err(UpstreamError::Slice { slice, slices });
     }
-    let (trigger, key, start, end, kind, version, value, replaces) = match record.body {
+    let (trigger, key, start, end, kind, version, value, replaces, open) = match record.body {
         Body::Mark(watermark) => return Ok(Upstream::Mark(slice, watermark)),
         Body::Result {
             trigger,
@@ -143,7 +154,10 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
             version,
             value,
             replaces,
-        } => (trigger, key, start, end, kind, version, value, replaces),
+            open,
+        } => (
+            trigger, key, start, end, kind, version, value, replaces, open,
+        ),
     };
     let kind = match kind.as_str() {
         "result" => EmissionKind::Result,
@@ -159,9 +173,9 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
         true => format!("{key}.{slice}"),
         false => key,
     };
-    Ok(Upstream::Result(
+    Ok(Upstream::Result {
         slice,
-        Emission {
+        emission: Emission {
             trigger,
             key: key.into(),
             window: Window { start, end },
@@ -171,7 +185,8 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
             replaces,
             operator_version: None,
         },
-    ))
+        open,
+    })
 }
 
 /// What the stages took last of each upstream window result, by slice, key and window: its
@@ -181,10 +196,31 @@ pub fn parse(line: &[u8], slices: usize, bucketed: bool) -> Result<Upstream, Ups
 /// dropped rather than undo a newer one. And what a newer one withdraws is made what the stages
 /// took (a version in between may not have come yet): a stage keyed by a field withdraws it
 /// from the key it went to.
+///
+/// It is part of the stage slice's checkpoints ([`Latest::changes`], [`Latest::restore`]): a
+/// record sent again that is read after a restore is still caught.
 #[derive(Debug, Default)]
 pub struct Latest {
     seen: crate::hashing::HashMap<ResultOf, Taken>,
+    /// What changed, or was forgotten, since the last checkpoint.
+    dirty: crate::hashing::HashSet<ResultOf>,
 }
+
+/// The operator index of `Latest`'s rows in the stage slice's checkpoints (among the window
+/// rows, beside the stages' own, which are numbered from the pipeline's chain).
+const LATEST_ROWS: u16 = u16::MAX;
+
+/// A row of `Latest` in a checkpoint.
+#[derive(Serialize, Deserialize)]
+struct TakenRow {
+    version: u64,
+    value: Option<Fields>,
+}
+
+/// Why a checkpoint's row of what the stages took cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("a checkpoint's row of what the stages took is damaged: {0}")]
+pub struct LatestRowError(String);
 
 /// A slice's window result: its slice, key and window.
 type ResultOf = (usize, std::sync::Arc<str>, Window);
@@ -227,13 +263,65 @@ impl Latest {
             (false, Some(taken)) => emission.replaces = taken,
             _ => {}
         }
+        self.dirty.insert(key.clone());
         self.seen.insert(key, (emission.version, now));
         true
     }
 
     /// Forgets the windows that ended at or before `end`: no slice changes them any more.
     pub fn forget_ended(&mut self, end: Millis) {
-        self.seen.retain(|(_, _, window), _| window.end > end);
+        let dirty = &mut self.dirty;
+        self.seen.retain(|result, _| {
+            let open = result.2.end > end;
+            if !open {
+                dirty.insert(result.clone());
+            }
+            open
+        });
+    }
+
+    /// Its rows changed or removed since the last call, for a checkpoint's window rows.
+    pub fn changes(&mut self) -> Vec<crate::state::Change> {
+        let dirty = std::mem::take(&mut self.dirty);
+        (dirty.into_iter())
+            .map(|result| {
+                let value = self.seen.get(&result).map(|(version, value)| {
+                    let row = TakenRow {
+                        version: *version,
+                        value: value.clone(),
+                    };
+                    serde_json::to_vec(&row).expect("values serialise")
+                });
+                crate::state::Change {
+                    key: row_key(&result),
+                    value,
+                }
+            })
+            .collect()
+    }
+
+    /// What a checkpoint's window `rows` (of every operator: it takes its own) say was taken.
+    pub fn restore(rows: &[crate::state::TableRow]) -> Result<Latest, LatestRowError> {
+        let mut latest = Latest::default();
+        for row in rows {
+            let Some(key) = crate::state::StateKey::decode(&row.key) else {
+                continue;
+            };
+            let crate::state::Namespace::Window { start, end } = key.namespace else {
+                continue;
+            };
+            if key.operator != LATEST_ROWS {
+                continue;
+            }
+            let damaged = || LatestRowError(format!("key {:?}", key.key));
+            let (slice, result) = key.key.split_once('/').ok_or_else(damaged)?;
+            let slice: usize = slice.parse().map_err(|_| damaged())?;
+            let taken: TakenRow = serde_json::from_slice(&row.value)
+                .map_err(|e| LatestRowError(format!("key {:?}: {e}", key.key)))?;
+            let window = Window { start, end };
+            (latest.seen).insert((slice, result.into(), window), (taken.version, taken.value));
+        }
+        Ok(latest)
     }
 
     /// How many windows it remembers.
@@ -245,6 +333,20 @@ impl Latest {
     pub fn is_empty(&self) -> bool {
         self.seen.is_empty()
     }
+}
+
+/// The checkpoint row key of `result`.
+fn row_key((slice, key, window): &ResultOf) -> Vec<u8> {
+    crate::state::StateKey {
+        group: 0,
+        operator: LATEST_ROWS,
+        namespace: crate::state::Namespace::Window {
+            start: window.start,
+            end: window.end,
+        },
+        key: format!("{slice}/{key}").into(),
+    }
+    .encode()
 }
 
 /// When a slice writes its next mark: at most every [`MARK_EVERY`] (each one waits for the
@@ -311,9 +413,14 @@ mod tests {
     fn an_update_travels_whole_with_what_it_replaces_and_its_types() {
         let previous = vec![("n".into(), crate::value::Value::Float(1.0))];
         let update = emission(EmissionKind::Update, Some(previous.clone()));
-        let line = serde_json::to_vec(&record("p", 1, &update)).unwrap();
-        let Upstream::Result(1, read) = parse(&line, 2, true).unwrap() else {
-            panic!("a result")
+        let line = serde_json::to_vec(&record("p", 1, &update, true)).unwrap();
+        let Upstream::Result {
+            slice: 1,
+            emission: read,
+            open: true,
+        } = parse(&line, 2, true).unwrap()
+        else {
+            panic!("an open result of slice 1")
         };
         assert_eq!(
             (read.kind, read.version, read.trigger),
@@ -325,9 +432,18 @@ mod tests {
             &*read.key, "k/3.1",
             "a partial's bucket told apart by slice"
         );
-        let retraction = record("p", 1, &emission(EmissionKind::Retract, None));
-        assert_ne!(retraction.id, record("p", 1, &update).id);
-        assert_ne!(record("p", 0, &update).id, record("p", 1, &update).id);
+        let retraction = record("p", 1, &emission(EmissionKind::Retract, None), false);
+        assert_ne!(retraction.id, record("p", 1, &update, false).id);
+        assert_ne!(
+            record("p", 0, &update, false).id,
+            record("p", 1, &update, false).id
+        );
+        let closing = serde_json::to_string(&record("p", 1, &update, false)).unwrap();
+        assert!(!closing.contains("open"), "the last of a batch, as before");
+        assert!(matches!(
+            parse(closing.as_bytes(), 2, true),
+            Ok(Upstream::Result { open: false, .. })
+        ));
     }
 
     #[test]
@@ -341,7 +457,7 @@ mod tests {
             parse(&foreign, 2, false),
             Err(UpstreamError::Slice { slice: 7, .. })
         ));
-        let mut written = record("p", 0, &emission(EmissionKind::Result, None));
+        let mut written = record("p", 0, &emission(EmissionKind::Result, None), false);
         if let Body::Result { kind, .. } = &mut written.body {
             *kind = "explode".into();
         }
@@ -406,6 +522,55 @@ mod tests {
             2,
             "the windows ending at 10 forgotten, of both slices"
         );
+    }
+
+    #[test]
+    fn what_was_taken_survives_a_checkpoint_and_a_restore() {
+        let mut latest = Latest::default();
+        let at = |window: Window, kind, version| Emission {
+            window,
+            kind,
+            version,
+            ..emission(kind, None)
+        };
+        let (early, late) = (Window { start: 0, end: 10 }, Window { start: 10, end: 20 });
+        assert!(latest.admits(1, &mut at(early, EmissionKind::Result, 1)));
+        assert!(latest.admits(1, &mut at(late, EmissionKind::Update, 3)));
+        let rows = |changes: Vec<crate::state::Change>| -> Vec<crate::state::TableRow> {
+            (changes.into_iter())
+                .filter_map(|c| {
+                    c.value
+                        .map(|value| crate::state::TableRow { key: c.key, value })
+                })
+                .collect()
+        };
+        let first = latest.changes();
+        assert_eq!(first.len(), 2);
+        assert!(latest.changes().is_empty(), "nothing changed since");
+        latest.forget_ended(10);
+        let forgotten = latest.changes();
+        assert_eq!(forgotten.len(), 1);
+        assert!(
+            forgotten[0].value.is_none(),
+            "a forgotten window's row removed"
+        );
+        let mut restored = Latest::restore(&rows(first)).unwrap();
+        assert_eq!(restored.len(), 2);
+        assert!(
+            !restored.admits(1, &mut at(late, EmissionKind::Update, 2)),
+            "an older copy read after the restore is still dropped"
+        );
+        let mut newer = at(late, EmissionKind::Update, 4);
+        assert!(restored.admits(1, &mut newer));
+        assert_eq!(
+            newer.replaces,
+            Some(emission(EmissionKind::Update, None).value)
+        );
+        let damaged = crate::state::TableRow {
+            key: row_key(&(1, "k".into(), late)),
+            value: b"{".to_vec(),
+        };
+        assert!(Latest::restore(&[damaged]).is_err());
     }
 
     #[test]

@@ -323,6 +323,13 @@ enum OpenError {
     Consumer(#[source] async_nats::jetstream::stream::ConsumerError),
     #[error("cannot read messages: {0}")]
     Messages(#[source] async_nats::jetstream::consumer::StreamError),
+    /// The stream ends before what was read: it was deleted and made again since.
+    #[error(
+        "the stream ends at sequence {last}, but this pipeline had read up to {read}: it was \
+         deleted and made again, and reading on from {read} would skip its first records; start \
+         the pipeline afresh (a new data directory, or withdraw and deploy it again)"
+    )]
+    Remade { read: u64, last: u64 },
 }
 
 impl NatsSource {
@@ -378,6 +385,11 @@ impl NatsSource {
         let start = self.framing.sequence + 1;
         let opened: Result<Messages, OpenError> = self.runtime.block_on(async move {
             let stream = (jetstream.get_stream(&stream).await).map_err(OpenError::Stream)?;
+            let last = stream.cached_info().state.last_sequence;
+            if last + 1 < start {
+                let read = start - 1;
+                return Err(OpenError::Remade { read, last });
+            }
             // One subject as `filter_subject` (the only form a 2.9 server knows), several as
             // `filter_subjects` (2.10 and later).
             let (filter_subject, filter_subjects) = match subjects.as_slice() {
@@ -448,6 +460,7 @@ impl NatsSource {
                     self.watch.connected_since();
                 }
                 Err(e) if !self.opened => return Err(fail(&self.spec, e)),
+                Err(e @ OpenError::Remade { .. }) => return Err(fail(&self.spec, e)),
                 Err(e) => {
                     tracing::warn!(stream = %self.spec.stream, error = %e, "NATS away: waiting");
                     std::thread::sleep(REOPEN_WAIT);

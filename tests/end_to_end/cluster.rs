@@ -1172,6 +1172,52 @@ fn a_worker_paused_past_its_leases_stops_its_slices_when_it_wakes_with_nothing_r
     assert_exactly_once(&results, &all, &logs);
 }
 
+/// A worker that lost a slice without knowing it yet (its lease taken under a later epoch)
+/// never overwrites its taker's record of how far the slice's uploads reach, which status,
+/// savepoints and the stage stream's purge go by.
+#[test]
+fn a_later_owner_s_record_of_its_uploads_is_never_overwritten_by_an_earlier_one() {
+    let cluster = Cluster::start();
+    let (eu, us) = input();
+    let [w1] = cluster.running(["w1"], &eu[..500], &us[..500]);
+    let runtime = &cluster.client.runtime;
+    let bucket =
+        (runtime.block_on(cluster.client.jetstream.get_key_value("weir-pipelines"))).unwrap();
+    let recorded = |slice: usize| -> Option<Value> {
+        let entry = runtime.block_on(bucket.get(format!("uploaded.{PIPELINE}.{slice}")));
+        entry
+            .unwrap()
+            .map(|bytes| serde_json::from_slice(&bytes).unwrap())
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while recorded(0).is_none() || recorded(1).is_none() {
+        assert!(Instant::now() < deadline, "no upload recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = recorded(1).unwrap();
+    // A later epoch's owner of slice 0, as a takeover w1 has not noticed would record.
+    let taker =
+        serde_json::json!({"checkpoint": 1, "sequence": 1, "epoch": 1u64 << 50, "at_ms": 0});
+    runtime
+        .block_on(bucket.put(format!("uploaded.{PIPELINE}.0"), taker.to_string().into()))
+        .unwrap();
+    cluster.publish(&eu[500..], &us[500..]);
+    cluster.close_windows();
+    let all: Vec<Value> = eu.iter().chain(&us).cloned().collect();
+    let results = wait_for_results(&cluster.client, windows(&all).len());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while recorded(1).unwrap()["sequence"] == before["sequence"] {
+        assert!(
+            Instant::now() < deadline,
+            "slice 1's uploads went no further"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(recorded(0), Some(taker), "slice 0's taker's record kept");
+    kill(w1);
+    assert_exactly_once(&results, &all, &cluster.logs(&["w1"]));
+}
+
 /// `weir cluster stop`, `start` and `withdraw`: stopped, the workers give every slice up and
 /// run none; started, they take them back from their checkpoints with nothing lost or
 /// repeated; withdrawn, the cluster forgets the pipeline.

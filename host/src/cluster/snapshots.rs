@@ -88,6 +88,14 @@ pub(super) fn uploaded_key(pipeline: &str, slice: usize) -> String {
     format!("uploaded.{pipeline}.{slice}")
 }
 
+/// The epoch of an `uploaded.<pipeline>.<slice>` record (0 if it has none it can read).
+fn recorded_epoch(value: &[u8]) -> u64 {
+    serde_json::from_slice::<serde_json::Value>(value)
+        .ok()
+        .and_then(|v| v.get("epoch")?.as_u64())
+        .unwrap_or(0)
+}
+
 /// The object store of slice `slice` of `pipeline` (see [`super::dotless_name`]).
 fn bucket(pipeline: &str, slice: usize) -> String {
     format!(
@@ -244,7 +252,9 @@ impl Snapshots {
     }
 
     /// Records that slice `slice`'s chain of epoch `epoch` reaches `checkpoint` at input
-    /// sequence `sequence`.
+    /// sequence `sequence`, unless a later epoch's owner has recorded since (a worker that
+    /// lost the slice without knowing it yet never overwrites its taker's record): the write
+    /// is conditional on the revision read, and tried again if another came between.
     fn record_reached(
         &self,
         pipeline: &str,
@@ -253,18 +263,40 @@ impl Snapshots {
         (checkpoint, sequence): (u64, u64),
     ) {
         let key = uploaded_key(pipeline, slice);
-        let value = serde_json::json!({
+        let value: bytes::Bytes = serde_json::json!({
             "checkpoint": checkpoint,
             "sequence": sequence,
             "epoch": epoch,
             "at_ms": crate::time::wall_clock_ms(),
-        });
-        if let Ok(bucket) = self
-            .connection
-            .bucket(super::PIPELINES_BUCKET, Duration::ZERO)
-        {
-            let _ =
-                (self.connection).block_on(super::timed(bucket.put(key, value.to_string().into())));
+        })
+        .to_string()
+        .into();
+        let Ok(bucket) = (self.connection).bucket(super::PIPELINES_BUCKET, Duration::ZERO) else {
+            return;
+        };
+        for _ in 0..3 {
+            let recorded = (self.connection).block_on(super::timed(bucket.entry(key.clone())));
+            let Ok(Ok(recorded)) = recorded else {
+                return;
+            };
+            let live =
+                recorded.filter(|e| e.operation == async_nats::jetstream::kv::Operation::Put);
+            let written = match live {
+                Some(entry) if recorded_epoch(&entry.value) > epoch => return,
+                Some(entry) => (self.connection)
+                    .block_on(super::timed(bucket.update(
+                        &key,
+                        value.clone(),
+                        entry.revision,
+                    )))
+                    .map(|r| r.is_ok()),
+                None => (self.connection)
+                    .block_on(super::timed(bucket.create(&key, value.clone())))
+                    .map(|r| r.is_ok()),
+            };
+            if !matches!(written, Ok(false)) {
+                return;
+            }
         }
     }
 
@@ -317,6 +349,9 @@ impl Snapshots {
             .block_on(tokio::fs::File::open(&file))
             .map_err(io)?;
         self.put(&objects, &name, &mut reader, bytes)?;
+        // Of an earlier pipeline of the name, a record of any epoch is forgotten first.
+        let key = uploaded_key(pipeline, slice);
+        (self.connection).purge(super::PIPELINES_BUCKET, Duration::ZERO, &[key])?;
         self.record_reached(pipeline, slice, 0, (id, sequence));
         Ok(())
     }

@@ -1020,11 +1020,16 @@ fn a_tenant_s_pipeline_runs_on_workers() {
 }
 
 /// A served pipeline with a stage on workers: the top users by count per second, from the stage
-/// slice, as the model says; its savepoints are not taken yet (409).
+/// slice, as the model says. Its savepoint holds the stage slice too, with the records it had
+/// not taken yet; a fork goes on from it: the second open across the savepoint ranks the
+/// events of both sides, no second closed before it comes again. A replay (of any pipeline
+/// with stages) is refused (409), as is a fork without the stage (400).
 #[test]
-fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice() {
+fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice_and_forks_from_a_savepoint()
+{
     let setup = Setup::start();
     let server = &setup.server;
+    let path = |pipeline: &str, action: &str| format!("/v1/pipelines/{pipeline}/{action}");
     server.upload_ok("top-keys", "1.0.0", &crate::support::component("top-keys"));
     let mut spec = workers_spec(4);
     spec["stages"] = json!([{
@@ -1044,38 +1049,103 @@ fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice() {
             }
         },
     );
-    let events = clicks(0, 1_500);
-    setup.client.publish("clicks.web", &events);
+    let first = clicks(0, 1_500);
+    setup.client.publish("clicks.web", &first);
     // One stage result per closed second, under the one key of a stage without a key field.
-    let seconds: Vec<Value> = (events.iter())
-        .map(|event| json!({"user": "*", "ts": event["ts"], "amount": 0}))
-        .collect();
-    let got = setup.wait_for_windows(&seconds);
-    let model = windows(&events);
+    let seconds = |events: &[Value]| -> Vec<Value> {
+        (events.iter())
+            .map(|event| json!({"user": "*", "ts": event["ts"], "amount": 0}))
+            .collect()
+    };
+    let got = setup.wait_for_windows(&seconds(&first));
+    let model = windows(&first);
     for ((_, start), r) in &got {
-        // The model's top three users of that second: most clicks first, a tie to the lower key.
-        let mut users: Vec<(i64, &str)> = (model.iter())
-            .filter(|((_, s), _)| s == start)
-            .map(|((user, _), (count, _))| (-count, user.as_str()))
-            .collect();
-        users.sort();
-        let mut top = serde_json::Map::new();
-        for (rank, (count, user)) in users.iter().take(3).enumerate() {
-            top.insert(format!("key_{}", rank + 1), json!(user));
-            top.insert(format!("count_{}", rank + 1), json!(-count));
-        }
-        assert_eq!(r["value"], Value::Object(top), "{r}");
+        assert_eq!(r["value"], top_three(&model, *start), "{r}");
     }
-    let error = server.expect_error(
+
+    // Taken while the next events go through: the stage slice has results on its stream it has
+    // not checkpointed yet, which the savepoint keeps.
+    let middle = clicks(1_500, 750);
+    setup.client.publish("clicks.web", &middle);
+    let saved = server.expect(
         "a savepoint",
         server.post_json(
-            &format!("/v1/pipelines/{NAME}/savepoints"),
+            &path(NAME, "savepoints"),
             Some(ADMIN),
             &json!({"name": "s"}),
         ),
+        201,
+    );
+    assert_eq!(saved["slices"].as_array().unwrap().len(), 5, "{saved}");
+    let saved_watermark = saved["watermark"].as_i64().expect("a watermark");
+    let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "s"});
+    let refused = server.expect_error(
+        "a replay from it",
+        server.post_json(&path(NAME, "replay"), Some(ADMIN), &replay),
         409,
     );
-    assert!(error.contains("stage slice"), "{error}");
+    assert!(refused.contains("stages"), "{refused}");
+    let mut fork_spec = spec.clone();
+    fork_spec["name"] = json!("forked");
+    fork_spec["sinks"]["results"]["subject"] = json!("results.forked");
+    let fork = |spec: &Value| server.post_json(&path(NAME, "savepoints/s/fork"), Some(ADMIN), spec);
+    let mut unstaged = fork_spec.clone();
+    unstaged.as_object_mut().unwrap().remove("stages");
+    server.expect_error("a fork without the stage", fork(&unstaged), 400);
+    server.expect("forking", fork(&fork_spec), 201);
+    server.expect(
+        "starting the fork",
+        server.post(&path("forked", "start"), Some(ADMIN), b""),
+        200,
+    );
+    let _forked_worker = ["f1"].map(|id| setup.worker_of("forked", id));
+    let last = clicks(2_250, 750);
+    setup.client.publish("clicks.web", &last);
+    let all: Vec<Value> = [&first[..], &middle, &last].concat();
+    let model = windows(&all);
+    let latest = all.iter().map(|e| e["ts"].as_i64().unwrap()).max().unwrap();
+    let want: BTreeSet<i64> = (model.keys())
+        .map(|(_, start)| *start)
+        .filter(|start| start + 1000 <= latest && start + 1000 > saved_watermark)
+        .collect();
+    let forked_log =
+        || std::fs::read_to_string(setup.dir.path().join("f1.log")).unwrap_or_default();
+    let forked = server.wait_for("the fork's results", PATIENCE, || {
+        let got = results_of(&setup.client, "results.forked");
+        let starts: BTreeSet<i64> = got.keys().map(|(_, start)| *start).collect();
+        match want.is_subset(&starts) {
+            true => Ok(got),
+            false => Err(format!("{starts:?} of {want:?}\n{}", forked_log())),
+        }
+    });
+    for ((_, start), r) in &forked {
+        assert!(
+            start + 1000 > saved_watermark,
+            "second {start} was closed when the savepoint was taken: {r}"
+        );
+        assert_eq!(r["value"], top_three(&model, *start), "{r}");
+    }
+    let spanning = saved_watermark.div_euclid(1000) * 1000;
+    assert!(
+        forked.keys().any(|(_, start)| *start == spanning),
+        "the second open across the savepoint: {forked:?}"
+    );
+}
+
+/// The top three users of the second from `start` in `model`, by count, as the top-keys stage
+/// gives them: most first, a tie to the lower key.
+fn top_three(model: &BTreeMap<(String, i64), (i64, i64)>, start: i64) -> Value {
+    let mut users: Vec<(i64, &str)> = (model.iter())
+        .filter(|((_, s), _)| *s == start)
+        .map(|((user, _), (count, _))| (-count, user.as_str()))
+        .collect();
+    users.sort();
+    let mut top = serde_json::Map::new();
+    for (rank, (count, user)) in users.iter().take(3).enumerate() {
+        top.insert(format!("key_{}", rank + 1), json!(user));
+        top.insert(format!("count_{}", rank + 1), json!(-count));
+    }
+    Value::Object(top)
 }
 
 /// A fork's results: none of a window the savepoint had closed, each as the model says over the

@@ -27,8 +27,8 @@ pub use savepoint::{
     fork_savepoint, list_savepoints, remove_leftover_copies, restore_savepoint, save_from,
 };
 pub use sliced::{
-    commit_sliced, discard_staged, fork_slice, fork_sliced, is_empty_slice, mark_empty, slice_dir,
-    stage_sliced,
+    STAGE_TAIL_FILE, commit_sliced, discard_staged, fork_slice, fork_sliced, is_empty_slice,
+    mark_empty, slice_dir, stage_sliced,
 };
 
 /// Name of the file beside `state.redb` that records the last committed checkpoint id. It is

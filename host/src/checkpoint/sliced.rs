@@ -1,7 +1,8 @@
 //! Savepoints of a pipeline cut into slices (one placed on `weir worker`s): a directory
 //! `<data dir>/savepoints/<name>.slices/` holding each slice's checkpoint as a data directory of
 //! its own, `slice-<i>/state.redb`, copied from the cluster's object store (or, for a slice
-//! that had read nothing, `slice-<i>/EMPTY`). Staged beside its
+//! that had read nothing, `slice-<i>/EMPTY`); a stage slice's also holds the records it had not
+//! taken into that checkpoint yet ([`STAGE_TAIL_FILE`]). Staged beside its
 //! final name (`.slices.partial`) and renamed into place whole; deleted by a rename away
 //! (`.slices.deleting`) before its removal, so a listing sees all of it or none.
 //!
@@ -18,6 +19,9 @@ use crate::state::STATE_FILE;
 const SUFFIX: &str = ".slices";
 /// The file standing for a slice that had read nothing (and has no checkpoint).
 const EMPTY_FILE: &str = "EMPTY";
+/// In a stage slice's directory: the records of the other slices on its stream after those its
+/// checkpoint had read, one per line, which a fork publishes to its own stream first.
+pub const STAGE_TAIL_FILE: &str = "stage-tail.jsonl";
 
 /// Records slice `slice` of the sliced savepoint (or its staging, or a fork's copy) in `dir` as
 /// one that had read nothing.
@@ -223,15 +227,21 @@ pub fn fork_sliced(
     let saved =
         read_sliced(&dir, name)?.ok_or_else(|| SavepointError::Unknown { name: name.into() })?;
     for (slice, manifest) in saved.slices.iter().enumerate() {
-        if manifest.is_none() {
-            mark_empty(target, slice).map_err(|source| SavepointError::Io {
-                path: slice_dir(target, slice),
-                source,
-            })?;
-            continue;
+        let io = |source| SavepointError::Io {
+            path: slice_dir(target, slice),
+            source,
+        };
+        match manifest {
+            None => mark_empty(target, slice).map_err(io)?,
+            Some(_) => {
+                let file = slice_dir(&dir, slice).join(STATE_FILE);
+                fork_file(&file, name, &slice_dir(target, slice), pipeline)?;
+            }
         }
-        let file = slice_dir(&dir, slice).join(STATE_FILE);
-        fork_file(&file, name, &slice_dir(target, slice), pipeline)?;
+        let tail = slice_dir(&dir, slice).join(STAGE_TAIL_FILE);
+        if tail.exists() {
+            std::fs::copy(&tail, slice_dir(target, slice).join(STAGE_TAIL_FILE)).map_err(io)?;
+        }
     }
     Ok(saved)
 }

@@ -4,8 +4,15 @@
 //!
 //! The slices are saved one by one, each at a checkpoint of its own: a slice is a pipeline run
 //! of its own (its own input position, its own keys), so a savepoint needs no barrier across
-//! them. Depends on the cluster's record (`deploy.rs`), leases, progress reports and
-//! checkpoints (`snapshots.rs`).
+//! them. A stage slice's checkpoint is taken first and the records on its stream after those
+//! it had read are copied last: everything the other slices published up to their saved checkpoints
+//! (and perhaps beyond) is then either in its state or in that copy, which a fork publishes to
+//! its own stream at the same sequences before it starts; what a forked slice publishes again
+//! the stage slice drops as a version it took already (`pipeline::upstream::Latest`), or takes
+//! as late.
+//!
+//! Depends on the cluster's record (`deploy.rs`), leases, progress reports, checkpoints
+//! (`snapshots.rs`) and the stage stream (`stage_stream.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::leases::Leases;
 use super::snapshots::Snapshots;
+use super::stage_stream::{self, CopyError};
 use super::{ClusterError, Connection, Result, deploy, progress};
-use crate::checkpoint::{is_empty_slice, mark_empty, slice_dir};
+use crate::checkpoint::{STAGE_TAIL_FILE, is_empty_slice, mark_empty, slice_dir};
 
 /// How often a savepoint looks whether every slice has uploaded what it had read when asked.
 const POLL: Duration = Duration::from_millis(200);
@@ -25,7 +33,8 @@ const RESTORE_TRIES: usize = 3;
 /// Copies every slice's checkpoint of `pipeline` into `target/slice-<i>/` (a data directory
 /// each, or an empty slice's mark): of a running pipeline, one that covers what the slice had
 /// read at this call; of a stopped one, the last, once every worker has given its slices up.
-/// Waits at most `wait`, and no longer once `abandon` says so. Returns the slice count.
+/// A stage slice follows (see the module's doc). Waits at most `wait`, and no longer once
+/// `abandon` says so. Returns the slice count, the stage slice's included.
 pub(super) fn save(
     connection: &Arc<Connection>,
     pipeline: &str,
@@ -48,6 +57,13 @@ pub(super) fn save(
         deadline: Instant::now() + wait,
         seconds: wait.as_secs(),
         abandon,
+    };
+    // The stage slice's checkpoint first: its copy of the stream then spans whatever the other
+    // slices publish while they are saved.
+    let stage = stage_stream::recorded(&record).then_some(record.slices);
+    let stage_read = match stage {
+        Some(slice) => Some(restore_stage_slice(&snapshots, pipeline, slice, target)?),
+        None => None,
     };
     let targets = match record.stopped {
         true => {
@@ -72,7 +88,53 @@ pub(super) fn save(
              the savepoint once its workers have checkpointed it"
         )));
     }
-    Ok(record.slices)
+    let (Some(slice), Some(read)) = (stage, stage_read) else {
+        return Ok(record.slices);
+    };
+    copy_stage_records(connection, &snapshots, pipeline, (slice, read), target)?;
+    Ok(record.slices + 1)
+}
+
+/// Restores stage slice `slice`'s last uploaded checkpoint into `target/slice-<slice>/` (or
+/// marks it empty): the last sequence of its stream that checkpoint had read.
+fn restore_stage_slice(
+    snapshots: &Snapshots,
+    pipeline: &str,
+    slice: usize,
+    target: &Path,
+) -> Result<u64> {
+    let dir = slice_dir(target, slice);
+    match snapshots.restore(pipeline, slice, &dir)? {
+        None => {
+            mark_empty(target, slice).map_err(|source| ClusterError::Io { path: dir, source })?;
+            Ok(0)
+        }
+        Some(_) => Snapshots::restored_sequence(&dir),
+    }
+}
+
+/// Copies the records on stage slice `slice`'s stream after `read` (what its restored
+/// checkpoint had read) into its directory in `target`. If it checkpointed further and purged
+/// some of them meanwhile, its newer checkpoint is restored and copied after instead.
+fn copy_stage_records(
+    connection: &Connection,
+    snapshots: &Snapshots,
+    pipeline: &str,
+    (slice, mut read): (usize, u64),
+    target: &Path,
+) -> Result<()> {
+    let file = slice_dir(target, slice).join(STAGE_TAIL_FILE);
+    for _ in 0..RESTORE_TRIES {
+        match stage_stream::copy_after(connection, pipeline, read, &file) {
+            Ok(_) => return Ok(()),
+            Err(CopyError::Gone) => read = restore_stage_slice(snapshots, pipeline, slice, target)?,
+            Err(CopyError::Failed(e)) => return Err(e),
+        }
+    }
+    Err(ClusterError::NotSaved(format!(
+        "the stage slice of pipeline {pipeline:?} checkpointed again while its stream was \
+         copied, {RESTORE_TRIES} times: take the savepoint again"
+    )))
 }
 
 /// How long a savepoint may wait, and for what.
@@ -226,6 +288,18 @@ pub(super) fn seed(
     }
     for slice in filled {
         snapshots.seed(pipeline, slice, &slice_dir(source, slice))?;
+    }
+    for slice in 0..slices {
+        let dir = slice_dir(source, slice);
+        let tail = dir.join(STAGE_TAIL_FILE);
+        if !tail.exists() {
+            continue;
+        }
+        let read = match is_empty_slice(source, slice) {
+            true => 0,
+            false => Snapshots::restored_sequence(&dir)?,
+        };
+        stage_stream::seed(connection, pipeline, read, &tail)?;
     }
     Ok(())
 }

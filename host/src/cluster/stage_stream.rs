@@ -120,6 +120,174 @@ pub(super) fn purge(connection: &Connection, pipeline: &str, read: u64) -> Resul
     })
 }
 
+/// The most a savepoint copies of the records the stage slice has not checkpointed yet.
+const MAX_TAIL_BYTES: u64 = 256 << 20;
+
+/// Why the records after a sequence could not be copied.
+pub(super) enum CopyError {
+    /// Some were purged before they were read (the stage slice checkpointed further meanwhile).
+    Gone,
+    Failed(ClusterError),
+}
+
+/// Copies the records of `pipeline`'s stream after sequence `after`, up to its last now, into
+/// the new file `to`, one line each (the record as the slice published it): what the stage
+/// slice had not taken in its checkpoint at `after`, for a savepoint. Returns their count.
+pub(super) fn copy_after(
+    connection: &Connection,
+    pipeline: &str,
+    after: u64,
+    to: &std::path::Path,
+) -> std::result::Result<u64, CopyError> {
+    use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+    use std::io::Write;
+    use tokio_stream::StreamExt;
+    let stream = name(pipeline);
+    let fail = |e: NatsFailure| {
+        CopyError::Failed(connection.error(&format!("copying stream {stream}"), e))
+    };
+    let io = |source| {
+        CopyError::Failed(ClusterError::Io {
+            path: to.to_owned(),
+            source,
+        })
+    };
+    let mut file = std::io::BufWriter::new(std::fs::File::create(to).map_err(io)?);
+    let copied = connection.block_on(async {
+        let mut found = super::timed(connection.jetstream.get_stream(&stream))
+            .await
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let info = (super::timed(found.info()).await)
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let last = info.state.last_sequence;
+        if last <= after {
+            return Ok(0);
+        }
+        let config: pull::Config = pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: after + 1,
+            },
+            ..Default::default()
+        }
+        .into();
+        let consumer = (super::timed(found.create_consumer(config)).await)
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let mut messages = (super::timed(consumer.messages()).await)
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let (mut expected, mut bytes) = (after + 1, 0u64);
+        while expected <= last {
+            let message = match super::timed(messages.next()).await {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(e))) => return Err(fail(NatsFailure::client(e))),
+                Ok(None) => return Err(fail(NatsFailure::client(std::io::Error::other("the consumer ended")))),
+                Err(elapsed) => return Err(fail(elapsed.into())),
+            };
+            let sequence = (message.info())
+                .map_err(|e| fail(NatsFailure::client(std::io::Error::other(e.to_string()))))?
+                .stream_sequence;
+            if sequence != expected {
+                return Err(CopyError::Gone);
+            }
+            bytes += message.payload.len() as u64 + 1;
+            if bytes > MAX_TAIL_BYTES {
+                return Err(CopyError::Failed(ClusterError::NotSaved(format!(
+                    "the stage slice of pipeline {pipeline:?} has more than {} MiB of results                      not yet in its checkpoint: take the savepoint once it has caught up",
+                    MAX_TAIL_BYTES >> 20
+                ))));
+            }
+            file.write_all(&message.payload).map_err(io)?;
+            file.write_all(b"\n").map_err(io)?;
+            expected += 1;
+        }
+        Ok(last - after)
+    })?;
+    let file = file.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    Ok(copied)
+}
+
+/// Gives `pipeline`, not shared yet, a stream holding the records of `tail` (copied by
+/// [`copy_after`] from another pipeline's after sequence `after`) at the sequences they had:
+/// from `after + 1`, so its stage slice, seeded with the checkpoint that read to `after`,
+/// reads on from there. What a seed before a crash published already is not published again.
+pub(super) fn seed(
+    connection: &Connection,
+    pipeline: &str,
+    after: u64,
+    tail: &std::path::Path,
+) -> Result<()> {
+    ensure(connection, pipeline)?;
+    let stream = name(pipeline);
+    let fail = |e: NatsFailure| connection.error(&format!("seeding stream {stream}"), e);
+    let damaged = |what: String| {
+        ClusterError::Damaged(format!(
+            "the savepoint's stage records {}: {what}",
+            tail.display()
+        ))
+    };
+    let text = std::fs::read_to_string(tail).map_err(|source| ClusterError::Io {
+        path: tail.to_owned(),
+        source,
+    })?;
+    let mut records = Vec::new();
+    for line in text.lines() {
+        let record: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| damaged(e.to_string()))?;
+        let (Some(slice), Some(id)) = (record["slice"].as_u64(), record["id"].as_str()) else {
+            return Err(damaged(format!(
+                "a line without its slice and id: {line:.200}"
+            )));
+        };
+        records.push((
+            subject(pipeline, &slice.to_string()),
+            id.to_owned(),
+            line.to_owned(),
+        ));
+    }
+    connection.block_on(async {
+        let mut found = (super::timed(connection.jetstream.get_stream(&stream)).await)
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let info = (super::timed(found.info()).await)
+            .map_err(|e| fail(e.into()))?
+            .map_err(|e| fail(NatsFailure::client(e)))?;
+        let last = info.state.last_sequence;
+        if last == 0 && after > 0 {
+            // An empty stream's next sequence is set by a purge up to it.
+            (super::timed(async { found.purge().sequence(after + 1).await }).await)
+                .map_err(|e| fail(e.into()))?
+                .map_err(|e| fail(NatsFailure::client(e)))?;
+        } else if last < after || last > after + records.len() as u64 {
+            return Err(ClusterError::NotSaved(format!(
+                "stream {stream} holds records to sequence {last}, not from this savepoint                  (which continues after {after}): withdraw pipeline {pipeline:?}, or fork under                  another name"
+            )));
+        }
+        let published = last.saturating_sub(after) as usize;
+        for (at, (subject, id, line)) in records.into_iter().enumerate().skip(published) {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", id.as_str());
+            let ack = (super::timed(connection.jetstream.publish_with_headers(subject, headers, line.into())).await)
+                .map_err(|e| fail(e.into()))?
+                .map_err(|e| fail(NatsFailure::client(e)))?;
+            let ack = (super::timed(ack.into_future()).await)
+                .map_err(|e| fail(e.into()))?
+                .map_err(|e| fail(NatsFailure::client(e)))?;
+            let wanted = after + at as u64 + 1;
+            if ack.sequence != wanted || ack.duplicate {
+                return Err(ClusterError::NotSaved(format!(
+                    "stream {stream} took a savepoint's stage record at sequence {} instead of                      {wanted} (another publisher?): withdraw pipeline {pipeline:?} and fork again",
+                    ack.sequence
+                )));
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Deletes the stream of `pipeline`, if there is one (the pipeline is withdrawn).
 pub(super) fn forget(connection: &Connection, pipeline: &str) -> Result<()> {
     let stream = name(pipeline);

@@ -116,13 +116,15 @@ fn seed_if_forked(cluster: &Cluster, managed: &Managed) -> Result<(), RequestErr
 
 /// Refuses a fork whose placement does not fit its savepoint: one process's savepoint seeds a
 /// pipeline this server runs; one cut into slices (of a pipeline on workers) seeds a pipeline
-/// on workers cut into as many slices (the state is kept by slice).
+/// on workers cut into as many slices (the state is kept by slice), a stage slice among them
+/// if the savepoint's pipeline had one.
 pub fn check_fork_placement(
     spec: &PipelineSpec,
     savepoint: &str,
     saved: &crate::checkpoint::SavepointInfo,
 ) -> Result<(), RequestError> {
-    let cut = saved.slices.len();
+    let staged = usize::from(crate::cluster::staged(spec));
+    let cut = saved.slices.len().saturating_sub(staged);
     let asked = match spec.placement {
         Placement::Local => None,
         Placement::Workers { .. } => Some(slice_count(spec)),

@@ -156,14 +156,6 @@ impl Slot {
     /// delete waits for it (it takes the store's turn) and makes it give up.
     fn savepoint_on_workers(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         let dir = self.sliced_home()?;
-        if self.with_managed(|managed| Ok(crate::cluster::staged(&managed.spec)))? {
-            return Err(RequestError::Conflict(format!(
-                "pipeline {:?} runs on workers with a stage slice (stages, a global or \
-                 pre-aggregated aggregate), whose savepoints are not taken yet; a stop keeps \
-                 every slice's state until its start",
-                self.name
-            )));
-        }
         // A second savepoint meanwhile is told at once, not held for as long as this one.
         let Ok(_store_turn) = self.store_turn.try_lock() else {
             return Err(RequestError::Busy(format!(

@@ -89,6 +89,20 @@ pub(super) fn ensure(connection: &Connection, pipeline: &str) -> Result<()> {
         .map_err(|e| connection.error(&format!("stream {stream}"), e))
 }
 
+/// Makes the stream of `pipeline`, a shared pipeline, unless it is there; if the pipeline was
+/// withdrawn meanwhile (its record goes before its stream), deletes it again and says so,
+/// so a worker taking a slice at that moment leaves no stream behind.
+pub(super) fn ensure_shared(connection: &Connection, pipeline: &str) -> Result<()> {
+    ensure(connection, pipeline)?;
+    match super::deploy::fetch_record(connection, pipeline) {
+        Err(ClusterError::Unknown(name)) => {
+            forget(connection, pipeline)?;
+            Err(ClusterError::Unknown(name))
+        }
+        other => other.map(drop),
+    }
+}
+
 /// The last sequence of `pipeline`'s stream (purged or not), if the server says.
 pub(super) fn last_sequence(connection: &Connection, pipeline: &str) -> Option<u64> {
     let stream = name(pipeline);

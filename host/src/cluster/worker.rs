@@ -118,7 +118,7 @@ impl Worker {
         })?;
         let snapshots = Arc::new(Snapshots::open(connection.clone())?);
         if super::stage_stream::staged(&spec) {
-            super::stage_stream::ensure(&connection, &record.name)?;
+            super::stage_stream::ensure_shared(&connection, &record.name)?;
         }
         let runs = Runs::default();
         // One reader shared by the slices of a stream cut by key group; a partitioned stream
@@ -532,7 +532,7 @@ impl Worker {
         let data = slice_dir.join("data");
         if super::stage_stream::staged(&self.spec) {
             // Made again if the pipeline was withdrawn and deployed again meanwhile.
-            super::stage_stream::ensure(&self.connection, &self.record.name)?;
+            super::stage_stream::ensure_shared(&self.connection, &self.record.name)?;
         }
         let restored = self.snapshots.restore(&self.record.name, slice, &data)?;
         let uploader = Uploader::start(

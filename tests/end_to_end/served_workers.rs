@@ -1091,7 +1091,8 @@ fn a_served_pipeline_with_a_stage_runs_on_workers_with_its_stage_slice_and_forks
     let fork = |spec: &Value| server.post_json(&path(NAME, "savepoints/s/fork"), Some(ADMIN), spec);
     let mut unstaged = fork_spec.clone();
     unstaged.as_object_mut().unwrap().remove("stages");
-    server.expect_error("a fork without the stage", fork(&unstaged), 400);
+    let refused = server.expect_error("a fork without the stage", fork(&unstaged), 400);
+    assert!(refused.contains("operator chain"), "{refused}");
     server.expect("forking", fork(&fork_spec), 201);
     server.expect(
         "starting the fork",

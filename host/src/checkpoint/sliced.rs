@@ -147,9 +147,15 @@ pub(super) fn read_sliced(dir: &Path, name: &str) -> Result<Option<SavepointInfo
     if read.iter().any(|m| m.fingerprint != first.fingerprint) {
         return Err(damaged("its slices were taken with different specs".into()));
     }
+    let mut manifest = summary(&read);
+    // A stage slice's count is of the other slices' hand-overs, not of events.
+    manifest.events = (slices.iter().enumerate())
+        .filter(|(slice, _)| !slice_dir(dir, *slice).join(STAGE_TAIL_FILE).exists())
+        .filter_map(|(_, m)| m.as_ref().map(|m| m.events))
+        .sum();
     Ok(Some(SavepointInfo {
         name: name.into(),
-        manifest: summary(&read),
+        manifest,
         bytes,
         slices,
     }))
@@ -164,7 +170,8 @@ fn slice_count(dir: &Path) -> std::io::Result<usize> {
         let index = (entry.file_name().to_str())
             .and_then(|n| n.strip_prefix("slice-"))
             .and_then(|n| n.parse::<usize>().ok())
-            .filter(|&i| i < crate::spec::MAX_SLICES);
+            // A pipeline of the most slices has its stage slice one past them.
+            .filter(|&i| i <= crate::spec::MAX_SLICES);
         if let Some(index) = index {
             highest = highest.max(Some(index));
         }
@@ -172,11 +179,10 @@ fn slice_count(dir: &Path) -> std::io::Result<usize> {
     Ok(highest.map_or(0, |h| h + 1))
 }
 
-/// The savepoint as a whole: the first slice's manifest with the events summed, the lowest
-/// watermark and the earliest commit time.
+/// The savepoint as a whole: the first slice's manifest with the lowest watermark and the
+/// earliest commit time (its events are the caller's to count).
 fn summary(slices: &[&Manifest]) -> Manifest {
     let mut whole = Manifest::clone(slices[0]);
-    whole.events = slices.iter().map(|m| m.events).sum();
     whole.watermark = slices.iter().map(|m| m.watermark).min().unwrap_or(i64::MIN);
     whole.committed_at_ms = (slices.iter().map(|m| m.committed_at_ms).min()).unwrap_or(0);
     whole

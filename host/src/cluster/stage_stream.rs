@@ -197,7 +197,11 @@ pub(super) fn copy_after(
             let message = match super::timed(messages.next()).await {
                 Ok(Some(Ok(message))) => message,
                 Ok(Some(Err(e))) => return Err(fail(NatsFailure::client(e))),
-                Ok(None) => return Err(fail(NatsFailure::client(std::io::Error::other("the consumer ended")))),
+                Ok(None) => {
+                    return Err(fail(NatsFailure::client(std::io::Error::other(
+                        "the consumer ended",
+                    ))));
+                }
                 Err(elapsed) => return Err(fail(elapsed.into())),
             };
             let sequence = (message.info())
@@ -209,7 +213,8 @@ pub(super) fn copy_after(
             bytes += message.payload.len() as u64 + 1;
             if bytes > MAX_TAIL_BYTES {
                 return Err(CopyError::Failed(ClusterError::NotSaved(format!(
-                    "the stage slice of pipeline {pipeline:?} has more than {} MiB of results                      not yet in its checkpoint: take the savepoint once it has caught up",
+                    "the stage slice of pipeline {pipeline:?} has more than {} MiB of results \
+                     not yet in its checkpoint: take the savepoint once it has caught up",
                     MAX_TAIL_BYTES >> 20
                 ))));
             }
@@ -228,6 +233,8 @@ pub(super) fn copy_after(
 /// [`copy_after`] from another pipeline's after sequence `after`) at the sequences they had:
 /// from `after + 1`, so its stage slice, seeded with the checkpoint that read to `after`,
 /// reads on from there. What a seed before a crash published already is not published again.
+/// They go without ids: a slice replayed long after its first run may have published a
+/// record twice under one id, which the new stream would refuse.
 pub(super) fn seed(
     connection: &Connection,
     pipeline: &str,
@@ -235,33 +242,15 @@ pub(super) fn seed(
     tail: &std::path::Path,
 ) -> Result<()> {
     ensure(connection, pipeline)?;
+    let records = tail_records(tail)?;
     let stream = name(pipeline);
     let fail = |e: NatsFailure| connection.error(&format!("seeding stream {stream}"), e);
-    let damaged = |what: String| {
-        ClusterError::Damaged(format!(
-            "the savepoint's stage records {}: {what}",
-            tail.display()
+    let foreign = |last: u64| {
+        ClusterError::NotSaved(format!(
+            "stream {stream} holds records to sequence {last}, not from this savepoint (which \
+             continues after {after}): withdraw pipeline {pipeline:?}, or fork under another name"
         ))
     };
-    let text = std::fs::read_to_string(tail).map_err(|source| ClusterError::Io {
-        path: tail.to_owned(),
-        source,
-    })?;
-    let mut records = Vec::new();
-    for line in text.lines() {
-        let record: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| damaged(e.to_string()))?;
-        let (Some(slice), Some(id)) = (record["slice"].as_u64(), record["id"].as_str()) else {
-            return Err(damaged(format!(
-                "a line without its slice and id: {line:.200}"
-            )));
-        };
-        records.push((
-            subject(pipeline, &slice.to_string()),
-            id.to_owned(),
-            line.to_owned(),
-        ));
-    }
     connection.block_on(async {
         let mut found = (super::timed(connection.jetstream.get_stream(&stream)).await)
             .map_err(|e| fail(e.into()))?
@@ -276,30 +265,84 @@ pub(super) fn seed(
                 .map_err(|e| fail(e.into()))?
                 .map_err(|e| fail(NatsFailure::client(e)))?;
         } else if last < after || last > after + records.len() as u64 {
-            return Err(ClusterError::NotSaved(format!(
-                "stream {stream} holds records to sequence {last}, not from this savepoint                  (which continues after {after}): withdraw pipeline {pipeline:?}, or fork under                  another name"
-            )));
+            return Err(foreign(last));
         }
         let published = last.saturating_sub(after) as usize;
-        for (at, (subject, id, line)) in records.into_iter().enumerate().skip(published) {
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", id.as_str());
-            let ack = (super::timed(connection.jetstream.publish_with_headers(subject, headers, line.into())).await)
+        // Published in part before a crash: the first and last there must be this tail's.
+        for at in [0, published.saturating_sub(1)]
+            .into_iter()
+            .take(published.min(2))
+        {
+            let stored = (super::timed(found.get_raw_message(after + at as u64 + 1)).await)
                 .map_err(|e| fail(e.into()))?
                 .map_err(|e| fail(NatsFailure::client(e)))?;
-            let ack = (super::timed(ack.into_future()).await)
-                .map_err(|e| fail(e.into()))?
-                .map_err(|e| fail(NatsFailure::client(e)))?;
-            let wanted = after + at as u64 + 1;
-            if ack.sequence != wanted || ack.duplicate {
-                return Err(ClusterError::NotSaved(format!(
-                    "stream {stream} took a savepoint's stage record at sequence {} instead of                      {wanted} (another publisher?): withdraw pipeline {pipeline:?} and fork again",
-                    ack.sequence
-                )));
+            if stored.payload.as_ref() != records[at].1.as_bytes() {
+                return Err(foreign(last));
+            }
+        }
+        let mut next = after + published as u64 + 1;
+        for chunk in records[published..].chunks(SEED_CHUNK) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for (slice, line) in chunk {
+                let subject = subject(pipeline, &slice.to_string());
+                let sent = connection.jetstream.publish(subject, line.clone().into());
+                let ack = (super::timed(sent).await)
+                    .map_err(|e| fail(e.into()))?
+                    .map_err(|e| fail(NatsFailure::client(e)))?;
+                acks.push(ack);
+            }
+            for ack in acks {
+                let ack = (super::timed(ack.into_future()).await)
+                    .map_err(|e| fail(e.into()))?
+                    .map_err(|e| fail(NatsFailure::client(e)))?;
+                if ack.sequence != next {
+                    return Err(ClusterError::NotSaved(format!(
+                        "stream {stream} took a savepoint's stage record at sequence {} instead \
+                         of {next} (another publisher?): withdraw pipeline {pipeline:?} and fork \
+                         again",
+                        ack.sequence
+                    )));
+                }
+                next += 1;
             }
         }
         Ok(())
     })
+}
+
+/// How many of a seed's records are published before their acknowledgements are awaited.
+const SEED_CHUNK: usize = 512;
+
+/// The records of a savepoint's `tail` file: each line with the slice that published it.
+fn tail_records(tail: &std::path::Path) -> Result<Vec<(u64, String)>> {
+    use std::io::BufRead;
+    let io = |source| ClusterError::Io {
+        path: tail.to_owned(),
+        source,
+    };
+    let damaged = |what: String| {
+        ClusterError::Damaged(format!(
+            "the savepoint's stage records {}: {what}",
+            tail.display()
+        ))
+    };
+    let file = std::io::BufReader::new(std::fs::File::open(tail).map_err(io)?);
+    let mut records = Vec::new();
+    for line in file.lines() {
+        let line = line.map_err(io)?;
+        #[derive(serde::Deserialize)]
+        struct Slice {
+            slice: u64,
+        }
+        let Slice { slice } = serde_json::from_str(&line).map_err(|e| {
+            damaged(format!(
+                "{e}: {}",
+                line.chars().take(200).collect::<String>()
+            ))
+        })?;
+        records.push((slice, line));
+    }
+    Ok(records)
 }
 
 /// Deletes the stream of `pipeline`, if there is one (the pipeline is withdrawn).

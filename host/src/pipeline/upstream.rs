@@ -300,6 +300,13 @@ impl Latest {
             .collect()
     }
 
+    /// The keys of its rows among a checkpoint's window rows, `[from, to)`.
+    pub fn row_range() -> (Vec<u8>, Vec<u8>) {
+        let mut from = 0u16.to_be_bytes().to_vec();
+        from.extend_from_slice(&LATEST_ROWS.to_be_bytes());
+        (from, 1u16.to_be_bytes().to_vec())
+    }
+
     /// What a checkpoint's window `rows` (of every operator: it takes its own) say was taken.
     pub fn restore(rows: &[crate::state::TableRow]) -> Result<Latest, LatestRowError> {
         let mut latest = Latest::default();
@@ -554,7 +561,25 @@ mod tests {
             forgotten[0].value.is_none(),
             "a forgotten window's row removed"
         );
-        let mut restored = Latest::restore(&rows(first)).unwrap();
+        let (from, to) = Latest::row_range();
+        assert!(
+            first.iter().all(|c| from <= c.key && c.key < to),
+            "its rows in its range"
+        );
+        let mut rows = rows(first);
+        // A stage's own window row beside them (operator 2, key group 0) is not its.
+        let stage_row = crate::state::StateKey {
+            group: 0,
+            operator: 2,
+            namespace: crate::state::Namespace::Window { start: 10, end: 20 },
+            key: "1/k".into(),
+        };
+        assert!(stage_row.encode() < from, "outside its range");
+        rows.push(crate::state::TableRow {
+            key: stage_row.encode(),
+            value: b"{\"not\": \"a taken row\"}".to_vec(),
+        });
+        let mut restored = Latest::restore(&rows).unwrap();
         assert_eq!(restored.len(), 2);
         assert!(
             !restored.admits(1, &mut at(late, EmissionKind::Update, 2)),

@@ -512,7 +512,6 @@ impl Server {
         let tenant = self.hold_to_tenant(caller, &name, &mut json, &dir)?;
         let spec = Managed::resolve(&json, &dir, self.resolving(), crate::spec::Served::New)?;
         let saved = from.find_savepoint(savepoint)?;
-        on_workers::check_fork_placement(&spec, savepoint, &saved)?;
         let fingerprint = crate::checkpoint::fingerprint(&spec);
         if saved.manifest.fingerprint != fingerprint {
             return Err(RequestError::Invalid(format!(
@@ -522,6 +521,7 @@ impl Server {
                 saved.manifest.fingerprint
             )));
         }
+        on_workers::check_fork_placement(&spec, savepoint, &saved)?;
         let sliced = !saved.slices.is_empty();
         let same_input = match (&spec.source, from.nats_source()) {
             // Slices cut by partition or by key group, over the same subjects, as saved.

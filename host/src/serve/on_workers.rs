@@ -107,7 +107,8 @@ fn seed_if_forked(cluster: &Cluster, managed: &Managed) -> Result<(), RequestErr
     if !seed.exists() {
         return Ok(());
     }
-    let slices = (0..crate::spec::MAX_SLICES)
+    // A stage slice, if any, comes after the most slices there may be.
+    let slices = (0..=crate::spec::MAX_SLICES)
         .take_while(|&slice| crate::checkpoint::slice_dir(&seed, slice).exists())
         .count();
     cluster.seed_slices(&managed.name, &seed, slices)?;

@@ -934,3 +934,136 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
     }
     assert!(logs().contains("worker w2 is gone"), "{}", logs());
 }
+
+/// A served pipeline reading a topic placed on the workers of a NATS server `weir serve` was
+/// started with (named by `"workers": {"server": ...}`, never an address): two workers share
+/// its four partitions, a `read_committed` consumer reads every result once, as the file
+/// source gives them; the status shows the slices' owners and lags; a replay of a key reads
+/// the topic to its end now through both versions. Hostile: an address for the workers'
+/// server, an unknown name; a savepoint is refused (409), not half taken.
+#[test]
+fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
+    use crate::server::{ADMIN, PATIENCE, Server, create_and_start_spec};
+    const NAME: &str = "kafka-on-workers";
+    let broker = Broker::start(4);
+    broker.cluster.create_topic("results4", 4, 1).unwrap();
+    let nats = crate::nats::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let local = format!("local={}", broker.servers);
+    let server = Server::start_with(dir.path(), &["--kafka", &local, "--nats", &nats.url]);
+    server.upload_ok("count-sum", "1.0.0", &crate::server::count_sum_v1());
+    server.upload_ok(
+        "count-sum",
+        "1.1.0",
+        &crate::support::guest("count-sum-capped"),
+    );
+    let results = json!({"kafka": "local", "topic": "results4"});
+    let mut spec = served_spec(NAME, results);
+    spec["sinks"]["late"] = json!("discard");
+    spec["sinks"]["dead_letters"] = json!("discard");
+    for (workers, why) in [
+        (json!({"nats": nats.url}), "never an address"),
+        (json!({"server": "nowhere"}), "no NATS server named"),
+    ] {
+        let mut hostile = spec.clone();
+        hostile["workers"] = workers;
+        let refused = server.expect_error(
+            "a hostile placement",
+            server.post_json("/v1/pipelines", Some(ADMIN), &hostile),
+            400,
+        );
+        assert!(refused.contains(why), "{refused}");
+    }
+    spec["workers"] = json!({"server": "default"});
+    create_and_start_spec(&server, &spec);
+    let reaper = crate::support::Reaper::default();
+    let logs = || {
+        ["k1", "k2"]
+            .map(|id| {
+                std::fs::read_to_string(dir.path().join(format!("{id}.log"))).unwrap_or_default()
+            })
+            .join("\n---\n")
+    };
+    for id in ["k1", "k2"] {
+        let log = std::fs::File::create(dir.path().join(format!("{id}.log"))).unwrap();
+        let worker_dir = dir.path().join(id);
+        let child = crate::cluster::spawn_worker(&nats.url, NAME, id, &worker_dir, log.into(), &[]);
+        reaper.track(child);
+    }
+    let workers_status = || server.status(NAME)["workers"].clone();
+    server.wait_for("both workers holding the four slices", PATIENCE, || {
+        let status = workers_status();
+        let owners: BTreeSet<&str> = (status["owners"].as_object().into_iter().flatten())
+            .filter_map(|(_, owner)| owner.as_str())
+            .collect();
+        match (owners.len(), status["slices"].as_u64()) {
+            (2, Some(4)) => Ok(()),
+            _ => Err(format!("{status}\n{}", logs())),
+        }
+    });
+    let events = clicks(0, 3_000);
+    let want = file_results(&events);
+    let producer = broker.producer();
+    send(&producer, &events, 4);
+    for (p, event) in far(4) {
+        send_raw(&producer, &event, p, event.to_string().as_bytes());
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let results = server.wait_for("every result", PATIENCE, || {
+        let results: Vec<Value> = (0..4)
+            .flat_map(|p| broker.read_committed_in("results4", p))
+            .collect();
+        match shown(&results).len() >= want.len() {
+            true => Ok(results),
+            false => Err(format!(
+                "{} of {}\n{}",
+                shown(&results).len(),
+                want.len(),
+                logs()
+            )),
+        }
+    });
+    assert_exactly_once(&results, &want, &logs());
+    server.wait_for("every slice's lag 0", PATIENCE, || {
+        let status = workers_status();
+        let lags: Vec<&Value> = (status["progress"].as_object().into_iter().flatten())
+            .map(|(_, p)| &p["lag"])
+            .collect();
+        match lags.len() == 4 && lags.iter().all(|lag| *lag == &json!(0)) {
+            true => Ok(()),
+            false => Err(status.to_string()),
+        }
+    });
+    let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]});
+    let answer = server.expect(
+        "a replay",
+        server.post_json(
+            &format!("/v1/pipelines/{NAME}/replay"),
+            Some(ADMIN),
+            &replay,
+        ),
+        200,
+    );
+    assert_eq!(answer["input"]["to_offset"], events.len() + 4, "{answer}");
+    let rows = answer["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{answer}");
+    for row in rows {
+        let (count, sum) = want[&("u3".to_owned(), row["window_start"].as_i64().unwrap())];
+        assert_eq!(
+            (&row["a"]["count"], &row["a"]["sum"]),
+            (&json!(count), &json!(sum)),
+            "{row}"
+        );
+        assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
+    }
+    let refused = server.expect_error(
+        "a savepoint",
+        server.post_json(
+            &format!("/v1/pipelines/{NAME}/savepoints"),
+            Some(ADMIN),
+            &json!({"name": "s"}),
+        ),
+        409,
+    );
+    assert!(refused.contains("Kafka topic on workers"), "{refused}");
+}

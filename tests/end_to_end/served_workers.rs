@@ -384,7 +384,7 @@ fn what_workers_cannot_run_is_refused_when_the_pipeline_is_created() {
     refused(
         "an HTTP source",
         &spec,
-        "only a pipeline that reads a NATS stream",
+        "only a pipeline that reads a NATS stream or a Kafka topic",
     );
     let mut spec = workers_spec(4);
     spec["workers"] = json!({"slices": 4, "where": "anywhere"});

@@ -171,7 +171,7 @@ fn slice_count(
         )));
     }
     let placed = match spec.placement {
-        Placement::Workers { slices } => slices,
+        Placement::Workers { slices, .. } => slices,
         Placement::Local => None,
     };
     let slices = (asked.or(placed).or(partitions))

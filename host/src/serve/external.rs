@@ -175,6 +175,7 @@ impl ExternalServers {
             let brokers = self.brokers("source.server", &name)?;
             source.insert("brokers".into(), brokers.into());
         }
+        self.resolve_workers(&mut spec)?;
         if let Some(sinks) = spec.get_mut("sinks").and_then(Value::as_object_mut) {
             for (field, sink) in sinks.iter_mut() {
                 if let Some(name) = sink.get("kafka").and_then(Value::as_str) {
@@ -190,6 +191,46 @@ impl ExternalServers {
             }
         }
         Ok(spec)
+    }
+
+    /// A pipeline reading a Kafka topic placed on workers names the NATS server whose workers
+    /// run it, `"workers": {"server": NAME}` (default: the only server, or
+    /// [`DEFAULT_SERVER`]): it becomes `"nats"`, its URL. One reading a NATS stream runs on that
+    /// stream's server and names none.
+    fn resolve_workers(&self, spec: &mut Value) -> Result<(), RequestError> {
+        let source = spec.pointer("/source/type").and_then(Value::as_str);
+        let kafka = source == Some("kafka");
+        let Some(workers) = spec.get_mut("workers").and_then(Value::as_object_mut) else {
+            return Ok(());
+        };
+        if workers.contains_key("nats") {
+            return Err(RequestError::Invalid(format!(
+                "workers.nats: a served pipeline names the NATS server of its workers, \
+                 \"server\": \"{}\" (one of: {}), never an address",
+                self.default_name(),
+                self.names()
+            )));
+        }
+        let name = match (kafka, workers.remove("server")) {
+            (false, None) => return Ok(()),
+            (false, Some(_)) => {
+                return Err(RequestError::Invalid(
+                    "workers.server: a pipeline reading a NATS stream runs on that stream's \
+                     server's workers; leave workers.server out"
+                        .into(),
+                ));
+            }
+            (true, None) => self.default_name().to_owned(),
+            (true, Some(Value::String(name))) => name,
+            (true, Some(other)) => {
+                return Err(RequestError::Invalid(format!(
+                    "workers.server is the name of a NATS server, not {other}"
+                )));
+            }
+        };
+        let url = self.url("workers.server", &name)?.to_owned();
+        workers.insert("nats".into(), url.into());
+        Ok(())
     }
 
     /// The brokers of Kafka cluster `name`.
@@ -279,6 +320,38 @@ mod tests {
         assert!(none.resolve(&spec).is_err(), "no --nats: no NATS pipeline");
         let http = json!({"source": {"type": "http"}});
         assert_eq!(none.resolve(&http).unwrap(), http);
+    }
+
+    #[test]
+    fn a_kafka_pipeline_on_workers_names_their_nats_server_and_never_an_address() {
+        let servers = servers().with_kafka(&["127.0.0.1:9092".into()]).unwrap();
+        let placed = |workers: serde_json::Value| json!({"source": {"type": "kafka", "topic": "clicks"}, "workers": workers});
+        // Two NATS servers, one named "default": it is taken when none is named.
+        let resolved = servers.resolve(&placed(json!({"slices": 4}))).unwrap();
+        assert_eq!(resolved["workers"]["nats"], "nats://127.0.0.1:4222");
+        assert_eq!(resolved["workers"]["slices"], 4);
+        let resolved = servers.resolve(&placed(json!({"server": "eu"}))).unwrap();
+        assert_eq!(resolved["workers"]["nats"], "tls://nats.eu:4222");
+        assert!(resolved["workers"].get("server").is_none());
+        for hostile in [
+            placed(json!({"nats": "nats://10.0.0.1:4222"})),
+            placed(json!({"server": "nats://10.0.0.1:4222"})),
+            placed(json!({"server": "nowhere"})),
+            placed(json!({"server": 7})),
+            json!({"source": {"type": "nats", "stream": "s"}, "workers": {"server": "eu"}}),
+            json!({"source": {"type": "nats", "stream": "s"}, "workers": {"nats": "nats://x:1"}}),
+        ] {
+            let refused = servers.resolve(&hostile);
+            assert!(
+                matches!(refused, Err(RequestError::Invalid(_))),
+                "{hostile}"
+            );
+        }
+        let nats = json!({"source": {"type": "nats", "stream": "s"}, "workers": {"slices": 2}});
+        assert_eq!(
+            servers.resolve(&nats).unwrap()["workers"],
+            json!({"slices": 2})
+        );
     }
 
     #[test]

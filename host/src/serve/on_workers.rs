@@ -39,13 +39,19 @@ pub fn placed_on_workers(managed: &Managed) -> bool {
 
 /// The cluster of the NATS server the pipeline's stream is on.
 fn cluster_of(spec: &PipelineSpec) -> Result<Arc<Cluster>, RequestError> {
-    let SourceSpec::Nats(source) = &spec.source else {
-        return Err(RequestError::Internal(format!(
-            "pipeline {} is placed on workers but does not read NATS",
+    match (&spec.source, &spec.placement) {
+        (SourceSpec::Nats(source), _) => connect(&source.url),
+        (
+            _,
+            Placement::Workers {
+                nats: Some(url), ..
+            },
+        ) => connect(url),
+        _ => Err(RequestError::Internal(format!(
+            "pipeline {} is placed on workers but names no NATS server for them",
             spec.name
-        )));
-    };
-    connect(&source.url)
+        ))),
+    }
 }
 
 /// The process's connection to the cluster at `url`, opened on first use.
@@ -182,6 +188,20 @@ pub fn stream_end(source: &crate::spec::NatsSourceSpec) -> Result<u64, RequestEr
         .unwrap_or(0))
 }
 
+/// Each partition of the topic `source` reads with its next offset now; an error if the
+/// brokers do not say.
+pub fn topic_ends(
+    source: &crate::spec::KafkaSourceSpec,
+) -> Result<BTreeMap<i32, i64>, RequestError> {
+    let timeout = Duration::from_secs(5);
+    crate::source::topic_ends(&source.brokers, &source.topic, timeout).map_err(|e| {
+        RequestError::Unavailable(format!(
+            "the Kafka brokers of topic {} did not say where its partitions end: {e}",
+            source.topic
+        ))
+    })
+}
+
 /// The last sequence of each partition of the stream the pipeline reads, now (0: none yet); an
 /// error if the server does not say.
 pub fn partition_ends(spec: &PipelineSpec) -> Result<Vec<u64>, RequestError> {
@@ -208,7 +228,7 @@ pub fn slice_count(spec: &PipelineSpec) -> usize {
         _ => None,
     };
     let asked = match spec.placement {
-        Placement::Workers { slices } => slices,
+        Placement::Workers { slices, .. } => slices,
         Placement::Local => None,
     };
     asked

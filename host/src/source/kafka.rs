@@ -96,6 +96,22 @@ pub fn topic_partitions(
         .collect())
 }
 
+/// Each partition of `topic` at `brokers` with its next offset now (where a replay of a topic
+/// that workers read stops).
+pub fn topic_ends(
+    brokers: &str,
+    topic: &str,
+    timeout: Duration,
+) -> Result<std::collections::BTreeMap<i32, i64>, rdkafka::error::KafkaError> {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    topic_partitions(&consumer, topic, timeout)?
+        .into_iter()
+        .map(|p| Ok((p, consumer.fetch_watermarks(topic, p, timeout)?.1)))
+        .collect()
+}
+
 fn fail(spec: &KafkaSourceSpec, error: impl std::fmt::Display) -> SourceError {
     SourceError::new(
         &format!("kafka topic {} at {}", spec.topic, spec.brokers),

@@ -20,7 +20,7 @@ mod nexmark;
 pub use generator::Generator;
 pub use ingest::{IngestError, IngestGate, IngestLog, segment_path, segments};
 pub use interleave::Interleaved;
-pub use kafka::{KafkaSource, topic_partitions};
+pub use kafka::{KafkaSource, topic_ends, topic_partitions};
 pub use lines::LineReader;
 pub use nats::{NatsSource, partition_of_key};
 pub use nats_feed::{FeedSource, NatsFeed};

@@ -748,6 +748,7 @@ pub fn kafka(
     kafka_spec.sinks.results = Sink::Kafka(crate::spec::KafkaSinkSpec {
         kafka: servers.clone(),
         topic: results,
+        transactions: true,
         partition: 0,
         read_back_from: None,
     });

@@ -9,6 +9,11 @@
 //! are not produced twice; until the replay has made them all, each checkpoint records that
 //! same offset, so a crash before then reads them back again.
 //!
+//! Without transactions (`transactions = false`, for brokers that have none) the producer is
+//! idempotent, a checkpoint waits for every record's acknowledgement, and a recovery reads back
+//! the ids past the checkpoint's offset all the same: a record produced again is one that was
+//! still on its way to the brokers when the run before died, and has the same key.
+//!
 //! Used by the sinks (`emit::sink`); depends on `spec`.
 
 use std::collections::HashSet;
@@ -74,20 +79,15 @@ impl KafkaPublisher {
             what,
             source: Box::new(source),
         };
-        let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-            .set("bootstrap.servers", &spec.kafka)
-            .set(
-                "transactional.id",
-                transactional_id_of(transactional_id, spec),
-            )
-            .set("enable.idempotence", "true")
-            .set("transaction.timeout.ms", "120000")
-            .set("linger.ms", "5")
-            .create()
-            .map_err(|e| failed("cannot create the producer", e))?;
-        producer
-            .init_transactions(BROKER_WAIT)
-            .map_err(|e| failed("cannot start its transactions", e))?;
+        let producer: ThreadedProducer<DefaultProducerContext> =
+            producer_config(spec, transactional_id)
+                .create()
+                .map_err(|e| failed("cannot create the producer", e))?;
+        if spec.transactions {
+            producer
+                .init_transactions(BROKER_WAIT)
+                .map_err(|e| failed("cannot start its transactions", e))?;
+        }
         // Without a checkpoint: nothing to read back, unless a run before may have committed
         // records without any checkpoint recording it (a slice's earlier owner).
         let committed = committed.or(spec.read_back_from);
@@ -97,9 +97,11 @@ impl KafkaPublisher {
             }
             None => HashSet::new(),
         };
-        producer
-            .begin_transaction()
-            .map_err(|e| failed("cannot begin a transaction", e))?;
+        if spec.transactions {
+            producer
+                .begin_transaction()
+                .map_err(|e| failed("cannot begin a transaction", e))?;
+        }
         Ok(KafkaPublisher {
             producer,
             spec: spec.clone(),
@@ -152,17 +154,23 @@ impl KafkaPublisher {
     /// partition's end offset, or, while records the run before committed are still to come,
     /// the offset they were read back from.
     pub fn commit(&mut self) -> Result<u64, KafkaSinkError> {
-        self.producer
-            .commit_transaction(BROKER_WAIT)
-            .map_err(|e| self.failed("cannot commit", e))?;
+        match self.spec.transactions {
+            true => self
+                .producer
+                .commit_transaction(BROKER_WAIT)
+                .map_err(|e| self.failed("cannot commit", e))?,
+            false => self.flush()?,
+        }
         let (_, high) = self
             .producer
             .client()
             .fetch_watermarks(&self.spec.topic, self.spec.partition, BROKER_WAIT)
             .map_err(|e| self.failed("cannot read its end offset", e))?;
-        self.producer
-            .begin_transaction()
-            .map_err(|e| self.failed("cannot begin a transaction", e))?;
+        if self.spec.transactions {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| self.failed("cannot begin a transaction", e))?;
+        }
         match self.read_from {
             // Records the run before committed are still to come: they are read back again.
             Some(from) if !self.already.is_empty() => Ok(from),
@@ -172,6 +180,26 @@ impl KafkaPublisher {
             }
         }
     }
+}
+
+/// The producer's configuration: idempotent, and transactional under `transactional_id` unless
+/// the sink is without transactions.
+fn producer_config(spec: &KafkaSinkSpec, transactional_id: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &spec.kafka)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5");
+    if spec.transactions {
+        config
+            .set(
+                "transactional.id",
+                transactional_id_of(transactional_id, spec),
+            )
+            .set("transaction.timeout.ms", "120000");
+    }
+    config
 }
 
 /// The ids of the records committed to the sink's partition of the topic from `offset` on.
@@ -222,4 +250,27 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
         }
     }
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sink_without_transactions_has_an_idempotent_producer_and_no_transactional_id() {
+        let mut spec = KafkaSinkSpec {
+            kafka: "127.0.0.1:9092".into(),
+            topic: "results".into(),
+            transactions: true,
+            partition: 2,
+            read_back_from: None,
+        };
+        let config = producer_config(&spec, "weir-p-results");
+        assert_eq!(config.get("transactional.id"), Some("weir-p-results-p2"));
+        spec.transactions = false;
+        let config = producer_config(&spec, "weir-p-results");
+        assert_eq!(config.get("transactional.id"), None);
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        assert_eq!(config.get("acks"), Some("all"));
+    }
 }

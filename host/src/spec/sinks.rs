@@ -66,7 +66,8 @@ pub enum Sink {
 
 /// A Kafka topic to produce records to (`results = { kafka = "host:port", topic = "..." }`):
 /// each record's id is its key; partition 0 of the topic, in transactions committed with each
-/// checkpoint.
+/// checkpoint (or, `transactions = false`, for brokers without them, by an idempotent
+/// producer).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkSpec {
@@ -74,6 +75,10 @@ pub struct KafkaSinkSpec {
     pub kafka: String,
     /// The topic.
     pub topic: String,
+    /// In transactions (the default), or not: for brokers that have none, whose consumers see
+    /// a record produced again after a crash twice (under the same key, its id).
+    #[serde(default = "in_transactions")]
+    pub transactions: bool,
     /// The partition written: 0, or a shared pipeline's slice's own (each slice writes its own,
     /// under a transactional id of its own). Never from a spec.
     #[serde(skip)]
@@ -84,6 +89,10 @@ pub struct KafkaSinkSpec {
     /// from a spec.
     #[serde(skip)]
     pub read_back_from: Option<u64>,
+}
+
+fn in_transactions() -> bool {
+    true
 }
 
 /// A NATS subject to publish results to (`results = { nats = "nats://...", subject = "..." }`),

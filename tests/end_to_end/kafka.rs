@@ -978,8 +978,9 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
 /// started with (named by `"workers": {"server": ...}`, never an address): two workers share
 /// its four partitions, a `read_committed` consumer reads every result once, as the file
 /// source gives them; the status shows the slices' owners and lags; a replay of a key reads
-/// the topic to its end now through both versions. Hostile: an address for the workers'
-/// server, an unknown name; a savepoint is refused (409), not half taken.
+/// the topic to its end now through both versions; a savepoint forks a pipeline on workers
+/// that goes on from every partition's saved offset. Hostile: an address for the workers'
+/// server, an unknown name; a replay from the savepoint (409).
 #[test]
 fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
     use crate::server::{ADMIN, PATIENCE, Server, create_and_start_spec};
@@ -1095,14 +1096,75 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
         );
         assert_eq!(row["b"]["sum"], json!(sum.min(100)), "{row}");
     }
-    let refused = server.expect_error(
+    // A savepoint holds every slice's checkpoint (its partition's offset among them); a fork
+    // from it on workers of its own goes on from those offsets: the next events' windows, each
+    // once, none of the first events'.
+    let path = |pipeline: &str, action: &str| format!("/v1/pipelines/{pipeline}/{action}");
+    let saved = server.expect(
         "a savepoint",
         server.post_json(
-            &format!("/v1/pipelines/{NAME}/savepoints"),
+            &path(NAME, "savepoints"),
             Some(ADMIN),
-            &json!({"name": "s"}),
+            &json!({"name": "mid"}),
         ),
+        201,
+    );
+    assert_eq!(saved["slices"].as_array().unwrap().len(), 4, "{saved}");
+    let from_savepoint =
+        json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"], "savepoint": "mid"});
+    server.expect_error(
+        "a replay from the savepoint",
+        server.post_json(&path(NAME, "replay"), Some(ADMIN), &from_savepoint),
         409,
     );
-    assert!(refused.contains("Kafka topic on workers"), "{refused}");
+    broker.cluster.create_topic("forked4", 4, 1).unwrap();
+    let mut fork_spec = served_spec("kafka-fork", json!({"kafka": "local", "topic": "forked4"}));
+    fork_spec["sinks"]["late"] = json!("discard");
+    fork_spec["sinks"]["dead_letters"] = json!("discard");
+    fork_spec["workers"] = json!({"server": "default"});
+    server.expect(
+        "a fork",
+        server.post_json(&path(NAME, "savepoints/mid/fork"), Some(ADMIN), &fork_spec),
+        201,
+    );
+    server.expect(
+        "starting the fork",
+        server.post(&path("kafka-fork", "start"), Some(ADMIN), b""),
+        200,
+    );
+    let log = std::fs::File::create(dir.path().join("f1.log")).unwrap();
+    let worker_dir = dir.path().join("f1");
+    let child =
+        crate::cluster::spawn_worker(&nats.url, "kafka-fork", "f1", &worker_dir, log.into(), &[]);
+    reaper.track(child);
+    // After the far events: every window of the first events closed before the savepoint.
+    let later: Vec<Value> = clicks(0, 1_000)
+        .into_iter()
+        .map(|mut e| {
+            e["ts"] = json!(e["ts"].as_i64().unwrap() + 200_000_000);
+            e
+        })
+        .collect();
+    send(&producer, &later, 4);
+    for (p, mut event) in far(4) {
+        event["ts"] = json!(event["ts"].as_i64().unwrap() + 200_000_000);
+        send_raw(&producer, &event, p, event.to_string().as_bytes());
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let want = file_results(&later);
+    let forked = server.wait_for("the fork's results", PATIENCE, || {
+        let results: Vec<Value> = (0..4)
+            .flat_map(|p| broker.read_committed_in("forked4", p))
+            .collect();
+        match shown(&results).len() >= want.len() {
+            true => Ok(results),
+            false => Err(format!(
+                "{} of {}\n{}",
+                shown(&results).len(),
+                want.len(),
+                logs()
+            )),
+        }
+    });
+    assert_exactly_once(&forked, &want, &logs());
 }

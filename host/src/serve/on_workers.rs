@@ -221,10 +221,11 @@ pub fn partition_ends(spec: &PipelineSpec) -> Result<Vec<u64>, RequestError> {
 }
 
 /// How many slices a pipeline on workers is cut into: its spec's `workers.slices`, else its
-/// stream's partition count, else the default.
+/// stream's partition count (a Kafka topic's, as its brokers say now), else the default.
 pub fn slice_count(spec: &PipelineSpec) -> usize {
     let partitions = match &spec.source {
         SourceSpec::Nats(nats) => nats.partitions.as_ref().map(|p| p.count),
+        SourceSpec::Kafka(kafka) => topic_ends(kafka).ok().map(|ends| ends.len()),
         _ => None,
     };
     let asked = match spec.placement {

@@ -16,7 +16,6 @@ use super::Slot;
 use crate::checkpoint::{self, SavepointInfo};
 use crate::serve::RequestError;
 use crate::source::{segment_path, segments};
-use crate::spec::SourceSpec;
 
 /// How long a savepoint request waits for the running pipeline's next checkpoint.
 const SAVEPOINT_WAIT: Duration = Duration::from_secs(60);
@@ -157,14 +156,6 @@ impl Slot {
     /// delete waits for it (it takes the store's turn) and makes it give up.
     fn savepoint_on_workers(&self, name: &str) -> Result<SavepointInfo, RequestError> {
         let dir = self.sliced_home()?;
-        let kafka = self.with_managed(|m| Ok(matches!(m.spec.source, SourceSpec::Kafka(_))))?;
-        if kafka {
-            return Err(RequestError::Conflict(format!(
-                "pipeline {:?} reads a Kafka topic on workers, whose savepoints are not taken \
-                 yet; a stop keeps every slice's state until its start",
-                self.name
-            )));
-        }
         // A second savepoint meanwhile is told at once, not held for as long as this one.
         let Ok(_store_turn) = self.store_turn.try_lock() else {
             return Err(RequestError::Busy(format!(

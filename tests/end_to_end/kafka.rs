@@ -983,7 +983,9 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
 /// server, an unknown name; a replay from the savepoint (409).
 #[test]
 fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
-    use crate::server::{ADMIN, PATIENCE, Server, create_and_start_spec};
+    use crate::server::{ADMIN, Server, create_and_start_spec};
+    // Two workers, the mock brokers and the server on two cores shared with the other tests.
+    const PATIENCE: Duration = Duration::from_secs(120);
     const NAME: &str = "kafka-on-workers";
     let broker = Broker::start(4);
     broker.cluster.create_topic("results4", 4, 1).unwrap();
@@ -1064,16 +1066,25 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
         }
     });
     assert_exactly_once(&results, &want, &logs());
-    server.wait_for("every slice's lag 0", PATIENCE, || {
-        let status = workers_status();
-        let lags: Vec<&Value> = (status["progress"].as_object().into_iter().flatten())
-            .map(|(_, p)| &p["lag"])
-            .collect();
-        match lags.len() == 4 && lags.iter().all(|lag| *lag == &json!(0)) {
-            true => Ok(()),
-            false => Err(status.to_string()),
-        }
-    });
+    // Read to the end, and uploaded: a replay reads to the slices' uploaded checkpoints.
+    server.wait_for(
+        "every slice's lag 0, its checkpoint uploaded",
+        PATIENCE,
+        || {
+            let status = workers_status();
+            let lags: Vec<&Value> = (status["progress"].as_object().into_iter().flatten())
+                .map(|(_, p)| &p["lag"])
+                .collect();
+            let uploaded: u64 = (status["uploaded"].as_object().into_iter().flatten())
+                .filter_map(|(_, u)| u["sequence"].as_u64())
+                .sum();
+            let read = lags.len() == 4 && lags.iter().all(|lag| *lag == &json!(0));
+            match read && uploaded == events.len() as u64 + 4 {
+                true => Ok(()),
+                false => Err(status.to_string()),
+            }
+        },
+    );
     let replay = json!({"versions": ["1.0.0", "1.1.0"], "keys": ["u3"]});
     let answer = server.expect(
         "a replay",

@@ -163,17 +163,21 @@ fn slice_count(
         SourceSpec::Kafka(kafka) => Some(kafka_partitions(kafka)?),
         _ => None,
     };
-    if let (Some(partitions), Some(slices)) = (partitions, asked)
-        && partitions != slices
-    {
-        return Err(ClusterError::Unshareable(format!(
-            "--slices {slices}: a stream cut into {partitions} partitions is shared in {partitions} slices, one per partition"
-        )));
-    }
     let placed = match spec.placement {
         Placement::Workers { slices, .. } => slices,
         Placement::Local => None,
     };
+    // A topic's partitions are only known here (a stream's were checked with the spec).
+    for (what, slices) in [("--slices", asked), ("workers.slices =", placed)] {
+        if let (Some(partitions), Some(slices)) = (partitions, slices)
+            && partitions != slices
+        {
+            return Err(ClusterError::Unshareable(format!(
+                "{what} {slices}: a stream or topic cut into {partitions} partitions is shared \
+                 in {partitions} slices, one per partition; leave the slice count out"
+            )));
+        }
+    }
     let slices = (asked.or(placed).or(partitions))
         .or(existing.map(|existing| existing.slices))
         .unwrap_or(DEFAULT_SLICES);

@@ -96,7 +96,11 @@ pub(super) fn ensure_shared(connection: &Connection, pipeline: &str) -> Result<(
     ensure(connection, pipeline)?;
     match super::deploy::fetch_record(connection, pipeline) {
         Err(ClusterError::Unknown(name)) => {
-            forget(connection, pipeline)?;
+            // Only an empty one, as this call made it: a fork seeds its stream before its
+            // record is written.
+            if last_sequence(connection, pipeline) == Some(0) {
+                forget(connection, pipeline)?;
+            }
             Err(ClusterError::Unknown(name))
         }
         other => other.map(drop),

@@ -23,7 +23,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::spec::KafkaSinkSpec;
@@ -53,7 +53,7 @@ fn transactional_id_of(base: &str, spec: &KafkaSinkSpec) -> String {
 
 /// Produces to one partition of one topic, in transactions.
 pub struct KafkaPublisher {
-    producer: ThreadedProducer<DefaultProducerContext>,
+    producer: ThreadedProducer<Deliveries>,
     spec: KafkaSinkSpec,
     /// Ids the run before this one committed after the checkpoint this one resumes from: not
     /// produced again.
@@ -79,10 +79,9 @@ impl KafkaPublisher {
             what,
             source: Box::new(source),
         };
-        let producer: ThreadedProducer<DefaultProducerContext> =
-            producer_config(spec, transactional_id)
-                .create()
-                .map_err(|e| failed("cannot create the producer", e))?;
+        let producer: ThreadedProducer<Deliveries> = producer_config(spec, transactional_id)
+            .create_with_context(Deliveries::default())
+            .map_err(|e| failed("cannot create the producer", e))?;
         if spec.transactions {
             producer
                 .init_transactions(BROKER_WAIT)
@@ -147,7 +146,18 @@ impl KafkaPublisher {
     pub fn flush(&mut self) -> Result<(), KafkaSinkError> {
         self.producer
             .flush(BROKER_WAIT)
-            .map_err(|e| self.failed("cannot deliver", e))
+            .map_err(|e| self.failed("cannot deliver", e))?;
+        match self
+            .producer
+            .context()
+            .failed
+            .lock()
+            .expect("deliveries lock")
+            .take()
+        {
+            Some(error) => Err(self.failed("a record was not delivered", error)),
+            None => Ok(()),
+        }
     }
 
     /// Commits the transaction and begins the next. Returns what the checkpoint records: the
@@ -178,6 +188,27 @@ impl KafkaPublisher {
                 self.read_from = None;
                 Ok(high.max(0) as u64)
             }
+        }
+    }
+}
+
+/// The producer's context: it keeps the first record the brokers refused for good, which fails
+/// the sink at its next flush (without transactions nothing else would say: the checkpoint
+/// would record an offset past a record that is not there).
+#[derive(Default)]
+struct Deliveries {
+    failed: std::sync::Mutex<Option<KafkaError>>,
+}
+
+impl rdkafka::ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, delivered: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = delivered {
+            let mut failed = self.failed.lock().expect("deliveries lock");
+            failed.get_or_insert_with(|| error.clone());
         }
     }
 }
@@ -255,6 +286,32 @@ fn read_back(spec: &KafkaSinkSpec, offset: u64) -> Result<HashSet<String>, Kafka
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_the_brokers_refuse_for_good_fails_the_sink_without_transactions() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> =
+            MockCluster::new(1).unwrap();
+        cluster.create_topic("results", 1, 1).unwrap();
+        let spec = KafkaSinkSpec {
+            kafka: cluster.bootstrap_servers(),
+            topic: "results".into(),
+            transactions: false,
+            partition: 0,
+            read_back_from: None,
+        };
+        let mut sink = KafkaPublisher::connect(&spec, "weir-p-results", None).unwrap();
+        sink.publish(Some("a"), b"{}").unwrap();
+        assert!(sink.commit().is_ok(), "delivered");
+        let refused = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 8];
+        cluster.request_errors(RDKafkaApiKey::Produce, &refused);
+        sink.publish(Some("b"), b"{}").unwrap();
+        let failed = sink
+            .commit()
+            .expect_err("no offset past a record not delivered");
+        assert!(failed.to_string().contains("not delivered"), "{failed}");
+    }
 
     #[test]
     fn a_sink_without_transactions_has_an_idempotent_producer_and_no_transactional_id() {

@@ -9,9 +9,11 @@
 //! `open`): what one event made in a slice reaches the stages whole, in one hand-over, even when
 //! another slice's mark moves the lowest mark between two of its results.
 //!
-//! A checkpoint is taken only when nothing is held: its position is the stream's just after the
-//! last record handed over, its partitions the slices' marks, so a restore reads on from there
-//! with the stages' state of that moment.
+//! A checkpoint's position is the stream's just before the first record it still holds (or
+//! after the last read, if it holds none), its partitions the slices' marks, and what the
+//! stages took (`Latest`) only what was handed over: a restore reads the held records again
+//! with the stages' state of that moment. So a checkpoint, a stop's among them, never waits
+//! for what it holds.
 //!
 //! Depends on `source`, `spec`, `time`, `watermark` and `window`, and of `pipeline` on `build`,
 //! `collector` (through `mod.rs`), `messages` and `upstream`.
@@ -147,9 +149,8 @@ struct Feeder {
     batch: u64,
     /// Partials are told apart by slice.
     bucketed: bool,
-    /// The stream's position after the last record handed over, and the marks then.
+    /// The stream's position at the start (where the first read's sequence follows on).
     position: SourcePosition,
-    marks_then: Vec<Millis>,
     /// Records read by this run.
     read: u64,
     last_checkpoint: Instant,
@@ -180,7 +181,6 @@ impl Feeder {
             batch: 0,
             bucketed,
             position: SourcePosition::default(),
-            marks_then: vec![MINUS_INFINITY; slices],
             read: 0,
             last_checkpoint: Instant::now(),
             routing,
@@ -197,7 +197,6 @@ impl Feeder {
                 *mark = saved.max_timestamp;
             }
         }
-        self.marks_then = self.marks.clone();
     }
 
     /// Reads and hands over until a stop, then takes a last checkpoint.
@@ -216,6 +215,7 @@ impl Feeder {
         control.stats.input_offset.store(before, Ordering::Relaxed);
         while !control.stopping() {
             control.beat();
+            let at = upstream.position();
             let record = upstream.next_record().map_err(PipelineError::Source)?;
             let read = upstream.position().offset;
             if read > before + 1 {
@@ -230,34 +230,29 @@ impl Feeder {
             // How far it read, for its lag (its records are not events: none counted).
             control.stats.input_offset.store(read, Ordering::Relaxed);
             match record {
-                Some(Record::Line(line, bytes)) => self.take(line, &bytes),
+                Some(Record::Line(line, bytes)) => self.take(line, &bytes, at),
                 Some(_) => {}
                 None => break,
             }
             if let Some(watermark) = self.hand_over_due() {
                 self.hand_over(watermark, parts)?;
-                self.position = upstream.position();
-                self.marks_then = self.marks.clone();
             }
-            // Only when nothing is held, and something was handed over since the last one or
-            // a rollout asks for a new routing (which applies from a checkpoint on).
+            // When something was handed over since the last one, or a rollout asks for a new
+            // routing (which applies from a checkpoint on).
             let due = self.last_checkpoint.elapsed() >= interval;
             let changed = self.batch > self.checkpointed_at || control.has_request();
-            if self.holds_nothing() && changed && due {
-                self.checkpoint(parts, ack, control)?;
+            if changed && due {
+                self.checkpoint(upstream.position(), parts, ack, control)?;
             }
         }
-        // Not past what it holds: what it took of those (`latest`) would drop them when read
-        // again, and a slice's open results read before the last hand-over would be skipped.
-        // A restore then reads on from the last checkpoint instead.
-        if self.batch > self.checkpointed_at && self.holds_nothing() {
-            self.checkpoint(parts, ack, control)?;
+        if self.batch > self.checkpointed_at {
+            self.checkpoint(upstream.position(), parts, ack, control)?;
         }
         Ok(())
     }
 
-    /// Takes one upstream record.
-    fn take(&mut self, line: u64, bytes: &[u8]) {
+    /// Takes one upstream record, read from position `at`.
+    fn take(&mut self, line: u64, bytes: &[u8], at: SourcePosition) {
         self.read += 1;
         match parse(bytes, self.marks.len(), self.bucketed) {
             Ok(Upstream::Mark(slice, mark)) => {
@@ -266,12 +261,10 @@ impl Feeder {
             }
             Ok(Upstream::Result {
                 slice,
-                mut emission,
+                emission,
                 open,
             }) => {
-                if self.latest.admits(slice, &mut emission) {
-                    self.open[slice].push(slice, emission, bytes.len());
-                }
+                self.open[slice].push(slice, emission, bytes.len(), at);
                 if !open {
                     self.close(slice);
                 }
@@ -290,11 +283,12 @@ impl Feeder {
         let closed = std::mem::take(&mut self.open[slice]);
         self.held.bytes += closed.bytes;
         self.held.results.extend(closed.results);
+        self.held.from = earliest(self.held.from.take(), closed.from);
     }
 
-    /// Whether no result is held, open or not.
-    fn holds_nothing(&self) -> bool {
-        self.held.results.is_empty() && self.open.iter().all(|o| o.results.is_empty())
+    /// Where the first record it holds was read from, if it holds any.
+    fn first_held(&self) -> Option<SourcePosition> {
+        (self.open.iter().map(|o| o.from.clone())).fold(self.held.from.clone(), earliest)
     }
 
     /// The watermark to hand the held results over with, if it is time: the lowest mark moved,
@@ -322,6 +316,11 @@ impl Feeder {
         let mut arrivals: crate::hashing::HashMap<(usize, u64), u64> = Default::default();
         let mut emissions = Vec::with_capacity(held.len());
         for (slice, mut emission) in held {
+            // In the stream's order for each slice, as read; only what is handed over is noted
+            // as taken (a checkpoint holds no more).
+            if !self.latest.admits(slice, &mut emission) {
+                continue;
+            }
             let next = self.events + arrivals.len() as u64;
             emission.trigger = *arrivals.entry((slice, emission.trigger)).or_insert(next);
             emissions.push(emission);
@@ -358,16 +357,20 @@ impl Feeder {
         Ok(())
     }
 
-    /// Commits a checkpoint at the position after the last hand-over, with the routing a
-    /// rollout asked for since the last one, and waits until it is durable.
+    /// Commits a checkpoint at the position before the first record it holds (or at `read`,
+    /// if none), with the routing a rollout asked for since the last one, and waits until it
+    /// is durable.
     fn checkpoint(
         &mut self,
+        read: SourcePosition,
         parts: &SyncSender<(u64, Part)>,
         ack: &Receiver<()>,
         control: &PipelineControl,
     ) -> Result<()> {
         let change = super::router::requested_change(control, &mut self.routing);
-        let partitions = (self.marks_then.iter().enumerate())
+        // The lowest mark is the watermark handed over (a hand-over follows any rise), so the
+        // held records, read again, wait for the same marks as now.
+        let partitions = (self.marks.iter().enumerate())
             .map(|(slice, mark)| PartitionMark {
                 name: partition_name(slice),
                 max_timestamp: *mark,
@@ -376,7 +379,7 @@ impl Feeder {
             })
             .collect();
         let position = Position {
-            source: self.position.clone(),
+            source: self.first_held().unwrap_or(read),
             events: self.events,
             watermark: self.watermark,
             partitions,
@@ -403,17 +406,29 @@ impl Feeder {
     }
 }
 
-/// Results of slices, in the order they were read, and their bytes on the stream.
+/// Results of slices, in the order they were read, their bytes on the stream, and where the
+/// first of them was read from.
 #[derive(Default)]
 struct Held {
     results: Vec<(usize, Emission)>,
     bytes: usize,
+    from: Option<SourcePosition>,
 }
 
 impl Held {
-    fn push(&mut self, slice: usize, emission: Emission, bytes: usize) {
+    fn push(&mut self, slice: usize, emission: Emission, bytes: usize, at: SourcePosition) {
         self.results.push((slice, emission));
         self.bytes += bytes;
+        self.from.get_or_insert(at);
+    }
+}
+
+/// The earlier of two stream positions.
+fn earliest(a: Option<SourcePosition>, b: Option<SourcePosition>) -> Option<SourcePosition> {
+    match (a, b) {
+        (Some(a), Some(b)) if b.offset < a.offset => Some(b),
+        (Some(a), _) => Some(a),
+        (None, b) => b,
     }
 }
 
@@ -446,7 +461,11 @@ mod tests {
     ) -> Vec<Vec<Emission>> {
         let (parts, handed) = sync_channel(64);
         for (line, record) in records.iter().enumerate() {
-            feeder.take(line as u64, &serde_json::to_vec(record).unwrap());
+            let at = SourcePosition {
+                offset: line as u64,
+                ..SourcePosition::default()
+            };
+            feeder.take(line as u64, &serde_json::to_vec(record).unwrap(), at);
             if let Some(watermark) = feeder.hand_over_due() {
                 feeder.hand_over(watermark, &parts).unwrap();
             }
@@ -493,7 +512,7 @@ mod tests {
             ],
             "the retraction and its update in one hand-over, as one arrival"
         );
-        assert!(feeder.holds_nothing());
+        assert!(feeder.first_held().is_none());
     }
 
     /// Upstream records as a stream gives them, one sequence each.
@@ -523,7 +542,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_takes_no_checkpoint_past_what_it_holds() {
+    fn a_stop_checkpoints_before_what_it_holds_and_notes_only_what_it_handed_over() {
         let resolve: crate::pipeline::control::Resolver = Box::new(|_, v| {
             Err(crate::pipeline::control::ResolveError::Unknown(
                 v.to_owned(),
@@ -541,7 +560,8 @@ mod tests {
             .iter()
             .map(|r| serde_json::to_vec(r).unwrap())
             .collect();
-        let mut feeder = Feeder::new(2, 0, false, None);
+        // A lateness that keeps the windows remembered.
+        let mut feeder = Feeder::new(2, 1_000, false, None);
         let (parts, handed) = sync_channel(64);
         let (acks, ack) = sync_channel(4);
         (0..4).for_each(|_| acks.send(()).unwrap());
@@ -550,24 +570,48 @@ mod tests {
         let fed = feeder.feed(&mut Stream(lines, 0), &parts, &ack, hour, &control);
         fed.unwrap();
         drop(parts);
-        let read: Vec<u64> = (handed.iter())
-            .filter_map(|(_, part)| match part {
+        let parts: Vec<Part> = handed.iter().map(|(_, part)| part).collect();
+        let read: Vec<u64> = (parts.iter())
+            .filter_map(|part| match part {
                 Part::Position(barrier) => Some(barrier.0.source.offset),
                 _ => None,
             })
             .collect();
-        assert!(!feeder.holds_nothing());
-        // One past it would note the held result as taken (`latest`): read again after the
-        // restore, it would be dropped.
+        assert!(!feeder.first_held().is_none());
+        // Read again after a restore: past it, the held result would be skipped.
         assert_eq!(
             read,
-            Vec::<u64>::new(),
-            "no checkpoint while a result is held"
+            vec![3],
+            "one checkpoint, at the stop, before the held result"
+        );
+        // Noted as taken, the held result read again would be dropped.
+        let taken: Vec<&crate::state::Change> = (parts.iter())
+            .filter_map(|part| match part {
+                Part::Snapshot(snapshot) => Some(&snapshot.windows),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let rows: Vec<crate::state::TableRow> = (taken.iter())
+            .filter_map(|c| {
+                let value = c.value.clone()?;
+                Some(crate::state::TableRow {
+                    key: c.key.clone(),
+                    value,
+                })
+            })
+            .collect();
+        let mut latest = Latest::restore(&rows).unwrap();
+        assert_eq!(latest.len(), 1, "slice 0's result only");
+        let mut again = emission(EmissionKind::Result, 1, 1);
+        assert!(
+            latest.admits(1, &mut again),
+            "slice 1's, read again, is taken"
         );
     }
 
     #[test]
-    fn an_open_batch_is_held_past_other_slices_marks_so_no_checkpoint_skips_it() {
+    fn an_open_batch_is_held_past_other_slices_marks_and_a_checkpoint_goes_back_to_it() {
         let mut feeder = Feeder::new(2, 0, false, None);
         let update = emission(EmissionKind::Update, 2, 2);
         let handed = feed(
@@ -576,7 +620,8 @@ mod tests {
         );
         assert_eq!(handed.len(), 1, "slice 1's mark moved the lowest");
         assert!(handed[0].is_empty(), "but slice 0's batch is still open");
-        assert!(!feeder.holds_nothing(), "so no checkpoint is taken past it");
+        let first = feeder.first_held().map(|at| at.offset);
+        assert_eq!(first, Some(1), "a checkpoint's position is before it");
         let handed = feed(&mut feeder, &[mark(0, 60), mark(1, 60)]);
         assert_eq!(handed[0].len(), 1, "its mark closed it");
     }

@@ -1,5 +1,6 @@
 //! Served pipelines placed on the cluster's workers (`"workers"` in the spec): the server does
-//! not run them but shares them through the NATS server their stream is on, where `weir
+//! not run them but shares them through the NATS server their stream is on (or, for a Kafka
+//! topic, the one `workers.server` names), where `weir
 //! worker --pipeline <name>` processes run them in slices. Starting one shares its spec and
 //! components and resumes it; stopping it has the workers give its slices up after a final
 //! checkpoint; a rollout, rollback or promotion becomes the routing the workers follow (a
@@ -37,7 +38,7 @@ pub fn placed_on_workers(managed: &Managed) -> bool {
     matches!(managed.spec.placement, Placement::Workers { .. })
 }
 
-/// The cluster of the NATS server the pipeline's stream is on.
+/// The cluster of the NATS server the pipeline's stream is on, or its `[workers] nats`.
 fn cluster_of(spec: &PipelineSpec) -> Result<Arc<Cluster>, RequestError> {
     match (&spec.source, &spec.placement) {
         (SourceSpec::Nats(source), _) => connect(&source.url),
@@ -186,6 +187,24 @@ pub fn stream_end(source: &crate::spec::NatsSourceSpec) -> Result<u64, RequestEr
     Ok(cluster
         .last_sequence(&source.stream, &source.subjects)
         .unwrap_or(0))
+}
+
+/// Each partition of the topic the pipeline reads on workers with its next offset at its
+/// slice's last uploaded checkpoint (a slice reads one partition, and counts its next offset):
+/// where a replay or repro of the topic stops, as one of a pipeline run here stops at its last
+/// checkpoint. A partition no checkpoint has read yet stops at 0.
+pub fn kafka_checkpointed(spec: &PipelineSpec) -> Result<BTreeMap<i32, i64>, RequestError> {
+    let SourceSpec::Kafka(source) = &spec.source else {
+        return Err(RequestError::Internal(format!(
+            "pipeline {} does not read a Kafka topic",
+            spec.name
+        )));
+    };
+    let status = cluster_of(spec)?.status(&spec.name)?;
+    let uploaded = |p: i32| status["uploaded"][p.to_string()]["sequence"].as_i64();
+    Ok((topic_ends(source)?.into_keys())
+        .map(|p| (p, uploaded(p).unwrap_or(0)))
+        .collect())
 }
 
 /// Each partition of the topic `source` reads with its next offset now; an error if the

@@ -42,6 +42,13 @@ pub(super) struct RawWorkers {
     nats: Option<String>,
 }
 
+impl RawWorkers {
+    /// The NATS server it names, if any.
+    pub(super) fn nats(&self) -> Option<&str> {
+        self.nats.as_deref()
+    }
+}
+
 /// The placement `[workers]` asks for, for a pipeline reading `source`.
 pub(super) fn check(raw: Option<RawWorkers>, source: &SourceSpec) -> Result<Placement> {
     let Some(raw) = raw else {

@@ -39,6 +39,9 @@ pub(super) fn check(
     nats: &[String],
 ) -> Result<()> {
     check_source(&raw.source, nats)?;
+    if let Some(url) = raw.workers.as_ref().and_then(|w| w.nats()) {
+        known(nats, "workers.nats", url)?;
+    }
     check_operators(&raw.operators, &raw.stages)?;
     if served == Served::New && raw.state.backend.as_deref() == Some("memory") {
         return Err(invalid(

@@ -282,13 +282,11 @@ impl Slot {
 
     /// Each partition's next offset at the live pipeline's last checkpoint: where a replay of a
     /// Kafka topic stops.
-    /// On workers (whose checkpoints are theirs): each partition's end now.
+    /// On workers: at each slice's last uploaded checkpoint.
     pub(super) fn kafka_checkpointed(&self) -> Result<BTreeMap<i32, i64>, RequestError> {
         if self.on_workers()? {
             let spec = self.with_managed(|managed| Ok(managed.spec.clone()))?;
-            if let SourceSpec::Kafka(kafka) = &spec.source {
-                return super::on_workers::topic_ends(kafka);
-            }
+            return super::on_workers::kafka_checkpointed(&spec);
         }
         // The running pipeline's (its store is open), else the store's.
         let running = (self.lock().control.as_ref())

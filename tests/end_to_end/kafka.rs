@@ -1026,12 +1026,15 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
             })
             .join("\n---\n")
     };
-    for id in ["k1", "k2"] {
+    // A worker of `pipeline`, logging to `<id>.log`, killed when the test ends.
+    let worker = |pipeline: &str, id: &str| {
         let log = std::fs::File::create(dir.path().join(format!("{id}.log"))).unwrap();
         let worker_dir = dir.path().join(id);
-        let child = crate::cluster::spawn_worker(&nats.url, NAME, id, &worker_dir, log.into(), &[]);
-        reaper.track(child);
-    }
+        let child =
+            crate::cluster::spawn_worker(&nats.url, pipeline, id, &worker_dir, log.into(), &[]);
+        reaper.track(child)
+    };
+    let workers = ["k1", "k2"].map(|id| worker(NAME, id));
     let workers_status = || server.status(NAME)["workers"].clone();
     server.wait_for("both workers holding the four slices", PATIENCE, || {
         let status = workers_status();
@@ -1143,11 +1146,7 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
         server.post(&path("kafka-fork", "start"), Some(ADMIN), b""),
         200,
     );
-    let log = std::fs::File::create(dir.path().join("f1.log")).unwrap();
-    let worker_dir = dir.path().join("f1");
-    let child =
-        crate::cluster::spawn_worker(&nats.url, "kafka-fork", "f1", &worker_dir, log.into(), &[]);
-    reaper.track(child);
+    let forked_worker = worker("kafka-fork", "f1");
     // After the far events: every window of the first events closed before the savepoint.
     let later: Vec<Value> = clicks(0, 1_000)
         .into_iter()
@@ -1177,5 +1176,8 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
             )),
         }
     });
+    for child in workers.into_iter().chain([forked_worker]) {
+        crate::cluster::kill(child);
+    }
     assert_exactly_once(&forked, &want, &logs());
 }

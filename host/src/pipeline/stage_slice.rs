@@ -524,7 +524,7 @@ mod tests {
         ) -> std::result::Result<Option<Record>, crate::source::SourceError> {
             Ok(self.0.pop_front().map(|line| {
                 self.1 += 1;
-                Record::Line(self.1, line.into())
+                Record::Line(self.1, line)
             }))
         }
         fn position(&self) -> SourcePosition {
@@ -577,7 +577,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert!(!feeder.first_held().is_none());
+        assert!(feeder.first_held().is_some());
         // Read again after a restore: past it, the held result would be skipped.
         assert_eq!(
             read,

@@ -172,14 +172,7 @@ pub(super) fn copy_after(
     };
     let mut file = std::io::BufWriter::new(std::fs::File::create(to).map_err(io)?);
     let copied = connection.block_on(async {
-        let mut found = super::timed(connection.jetstream.get_stream(&stream))
-            .await
-            .map_err(|e| fail(e.into()))?
-            .map_err(|e| fail(NatsFailure::client(e)))?;
-        let info = (super::timed(found.info()).await)
-            .map_err(|e| fail(e.into()))?
-            .map_err(|e| fail(NatsFailure::client(e)))?;
-        let last = info.state.last_sequence;
+        let (found, last) = stream_and_last(connection, &stream).await.map_err(fail)?;
         if last <= after {
             return Ok(0);
         }
@@ -256,13 +249,7 @@ pub(super) fn seed(
         ))
     };
     connection.block_on(async {
-        let mut found = (super::timed(connection.jetstream.get_stream(&stream)).await)
-            .map_err(|e| fail(e.into()))?
-            .map_err(|e| fail(NatsFailure::client(e)))?;
-        let info = (super::timed(found.info()).await)
-            .map_err(|e| fail(e.into()))?
-            .map_err(|e| fail(NatsFailure::client(e)))?;
-        let last = info.state.last_sequence;
+        let (found, last) = stream_and_last(connection, &stream).await.map_err(fail)?;
         if last == 0 && after > 0 {
             // An empty stream's next sequence is set by a purge up to it.
             (super::timed(async { found.purge().sequence(after + 1).await }).await)
@@ -312,6 +299,18 @@ pub(super) fn seed(
         }
         Ok(())
     })
+}
+
+/// Stream `stream`, and its last sequence now.
+async fn stream_and_last(
+    connection: &Connection,
+    stream: &str,
+) -> std::result::Result<(async_nats::jetstream::stream::Stream, u64), NatsFailure> {
+    let mut found = (super::timed(connection.jetstream.get_stream(stream)).await)?
+        .map_err(NatsFailure::client)?;
+    let info = (super::timed(found.info()).await)?.map_err(NatsFailure::client)?;
+    let last = info.state.last_sequence;
+    Ok((found, last))
 }
 
 /// How many of a seed's records are published before their acknowledgements are awaited.

@@ -1,8 +1,10 @@
 //! A replay from a savepoint of a pipeline on workers: each slice's checkpoint is the state of
 //! its own keys at its own input position, so each version runs once per slice, in a sandbox of
 //! the slice's own, from that slice's state and position: on its key groups of the whole stream,
-//! or on its partition of a partitioned one. A slice holding none of the keys asked for is not
-//! run. The slices' results, concatenated, are the version's, as the workers would give them.
+//! or on its partition of a partitioned one or of a Kafka topic. A slice holding none of the
+//! keys asked for is not run (of a topic, whose producers chose each key's partition, every
+//! slice is). The slices' results, concatenated, are the version's, as the workers would give
+//! them.
 //!
 //! Depends on `checkpoint` (the savepoint's slices), `pipeline` (a slice's key groups), `source`
 //! (a key's partition), `state` (a key's key group) and the replay's sandbox (`replay.rs`).
@@ -20,8 +22,9 @@ use crate::spec::{PipelineSpec, SourceSpec, StateSpec};
 impl Slot {
     /// Where each slice's replay from sliced savepoint `savepoint` ends: the stream sequence
     /// `end` for slices of key groups, each partition's last sequence now for a partitioned
-    /// stream. Read once, so both versions replay the same input. Refused if the pipeline is no
-    /// longer cut as the savepoint was.
+    /// stream, each partition's offset in the spec's `until` for a Kafka topic (its slice's
+    /// last uploaded checkpoint). Read once, so both versions replay the same input. Refused
+    /// if the pipeline is no longer cut as the savepoint was.
     pub(super) fn slice_ends(
         &self,
         spec: &PipelineSpec,
@@ -29,12 +32,6 @@ impl Slot {
         end: u64,
     ) -> Result<Vec<u64>, RequestError> {
         let saved = self.find_savepoint(savepoint)?;
-        if let SourceSpec::Kafka(_) = spec.source {
-            return Err(RequestError::Conflict(format!(
-                "savepoint {savepoint:?} is of a pipeline reading a Kafka topic on workers, \
-                 which a replay does not run slice by slice yet: replay without the savepoint"
-            )));
-        }
         let cut = super::on_workers::slice_count(spec);
         if saved.slices.len() != cut {
             return Err(RequestError::Conflict(format!(
@@ -43,6 +40,11 @@ impl Slot {
                 saved.slices.len(),
                 self.name
             )));
+        }
+        if let SourceSpec::Kafka(kafka) = &spec.source {
+            let until = kafka.until.clone().unwrap_or_default();
+            let end_of = |p: usize| until.get(&(p as i32)).map_or(0, |&o| o.max(0) as u64);
+            return Ok((0..cut).map(end_of).collect());
         }
         match super::on_workers::partition_ends(spec)? {
             ends if ends.is_empty() => Ok(vec![end; cut]),
@@ -68,8 +70,11 @@ impl Slot {
         let results = dir.join("results.jsonl");
         std::fs::create_dir_all(dir).map_err(RequestError::from_io)?;
         let mut all = std::fs::File::create(&results).map_err(RequestError::from_io)?;
+        let kafka = matches!(spec.source, SourceSpec::Kafka(_));
         for ((slice, manifest), &slice_end) in saved.slices.iter().enumerate().zip(ends) {
+            // A topic's producers chose each key's partition: every slice may hold it.
             let holds = |key: &String| match &partitions {
+                _ if kafka => true,
                 Some(p) => crate::source::partition_of_key(key, p.count) == slice,
                 None => KeyGroups::slice(slice, slices).contains(crate::state::key_group(key)),
             };
@@ -85,6 +90,10 @@ impl Slot {
             let options = match (&partitions, &mut spec.source) {
                 (Some(_), SourceSpec::Nats(nats)) => {
                     nats.partition = Some(slice);
+                    RunOptions::default()
+                }
+                (_, SourceSpec::Kafka(kafka)) => {
+                    kafka.partition = Some(slice as i32);
                     RunOptions::default()
                 }
                 _ => RunOptions {

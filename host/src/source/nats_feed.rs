@@ -3,11 +3,13 @@
 //! run reads through a [`FeedSource`], which subscribes from its own position; the feed reads
 //! the stream once, from the lowest position subscribed (going back when a run that is behind
 //! subscribes), and hands each message to every run that has not had it, waiting for the
-//! slowest (backpressure). Without it, every slice read the stream over the network again.
+//! slowest (backpressure): at most [`DEPTH`] messages queued for a run, and at most
+//! [`MAX_QUEUED_BYTES`] of payloads not yet taken by every run, whatever their size. Without
+//! it, every slice read the stream over the network again.
 //!
 //! Depends on `spec`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +20,10 @@ use crate::spec::NatsSourceSpec;
 
 /// Messages queued for one run before the feed waits for it.
 const DEPTH: usize = 4_096;
+/// Bytes of payloads handed out and not yet dropped by every run they went to, before the feed
+/// waits (messages of up to a server's `max_payload` each: [`DEPTH`] of them could be
+/// gigabytes).
+const MAX_QUEUED_BYTES: usize = 64 << 20;
 /// How long a read waits for the next message before yielding a tick.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -34,6 +40,45 @@ struct FeedMessage {
     /// key and time fields it decoded with: a run of other fields (a spec redeployed since)
     /// decodes for itself.
     decoded: std::sync::OnceLock<(Arc<Fields>, Decoded)>,
+    /// The feed's count of what it handed out, which this message leaves when the last run
+    /// drops it.
+    queued: Arc<Queued>,
+}
+
+/// Messages handed out and not yet dropped by every run, and their payloads' bytes.
+#[derive(Default)]
+struct Queued {
+    messages: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Queued {
+    fn add(&self, bytes: usize) {
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether the feed waits before it reads on, with `runs` runs: more than
+    /// [`MAX_QUEUED_BYTES`] are out, and more messages than the one each run may be reading
+    /// (those leave only once the next comes).
+    fn full(&self, runs: usize) -> bool {
+        self.bytes.load(Ordering::Relaxed) > MAX_QUEUED_BYTES
+            && self.messages.load(Ordering::Relaxed) > runs
+    }
+}
+
+impl Drop for FeedMessage {
+    fn drop(&mut self) {
+        self.queued.messages.fetch_sub(1, Ordering::Relaxed);
+        (self.queued.bytes).fetch_sub(self.payload.len(), Ordering::Relaxed);
+    }
+}
+
+/// Waits while `queued` is full for `runs` runs, or until `stop`.
+fn wait_for_room(queued: &Queued, runs: usize, stop: &AtomicBool) {
+    while queued.full(runs) && !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// A message, or the error that stops every run reading the feed (shared among them).
@@ -117,7 +162,9 @@ impl Drop for NatsFeed {
 /// The feed's loop: take new subscribers (going back for one that is behind), read, deliver.
 fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBool) {
     let mut subscribers: Vec<Subscriber> = Vec::new();
+    let queued = Arc::new(Queued::default());
     while !stop.load(Ordering::SeqCst) {
+        wait_for_room(&queued, subscribers.len(), stop);
         let joined: Vec<Subscriber> = std::mem::take(&mut *inbox.lock().expect("feed lock"));
         if let Some(behind) = joined.iter().map(|s| s.after).min()
             && (subscribers.is_empty() || behind < reader.framing_sequence())
@@ -153,12 +200,14 @@ fn feed(mut reader: NatsSource, inbox: &Mutex<Vec<Subscriber>>, stop: &AtomicBoo
             continue;
         }
         reader.skip_to(sequence);
+        queued.add(message.payload.len());
         let shared = Arc::new(FeedMessage {
             sequence,
             subject: message.subject.as_str().into(),
             published,
             payload: message.payload.clone(),
             decoded: std::sync::OnceLock::new(),
+            queued: queued.clone(),
         });
         // A run that stopped has dropped its queue: it is forgotten.
         subscribers.retain_mut(|subscriber| {
@@ -251,5 +300,53 @@ impl Source for FeedSource {
 
     fn backlog(&self) -> Option<u64> {
         self.end.behind(self.framing.position().offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(bytes: usize, queued: &Arc<Queued>) -> Arc<FeedMessage> {
+        queued.add(bytes);
+        Arc::new(FeedMessage {
+            sequence: 1,
+            subject: "s".into(),
+            published: 0,
+            payload: bytes::Bytes::from(vec![b'x'; bytes]),
+            decoded: std::sync::OnceLock::new(),
+            queued: queued.clone(),
+        })
+    }
+
+    #[test]
+    fn the_feed_waits_while_more_than_its_bytes_are_queued_until_the_last_run_drops_them() {
+        let (queued, stop) = (Arc::new(Queued::default()), AtomicBool::new(false));
+        // One run reading a big message, and another message queued behind it.
+        let reading = message(MAX_QUEUED_BYTES, &queued);
+        let waiting = message(2, &queued);
+        let (for_one, for_other) = (waiting.clone(), waiting.clone());
+        drop(waiting);
+        assert!(queued.full(1), "two runs hold the queued one");
+        let dropper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(for_one);
+            std::thread::sleep(Duration::from_millis(50));
+            drop(for_other);
+        });
+        let started = std::time::Instant::now();
+        wait_for_room(&queued, 1, &stop);
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "until both dropped it"
+        );
+        dropper.join().unwrap();
+        // What each run is reading alone never holds the feed back, however big.
+        assert!(!queued.full(1));
+        drop(reading);
+        assert_eq!(queued.bytes.load(Ordering::Relaxed), 0);
+        let (_one, _two) = (message(MAX_QUEUED_BYTES, &queued), message(2, &queued));
+        stop.store(true, Ordering::SeqCst);
+        wait_for_room(&queued, 1, &stop); // a stop does not wait
     }
 }

@@ -9,11 +9,14 @@
 //! `open`): what one event made in a slice reaches the stages whole, in one hand-over, even when
 //! another slice's mark moves the lowest mark between two of its results.
 //!
-//! A checkpoint's position is the stream's just before the first record it still holds (or
-//! after the last read, if it holds none), its partitions the slices' marks, and what the
-//! stages took (`Latest`) only what was handed over: a restore reads the held records again
-//! with the stages' state of that moment. So a checkpoint, a stop's among them, never waits
-//! for what it holds.
+//! A checkpoint is taken when nothing is held, at the stream's position after the last record
+//! read, with the slices' marks as its partitions and what the stages took (`Latest`): a
+//! restore reads on from there with the stages' state of that moment. A checkpoint five
+//! intervals overdue, or a stop's, first hands what is held to the stages without moving the
+//! watermark (as past the held-results cap: a window fires only at a watermark), so held
+//! results never keep a checkpoint away for long. (A checkpoint before held records would have
+//! the restore read again records handed over after them, which `Latest` no longer remembers
+//! once their windows are settled.)
 //!
 //! Depends on `source`, `spec`, `time`, `watermark` and `window`, and of `pipeline` on `build`,
 //! `collector` (through `mod.rs`), `messages` and `upstream`.
@@ -34,6 +37,10 @@ use crate::spec::PipelineSpec;
 use crate::time::{MINUS_INFINITY, Millis};
 use crate::watermark::PartitionMark;
 use crate::window::{Emission, EngineOutput};
+
+/// How many checkpoint intervals a checkpoint waits for held results to be handed over with
+/// their watermark before it hands them over without it.
+const OVERDUE: u32 = 5;
 
 /// The most results, and bytes of them, held for a mark: past that they are handed over
 /// without the watermark moving (a window that fires for a million keys, or slices that run
@@ -215,7 +222,6 @@ impl Feeder {
         control.stats.input_offset.store(before, Ordering::Relaxed);
         while !control.stopping() {
             control.beat();
-            let at = upstream.position();
             let record = upstream.next_record().map_err(PipelineError::Source)?;
             let read = upstream.position().offset;
             if read > before + 1 {
@@ -230,7 +236,7 @@ impl Feeder {
             // How far it read, for its lag (its records are not events: none counted).
             control.stats.input_offset.store(read, Ordering::Relaxed);
             match record {
-                Some(Record::Line(line, bytes)) => self.take(line, &bytes, at),
+                Some(Record::Line(line, bytes)) => self.take(line, &bytes),
                 Some(_) => {}
                 None => break,
             }
@@ -238,21 +244,24 @@ impl Feeder {
                 self.hand_over(watermark, parts)?;
             }
             // When something was handed over since the last one, or a rollout asks for a new
-            // routing (which applies from a checkpoint on).
-            let due = self.last_checkpoint.elapsed() >= interval;
+            // routing (which applies from a checkpoint on); with results held, once overdue.
+            let since = self.last_checkpoint.elapsed();
             let changed = self.batch > self.checkpointed_at || control.has_request();
+            let due = since >= interval && (self.holds_nothing() || since >= interval * OVERDUE);
             if changed && due {
+                self.release(parts)?;
                 self.checkpoint(upstream.position(), parts, ack, control)?;
             }
         }
+        self.release(parts)?;
         if self.batch > self.checkpointed_at {
             self.checkpoint(upstream.position(), parts, ack, control)?;
         }
         Ok(())
     }
 
-    /// Takes one upstream record, read from position `at`.
-    fn take(&mut self, line: u64, bytes: &[u8], at: SourcePosition) {
+    /// Takes one upstream record.
+    fn take(&mut self, line: u64, bytes: &[u8]) {
         self.read += 1;
         match parse(bytes, self.marks.len(), self.bucketed) {
             Ok(Upstream::Mark(slice, mark)) => {
@@ -264,7 +273,7 @@ impl Feeder {
                 emission,
                 open,
             }) => {
-                self.open[slice].push(slice, emission, bytes.len(), at);
+                self.open[slice].push(slice, emission, bytes.len());
                 if !open {
                     self.close(slice);
                 }
@@ -283,12 +292,21 @@ impl Feeder {
         let closed = std::mem::take(&mut self.open[slice]);
         self.held.bytes += closed.bytes;
         self.held.results.extend(closed.results);
-        self.held.from = earliest(self.held.from.take(), closed.from);
     }
 
-    /// Where the first record it holds was read from, if it holds any.
-    fn first_held(&self) -> Option<SourcePosition> {
-        (self.open.iter().map(|o| o.from.clone())).fold(self.held.from.clone(), earliest)
+    /// Whether no result is held, open or not.
+    fn holds_nothing(&self) -> bool {
+        self.held.results.is_empty() && self.open.iter().all(|o| o.results.is_empty())
+    }
+
+    /// Hands over whatever is held, open batches too, without moving the watermark (before a
+    /// checkpoint that cannot wait, or a stop's).
+    fn release(&mut self, parts: &SyncSender<(u64, Part)>) -> Result<()> {
+        if self.holds_nothing() {
+            return Ok(());
+        }
+        (0..self.open.len()).for_each(|slice| self.close(slice));
+        self.hand_over(self.watermark, parts)
     }
 
     /// The watermark to hand the held results over with, if it is time: the lowest mark moved,
@@ -316,8 +334,7 @@ impl Feeder {
         let mut arrivals: crate::hashing::HashMap<(usize, u64), u64> = Default::default();
         let mut emissions = Vec::with_capacity(held.len());
         for (slice, mut emission) in held {
-            // In the stream's order for each slice, as read; only what is handed over is noted
-            // as taken (a checkpoint holds no more).
+            // In the stream's order for each slice, as read.
             if !self.latest.admits(slice, &mut emission) {
                 continue;
             }
@@ -357,9 +374,9 @@ impl Feeder {
         Ok(())
     }
 
-    /// Commits a checkpoint at the position before the first record it holds (or at `read`,
-    /// if none), with the routing a rollout asked for since the last one, and waits until it
-    /// is durable.
+    /// Commits a checkpoint at `read`, the position after the last record read (nothing is
+    /// held), with the routing a rollout asked for since the last one, and waits until it is
+    /// durable.
     fn checkpoint(
         &mut self,
         read: SourcePosition,
@@ -368,8 +385,6 @@ impl Feeder {
         control: &PipelineControl,
     ) -> Result<()> {
         let change = super::router::requested_change(control, &mut self.routing);
-        // The lowest mark is the watermark handed over (a hand-over follows any rise), so the
-        // held records, read again, wait for the same marks as now.
         let partitions = (self.marks.iter().enumerate())
             .map(|(slice, mark)| PartitionMark {
                 name: partition_name(slice),
@@ -379,7 +394,7 @@ impl Feeder {
             })
             .collect();
         let position = Position {
-            source: self.first_held().unwrap_or(read),
+            source: read,
             events: self.events,
             watermark: self.watermark,
             partitions,
@@ -406,29 +421,17 @@ impl Feeder {
     }
 }
 
-/// Results of slices, in the order they were read, their bytes on the stream, and where the
-/// first of them was read from.
+/// Results of slices, in the order they were read, and their bytes on the stream.
 #[derive(Default)]
 struct Held {
     results: Vec<(usize, Emission)>,
     bytes: usize,
-    from: Option<SourcePosition>,
 }
 
 impl Held {
-    fn push(&mut self, slice: usize, emission: Emission, bytes: usize, at: SourcePosition) {
+    fn push(&mut self, slice: usize, emission: Emission, bytes: usize) {
         self.results.push((slice, emission));
         self.bytes += bytes;
-        self.from.get_or_insert(at);
-    }
-}
-
-/// The earlier of two stream positions.
-fn earliest(a: Option<SourcePosition>, b: Option<SourcePosition>) -> Option<SourcePosition> {
-    match (a, b) {
-        (Some(a), Some(b)) if b.offset < a.offset => Some(b),
-        (Some(a), _) => Some(a),
-        (None, b) => b,
     }
 }
 
@@ -461,11 +464,7 @@ mod tests {
     ) -> Vec<Vec<Emission>> {
         let (parts, handed) = sync_channel(64);
         for (line, record) in records.iter().enumerate() {
-            let at = SourcePosition {
-                offset: line as u64,
-                ..SourcePosition::default()
-            };
-            feeder.take(line as u64, &serde_json::to_vec(record).unwrap(), at);
+            feeder.take(line as u64, &serde_json::to_vec(record).unwrap());
             if let Some(watermark) = feeder.hand_over_due() {
                 feeder.hand_over(watermark, &parts).unwrap();
             }
@@ -512,7 +511,7 @@ mod tests {
             ],
             "the retraction and its update in one hand-over, as one arrival"
         );
-        assert!(feeder.first_held().is_none());
+        assert!(feeder.holds_nothing());
     }
 
     /// Upstream records as a stream gives them, one sequence each.
@@ -542,7 +541,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_checkpoints_before_what_it_holds_and_notes_only_what_it_handed_over() {
+    fn a_stop_hands_over_what_it_holds_without_the_watermark_then_checkpoints_past_it() {
         let resolve: crate::pipeline::control::Resolver = Box::new(|_, v| {
             Err(crate::pipeline::control::ResolveError::Unknown(
                 v.to_owned(),
@@ -560,7 +559,6 @@ mod tests {
             .iter()
             .map(|r| serde_json::to_vec(r).unwrap())
             .collect();
-        // A lateness that keeps the windows remembered.
         let mut feeder = Feeder::new(2, 1_000, false, None);
         let (parts, handed) = sync_channel(64);
         let (acks, ack) = sync_channel(4);
@@ -577,41 +575,35 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert!(feeder.first_held().is_some());
-        // Read again after a restore: past it, the held result would be skipped.
+        assert!(feeder.holds_nothing());
         assert_eq!(
             read,
-            vec![3],
-            "one checkpoint, at the stop, before the held result"
+            vec![4],
+            "one checkpoint, at the stop, past every record read"
         );
-        // Noted as taken, the held result read again would be dropped.
-        let taken: Vec<&crate::state::Change> = (parts.iter())
+        // Slice 1's result went to the stages before it, the watermark where it was.
+        let advances: Vec<Vec<(u64, Millis)>> = (parts.iter())
             .filter_map(|part| match part {
-                Part::Snapshot(snapshot) => Some(&snapshot.windows),
+                Part::Router(router) => Some(router.advances.to_vec()),
                 _ => None,
             })
-            .flatten()
             .collect();
-        let rows: Vec<crate::state::TableRow> = (taken.iter())
-            .filter_map(|c| {
-                let value = c.value.clone()?;
-                Some(crate::state::TableRow {
-                    key: c.key.clone(),
-                    value,
-                })
+        let handed: Vec<usize> = (parts.iter())
+            .filter_map(|part| match part {
+                Part::Shard(shard) => Some(shard.engine.emissions.len()),
+                _ => None,
             })
             .collect();
-        let mut latest = Latest::restore(&rows).unwrap();
-        assert_eq!(latest.len(), 1, "slice 0's result only");
-        let mut again = emission(EmissionKind::Result, 1, 1);
-        assert!(
-            latest.admits(1, &mut again),
-            "slice 1's, read again, is taken"
+        assert_eq!(
+            handed,
+            vec![1, 1],
+            "slice 0's at its mark, slice 1's at the stop"
         );
+        assert_eq!(advances[1], Vec::new(), "without moving the watermark");
     }
 
     #[test]
-    fn an_open_batch_is_held_past_other_slices_marks_and_a_checkpoint_goes_back_to_it() {
+    fn an_open_batch_is_held_past_other_slices_marks_until_it_closes() {
         let mut feeder = Feeder::new(2, 0, false, None);
         let update = emission(EmissionKind::Update, 2, 2);
         let handed = feed(
@@ -620,8 +612,7 @@ mod tests {
         );
         assert_eq!(handed.len(), 1, "slice 1's mark moved the lowest");
         assert!(handed[0].is_empty(), "but slice 0's batch is still open");
-        let first = feeder.first_held().map(|at| at.offset);
-        assert_eq!(first, Some(1), "a checkpoint's position is before it");
+        assert!(!feeder.holds_nothing(), "so no checkpoint is due yet");
         let handed = feed(&mut feeder, &[mark(0, 60), mark(1, 60)]);
         assert_eq!(handed[0].len(), 1, "its mark closed it");
     }

@@ -978,9 +978,10 @@ fn workers_share_a_topic_a_slice_per_partition_with_every_result_once_after_a_si
 /// started with (named by `"workers": {"server": ...}`, never an address): two workers share
 /// its four partitions, a `read_committed` consumer reads every result once, as the file
 /// source gives them; the status shows the slices' owners and lags; a replay of a key reads
-/// the topic to its end now through both versions; a savepoint forks a pipeline on workers
-/// that goes on from every partition's saved offset. Hostile: an address for the workers'
-/// server, an unknown name; a replay from the savepoint (409).
+/// the topic to the slices' uploaded checkpoints through both versions; a savepoint forks a
+/// pipeline on workers that goes on from every partition's saved offset, and a replay from it
+/// gives the key's later windows only. Hostile: an address for the workers' server, an unknown
+/// name.
 #[test]
 fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
     use crate::server::{ADMIN, Server, create_and_start_spec};

@@ -167,8 +167,13 @@ fn slice_count(
         Placement::Workers { slices, .. } => slices,
         Placement::Local => None,
     };
-    // A topic's partitions are only known here (a stream's were checked with the spec).
-    for (what, slices) in [("--slices", asked), ("workers.slices =", placed)] {
+    // A topic's partitions are only known here (a stream's were checked with the spec). Once
+    // deployed, the count it was deployed with rules (a partition added since is not read).
+    let first = |slices: Option<usize>| slices.filter(|_| existing.is_none());
+    for (what, slices) in [
+        ("--slices", first(asked)),
+        ("workers.slices =", first(placed)),
+    ] {
         if let (Some(partitions), Some(slices)) = (partitions, slices)
             && partitions != slices
         {

@@ -153,7 +153,7 @@ impl KafkaPublisher {
             .failed
             .lock()
             .expect("deliveries lock")
-            .take()
+            .clone()
         {
             Some(error) => Err(self.failed("a record was not delivered", error)),
             None => Ok(()),
@@ -193,7 +193,7 @@ impl KafkaPublisher {
 }
 
 /// The producer's context: it keeps the first record the brokers refused for good, which fails
-/// the sink at its next flush (without transactions nothing else would say: the checkpoint
+/// the sink at every flush from then on (without transactions nothing else would say: the checkpoint
 /// would record an offset past a record that is not there).
 #[derive(Default)]
 struct Deliveries {

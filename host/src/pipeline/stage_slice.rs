@@ -249,11 +249,14 @@ impl Feeder {
             let changed = self.batch > self.checkpointed_at || control.has_request();
             let due = since >= interval && (self.holds_nothing() || since >= interval * OVERDUE);
             if changed && due {
-                self.release(parts)?;
-                self.checkpoint(upstream.position(), parts, ack, control)?;
+                // A batch still open waits for its slice's next record or mark.
+                self.release(parts, false)?;
+                if self.holds_nothing() {
+                    self.checkpoint(upstream.position(), parts, ack, control)?;
+                }
             }
         }
-        self.release(parts)?;
+        self.release(parts, true)?;
         if self.batch > self.checkpointed_at {
             self.checkpoint(upstream.position(), parts, ack, control)?;
         }
@@ -299,13 +302,16 @@ impl Feeder {
         self.held.results.is_empty() && self.open.iter().all(|o| o.results.is_empty())
     }
 
-    /// Hands over whatever is held, open batches too, without moving the watermark (before a
-    /// checkpoint that cannot wait, or a stop's).
-    fn release(&mut self, parts: &SyncSender<(u64, Part)>) -> Result<()> {
-        if self.holds_nothing() {
+    /// Hands over what is held without moving the watermark (before a checkpoint that cannot
+    /// wait), and with `open`, the open batches too (before a stop's: what they lack comes
+    /// after the restart as an arrival of its own).
+    fn release(&mut self, parts: &SyncSender<(u64, Part)>, open: bool) -> Result<()> {
+        if open {
+            (0..self.open.len()).for_each(|slice| self.close(slice));
+        }
+        if self.held.results.is_empty() {
             return Ok(());
         }
-        (0..self.open.len()).for_each(|slice| self.close(slice));
         self.hand_over(self.watermark, parts)
     }
 
@@ -600,6 +606,59 @@ mod tests {
             "slice 0's at its mark, slice 1's at the stop"
         );
         assert_eq!(advances[1], Vec::new(), "without moving the watermark");
+    }
+
+    #[test]
+    fn an_overdue_checkpoint_hands_over_what_is_held_but_waits_for_an_open_batch() {
+        let resolve: crate::pipeline::control::Resolver = Box::new(|_, v| {
+            Err(crate::pipeline::control::ResolveError::Unknown(
+                v.to_owned(),
+            ))
+        });
+        let control = PipelineControl::new("p", resolve, None);
+        let records = [
+            mark(0, 50),
+            record("p", 0, &emission(EmissionKind::Retract, 1, 4), true),
+            mark(1, 30),
+            record("p", 0, &emission(EmissionKind::Update, 2, 4), false),
+        ];
+        let lines = records
+            .iter()
+            .map(|r| serde_json::to_vec(r).unwrap())
+            .collect();
+        let mut feeder = Feeder::new(2, 1_000, false, None);
+        let (parts, handed) = sync_channel(64);
+        let (acks, ack) = sync_channel(4);
+        (0..4).for_each(|_| acks.send(()).unwrap());
+        // Every checkpoint overdue at once.
+        let fed = feeder.feed(
+            &mut Stream(lines, 0),
+            &parts,
+            &ack,
+            Duration::ZERO,
+            &control,
+        );
+        fed.unwrap();
+        drop(parts);
+        let parts: Vec<Part> = handed.iter().map(|(_, part)| part).collect();
+        let handed: Vec<Vec<EmissionKind>> = (parts.iter())
+            .filter_map(|part| match part {
+                Part::Shard(shard) => Some(shard.engine.emissions.iter().map(|e| e.kind).collect()),
+                _ => None,
+            })
+            .collect();
+        let read: Vec<u64> = (parts.iter())
+            .filter_map(|part| match part {
+                Part::Position(barrier) => Some(barrier.0.source.offset),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            handed,
+            vec![vec![], vec![EmissionKind::Retract, EmissionKind::Update]],
+            "the retraction waited for its update, past a checkpoint due"
+        );
+        assert_eq!(read, vec![4], "none while the batch was open");
     }
 
     #[test]

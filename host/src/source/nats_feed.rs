@@ -59,8 +59,10 @@ impl Queued {
     }
 
     /// Whether the feed waits before it reads on, with `runs` runs: more than
-    /// [`MAX_QUEUED_BYTES`] are out, and more messages than the one each run may be reading
-    /// (those leave only once the next comes).
+    /// [`MAX_QUEUED_BYTES`] are out, and more messages than one a run (slack, so that a
+    /// message bigger than the budget never stops the feed alone). A run lets a message go
+    /// once it has framed it; its decoded events, kept with the message for the other runs,
+    /// are not counted.
     fn full(&self, runs: usize) -> bool {
         self.bytes.load(Ordering::Relaxed) > MAX_QUEUED_BYTES
             && self.messages.load(Ordering::Relaxed) > runs
@@ -328,13 +330,13 @@ mod tests {
         let (for_one, for_other) = (waiting.clone(), waiting.clone());
         drop(waiting);
         assert!(queued.full(1), "two runs hold the queued one");
+        let started = std::time::Instant::now();
         let dropper = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
             drop(for_one);
             std::thread::sleep(Duration::from_millis(50));
             drop(for_other);
         });
-        let started = std::time::Instant::now();
         wait_for_room(&queued, 1, &stop);
         assert!(
             started.elapsed() >= Duration::from_millis(100),

@@ -319,7 +319,7 @@ impl Slot {
     }
 
     /// The input offset of savepoint `name` (of a pipeline on workers, the lowest of its
-    /// slices').
+    /// slices'; of one reading a Kafka topic, their sum, as the topic's offsets are summed).
     fn savepoint_offset(&self, name: &str) -> Result<u64, RequestError> {
         let saved = self.find_savepoint(name)?;
         if saved.slices.is_empty() {
@@ -327,7 +327,11 @@ impl Slot {
         }
         // The slices that had read something (the others start at the stream's start).
         let offsets = saved.slices.iter().flatten().map(|m| m.source.offset);
-        Ok(offsets.min().unwrap_or(0))
+        let kafka = self.with_managed(|m| Ok(matches!(m.spec.source, SourceSpec::Kafka(_))))?;
+        match kafka {
+            true => Ok(offsets.sum()),
+            false => Ok(offsets.min().unwrap_or(0)),
+        }
     }
 
     /// Offset 0, if the log still starts there.

@@ -298,8 +298,7 @@ fn a_topic_of_four_partitions_gives_the_file_sources_results_every_one_once_acro
     let want = file_results(&events);
     let (results, said) = run_killed(&spec, &broker, &events, 10);
     assert_exactly_once(&results, &want, &said);
-    let dead = std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default();
-    assert!(dead.is_empty(), "{dead}");
+    assert_no_dead_letters(dir.path());
 }
 
 /// A sink without transactions (for brokers that have none): after SIGKILLs every result is
@@ -794,8 +793,7 @@ fn a_records_headers_are_readable_and_one_can_be_the_events_key() {
     let results = wait_for_results(&broker, want.len());
     let said = stop(weir);
     assert_exactly_once(&results, &want, &said);
-    let dead = std::fs::read_to_string(dir.path().join("dead.jsonl")).unwrap_or_default();
-    assert!(dead.is_empty(), "{dead}");
+    assert_no_dead_letters(dir.path());
 }
 
 #[test]
@@ -1055,20 +1053,7 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
         send_raw(&producer, &event, p, event.to_string().as_bytes());
     }
     producer.flush(Duration::from_secs(30)).unwrap();
-    let results = server.wait_for("every result", PATIENCE, || {
-        let results: Vec<Value> = (0..4)
-            .flat_map(|p| broker.read_committed_in("results4", p))
-            .collect();
-        match shown(&results).len() >= want.len() {
-            true => Ok(results),
-            false => Err(format!(
-                "{} of {}\n{}",
-                shown(&results).len(),
-                want.len(),
-                logs()
-            )),
-        }
-    });
+    let results = all_results(&server, &broker, "results4", &want, &logs);
     assert_exactly_once(&results, &want, &logs());
     // Read to the end, and uploaded: a replay reads to the slices' uploaded checkpoints.
     server.wait_for(
@@ -1156,20 +1141,7 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
     }
     producer.flush(Duration::from_secs(30)).unwrap();
     let want = file_results(&later);
-    let forked = server.wait_for("the fork's results", PATIENCE, || {
-        let results: Vec<Value> = (0..4)
-            .flat_map(|p| broker.read_committed_in("forked4", p))
-            .collect();
-        match shown(&results).len() >= want.len() {
-            true => Ok(results),
-            false => Err(format!(
-                "{} of {}\n{}",
-                shown(&results).len(),
-                want.len(),
-                logs()
-            )),
-        }
-    });
+    let forked = all_results(&server, &broker, "forked4", &want, &logs);
     assert_exactly_once(&forked, &want, &logs());
     // A replay of a key from the savepoint runs each slice from its saved state and offset to
     // its last uploaded checkpoint: once the pipeline has read the later events too, the
@@ -1207,4 +1179,32 @@ fn a_served_pipeline_reads_a_topic_on_workers_with_every_result_once() {
     for child in workers.into_iter().chain([forked_worker]) {
         crate::cluster::kill(child);
     }
+}
+
+/// Waits for every result of `want` on the four partitions of `topic` (read committed): every
+/// record there.
+fn all_results(
+    server: &crate::server::Server,
+    broker: &Broker,
+    topic: &str,
+    want: &BTreeMap<(String, i64), (i64, i64)>,
+    logs: &dyn Fn() -> String,
+) -> Vec<Value> {
+    let patience = Duration::from_secs(120);
+    server.wait_for("every result", patience, || {
+        let results: Vec<Value> = (0..4)
+            .flat_map(|p| broker.read_committed_in(topic, p))
+            .collect();
+        let got = shown(&results).len();
+        match got >= want.len() {
+            true => Ok(results),
+            false => Err(format!("{got} of {}\n{}", want.len(), logs())),
+        }
+    })
+}
+
+/// The run in `dir` wrote no dead letter.
+fn assert_no_dead_letters(dir: &Path) {
+    let dead = std::fs::read_to_string(dir.join("dead.jsonl")).unwrap_or_default();
+    assert!(dead.is_empty(), "{dead}");
 }

@@ -350,6 +350,18 @@ pub(crate) fn bench_nats(
         nats / file,
         report.publish_rate
     );
+    // The router's and the shards' CPU (not the collector's or the client's threads): what
+    // the workers' figure below compares with.
+    let cpu = |run: &weir::pipeline::Summary| {
+        let spent = run.router_cpu? + run.shards_cpu?;
+        Some(spent.as_secs_f64() / (run.events_in.max(1) as f64 / 1e6))
+    };
+    if let (Some(file), Some(nats)) = (cpu(&report.file), cpu(&report.nats)) {
+        println!(
+            "CPU per million events, router and shard: file {file:.2} s, NATS {nats:.2} s ({:.2} x)",
+            nats / file
+        );
+    }
     for &count in workers {
         anyhow::ensure!((1..=16).contains(&count), "--workers from 1 to 16");
         let shape = weir::bench::ClusterShape {

@@ -202,12 +202,27 @@ pub fn kafka_checkpointed(spec: &PipelineSpec) -> Result<BTreeMap<i32, i64>, Req
     };
     let status = cluster_of(spec)?.status(&spec.name)?;
     let uploaded = |p: i32| status["uploaded"][p.to_string()]["sequence"].as_i64();
+    let read = |p: i32| {
+        status["progress"][p.to_string()]["read"]
+            .as_i64()
+            .unwrap_or(0)
+    };
     // The slices are the partitions the topic had at deploy: one added since is not read.
     let slices = status["slices"].as_i64().unwrap_or(0);
-    Ok((topic_ends(source)?.into_keys())
-        .filter(|&p| i64::from(p) < slices)
-        .map(|p| (p, uploaded(p).unwrap_or(0)))
-        .collect())
+    let partitions = topic_ends(source)?.into_keys();
+    (partitions.filter(|&p| i64::from(p) < slices))
+        .map(|p| match uploaded(p) {
+            Some(offset) => Ok((p, offset)),
+            // Nothing read, nothing to read back to: the partition's start.
+            None if read(p) == 0 => Ok((p, 0)),
+            None => Err(RequestError::Unavailable(format!(
+                "slice {p} of pipeline {} has read its partition, but no uploaded checkpoint \
+                 of it could be read (none yet, or the cluster did not answer): try again in \
+                 a few seconds",
+                spec.name
+            ))),
+        })
+        .collect()
 }
 
 /// Each partition of the topic `source` reads with its next offset now; an error if the

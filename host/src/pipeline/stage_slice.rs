@@ -81,7 +81,6 @@ pub fn run_stage_slice(
         let rows = store.scan(true, &from, &to)?;
         feeder.latest = Latest::restore(&rows).map_err(|e| PipelineError::Config(e.to_string()))?;
     }
-    feeder.position = upstream.position();
     let (ack_tx, ack) = sync_channel::<()>(1);
     let (part_tx, part_rx) = sync_channel::<(u64, Part)>(8);
     let checkpointer = super::checkpointer(
@@ -156,8 +155,6 @@ struct Feeder {
     batch: u64,
     /// Partials are told apart by slice.
     bucketed: bool,
-    /// The stream's position at the start (where the first read's sequence follows on).
-    position: SourcePosition,
     /// Records read by this run.
     read: u64,
     last_checkpoint: Instant,
@@ -187,7 +184,6 @@ impl Feeder {
             events: 0,
             batch: 0,
             bucketed,
-            position: SourcePosition::default(),
             read: 0,
             last_checkpoint: Instant::now(),
             routing,
@@ -218,7 +214,7 @@ impl Feeder {
         // The stream's sequences follow each other, and a read takes one message at most: a
         // read that moves further skipped records gone from the stream (purged past what this
         // slice has read).
-        let mut before = self.position.offset;
+        let mut before = upstream.position().offset;
         control.stats.input_offset.store(before, Ordering::Relaxed);
         while !control.stopping() {
             control.beat();
